@@ -1,0 +1,21 @@
+#pragma once
+// One file per subcommand; each adds itself to the CLI11 app and, when chosen, stores its exit
+// code in `exit_code`. CLI11 is used only in cli/.
+
+#include <CLI/CLI.hpp>
+
+namespace dtrain::cli {
+
+struct CommandContext {
+  int exit_code = 0;
+};
+
+void add_validate_command(CLI::App& app, CommandContext& context);
+void add_plan_command(CLI::App& app, CommandContext& context);
+void add_submit_command(CLI::App& app, CommandContext& context);
+void add_status_command(CLI::App& app, CommandContext& context);
+void add_logs_command(CLI::App& app, CommandContext& context);
+void add_stop_command(CLI::App& app, CommandContext& context);
+void add_agent_command(CLI::App& app, CommandContext& context);  // hidden: run by the supervisor
+
+}  // namespace dtrain::cli

@@ -1,0 +1,30 @@
+#include "launcher/base/clock.h"
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+
+namespace dtrain {
+
+int64_t SystemClock::monotonic_ms() const {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count();
+}
+
+int64_t SystemClock::wall_ms() const {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+std::string format_timestamp_utc(int64_t wall_ms) {
+  std::time_t seconds = static_cast<std::time_t>(wall_ms / 1000);
+  std::tm utc{};
+  gmtime_r(&seconds, &utc);
+  char buffer[40];
+  std::snprintf(buffer, sizeof buffer, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", utc.tm_year + 1900,
+                utc.tm_mon + 1, utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec,
+                static_cast<int>(wall_ms % 1000));
+  return buffer;
+}
+
+}  // namespace dtrain

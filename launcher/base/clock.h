@@ -1,0 +1,40 @@
+#pragma once
+// Time as the supervisor sees it. An interface so that tests can drive the pure supervisor with
+// FakeClock instead of sleeping.
+
+#include <cstdint>
+#include <string>
+
+namespace dtrain {
+
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  /// Monotonic milliseconds: for deadlines and durations.
+  virtual int64_t monotonic_ms() const = 0;
+  /// Unix-epoch milliseconds: for timestamps people read in events and logs.
+  virtual int64_t wall_ms() const = 0;
+};
+
+class SystemClock final : public Clock {
+ public:
+  int64_t monotonic_ms() const override;
+  int64_t wall_ms() const override;
+};
+
+/// Starts at a fixed wall time; moves only when told to.
+class FakeClock final : public Clock {
+ public:
+  int64_t monotonic_ms() const override { return monotonic_; }
+  int64_t wall_ms() const override { return wall_; }
+  void advance_ms(int64_t ms) { monotonic_ += ms; wall_ += ms; }
+
+ private:
+  int64_t monotonic_ = 1'000'000;
+  int64_t wall_ = 1'795'000'000'000;  // late 2026
+};
+
+/// "2026-11-29T23:40:01.123Z"
+std::string format_timestamp_utc(int64_t wall_ms);
+
+}  // namespace dtrain

@@ -1,0 +1,101 @@
+#include "launcher/base/fd.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <unistd.h>
+
+namespace dtrain {
+
+UniqueFd& UniqueFd::operator=(UniqueFd&& other) noexcept {
+  if (this != &other) reset(other.release());
+  return *this;
+}
+
+void UniqueFd::reset(int fd) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = fd;
+}
+
+std::string errno_text(int error_number) {
+  char buffer[256];
+  // GNU strerror_r returns the message pointer (possibly not `buffer`).
+  return strerror_r(error_number, buffer, sizeof buffer);
+}
+
+Result<Pipe> make_pipe() {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return Error::infra("pipe: " + errno_text(errno));
+  return Pipe{UniqueFd(fds[0]), UniqueFd(fds[1])};
+}
+
+Status set_nonblocking(int fd) {
+  int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) {
+    return Error::infra("fcntl(O_NONBLOCK): " + errno_text(errno));
+  }
+  return {};
+}
+
+Status write_all(int fd, std::string_view bytes) {
+  while (!bytes.empty()) {
+    ssize_t written = ::write(fd, bytes.data(), bytes.size());
+    if (written < 0) {
+      if (errno == EINTR) continue;
+      return Error::infra("write: " + errno_text(errno));
+    }
+    bytes.remove_prefix(static_cast<size_t>(written));
+  }
+  return {};
+}
+
+Result<size_t> read_some(int fd, std::string& out, bool* would_block) {
+  if (would_block) *would_block = false;
+  char buffer[65536];
+  for (;;) {
+    ssize_t got = ::read(fd, buffer, sizeof buffer);
+    if (got >= 0) {
+      out.append(buffer, static_cast<size_t>(got));
+      return static_cast<size_t>(got);
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      if (would_block) *would_block = true;
+      return size_t{0};
+    }
+    return Error::infra("read: " + errno_text(errno));
+  }
+}
+
+Status write_file_atomic(const std::string& path, std::string_view contents, int mode) {
+  std::string temp = path + ".tmp." + std::to_string(::getpid());
+  UniqueFd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode));
+  if (!fd.valid()) return Error::infra(temp + ": " + errno_text(errno));
+  if (Status s = write_all(fd.get(), contents); !s) return Error::infra(temp + ": " + s.error().message);
+  if (::fsync(fd.get()) != 0) return Error::infra(temp + ": fsync: " + errno_text(errno));
+  fd.reset();
+  if (::rename(temp.c_str(), path.c_str()) != 0) {
+    int saved = errno;
+    ::unlink(temp.c_str());
+    return Error::infra(path + ": rename: " + errno_text(saved));
+  }
+  std::string directory = path.substr(0, path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/'));
+  if (directory.empty()) directory = ".";
+  UniqueFd dir_fd(::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dir_fd.valid()) ::fsync(dir_fd.get());
+  return {};
+}
+
+Result<std::string> read_file(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return Error::user(path + ": " + errno_text(errno));
+  std::string contents;
+  for (;;) {
+    Result<size_t> got = read_some(fd.get(), contents);
+    if (!got) return Error::infra(path + ": " + got.error().message);
+    if (*got == 0) break;
+  }
+  return contents;
+}
+
+}  // namespace dtrain

@@ -1,0 +1,59 @@
+#pragma once
+// RAII for file descriptors, and read/write helpers that retry EINTR inside the wrapper so that
+// call sites never do.
+
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "launcher/base/result.h"
+
+namespace dtrain {
+
+/// Owns one file descriptor; closes it on destruction.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  UniqueFd(UniqueFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  UniqueFd& operator=(UniqueFd&& other) noexcept;
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  ~UniqueFd() { reset(); }
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int release() { return std::exchange(fd_, -1); }
+  void reset(int fd = -1);
+
+ private:
+  int fd_ = -1;
+};
+
+/// A pipe whose both ends are O_CLOEXEC.
+struct Pipe {
+  UniqueFd read_end;
+  UniqueFd write_end;
+};
+Result<Pipe> make_pipe();
+
+Status set_nonblocking(int fd);
+
+/// Writes all of `bytes` (blocking fd), retrying EINTR and short writes.
+Status write_all(int fd, std::string_view bytes);
+
+/// One read(2) into `out` (appended); returns bytes read, 0 at EOF. EAGAIN gives 0 bytes with
+/// `would_block` set.
+Result<size_t> read_some(int fd, std::string& out, bool* would_block = nullptr);
+
+/// Writes `contents` to `path` atomically: temp file in the same directory, fsync, rename,
+/// fsync of the directory. Readers see the old or the new file, never half of one.
+Status write_file_atomic(const std::string& path, std::string_view contents, int mode = 0600);
+
+/// Reads a whole file.
+Result<std::string> read_file(const std::string& path);
+
+/// "No such file or directory" for errno values, thread-safe.
+std::string errno_text(int error_number);
+
+}  // namespace dtrain

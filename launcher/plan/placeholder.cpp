@@ -1,0 +1,1 @@
+namespace dtrain { int placeholder_plan = 0; }

@@ -1,0 +1,101 @@
+#pragma once
+// JobSpec: the job as the user described it (YAML schema version 1, man/dtrain-spec.5), after
+// parsing, defaults and validation. Everything downstream (plan, run, agents) reads only this.
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "launcher/base/duration.h"
+
+namespace dtrain::spec {
+
+/// One host a job may use, after hostlist expansion, hostfile reading and include/exclude.
+struct HostEntry {
+  std::string name;              ///< "gpu01" (as written, zero padding kept)
+  std::string user;              ///< from "user@host"; empty: ssh.user or the current user
+  int port = 0;                  ///< from "host:port"; 0: ssh.port
+  int slots = 0;                 ///< workers to place there; 0: slots_per_host
+  std::vector<int> only_slots;   ///< include filter "host:0,2": just these local slots (empty: all)
+  bool spare = false;            ///< listed under `spares`: used only to replace a lost host
+
+  /// localhost, 127.0.0.1, ::1 or this machine's hostname: reached through the local transport.
+  bool is_local() const;
+};
+
+enum class HostKeyPolicy { strict, accept_new, insecure };
+enum class Backend { auto_select, gloo, nccl };
+
+struct SshSettings {
+  std::string user;              ///< empty: the current user
+  int port = 22;
+  std::vector<std::string> identity;  ///< private key files, tried after ssh-agent
+  std::string known_hosts;       ///< empty: ~/.ssh/known_hosts
+  HostKeyPolicy host_key_policy = HostKeyPolicy::strict;
+  Millis connect_timeout{10'000};
+  int max_parallel = 64;
+  std::string remote_dtrain;     ///< path of dtrain on the hosts; empty: provision
+};
+
+struct WorkerSettings {
+  std::vector<std::string> command;           ///< argv, no shell; argv[0] looked up in PATH
+  std::string workdir;                        ///< empty: the directory `dtrain submit` ran in
+  std::map<std::string, std::string> env;     ///< merged over env_file
+  std::string env_file;                       ///< KEY=VALUE lines, resolved relative to the spec
+  Backend backend = Backend::auto_select;
+};
+
+struct Parallelism {
+  int tensor = 1;
+  int pipeline = 1;
+  int data = 0;                  ///< 0: "auto", fill the hosts' slots
+};
+
+struct BatchSettings {
+  int global = 0;                ///< 0: not set (then grad accumulation is 1)
+  int micro = 0;
+};
+
+struct ElasticSettings {
+  int min_hosts = 0;             ///< 0: every host must stay (no shrinking)
+  int max_restarts = 0;          ///< 0: the first failure ends the job
+  Millis restart_window{3'600'000};
+  int exclude_after = 2;
+};
+
+struct HeartbeatSettings {
+  Millis interval{1'000};
+  Millis timeout{10'000};
+  Millis hang_timeout{60'000};
+};
+
+struct CheckpointSettings {
+  std::string dir;               ///< empty: <run dir>/checkpoints
+  int interval_steps = 0;        ///< 0: no checkpoints
+  int keep = 3;
+};
+
+struct JobSpec {
+  int version = 1;
+  std::string name;
+  std::string tenant;
+  std::vector<HostEntry> hosts;  ///< resolved, in order; empty spec hosts → one "localhost"
+  std::vector<HostEntry> spares;
+  int slots_per_host = 1;
+  SshSettings ssh;
+  WorkerSettings worker;
+  Parallelism parallelism;
+  BatchSettings batch;
+  ElasticSettings elastic;
+  HeartbeatSettings heartbeat;
+  CheckpointSettings checkpoint;
+  Millis stop_grace{10'000};
+
+  std::string source_path;       ///< the spec file, for messages; "" when built in code
+};
+
+const char* to_string(HostKeyPolicy policy);
+const char* to_string(Backend backend);
+
+}  // namespace dtrain::spec

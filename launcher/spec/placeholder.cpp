@@ -1,0 +1,1 @@
+namespace dtrain { int placeholder_spec = 0; }

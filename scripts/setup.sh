@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs, with apt, the Debian packages that dtrain's build and tests need — only those missing.
+# Idempotent and non-interactive; when everything is present it only runs dpkg queries.
+# CUDA and NCCL are optional: the build detects them under /usr/local/cuda (-DDTRAIN_CUDA=AUTO).
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config
+  libcli11-dev libyaml-cpp-dev libspdlog-dev doctest-dev nlohmann-json3-dev
+  libssh2-1-dev libgloo-dev libasio-dev libsqlite3-dev
+  openssh-server openssh-client iproute2 procps python3
+)
+
+missing=()
+for package in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$package")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}"
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then
+    sudo_cmd=(sudo)
+  else
+    echo "setup: need root (or sudo) to install: ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,48 @@
+#pragma once
+// The worker environment: the single source of the variable names dtrain sets for every worker
+// (DESIGN.md §3). torchrun-compatible names first, so an unmodified PyTorch DDP script runs
+// under dtrain; then dtrain's own.
+
+namespace dtrain::contract::env {
+
+// --- torchrun-compatible -------------------------------------------------------------------
+inline constexpr const char* kRank = "RANK";                       ///< global rank, 0..WORLD_SIZE-1
+inline constexpr const char* kLocalRank = "LOCAL_RANK";            ///< rank within this host
+inline constexpr const char* kWorldSize = "WORLD_SIZE";
+inline constexpr const char* kLocalWorldSize = "LOCAL_WORLD_SIZE"; ///< workers on this host
+inline constexpr const char* kGroupRank = "GROUP_RANK";            ///< index of this host in the plan
+inline constexpr const char* kGroupWorldSize = "GROUP_WORLD_SIZE"; ///< number of hosts in the plan
+inline constexpr const char* kRoleRank = "ROLE_RANK";
+inline constexpr const char* kRoleWorldSize = "ROLE_WORLD_SIZE";
+inline constexpr const char* kRoleName = "ROLE_NAME";              ///< always "default"
+inline constexpr const char* kMasterAddr = "MASTER_ADDR";          ///< rank 0's host
+inline constexpr const char* kMasterPort = "MASTER_PORT";          ///< free port, fresh each generation
+inline constexpr const char* kRestartCount = "TORCHELASTIC_RESTART_COUNT";
+inline constexpr const char* kMaxRestarts = "TORCHELASTIC_MAX_RESTARTS";
+inline constexpr const char* kRunIdTorch = "TORCHELASTIC_RUN_ID";
+inline constexpr const char* kOmpNumThreads = "OMP_NUM_THREADS";   ///< "1" unless the user set it
+
+// --- dtrain's own ------------------------------------------------------------------------------
+inline constexpr const char* kRunId = "DTRAIN_RUN_ID";
+inline constexpr const char* kGeneration = "DTRAIN_GENERATION";
+inline constexpr const char* kAgentSocket = "DTRAIN_AGENT_SOCKET";   ///< unix socket of the worker protocol
+inline constexpr const char* kBackend = "DTRAIN_BACKEND";            ///< "gloo" or "nccl"
+inline constexpr const char* kDpRank = "DTRAIN_DP_RANK";
+inline constexpr const char* kDpSize = "DTRAIN_DP_SIZE";
+inline constexpr const char* kTpRank = "DTRAIN_TP_RANK";
+inline constexpr const char* kTpSize = "DTRAIN_TP_SIZE";
+inline constexpr const char* kPpRank = "DTRAIN_PP_RANK";
+inline constexpr const char* kPpSize = "DTRAIN_PP_SIZE";
+inline constexpr const char* kGlobalBatch = "DTRAIN_GLOBAL_BATCH";
+inline constexpr const char* kMicroBatch = "DTRAIN_MICRO_BATCH";
+inline constexpr const char* kGradAccum = "DTRAIN_GRAD_ACCUM";       ///< micro-batches per step per DP rank
+inline constexpr const char* kCkptDir = "DTRAIN_CKPT_DIR";
+inline constexpr const char* kCkptInterval = "DTRAIN_CKPT_INTERVAL";  ///< steps between checkpoints
+inline constexpr const char* kCkptKeep = "DTRAIN_CKPT_KEEP";          ///< newest steps to keep
+inline constexpr const char* kResumeStep = "DTRAIN_RESUME_STEP";      ///< -1: discover the latest yourself
+inline constexpr const char* kHeartbeatIntervalMs = "DTRAIN_HEARTBEAT_INTERVAL_MS";
+
+// --- fault hooks used by `dtrain drill` ----------------------------------------------------------
+inline constexpr const char* kFaultCkptDelayMs = "DTRAIN_FAULT_CKPT_DELAY_MS";  ///< slow-storage drill
+
+}  // namespace dtrain::contract::env

@@ -1,0 +1,45 @@
+#pragma once
+// The worker ⇄ agent wire protocol (DESIGN.md §3): one unix stream socket per worker at
+// $DTRAIN_AGENT_SOCKET, newline-delimited JSON objects, each with a "type". Any language can
+// speak it in a few lines (see worker/python/dtrain_worker.py). Lines longer than
+// kMaxLineBytes close the connection. The agent checks the peer's uid with SO_PEERCRED.
+//
+// worker → agent
+//   {"type":"hello","rank":R,"gen":G,"pid":P}                     first line, always
+//   {"type":"beat","step":S,"loss":L?,"step_ms":..?,"comm_ms":..?,"data_ms":..?,"samples":..?}
+//   {"type":"kv.set","id":N,"key":K,"value":V}                    V: string (hex for binary)
+//   {"type":"kv.get","id":N,"key":K}
+//   {"type":"kv.wait","id":N,"keys":[K...],"timeout_ms":T}
+//   {"type":"gen.check","id":N}                                   "may I commit a checkpoint?"
+//   {"type":"ckpt.committed","step":S,"bytes":B,"ms":M}
+//   {"type":"bye","reason":"finished"|...}
+// agent → worker (replies carry the request's id)
+//   {"type":"kv.ok","id":N}
+//   {"type":"kv.value","id":N,"value":V|null}
+//   {"type":"kv.values","id":N,"values":[V...]}
+//   {"type":"gen.ok","id":N,"current":true|false}
+//   {"type":"error","id":N,"error":"timeout waiting for keys [..] after 30s"}
+//
+// Keys are per generation: the supervisor prefixes them with the generation, so a key written
+// by generation g is invisible to g+1, and a write from a stale generation is refused.
+
+namespace dtrain::contract::wire {
+
+inline constexpr unsigned long kMaxLineBytes = 1 << 20;
+
+inline constexpr const char* kHello = "hello";
+inline constexpr const char* kBeat = "beat";
+inline constexpr const char* kKvSet = "kv.set";
+inline constexpr const char* kKvGet = "kv.get";
+inline constexpr const char* kKvWait = "kv.wait";
+inline constexpr const char* kGenCheck = "gen.check";
+inline constexpr const char* kCkptCommitted = "ckpt.committed";
+inline constexpr const char* kBye = "bye";
+
+inline constexpr const char* kKvOk = "kv.ok";
+inline constexpr const char* kKvValue = "kv.value";
+inline constexpr const char* kKvValues = "kv.values";
+inline constexpr const char* kGenOk = "gen.ok";
+inline constexpr const char* kError = "error";
+
+}  // namespace dtrain::contract::wire
