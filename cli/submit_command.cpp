@@ -1,14 +1,55 @@
-// Placeholder until the subcommand lands.
+// dtrain submit SPEC [--detach] [--set key=value]...
+
+#include <climits>
 #include <cstdio>
+#include <string>
+#include <unistd.h>
+#include <vector>
 
 #include "cli/commands.h"
+#include "launcher/base/exit_code.h"
+#include "launcher/run/run_driver.h"
 
 namespace dtrain::cli {
 
+namespace {
+
+std::string this_executable() {
+  char path[PATH_MAX];
+  ssize_t length = ::readlink("/proc/self/exe", path, sizeof path - 1);
+  if (length <= 0) return "dtrain";
+  return std::string(path, static_cast<size_t>(length));
+}
+
+}  // namespace
+
 void add_submit_command(CLI::App& app, CommandContext& context) {
-  app.add_subcommand("submit", "(not implemented yet)")->callback([&context] {
-    std::fprintf(stderr, "dtrain submit: not implemented yet\n");
-    context.exit_code = 70;
+  struct Options {
+    std::string spec_path;
+    std::vector<std::string> sets;
+    bool detach = false;
+  };
+  auto options = std::make_shared<Options>();
+  CLI::App* command = app.add_subcommand("submit", "Launch a job and supervise it until it ends");
+  command->add_option("spec", options->spec_path, "job spec (YAML, see dtrain-spec(5))")->required();
+  command->add_option("--set", options->sets, "override a spec key by its dotted path: key=value")
+      ->allow_extra_args(false);
+  command->add_flag("--detach,-d", options->detach, "print the run id and supervise in the background");
+  command->callback([options, &context] {
+    run::SubmitOptions submit;
+    submit.spec_path = options->spec_path;
+    submit.detach = options->detach;
+    submit.dtrain_exe = this_executable();
+    for (const std::string& text : options->sets) {
+      Result<spec::Override> parsed = spec::parse_override(text);
+      if (!parsed) {
+        std::fprintf(stderr, "dtrain submit: --set %s: %s\n", text.c_str(), parsed.error().message.c_str());
+        context.exit_code = to_int(ExitCode::usage);
+        return;
+      }
+      submit.overrides.push_back(*parsed);
+    }
+    context.exit_code = run::submit(submit);
   });
 }
 

@@ -1,0 +1,52 @@
+#pragma once
+// One host's agent as the driver sees it: the transport connection, the frame decoder, liveness
+// and the clock offset measured at hello.
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "launcher/proto/frame.h"
+#include "launcher/transport/transport.h"
+
+namespace dtrain::run {
+
+class AgentLink {
+ public:
+  AgentLink(std::string host, std::unique_ptr<transport::AgentConnection> connection,
+            int64_t now_ms, int64_t now_wall_ms);
+
+  const std::string& host() const { return host_; }
+  transport::AgentConnection& connection() { return *connection_; }
+
+  /// Frames one message to the agent.
+  void send(const nlohmann::json& message);
+
+  /// Decodes what arrived. An Error means the stream is broken (the host is then lost).
+  Result<std::vector<nlohmann::json>> receive(int64_t now_ms);
+
+  /// Called at hello: offset = supervisor wall time − agent wall time, corrected by half the
+  /// round trip since config was sent.
+  void measure_offset(int64_t agent_time_ms, int64_t now_wall_ms);
+  /// Converts an agent timestamp to the supervisor's clock.
+  int64_t to_supervisor_time(int64_t agent_time_ms) const { return agent_time_ms + offset_ms_; }
+  int64_t offset_ms() const { return offset_ms_; }
+
+  int64_t last_heard_ms() const { return last_heard_ms_; }
+  bool connected = false;   ///< hello received
+  bool lost = false;        ///< reported as HostLost; ignore further traffic
+  nlohmann::json facts;     ///< from hello
+
+ private:
+  std::string host_;
+  std::unique_ptr<transport::AgentConnection> connection_;
+  proto::FrameDecoder decoder_;
+  int64_t last_heard_ms_ = 0;
+  int64_t config_sent_wall_ms_ = 0;
+  int64_t offset_ms_ = 0;
+};
+
+}  // namespace dtrain::run

@@ -1,0 +1,84 @@
+#include "launcher/run/control_socket.h"
+
+#include <cerrno>
+#include <cstring>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+namespace dtrain::run {
+
+Result<ControlSocket> ControlSocket::open(const std::string& runtime_dir, const std::string& link_path) {
+  ControlSocket control;
+  control.socket_path_ = runtime_dir + "/ctl.sock";
+  control.link_path_ = link_path;
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  if (control.socket_path_.size() >= sizeof address.sun_path) {
+    return Error::infra("control socket path '" + control.socket_path_ + "' is longer than " +
+                        std::to_string(sizeof address.sun_path - 1) + " bytes");
+  }
+  std::strcpy(address.sun_path, control.socket_path_.c_str());
+  ::unlink(control.socket_path_.c_str());
+  control.listener_.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!control.listener_.valid()) return Error::infra("socket: " + errno_text(errno));
+  if (::bind(control.listener_.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
+      ::listen(control.listener_.get(), 8) != 0) {
+    return Error::infra(control.socket_path_ + ": " + errno_text(errno));
+  }
+  ::unlink(link_path.c_str());
+  if (::symlink(control.socket_path_.c_str(), link_path.c_str()) != 0) {
+    return Error::infra(link_path + ": symlink: " + errno_text(errno));
+  }
+  return control;
+}
+
+ControlSocket::~ControlSocket() { close(); }
+
+void ControlSocket::close() {
+  if (!listener_.valid()) return;
+  listener_.reset();
+  clients_.clear();
+  ::unlink(link_path_.c_str());
+  ::unlink(socket_path_.c_str());
+}
+
+void ControlSocket::add_poll_fds(std::vector<pollfd>& fds) const {
+  if (listener_.valid()) fds.push_back({listener_.get(), POLLIN, 0});
+  for (const Client& client : clients_) fds.push_back({client.fd.get(), POLLIN, 0});
+}
+
+void ControlSocket::pump(const Handler& handler) {
+  if (!listener_.valid()) return;
+  for (;;) {
+    int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) break;
+    UniqueFd client_fd(fd);
+    ucred peer{};
+    socklen_t length = sizeof peer;
+    // Only the user who owns the run may control it (root may too).
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &length) != 0 ||
+        (peer.uid != ::getuid() && peer.uid != 0)) {
+      continue;
+    }
+    clients_.push_back({std::move(client_fd), {}});
+  }
+  for (auto it = clients_.begin(); it != clients_.end();) {
+    bool done = false;
+    bool would_block = false;
+    Result<size_t> got = read_some(it->fd.get(), it->buffer, &would_block);
+    if (!got || (*got == 0 && !would_block) || it->buffer.size() > 65536) done = true;
+    size_t newline = it->buffer.find('\n');
+    if (newline != std::string::npos) {
+      nlohmann::json request = nlohmann::json::parse(it->buffer.substr(0, newline), nullptr, false);
+      nlohmann::json reply = request.is_object()
+                                 ? handler(request)
+                                 : nlohmann::json{{"type", "error"}, {"error", "malformed request"}};
+      (void)write_all(it->fd.get(), reply.dump() + "\n");
+      done = true;
+    }
+    it = done ? clients_.erase(it) : it + 1;
+  }
+}
+
+}  // namespace dtrain::run

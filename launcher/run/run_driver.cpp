@@ -1,0 +1,851 @@
+// The driver's event loop. Everything that happens becomes a supervisor Event; everything the
+// supervisor decides comes back as Actions that this file carries out. One thread, one poll().
+
+#include "launcher/run/run_driver.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <optional>
+
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/spdlog.h>
+
+#include "launcher/base/clock.h"
+#include "launcher/base/exit_code.h"
+#include "launcher/base/fd.h"
+#include "launcher/base/strings.h"
+#include "launcher/base/version.h"
+#include "launcher/plan/rank_plan.h"
+#include "launcher/proto/messages.h"
+#include "launcher/run/agent_link.h"
+#include "launcher/run/console.h"
+#include "launcher/run/control_socket.h"
+#include "launcher/run/worker_env.h"
+#include "launcher/runlog/event_log.h"
+#include "launcher/runlog/rank_logs.h"
+#include "launcher/runlog/run_directory.h"
+#include "launcher/runlog/run_state.h"
+#include "launcher/store/kv_store.h"
+#include "launcher/supervisor/supervisor.h"
+#include "launcher/transport/local_transport.h"
+#include "worker/contract/env.h"
+#include "worker/contract/wire.h"
+
+namespace dtrain::run {
+
+namespace {
+
+namespace msg = proto::msg;
+using nlohmann::json;
+using supervisor::RunState;
+
+// Signals become bytes on a pipe so that the loop handles them like any other input.
+int g_signal_pipe_write = -1;
+
+void on_signal(int signal_number) {
+  if (g_signal_pipe_write >= 0) {
+    unsigned char byte = static_cast<unsigned char>(signal_number);
+    [[maybe_unused]] ssize_t ignored = ::write(g_signal_pipe_write, &byte, 1);
+  }
+}
+
+std::string absolute_path(const std::string& path) {
+  if (path.empty() || path[0] == '/') return path;
+  char cwd[PATH_MAX];
+  if (!::getcwd(cwd, sizeof cwd)) return path;
+  return std::string(cwd) + "/" + path;
+}
+
+std::string directory_of(const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+std::string this_hostname() {
+  char name[256] = {};
+  ::gethostname(name, sizeof name - 1);
+  return name;
+}
+
+/// Per-rank progress the supervisor does not need but status and metrics do.
+struct RankMetrics {
+  int64_t last_beat_wall_ms = 0;
+  std::optional<double> loss;
+  std::optional<double> step_ms;
+  bool speaks_protocol = false;
+};
+
+class RunDriver {
+ public:
+  RunDriver(spec::JobSpec spec, plan::RankPlan plan, RunDirectory run, EventLog events,
+            std::string dtrain_exe, bool detached, Console console)
+      : spec_(std::move(spec)),
+        run_(std::move(run)),
+        events_(std::move(events)),
+        rank_logs_(run_.ranks_dir()),
+        dtrain_exe_(std::move(dtrain_exe)),
+        detached_(detached),
+        console_(console),
+        supervisor_(spec_, plan, clock_),
+        submitted_wall_ms_(clock_.wall_ms()) {}
+
+  int run();
+
+ private:
+  // ---- setup / teardown
+  Status open_logs();
+  void start_agents();
+  void install_signal_handlers();
+  void shut_down_agents();
+
+  // ---- inputs
+  void pump_links();
+  void handle_frame(AgentLink& link, const json& message);
+  void handle_from_worker(AgentLink& link, const json& message);
+  void handle_signals();
+  json handle_control(const json& request);
+  void check_silence();
+  void host_lost(AgentLink& link, const std::string& reason);
+
+  // ---- outputs
+  void feed(const supervisor::Event& event);
+  void perform(const supervisor::Action& action);
+  void start_generation(const supervisor::StartGeneration& start);
+  void spawn_generation(int port);
+  void record(json event);
+  void write_state(bool force);
+  void show_status();
+  void print_summary(const supervisor::FinishRun& finish);
+  std::string log_path(int rank) const { return run_.rank_log_path(rank); }
+
+  SystemClock clock_;
+  spec::JobSpec spec_;
+  RunDirectory run_;
+  EventLog events_;
+  RankLogs rank_logs_;
+  std::string dtrain_exe_;
+  bool detached_;
+  Console console_;
+  supervisor::Supervisor supervisor_;
+  store::KvStore store_;
+  std::shared_ptr<spdlog::logger> log_;
+  std::optional<ControlSocket> control_;
+  transport::LocalTransport local_transport_;
+  std::map<std::string, std::unique_ptr<AgentLink>> links_;
+  std::vector<RankMetrics> metrics_;
+  std::optional<supervisor::StartGeneration> pending_start_;
+  int64_t pending_port_id_ = 0;
+  int64_t next_request_id_ = 1;
+  std::optional<supervisor::FinishRun> finished_;
+  UniqueFd signal_read_;
+  UniqueFd signal_write_;
+  int signals_seen_ = 0;
+  int64_t submitted_wall_ms_;
+  int64_t last_state_write_ms_ = 0;
+  int64_t last_ping_ms_ = 0;
+  int64_t last_metrics_ms_ = 0;
+  int64_t last_tick_ms_ = 0;
+  int64_t last_checkpoint_step_ = -1;
+  std::string last_state_name_;
+};
+
+// ---- setup ------------------------------------------------------------------------------------
+
+Status RunDriver::open_logs() {
+  try {
+    auto sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(run_.supervisor_log_path());
+    log_ = std::make_shared<spdlog::logger>("supervisor", sink);
+    log_->set_pattern("%Y-%m-%dT%H:%M:%S.%eZ %^%l%$ %v", spdlog::pattern_time_type::utc);
+    log_->flush_on(spdlog::level::info);
+  } catch (const spdlog::spdlog_ex& error) {
+    return Error::infra(run_.supervisor_log_path() + ": " + error.what());
+  }
+  ::chmod(run_.supervisor_log_path().c_str(), 0600);
+  return {};
+}
+
+void RunDriver::install_signal_handlers() {
+  if (Result<Pipe> pipe = make_pipe()) {
+    signal_read_ = std::move(pipe->read_end);
+    signal_write_ = std::move(pipe->write_end);
+    (void)set_nonblocking(signal_read_.get());
+    (void)set_nonblocking(signal_write_.get());
+    g_signal_pipe_write = signal_write_.get();
+  }
+  struct sigaction action {};
+  action.sa_handler = on_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  ::sigaction(SIGINT, &action, nullptr);
+  ::sigaction(SIGTERM, &action, nullptr);
+  ::sigaction(SIGHUP, &action, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+}
+
+void RunDriver::start_agents() {
+  std::vector<spec::HostEntry> hosts = spec_.hosts;
+  hosts.insert(hosts.end(), spec_.spares.begin(), spec_.spares.end());
+  for (const spec::HostEntry& host : hosts) {
+    transport::AgentTarget target;
+    target.host = host.name;
+    target.user = host.user.empty() ? spec_.ssh.user : host.user;
+    target.port = host.port ? host.port : spec_.ssh.port;
+    target.dtrain_path = dtrain_exe_;
+    Result<std::unique_ptr<transport::AgentConnection>> connection =
+        host.is_local() ? local_transport_.start_agent(target)
+                        : Result<std::unique_ptr<transport::AgentConnection>>(Error::infra(
+                              "host " + host.name +
+                              ": remote hosts need the SSH transport, which this build lacks"));
+    if (!connection) {
+      record({{"ev", "host.failed"}, {"host", host.name}, {"error", connection.error().message}});
+      feed(supervisor::HostLost{host.name, connection.error().message});
+      continue;
+    }
+    auto link = std::make_unique<AgentLink>(host.name, std::move(connection).value(),
+                                            clock_.monotonic_ms(), clock_.wall_ms());
+    link->send({{"type", msg::kConfig},
+                {"protocol", proto::kProtocolVersion},
+                {"run_id", run_.id()},
+                {"host", host.name},
+                {"runtime_dir", run_.runtime_dir()},
+                {"heartbeat_interval_ms", spec_.heartbeat.interval.count()},
+                {"heartbeat_timeout_ms", spec_.heartbeat.timeout.count()},
+                {"supervisor_time_ms", clock_.wall_ms()}});
+    log_->info("host {}: starting agent ({})", host.name, link->connection().describe());
+    links_[host.name] = std::move(link);
+  }
+}
+
+void RunDriver::shut_down_agents() {
+  for (auto& [host, link] : links_) {
+    if (!link->connection().closed()) link->send({{"type", msg::kFence}, {"reason", "run finished"}});
+    link->connection().pump();
+    link->connection().close_input();
+  }
+  for (auto& [host, link] : links_) {
+    link->connection().shutdown(static_cast<int>(std::min<int64_t>(spec_.stop_grace.count(), 5000)));
+    std::string diagnostics = link->connection().take_diagnostics();
+    if (!diagnostics.empty()) log_->info("agent {}: {}", host, std::string(trim(diagnostics)));
+  }
+}
+
+// ---- inputs -----------------------------------------------------------------------------------
+
+void RunDriver::pump_links() {
+  for (auto& [host, link] : links_) {
+    if (link->lost) continue;
+    link->connection().pump();
+    std::string diagnostics = link->connection().take_diagnostics();
+    for (const std::string& text : split(diagnostics, '\n')) {
+      if (!trim(text).empty()) log_->info("agent {}: {}", host, text);
+    }
+    Result<std::vector<json>> messages = link->receive(clock_.monotonic_ms());
+    if (!messages) {
+      host_lost(*link, messages.error().message);
+      continue;
+    }
+    for (const json& message : *messages) {
+      handle_frame(*link, message);
+      if (link->lost) break;
+    }
+    if (!link->lost && link->connection().closed()) {
+      host_lost(*link, "agent connection closed: " + link->connection().close_reason());
+    }
+  }
+}
+
+void RunDriver::host_lost(AgentLink& link, const std::string& reason) {
+  if (link.lost) return;
+  link.lost = true;
+  log_->warn("host {} lost: {}", link.host(), reason);
+  link.connection().shutdown(0);
+  feed(supervisor::HostLost{link.host(), reason});
+}
+
+void RunDriver::check_silence() {
+  int64_t now = clock_.monotonic_ms();
+  int64_t timeout = spec_.heartbeat.timeout.count();
+  for (auto& [host, link] : links_) {
+    if (link->lost || now - link->last_heard_ms() <= timeout) continue;
+    host_lost(*link, "nothing received for " + format_duration(Millis(now - link->last_heard_ms())) +
+                         " (heartbeat.timeout " + format_duration(spec_.heartbeat.timeout) + ")");
+  }
+  if (now - last_ping_ms_ >= spec_.heartbeat.interval.count()) {
+    last_ping_ms_ = now;
+    for (auto& [host, link] : links_) {
+      if (!link->lost) link->send({{"type", msg::kPing}, {"id", next_request_id_++},
+                                   {"supervisor_time_ms", clock_.wall_ms()}});
+    }
+  }
+}
+
+void RunDriver::handle_frame(AgentLink& link, const json& message) {
+  const std::string type = message.value("type", "");
+  int gen = message.value("gen", -1);
+  int rank = message.value("rank", -1);
+  if (type == msg::kHello) {
+    if (message.value("protocol", 0) != proto::kProtocolVersion) {
+      host_lost(link, "agent speaks protocol " + std::to_string(message.value("protocol", 0)) +
+                          ", this dtrain speaks " + std::to_string(proto::kProtocolVersion) +
+                          "; install dtrain " + kVersion + " there");
+      return;
+    }
+    link.connected = true;
+    link.facts = message.value("facts", json::object());
+    link.measure_offset(message.value("agent_time_ms", clock_.wall_ms()), clock_.wall_ms());
+    (void)write_file_atomic(run_.host_facts_path(link.host()),
+                            json{{"host", link.host()}, {"agent_pid", message.value("pid", 0)},
+                                 {"version", message.value("version", "")},
+                                 {"clock_offset_ms", link.offset_ms()}, {"facts", link.facts}}
+                                .dump(2));
+    record({{"ev", "host.connected"}, {"host", link.host()}, {"agent_pid", message.value("pid", 0)},
+            {"version", message.value("version", "")}, {"clock_offset_ms", link.offset_ms()}});
+    json facts = {{"ev", "host.facts"}, {"host", link.host()}};
+    for (const char* key : {"hostname", "os", "arch", "cpus", "memory_mb", "gpus"}) {
+      if (link.facts.contains(key)) facts[key] = link.facts[key];
+    }
+    record(facts);
+    feed(supervisor::HostConnected{link.host()});
+  } else if (type == msg::kStarted) {
+    feed(supervisor::WorkerStarted{gen, rank, message.value("pid", 0)});
+  } else if (type == msg::kSpawnFailed) {
+    std::string error = message.value("error", "unknown error");
+    record({{"ev", "worker.spawn_failed"}, {"rank", rank}, {"host", link.host()}, {"error", error}});
+    feed(supervisor::WorkerSpawnFailed{gen, rank, error});
+  } else if (type == msg::kExit) {
+    json event = {{"ev", "worker.exit"}, {"gen", gen}, {"rank", rank}, {"host", link.host()},
+                  {"pid", message.value("pid", 0)}};
+    const plan::RankPlan& plan = supervisor_.current_plan();
+    if (rank >= 0 && rank < static_cast<int>(plan.ranks.size())) {
+      event["local_rank"] = plan.ranks[static_cast<size_t>(rank)].local_rank;
+    }
+    std::optional<int> code;
+    std::optional<std::string> signal_name;
+    if (message.contains("signal") && !message["signal"].is_null()) {
+      signal_name = message.value("signal_name", "signal " + message["signal"].dump());
+      event["signal"] = *signal_name;
+    } else {
+      code = message.value("code", -1);
+      event["code"] = *code;
+    }
+    event["log"] = log_path(rank);
+    if (message.contains("tail")) event["tail"] = message["tail"];
+    record(event);
+    int64_t observed = link.to_supervisor_time(message.value("agent_time_ms", clock_.wall_ms()));
+    feed(supervisor::WorkerExited{gen, rank, message.value("pid", 0), code, signal_name, observed});
+  } else if (type == msg::kLog) {
+    std::string line = message.value("line", "");
+    (void)rank_logs_.append(rank, gen, line + "\n", clock_.wall_ms());
+    if (line.find("NCCL WARN") != std::string::npos) {
+      record({{"ev", "comm.warn"}, {"gen", gen}, {"rank", rank}, {"host", link.host()}, {"line", line}});
+    }
+  } else if (type == msg::kFromWorker) {
+    handle_from_worker(link, message);
+  } else if (type == msg::kPort) {
+    if (message.value("id", int64_t{-1}) == pending_port_id_ && pending_start_) {
+      spawn_generation(message.value("port", 0));
+    }
+  } else if (type == msg::kReleased) {
+    record({{"ev", "resources.released"}, {"gen", gen}, {"host", link.host()},
+            {"killed", message.value("killed", json::array())},
+            {"remaining", message.value("remaining", 0)}, {"ms", message.value("ms", 0)}});
+    feed(supervisor::GenerationReleased{gen, link.host()});
+  } else if (type == msg::kError) {
+    log_->error("agent {}: {}", link.host(), message.value("message", ""));
+    record({{"ev", "agent.error"}, {"host", link.host()}, {"message", message.value("message", "")}});
+  } else if (type == msg::kBye) {
+    log_->info("agent {} said bye: {}", link.host(), message.value("reason", ""));
+  }
+  // beat and pong only prove liveness, which receive() already noted.
+}
+
+void RunDriver::handle_from_worker(AgentLink& link, const json& message) {
+  int gen = message.value("gen", -1);
+  int rank = message.value("rank", -1);
+  const json& body = message.contains("msg") ? message["msg"] : json::object();
+  const std::string type = body.value("type", "");
+  bool current = gen == supervisor_.generation();
+  if (type == contract::wire::kBeat) {
+    if (!current || rank < 0 || rank >= static_cast<int>(metrics_.size())) return;
+    RankMetrics& metrics = metrics_[static_cast<size_t>(rank)];
+    metrics.last_beat_wall_ms = clock_.wall_ms();
+    metrics.speaks_protocol = true;
+    if (body.contains("loss") && body["loss"].is_number()) metrics.loss = body["loss"].get<double>();
+    if (body.contains("step_ms") && body["step_ms"].is_number()) metrics.step_ms = body["step_ms"].get<double>();
+    feed(supervisor::WorkerProgress{gen, rank, body.value("step", int64_t{0})});
+  } else if (type == contract::wire::kHello) {
+    if (current && rank >= 0 && rank < static_cast<int>(metrics_.size())) {
+      metrics_[static_cast<size_t>(rank)].speaks_protocol = true;
+    }
+  } else if (type == contract::wire::kKvSet || type == contract::wire::kKvGet ||
+             type == contract::wire::kKvWait || type == contract::wire::kGenCheck) {
+    for (const store::StoreReply& reply :
+         store_.handle({link.host(), rank}, gen, body, clock_.monotonic_ms())) {
+      auto target = links_.find(reply.to.host);
+      if (target == links_.end() || target->second->lost) continue;
+      target->second->send({{"type", msg::kToWorker}, {"gen", reply.gen},
+                            {"rank", reply.to.rank}, {"msg", reply.msg}});
+    }
+  } else if (type == contract::wire::kCkptCommitted) {
+    int64_t step = body.value("step", int64_t{-1});
+    record({{"ev", "checkpoint.committed"}, {"gen", gen}, {"rank", rank}, {"host", link.host()},
+            {"step", step}, {"bytes", body.value("bytes", int64_t{0})},
+            {"seconds", body.value("ms", 0.0) / 1000.0}});
+    last_checkpoint_step_ = std::max(last_checkpoint_step_, step);
+    feed(supervisor::CheckpointCommitted{gen, step});
+  } else if (type == "ckpt.rejected") {
+    record({{"ev", "checkpoint.rejected"}, {"gen", gen}, {"rank", rank}, {"host", link.host()},
+            {"step", body.value("step", int64_t{-1})}, {"reason", body.value("reason", "")}});
+  }
+}
+
+void RunDriver::handle_signals() {
+  std::string bytes;
+  bool would_block = false;
+  while (read_some(signal_read_.get(), bytes, &would_block) && !would_block && !bytes.empty()) {
+    if (bytes.size() > 64) break;
+  }
+  for (unsigned char byte : bytes) {
+    ++signals_seen_;
+    std::string name = byte == SIGINT ? "SIGINT" : byte == SIGTERM ? "SIGTERM" : "SIGHUP";
+    if (signals_seen_ == 1) {
+      console_.line(clock_.wall_ms(), "received " + name + ": stopping the run (again to force)");
+      feed(supervisor::StopRequested{"received " + name});
+    } else if (signals_seen_ == 2) {
+      // The user insists: skip the grace period.
+      console_.line(clock_.wall_ms(), "received " + name + " again: killing workers now");
+      for (auto& [host, link] : links_) {
+        if (!link->lost) link->send({{"type", msg::kKill}, {"gen", -1}, {"signal", "KILL"}, {"grace_ms", 0}});
+      }
+    }
+  }
+}
+
+json RunDriver::handle_control(const json& request) {
+  std::string type = request.value("type", "");
+  if (type == "stop") {
+    feed(supervisor::StopRequested{"dtrain stop"});
+    return {{"type", "ok"}, {"state", supervisor::to_string(supervisor_.state())}};
+  }
+  if (type == "status") {
+    return {{"type", "ok"}, {"state", supervisor::to_string(supervisor_.state())},
+            {"generation", supervisor_.generation()}};
+  }
+  return {{"type", "error"}, {"error", "unknown request '" + type + "'"}};
+}
+
+// ---- outputs ----------------------------------------------------------------------------------
+
+void RunDriver::feed(const supervisor::Event& event) {
+  std::vector<supervisor::Action> actions = supervisor_.on_event(event);
+  for (const supervisor::Action& action : actions) perform(action);
+}
+
+void RunDriver::record(json event) {
+  int64_t wall = clock_.wall_ms();
+  std::string name = event.value("ev", "");
+  if (Status written = events_.append(event, wall); !written) {
+    log_->error("events.jsonl: {}", written.error().message);
+  }
+  json copy = event;
+  copy.erase("ev");
+  copy.erase("tail");
+  log_->info("{} {}", name, copy.dump());
+}
+
+void RunDriver::perform(const supervisor::Action& action) {
+  if (const auto* event = std::get_if<supervisor::RecordEvent>(&action)) {
+    record(event->event);
+    if (event->event.value("ev", "") == "run.state") {
+      console_.line(clock_.wall_ms(), event->event.value("state", "") + ": " + event->event.value("why", ""));
+    } else if (event->event.value("ev", "") == "failure.detected") {
+      console_.line(clock_.wall_ms(), "failure: " + event->event.value("kind", "") + " on " +
+                                          event->event.value("host", "") +
+                                          (event->event.contains("rank")
+                                               ? " rank " + std::to_string(event->event.value("rank", -1))
+                                               : "") +
+                                          ": " + event->event.value("detail", ""));
+    }
+    write_state(true);
+  } else if (const auto* start = std::get_if<supervisor::StartGeneration>(&action)) {
+    start_generation(*start);
+  } else if (const auto* stop = std::get_if<supervisor::StopGeneration>(&action)) {
+    pending_start_.reset();
+    for (const std::string& host : stop->hosts) {
+      auto link = links_.find(host);
+      if (link == links_.end() || link->second->lost) {
+        feed(supervisor::GenerationReleased{stop->gen, host});
+        continue;
+      }
+      link->second->send({{"type", msg::kKill}, {"gen", stop->gen}, {"signal", "TERM"},
+                          {"grace_ms", stop->grace_ms}});
+    }
+  } else if (const auto* finish = std::get_if<supervisor::FinishRun>(&action)) {
+    finished_ = *finish;
+  }
+}
+
+void RunDriver::start_generation(const supervisor::StartGeneration& start) {
+  store_.begin_generation(start.gen, clock_.monotonic_ms());
+  metrics_.assign(start.plan.ranks.size(), RankMetrics{});
+  (void)write_file_atomic(run_.plan_path(start.gen), plan::to_json(start.plan).dump(2));
+  log_->info("generation {} plan:\n{}", start.gen, plan::to_text(start.plan));
+  pending_start_ = start;
+  const std::string& rank0_host = start.plan.ranks.at(0).host;
+  auto link = links_.find(rank0_host);
+  if (link == links_.end() || link->second->lost) {
+    feed(supervisor::HostLost{rank0_host, "not connected when generation " + std::to_string(start.gen) + " started"});
+    return;
+  }
+  pending_port_id_ = next_request_id_++;
+  link->second->send({{"type", msg::kReservePort}, {"id", pending_port_id_}});
+}
+
+void RunDriver::spawn_generation(int port) {
+  supervisor::StartGeneration start = *pending_start_;
+  pending_start_.reset();
+  const plan::RankPlan& plan = start.plan;
+  const spec::HostEntry& rank0 = plan.hosts.at(static_cast<size_t>(plan.ranks.at(0).host_index)).entry;
+
+  GenerationContext context;
+  context.run_id = run_.id();
+  context.generation = start.gen;
+  context.restart_count = start.restart_count;
+  context.resume_step = start.resume_step;
+  context.master_addr = rank0.is_local() && plan.hosts.size() == 1 ? "127.0.0.1" : rank0.name;
+  context.master_port = port;
+  bool all_have_gpus = true;
+  for (const plan::PlanHost& host : plan.hosts) {
+    auto link = links_.find(host.entry.name);
+    if (link == links_.end() || !link->second->facts.contains("gpus") ||
+        link->second->facts["gpus"].empty()) {
+      all_have_gpus = false;
+    }
+  }
+  context.backend = spec_.worker.backend == spec::Backend::gloo   ? "gloo"
+                    : spec_.worker.backend == spec::Backend::nccl ? "nccl"
+                    : all_have_gpus                                ? "nccl"
+                                                                   : "gloo";
+  context.checkpoint_dir = spec_.checkpoint.dir.empty() ? run_.path() + "/checkpoints" : spec_.checkpoint.dir;
+  context.extra_path = directory_of(dtrain_exe_);
+  context.omp_threads_set = std::getenv(contract::env::kOmpNumThreads) != nullptr;
+  EnvMap common = common_worker_env(spec_, plan, context);
+  std::string workdir = spec_.worker.workdir;
+
+  for (const plan::PlanHost& host : plan.hosts) {
+    json workers = json::array();
+    for (int rank : host.ranks) {
+      const plan::RankSlot& slot = plan.ranks.at(static_cast<size_t>(rank));
+      workers.push_back({{"rank", rank}, {"local_rank", slot.local_rank},
+                         {"env", rank_worker_env(plan, slot)}});
+    }
+    auto link = links_.find(host.entry.name);
+    if (link == links_.end() || link->second->lost) continue;
+    link->second->send({{"type", msg::kSpawn}, {"gen", start.gen}, {"argv", spec_.worker.command},
+                        {"workdir", workdir}, {"env", common}, {"workers", workers},
+                        {"log_tail_lines", 20}});
+  }
+  record({{"ev", "generation.spawned"}, {"gen", start.gen}, {"master_addr", context.master_addr},
+          {"master_port", port}, {"backend", context.backend}, {"resume_step", start.resume_step},
+          {"checkpoint_dir", context.checkpoint_dir}});
+}
+
+void RunDriver::write_state(bool force) {
+  int64_t now = clock_.monotonic_ms();
+  std::string state_name = supervisor::to_string(supervisor_.state());
+  if (!force && state_name == last_state_name_ && now - last_state_write_ms_ < 500) return;
+  last_state_write_ms_ = now;
+  last_state_name_ = state_name;
+
+  const plan::RankPlan& plan = supervisor_.current_plan();
+  json hosts = json::array();
+  std::vector<spec::HostEntry> all_hosts = spec_.hosts;
+  all_hosts.insert(all_hosts.end(), spec_.spares.begin(), spec_.spares.end());
+  for (const spec::HostEntry& host : all_hosts) {
+    std::string host_state = "connecting";
+    auto link = links_.find(host.name);
+    if (supervisor_.excluded_hosts().count(host.name)) host_state = "excluded";
+    else if (link == links_.end() || link->second->lost) host_state = "lost";
+    else if (link->second->connected) host_state = "connected";
+    json entry = {{"name", host.name}, {"state", host_state}, {"spare", host.spare}};
+    if (link != links_.end() && link->second->connection().local_pid()) {
+      entry["agent_pid"] = *link->second->connection().local_pid();
+    }
+    hosts.push_back(entry);
+  }
+  json ranks = json::array();
+  const auto& statuses = supervisor_.ranks();
+  for (size_t i = 0; i < statuses.size() && i < plan.ranks.size(); ++i) {
+    const supervisor::RankStatus& status = statuses[i];
+    const plan::RankSlot& slot = plan.ranks[i];
+    json rank = {{"rank", slot.rank}, {"host", slot.host}, {"local_rank", slot.local_rank},
+                 {"dp", slot.dp}, {"pp", slot.pp}, {"tp", slot.tp},
+                 {"pid", status.pid ? json(status.pid) : json(nullptr)},
+                 {"state", supervisor::to_string(status.state)},
+                 {"step", status.step >= 0 ? json(status.step) : json(nullptr)},
+                 {"last_beat_ms", nullptr}, {"loss", nullptr}, {"exit", nullptr}};
+    if (i < metrics_.size()) {
+      if (metrics_[i].last_beat_wall_ms) rank["last_beat_ms"] = metrics_[i].last_beat_wall_ms;
+      if (metrics_[i].loss) rank["loss"] = *metrics_[i].loss;
+      if (metrics_[i].step_ms) rank["step_ms"] = *metrics_[i].step_ms;
+    }
+    if (status.exit_signal) rank["exit"] = {{"signal", *status.exit_signal}};
+    else if (status.exit_code) rank["exit"] = {{"code", *status.exit_code}};
+    ranks.push_back(rank);
+  }
+  json root_cause = nullptr;
+  if (const auto& cause = supervisor_.root_cause()) {
+    root_cause = {{"kind", cause->kind}, {"host", cause->host}, {"message", cause->detail}};
+    if (cause->rank >= 0) {
+      root_cause["rank"] = cause->rank;
+      root_cause["local_rank"] = cause->local_rank;
+      root_cause["log"] = log_path(cause->rank);
+    }
+    if (cause->pid) root_cause["pid"] = cause->pid;
+    if (cause->code) root_cause["code"] = *cause->code;
+    if (cause->signal) root_cause["signal"] = *cause->signal;
+  }
+  json state = {
+      {"version", kRunStateVersion}, {"run_id", run_.id()}, {"name", spec_.name},
+      {"tenant", spec_.tenant.empty() ? json(nullptr) : json(spec_.tenant)},
+      {"state", state_name},
+      {"exit_code", finished_ ? json(to_int(finished_->exit_code)) : json(nullptr)},
+      {"generation", std::max(0, supervisor_.generation())}, {"world_size", plan.world_size},
+      {"restarts", supervisor_.restarts()}, {"hosts", hosts},
+      {"excluded_hosts", json(std::vector<std::string>(supervisor_.excluded_hosts().begin(),
+                                                       supervisor_.excluded_hosts().end()))},
+      {"supervisor", {{"pid", ::getpid()}, {"hostname", this_hostname()},
+                      {"started_at_ms", submitted_wall_ms_},
+                      {"proc_start_ticks", current_process_start_ticks()}}},
+      {"submitted_at_ms", submitted_wall_ms_},
+      {"finished_at_ms", finished_ ? json(clock_.wall_ms()) : json(nullptr)},
+      {"updated_at_ms", clock_.wall_ms()},
+      {"ranks", ranks},
+      {"last_recovery", supervisor_.last_recovery().is_null() ? json(nullptr) : supervisor_.last_recovery()},
+      {"last_checkpoint_step", last_checkpoint_step_ >= 0 ? json(last_checkpoint_step_) : json(nullptr)},
+      {"root_cause", root_cause}, {"spec_path", run_.spec_path()}, {"detached", detached_}};
+  if (Status written = dtrain::write_state(run_, state); !written) {
+    log_->error("state.json: {}", written.error().message);
+  }
+}
+
+void RunDriver::show_status() {
+  ConsoleStatus status;
+  status.state = supervisor::to_string(supervisor_.state());
+  status.generation = std::max(0, supervisor_.generation());
+  status.world_size = supervisor_.current_plan().world_size;
+  for (size_t i = 0; i < supervisor_.ranks().size(); ++i) {
+    const supervisor::RankStatus& rank = supervisor_.ranks()[i];
+    if (rank.state == supervisor::RankState::running) ++status.workers_running;
+    if (rank.step > status.step) {
+      status.step = rank.step;
+      if (i < metrics_.size() && metrics_[i].loss) {
+        status.loss = *metrics_[i].loss;
+        status.has_loss = true;
+      }
+    }
+  }
+  console_.status(clock_.monotonic_ms(), clock_.wall_ms(), status);
+}
+
+void RunDriver::print_summary(const supervisor::FinishRun& finish) {
+  json summary = {{"ev", "run.finished"}, {"state", supervisor::to_string(finish.state)},
+                  {"exit_code", to_int(finish.exit_code)}, {"restarts", supervisor_.restarts()},
+                  {"generations", supervisor_.generation() + 1},
+                  {"duration_ms", clock_.wall_ms() - submitted_wall_ms_}};
+  if (!supervisor_.incidents().empty()) summary["incidents"] = supervisor_.incidents();
+  if (const auto& cause = supervisor_.root_cause()) {
+    summary["root_cause"] = {{"kind", cause->kind}, {"host", cause->host}, {"rank", cause->rank},
+                             {"detail", cause->detail}};
+  }
+  record(summary);
+  if (console_.mode() == Console::Mode::quiet) return;
+  console_.finish();
+  std::string duration = format_duration(Millis((clock_.wall_ms() - submitted_wall_ms_) / 100 * 100));
+  std::FILE* out = finish.exit_code == ExitCode::ok ? stdout : stderr;
+  std::fprintf(out, "dtrain: run %s %s after %s (exit %d)\n", run_.id().c_str(),
+               supervisor::to_string(finish.state), duration.c_str(), to_int(finish.exit_code));
+  if (const auto& cause = supervisor_.root_cause(); cause && finish.state == RunState::failed) {
+    std::fprintf(out, "root cause: ");
+    if (cause->rank >= 0) {
+      std::fprintf(out, "rank %d (local rank %d) on host %s, pid %d: %s\n", cause->rank,
+                   cause->local_rank, cause->host.c_str(), cause->pid, cause->detail.c_str());
+      std::fprintf(out, "  log: %s\n", log_path(cause->rank).c_str());
+    } else {
+      std::fprintf(out, "%s on host %s: %s\n", cause->kind.c_str(), cause->host.c_str(),
+                   cause->detail.c_str());
+    }
+  }
+  if (supervisor_.incidents().size() > 1 || supervisor_.restarts() > 0) {
+    std::fprintf(out, "incidents (%zu), restarts %d:\n", supervisor_.incidents().size(),
+                 supervisor_.restarts());
+    for (const json& incident : supervisor_.incidents()) {
+      std::fprintf(out, "  gen %d: %s on %s%s: %s\n", incident.value("gen", 0),
+                   incident.value("kind", "").c_str(), incident.value("host", "").c_str(),
+                   incident.contains("rank") ? (" rank " + std::to_string(incident.value("rank", -1))).c_str() : "",
+                   incident.value("detail", "").c_str());
+    }
+  }
+  std::fprintf(out, "run log: %s\n  dtrain status %s · dtrain logs %s\n", run_.path().c_str(),
+               run_.id().c_str(), run_.id().c_str());
+}
+
+// ---- the loop ---------------------------------------------------------------------------------
+
+int RunDriver::run() {
+  if (Status opened = open_logs(); !opened) {
+    std::fprintf(stderr, "dtrain: %s\n", opened.error().message.c_str());
+    return to_int(ExitCode::infra);
+  }
+  install_signal_handlers();
+  if (Status made = make_directories(run_.runtime_dir(), 0700); !made) {
+    std::fprintf(stderr, "dtrain: %s\n", made.error().message.c_str());
+    return to_int(ExitCode::infra);
+  }
+  if (Result<ControlSocket> control = ControlSocket::open(run_.runtime_dir(), run_.ctl_link_path())) {
+    control_.emplace(std::move(control).value());
+  } else {
+    log_->warn("control socket unavailable: {}", control.error().message);
+  }
+  log_->info("dtrain {} supervising run {} (pid {})", kVersion, run_.id(), ::getpid());
+  write_state(true);
+  start_agents();
+
+  while (!finished_) {
+    std::vector<pollfd> fds;
+    std::vector<AgentLink*> owners;
+    for (auto& [host, link] : links_) {
+      if (link->lost) continue;
+      for (pollfd fd : link->connection().poll_fds()) fds.push_back(fd);
+    }
+    if (signal_read_.valid()) fds.push_back({signal_read_.get(), POLLIN, 0});
+    if (control_) control_->add_poll_fds(fds);
+
+    int64_t now = clock_.monotonic_ms();
+    int64_t timeout = std::min<int64_t>(spec_.heartbeat.interval.count(), 250);
+    if (auto deadline = store_.next_deadline_ms()) timeout = std::min(timeout, std::max<int64_t>(0, *deadline - now));
+    int ready = ::poll(fds.data(), fds.size(), static_cast<int>(timeout));
+    if (ready < 0 && errno != EINTR) {
+      log_->error("poll: {}", errno_text(errno));
+      break;
+    }
+    handle_signals();
+    pump_links();
+    if (control_) control_->pump([this](const json& request) { return handle_control(request); });
+    now = clock_.monotonic_ms();
+    for (const store::StoreReply& reply : store_.expire(now)) {
+      auto target = links_.find(reply.to.host);
+      if (target == links_.end() || target->second->lost) continue;
+      target->second->send({{"type", msg::kToWorker}, {"gen", reply.gen}, {"rank", reply.to.rank},
+                            {"msg", reply.msg}});
+    }
+    check_silence();
+    if (now - last_tick_ms_ >= 100) {
+      last_tick_ms_ = now;
+      feed(supervisor::Tick{});
+    }
+    show_status();
+    write_state(false);
+  }
+
+  supervisor::FinishRun finish = finished_.value_or(supervisor::FinishRun{RunState::failed, ExitCode::internal});
+  shut_down_agents();
+  print_summary(finish);
+  write_state(true);
+  control_.reset();
+  ::rmdir(run_.runtime_dir().c_str());
+  g_signal_pipe_write = -1;
+  return to_int(finish.exit_code);
+}
+
+Console::Mode console_mode(bool detached) {
+  if (detached) return Console::Mode::quiet;
+  return ::isatty(STDERR_FILENO) ? Console::Mode::terminal : Console::Mode::plain;
+}
+
+}  // namespace
+
+int submit(const SubmitOptions& options) {
+  SystemClock clock;
+  spec::LoadResult loaded = spec::load_job_spec(options.spec_path, options.overrides);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "%s\n", loaded.message().c_str());
+    return to_int(ExitCode::usage);
+  }
+  spec::JobSpec spec = std::move(*loaded.spec);
+  if (spec.worker.workdir.empty()) spec.worker.workdir = absolute_path(".");
+  if (!spec.checkpoint.dir.empty()) spec.checkpoint.dir = absolute_path(spec.checkpoint.dir);
+  Result<plan::RankPlan> plan = plan::make_plan(spec);
+  if (!plan) {
+    std::fprintf(stderr, "%s: %s\n", options.spec_path.c_str(), plan.error().message.c_str());
+    return to_int(ExitCode::usage);
+  }
+
+  std::string run_id = make_run_id(spec.name.empty() ? "job" : spec.name, clock.wall_ms());
+  Result<RunDirectory> run = RunDirectory::create(run_id);
+  if (!run) {
+    std::fprintf(stderr, "dtrain: %s\n", run.error().message.c_str());
+    return to_int(ExitCode::infra);
+  }
+  Result<EventLog> events = EventLog::create(run->events_path(), run_id, clock.wall_ms());
+  if (!events) {
+    std::fprintf(stderr, "dtrain: %s\n", events.error().message.c_str());
+    return to_int(ExitCode::infra);
+  }
+  (void)write_file_atomic(run->spec_path(), spec::to_yaml(spec));
+  json hosts = json::array();
+  for (const spec::HostEntry& host : spec.hosts) hosts.push_back(host.name);
+  (void)events->append({{"ev", "run.submitted"}, {"run_id", run_id}, {"name", spec.name},
+                        {"spec", absolute_path(options.spec_path)}, {"hosts", hosts},
+                        {"world_size", plan->world_size}, {"dtrain_version", kVersion},
+                        {"supervisor_pid", ::getpid()}, {"supervisor_host", this_hostname()},
+                        {"detached", options.detach}},
+                       clock.wall_ms());
+
+  if (options.detach) {
+    std::fflush(stdout);
+    pid_t child = ::fork();
+    if (child < 0) {
+      std::fprintf(stderr, "dtrain: fork: %s\n", errno_text(errno).c_str());
+      return to_int(ExitCode::infra);
+    }
+    if (child > 0) {
+      std::printf("%s\n", run_id.c_str());
+      std::fprintf(stderr, "dtrain: run %s started in the background (supervisor pid %d)\n"
+                           "  dtrain status %s · dtrain logs %s --follow · dtrain stop %s\n",
+                   run_id.c_str(), child, run_id.c_str(), run_id.c_str(), run_id.c_str());
+      return to_int(ExitCode::ok);
+    }
+    ::setsid();
+    int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (null_fd >= 0) {
+      ::dup2(null_fd, STDIN_FILENO);
+      ::dup2(null_fd, STDOUT_FILENO);
+      ::dup2(null_fd, STDERR_FILENO);
+      ::close(null_fd);
+    }
+  } else {
+    std::fprintf(stderr, "dtrain: run %s · %d workers on %zu host(s) · run log %s\n", run_id.c_str(),
+                 plan->world_size, plan->hosts.size(), run->path().c_str());
+  }
+
+  RunDriver driver(spec, std::move(plan).value(), std::move(run).value(), std::move(events).value(),
+                   options.dtrain_exe, options.detach, Console(console_mode(options.detach), stderr));
+  int code = driver.run();
+  if (options.detach) std::_Exit(code);
+  return code;
+}
+
+}  // namespace dtrain::run

@@ -1,0 +1,483 @@
+#include "launcher/supervisor/supervisor.h"
+
+#include <algorithm>
+
+namespace dtrain::supervisor {
+
+namespace {
+
+nlohmann::json cause_json(const RootCause& cause) {
+  nlohmann::json json = {{"kind", cause.kind}, {"host", cause.host}, {"detail", cause.detail}};
+  if (cause.rank >= 0) {
+    json["rank"] = cause.rank;
+    json["local_rank"] = cause.local_rank;
+  }
+  if (cause.pid > 0) json["pid"] = cause.pid;
+  if (cause.code) json["code"] = *cause.code;
+  if (cause.signal) json["signal"] = *cause.signal;
+  return json;
+}
+
+}  // namespace
+
+Supervisor::Supervisor(spec::JobSpec spec, plan::RankPlan initial_plan, const Clock& clock)
+    : spec_(std::move(spec)), plan_(std::move(initial_plan)), clock_(clock) {}
+
+std::vector<Action> Supervisor::on_event(const Event& event) {
+  out_.clear();
+  if (!is_terminal(state_)) std::visit([this](const auto& e) { on(e); }, event);
+  return std::move(out_);
+}
+
+// ---- helpers --------------------------------------------------------------------------------
+
+void Supervisor::set_state(RunState next, const std::string& why) {
+  if (next == state_) return;
+  state_ = next;
+  record({{"ev", "run.state"}, {"state", to_string(next)}, {"why", why}});
+}
+
+void Supervisor::record(nlohmann::json event) {
+  if (generation_ >= 0 && !event.contains("gen")) event["gen"] = generation_;
+  out_.push_back(RecordEvent{std::move(event)});
+}
+
+const plan::RankSlot* Supervisor::slot(int rank) const {
+  if (rank < 0 || rank >= static_cast<int>(plan_.ranks.size())) return nullptr;
+  return &plan_.ranks[static_cast<size_t>(rank)];
+}
+
+std::vector<std::string> Supervisor::live_hosts() const {
+  std::vector<std::string> hosts;
+  for (const plan::PlanHost& host : plan_.hosts) {
+    if (connected_.count(host.entry.name)) hosts.push_back(host.entry.name);
+  }
+  return hosts;
+}
+
+int64_t Supervisor::newest_step() const {
+  int64_t newest = -1;
+  for (const RankStatus& rank : ranks_) newest = std::max(newest, rank.step);
+  return newest;
+}
+
+bool Supervisor::restart_budget_left() {
+  int64_t now = clock_.monotonic_ms();
+  int64_t window = spec_.elastic.restart_window.count();
+  std::erase_if(failure_times_ms_, [&](int64_t t) { return window > 0 && now - t > window; });
+  if (static_cast<int>(failure_times_ms_.size()) >= spec_.elastic.max_restarts) return false;
+  failure_times_ms_.push_back(now);
+  return true;
+}
+
+void Supervisor::start_generation(plan::RankPlan next_plan) {
+  ++generation_;
+  plan_ = std::move(next_plan);
+  ranks_.assign(plan_.ranks.size(), RankStatus{});
+  for (RankStatus& rank : ranks_) rank.state = RankState::starting;
+  started_count_ = 0;
+  generation_started_ms_ = clock_.monotonic_ms();
+  ending_ = Ending::none;
+  int64_t resume_step = generation_ == 0 ? -1 : latest_checkpoint_step_;
+  generation_start_step_ = resume_step;
+  set_state(RunState::launching, generation_ == 0 ? "all hosts connected" : "recovery");
+  nlohmann::json plan_event = {{"ev", "plan.generation"}, {"gen", generation_},
+                               {"world_size", plan_.world_size}, {"data", plan_.data},
+                               {"tensor", plan_.tensor}, {"pipeline", plan_.pipeline},
+                               {"grad_accum", plan_.grad_accum}, {"resume_step", resume_step}};
+  nlohmann::json hosts = nlohmann::json::array();
+  for (const plan::PlanHost& host : plan_.hosts) hosts.push_back(host.entry.name);
+  plan_event["hosts"] = hosts;
+  record(plan_event);
+  if (recovery_) {
+    recovery_->resume_step = resume_step;
+    recovery_->spawned_ms = clock_.monotonic_ms();
+  }
+  out_.push_back(StartGeneration{generation_, plan_, resume_step, restarts_});
+}
+
+void Supervisor::stop_generation(Ending ending, ExitCode exit_code) {
+  ending_ = ending;
+  ending_code_ = exit_code;
+  set_state(ending == Ending::recover ? RunState::recovering : RunState::stopping,
+            ending == Ending::succeed  ? "every worker exited 0"
+            : ending == Ending::stop   ? "stop requested"
+            : ending == Ending::recover ? "failure detected; restarting"
+                                        : "failure detected; giving up");
+  std::vector<std::string> hosts = live_hosts();
+  awaiting_release_ = std::set<std::string>(hosts.begin(), hosts.end());
+  stop_sent_ms_ = clock_.monotonic_ms();
+  stop_deadline_ms_ = stop_sent_ms_ + spec_.stop_grace.count() + spec_.heartbeat.timeout.count();
+  if (recovery_) recovery_->stop_sent_ms = stop_sent_ms_;
+  if (generation_ < 0 || hosts.empty()) {
+    finish_stop();
+    return;
+  }
+  out_.push_back(StopGeneration{generation_, spec_.stop_grace.count(), hosts});
+}
+
+void Supervisor::finish_stop() {
+  awaiting_release_.clear();
+  switch (ending_) {
+    case Ending::succeed:
+      set_state(RunState::succeeded, "every worker exited 0 and every host released");
+      out_.push_back(FinishRun{RunState::succeeded, ExitCode::ok});
+      return;
+    case Ending::stop:
+      set_state(RunState::stopped, "stop requested");
+      out_.push_back(FinishRun{RunState::stopped, ExitCode::interrupted});
+      return;
+    case Ending::fail:
+    case Ending::none:
+      set_state(RunState::failed, "failure could not be recovered");
+      out_.push_back(FinishRun{RunState::failed, ending_code_});
+      return;
+    case Ending::recover: break;
+  }
+
+  // Recovery: the old generation is gone everywhere; decide the next one.
+  recovery_->released_ms = clock_.monotonic_ms();
+  recovery_->last_step = std::max(recovery_->last_step, newest_step());
+  if (newest_step() <= generation_start_step_) ++generations_without_progress_;
+  else generations_without_progress_ = 0;
+  if (generations_without_progress_ >= 3) {
+    record({{"ev", "failure.crash_loop"},
+            {"generations", generations_without_progress_},
+            {"detail", "no step progress across 3 consecutive generations"}});
+    ending_ = Ending::fail;
+    ending_code_ = ExitCode::crash_loop;
+    set_state(RunState::failed, "crash loop: no step progress across 3 consecutive generations");
+    out_.push_back(FinishRun{RunState::failed, ExitCode::crash_loop});
+    return;
+  }
+  std::vector<std::string> without(excluded_.begin(), excluded_.end());
+  Result<plan::RankPlan> next = plan::make_plan(spec_, without);
+  if (!next) {
+    record({{"ev", "failure.unrecoverable"}, {"detail", next.error().message}});
+    set_state(RunState::failed, next.error().message);
+    out_.push_back(FinishRun{RunState::failed, ExitCode::hosts_lost});
+    return;
+  }
+  if (recovery_->membership_change) {
+    record({{"ev", "plan.changed"}, {"diff", plan::diff_text(plan_, *next)},
+            {"without", without}});
+  }
+  start_generation(std::move(next).value());
+}
+
+void Supervisor::handle_failure(RootCause cause, bool host_lost) {
+  if (!root_cause_ || state_ == RunState::running || state_ == RunState::launching) {
+    root_cause_ = cause;
+  }
+  int64_t now_wall = clock_.wall_ms();
+  nlohmann::json detected = cause_json(cause);
+  detected["ev"] = "failure.detected";
+  if (cause.observed_ms > 0) detected["latency_ms"] = std::max<int64_t>(0, now_wall - cause.observed_ms);
+  incidents_.push_back(detected);
+  record(detected);
+
+  bool membership_change = false;
+  if (host_lost) {
+    excluded_.insert(cause.host);
+    membership_change = true;
+  } else if (!cause.host.empty() && spec_.elastic.exclude_after > 0 &&
+             ++host_failures_[cause.host] >= spec_.elastic.exclude_after &&
+             spec_.elastic.min_hosts > 0) {
+    excluded_.insert(cause.host);
+    membership_change = true;
+    record({{"ev", "host.excluded"}, {"host", cause.host},
+            {"failures", host_failures_[cause.host]},
+            {"detail", "failed " + std::to_string(host_failures_[cause.host]) +
+                           " times (elastic.exclude_after)"}});
+  }
+
+  bool recover = false;
+  ExitCode give_up_code = ExitCode::job_failed;
+  if (membership_change) {
+    std::vector<std::string> without(excluded_.begin(), excluded_.end());
+    Result<plan::RankPlan> next = plan::make_plan(spec_, without);
+    recover = next.ok();
+    if (!recover) {
+      give_up_code = ExitCode::hosts_lost;
+      record({{"ev", "failure.unrecoverable"}, {"detail", next.error().message}});
+    }
+  } else if (restart_budget_left()) {
+    recover = true;
+    ++restarts_;
+  } else {
+    record({{"ev", "failure.budget_exhausted"},
+            {"max_restarts", spec_.elastic.max_restarts},
+            {"restart_window_ms", spec_.elastic.restart_window.count()}});
+  }
+
+  if (!recover) {
+    stop_generation(Ending::fail, give_up_code);
+    return;
+  }
+  PendingRecovery pending;
+  pending.cause = cause;
+  pending.detected_ms = clock_.monotonic_ms();
+  pending.last_step = newest_step();
+  pending.membership_change = membership_change;
+  recovery_ = pending;
+  nlohmann::json started = {{"ev", "recovery.started"}, {"cause", cause_json(cause)},
+                            {"restarts", restarts_},
+                            {"action", membership_change ? "replan" : "restart"}};
+  record(started);
+  stop_generation(Ending::recover, ExitCode::job_failed);
+}
+
+// ---- events ---------------------------------------------------------------------------------
+
+void Supervisor::on(const HostConnected& event) {
+  connected_.insert(event.host);
+  start_when_all_connected();
+}
+
+void Supervisor::start_when_all_connected() {
+  if (state_ != RunState::connecting) return;
+  for (const plan::PlanHost& host : plan_.hosts) {
+    if (!connected_.count(host.entry.name)) return;
+  }
+  start_generation(plan_);
+}
+
+void Supervisor::on(const HostLost& event) {
+  bool was_connected = connected_.erase(event.host) > 0;
+  bool in_plan = std::any_of(plan_.hosts.begin(), plan_.hosts.end(),
+                             [&](const plan::PlanHost& h) { return h.entry.name == event.host; });
+  record({{"ev", "host.lost"}, {"host", event.host}, {"reason", event.reason},
+          {"was_connected", was_connected}});
+  if (!in_plan) return;  // a spare we did not need
+
+  RootCause cause;
+  cause.kind = "host.lost";
+  cause.host = event.host;
+  cause.detail = event.reason;
+  cause.observed_ms = clock_.wall_ms();
+
+  switch (state_) {
+    case RunState::connecting: {
+      excluded_.insert(event.host);
+      std::vector<std::string> without(excluded_.begin(), excluded_.end());
+      Result<plan::RankPlan> next = spec_.elastic.min_hosts > 0
+                                        ? plan::make_plan(spec_, without)
+                                        : Result<plan::RankPlan>(Error::user(
+                                              "cannot start without " + event.host +
+                                              " (set elastic.min_hosts to start with fewer hosts)"));
+      if (next) {
+        record({{"ev", "plan.changed"}, {"diff", plan::diff_text(plan_, *next)},
+                {"without", without}});
+        plan_ = std::move(next).value();
+        start_when_all_connected();
+        return;
+      }
+      root_cause_ = cause;
+      incidents_.push_back(cause_json(cause));
+      record({{"ev", "failure.detected"}, {"kind", "host.lost"}, {"host", event.host},
+              {"detail", event.reason}});
+      stop_generation(Ending::fail, ExitCode::infra);
+      return;
+    }
+    case RunState::launching:
+    case RunState::running:
+      handle_failure(cause, true);
+      return;
+    case RunState::recovering:
+      excluded_.insert(event.host);
+      if (recovery_) recovery_->membership_change = true;
+      [[fallthrough]];
+    case RunState::stopping:
+      awaiting_release_.erase(event.host);
+      if (awaiting_release_.empty()) finish_stop();
+      return;
+    default:
+      return;
+  }
+}
+
+void Supervisor::on(const WorkerStarted& event) {
+  if (event.gen != generation_ || !slot(event.rank)) return;
+  RankStatus& rank = ranks_[static_cast<size_t>(event.rank)];
+  rank.pid = event.pid;
+  if (rank.state == RankState::starting) {
+    rank.state = RankState::running;
+    ++started_count_;
+  }
+  const plan::RankSlot* where = slot(event.rank);
+  record({{"ev", "worker.started"}, {"rank", event.rank}, {"host", where->host},
+          {"local_rank", where->local_rank}, {"pid", event.pid}});
+  if (state_ == RunState::launching && started_count_ == static_cast<int>(ranks_.size())) {
+    if (recovery_) recovery_->started_ms = clock_.monotonic_ms();
+    set_state(RunState::running, "every worker started");
+  }
+}
+
+void Supervisor::on(const WorkerSpawnFailed& event) {
+  if (event.gen != generation_ || !slot(event.rank)) return;
+  ranks_[static_cast<size_t>(event.rank)].state = RankState::failed;
+  const plan::RankSlot* where = slot(event.rank);
+  RootCause cause;
+  cause.kind = "worker.spawn";
+  cause.host = where->host;
+  cause.rank = event.rank;
+  cause.local_rank = where->local_rank;
+  cause.detail = event.error;
+  cause.observed_ms = clock_.wall_ms();
+  if (state_ == RunState::launching || state_ == RunState::running) {
+    // A command that cannot start will not start next time either: give up at once.
+    root_cause_ = cause;
+    nlohmann::json detected = cause_json(cause);
+    detected["ev"] = "failure.detected";
+    incidents_.push_back(detected);
+    record(detected);
+    stop_generation(Ending::fail, ExitCode::job_failed);
+  }
+}
+
+void Supervisor::on(const WorkerExited& event) {
+  if (event.gen != generation_ || !slot(event.rank)) return;
+  RankStatus& rank = ranks_[static_cast<size_t>(event.rank)];
+  const plan::RankSlot* where = slot(event.rank);
+  rank.exit_code = event.code;
+  rank.exit_signal = event.signal;
+  bool clean = event.code && *event.code == 0 && !event.signal;
+  bool during_stop = state_ == RunState::stopping || state_ == RunState::recovering;
+  rank.state = clean ? RankState::exited : during_stop ? RankState::killed : RankState::failed;
+
+  if (clean) {
+    bool all_clean = std::all_of(ranks_.begin(), ranks_.end(),
+                                 [](const RankStatus& r) { return r.state == RankState::exited; });
+    if (all_clean && (state_ == RunState::running || state_ == RunState::launching)) {
+      stop_generation(Ending::succeed, ExitCode::ok);
+    }
+    return;
+  }
+
+  RootCause cause;
+  cause.kind = "worker.exit";
+  cause.host = where->host;
+  cause.rank = event.rank;
+  cause.local_rank = where->local_rank;
+  cause.pid = event.pid;
+  cause.code = event.signal ? std::nullopt : event.code;
+  cause.signal = event.signal;
+  cause.detail = event.signal ? "killed by " + *event.signal
+                              : "exit code " + std::to_string(event.code.value_or(-1));
+  cause.observed_ms = event.observed_ms;
+
+  if (state_ == RunState::running || state_ == RunState::launching) {
+    handle_failure(cause, false);
+    return;
+  }
+  // Exits after we decided to stop are consequences — unless the agent saw this one before we
+  // sent the stop and earlier than the failure we blamed: then it is the real root cause.
+  int64_t stop_sent_wall = clock_.wall_ms() - (clock_.monotonic_ms() - stop_sent_ms_);
+  if (during_stop && root_cause_ && event.observed_ms > 0 && event.observed_ms < stop_sent_wall &&
+      event.observed_ms < root_cause_->observed_ms && root_cause_->kind == "worker.exit") {
+    root_cause_ = cause;
+    if (recovery_) recovery_->cause = cause;
+    record({{"ev", "failure.root_cause"}, {"rank", cause.rank}, {"host", cause.host},
+            {"detail", "rank " + std::to_string(cause.rank) + " failed earlier (" + cause.detail +
+                           ") than the failure first reported"}});
+  }
+}
+
+void Supervisor::on(const WorkerProgress& event) {
+  if (event.gen != generation_ || !slot(event.rank)) return;
+  RankStatus& rank = ranks_[static_cast<size_t>(event.rank)];
+  int64_t now = clock_.monotonic_ms();
+  if (event.step != rank.step) {
+    rank.step = event.step;
+    rank.step_changed_ms = now;
+  }
+  if (!recovery_ || !recovery_->started_ms) return;
+  if (event.step <= recovery_->resume_step) return;
+  // First step of the new generation: the recovery is complete.
+  const PendingRecovery& r = *recovery_;
+  int64_t resume_from = std::max<int64_t>(r.resume_step, 0);
+  nlohmann::json phases = {
+      {"detect_ms", r.cause.observed_ms > 0
+                        ? std::max<int64_t>(0, clock_.wall_ms() - (now - r.detected_ms) - r.cause.observed_ms)
+                        : 0},
+      {"stop_ms", r.released_ms - r.stop_sent_ms},
+      {"replan_ms", r.spawned_ms - r.released_ms},
+      {"spawn_ms", r.started_ms - r.spawned_ms},
+      {"first_step_ms", now - r.started_ms},
+      {"total_ms", now - r.detected_ms}};
+  last_recovery_ = {{"ev", "recovery.completed"}, {"cause", cause_json(r.cause)},
+                    {"phases", phases}, {"resume_step", r.resume_step},
+                    {"last_step", r.last_step},
+                    {"steps_lost", std::max<int64_t>(0, r.last_step - resume_from)},
+                    {"world_size", plan_.world_size}, {"restarts", restarts_}};
+  record(last_recovery_);
+  last_recovery_["gen"] = generation_;
+  recovery_.reset();
+}
+
+void Supervisor::on(const CheckpointCommitted& event) {
+  if (event.gen != generation_) return;
+  latest_checkpoint_step_ = std::max(latest_checkpoint_step_, event.step);
+}
+
+void Supervisor::on(const GenerationReleased& event) {
+  if (event.gen != generation_ && event.gen != -1) return;
+  awaiting_release_.erase(event.host);
+  if (awaiting_release_.empty() &&
+      (state_ == RunState::stopping || state_ == RunState::recovering)) {
+    finish_stop();
+  }
+}
+
+void Supervisor::on(const StopRequested& event) {
+  if (state_ == RunState::stopping) return;  // already ending; keep the original outcome
+  record({{"ev", "run.stop_requested"}, {"reason", event.reason}});
+  if (state_ == RunState::recovering) {
+    ending_ = Ending::stop;
+    ending_code_ = ExitCode::interrupted;
+    state_ = RunState::stopping;
+    if (awaiting_release_.empty()) finish_stop();
+    return;
+  }
+  stop_generation(Ending::stop, ExitCode::interrupted);
+}
+
+void Supervisor::on(const Tick&) {
+  int64_t now = clock_.monotonic_ms();
+  if ((state_ == RunState::stopping || state_ == RunState::recovering) &&
+      !awaiting_release_.empty() && now > stop_deadline_ms_) {
+    std::vector<std::string> silent(awaiting_release_.begin(), awaiting_release_.end());
+    record({{"ev", "resources.unconfirmed"}, {"hosts", silent},
+            {"detail", "no release confirmation within stop_grace + heartbeat.timeout"}});
+    if (state_ == RunState::recovering) {
+      excluded_.insert(silent.begin(), silent.end());
+      if (recovery_) recovery_->membership_change = true;
+    }
+    finish_stop();
+    return;
+  }
+  if (state_ != RunState::running) return;
+  int64_t hang_timeout = spec_.heartbeat.hang_timeout.count();
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    RankStatus& rank = ranks_[i];
+    if (rank.state != RankState::running || rank.step < 0) continue;
+    if (now - rank.step_changed_ms <= hang_timeout) continue;
+    const plan::RankSlot& where = plan_.ranks[i];
+    record({{"ev", "worker.hang"}, {"rank", static_cast<int>(i)}, {"host", where.host},
+            {"pid", rank.pid}, {"step", rank.step},
+            {"silent_ms", now - rank.step_changed_ms}});
+    RootCause cause;
+    cause.kind = "worker.hang";
+    cause.host = where.host;
+    cause.rank = static_cast<int>(i);
+    cause.local_rank = where.local_rank;
+    cause.pid = rank.pid;
+    cause.detail = "no step progress for " + std::to_string((now - rank.step_changed_ms) / 1000) +
+                   "s at step " + std::to_string(rank.step);
+    cause.observed_ms = clock_.wall_ms() - (now - rank.step_changed_ms - hang_timeout);
+    handle_failure(cause, false);
+    return;
+  }
+}
+
+}  // namespace dtrain::supervisor

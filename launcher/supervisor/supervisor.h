@@ -1,0 +1,127 @@
+#pragma once
+// The supervisor: the whole recovery policy of DESIGN.md §4 as a pure state machine.
+// `on_event(Event) → Actions`, with the clock injected; no sockets, threads or sleeps. The
+// driver (launcher/run) turns transport traffic into Events and carries out the Actions.
+//
+// Transitions (every one is also a `run.state` event in events.jsonl):
+//
+//   connecting --all hosts connected-------------------------> launching (StartGeneration 0)
+//   connecting --host lost-----------------------------------> stopping → failed (exit 3)
+//   launching  --all workers started-------------------------> running
+//   launching/running --failure, budget left-----------------> recovering (StopGeneration)
+//   launching/running --failure, no budget-------------------> stopping (StopGeneration) → failed
+//   running    --every worker exited 0-----------------------> stopping (StopGeneration) → succeeded
+//   recovering --all hosts released--------------------------> launching (StartGeneration g+1)
+//   any        --stop requested------------------------------> stopping → stopped (exit 130)
+//   stopping   --all hosts released (or stop deadline)-------> succeeded | failed | stopped
+//
+// A failure is a worker exiting non-zero or by signal, a worker that cannot be spawned, a hung
+// worker (its step unchanged for heartbeat.hang_timeout), or a lost host. Failures count against
+// elastic.max_restarts within elastic.restart_window; a lost host is excluded and the plan is
+// rebuilt without it (spare or shrink, if elastic.min_hosts allows) — membership changes do not
+// use the budget. Three consecutive generations without step progress end the run as a crash
+// loop.
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "launcher/base/clock.h"
+#include "launcher/spec/job_spec.h"
+#include "launcher/supervisor/supervisor_types.h"
+
+namespace dtrain::supervisor {
+
+class Supervisor {
+ public:
+  /// `initial_plan` is make_plan(spec); `clock` must outlive the supervisor.
+  Supervisor(spec::JobSpec spec, plan::RankPlan initial_plan, const Clock& clock);
+
+  /// Feeds one event; returns what the driver must do, in order.
+  std::vector<Action> on_event(const Event& event);
+
+  RunState state() const { return state_; }
+  int generation() const { return generation_; }
+  const plan::RankPlan& current_plan() const { return plan_; }
+  const std::vector<RankStatus>& ranks() const { return ranks_; }
+  const std::optional<RootCause>& root_cause() const { return root_cause_; }
+  int restarts() const { return restarts_; }
+  const std::set<std::string>& excluded_hosts() const { return excluded_; }
+  const std::set<std::string>& connected_hosts() const { return connected_; }
+  /// The last recovery.completed event, or null.
+  const nlohmann::json& last_recovery() const { return last_recovery_; }
+  /// Every failure.detected event so far (the end-of-run incident list).
+  const std::vector<nlohmann::json>& incidents() const { return incidents_; }
+
+ private:
+  struct PendingRecovery {
+    RootCause cause;
+    int64_t detected_ms = 0;      ///< monotonic
+    int64_t stop_sent_ms = 0;
+    int64_t released_ms = 0;
+    int64_t spawned_ms = 0;
+    int64_t started_ms = 0;
+    int64_t last_step = -1;       ///< newest step reached by the failed generation
+    int64_t resume_step = -1;
+    bool membership_change = false;
+  };
+  enum class Ending { none, succeed, fail, stop, recover };
+
+  void on(const HostConnected& event);
+  void on(const HostLost& event);
+  void on(const WorkerStarted& event);
+  void on(const WorkerSpawnFailed& event);
+  void on(const WorkerExited& event);
+  void on(const WorkerProgress& event);
+  void on(const CheckpointCommitted& event);
+  void on(const GenerationReleased& event);
+  void on(const StopRequested& event);
+  void on(const Tick& event);
+
+  void start_when_all_connected();
+  void set_state(RunState next, const std::string& why);
+  void record(nlohmann::json event);
+  void start_generation(plan::RankPlan plan);
+  void stop_generation(Ending ending, ExitCode exit_code);
+  void finish_stop();
+  /// A failure of the running generation: decide restart, replan or give up.
+  void handle_failure(RootCause cause, bool host_lost);
+  bool restart_budget_left();
+  int64_t newest_step() const;
+  std::vector<std::string> live_hosts() const;
+  const plan::RankSlot* slot(int rank) const;
+
+  spec::JobSpec spec_;
+  plan::RankPlan plan_;
+  const Clock& clock_;
+  std::vector<Action> out_;
+
+  RunState state_ = RunState::connecting;
+  int generation_ = -1;
+  std::set<std::string> connected_;
+  std::set<std::string> excluded_;
+  std::map<std::string, int> host_failures_;
+  std::vector<RankStatus> ranks_;
+  int started_count_ = 0;
+  int64_t generation_started_ms_ = 0;
+
+  Ending ending_ = Ending::none;
+  ExitCode ending_code_ = ExitCode::ok;
+  std::set<std::string> awaiting_release_;
+  int64_t stop_sent_ms_ = 0;
+  int64_t stop_deadline_ms_ = 0;
+
+  std::optional<RootCause> root_cause_;
+  std::optional<PendingRecovery> recovery_;
+  nlohmann::json last_recovery_;
+  std::vector<nlohmann::json> incidents_;
+  std::vector<int64_t> failure_times_ms_;  ///< monotonic, for restart_window
+  int restarts_ = 0;
+  int64_t latest_checkpoint_step_ = -1;
+  int generations_without_progress_ = 0;
+  int64_t generation_start_step_ = -1;
+};
+
+}  // namespace dtrain::supervisor

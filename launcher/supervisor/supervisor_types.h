@@ -1,0 +1,108 @@
+#pragma once
+// The supervisor's vocabulary: the states of a run, the events it reacts to and the actions it
+// asks the driver (launcher/run) to carry out. Plain structs, so tests can script them.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "launcher/base/exit_code.h"
+#include "launcher/plan/rank_plan.h"
+
+namespace dtrain::supervisor {
+
+/// The states of a run. Terminal: succeeded, failed, stopped.
+enum class RunState {
+  connecting,  ///< agents are being started; waiting for every host's hello
+  launching,   ///< generation g was spawned; waiting for every worker's `started`
+  running,     ///< every worker of generation g runs
+  recovering,  ///< a failure is being handled: old generation stopping, next one not yet started
+  stopping,    ///< the run is ending (success, failure or stop request): waiting for `released`
+  succeeded,   ///< every worker exited 0
+  failed,      ///< a failure the policy could not recover from
+  stopped      ///< stopped on request (Ctrl-C, SIGTERM, `dtrain stop`)
+};
+const char* to_string(RunState state);
+bool is_terminal(RunState state);
+
+// ---- events (what happened) -----------------------------------------------------------------
+
+/// An agent said hello.
+struct HostConnected { std::string host; };
+/// An agent's connection failed or fell silent past heartbeat.timeout (or never came up).
+struct HostLost { std::string host; std::string reason; };
+struct WorkerStarted { int gen = 0; int rank = 0; int pid = 0; };
+struct WorkerSpawnFailed { int gen = 0; int rank = 0; std::string error; };
+/// A worker process ended. `observed_ms` is the agent's clock corrected to the supervisor's, so
+/// the first failure by time is found across hosts whose clocks differ.
+struct WorkerExited {
+  int gen = 0;
+  int rank = 0;
+  int pid = 0;
+  std::optional<int> code;
+  std::optional<std::string> signal;  ///< "SIGKILL"
+  int64_t observed_ms = 0;
+};
+/// A worker's heartbeat carried a step.
+struct WorkerProgress { int gen = 0; int rank = 0; int64_t step = 0; };
+struct CheckpointCommitted { int gen = 0; int64_t step = 0; };
+/// A host confirmed that no process of `gen` remains there.
+struct GenerationReleased { int gen = 0; std::string host; };
+struct StopRequested { std::string reason; };
+/// Time passed (the driver sends one at least every heartbeat interval).
+struct Tick {};
+
+using Event = std::variant<HostConnected, HostLost, WorkerStarted, WorkerSpawnFailed, WorkerExited,
+                           WorkerProgress, CheckpointCommitted, GenerationReleased, StopRequested,
+                           Tick>;
+
+// ---- actions (what the driver must do) ------------------------------------------------------
+
+/// Append to events.jsonl (the driver adds ts and enriches with paths).
+struct RecordEvent { nlohmann::json event; };
+/// Spawn generation `gen` with `plan` on every host of the plan.
+struct StartGeneration {
+  int gen = 0;
+  plan::RankPlan plan;
+  int64_t resume_step = -1;   ///< -1: workers start fresh / discover the latest checkpoint
+  int restart_count = 0;      ///< TORCHELASTIC_RESTART_COUNT
+};
+/// TERM every process of `gen` on every connected host, KILL after `grace_ms`; each host answers
+/// with GenerationReleased.
+struct StopGeneration { int gen = 0; int64_t grace_ms = 0; std::vector<std::string> hosts; };
+/// The run is over: disconnect agents and exit with `exit_code`.
+struct FinishRun { RunState state = RunState::failed; ExitCode exit_code = ExitCode::job_failed; };
+
+using Action = std::variant<RecordEvent, StartGeneration, StopGeneration, FinishRun>;
+
+/// What a rank is doing, as far as the supervisor knows.
+enum class RankState { pending, starting, running, exited, failed, killed };
+const char* to_string(RankState state);
+
+struct RankStatus {
+  RankState state = RankState::pending;
+  int pid = 0;
+  int64_t step = -1;                 ///< newest step reported; -1 before the first beat
+  int64_t step_changed_ms = 0;       ///< monotonic time of the last step change
+  std::optional<int> exit_code;
+  std::optional<std::string> exit_signal;
+};
+
+/// The first failure by time: what `dtrain status` and the end-of-run summary lead with.
+struct RootCause {
+  std::string kind;   ///< "worker.exit", "worker.spawn", "host.lost"
+  std::string host;
+  int rank = -1;
+  int local_rank = -1;
+  int pid = 0;
+  std::optional<int> code;
+  std::optional<std::string> signal;
+  std::string detail;  ///< "exit code 3", "killed by SIGKILL", the spawn error, the loss reason
+  int64_t observed_ms = 0;
+};
+
+}  // namespace dtrain::supervisor

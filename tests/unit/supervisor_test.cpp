@@ -1,0 +1,334 @@
+// The supervisor driven by scripted events and a fake clock: no processes, no sleeps.
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+
+#include "launcher/supervisor/supervisor.h"
+
+using namespace dtrain;
+using namespace dtrain::supervisor;
+
+namespace {
+
+spec::JobSpec make_spec(int hosts, int slots) {
+  spec::JobSpec spec;
+  spec.name = "test";
+  spec.slots_per_host = slots;
+  for (int i = 0; i < hosts; ++i) {
+    spec::HostEntry host;
+    host.name = "h" + std::to_string(i + 1);
+    host.slots = slots;
+    spec.hosts.push_back(host);
+  }
+  spec.worker.command = {"train"};
+  spec.stop_grace = Millis(2000);
+  spec.heartbeat.interval = Millis(500);
+  spec.heartbeat.timeout = Millis(5000);
+  spec.heartbeat.hang_timeout = Millis(20000);
+  return spec;
+}
+
+template <class T>
+std::vector<T> of_type(const std::vector<Action>& actions) {
+  std::vector<T> found;
+  for (const Action& action : actions) {
+    if (const T* typed = std::get_if<T>(&action)) found.push_back(*typed);
+  }
+  return found;
+}
+
+std::vector<std::string> event_names(const std::vector<Action>& actions) {
+  std::vector<std::string> names;
+  for (const RecordEvent& event : of_type<RecordEvent>(actions)) names.push_back(event.event.value("ev", ""));
+  return names;
+}
+
+bool has_event(const std::vector<Action>& actions, const std::string& name) {
+  auto names = event_names(actions);
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+/// A supervisor plus its clock, connected and running generation 0.
+struct Harness {
+  explicit Harness(spec::JobSpec spec_in) : spec(std::move(spec_in)) {
+    Result<plan::RankPlan> plan = plan::make_plan(spec);
+    REQUIRE(plan.ok());
+    supervisor = std::make_unique<Supervisor>(spec, *plan, clock);
+  }
+  std::vector<Action> feed(const Event& event) { return supervisor->on_event(event); }
+  std::vector<Action> connect_all() {
+    std::vector<Action> all;
+    for (const spec::HostEntry& host : spec.hosts) {
+      auto actions = feed(HostConnected{host.name});
+      all.insert(all.end(), actions.begin(), actions.end());
+    }
+    return all;
+  }
+  void start_all(int gen) {
+    for (int rank = 0; rank < supervisor->current_plan().world_size; ++rank) {
+      feed(WorkerStarted{gen, rank, 1000 + rank});
+    }
+  }
+  std::vector<Action> release_all(int gen) {
+    std::vector<Action> all;
+    for (const plan::PlanHost& host : supervisor->current_plan().hosts) {
+      auto actions = feed(GenerationReleased{gen, host.entry.name});
+      all.insert(all.end(), actions.begin(), actions.end());
+    }
+    return all;
+  }
+  WorkerExited exit_code(int gen, int rank, int code) {
+    WorkerExited exited;
+    exited.gen = gen;
+    exited.rank = rank;
+    exited.pid = 1000 + rank;
+    exited.code = code;
+    exited.observed_ms = clock.wall_ms();
+    return exited;
+  }
+  spec::JobSpec spec;
+  FakeClock clock;
+  std::unique_ptr<Supervisor> supervisor;
+};
+
+}  // namespace
+
+TEST_CASE("a clean run: connect, start, every worker exits 0, release, succeed") {
+  Harness h(make_spec(1, 2));
+  CHECK(h.supervisor->state() == RunState::connecting);
+  auto actions = h.connect_all();
+  auto starts = of_type<StartGeneration>(actions);
+  REQUIRE(starts.size() == 1);
+  CHECK(starts[0].gen == 0);
+  CHECK(starts[0].resume_step == -1);
+  CHECK(h.supervisor->state() == RunState::launching);
+  h.start_all(0);
+  CHECK(h.supervisor->state() == RunState::running);
+  CHECK(of_type<StopGeneration>(h.feed(h.exit_code(0, 0, 0))).empty());
+  auto stops = of_type<StopGeneration>(h.feed(h.exit_code(0, 1, 0)));
+  REQUIRE(stops.size() == 1);  // sweep stray descendants even after success
+  CHECK(h.supervisor->state() == RunState::stopping);
+  auto finish = of_type<FinishRun>(h.release_all(0));
+  REQUIRE(finish.size() == 1);
+  CHECK(finish[0].state == RunState::succeeded);
+  CHECK(finish[0].exit_code == ExitCode::ok);
+}
+
+TEST_CASE("without elastic settings the first failing worker fails the run with its root cause") {
+  Harness h(make_spec(1, 4));
+  h.connect_all();
+  h.start_all(0);
+  auto actions = h.feed(h.exit_code(0, 2, 3));
+  CHECK(has_event(actions, "failure.detected"));
+  CHECK(has_event(actions, "failure.budget_exhausted"));
+  auto stops = of_type<StopGeneration>(actions);
+  REQUIRE(stops.size() == 1);
+  CHECK(stops[0].grace_ms == 2000);
+  // The others die of the stop: consequences, not causes.
+  WorkerExited killed = h.exit_code(0, 0, 0);
+  killed.code.reset();
+  killed.signal = "SIGTERM";
+  h.feed(killed);
+  auto finish = of_type<FinishRun>(h.release_all(0));
+  REQUIRE(finish.size() == 1);
+  CHECK(finish[0].exit_code == ExitCode::job_failed);
+  REQUIRE(h.supervisor->root_cause());
+  CHECK(h.supervisor->root_cause()->rank == 2);
+  CHECK(h.supervisor->root_cause()->code == 3);
+  CHECK(h.supervisor->root_cause()->detail == "exit code 3");
+  CHECK(h.supervisor->ranks()[0].state == RankState::killed);
+  CHECK(h.supervisor->ranks()[2].state == RankState::failed);
+}
+
+TEST_CASE("the root cause is the first failure by time, even when reported second") {
+  Harness h(make_spec(2, 1));
+  h.connect_all();
+  h.start_all(0);
+  h.clock.advance_ms(1000);
+  WorkerExited later = h.exit_code(0, 1, 1);     // reported first, happened at t
+  WorkerExited earlier = h.exit_code(0, 0, 0);   // happened 300 ms before, on a slower link
+  earlier.code.reset();
+  earlier.signal = "SIGKILL";
+  earlier.observed_ms = later.observed_ms - 300;
+  h.feed(later);
+  CHECK(h.supervisor->root_cause()->rank == 1);
+  h.clock.advance_ms(5);
+  auto actions = h.feed(earlier);
+  CHECK(has_event(actions, "failure.root_cause"));
+  CHECK(h.supervisor->root_cause()->rank == 0);
+  CHECK(h.supervisor->root_cause()->signal == "SIGKILL");
+}
+
+TEST_CASE("a stop request ends the run as stopped with exit code 130") {
+  Harness h(make_spec(1, 2));
+  h.connect_all();
+  h.start_all(0);
+  auto actions = h.feed(StopRequested{"received SIGINT"});
+  CHECK(of_type<StopGeneration>(actions).size() == 1);
+  auto finish = of_type<FinishRun>(h.release_all(0));
+  REQUIRE(finish.size() == 1);
+  CHECK(finish[0].state == RunState::stopped);
+  CHECK(finish[0].exit_code == ExitCode::interrupted);
+}
+
+TEST_CASE("a stop request before any generation finishes at once") {
+  Harness h(make_spec(2, 1));
+  h.feed(HostConnected{"h1"});
+  auto finish = of_type<FinishRun>(h.feed(StopRequested{"dtrain stop"}));
+  REQUIRE(finish.size() == 1);
+  CHECK(finish[0].exit_code == ExitCode::interrupted);
+}
+
+TEST_CASE("with max_restarts a failure restarts in place from the newest checkpoint") {
+  spec::JobSpec spec = make_spec(1, 2);
+  spec.elastic.max_restarts = 2;
+  Harness h(spec);
+  h.connect_all();
+  h.start_all(0);
+  h.feed(WorkerProgress{0, 0, 10});
+  h.feed(CheckpointCommitted{0, 20});
+  h.feed(WorkerProgress{0, 0, 27});
+  auto actions = h.feed(h.exit_code(0, 1, 1));
+  CHECK(has_event(actions, "recovery.started"));
+  CHECK(h.supervisor->state() == RunState::recovering);
+  auto starts = of_type<StartGeneration>(h.release_all(0));
+  REQUIRE(starts.size() == 1);
+  CHECK(starts[0].gen == 1);
+  CHECK(starts[0].resume_step == 20);
+  CHECK(starts[0].restart_count == 1);
+  h.start_all(1);
+  h.clock.advance_ms(400);
+  auto completed = h.feed(WorkerProgress{1, 0, 21});
+  REQUIRE(has_event(completed, "recovery.completed"));
+  const nlohmann::json& recovery = h.supervisor->last_recovery();
+  CHECK(recovery["steps_lost"] == 7);
+  CHECK(recovery["phases"]["first_step_ms"] == 400);
+  CHECK(recovery["resume_step"] == 20);
+}
+
+TEST_CASE("restarts are bounded by max_restarts") {
+  spec::JobSpec spec = make_spec(1, 1);
+  spec.elastic.max_restarts = 1;
+  Harness h(spec);
+  h.connect_all();
+  h.start_all(0);
+  h.feed(WorkerProgress{0, 0, 5});
+  h.feed(h.exit_code(0, 0, 1));
+  REQUIRE(of_type<StartGeneration>(h.release_all(0)).size() == 1);
+  h.start_all(1);
+  h.feed(WorkerProgress{1, 0, 9});
+  auto actions = h.feed(h.exit_code(1, 0, 1));
+  CHECK(has_event(actions, "failure.budget_exhausted"));
+  auto finish = of_type<FinishRun>(h.release_all(1));
+  REQUIRE(finish.size() == 1);
+  CHECK(finish[0].exit_code == ExitCode::job_failed);
+}
+
+TEST_CASE("three generations without progress end the run as a crash loop") {
+  spec::JobSpec spec = make_spec(1, 1);
+  spec.elastic.max_restarts = 10;
+  Harness h(spec);
+  h.connect_all();
+  std::vector<FinishRun> finish;
+  for (int gen = 0; gen < 5 && finish.empty(); ++gen) {
+    h.start_all(gen);
+    h.feed(h.exit_code(gen, 0, 1));
+    finish = of_type<FinishRun>(h.release_all(gen));
+  }
+  REQUIRE(finish.size() == 1);
+  CHECK(finish[0].exit_code == ExitCode::crash_loop);
+  CHECK(h.supervisor->generation() == 2);
+}
+
+TEST_CASE("a worker whose step stops advancing for hang_timeout is a failure") {
+  Harness h(make_spec(1, 2));
+  h.connect_all();
+  h.start_all(0);
+  h.feed(WorkerProgress{0, 0, 1});
+  h.feed(WorkerProgress{0, 1, 1});
+  h.clock.advance_ms(15000);
+  h.feed(WorkerProgress{0, 0, 2});
+  CHECK(of_type<StopGeneration>(h.feed(Tick{})).empty());
+  h.clock.advance_ms(5001);  // rank 1 silent for 20.001 s
+  auto actions = h.feed(Tick{});
+  CHECK(has_event(actions, "worker.hang"));
+  CHECK(of_type<StopGeneration>(actions).size() == 1);
+  CHECK(h.supervisor->root_cause()->kind == "worker.hang");
+  CHECK(h.supervisor->root_cause()->rank == 1);
+}
+
+TEST_CASE("workers that never beat are exempt from hang detection") {
+  Harness h(make_spec(1, 1));
+  h.connect_all();
+  h.start_all(0);
+  h.clock.advance_ms(100000);
+  CHECK(of_type<StopGeneration>(h.feed(Tick{})).empty());
+}
+
+TEST_CASE("a lost host without elastic.min_hosts fails the run") {
+  Harness h(make_spec(2, 1));
+  h.connect_all();
+  h.start_all(0);
+  auto actions = h.feed(HostLost{"h2", "nothing received for 5s"});
+  CHECK(has_event(actions, "host.lost"));
+  CHECK(has_event(actions, "failure.unrecoverable"));
+  auto stops = of_type<StopGeneration>(actions);
+  REQUIRE(stops.size() == 1);
+  CHECK(stops[0].hosts == std::vector<std::string>{"h1"});
+  auto finish = of_type<FinishRun>(h.release_all(0));
+  REQUIRE(finish.size() == 1);
+  CHECK(finish[0].exit_code == ExitCode::hosts_lost);
+}
+
+TEST_CASE("a lost host with elastic.min_hosts shrinks without using the restart budget") {
+  spec::JobSpec spec = make_spec(3, 1);
+  spec.elastic.min_hosts = 2;
+  Harness h(spec);
+  h.connect_all();
+  h.start_all(0);
+  auto actions = h.feed(HostLost{"h3", "channel closed"});
+  CHECK(has_event(actions, "recovery.started"));
+  auto starts = of_type<StartGeneration>(h.release_all(0));
+  REQUIRE(starts.size() == 1);
+  CHECK(starts[0].plan.world_size == 2);
+  CHECK(h.supervisor->restarts() == 0);
+  CHECK(h.supervisor->excluded_hosts().count("h3") == 1);
+}
+
+TEST_CASE("hosts that never confirm release are given up after stop_grace + heartbeat.timeout") {
+  Harness h(make_spec(1, 1));
+  h.connect_all();
+  h.start_all(0);
+  h.feed(StopRequested{"test"});
+  h.clock.advance_ms(2000 + 5000 - 1);
+  CHECK(of_type<FinishRun>(h.feed(Tick{})).empty());
+  h.clock.advance_ms(2);
+  auto actions = h.feed(Tick{});
+  CHECK(has_event(actions, "resources.unconfirmed"));
+  CHECK(of_type<FinishRun>(actions).size() == 1);
+}
+
+TEST_CASE("a host that cannot be reached at start fails the run with an infrastructure exit code") {
+  Harness h(make_spec(2, 1));
+  h.feed(HostConnected{"h1"});
+  auto finish = of_type<FinishRun>(h.feed(HostLost{"h2", "connect timed out"}));
+  REQUIRE(finish.size() == 1);
+  CHECK(finish[0].exit_code == ExitCode::infra);
+  CHECK(h.supervisor->state() == RunState::failed);
+  CHECK(h.supervisor->root_cause()->kind == "host.lost");
+}
+
+TEST_CASE("events of an older generation are ignored") {
+  spec::JobSpec spec = make_spec(1, 1);
+  spec.elastic.max_restarts = 3;
+  Harness h(spec);
+  h.connect_all();
+  h.start_all(0);
+  h.feed(h.exit_code(0, 0, 1));
+  h.release_all(0);
+  h.start_all(1);
+  auto actions = h.feed(h.exit_code(0, 0, 9));  // stale
+  CHECK(actions.empty());
+  CHECK(h.supervisor->state() == RunState::running);
+}
