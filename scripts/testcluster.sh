@@ -1,0 +1,391 @@
+#!/usr/bin/env bash
+# A real SSH test cluster on one machine: network namespaces as hosts.
+#
+#   testcluster.sh up N          N hosts (tears down stale state of the same prefix first)
+#   testcluster.sh down          removes everything it made; ends only processes in its namespaces
+#   testcluster.sh status        one line per namespace
+#   testcluster.sh partition H   takes H's switch port down (a clean partition; H stays alive)
+#   testcluster.sh heal H        brings it back
+#   testcluster.sh kill H        SIGKILLs every process in H's namespace, sshd included ("dead")
+#   testcluster.sh restart H     starts H's sshd again (after kill H)
+#   testcluster.sh rekey H       new host key for H, sshd restarted (known_hosts NOT updated)
+#   testcluster.sh exec H CMD... runs CMD as on H (H may be "ctl"); names resolve there
+#   testcluster.sh env           prints the path of cluster.env
+#
+# H is a host number (1), a short name (h1), a full name (dt-h1) or "ctl".
+#
+# Layout (prefix P = $DTRAIN_TESTCLUSTER_PREFIX, default "dt"; several prefixes coexist):
+#   namespaces  P-sw (bridge br0, ports p1..pN and pc), P-ctl (10.77.0.2, where tests run
+#               dtrain), P-h1..P-hN (10.77.0.11, .12, ...). No default route anywhere and no
+#               link to the root namespace: no packet can leave the cluster.
+#   each host   sshd (own ed25519 host key), own hostname (P-hI), and a private mount namespace
+#               in which /run, the user's home and /tmp are per-host directories (so ~/.cache,
+#               ~/.ssh and /tmp are not shared between hosts, as on real machines); /etc/hosts
+#               names every cluster member.
+#   state dir   $DTRAIN_TESTCLUSTER_ROOT/P (default /tmp/dtrain-testcluster/P), mode 0700:
+#               cluster.env (KEY=VALUE, see write_env), id_ed25519 (user key), known_hosts
+#               (names and IPs of every host), ssh_config (for OpenSSH: ssh -F), hosts
+#               (/etc/hosts for the cluster), hosts/<name>/ (sshd config, key, log, pid, home, tmp).
+#
+# Exit status: 0 ok, 1 failure, 2 usage, 77 cannot run on this machine (not root, no ip netns,
+# no sshd): tests treat 77 as "skip".
+set -euo pipefail
+
+PREFIX=${DTRAIN_TESTCLUSTER_PREFIX:-dt}
+STATE_ROOT=${DTRAIN_TESTCLUSTER_ROOT:-/tmp/dtrain-testcluster}
+STATE=$STATE_ROOT/$PREFIX
+SUBNET=10.77.0
+CTL_IP=$SUBNET.2
+SW=$PREFIX-sw
+CTL=$PREFIX-ctl
+SSHD=${DTRAIN_TESTCLUSTER_SSHD:-/usr/sbin/sshd}
+
+die() { echo "testcluster: $*" >&2; exit 1; }
+cannot() { echo "testcluster: cannot run here: $*" >&2; exit 77; }
+usage() { sed -n '4,14p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+
+host_ip() { echo "$SUBNET.$((10 + $1))"; }
+host_name() { echo "$PREFIX-h$1"; }
+
+check_prefix() {
+  [[ $PREFIX =~ ^[a-z][a-z0-9]{0,11}$ ]] ||
+    die "DTRAIN_TESTCLUSTER_PREFIX '$PREFIX' must be 1-12 lowercase letters/digits, starting with a letter"
+}
+
+preflight() {
+  [ "$(id -u)" -eq 0 ] || cannot "needs root (network namespaces, mounts); uid is $(id -u); run it with sudo"
+  command -v ip >/dev/null || cannot "no 'ip' command; install iproute2"
+  ip netns list >/dev/null 2>&1 || cannot "'ip netns' does not work here: $(ip netns list 2>&1 | head -1)"
+  [ -x "$SSHD" ] || cannot "no sshd at $SSHD; install openssh-server (or set DTRAIN_TESTCLUSTER_SSHD)"
+  local tool
+  for tool in ssh-keygen unshare nsenter mount hostname; do
+    command -v "$tool" >/dev/null || cannot "no '$tool' command"
+  done
+  # Creating a namespace is what fails in unprivileged containers even as uid 0.
+  local probe="$PREFIX-probe$$"
+  if ! err=$(ip netns add "$probe" 2>&1); then
+    cannot "cannot create a network namespace: $err"
+  fi
+  ip netns del "$probe" 2>/dev/null || true
+}
+
+# Namespaces of this prefix: P-sw, P-ctl, P-h<digits>.
+our_namespaces() {
+  ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$PREFIX-(sw|ctl|h[0-9]+)\$" || true
+}
+
+# This script and its ancestors: never signalled, even when run from inside a namespace of ours.
+ANCESTORS=" "
+ancestors() {
+  local pid=$$
+  while [ -n "$pid" ] && [ "$pid" -gt 1 ]; do
+    ANCESTORS+="$pid "
+    pid=$(awk '{print $4}' "/proc/$pid/stat" 2>/dev/null || true)
+  done
+}
+netns_pids() {
+  local pid
+  for pid in $(ip netns pids "$1" 2>/dev/null || true); do
+    [[ $ANCESTORS == *" $pid "* ]] || echo "$pid"
+  done
+}
+
+# SIGTERM, then SIGKILL after a grace, every process whose network namespace is $1. Only
+# processes inside our own namespaces are ever signalled, by pid.
+end_processes_in() {
+  local ns=$1 pids i
+  pids=$(netns_pids "$ns")
+  [ -n "$pids" ] || return 0
+  kill -TERM $pids 2>/dev/null || true
+  for i in $(seq 1 40); do
+    pids=$(netns_pids "$ns")
+    [ -n "$pids" ] || return 0
+    sleep 0.05
+  done
+  kill -KILL $pids 2>/dev/null || true
+  for i in $(seq 1 100); do
+    pids=$(netns_pids "$ns")
+    [ -n "$pids" ] || return 0
+    sleep 0.02
+  done
+  echo "testcluster: processes still in $ns after SIGKILL: $pids" >&2
+  return 1
+}
+
+cmd_down() {
+  local ns failed=0
+  for ns in $(our_namespaces); do
+    end_processes_in "$ns" || failed=1
+  done
+  for ns in $(our_namespaces); do
+    ip netns del "$ns" 2>/dev/null || { echo "testcluster: could not delete namespace $ns" >&2; failed=1; }
+  done
+  # The host homes/tmp dirs were only bind-mounted inside namespaces that are gone now.
+  rm -rf "$STATE"
+  rmdir "$STATE_ROOT" 2>/dev/null || true
+  return $failed
+}
+
+# Resolves H to a host index (1..N), or "ctl".
+resolve_host() {
+  local h=$1
+  case $h in
+    ctl|"$CTL") echo ctl; return ;;
+    "$PREFIX"-h*) h=${h#"$PREFIX"-h} ;;
+    h*) h=${h#h} ;;
+  esac
+  [[ $h =~ ^[0-9]+$ ]] || die "unknown host '$1'; use a number, h1, $PREFIX-h1 or ctl"
+  [ -f "$STATE/cluster.env" ] || die "no cluster with prefix '$PREFIX' (run: testcluster.sh up N)"
+  local count
+  count=$(sed -n 's/^DTRAIN_TESTCLUSTER_HOSTS=//p' "$STATE/cluster.env")
+  [ "$h" -ge 1 ] && [ "$h" -le "$count" ] || die "unknown host '$1'; the cluster has hosts 1..$count"
+  echo "$h"
+}
+
+link_member() {  # ns port ip
+  local ns=$1 port=$2 ip_addr=$3
+  ip -n "$SW" link add "$port" type veth peer name eth0 netns "$ns"
+  ip -n "$SW" link set "$port" master br0 up
+  ip -n "$ns" link set lo up
+  ip -n "$ns" addr add "$ip_addr/24" dev eth0
+  ip -n "$ns" link set eth0 up
+}
+
+write_sshd_config() {  # dir
+  local dir=$1
+  cat >"$dir/sshd_config" <<EOF
+# testcluster: one sshd per host namespace
+ListenAddress 0.0.0.0:22
+HostKey $dir/ssh_host_ed25519_key
+PidFile $dir/sshd.pid
+AuthorizedKeysFile $STATE/authorized_keys
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PubkeyAuthentication yes
+StrictModes no
+UsePAM no
+UseDNS no
+PrintMotd no
+Subsystem sftp internal-sftp
+MaxStartups 100:30:200
+MaxSessions 50
+LogLevel VERBOSE
+EOF
+}
+
+# Starts sshd of host $1 in its own UTS + mount namespace. Private /run (sshd needs /run/sshd),
+# home and /tmp; the state dir is bind-mounted back where it was so configs keep their paths.
+start_sshd() {
+  local i=$1 name dir home
+  name=$(host_name "$i")
+  dir=$STATE/hosts/$name
+  home=$(getent passwd "$(id -un)" | cut -d: -f6)
+  rm -f "$dir/sshd.pid"
+  ip netns exec "$name" unshare --uts --mount --propagation private -- /bin/sh -c '
+      set -e
+      hostname "$1"
+      mount -n --bind "$2/run" /run
+      mount -n --bind "$4" /etc/hosts
+      mount -n --bind "$3" /mnt
+      mount -n --bind "$2/tmp" /tmp
+      mkdir -p "$3"
+      mount -n --bind /mnt "$3"
+      umount -n /mnt
+      mount -n --bind "$2/home" "$5"
+      exec "$6" -f "$2/sshd_config" -E "$2/sshd.log"' \
+    sh "$name" "$dir" "$STATE" "$STATE/hosts_file" "$home" "$SSHD" ||
+    die "sshd of $name did not start; see $dir/sshd.log"
+}
+
+# Waits until $1:22 accepts a TCP connection from the control namespace.
+wait_reachable() {
+  local ip_addr=$1 i
+  for i in $(seq 1 200); do
+    if ip netns exec "$CTL" timeout 1 bash -c "exec 3<>/dev/tcp/$ip_addr/22" 2>/dev/null; then
+      return 0
+    fi
+    sleep 0.025
+  done
+  return 1
+}
+
+write_env() {  # count
+  local count=$1 i
+  {
+    echo "DTRAIN_TESTCLUSTER_PREFIX=$PREFIX"
+    echo "DTRAIN_TESTCLUSTER_STATE=$STATE"
+    echo "DTRAIN_TESTCLUSTER_HOSTS=$count"
+    echo "DTRAIN_TESTCLUSTER_USER=$(id -un)"
+    echo "DTRAIN_TESTCLUSTER_KEY=$STATE/id_ed25519"
+    echo "DTRAIN_TESTCLUSTER_KNOWN_HOSTS=$STATE/known_hosts"
+    echo "DTRAIN_TESTCLUSTER_SSH_CONFIG=$STATE/ssh_config"
+    echo "DTRAIN_TESTCLUSTER_HOSTS_FILE=$STATE/hosts_file"
+    echo "DTRAIN_TESTCLUSTER_CONTROL_NS=$CTL"
+    echo "DTRAIN_TESTCLUSTER_CONTROL_IP=$CTL_IP"
+    echo "DTRAIN_TESTCLUSTER_SWITCH_NS=$SW"
+    for i in $(seq 1 "$count"); do
+      echo "HOST_${i}_NAME=$(host_name "$i")"
+      echo "HOST_${i}_IP=$(host_ip "$i")"
+      echo "HOST_${i}_NS=$(host_name "$i")"
+      echo "HOST_${i}_DIR=$STATE/hosts/$(host_name "$i")"
+    done
+  } >"$STATE/cluster.env.tmp"
+  mv "$STATE/cluster.env.tmp" "$STATE/cluster.env"
+}
+
+cmd_up() {
+  local count=${1:-}
+  [[ $count =~ ^[0-9]+$ ]] && [ "$count" -ge 1 ] && [ "$count" -le 200 ] ||
+    die "up: host count '$count' must be a number from 1 to 200"
+  preflight
+  cmd_down >/dev/null 2>&1 || true
+  umask 077
+  mkdir -p "$STATE/hosts"
+  chmod 0700 "$STATE_ROOT" "$STATE"
+  ssh-keygen -q -t ed25519 -N '' -C "dtrain-testcluster-$PREFIX" -f "$STATE/id_ed25519"
+  cp "$STATE/id_ed25519.pub" "$STATE/authorized_keys"
+
+  ip netns add "$SW"
+  ip -n "$SW" link set lo up
+  ip -n "$SW" link add br0 type bridge
+  ip -n "$SW" link set br0 up
+  ip netns add "$CTL"
+  link_member "$CTL" pc "$CTL_IP"
+
+  local i name ip_addr dir
+  {
+    echo "127.0.0.1 localhost"
+    echo "$CTL_IP $CTL"
+    for i in $(seq 1 "$count"); do echo "$(host_ip "$i") $(host_name "$i")"; done
+  } >"$STATE/hosts_file"
+  chmod 0644 "$STATE/hosts_file"
+  : >"$STATE/known_hosts"
+  {
+    for i in $(seq 1 "$count"); do
+      printf 'Host %s\n  HostName %s\n' "$(host_name "$i")" "$(host_ip "$i")"
+    done
+    printf 'Host *\n  User %s\n  IdentityFile %s\n  IdentitiesOnly yes\n' "$(id -un)" "$STATE/id_ed25519"
+    printf '  UserKnownHostsFile %s\n  StrictHostKeyChecking yes\n  BatchMode yes\n' "$STATE/known_hosts"
+    printf '  ConnectTimeout 5\n  LogLevel ERROR\n'
+  } >"$STATE/ssh_config"
+
+  for i in $(seq 1 "$count"); do
+    name=$(host_name "$i")
+    ip_addr=$(host_ip "$i")
+    dir=$STATE/hosts/$name
+    mkdir -p "$dir/run/sshd" "$dir/home" "$dir/tmp"
+    chmod 0755 "$dir/run" "$dir/run/sshd"
+    chmod 0700 "$dir/home"
+    chmod 1777 "$dir/tmp"
+    ip netns add "$name"
+    link_member "$name" "p$i" "$ip_addr"
+    ssh-keygen -q -t ed25519 -N '' -C "$name" -f "$dir/ssh_host_ed25519_key"
+    echo "$name,$ip_addr $(cut -d' ' -f1,2 "$dir/ssh_host_ed25519_key.pub")" >>"$STATE/known_hosts"
+    write_sshd_config "$dir"
+    start_sshd "$i"
+  done
+  write_env "$count"
+  for i in $(seq 1 "$count"); do
+    wait_reachable "$(host_ip "$i")" ||
+      die "sshd of $(host_name "$i") is not reachable from $CTL; see $STATE/hosts/$(host_name "$i")/sshd.log"
+  done
+  echo "testcluster: $count hosts up (prefix $PREFIX); env: $STATE/cluster.env"
+}
+
+cmd_status() {
+  [ -f "$STATE/cluster.env" ] || { echo "testcluster: no cluster with prefix '$PREFIX'"; return 0; }
+  local count i name port_state sshd_state pid nprocs
+  count=$(sed -n 's/^DTRAIN_TESTCLUSTER_HOSTS=//p' "$STATE/cluster.env")
+  printf '%-14s %-12s %-6s %-14s %s\n' NAME IP PORT SSHD PROCESSES
+  printf '%-14s %-12s %-6s %-14s %s\n' "$CTL" "$CTL_IP" - - "$(ip netns pids "$CTL" 2>/dev/null | wc -l)"
+  for i in $(seq 1 "$count"); do
+    name=$(host_name "$i")
+    port_state=down
+    ip -n "$SW" link show "p$i" 2>/dev/null | grep -q 'state UP\|,UP' && port_state=up
+    sshd_state=dead
+    pid=$(cat "$STATE/hosts/$name/sshd.pid" 2>/dev/null || true)
+    if [ -n "$pid" ] && ip netns pids "$name" 2>/dev/null | grep -qx "$pid"; then
+      sshd_state="pid $pid"
+    fi
+    nprocs=$(ip netns pids "$name" 2>/dev/null | wc -l)
+    printf '%-14s %-12s %-6s %-14s %s\n' "$name" "$(host_ip "$i")" "$port_state" "$sshd_state" "$nprocs"
+  done
+}
+
+cmd_exec() {
+  local target
+  target=$(resolve_host "$1")
+  shift
+  [ $# -ge 1 ] || die "exec: no command given"
+  if [ "$target" = ctl ]; then
+    exec ip netns exec "$CTL" unshare --mount --uts --propagation private -- /bin/sh -c '
+        mount -n --bind "$1" /etc/hosts && hostname "$2" && shift 2 && exec "$@"' \
+      sh "$STATE/hosts_file" "$CTL" "$@"
+  fi
+  local name pid
+  name=$(host_name "$target")
+  pid=$(cat "$STATE/hosts/$name/sshd.pid" 2>/dev/null || true)
+  if [ -n "$pid" ] && ip netns pids "$name" 2>/dev/null | grep -qx "$pid"; then
+    # The host's own view: its network, hostname and private /run, home and /tmp.
+    exec nsenter -t "$pid" -n -u -m -- "$@"
+  fi
+  echo "testcluster: $name has no sshd (killed?); running in its network namespace only" >&2
+  exec ip netns exec "$name" "$@"
+}
+
+main() {
+  check_prefix
+  ancestors
+  local command=${1:-}
+  [ -n "$command" ] || usage
+  shift
+  case $command in
+    up) cmd_up "$@" ;;
+    down)
+      [ "$(id -u)" -eq 0 ] || cannot "needs root; uid is $(id -u)"
+      cmd_down ;;
+    status) cmd_status ;;
+    env) echo "$STATE/cluster.env" ;;
+    partition|heal)
+      [ $# -eq 1 ] || die "$command: give one host"
+      local i
+      i=$(resolve_host "$1")
+      [ "$i" != ctl ] || die "$command: the control namespace cannot be partitioned"
+      ip -n "$SW" link set "p$i" "$([ "$command" = partition ] && echo down || echo up)" ;;
+    kill)
+      [ $# -eq 1 ] || die "kill: give one host"
+      local i pids
+      i=$(resolve_host "$1")
+      [ "$i" != ctl ] || die "kill: use a host, not ctl"
+      pids=$(netns_pids "$(host_name "$i")")
+      [ -z "$pids" ] || kill -KILL $pids 2>/dev/null || true
+      end_processes_in "$(host_name "$i")" ;;
+    restart|rekey)
+      [ $# -eq 1 ] || die "$command: give one host"
+      local i name dir pid
+      i=$(resolve_host "$1")
+      [ "$i" != ctl ] || die "$command: use a host, not ctl"
+      name=$(host_name "$i")
+      dir=$STATE/hosts/$name
+      pid=$(cat "$dir/sshd.pid" 2>/dev/null || true)
+      # Only the listening sshd; sessions already open keep running, as on a real host.
+      if [ -n "$pid" ] && ip netns pids "$name" 2>/dev/null | grep -qx "$pid"; then
+        kill -TERM "$pid"
+        while kill -0 "$pid" 2>/dev/null; do sleep 0.02; done
+      fi
+      if [ "$command" = rekey ]; then
+        rm -f "$dir/ssh_host_ed25519_key" "$dir/ssh_host_ed25519_key.pub"
+        ssh-keygen -q -t ed25519 -N '' -C "$name" -f "$dir/ssh_host_ed25519_key"
+      fi
+      start_sshd "$i"
+      wait_reachable "$(host_ip "$i")" || die "sshd of $name is not reachable; see $dir/sshd.log" ;;
+    exec)
+      [ $# -ge 1 ] || die "exec: give a host and a command"
+      cmd_exec "$@" ;;
+    -h|--help|help) usage ;;
+    *) echo "testcluster: unknown command '$command'" >&2; usage ;;
+  esac
+}
+
+main "$@"

@@ -1,0 +1,212 @@
+#pragma once
+// Runs the real dtrain binary for end-to-end tests: a private DTRAIN_HOME per test, captured
+// output, deadlines instead of sleeps, and a scan of /proc that proves nothing of a run is left.
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace dtrain::testing {
+
+inline int64_t now_ms() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count();
+}
+
+/// Polls `condition` every 20 ms until it holds or `timeout_ms` passes.
+inline bool wait_until(const std::function<bool()>& condition, int64_t timeout_ms) {
+  int64_t deadline = now_ms() + timeout_ms;
+  while (now_ms() < deadline) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return condition();
+}
+
+inline std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+inline void write_text(const std::string& path, const std::string& text) {
+  std::ofstream(path) << text;
+}
+
+/// A temporary directory, removed (recursively) at the end of the test.
+struct TempDir {
+  TempDir() {
+    char pattern[] = "/tmp/dtrain-test-XXXXXX";
+    path = ::mkdtemp(pattern);
+  }
+  ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
+  std::string path;
+};
+
+/// A started `dtrain` process with stdout/stderr captured into files.
+struct DtrainProcess {
+  pid_t pid = -1;
+  std::string out_path, err_path;
+  int exit_code = -1;
+
+  /// Waits for exit up to `timeout_ms`; on timeout kills it (and fails the caller's CHECKs).
+  bool wait(int64_t timeout_ms) {
+    bool done = wait_until([&] {
+      int status = 0;
+      pid_t got = ::waitpid(pid, &status, WNOHANG);
+      if (got == pid) {
+        exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        return true;
+      }
+      return false;
+    }, timeout_ms);
+    if (!done) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+    return done;
+  }
+  std::string out() const { return read_text(out_path); }
+  std::string err() const { return read_text(err_path); }
+};
+
+/// One test's dtrain world: its own DTRAIN_HOME and working directory.
+struct DtrainEnv {
+  TempDir dir;
+  std::string home() const { return dir.path + "/home"; }
+
+  DtrainProcess start(const std::vector<std::string>& args) {
+    static int counter = 0;
+    DtrainProcess process;
+    process.out_path = dir.path + "/out." + std::to_string(counter);
+    process.err_path = dir.path + "/err." + std::to_string(counter++);
+    process.pid = ::fork();
+    if (process.pid == 0) {
+      ::setenv("DTRAIN_HOME", home().c_str(), 1);
+      if (::chdir(dir.path.c_str()) != 0) _exit(126);
+      int out = ::open(process.out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      int err = ::open(process.err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      ::dup2(out, 1);
+      ::dup2(err, 2);
+      int null_fd = ::open("/dev/null", O_RDONLY);
+      ::dup2(null_fd, 0);
+      std::vector<char*> argv;
+      std::string exe = DTRAIN_EXE;
+      argv.push_back(exe.data());
+      std::vector<std::string> copy = args;
+      for (std::string& arg : copy) argv.push_back(arg.data());
+      argv.push_back(nullptr);
+      ::execv(exe.c_str(), argv.data());
+      _exit(127);
+    }
+    return process;
+  }
+
+  /// Runs dtrain to completion (up to `timeout_ms`).
+  DtrainProcess run(const std::vector<std::string>& args, int64_t timeout_ms = 120'000) {
+    DtrainProcess process = start(args);
+    process.wait(timeout_ms);
+    return process;
+  }
+
+  std::string write_spec(const std::string& name, const std::string& yaml) {
+    std::string path = dir.path + "/" + name;
+    write_text(path, yaml);
+    return path;
+  }
+
+  /// The only run directory (tests submit one run each unless they say otherwise).
+  std::vector<std::string> run_dirs() const {
+    std::vector<std::string> dirs;
+    std::string root = home() + "/runs";
+    if (DIR* d = ::opendir(root.c_str())) {
+      while (dirent* entry = ::readdir(d)) {
+        std::string name = entry->d_name;
+        if (name != "." && name != "..") dirs.push_back(root + "/" + name);
+      }
+      ::closedir(d);
+    }
+    return dirs;
+  }
+};
+
+/// Every event of an events.jsonl, header excluded.
+inline std::vector<nlohmann::json> read_events(const std::string& path) {
+  std::vector<nlohmann::json> events;
+  std::ifstream in(path);
+  std::string line;
+  bool header = true;
+  while (std::getline(in, line)) {
+    if (header) { header = false; continue; }
+    nlohmann::json event = nlohmann::json::parse(line, nullptr, false);
+    if (!event.is_discarded()) events.push_back(event);
+  }
+  return events;
+}
+
+inline std::vector<nlohmann::json> events_named(const std::vector<nlohmann::json>& events,
+                                                const std::string& name) {
+  std::vector<nlohmann::json> found;
+  for (const auto& event : events) {
+    if (event.value("ev", "") == name) found.push_back(event);
+  }
+  return found;
+}
+
+/// Pids of live (non-zombie) processes whose environment holds DTRAIN_RUN_ID=<run_id>: every
+/// worker and every descendant of one, wherever it was reparented.
+inline std::vector<int> processes_of_run(const std::string& run_id) {
+  std::vector<int> pids;
+  std::string needle = "DTRAIN_RUN_ID=" + run_id;
+  DIR* proc = ::opendir("/proc");
+  if (!proc) return pids;
+  while (dirent* entry = ::readdir(proc)) {
+    int pid = std::atoi(entry->d_name);
+    if (pid <= 0) continue;
+    std::string stat = read_text("/proc/" + std::to_string(pid) + "/stat");
+    size_t paren = stat.rfind(')');
+    if (paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'Z') continue;
+    std::string environ = read_text("/proc/" + std::to_string(pid) + "/environ");
+    for (size_t start = 0; start < environ.size();) {
+      size_t end = environ.find('\0', start);
+      if (end == std::string::npos) end = environ.size();
+      if (environ.compare(start, end - start, needle) == 0) {
+        pids.push_back(pid);
+        break;
+      }
+      start = end + 1;
+    }
+  }
+  ::closedir(proc);
+  return pids;
+}
+
+/// True when `pid` does not exist (or is a zombie nobody will run again).
+inline bool process_gone(int pid) {
+  if (::kill(pid, 0) != 0) return true;
+  std::string stat = read_text("/proc/" + std::to_string(pid) + "/stat");
+  size_t paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'Z';
+}
+
+/// The run id from a run directory path.
+inline std::string run_id_of(const std::string& run_dir) {
+  return run_dir.substr(run_dir.find_last_of('/') + 1);
+}
+
+}  // namespace dtrain::testing
