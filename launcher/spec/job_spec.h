@@ -16,12 +16,16 @@ struct HostEntry {
   std::string name;              ///< "gpu01" (as written, zero padding kept)
   std::string user;              ///< from "user@host"; empty: ssh.user or the current user
   int port = 0;                  ///< from "host:port"; 0: ssh.port
-  int slots = 0;                 ///< workers to place there; 0: slots_per_host
-  std::vector<int> only_slots;   ///< include filter "host:0,2": just these local slots (empty: all)
+  int slots = 0;                 ///< workers to place there; 0: slots_per_host (the loader fills it)
+  /// include filter "host:0,2": the local slot (device) indices to use, `slots` of them
+  /// (empty: 0 .. slots-1). The loader keeps slots == only_slots.size() when it is set.
+  std::vector<int> only_slots;
   bool spare = false;            ///< listed under `spares`: used only to replace a lost host
 
   /// localhost, 127.0.0.1, ::1 or this machine's hostname: reached through the local transport.
   bool is_local() const;
+
+  bool operator==(const HostEntry&) const = default;
 };
 
 enum class HostKeyPolicy { strict, accept_new, insecure };
@@ -36,6 +40,8 @@ struct SshSettings {
   Millis connect_timeout{10'000};
   int max_parallel = 64;
   std::string remote_dtrain;     ///< path of dtrain on the hosts; empty: provision
+
+  bool operator==(const SshSettings&) const = default;
 };
 
 struct WorkerSettings {
@@ -44,17 +50,23 @@ struct WorkerSettings {
   std::map<std::string, std::string> env;     ///< merged over env_file
   std::string env_file;                       ///< KEY=VALUE lines, resolved relative to the spec
   Backend backend = Backend::auto_select;
+
+  bool operator==(const WorkerSettings&) const = default;
 };
 
 struct Parallelism {
   int tensor = 1;
   int pipeline = 1;
   int data = 0;                  ///< 0: "auto", fill the hosts' slots
+
+  bool operator==(const Parallelism&) const = default;
 };
 
 struct BatchSettings {
   int global = 0;                ///< 0: not set (then grad accumulation is 1)
   int micro = 0;
+
+  bool operator==(const BatchSettings&) const = default;
 };
 
 struct ElasticSettings {
@@ -62,18 +74,24 @@ struct ElasticSettings {
   int max_restarts = 0;          ///< 0: the first failure ends the job
   Millis restart_window{3'600'000};
   int exclude_after = 2;
+
+  bool operator==(const ElasticSettings&) const = default;
 };
 
 struct HeartbeatSettings {
   Millis interval{1'000};
   Millis timeout{10'000};
   Millis hang_timeout{60'000};
+
+  bool operator==(const HeartbeatSettings&) const = default;
 };
 
 struct CheckpointSettings {
   std::string dir;               ///< empty: <run dir>/checkpoints
   int interval_steps = 0;        ///< 0: no checkpoints
   int keep = 3;
+
+  bool operator==(const CheckpointSettings&) const = default;
 };
 
 struct JobSpec {
@@ -93,6 +111,8 @@ struct JobSpec {
   Millis stop_grace{10'000};
 
   std::string source_path;       ///< the spec file, for messages; "" when built in code
+
+  bool operator==(const JobSpec&) const = default;
 };
 
 const char* to_string(HostKeyPolicy policy);

@@ -1,0 +1,34 @@
+#include "launcher/spec/job_spec.h"
+
+#include <unistd.h>
+
+#include <climits>
+
+namespace dtrain::spec {
+
+bool HostEntry::is_local() const {
+  if (name == "localhost" || name == "127.0.0.1" || name == "::1") return true;
+  char buffer[HOST_NAME_MAX + 1] = {};
+  if (gethostname(buffer, sizeof buffer - 1) != 0) return false;
+  return name == buffer;
+}
+
+const char* to_string(HostKeyPolicy policy) {
+  switch (policy) {
+    case HostKeyPolicy::strict: return "strict";
+    case HostKeyPolicy::accept_new: return "accept-new";
+    case HostKeyPolicy::insecure: return "insecure";
+  }
+  return "strict";
+}
+
+const char* to_string(Backend backend) {
+  switch (backend) {
+    case Backend::auto_select: return "auto";
+    case Backend::gloo: return "gloo";
+    case Backend::nccl: return "nccl";
+  }
+  return "auto";
+}
+
+}  // namespace dtrain::spec

@@ -1,0 +1,237 @@
+#include "launcher/spec/spec_sections.h"
+
+#include <filesystem>
+
+#include "launcher/base/strings.h"
+#include "launcher/spec/hostlist.h"
+#include "launcher/spec/spec_hosts.h"
+
+namespace dtrain::spec {
+namespace {
+
+constexpr int kMaxCount = 1 << 20;  // far beyond any real job; keeps products inside int
+
+// Names and tenants end up in run ids, directory names and SQL rows: keep them plain.
+void read_label(DiagnosticSink& sink, const YAML::Node* node, const std::string& key, std::string& out) {
+  auto text = read_string(sink, node, key);
+  if (!text) return;
+  bool plain = text->size() <= 64 && std::all_of(text->begin(), text->end(), [](char c) {
+                 return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+                        c == '_' || c == '.';
+               });
+  if (!plain) {
+    sink.error(*node, key, single_quoted(*text) + " may hold only letters, digits, '.', '_' and '-' (at most 64); write e.g. bert-large");
+    return;
+  }
+  out = *text;
+}
+
+void read_ssh(DiagnosticSink& sink, const Section& root, SshSettings& ssh) {
+  Section s(sink, root.get("ssh"), "ssh",
+            {"user", "port", "identity", "known_hosts", "host_key_policy", "connect_timeout", "max_parallel",
+             "remote_dtrain"});
+  if (auto v = read_string(sink, s.get("user"), s.path("user"))) ssh.user = *v;
+  if (auto v = read_int(sink, s.get("port"), s.path("port"), 1, 65535)) ssh.port = *v;
+  if (auto v = read_string_list(sink, s.get("identity"), s.path("identity"), true)) ssh.identity = *v;
+  if (auto v = read_string(sink, s.get("known_hosts"), s.path("known_hosts"))) ssh.known_hosts = *v;
+  if (auto v = read_choice(sink, s.get("host_key_policy"), s.path("host_key_policy"), {"strict", "accept-new", "insecure"})) {
+    ssh.host_key_policy = *v == "strict" ? HostKeyPolicy::strict
+                          : *v == "accept-new" ? HostKeyPolicy::accept_new : HostKeyPolicy::insecure;
+  }
+  if (auto v = read_duration(sink, s.get("connect_timeout"), s.path("connect_timeout"), Millis(1))) ssh.connect_timeout = *v;
+  if (auto v = read_int(sink, s.get("max_parallel"), s.path("max_parallel"), 1, kMaxCount)) ssh.max_parallel = *v;
+  if (auto v = read_string(sink, s.get("remote_dtrain"), s.path("remote_dtrain"))) ssh.remote_dtrain = *v;
+}
+
+// "python3 train.py --lr 0.1" → "[python3, train.py, --lr, 0.1]": the list the user meant.
+std::string as_flow_list(const std::string& command) {
+  std::vector<std::string> words;
+  for (const std::string& word : split(command, ' ')) {
+    if (!trim(word).empty()) words.emplace_back(trim(word));
+  }
+  return "[" + join(words, ", ") + "]";
+}
+
+void read_command(DiagnosticSink& sink, const Section& worker, std::vector<std::string>& command) {
+  const YAML::Node* node = worker.get("command");
+  std::string key = worker.path("command");
+  if (node == nullptr) {
+    if (worker.node()) sink.error(*worker.node(), key, "worker.command is missing; add command: [python3, train.py]");
+    return;
+  }
+  if (node->IsScalar()) {
+    sink.error(*node, key, single_quoted(node->Scalar()) + " is a single string, and dtrain runs no shell; write it as a list: " +
+                               as_flow_list(node->Scalar()));
+    return;
+  }
+  auto argv = read_string_list(sink, node, key, false);
+  if (!argv) return;
+  if (argv->empty() || (*argv)[0].empty()) {
+    sink.error(*node, key, "the command is empty; write the program and its arguments: [python3, train.py]");
+    return;
+  }
+  command = std::move(*argv);
+}
+
+void read_env(DiagnosticSink& sink, const Section& worker, const std::string& base_dir, WorkerSettings& settings) {
+  if (const YAML::Node* env = worker.get("env")) {
+    if (!env->IsMap()) {
+      sink.error(*env, worker.path("env"), "expected a mapping of NAME: value, got " + describe(*env));
+    } else {
+      for (auto it = env->begin(); it != env->end(); ++it) {
+        YAML::Node name = it->first, value = it->second;
+        std::string text = name.IsScalar() ? name.Scalar() : describe(name);
+        std::string key = worker.path("env") + "." + text;
+        if (!name.IsScalar() || !is_env_name(text)) {
+          sink.error(name, key, single_quoted(text) + " is not an environment variable name; use letters, digits and '_'");
+        } else if (!value.IsScalar()) {
+          sink.error(value, key, "expected a string value, got " + describe(value) + "; write \"\" for an empty value");
+        } else {
+          settings.env[text] = value.Scalar();
+        }
+      }
+    }
+  }
+  const YAML::Node* file_node = worker.get("env_file");
+  auto file = read_string(sink, file_node, worker.path("env_file"));
+  if (!file) return;
+  std::string resolved = resolve_path(base_dir, *file);
+  auto text = read_text_file(resolved);
+  if (!text) {
+    sink.error(*file_node, worker.path("env_file"), text.error().message + "; the path is relative to the spec file");
+    return;
+  }
+  std::vector<LineProblem> problems;
+  for (auto& [name, value] : read_env_file(*text, problems)) settings.env.emplace(name, value);  // env wins
+  for (LineProblem& problem : problems) {
+    sink.error_at(resolved, problem.line, problem.column, worker.path("env_file"), std::move(problem.message));
+  }
+  std::error_code ignored;
+  std::filesystem::path absolute = std::filesystem::absolute(resolved, ignored);
+  settings.env_file = absolute.empty() ? resolved : absolute.lexically_normal().string();
+}
+
+void read_worker(DiagnosticSink& sink, const Section& root, const std::string& base_dir, WorkerSettings& worker) {
+  const YAML::Node* node = root.get("worker");
+  if (node == nullptr) {
+    sink.error_at(sink.file(), 0, 0, "worker", "the spec has no worker section; add worker: {command: [python3, train.py]}");
+    return;
+  }
+  Section w(sink, node, "worker", {"command", "workdir", "env", "env_file", "backend"});
+  if (!w.node()) return;  // not a mapping: reported
+  read_command(sink, w, worker.command);
+  if (auto v = read_string(sink, w.get("workdir"), w.path("workdir"))) worker.workdir = *v;
+  read_env(sink, w, base_dir, worker);
+  if (auto v = read_choice(sink, w.get("backend"), w.path("backend"), {"auto", "gloo", "nccl"})) {
+    worker.backend = *v == "gloo" ? Backend::gloo : *v == "nccl" ? Backend::nccl : Backend::auto_select;
+  }
+}
+
+void read_parallelism(DiagnosticSink& sink, const Section& root, Parallelism& parallelism) {
+  Section p(sink, root.get("parallelism"), "parallelism", {"tensor", "pipeline", "data"});
+  if (auto v = read_int(sink, p.get("tensor"), p.path("tensor"), 1, kMaxCount)) parallelism.tensor = *v;
+  if (auto v = read_int(sink, p.get("pipeline"), p.path("pipeline"), 1, kMaxCount)) parallelism.pipeline = *v;
+  if (const YAML::Node* data = p.get("data")) {
+    if (data->IsScalar() && data->Scalar() == "auto") {
+      parallelism.data = 0;
+    } else if (data->IsScalar() && !data->Scalar().empty() && std::isdigit(static_cast<unsigned char>(data->Scalar()[0]))) {
+      if (auto v = read_int(sink, data, p.path("data"), 1, kMaxCount)) parallelism.data = *v;
+    } else {
+      sink.error(*data, p.path("data"), "expected a whole number of at least 1 or \"auto\", got " + describe(*data));
+    }
+  }
+}
+
+void read_batch(DiagnosticSink& sink, const Section& root, BatchSettings& batch) {
+  Section b(sink, root.get("batch"), "batch", {"global", "micro"});
+  auto global = read_int(sink, b.get("global"), b.path("global"), 1, INT_MAX);
+  auto micro = read_int(sink, b.get("micro"), b.path("micro"), 1, INT_MAX);
+  if (global) batch.global = *global;
+  if (micro) batch.micro = *micro;
+  if (global && micro && *global % *micro != 0) {
+    int lower = *global / *micro * *micro;
+    sink.error(*b.get("global"), b.path("global"),
+               single_quoted(b.get("global")->Scalar()) + " is not a multiple of batch.micro (" + std::to_string(*micro) +
+                   "); make it a multiple such as " + (lower > 0 ? std::to_string(lower) + " or " : "") +
+                   std::to_string(lower + *micro));
+  }
+}
+
+void read_elastic(DiagnosticSink& sink, const Section& root, int host_count, ElasticSettings& elastic) {
+  Section e(sink, root.get("elastic"), "elastic", {"min_hosts", "max_restarts", "restart_window", "exclude_after"});
+  if (auto v = read_int(sink, e.get("min_hosts"), e.path("min_hosts"), 0, kMaxCount)) {
+    if (*v > host_count && host_count > 0) {
+      sink.error(*e.get("min_hosts"), e.path("min_hosts"),
+                 single_quoted(std::to_string(*v)) + " is more than the " + std::to_string(host_count) +
+                     " hosts the job has; make it at most " + std::to_string(host_count));
+    } else {
+      elastic.min_hosts = *v;
+    }
+  }
+  if (auto v = read_int(sink, e.get("max_restarts"), e.path("max_restarts"), 0, kMaxCount)) elastic.max_restarts = *v;
+  if (auto v = read_duration(sink, e.get("restart_window"), e.path("restart_window"), Millis(1))) elastic.restart_window = *v;
+  if (auto v = read_int(sink, e.get("exclude_after"), e.path("exclude_after"), 1, kMaxCount)) elastic.exclude_after = *v;
+}
+
+// interval < timeout < hang_timeout: an agent must miss several beats before it is declared
+// lost, and a hang can only be told from a lost host if it is detected later.
+void read_heartbeat(DiagnosticSink& sink, const Section& root, HeartbeatSettings& heartbeat) {
+  Section h(sink, root.get("heartbeat"), "heartbeat", {"interval", "timeout", "hang_timeout"});
+  bool ok = true;
+  auto read = [&](const char* key, Millis& out) {
+    if (auto v = read_duration(sink, h.get(key), h.path(key), Millis(1))) out = *v;
+    else if (h.get(key) != nullptr) ok = false;
+  };
+  read("interval", heartbeat.interval);
+  read("timeout", heartbeat.timeout);
+  read("hang_timeout", heartbeat.hang_timeout);
+  if (!ok) return;
+  std::string values = "interval '" + format_duration(heartbeat.interval) + "', timeout '" +
+                       format_duration(heartbeat.timeout) + "', hang_timeout '" +
+                       format_duration(heartbeat.hang_timeout) + "'";
+  auto report = [&](const char* preferred, const char* other, const std::string& fix) {
+    const char* key = h.get(preferred) ? preferred : other;
+    const YAML::Node* node = h.get(key);
+    std::string message = "timeouts must nest as interval < timeout < hang_timeout, but here " + values + "; " + fix;
+    if (node) sink.error(*node, h.path(key), message);
+    else if (h.node()) sink.error(*h.node(), "heartbeat", message);
+    else sink.error_at(sink.file(), 0, 0, "heartbeat", message);
+  };
+  if (heartbeat.interval >= heartbeat.timeout) {
+    report("timeout", "interval", "make timeout longer than interval (several beats, e.g. '" +
+                                      format_duration(heartbeat.interval * 10) + "')");
+  } else if (heartbeat.timeout >= heartbeat.hang_timeout) {
+    report("hang_timeout", "timeout", "make hang_timeout longer than timeout (e.g. '" +
+                                          format_duration(heartbeat.timeout * 6) + "')");
+  }
+}
+
+void read_checkpoint(DiagnosticSink& sink, const Section& root, CheckpointSettings& checkpoint) {
+  Section c(sink, root.get("checkpoint"), "checkpoint", {"dir", "interval_steps", "keep"});
+  if (auto v = read_string(sink, c.get("dir"), c.path("dir"))) checkpoint.dir = *v;
+  if (auto v = read_int(sink, c.get("interval_steps"), c.path("interval_steps"), 0, INT_MAX)) checkpoint.interval_steps = *v;
+  if (auto v = read_int(sink, c.get("keep"), c.path("keep"), 1, kMaxCount)) checkpoint.keep = *v;
+}
+
+}  // namespace
+
+void read_spec_body(DiagnosticSink& sink, const YAML::Node& root_node, const std::string& base_dir, JobSpec& spec) {
+  Section root(sink, &root_node, "",
+               {"version", "name", "tenant", "hosts", "hostfile", "include", "exclude", "slots_per_host", "spares",
+                "ssh", "worker", "parallelism", "batch", "elastic", "heartbeat", "checkpoint", "stop_grace"});
+  read_label(sink, root.get("name"), "name", spec.name);
+  read_label(sink, root.get("tenant"), "tenant", spec.tenant);
+  if (auto v = read_int(sink, root.get("slots_per_host"), "slots_per_host", 1, kMaxCount)) spec.slots_per_host = *v;
+  read_hosts(sink, root, base_dir, spec);
+  read_ssh(sink, root, spec.ssh);
+  read_worker(sink, root, base_dir, spec.worker);
+  read_parallelism(sink, root, spec.parallelism);
+  read_batch(sink, root, spec.batch);
+  read_elastic(sink, root, static_cast<int>(spec.hosts.size()), spec.elastic);
+  read_heartbeat(sink, root, spec.heartbeat);
+  read_checkpoint(sink, root, spec.checkpoint);
+  if (auto v = read_duration(sink, root.get("stop_grace"), "stop_grace", Millis(0))) spec.stop_grace = *v;
+
+}
+
+}  // namespace dtrain::spec

@@ -1,0 +1,16 @@
+#pragma once
+// Reading each section of a version-1 spec into JobSpec, and the checks that span keys.
+// Internal to launcher/spec.
+
+#include <string>
+
+#include "launcher/spec/job_spec.h"
+#include "launcher/spec/spec_reader.h"
+
+namespace dtrain::spec {
+
+/// Every key of a version-1 spec below the top level (version itself is checked by the caller).
+/// Unset keys keep JobSpec's defaults; problems go to `sink`.
+void read_spec_body(DiagnosticSink& sink, const YAML::Node& root, const std::string& base_dir, JobSpec& spec);
+
+}  // namespace dtrain::spec

@@ -1,0 +1,125 @@
+// JobSpec → YAML: the resolved spec a run directory keeps as spec.yaml. Every key is written
+// (defaults included) so a reader sees exactly what ran; parsing it again gives an equal JobSpec.
+
+#include <yaml-cpp/yaml.h>
+
+#include "launcher/spec/spec_loader.h"
+
+namespace dtrain::spec {
+namespace {
+
+// format_duration rounds some values ("1.23s" for 1234ms); write those in ms so they read back
+// exactly.
+std::string exact_duration(Millis duration) {
+  std::string text = format_duration(duration);
+  auto back = parse_duration(text);
+  return back && *back == duration ? text : std::to_string(duration.count()) + "ms";
+}
+
+// User strings are always quoted: a plain `~`, `null` or `yes` would read back as something else.
+void string_value(YAML::Emitter& out, const char* key, const std::string& value) {
+  out << YAML::Key << key << YAML::Value << YAML::DoubleQuoted << value;
+}
+
+void duration_value(YAML::Emitter& out, const char* key, Millis value) {
+  out << YAML::Key << key << YAML::Value << exact_duration(value);
+}
+
+void host_list(YAML::Emitter& out, const char* key, const std::vector<HostEntry>& hosts) {
+  if (hosts.empty()) return;
+  out << YAML::Key << key << YAML::Value << YAML::BeginSeq;
+  for (const HostEntry& host : hosts) {
+    out << YAML::Flow << YAML::BeginMap;
+    string_value(out, "name", host.name);
+    if (!host.user.empty()) string_value(out, "user", host.user);
+    if (host.port != 0) out << YAML::Key << "port" << YAML::Value << host.port;
+    if (host.slots != 0) out << YAML::Key << "slots" << YAML::Value << host.slots;
+    if (!host.only_slots.empty()) {
+      out << YAML::Key << "only_slots" << YAML::Value << YAML::Flow << host.only_slots;
+    }
+    out << YAML::EndMap;
+  }
+  out << YAML::EndSeq;
+}
+
+}  // namespace
+
+std::string to_yaml(const JobSpec& spec) {
+  YAML::Emitter out;
+  out << YAML::Comment("dtrain job spec, resolved: hosts expanded, defaults filled (man 5 dtrain-spec)");
+  out << YAML::Newline << YAML::BeginMap;
+  out << YAML::Key << "version" << YAML::Value << 1;
+  string_value(out, "name", spec.name);
+  string_value(out, "tenant", spec.tenant);
+  out << YAML::Key << "slots_per_host" << YAML::Value << spec.slots_per_host;
+  host_list(out, "hosts", spec.hosts);
+  host_list(out, "spares", spec.spares);
+
+  out << YAML::Key << "ssh" << YAML::Value << YAML::BeginMap;
+  string_value(out, "user", spec.ssh.user);
+  out << YAML::Key << "port" << YAML::Value << spec.ssh.port;
+  out << YAML::Key << "identity" << YAML::Value << YAML::Flow << YAML::BeginSeq;
+  for (const std::string& identity : spec.ssh.identity) out << YAML::DoubleQuoted << identity;
+  out << YAML::EndSeq;
+  string_value(out, "known_hosts", spec.ssh.known_hosts);
+  out << YAML::Key << "host_key_policy" << YAML::Value << to_string(spec.ssh.host_key_policy);
+  duration_value(out, "connect_timeout", spec.ssh.connect_timeout);
+  out << YAML::Key << "max_parallel" << YAML::Value << spec.ssh.max_parallel;
+  string_value(out, "remote_dtrain", spec.ssh.remote_dtrain);
+  out << YAML::EndMap;
+
+  // env_file is not written: its variables are already merged into env, and the file may be
+  // gone by the time someone reads the run directory.
+  out << YAML::Key << "worker" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "command" << YAML::Value << YAML::Flow << YAML::BeginSeq;
+  for (const std::string& argument : spec.worker.command) out << YAML::DoubleQuoted << argument;
+  out << YAML::EndSeq;
+  string_value(out, "workdir", spec.worker.workdir);
+  out << YAML::Key << "env" << YAML::Value;
+  if (spec.worker.env.empty()) out << YAML::Flow;
+  out << YAML::BeginMap;
+  for (const auto& [name, value] : spec.worker.env) string_value(out, name.c_str(), value);
+  out << YAML::EndMap;
+  out << YAML::Key << "backend" << YAML::Value << to_string(spec.worker.backend);
+  out << YAML::EndMap;
+
+  out << YAML::Key << "parallelism" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "tensor" << YAML::Value << spec.parallelism.tensor;
+  out << YAML::Key << "pipeline" << YAML::Value << spec.parallelism.pipeline;
+  out << YAML::Key << "data" << YAML::Value;
+  if (spec.parallelism.data == 0) out << "auto";
+  else out << spec.parallelism.data;
+  out << YAML::EndMap;
+
+  out << YAML::Key << "batch" << YAML::Value;  // 0 means unset: left out
+  if (spec.batch.global == 0 && spec.batch.micro == 0) out << YAML::Flow;
+  out << YAML::BeginMap;
+  if (spec.batch.global != 0) out << YAML::Key << "global" << YAML::Value << spec.batch.global;
+  if (spec.batch.micro != 0) out << YAML::Key << "micro" << YAML::Value << spec.batch.micro;
+  out << YAML::EndMap;
+
+  out << YAML::Key << "elastic" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "min_hosts" << YAML::Value << spec.elastic.min_hosts;
+  out << YAML::Key << "max_restarts" << YAML::Value << spec.elastic.max_restarts;
+  duration_value(out, "restart_window", spec.elastic.restart_window);
+  out << YAML::Key << "exclude_after" << YAML::Value << spec.elastic.exclude_after;
+  out << YAML::EndMap;
+
+  out << YAML::Key << "heartbeat" << YAML::Value << YAML::BeginMap;
+  duration_value(out, "interval", spec.heartbeat.interval);
+  duration_value(out, "timeout", spec.heartbeat.timeout);
+  duration_value(out, "hang_timeout", spec.heartbeat.hang_timeout);
+  out << YAML::EndMap;
+
+  out << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap;
+  string_value(out, "dir", spec.checkpoint.dir);
+  out << YAML::Key << "interval_steps" << YAML::Value << spec.checkpoint.interval_steps;
+  out << YAML::Key << "keep" << YAML::Value << spec.checkpoint.keep;
+  out << YAML::EndMap;
+
+  duration_value(out, "stop_grace", spec.stop_grace);
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace dtrain::spec
