@@ -1,14 +1,348 @@
-// Placeholder until the subcommand lands.
+// `dtrain status [RUN] [--json] [--events N]`: the runs under $DTRAIN_HOME, or one run in
+// detail. Reads state.json and events.jsonl only; never talks to the supervisor, so it works
+// the same during a run, after it, and after the supervisor died.
+
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <ctime>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "launcher/base/exit_code.h"
+#include "launcher/base/strings.h"
+#include "launcher/runlog/event_log.h"
+#include "launcher/runlog/json_access.h"
+#include "launcher/runlog/run_directory.h"
+#include "launcher/runlog/run_state.h"
 
 namespace dtrain::cli {
+namespace {
+
+using nlohmann::json;
+
+int exit_code_for(const Error& error) {
+  switch (error.kind) {
+    case ErrorKind::user: return to_int(ExitCode::usage);
+    case ErrorKind::infra: return to_int(ExitCode::infra);
+    case ErrorKind::internal: return to_int(ExitCode::internal);
+  }
+  return to_int(ExitCode::internal);
+}
+
+int64_t now_ms() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+/// "2026-11-29 23:41:02" in local time.
+std::string local_datetime(int64_t wall_ms) {
+  std::time_t seconds = static_cast<std::time_t>(wall_ms / 1000);
+  std::tm local{};
+  localtime_r(&seconds, &local);
+  char buffer[32];
+  std::strftime(buffer, sizeof buffer, "%Y-%m-%d %H:%M:%S", &local);
+  return buffer;
+}
+
+/// "5s", "1m05s", "2h03m", "3d04h": coarse enough to read at a glance.
+std::string human_duration(int64_t ms) {
+  long long s = std::max<int64_t>(0, ms) / 1000;
+  char buffer[32];
+  if (s < 60) std::snprintf(buffer, sizeof buffer, "%llds", s);
+  else if (s < 3600) std::snprintf(buffer, sizeof buffer, "%lldm%02llds", s / 60, s % 60);
+  else if (s < 86400) std::snprintf(buffer, sizeof buffer, "%lldh%02lldm", s / 3600, s / 60 % 60);
+  else std::snprintf(buffer, sizeof buffer, "%lldd%02lldh", s / 86400, s / 3600 % 24);
+  return buffer;
+}
+
+/// "0.4s", "12.0s", then human_duration: for heartbeat ages, where tenths matter.
+std::string short_age(int64_t ms) {
+  if (ms < 0) ms = 0;
+  if (ms >= 60'000) return human_duration(ms);
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.1fs", static_cast<double>(ms) / 1000.0);
+  return buffer;
+}
+
+/// "2026-11-29T23:41:02.120Z" → epoch ms; nullopt when it is not that shape.
+std::optional<int64_t> parse_timestamp_utc(const std::string& text) {
+  std::tm utc{};
+  int millis = 0;
+  if (std::sscanf(text.c_str(), "%d-%d-%dT%d:%d:%d.%dZ", &utc.tm_year, &utc.tm_mon, &utc.tm_mday,
+                  &utc.tm_hour, &utc.tm_min, &utc.tm_sec, &millis) != 7) {
+    return std::nullopt;
+  }
+  utc.tm_year -= 1900;
+  utc.tm_mon -= 1;
+  return static_cast<int64_t>(timegm(&utc)) * 1000 + millis;
+}
+
+/// A JSON value as a person reads it: strings bare (quoted if they hold spaces), null as "-".
+std::string plain(const json& value) {
+  if (value.is_null()) return "-";
+  if (value.is_string()) {
+    std::string text = value.get<std::string>();
+    return text.find_first_of(" \t\"") == std::string::npos && !text.empty() ? text : json_compact(value);
+  }
+  if (value.is_number_float()) {
+    char buffer[32];
+    std::snprintf(buffer, sizeof buffer, "%.4g", value.get<double>());
+    return buffer;
+  }
+  return json_compact(value);
+}
+
+/// "rank=2 host=localhost signal=SIGKILL": the fields that locate something first, then the
+/// rest in key order.
+std::string key_values(const json& object, const std::vector<std::string>& skip) {
+  static const std::vector<std::string> first = {"gen", "rank", "host", "local_rank", "pid"};
+  std::vector<std::string> parts;
+  for (const std::string& key : first) {
+    if (const json* value = json_member(object, key)) parts.push_back(key + "=" + plain(*value));
+  }
+  if (object.is_object()) {
+    for (auto it = object.begin(); it != object.end(); ++it) {
+      if (std::find(first.begin(), first.end(), it.key()) != first.end()) continue;
+      if (std::find(skip.begin(), skip.end(), it.key()) != skip.end()) continue;
+      parts.push_back(it.key() + "=" + plain(it.value()));
+    }
+  }
+  return join(parts, " ");
+}
+
+/// "23:41:02.120 worker.exit rank=2 host=localhost signal=SIGKILL"
+std::string compact_event(const json& event) {
+  std::string ts = json_string(event, "ts");
+  std::string when = ts;
+  if (std::optional<int64_t> ms = parse_timestamp_utc(ts)) {
+    std::time_t seconds = static_cast<std::time_t>(*ms / 1000);
+    std::tm local{};
+    localtime_r(&seconds, &local);
+    char buffer[32];
+    std::snprintf(buffer, sizeof buffer, "%02d:%02d:%02d.%03d", local.tm_hour, local.tm_min,
+                  local.tm_sec, static_cast<int>(*ms % 1000));
+    when = buffer;
+  }
+  std::string line = when + " " + json_string(event, "ev", "?");
+  std::string fields = key_values(event, {"ts", "ev"});
+  return fields.empty() ? line : line + " " + fields;
+}
+
+/// Left-aligned columns, two spaces apart; no trailing blanks.
+void print_table(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> widths;
+  for (const auto& row : rows) {
+    widths.resize(std::max(widths.size(), row.size()));
+    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+  }
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) line += std::string(widths[i] - row[i].size() + 2, ' ');
+    }
+    std::printf("%s\n", line.c_str());
+  }
+}
+
+std::string exit_text(const json& exit) {
+  if (!exit.is_object()) return "-";
+  if (std::optional<int64_t> code = json_int(exit, "code")) return "code " + std::to_string(*code);
+  if (std::string signal = json_string(exit, "signal"); !signal.empty()) return signal;
+  return json_compact(exit);
+}
+
+std::string opt_int(const json& object, const char* key) {
+  std::optional<int64_t> value = json_int(object, key);
+  return value ? std::to_string(*value) : "-";
+}
+
+int list_runs(bool as_json) {
+  Result<std::vector<RunSummary>> runs = RunDirectory::list_runs();
+  if (!runs) {
+    std::fprintf(stderr, "dtrain status: %s\n", runs.error().message.c_str());
+    return exit_code_for(runs.error());
+  }
+  int64_t now = now_ms();
+  if (as_json) {
+    json out = json::array();
+    for (const RunSummary& run : *runs) {
+      out.push_back({{"run_id", run.id},
+                     {"name", run.name},
+                     {"state", run.display_state},
+                     {"supervisor_alive", run.supervisor_alive},
+                     {"hosts", run.host_count},
+                     {"world_size", run.world_size},
+                     {"started_at_ms", run.started_at_ms},
+                     {"finished_at_ms", run.finished_at_ms ? json(*run.finished_at_ms) : json()},
+                     {"exit_code", run.exit_code ? json(*run.exit_code) : json()},
+                     {"path", run.path},
+                     {"problem", run.problem.empty() ? json() : json(run.problem)}});
+    }
+    std::printf("%s\n", out.dump(2, ' ', false, json::error_handler_t::replace).c_str());
+    return 0;
+  }
+  if (runs->empty()) {
+    std::printf("no runs in %s\n", runs_root().c_str());
+    return 0;
+  }
+  std::vector<std::vector<std::string>> rows = {
+      {"RUN ID", "NAME", "STATE", "HOSTS", "WORLD", "STARTED", "DURATION"}};
+  for (const RunSummary& run : *runs) {
+    // A run whose supervisor vanished has no end time: its duration is unknown, not growing.
+    std::string duration = "-";
+    if (run.finished_at_ms) duration = human_duration(*run.finished_at_ms - run.started_at_ms);
+    else if (run.supervisor_alive) duration = human_duration(now - run.started_at_ms);
+    rows.push_back({run.id, run.name.empty() ? "-" : run.name, run.display_state,
+                    std::to_string(run.host_count), std::to_string(run.world_size),
+                    local_datetime(run.started_at_ms), duration});
+  }
+  print_table(rows);
+  return 0;
+}
+
+void print_field(const char* label, const std::string& value) {
+  std::printf("%-12s %s\n", label, value.c_str());
+}
+
+void print_run_text(const RunDirectory& run, const json& state, bool alive,
+                    const std::vector<json>& events, const std::string& events_error) {
+  int64_t now = now_ms();
+  std::string recorded = json_string(state, "state", "unknown");
+  std::string shown = display_state(state, alive);
+  std::optional<int64_t> exit_code = json_int(state, "exit_code");
+  const json* supervisor = json_member(state, "supervisor");
+  if (shown == "supervisor gone") {
+    shown += " (last recorded state " + recorded + "; supervisor pid " +
+             (supervisor ? opt_int(*supervisor, "pid") : std::string("-")) +
+             " no longer runs, so the run ended without a final state)";
+  } else if (exit_code) {
+    shown += " (exit " + std::to_string(*exit_code) + ")";
+  }
+  print_field("run", run.id());
+  print_field("name", json_string(state, "name", "-"));
+  if (std::string tenant = json_string(state, "tenant"); !tenant.empty()) print_field("tenant", tenant);
+  print_field("state", shown);
+  std::optional<int64_t> submitted = json_int(state, "submitted_at_ms");
+  std::optional<int64_t> finished = json_int(state, "finished_at_ms");
+  if (submitted) {
+    std::string started = local_datetime(*submitted);
+    if (finished) started += " (ran " + human_duration(*finished - *submitted) + ")";
+    else if (alive) started += " (running for " + human_duration(now - *submitted) + ")";
+    print_field("started", started);
+  }
+  print_field("generation", opt_int(state, "generation") + " (restarts: " + opt_int(state, "restarts") + ")");
+  print_field("world size", opt_int(state, "world_size"));
+  std::vector<std::string> hosts;
+  if (const json* list = json_member(state, "hosts"); list && list->is_array()) {
+    for (const json& host : *list) {
+      hosts.push_back(json_string(host, "name", "?") + " (" + json_string(host, "state", "?") + ")");
+    }
+  }
+  print_field("hosts", hosts.empty() ? "-" : join(hosts, ", "));
+  std::vector<std::string> excluded;
+  if (const json* list = json_member(state, "excluded_hosts"); list && list->is_array()) {
+    for (const json& host : *list) excluded.push_back(plain(host));
+  }
+  if (!excluded.empty()) print_field("excluded", join(excluded, ", "));
+  if (const json* cause = json_member(state, "root_cause"); cause && cause->is_object()) {
+    std::string how = json_string(*cause, "signal");
+    how = how.empty() ? "exited with code " + opt_int(*cause, "code") : "killed by " + how;
+    print_field("root cause", "rank " + opt_int(*cause, "rank") + " on " + json_string(*cause, "host", "?") +
+                                  " (local rank " + opt_int(*cause, "local_rank") + ", pid " +
+                                  opt_int(*cause, "pid") + ") " + how);
+    if (std::string message = json_string(*cause, "message"); !message.empty()) print_field("", message);
+    if (std::string log = json_string(*cause, "log"); !log.empty()) print_field("", "log: " + log);
+  }
+  if (const json* recovery = json_member(state, "last_recovery"); recovery && recovery->is_object()) {
+    print_field("recovery", key_values(*recovery, {}));
+  }
+
+  // Heartbeat ages are measured against the end of the run once it has one.
+  int64_t age_reference = finished.value_or(alive ? now : json_int(state, "updated_at_ms").value_or(now));
+  if (const json* ranks = json_member(state, "ranks"); ranks && ranks->is_array() && !ranks->empty()) {
+    std::printf("\n");
+    std::vector<std::vector<std::string>> rows = {
+        {"RANK", "HOST", "LOCAL", "PID", "STATE", "BEAT AGE", "STEP", "LOSS", "EXIT"}};
+    for (const json& rank : *ranks) {
+      std::optional<int64_t> beat = json_int(rank, "last_beat_ms");
+      const json* loss = json_member(rank, "loss");
+      const json* exit = json_member(rank, "exit");
+      rows.push_back({opt_int(rank, "rank"), json_string(rank, "host", "-"), opt_int(rank, "local_rank"),
+                      opt_int(rank, "pid"), json_string(rank, "state", "-"),
+                      beat ? short_age(age_reference - *beat) : "-", opt_int(rank, "step"),
+                      loss ? plain(*loss) : "-", exit ? exit_text(*exit) : "-"});
+    }
+    print_table(rows);
+  }
+
+  if (!events.empty() || !events_error.empty()) {
+    std::printf("\nlast %zu events:\n", events.size());
+    for (const json& event : events) std::printf("  %s\n", compact_event(event).c_str());
+    if (!events_error.empty()) std::printf("  (event log: %s)\n", events_error.c_str());
+  }
+  std::printf("\n");
+  print_field("run dir", run.path());
+  print_field("events", run.events_path());
+  print_field("supervisor", run.supervisor_log_path());
+  print_field("rank logs", run.ranks_dir() + "/<rank>.log  (dtrain logs " + run.id() + ")");
+}
+
+int show_run(const std::string& id, bool as_json, int event_count) {
+  Result<RunDirectory> run = RunDirectory::open(id);
+  if (!run) {
+    std::fprintf(stderr, "dtrain status: %s\n", run.error().message.c_str());
+    return exit_code_for(run.error());
+  }
+  Result<json> state = read_state(*run);
+  if (!state) {
+    std::fprintf(stderr, "dtrain status: run %s: %s\n", run->id().c_str(), state.error().message.c_str());
+    return exit_code_for(state.error());
+  }
+  bool alive = supervisor_alive(*state);
+  std::vector<json> events;
+  std::string events_error;
+  if (event_count > 0) {
+    Result<std::vector<json>> all = read_events(run->events_path());
+    if (all) {
+      size_t keep = std::min(all->size(), static_cast<size_t>(event_count));
+      events.assign(all->end() - static_cast<std::ptrdiff_t>(keep), all->end());
+    } else {
+      events_error = all.error().message;
+    }
+  }
+  if (as_json) {
+    json out = {{"state", *state}, {"supervisor_alive", alive}, {"events", events}};
+    if (!events_error.empty()) out["events_error"] = events_error;
+    std::printf("%s\n", out.dump(2, ' ', false, json::error_handler_t::replace).c_str());
+    return 0;
+  }
+  print_run_text(*run, *state, alive, events, events_error);
+  return 0;
+}
+
+}  // namespace
 
 void add_status_command(CLI::App& app, CommandContext& context) {
-  app.add_subcommand("status", "(not implemented yet)")->callback([&context] {
-    std::fprintf(stderr, "dtrain status: not implemented yet\n");
-    context.exit_code = 70;
+  struct Options {
+    std::string run;
+    bool json = false;
+    int events = 10;
+  };
+  auto options = std::make_shared<Options>();
+  CLI::App* command = app.add_subcommand(
+      "status", "List runs, or show one run: state, ranks, root cause, recent events");
+  command->add_option("run", options->run, "Run id or a unique prefix of one (omit to list all runs)");
+  command->add_flag("--json", options->json, "Print JSON: {state, supervisor_alive, events} for a run, an array of runs otherwise");
+  command->add_option("--events", options->events, "How many recent events to show for a run (default 10)")
+      ->check(CLI::NonNegativeNumber);
+  command->callback([options, &context] {
+    context.exit_code = options->run.empty() ? list_runs(options->json)
+                                             : show_run(options->run, options->json, options->events);
   });
 }
 

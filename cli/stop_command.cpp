@@ -1,15 +1,140 @@
-// Placeholder until the subcommand lands.
+// `dtrain stop RUN [--timeout 60s]`: asks the run's supervisor (over ctl.sock) to stop the run
+// the way Ctrl-C would, then waits for state.json to say it has ended.
+
+#include <chrono>
 #include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "launcher/base/duration.h"
+#include "launcher/base/exit_code.h"
+#include "launcher/runlog/control_client.h"
+#include "launcher/runlog/json_access.h"
+#include "launcher/runlog/run_directory.h"
+#include "launcher/runlog/run_state.h"
 
 namespace dtrain::cli {
+namespace {
+
+using nlohmann::json;
+
+constexpr auto kPollInterval = std::chrono::milliseconds(100);
+
+int exit_code_for(const Error& error) {
+  switch (error.kind) {
+    case ErrorKind::user: return to_int(ExitCode::usage);
+    case ErrorKind::infra: return to_int(ExitCode::infra);
+    case ErrorKind::internal: return to_int(ExitCode::internal);
+  }
+  return to_int(ExitCode::internal);
+}
+
+std::string state_and_exit(const json& state) {
+  std::string text = "state " + json_string(state, "state", "unknown");
+  if (std::optional<int64_t> code = json_int(state, "exit_code")) text += ", exit " + std::to_string(*code);
+  return text;
+}
+
+std::string supervisor_pid(const json& state) {
+  const json* supervisor = json_member(state, "supervisor");
+  std::optional<int64_t> pid = supervisor ? json_int(*supervisor, "pid") : std::nullopt;
+  return pid ? std::to_string(*pid) : "?";
+}
+
+/// Exit 0 with a message when the run is over already (or nobody is left to stop it).
+std::optional<int> report_if_ended(const RunDirectory& run, const json& state) {
+  if (is_terminal_state(json_string(state, "state"))) {
+    std::printf("run %s already ended (%s)\n", run.id().c_str(), state_and_exit(state).c_str());
+    return 0;
+  }
+  if (!supervisor_alive(state)) {
+    std::printf("run %s has no supervisor any more (pid %s is gone; last recorded state %s); "
+                "nothing to stop\n",
+                run.id().c_str(), supervisor_pid(state).c_str(), json_string(state, "state", "unknown").c_str());
+    return 0;
+  }
+  return std::nullopt;
+}
+
+int stop_run(const std::string& id, const std::string& timeout_text) {
+  Result<Millis> timeout = parse_duration(timeout_text);
+  if (!timeout) {
+    std::fprintf(stderr, "dtrain stop: --timeout: %s\n", timeout.error().message.c_str());
+    return to_int(ExitCode::usage);
+  }
+  Result<RunDirectory> run = RunDirectory::open(id);
+  if (!run) {
+    std::fprintf(stderr, "dtrain stop: %s\n", run.error().message.c_str());
+    return exit_code_for(run.error());
+  }
+  Result<json> state = read_state(*run);
+  if (!state) {
+    std::fprintf(stderr, "dtrain stop: run %s: %s\n", run->id().c_str(), state.error().message.c_str());
+    return exit_code_for(state.error());
+  }
+  if (std::optional<int> ended = report_if_ended(*run, *state)) return *ended;
+
+  const auto deadline = std::chrono::steady_clock::now() + *timeout;
+  Millis request_timeout = std::min<Millis>(*timeout, Millis(10'000));
+  Result<json> reply = send_control(*run, {{"type", "stop"}}, request_timeout);
+  if (!reply) {
+    // The run may have ended between reading its state and connecting.
+    if (Result<json> again = read_state(*run); again) {
+      if (std::optional<int> ended = report_if_ended(*run, *again)) return *ended;
+    }
+    std::fprintf(stderr,
+                 "dtrain stop: run %s: %s\n  its supervisor (pid %s) still runs; stop it with "
+                 "`kill -TERM %s`, which dtrain handles like `dtrain stop`\n",
+                 run->id().c_str(), reply.error().message.c_str(), supervisor_pid(*state).c_str(),
+                 supervisor_pid(*state).c_str());
+    return exit_code_for(reply.error());
+  }
+  std::fprintf(stderr, "stopping %s ...\n", run->id().c_str());
+
+  std::string last_state = json_string(*state, "state", "unknown");
+  for (;;) {
+    Result<json> now = read_state(*run);
+    if (now) {
+      last_state = json_string(*now, "state", "unknown");
+      if (is_terminal_state(last_state)) {
+        std::printf("stopped %s (%s)\n", run->id().c_str(), state_and_exit(*now).c_str());
+        return 0;
+      }
+      if (!supervisor_alive(*now)) {
+        std::fprintf(stderr, "dtrain stop: run %s: the supervisor (pid %s) exited without recording a final state "
+                             "(last state %s); see %s\n",
+                     run->id().c_str(), supervisor_pid(*now).c_str(), last_state.c_str(),
+                     run->supervisor_log_path().c_str());
+        return to_int(ExitCode::infra);
+      }
+    }
+    if (std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(kPollInterval);
+  }
+  std::fprintf(stderr,
+               "dtrain stop: run %s is still in state %s after %s; wait longer with `dtrain stop %s "
+               "--timeout 5m`, or end it with `kill -KILL %s` (its agents then kill their workers)\n",
+               run->id().c_str(), last_state.c_str(), timeout_text.c_str(), run->id().c_str(),
+               supervisor_pid(*state).c_str());
+  return to_int(ExitCode::infra);
+}
+
+}  // namespace
 
 void add_stop_command(CLI::App& app, CommandContext& context) {
-  app.add_subcommand("stop", "(not implemented yet)")->callback([&context] {
-    std::fprintf(stderr, "dtrain stop: not implemented yet\n");
-    context.exit_code = 70;
-  });
+  struct Options {
+    std::string run;
+    std::string timeout = "60s";
+  };
+  auto options = std::make_shared<Options>();
+  CLI::App* command = app.add_subcommand("stop", "Stop a run (like Ctrl-C on `dtrain submit`) and wait until it has ended");
+  command->add_option("run", options->run, "Run id or a unique prefix of one")->required();
+  command->add_option("--timeout", options->timeout, "How long to wait for the run to end (default 60s)");
+  command->callback([options, &context] { context.exit_code = stop_run(options->run, options->timeout); });
 }
 
 }  // namespace dtrain::cli

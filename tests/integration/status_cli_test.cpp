@@ -1,0 +1,407 @@
+// Runs the real `dtrain status/logs/stop` against run directories this test fabricates, the way
+// a supervisor would leave them: running, finished, and with a supervisor that died.
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <fcntl.h>
+#include <filesystem>
+#include <poll.h>
+#include <string>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "launcher/base/fd.h"
+#include "launcher/runlog/event_log.h"
+#include "launcher/runlog/rank_logs.h"
+#include "launcher/runlog/run_directory.h"
+#include "launcher/runlog/run_state.h"
+
+using namespace dtrain;
+using nlohmann::json;
+using SteadyClock = std::chrono::steady_clock;
+
+namespace {
+
+const int64_t kSubmitted = 1'795'995'662'000;  // 2026-11-29T23:41:02Z
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// A private $DTRAIN_HOME (inherited by the dtrain processes) and a fixed time zone, so local
+// times print predictably.
+struct TempHome {
+  std::string path;
+  TempHome() {
+    char pattern[] = "/tmp/dtrain-status-cli-XXXXXX";
+    path = ::mkdtemp(pattern);
+    ::setenv("DTRAIN_HOME", path.c_str(), 1);
+    ::setenv("TZ", "UTC", 1);
+  }
+  ~TempHome() {
+    ::unsetenv("DTRAIN_HOME");
+    std::error_code ignored;
+    std::filesystem::remove_all(path, ignored);
+  }
+};
+
+// One `dtrain` process with its output captured; killed and reaped if still running at the end.
+class Dtrain {
+ public:
+  explicit Dtrain(const std::vector<std::string>& args) {
+    Result<Pipe> out = make_pipe();
+    Result<Pipe> err = make_pipe();
+    REQUIRE((out.ok() && err.ok()));
+    // Built before fork: the child of a threaded process may only make async-signal-safe calls.
+    std::string exe = DTRAIN_EXE;
+    std::vector<std::string> copies = args;
+    std::vector<char*> argv = {exe.data()};
+    for (std::string& arg : copies) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    pid_ = ::fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      ::dup2(out->write_end.get(), 1);
+      ::dup2(err->write_end.get(), 2);
+      ::execv(exe.c_str(), argv.data());
+      ::_exit(127);
+    }
+    out_ = std::move(out->read_end);
+    err_ = std::move(err->read_end);
+  }
+  ~Dtrain() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+
+  /// Reads output until `part` appears on stdout or `seconds` pass; true if it appeared.
+  bool wait_for_output(const std::string& part, int seconds) {
+    const auto deadline = SteadyClock::now() + std::chrono::seconds(seconds);
+    while (!contains(out, part)) {
+      if (!read_some_output(deadline)) return contains(out, part);
+    }
+    return true;
+  }
+
+  /// Reads everything until the process exits; returns its exit code (-1 on timeout: killed).
+  int finish(int seconds = 20) {
+    const auto deadline = SteadyClock::now() + std::chrono::seconds(seconds);
+    while (read_some_output(deadline)) {
+    }
+    if (out_.valid() || err_.valid()) return -1;  // timed out; the destructor kills it
+    int status = 0;
+    REQUIRE(::waitpid(pid_, &status, 0) == pid_);
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+
+  std::string out;
+  std::string err;
+
+ private:
+  // One poll round; false once both pipes are at EOF or the deadline has passed.
+  bool read_some_output(SteadyClock::time_point deadline) {
+    if (!out_.valid() && !err_.valid()) return false;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now()).count();
+    if (left <= 0) return false;
+    pollfd fds[2] = {{out_.get(), POLLIN, 0}, {err_.get(), POLLIN, 0}};
+    if (::poll(fds, 2, static_cast<int>(left)) <= 0) return SteadyClock::now() < deadline;
+    UniqueFd* ends[2] = {&out_, &err_};
+    std::string* sinks[2] = {&out, &err};
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP))) continue;
+      Result<size_t> got = read_some(ends[i]->get(), *sinks[i]);
+      if (!got || *got == 0) ends[i]->reset();
+    }
+    return true;
+  }
+
+  pid_t pid_ = -1;
+  UniqueFd out_;
+  UniqueFd err_;
+};
+
+struct Outcome {
+  int code;
+  std::string out;
+  std::string err;
+};
+
+Outcome run_dtrain(const std::vector<std::string>& args) {
+  Dtrain process(args);
+  int code = process.finish();
+  return {code, process.out, process.err};
+}
+
+std::string this_host() {
+  char name[256] = {};
+  ::gethostname(name, sizeof name - 1);
+  return name;
+}
+
+pid_t dead_pid() {
+  pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  REQUIRE(child > 0);
+  REQUIRE(::waitpid(child, nullptr, 0) == child);
+  return child;
+}
+
+// state.json as the supervisor writes it; `supervisor_pid` is this test process unless told.
+json make_state(const std::string& id, const std::string& state, pid_t supervisor_pid) {
+  int64_t ticks = supervisor_pid == ::getpid() ? current_process_start_ticks() : 12345;
+  bool ended = is_terminal_state(state);
+  json ranks = json::array();
+  for (int rank = 0; rank < 4; ++rank) {
+    ranks.push_back({{"rank", rank}, {"host", rank < 2 ? "localhost" : "node2"}, {"local_rank", rank % 2},
+                     {"pid", 4000 + rank}, {"state", ended ? "exited" : "running"},
+                     {"last_beat_ms", kSubmitted + 60'000}, {"step", 40}, {"loss", 0.25},
+                     {"exit", ended ? json{{"code", 0}} : json()}});
+  }
+  return {{"version", 1},
+          {"run_id", id},
+          {"name", id.substr(0, id.find('-'))},
+          {"tenant", nullptr},
+          {"state", state},
+          {"exit_code", state == "succeeded" ? json(0) : state == "failed" ? json(1) : json()},
+          {"generation", 0},
+          {"world_size", 4},
+          {"restarts", 0},
+          {"hosts", {{{"name", "localhost"}, {"state", "connected"}}, {{"name", "node2"}, {"state", "connected"}}}},
+          {"excluded_hosts", json::array()},
+          {"supervisor", {{"pid", supervisor_pid}, {"hostname", this_host()}, {"started_at_ms", kSubmitted},
+                          {"proc_start_ticks", ticks}}},
+          {"submitted_at_ms", kSubmitted},
+          {"finished_at_ms", ended ? json(kSubmitted + 65'000) : json()},
+          {"updated_at_ms", kSubmitted + 61'000},
+          {"ranks", ranks},
+          {"last_recovery", nullptr},
+          {"root_cause", nullptr},
+          {"spec_path", "/dev/null"},
+          {"detached", false}};
+}
+
+RunDirectory make_run(const std::string& id, const json& state) {
+  Result<RunDirectory> run = RunDirectory::create(id);
+  REQUIRE(run.ok());
+  REQUIRE(write_state(*run, state).ok());
+  Result<EventLog> events = EventLog::create(run->events_path(), id, kSubmitted);
+  REQUIRE(events.ok());
+  REQUIRE(events->append({{"ev", "run.submitted"}, {"name", "x"}}, kSubmitted).ok());
+  REQUIRE(events->append({{"ev", "worker.exit"}, {"rank", 2}, {"host", "localhost"}, {"signal", "SIGKILL"}},
+                         kSubmitted + 120).ok());
+  return *run;
+}
+
+void append_in_place(const std::string& path, const std::string& text) {
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+  REQUIRE(fd.valid());
+  REQUIRE(write_all(fd.get(), text).ok());
+}
+
+}  // namespace
+
+TEST_CASE("status with no runs says where it looked") {
+  TempHome home;
+  Outcome result = run_dtrain({"status"});
+  CHECK(result.code == 0);
+  CHECK(contains(result.out, "no runs in " + home.path + "/runs"));
+}
+
+TEST_CASE("status lists runs oldest first, with 'supervisor gone' for a dead supervisor") {
+  TempHome home;
+  json finished = make_state("done-20261129-234102-0001", "succeeded", dead_pid());
+  finished["submitted_at_ms"] = kSubmitted - 1000;
+  make_run("done-20261129-234102-0001", finished);
+  make_run("live-20261129-234102-0002", make_state("live-20261129-234102-0002", "running", ::getpid()));
+  make_run("gone-20261129-234102-0003", make_state("gone-20261129-234102-0003", "running", dead_pid()));
+
+  Outcome result = run_dtrain({"status"});
+  INFO(result.out, result.err);
+  REQUIRE(result.code == 0);
+  CHECK(contains(result.out, "RUN ID"));
+  CHECK(contains(result.out, "STARTED"));
+  CHECK(result.out.find("done-") < result.out.find("live-"));
+  std::string gone_line = result.out.substr(result.out.find("gone-"));
+  gone_line = gone_line.substr(0, gone_line.find('\n'));
+  CHECK(contains(gone_line, "supervisor gone"));
+  CHECK(contains(gone_line, "2026-11-29 23:41:02"));
+  std::string live_line = result.out.substr(result.out.find("live-"));
+  CHECK(contains(live_line.substr(0, live_line.find('\n')), "running"));
+  std::string done_line = result.out.substr(result.out.find("done-"));
+  done_line = done_line.substr(0, done_line.find('\n'));
+  CHECK(contains(done_line, "succeeded"));
+  CHECK(contains(done_line, "1m06s"));
+}
+
+TEST_CASE("status RUN shows the root cause, the ranks and recent events in compact form") {
+  TempHome home;
+  json state = make_state("train-20261129-234102-abcd", "failed", dead_pid());
+  state["root_cause"] = {{"host", "localhost"}, {"rank", 2}, {"local_rank", 0}, {"pid", 4002},
+                         {"signal", "SIGKILL"}, {"log", "/runs/x/ranks/2.log"}, {"message", "worker killed"}};
+  state["ranks"][2]["exit"] = {{"signal", "SIGKILL"}};
+  make_run("train-20261129-234102-abcd", state);
+
+  Outcome result = run_dtrain({"status", "train-2026"});  // a unique prefix
+  INFO(result.out, result.err);
+  REQUIRE(result.code == 0);
+  CHECK(contains(result.out, "failed (exit 1)"));
+  CHECK(contains(result.out, "rank 2 on localhost (local rank 0, pid 4002) killed by SIGKILL"));
+  CHECK(contains(result.out, "RANK  HOST"));
+  CHECK(contains(result.out, "BEAT AGE"));
+  CHECK(contains(result.out, "SIGKILL"));
+  CHECK(contains(result.out, "23:41:02.120 worker.exit rank=2 host=localhost signal=SIGKILL"));
+  CHECK(contains(result.out, home.path + "/runs/train-20261129-234102-abcd/events.jsonl"));
+
+  Outcome one_event = run_dtrain({"status", "train", "--json", "--events", "1"});
+  REQUIRE(one_event.code == 0);
+  json parsed = json::parse(one_event.out, nullptr, false);
+  REQUIRE(parsed.is_object());
+  CHECK(parsed["supervisor_alive"] == false);
+  CHECK(parsed["state"]["state"] == "failed");
+  REQUIRE(parsed["events"].size() == 1);
+  CHECK(parsed["events"][0]["ev"] == "worker.exit");
+}
+
+TEST_CASE("an unknown or ambiguous run is a usage error that says what to do") {
+  TempHome home;
+  make_run("a-20261129-234102-0001", make_state("a-20261129-234102-0001", "succeeded", dead_pid()));
+  make_run("a-20261129-234102-0002", make_state("a-20261129-234102-0002", "succeeded", dead_pid()));
+
+  Outcome missing = run_dtrain({"status", "zzz"});
+  CHECK(missing.code == 2);
+  CHECK(contains(missing.err, "no run 'zzz'"));
+  CHECK(contains(missing.err, "`dtrain status` lists runs"));
+
+  Outcome ambiguous = run_dtrain({"logs", "a-2026"});
+  CHECK(ambiguous.code == 2);
+  CHECK(contains(ambiguous.err, "a-20261129-234102-0001"));
+  CHECK(contains(ambiguous.err, "a-20261129-234102-0002"));
+}
+
+TEST_CASE("logs prints every rank with a prefix, filtered by rank, host and tail") {
+  TempHome home;
+  RunDirectory run = make_run("logs-20261129-234102-0001",
+                              make_state("logs-20261129-234102-0001", "succeeded", dead_pid()));
+  RankLogs logs(run.ranks_dir());
+  for (int rank = 0; rank < 4; ++rank) {
+    REQUIRE(logs.append(rank, 0, "hello from " + std::to_string(rank) + "\nstep 1\n", kSubmitted).ok());
+  }
+
+  Outcome all = run_dtrain({"logs", "logs"});
+  INFO(all.out, all.err);
+  REQUIRE(all.code == 0);
+  CHECK(contains(all.out, "[rank 0] === dtrain generation 0 (2026-11-29T23:41:02.000Z) ===\n[rank 0] hello from 0\n"));
+  CHECK(all.out.find("[rank 1] hello from 1") < all.out.find("[rank 3] hello from 3"));
+
+  Outcome rank = run_dtrain({"logs", "logs", "--rank", "2"});
+  CHECK(rank.out == "[rank 2] === dtrain generation 0 (2026-11-29T23:41:02.000Z) ===\n"
+                    "[rank 2] hello from 2\n[rank 2] step 1\n");
+
+  Outcome host = run_dtrain({"logs", "logs", "--host", "node2", "--tail", "1"});
+  CHECK(host.out == "[rank 2] step 1\n[rank 3] step 1\n");
+
+  Outcome bad_host = run_dtrain({"logs", "logs", "--host", "node3"});
+  CHECK(bad_host.code == 2);
+  CHECK(contains(bad_host.err, "did you mean 'node2'?"));
+}
+
+TEST_CASE("logs --follow streams new lines and new ranks, and ends with the run") {
+  TempHome home;
+  const std::string id = "follow-20261129-234102-0001";
+  json state = make_state(id, "running", ::getpid());
+  RunDirectory run = make_run(id, state);
+  append_in_place(run.rank_log_path(0), "early line\n");
+
+  Dtrain follow({"logs", id, "--follow"});
+  REQUIRE(follow.wait_for_output("[rank 0] early line\n", 20));
+  append_in_place(run.rank_log_path(0), "later line\n");
+  REQUIRE(follow.wait_for_output("[rank 0] later line\n", 20));
+  append_in_place(run.rank_log_path(3), "rank three appears\n");
+  REQUIRE(follow.wait_for_output("[rank 3] rank three appears\n", 20));
+
+  append_in_place(run.rank_log_path(0), "last words, no newline");
+  state["state"] = "succeeded";
+  state["exit_code"] = 0;
+  REQUIRE(write_state(run, state).ok());
+  int code = follow.finish();
+  INFO(follow.out, follow.err);
+  CHECK(code == 0);
+  CHECK(contains(follow.out, "[rank 0] last words, no newline\n"));
+  CHECK(contains(follow.err, "ended (state succeeded)"));
+}
+
+TEST_CASE("logs --follow stops when the supervisor is gone") {
+  TempHome home;
+  const std::string id = "orphan-20261129-234102-0001";
+  RunDirectory run = make_run(id, make_state(id, "running", dead_pid()));
+  append_in_place(run.rank_log_path(1), "only line\n");
+  Outcome result = run_dtrain({"logs", id, "-f"});
+  CHECK(result.code == 0);
+  CHECK(result.out == "[rank 1] only line\n");
+  CHECK(contains(result.err, "supervisor"));
+}
+
+TEST_CASE("stop asks the supervisor over ctl.sock and waits for the final state") {
+  TempHome home;
+  const std::string id = "stopme-20261129-234102-0001";
+  json state = make_state(id, "running", ::getpid());
+  RunDirectory run = make_run(id, state);
+
+  // A stand-in supervisor: answers one stop request, then records the stopped state.
+  std::string socket_dir = home.path + "/rt";
+  REQUIRE(::mkdir(socket_dir.c_str(), 0700) == 0);
+  std::string socket_path = socket_dir + "/ctl.sock";
+  UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::copy(socket_path.begin(), socket_path.end(), address.sun_path);
+  REQUIRE(::bind(listener.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+  REQUIRE(::listen(listener.get(), 1) == 0);
+  REQUIRE(::symlink(socket_path.c_str(), run.ctl_link_path().c_str()) == 0);
+  std::string request;
+  std::thread supervisor([&] {
+    UniqueFd connection(::accept(listener.get(), nullptr, nullptr));
+    if (!connection.valid()) return;
+    while (request.find('\n') == std::string::npos) {
+      Result<size_t> got = read_some(connection.get(), request);
+      if (!got || *got == 0) break;
+    }
+    (void)write_all(connection.get(), "{\"type\":\"ok\",\"state\":\"stopping\"}\n");
+    json stopped = state;
+    stopped["state"] = "stopped";
+    stopped["exit_code"] = 130;
+    (void)write_state(run, stopped);
+  });
+  Outcome result = run_dtrain({"stop", "stopme", "--timeout", "20s"});
+  ::shutdown(listener.get(), SHUT_RDWR);  // frees accept() should dtrain never have connected
+  supervisor.join();
+  INFO(result.out, result.err);
+  CHECK(result.code == 0);
+  CHECK(request == "{\"type\":\"stop\"}\n");
+  CHECK(contains(result.out, "stopped " + id + " (state stopped, exit 130)"));
+
+  Outcome again = run_dtrain({"stop", "stopme"});
+  CHECK(again.code == 0);
+  CHECK(contains(again.out, "already ended (state stopped, exit 130)"));
+}
+
+TEST_CASE("stop without a control socket while the supervisor lives says how to stop it") {
+  TempHome home;
+  const std::string id = "nosock-20261129-234102-0001";
+  make_run(id, make_state(id, "running", ::getpid()));
+  Outcome result = run_dtrain({"stop", id, "--timeout", "2s"});
+  CHECK(result.code == 3);
+  CHECK(contains(result.err, "ctl.sock"));
+  CHECK(contains(result.err, "kill -TERM " + std::to_string(::getpid())));
+}

@@ -1,0 +1,185 @@
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "launcher/base/fd.h"
+#include "launcher/runlog/run_directory.h"
+#include "launcher/runlog/run_state.h"
+
+using namespace dtrain;
+
+namespace {
+
+// A private $DTRAIN_HOME for one test, removed afterwards.
+struct TempHome {
+  std::string path;
+  TempHome() {
+    char pattern[] = "/tmp/dtrain-runlog-test-XXXXXX";
+    path = ::mkdtemp(pattern);
+    ::setenv("DTRAIN_HOME", (path + "/home").c_str(), 1);
+  }
+  ~TempHome() {
+    ::unsetenv("DTRAIN_HOME");
+    std::error_code ignored;
+    std::filesystem::remove_all(path, ignored);
+  }
+};
+
+int mode_of(const std::string& path) {
+  struct stat info{};
+  REQUIRE(::stat(path.c_str(), &info) == 0);
+  return static_cast<int>(info.st_mode & 07777);
+}
+
+}  // namespace
+
+TEST_CASE("run ids carry a sanitised name, the UTC time and 4 random hex digits") {
+  // 2026-11-29 23:41:02.500 UTC
+  const int64_t wall_ms = 1'795'995'662'500;
+  std::string id = make_run_id("my job/v2", wall_ms);
+  CHECK(id.rfind("my-job-v2-20261129-234102-", 0) == 0);
+  REQUIRE(id.size() == std::string("my-job-v2-20261129-234102-").size() + 4);
+  CHECK(id.substr(id.size() - 4).find_first_not_of("0123456789abcdef") == std::string::npos);
+
+  CHECK(make_run_id("", wall_ms).rfind("job-20261129-", 0) == 0);
+  // "/" and leading dots never survive: no escaping runs/, no hidden directories.
+  CHECK(make_run_id("../..", wall_ms).rfind("job-20261129-", 0) == 0);
+  CHECK(make_run_id(".hidden/x", wall_ms).rfind("hidden-x-", 0) == 0);
+  std::string long_id = make_run_id(std::string(100, 'a'), wall_ms);
+  CHECK(long_id.rfind(std::string(40, 'a') + "-2026", 0) == 0);
+}
+
+TEST_CASE("short ids are 8 hex digits, stable and distinct") {
+  std::string a = short_id("train-20261129-234102-1a2b");
+  CHECK(a.size() == 8);
+  CHECK(a.find_first_not_of("0123456789abcdef") == std::string::npos);
+  CHECK(short_id("train-20261129-234102-1a2b") == a);
+  CHECK(short_id("train-20261129-234102-1a2c") != a);
+}
+
+TEST_CASE("dtrain_home follows DTRAIN_HOME, then XDG_STATE_HOME, then HOME") {
+  std::string saved_xdg = std::getenv("XDG_STATE_HOME") ? std::getenv("XDG_STATE_HOME") : "";
+  ::setenv("DTRAIN_HOME", "/x/dtrain-home", 1);
+  CHECK(dtrain_home() == "/x/dtrain-home");
+  CHECK(runs_root() == "/x/dtrain-home/runs");
+  ::unsetenv("DTRAIN_HOME");
+  ::setenv("XDG_STATE_HOME", "/x/state", 1);
+  CHECK(dtrain_home() == "/x/state/dtrain");
+  ::unsetenv("XDG_STATE_HOME");
+  if (const char* home = std::getenv("HOME"); home && *home) {
+    CHECK(dtrain_home() == std::string(home) + "/.local/state/dtrain");
+  }
+  if (!saved_xdg.empty()) ::setenv("XDG_STATE_HOME", saved_xdg.c_str(), 1);
+}
+
+TEST_CASE("create makes the run directory and its parents private, with ranks/ and hosts/") {
+  TempHome home;
+  Result<RunDirectory> run = RunDirectory::create("train-20261129-234102-1a2b");
+  REQUIRE(run.ok());
+  CHECK(run->path() == home.path + "/home/runs/train-20261129-234102-1a2b");
+  CHECK(mode_of(home.path + "/home") == 0700);
+  CHECK(mode_of(home.path + "/home/runs") == 0700);
+  CHECK(mode_of(run->path()) == 0700);
+  CHECK(mode_of(run->ranks_dir()) == 0700);
+  CHECK(mode_of(run->hosts_dir()) == 0700);
+  CHECK(run->rank_log_path(3) == run->path() + "/ranks/3.log");
+  CHECK(run->host_facts_path("gpu/01") == run->path() + "/hosts/gpu_01.json");
+  CHECK(run->plan_path(2) == run->path() + "/plan-2.json");
+  CHECK(run->runtime_dir() == "/tmp/dtrain-" + std::to_string(::getuid()) + "/" +
+                                  short_id("train-20261129-234102-1a2b"));
+  CHECK(run->ctl_link_path().size() > 0);
+  // A second create of the same id must not reuse another run's directory.
+  CHECK_FALSE(RunDirectory::create("train-20261129-234102-1a2b").ok());
+  CHECK_FALSE(RunDirectory::create("../escape").ok());
+}
+
+TEST_CASE("open finds a run by exact id or unique prefix and explains the rest") {
+  TempHome home;
+  REQUIRE(RunDirectory::create("train-20261129-234102-1a2b").ok());
+  REQUIRE(RunDirectory::create("train-20261129-234102-9f9f").ok());
+  REQUIRE(RunDirectory::create("eval-20261130-010101-0000").ok());
+
+  CHECK(RunDirectory::open("eval-20261130-010101-0000")->id() == "eval-20261130-010101-0000");
+  CHECK(RunDirectory::open("ev")->id() == "eval-20261130-010101-0000");
+  CHECK(RunDirectory::open("train-20261129-234102-9")->id() == "train-20261129-234102-9f9f");
+
+  Result<RunDirectory> ambiguous = RunDirectory::open("train");
+  REQUIRE_FALSE(ambiguous.ok());
+  CHECK(ambiguous.error().kind == ErrorKind::user);
+  CHECK(ambiguous.error().message.find("ambiguous") != std::string::npos);
+  CHECK(ambiguous.error().message.find("train-20261129-234102-1a2b") != std::string::npos);
+  CHECK(ambiguous.error().message.find("train-20261129-234102-9f9f") != std::string::npos);
+
+  Result<RunDirectory> missing = RunDirectory::open("nosuch");
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.error().kind == ErrorKind::user);
+  CHECK(missing.error().message.find("no run 'nosuch' in " + runs_root()) != std::string::npos);
+  CHECK(missing.error().message.find("dtrain status") != std::string::npos);
+
+  CHECK_FALSE(RunDirectory::open("").ok());
+  CHECK_FALSE(RunDirectory::open("../home").ok());
+}
+
+TEST_CASE("list_runs sorts by start time and shows a broken state.json as unknown") {
+  TempHome home;
+  CHECK(RunDirectory::list_runs()->empty());  // no runs directory at all yet
+
+  Result<RunDirectory> late = RunDirectory::create("b-late");
+  Result<RunDirectory> early = RunDirectory::create("a-early");
+  Result<RunDirectory> broken = RunDirectory::create("c-broken");
+  REQUIRE((late.ok() && early.ok() && broken.ok()));
+  nlohmann::json state = {{"run_id", "b-late"},   {"name", "late"},        {"state", "succeeded"},
+                          {"exit_code", 0},       {"world_size", 4},       {"submitted_at_ms", 2000},
+                          {"finished_at_ms", 5000}, {"hosts", {{{"name", "a"}}, {{"name", "b"}}}}};
+  REQUIRE(write_state(*late, state).ok());
+  state["run_id"] = "a-early";
+  state["submitted_at_ms"] = 1000;
+  REQUIRE(write_state(*early, state).ok());
+  REQUIRE(write_file_atomic(broken->state_path(), "{not json").ok());
+
+  Result<std::vector<RunSummary>> runs = RunDirectory::list_runs();
+  REQUIRE(runs.ok());
+  REQUIRE(runs->size() == 3);
+  CHECK((*runs)[0].id == "a-early");
+  CHECK((*runs)[1].id == "b-late");
+  CHECK((*runs)[1].display_state == "succeeded");
+  CHECK((*runs)[1].host_count == 2);
+  CHECK((*runs)[1].world_size == 4);
+  CHECK((*runs)[1].finished_at_ms == 5000);
+  CHECK((*runs)[2].id == "c-broken");  // started "now" (directory mtime): last
+  CHECK((*runs)[2].display_state == "unknown");
+  CHECK((*runs)[2].problem.find("state.json") != std::string::npos);
+}
+
+TEST_CASE("the runtime directory is private and ctl.sock links into it") {
+  TempHome home;
+  // A unique run id keeps parallel test runs from sharing a runtime directory.
+  std::string id = "rt-" + std::to_string(::getpid()) + "-" + std::to_string(reinterpret_cast<uintptr_t>(&home));
+  Result<RunDirectory> run = RunDirectory::create(id);
+  REQUIRE(run.ok());
+  Result<std::string> runtime = run->create_runtime_dir();
+  REQUIRE(runtime.ok());
+  CHECK(*runtime == run->runtime_dir());
+  CHECK(mode_of(*runtime) == 0700);
+  CHECK(run->create_runtime_dir().ok());  // idempotent
+
+  REQUIRE(run->link_control_socket(*runtime + "/ctl.sock").ok());
+  REQUIRE(run->link_control_socket(*runtime + "/ctl.sock").ok());  // replaces a stale link
+  char target[256] = {};
+  REQUIRE(::readlink(run->ctl_link_path().c_str(), target, sizeof target - 1) > 0);
+  CHECK(std::string(target) == *runtime + "/ctl.sock");
+  run->unlink_control_socket();
+  CHECK(::access(run->ctl_link_path().c_str(), F_OK) != 0);
+  ::rmdir(runtime->c_str());
+
+  // Someone else's (here: a too-open) directory is refused rather than used.
+  REQUIRE(::mkdir(runtime->c_str(), 0777) == 0);
+  ::chmod(runtime->c_str(), 0777);
+  Result<std::string> open_dir = run->create_runtime_dir();
+  CHECK_FALSE(open_dir.ok());
+  ::rmdir(runtime->c_str());
+}
