@@ -8,10 +8,9 @@
 
 namespace dtrain::run {
 
-Result<ControlSocket> ControlSocket::open(const std::string& runtime_dir, const std::string& link_path) {
+Result<ControlSocket> ControlSocket::open(const std::string& socket_path) {
   ControlSocket control;
-  control.socket_path_ = runtime_dir + "/ctl.sock";
-  control.link_path_ = link_path;
+  control.socket_path_ = socket_path;
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
   if (control.socket_path_.size() >= sizeof address.sun_path) {
@@ -26,10 +25,6 @@ Result<ControlSocket> ControlSocket::open(const std::string& runtime_dir, const 
       ::listen(control.listener_.get(), 8) != 0) {
     return Error::infra(control.socket_path_ + ": " + errno_text(errno));
   }
-  ::unlink(link_path.c_str());
-  if (::symlink(control.socket_path_.c_str(), link_path.c_str()) != 0) {
-    return Error::infra(link_path + ": symlink: " + errno_text(errno));
-  }
   return control;
 }
 
@@ -39,7 +34,6 @@ void ControlSocket::close() {
   if (!listener_.valid()) return;
   listener_.reset();
   clients_.clear();
-  ::unlink(link_path_.c_str());
   ::unlink(socket_path_.c_str());
 }
 

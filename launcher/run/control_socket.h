@@ -2,7 +2,8 @@
 // The supervisor's control socket: `dtrain stop` (and later `drill`) talk to a running
 // supervisor through it. A unix socket in the run's short runtime directory (mode 0700, peer
 // uid checked), linked from the run directory as ctl.sock — never a network listener.
-// One JSON line in, one JSON line out, per connection.
+// One JSON line in, one JSON line out, per connection (launcher/runlog/control_client.h is the
+// other end).
 
 #include <poll.h>
 
@@ -21,8 +22,9 @@ class ControlSocket {
  public:
   using Handler = std::function<nlohmann::json(const nlohmann::json& request)>;
 
-  /// Binds <runtime_dir>/ctl.sock and links `link_path` to it.
-  static Result<ControlSocket> open(const std::string& runtime_dir, const std::string& link_path);
+  /// Binds `socket_path` (in the run's private runtime directory); the caller links the run
+  /// directory's ctl.sock to it.
+  static Result<ControlSocket> open(const std::string& socket_path);
   ControlSocket(ControlSocket&&) = default;
   ControlSocket& operator=(ControlSocket&&) = default;
   ~ControlSocket();
@@ -30,7 +32,7 @@ class ControlSocket {
   void add_poll_fds(std::vector<pollfd>& fds) const;
   /// Accepts, reads and answers whatever is ready. Never blocks.
   void pump(const Handler& handler);
-  /// Removes the socket and the link (also done by the destructor).
+  /// Removes the socket (also done by the destructor).
   void close();
 
  private:
@@ -42,7 +44,6 @@ class ControlSocket {
   UniqueFd listener_;
   std::vector<Client> clients_;
   std::string socket_path_;
-  std::string link_path_;
 };
 
 }  // namespace dtrain::run

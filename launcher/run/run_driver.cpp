@@ -710,12 +710,15 @@ int RunDriver::run() {
     return to_int(ExitCode::infra);
   }
   install_signal_handlers();
-  if (Status made = make_directories(run_.runtime_dir(), 0700); !made) {
+  if (Result<std::string> made = run_.create_runtime_dir(); !made) {
     std::fprintf(stderr, "dtrain: %s\n", made.error().message.c_str());
     return to_int(ExitCode::infra);
   }
-  if (Result<ControlSocket> control = ControlSocket::open(run_.runtime_dir(), run_.ctl_link_path())) {
+  if (Result<ControlSocket> control = ControlSocket::open(run_.runtime_dir() + "/ctl.sock")) {
     control_.emplace(std::move(control).value());
+    if (Status linked = run_.link_control_socket(run_.runtime_dir() + "/ctl.sock"); !linked) {
+      log_->warn("ctl.sock link: {}", linked.error().message);
+    }
   } else {
     log_->warn("control socket unavailable: {}", control.error().message);
   }
@@ -764,6 +767,7 @@ int RunDriver::run() {
   shut_down_agents();
   print_summary(finish);
   write_state(true);
+  run_.unlink_control_socket();
   control_.reset();
   ::rmdir(run_.runtime_dir().c_str());
   g_signal_pipe_write = -1;
