@@ -1,15 +1,370 @@
-// Placeholder until the subcommand lands.
+// `dtrain hosts SPEC [--json] [--set key=value]...`: preflight of every host of a job, in
+// parallel through one poll loop (the SSH transport's): SSH and its latency, host key status,
+// user, remote dtrain (or "will be copied"), GPUs, GPU topology, free space at checkpoint.dir,
+// clock offset to this machine. Exit 0 only when every host can run the job; otherwise 3, with
+// each failing host's reason and fix. localhost entries are checked here, without ssh.
+
+#include <poll.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "launcher/base/clock.h"
+#include "launcher/base/exit_code.h"
+#include "launcher/base/strings.h"
+#include "launcher/base/version.h"
+#include "launcher/spec/spec_loader.h"
+#include "launcher/transport/ssh_transport.h"
 
 namespace dtrain::cli {
+namespace {
+
+struct HostsOptions {
+  std::string spec_path;
+  std::vector<std::string> overrides;
+  bool json = false;
+};
+
+/// One host's findings.
+struct HostReport {
+  spec::HostEntry entry;
+  bool local = false;
+  std::unique_ptr<transport::SshConnection> connection;
+  std::string output;           // the facts script's stdout
+  int64_t sent_wall_ms = -1;    // when the script started (for the clock offset)
+  int64_t received_wall_ms = -1;
+  // results
+  bool ok = true;
+  std::string ssh = "ok";
+  int64_t latency_ms = -1;
+  std::string host_key = "-";
+  std::string user;
+  std::string dtrain;
+  std::string os;
+  std::vector<std::string> gpus;
+  std::string topology = "-";
+  std::string free_dir;
+  int64_t free_bytes = -1;
+  int64_t clock_offset_ms = 0;
+  std::vector<std::string> problems;  // "what; fix: ..."
+  std::vector<std::string> warnings;
+};
+
+/// The facts script, run with /bin/sh on each host. One "key value" per line.
+std::string facts_script(const spec::JobSpec& job) {
+  std::string checkpoint_dir = job.checkpoint.dir;
+  return "v=" + shell_quote(kVersion) + "; p=" + shell_quote(job.ssh.remote_dtrain) +
+         "; d=" + shell_quote(checkpoint_dir) +
+         "\n"
+         "echo \"time_ms $(date +%s%3N)\"\n"
+         "echo \"user $(id -un)\"\n"
+         "echo \"os $(uname -s) $(uname -m)\"\n"
+         "[ -n \"$p\" ] || p=$(command -v dtrain 2>/dev/null)\n"
+         "if [ -n \"$p\" ] && [ -x \"$p\" ]; then echo \"dtrain_path $p\"; "
+         "echo \"dtrain_version $(\"$p\" --version 2>/dev/null | head -n 1)\"; fi\n"
+         "c=\"$HOME/.cache/dtrain/$v/dtrain\"\n"
+         "if [ -x \"$c\" ]; then echo \"cache_version $(\"$c\" --version 2>/dev/null | head -n 1)\"; fi\n"
+         "if command -v nvidia-smi >/dev/null 2>&1; then\n"
+         "  nvidia-smi -L 2>/dev/null | sed 's/^/gpu /'\n"
+         "  if nvidia-smi topo -m >/dev/null 2>&1; then echo 'topology yes'; else echo 'topology no'; fi\n"
+         "else echo 'topology none'; fi\n"
+         "[ -n \"$d\" ] || d=\"$HOME\"\n"
+         "while [ ! -e \"$d\" ] && [ \"$d\" != / ] && [ \"$d\" != . ]; do d=$(dirname \"$d\"); done\n"
+         "echo \"free_dir $d\"\n"
+         "df -Pk \"$d\" 2>/dev/null | awk 'NR==2 {print \"free_kb \" $4}'\n"
+         "exit 0\n";
+}
+
+std::vector<std::string> values_of(const std::string& output, const std::string& key) {
+  std::vector<std::string> values;
+  for (const std::string& line : split(output, '\n')) {
+    if (starts_with(line, key + " ")) values.push_back(line.substr(key.size() + 1));
+  }
+  return values;
+}
+std::string value_of(const std::string& output, const std::string& key) {
+  auto values = values_of(output, key);
+  return values.empty() ? std::string() : values.front();
+}
+
+std::string local_os() {
+  utsname names{};
+  return ::uname(&names) == 0 ? std::string(names.sysname) + " " + names.machine : "unknown";
+}
+
+/// Runs the facts script here (localhost entries: no sshd needed).
+void check_locally(HostReport& report, const std::string& script, const Clock& clock) {
+  report.ssh = "local";
+  report.host_key = "-";
+  report.sent_wall_ms = clock.wall_ms();
+  FILE* pipe = ::popen(("/bin/sh -c " + shell_quote(script) + " </dev/null 2>/dev/null").c_str(), "r");
+  if (!pipe) {
+    report.problems.push_back("cannot run /bin/sh here");
+    return;
+  }
+  char buffer[4096];
+  size_t count;
+  while ((count = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) report.output.append(buffer, count);
+  ::pclose(pipe);
+  report.received_wall_ms = clock.wall_ms();
+}
+
+transport::SshOptions ssh_options(const spec::JobSpec& job, const std::string& script) {
+  transport::SshOptions options;
+  options.user = job.ssh.user;
+  options.port = job.ssh.port;
+  options.identity_files = job.ssh.identity;
+  options.known_hosts = job.ssh.known_hosts;
+  options.host_key_policy = job.ssh.host_key_policy == spec::HostKeyPolicy::strict ? transport::HostKeyPolicy::strict
+                            : job.ssh.host_key_policy == spec::HostKeyPolicy::accept_new
+                                ? transport::HostKeyPolicy::accept_new
+                                : transport::HostKeyPolicy::insecure;
+  options.connect_timeout = job.ssh.connect_timeout;
+  options.max_parallel = job.ssh.max_parallel;
+  options.remote_command = "exec /bin/sh -c " + shell_quote(script);
+  return options;
+}
+
+/// Drives every SSH check through one poll loop until all are done.
+void check_over_ssh(std::vector<HostReport>& reports, const Clock& clock) {
+  for (;;) {
+    bool pending = false;
+    std::vector<pollfd> fds;
+    int64_t next_deadline = -1;
+    for (HostReport& report : reports) {
+      if (!report.connection || report.connection->closed()) continue;
+      pending = true;
+      for (const pollfd& fd : report.connection->poll_fds()) fds.push_back(fd);
+      int64_t deadline = report.connection->next_deadline_ms();
+      if (deadline >= 0 && (next_deadline < 0 || deadline < next_deadline)) next_deadline = deadline;
+    }
+    if (!pending) return;
+    int wait_ms = 100;  // also lets queued connections start when others finish setup
+    if (next_deadline >= 0) wait_ms = static_cast<int>(std::clamp<int64_t>(next_deadline - clock.monotonic_ms(), 0, 100));
+    ::poll(fds.data(), fds.size(), wait_ms);
+    for (HostReport& report : reports) {
+      if (!report.connection || report.connection->closed()) continue;
+      report.connection->pump();
+      if (report.sent_wall_ms < 0 && report.connection->phase() == transport::SshPhase::running) {
+        report.sent_wall_ms = clock.wall_ms();
+      }
+      std::string bytes = report.connection->take_received();
+      if (!bytes.empty() && report.received_wall_ms < 0) report.received_wall_ms = clock.wall_ms();
+      report.output += bytes;
+      report.connection->take_diagnostics();
+    }
+  }
+}
+
+std::string human_bytes(int64_t bytes) {
+  char text[32];
+  if (bytes < 0) return "?";
+  if (bytes >= (int64_t(1) << 30)) std::snprintf(text, sizeof text, "%.1f GiB", double(bytes) / double(int64_t(1) << 30));
+  else std::snprintf(text, sizeof text, "%.0f MiB", double(bytes) / double(1 << 20));
+  return text;
+}
+
+/// Turns the raw findings into verdicts with reasons and fixes.
+void evaluate(HostReport& report, const spec::JobSpec& job, const std::string& this_os) {
+  if (report.connection) {
+    const auto& info = report.connection->info();
+    report.host_key = info.host_key_status.empty() ? "-" : info.host_key_status;
+    if (report.connection->failed()) {
+      report.ok = false;
+      report.ssh = "FAILED";
+      report.problems.push_back(report.connection->close_reason());
+      return;
+    }
+    report.latency_ms = info.ready_ms;
+  }
+  const std::string& out = report.output;
+  if (value_of(out, "time_ms").empty()) {
+    report.ok = false;
+    report.problems.push_back(report.entry.name + ": the facts script produced no output" +
+                              (report.connection ? " (" + report.connection->close_reason() + ")" : std::string()));
+    return;
+  }
+  report.user = value_of(out, "user");
+  report.os = value_of(out, "os");
+  std::string wanted = std::string("dtrain ") + kVersion;
+  std::string found = value_of(out, "dtrain_version");
+  if (!job.ssh.remote_dtrain.empty()) {
+    if (found == wanted || report.local) {
+      report.dtrain = std::string(kVersion) + " (" + job.ssh.remote_dtrain + ")";
+    } else {
+      report.problems.push_back(report.entry.name + ": ssh.remote_dtrain '" + job.ssh.remote_dtrain + "' is " +
+                                (found.empty() ? std::string("missing or not executable") : "'" + found + "'") +
+                                " there, not " + wanted + "; fix: install dtrain " + kVersion +
+                                " there, or leave ssh.remote_dtrain empty so that dtrain copies itself");
+    }
+  } else if (report.local) {
+    report.dtrain = std::string(kVersion) + " (this binary)";
+  } else if (found == wanted) {
+    report.dtrain = std::string(kVersion) + " (" + value_of(out, "dtrain_path") + ")";
+  } else if (value_of(out, "cache_version") == wanted) {
+    report.dtrain = std::string(kVersion) + " (cached)";
+  } else if (report.os == this_os) {
+    report.dtrain = "will be copied";
+  } else {
+    report.problems.push_back(report.entry.name + ": no dtrain " + kVersion + " there, and the host runs '" + report.os +
+                              "' while this dtrain is built for '" + this_os + "', so it cannot be copied; fix: "
+                              "install dtrain " + kVersion + " there and set ssh.remote_dtrain");
+  }
+  report.gpus = values_of(out, "gpu");
+  std::string topology = value_of(out, "topology");
+  report.topology = topology == "none" ? "-" : topology;
+  int slots = report.entry.slots > 0 ? report.entry.slots : job.slots_per_host;
+  if (job.worker.backend == spec::Backend::nccl && static_cast<int>(report.gpus.size()) < slots) {
+    report.problems.push_back(report.entry.name + ": worker.backend is nccl and the host has " +
+                              std::to_string(report.gpus.size()) + " GPU(s) for " + std::to_string(slots) +
+                              " slot(s) (nvidia-smi -L); fix: lower its slots, use backend gloo, or drop the host");
+  }
+  report.free_dir = value_of(out, "free_dir");
+  std::string free_kb = value_of(out, "free_kb");
+  if (!free_kb.empty()) report.free_bytes = std::atoll(free_kb.c_str()) * 1024;
+  if (job.checkpoint.interval_steps > 0 && report.free_bytes >= 0 && report.free_bytes < (int64_t(1) << 30)) {
+    report.warnings.push_back(report.entry.name + ": only " + human_bytes(report.free_bytes) + " free at " +
+                              report.free_dir + " (checkpoint.dir)");
+  }
+  if (!report.local && report.sent_wall_ms >= 0 && report.received_wall_ms >= 0) {
+    int64_t remote = std::atoll(value_of(out, "time_ms").c_str());
+    report.clock_offset_ms = remote - (report.sent_wall_ms + report.received_wall_ms) / 2;
+    if (std::llabs(report.clock_offset_ms) > 1000) {
+      report.warnings.push_back(report.entry.name + ": clock is " + std::to_string(report.clock_offset_ms) +
+                                " ms off this machine's; dtrain corrects event times, but fix: run chrony or ntpd");
+    }
+  }
+  report.ok = report.problems.empty();
+}
+
+nlohmann::json to_json(const HostReport& report) {
+  return {{"host", report.entry.name},
+          {"ok", report.ok},
+          {"ssh", report.ssh},
+          {"latency_ms", report.latency_ms},
+          {"host_key", report.host_key},
+          {"user", report.user},
+          {"dtrain", report.dtrain},
+          {"os", report.os},
+          {"gpus", report.gpus},
+          {"topology", report.topology},
+          {"free_dir", report.free_dir},
+          {"free_bytes", report.free_bytes},
+          {"clock_offset_ms", report.clock_offset_ms},
+          {"problems", report.problems},
+          {"warnings", report.warnings}};
+}
+
+void print_table(const std::vector<HostReport>& reports) {
+  std::printf("%-16s %-14s %-10s %-10s %-24s %-5s %-5s %-12s %s\n", "HOST", "SSH", "HOST KEY", "USER", "DTRAIN",
+              "GPUS", "TOPO", "FREE(CKPT)", "CLOCK");
+  for (const HostReport& report : reports) {
+    std::string ssh = report.ssh;
+    if (report.latency_ms >= 0) ssh += " " + std::to_string(report.latency_ms) + "ms";
+    std::string key = report.host_key;
+    key = key.substr(0, key.find(' '));  // "known", "recorded", "NOT", "-"
+    if (key == "NOT") key = "UNCHECKED";
+    std::string clock = report.local ? "0ms" : (report.clock_offset_ms >= 0 ? "+" : "") + std::to_string(report.clock_offset_ms) + "ms";
+    std::printf("%-16s %-14s %-10s %-10s %-24s %-5zu %-5s %-12s %s\n", report.entry.name.c_str(), ssh.c_str(),
+                key.c_str(), report.user.empty() ? "-" : report.user.c_str(),
+                report.dtrain.empty() ? "-" : report.dtrain.c_str(), report.gpus.size(), report.topology.c_str(),
+                report.free_bytes < 0 ? "-" : human_bytes(report.free_bytes).c_str(),
+                report.ok && report.ssh != "FAILED" ? clock.c_str() : "-");
+  }
+  for (const HostReport& report : reports) {
+    for (const std::string& warning : report.warnings) std::printf("warning: %s\n", warning.c_str());
+  }
+}
+
+int run_hosts(const HostsOptions& options) {
+  std::vector<spec::Override> overrides;
+  for (const std::string& text : options.overrides) {
+    auto parsed = spec::parse_override(text);
+    if (!parsed) {
+      std::fprintf(stderr, "%s\n", parsed.error().message.c_str());
+      return to_int(ExitCode::usage);
+    }
+    overrides.push_back(*parsed);
+  }
+  spec::LoadResult loaded = spec::load_job_spec(options.spec_path, overrides);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "%s\n", loaded.message().c_str());
+    return to_int(ExitCode::usage);
+  }
+  const spec::JobSpec& job = *loaded.spec;
+  SystemClock clock;
+  std::string script = facts_script(job);
+  transport::SshTransport ssh(ssh_options(job, script));
+
+  std::vector<HostReport> reports;
+  for (const auto* list : {&job.hosts, &job.spares}) {
+    for (const spec::HostEntry& entry : *list) {
+      HostReport report;
+      report.entry = entry;
+      report.local = entry.is_local();
+      reports.push_back(std::move(report));
+    }
+  }
+  for (HostReport& report : reports) {
+    if (report.local) {
+      check_locally(report, script, clock);
+      continue;
+    }
+    transport::AgentTarget target;
+    target.host = report.entry.name;
+    target.user = report.entry.user;
+    target.port = report.entry.port;
+    auto connection = ssh.connect(target);
+    if (!connection) {
+      report.problems.push_back(connection.error().message);
+      continue;
+    }
+    report.connection = std::move(*connection);
+  }
+  check_over_ssh(reports, clock);
+  std::string this_os = local_os();
+  bool all_ok = true;
+  for (HostReport& report : reports) {
+    if (report.problems.empty()) evaluate(report, job, this_os);
+    report.ok = report.problems.empty();
+    all_ok = all_ok && report.ok;
+  }
+
+  if (options.json) {
+    nlohmann::json document = {{"ok", all_ok}, {"spec", options.spec_path}, {"hosts", nlohmann::json::array()}};
+    for (const HostReport& report : reports) document["hosts"].push_back(to_json(report));
+    std::printf("%s\n", document.dump(2).c_str());
+  } else {
+    print_table(reports);
+    if (!all_ok) {
+      std::fprintf(stderr, "\nhosts that cannot run the job:\n");
+      for (const HostReport& report : reports) {
+        for (const std::string& problem : report.problems) std::fprintf(stderr, "  %s\n", problem.c_str());
+      }
+    }
+  }
+  return all_ok ? to_int(ExitCode::ok) : to_int(ExitCode::infra);
+}
+
+}  // namespace
 
 void add_hosts_command(CLI::App& app, CommandContext& context) {
-  app.add_subcommand("hosts", "(not implemented yet)")->callback([&context] {
-    std::fprintf(stderr, "dtrain hosts: not implemented yet\n");
-    context.exit_code = 70;
-  });
+  auto options = std::make_shared<HostsOptions>();
+  CLI::App* command = app.add_subcommand(
+      "hosts", "check every host of a job spec: ssh, host key, dtrain, GPUs, disk, clock (exit 3 if any fails)");
+  command->add_option("spec", options->spec_path, "job spec (YAML)")->required();
+  command->add_option("--set", options->overrides, "override a spec key: --set ssh.connect_timeout=5s");
+  command->add_flag("--json", options->json, "print JSON instead of a table");
+  command->callback([options, &context] { context.exit_code = run_hosts(*options); });
 }
 
 }  // namespace dtrain::cli

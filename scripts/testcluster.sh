@@ -156,6 +156,7 @@ write_sshd_config() {  # dir
   cat >"$dir/sshd_config" <<EOF
 # testcluster: one sshd per host namespace
 ListenAddress 0.0.0.0:22
+ListenAddress 0.0.0.0:2222
 HostKey $dir/ssh_host_ed25519_key
 PidFile $dir/sshd.pid
 AuthorizedKeysFile $STATE/authorized_keys

@@ -12,10 +12,10 @@ using namespace dtrain::testing;
 namespace {
 
 std::string spec_with_command(const std::string& name, int slots, const std::string& command_yaml,
-                              const std::string& extra = "") {
+                              const std::string& worker_extra = "") {
   return "version: 1\nname: " + name + "\nslots_per_host: " + std::to_string(slots) +
-         "\nworker:\n  command: " + command_yaml +
-         "\nheartbeat: {interval: 200ms, timeout: 3s, hang_timeout: 60s}\nstop_grace: 2s\n" + extra;
+         "\nworker:\n  command: " + command_yaml + "\n" + worker_extra +
+         "heartbeat: {interval: 200ms, timeout: 3s, hang_timeout: 60s}\nstop_grace: 2s\n";
 }
 
 void check_nothing_left(const std::string& run_id) {
@@ -128,7 +128,7 @@ TEST_CASE("argv with spaces, quotes, $() and newlines reaches the worker unchang
   std::string spec = env.write_spec(
       "argv.yaml",
       spec_with_command("argv", 1,
-                        "[/usr/bin/python3, -c, 'import sys, json; print(json.dumps(sys.argv[1:]))', "
+                        "[/usr/bin/python3, -c, 'import sys, json; print(json.dumps(sys.argv[1:], separators=(\",\", \":\")))', "
                         "'two words', \"it's\", '\"dq\"', '$(touch /tmp/dtrain-pwned)', '`id`', "
                         "'a;b', \"line1\\nline2\", '*']"));
   DtrainProcess process = env.run({"submit", spec});

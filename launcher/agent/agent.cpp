@@ -1,0 +1,598 @@
+// The agent's loop: one thread, one poll(). Everything it waits on — the supervisor's frames,
+// signals (through a signalfd), worker output pipes, the worker socket, timers — is an fd or a
+// deadline here, so a kill in progress or a fence never stops the agent from answering.
+
+#include "launcher/agent/agent.h"
+
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "launcher/agent/host_facts.h"
+#include "launcher/agent/kill_operation.h"
+#include "launcher/agent/outbox.h"
+#include "launcher/agent/process_tree.h"
+#include "launcher/agent/worker_process.h"
+#include "launcher/agent/worker_socket.h"
+#include "launcher/base/clock.h"
+#include "launcher/base/duration.h"
+#include "launcher/base/exit_code.h"
+#include "launcher/base/fd.h"
+#include "launcher/base/version.h"
+#include "launcher/proto/frame.h"
+#include "launcher/proto/messages.h"
+#include "worker/contract/env.h"
+
+namespace dtrain::agent {
+namespace {
+
+using nlohmann::json;
+
+constexpr int64_t kConfigTimeoutMs = 30'000;   // from start to the supervisor's config
+constexpr int kNvidiaSmiTimeoutMs = 5'000;     // per nvidia-smi call at hello
+constexpr int64_t kFenceGraceCapMs = 2'000;    // TERM → KILL when fencing
+constexpr int64_t kLastWordsMs = 1'000;        // flushing bye before exit
+constexpr size_t kMaxTailLines = 10'000;
+
+struct Config {
+  std::string run_id;
+  std::string host;
+  std::string runtime_dir;
+  int64_t heartbeat_interval_ms = 0;
+  int64_t heartbeat_timeout_ms = 0;
+};
+
+// Field access that turns a missing or mistyped field into a message for protocol_error().
+struct Fields {
+  const json& message;
+  std::string problem;
+
+  bool has(const char* key) const { return message.contains(key) && !message[key].is_null(); }
+  int64_t integer(const char* key) {
+    if (has(key) && message[key].is_number_integer()) return message[key].get<int64_t>();
+    note(key, "an integer");
+    return 0;
+  }
+  std::string string(const char* key) {
+    if (has(key) && message[key].is_string()) return message[key].get<std::string>();
+    note(key, "a string");
+    return {};
+  }
+  void note(const char* key, const char* expected) {
+    if (problem.empty()) {
+      problem = message.value("type", std::string("?")) + ": field '" + key + "' must be " +
+                expected + (has(key) ? ", got " + message[key].dump() : " and is missing");
+    }
+  }
+};
+
+std::optional<std::map<std::string, std::string>> string_map(const json& value) {
+  std::map<std::string, std::string> out;
+  if (value.is_null()) return out;
+  if (!value.is_object()) return std::nullopt;
+  for (const auto& [key, item] : value.items()) {
+    if (!item.is_string()) return std::nullopt;
+    out[key] = item.get<std::string>();
+  }
+  return out;
+}
+
+class Agent {
+ public:
+  Agent(int input_fd, int output_fd) : input_fd_(input_fd), out_(output_fd) {}
+  int run();
+
+ private:
+  using Handler = void (Agent::*)(const json&);
+
+  Status install_signal_handling();
+  void loop_once();
+  void poll_and_dispatch();
+  int64_t next_wakeup_ms(int64_t now) const;
+  void check_timers(int64_t now);
+  void read_input();
+  void read_signals();
+  void reap_children();
+  void advance_kills(int64_t now);
+  void handle_frame(const json& message);
+
+  void on_config(const json& message);
+  void on_spawn(const json& message);
+  void on_kill(const json& message);
+  void on_ping(const json& message);
+  void on_to_worker(const json& message);
+  void on_reserve_port(const json& message);
+  void on_fence(const json& message);
+
+  void spawn_one(const WorkerLaunch& launch);
+  void send_beat(int64_t now);
+  void send_error(json message);
+  void protocol_error(const std::string& what);
+  void begin_fence(std::string reason, ExitCode code);
+  void finish_fence(int64_t now);
+  std::string who() const { return config_ ? "agent " + config_->host : "agent"; }
+  int64_t now_ms() const { return clock_.monotonic_ms(); }
+  int64_t agent_time_ms() const { return clock_.wall_ms(); }
+
+  int input_fd_;
+  Outbox out_;
+  proto::FrameDecoder decoder_;
+  SystemClock clock_;
+  UniqueFd signal_fd_;
+  sigset_t old_mask_{};
+  bool input_open_ = true;
+  std::optional<Config> config_;
+  std::unique_ptr<WorkerSocketServer> sockets_;
+  std::map<pid_t, std::unique_ptr<WorkerProcess>> workers_;
+  std::vector<KillOperation> kills_;
+  int64_t started_ms_ = 0;
+  int64_t last_frame_ms_ = 0;
+  int64_t next_beat_ms_ = 0;
+
+  std::optional<std::string> fence_reason_;
+  std::optional<KillOperation> fence_kill_;
+  size_t workers_at_fence_ = 0;
+  ExitCode exit_code_ = ExitCode::ok;
+  bool done_ = false;
+};
+
+Status Agent::install_signal_handling() {
+  ::signal(SIGPIPE, SIG_IGN);  // a closed pipe is an EPIPE we handle, not a death
+  ::signal(SIGCHLD, SIG_DFL);  // an inherited SIG_IGN would make the kernel reap our workers
+  // Children orphaned anywhere below us are reparented to us, so a kill can find them.
+  if (false && ::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
+    return Error::infra("prctl(PR_SET_CHILD_SUBREAPER): " + errno_text(errno));
+  }
+  sigset_t signals;
+  sigemptyset(&signals);
+  for (int sig : {SIGCHLD, SIGTERM, SIGINT, SIGHUP}) sigaddset(&signals, sig);
+  if (::sigprocmask(SIG_BLOCK, &signals, &old_mask_) != 0) {
+    return Error::infra("sigprocmask: " + errno_text(errno));
+  }
+  signal_fd_.reset(::signalfd(-1, &signals, SFD_NONBLOCK | SFD_CLOEXEC));
+  if (!signal_fd_.valid()) return Error::infra("signalfd: " + errno_text(errno));
+  // sshd does not signal a remote command when the client goes away; our parent dying does.
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+  return {};
+}
+
+int Agent::run() {
+  started_ms_ = now_ms();
+  if (Status status = install_signal_handling(); !status) {
+    std::fprintf(stderr, "agent: %s\n", status.error().message.c_str());
+    return to_int(ExitCode::infra);
+  }
+  while (!done_) loop_once();
+  ::sigprocmask(SIG_SETMASK, &old_mask_, nullptr);
+  return to_int(exit_code_);
+}
+
+void Agent::loop_once() {
+  int64_t now = now_ms();
+  check_timers(now);
+  reap_children();
+  advance_kills(now);
+  if (fence_kill_ && fence_kill_->advance(now, workers_)) return finish_fence(now);
+  poll_and_dispatch();
+  out_.flush_some();
+  if (out_.broken() && !fence_reason_) {
+    begin_fence("the supervisor's channel is closed (output)", ExitCode::ok);
+  }
+}
+
+int64_t Agent::next_wakeup_ms(int64_t now) const {
+  int64_t wakeup = now + 1000;
+  if (!config_) wakeup = std::min(wakeup, started_ms_ + kConfigTimeoutMs);
+  if (config_ && !fence_reason_) {
+    wakeup = std::min({wakeup, next_beat_ms_, last_frame_ms_ + config_->heartbeat_timeout_ms});
+  }
+  for (const KillOperation& kill : kills_) wakeup = std::min(wakeup, kill.next_check_ms(now));
+  if (fence_kill_) wakeup = std::min(wakeup, fence_kill_->next_check_ms(now));
+  return wakeup;
+}
+
+void Agent::poll_and_dispatch() {
+  std::vector<pollfd> fds;
+  std::vector<std::function<void(short)>> handlers;
+  auto watch = [&](pollfd fd, std::function<void(short)> handler) {
+    fds.push_back(fd);
+    handlers.push_back(std::move(handler));
+  };
+  watch({signal_fd_.get(), POLLIN, 0}, [this](short) { read_signals(); });
+  if (input_open_) watch({input_fd_, POLLIN, 0}, [this](short) { read_input(); });
+  if (out_.pending_bytes() > 0) watch({out_.fd(), POLLOUT, 0}, [this](short) { out_.flush_some(); });
+  // Worker output and worker messages wait while the supervisor is behind on reading ours.
+  bool take_input = out_.pending_bytes() < Outbox::kBacklogLimit;
+  if (sockets_) {
+    for (const pollfd& fd : sockets_->poll_fds(take_input)) {
+      watch(fd, [this, fd = fd.fd](short revents) {
+        if (!sockets_) return;
+        sockets_->on_ready(fd, revents, [this](int gen, int rank, pid_t peer_pid, json message) {
+          out_.send({{"type", proto::msg::kFromWorker}, {"gen", gen}, {"rank", rank},
+                     {"pid", peer_pid}, {"msg", std::move(message)}});
+        });
+      });
+    }
+  }
+  if (take_input) {
+    for (const auto& [pid, worker] : workers_) {
+      for (int fd : {worker->stdout_fd(), worker->stderr_fd()}) {
+        if (fd < 0) continue;
+        // Looked up again at dispatch: a reap earlier in this round may have removed it.
+        watch({fd, POLLIN, 0}, [this, pid = pid, fd](short) {
+          auto it = workers_.find(pid);
+          if (it == workers_.end()) return;
+          WorkerProcess& worker = *it->second;
+          worker.read_output(fd, [&](const char* stream, std::string line) {
+            out_.send({{"type", proto::msg::kLog}, {"gen", worker.gen()}, {"rank", worker.rank()},
+                       {"stream", stream}, {"line", std::move(line)}});
+          });
+        });
+      }
+    }
+  }
+  int64_t now = now_ms();
+  int timeout = static_cast<int>(std::clamp<int64_t>(next_wakeup_ms(now) - now, 0, 1000));
+  int ready = ::poll(fds.data(), fds.size(), timeout);
+  if (ready <= 0) return;  // timeout or EINTR: the next round looks at the clock
+  for (size_t i = 0; i < fds.size(); ++i) {
+    if (fds[i].revents != 0) handlers[i](fds[i].revents);
+  }
+}
+
+void Agent::check_timers(int64_t now) {
+  if (fence_reason_) return;
+  if (!config_) {
+    if (now - started_ms_ >= kConfigTimeoutMs) {
+      begin_fence("no config from the supervisor within " +
+                      format_duration(Millis(kConfigTimeoutMs)), ExitCode::infra);
+    }
+    return;
+  }
+  if (now - last_frame_ms_ >= config_->heartbeat_timeout_ms) {
+    return begin_fence("supervisor silent for " +
+                           format_duration(Millis(config_->heartbeat_timeout_ms)),
+                       ExitCode::infra);
+  }
+  if (now >= next_beat_ms_) {
+    send_beat(now);
+    next_beat_ms_ = now + config_->heartbeat_interval_ms;
+  }
+}
+
+void Agent::read_input() {
+  std::string chunk;
+  bool would_block = false;
+  Result<size_t> got = read_some(input_fd_, chunk, &would_block);
+  if (got && would_block) return;
+  if (!got || *got == 0) {
+    input_open_ = false;
+    std::string how = !got ? "a read error (" + got.error().message + ")"
+                     : decoder_.buffered_bytes() > 0 ? "EOF in the middle of a frame"
+                                                     : "EOF";
+    return begin_fence("the supervisor closed the channel (stdin " + how + ")",
+                       got ? ExitCode::ok : ExitCode::infra);
+  }
+  decoder_.feed(chunk);
+  while (input_open_ && !fence_reason_) {
+    auto next = decoder_.next();
+    if (!next) return protocol_error(next.error().message);
+    if (!next->has_value()) return;
+    last_frame_ms_ = now_ms();
+    handle_frame(**next);
+  }
+}
+
+void Agent::read_signals() {
+  signalfd_siginfo info{};
+  while (::read(signal_fd_.get(), &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
+    if (info.ssi_signo == SIGCHLD) continue;  // reap_children() runs every round
+    begin_fence("received " + signal_name(static_cast<int>(info.ssi_signo)),
+                ExitCode::interrupted);
+  }
+  reap_children();
+}
+
+void Agent::reap_children() {
+  for (;;) {
+    int status = 0;
+    pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid < 0 && errno == EINTR) continue;
+    if (pid <= 0) return;
+    auto it = workers_.find(pid);
+    if (it == workers_.end()) continue;  // a reparented orphan: reaping it is all we owe it
+    WorkerProcess& worker = *it->second;
+    // Every line the worker wrote is in its pipes now; they go out before its exit.
+    worker.drain_output([&](const char* stream, std::string line) {
+      out_.send({{"type", proto::msg::kLog}, {"gen", worker.gen()}, {"rank", worker.rank()},
+                 {"stream", stream}, {"line", std::move(line)}});
+    });
+    json exit = describe_wait_status(status);
+    exit["type"] = proto::msg::kExit;
+    exit["gen"] = worker.gen();
+    exit["rank"] = worker.rank();
+    exit["local_rank"] = worker.local_rank();
+    exit["pid"] = pid;
+    exit["agent_time_ms"] = agent_time_ms();
+    exit["tail"] = worker.tail();
+    exit["killed_by_agent"] = worker.signalled_by_agent;
+    out_.send(exit);
+    workers_.erase(it);
+  }
+}
+
+void Agent::advance_kills(int64_t now) {
+  for (size_t i = 0; i < kills_.size();) {
+    if (kills_[i].advance(now, workers_)) {
+      out_.send(kills_[i].released_message(now_ms()));
+      kills_.erase(kills_.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+}
+
+void Agent::handle_frame(const json& message) {
+  static const std::map<std::string, Handler> handlers = {
+      {proto::msg::kConfig, &Agent::on_config},
+      {proto::msg::kSpawn, &Agent::on_spawn},
+      {proto::msg::kKill, &Agent::on_kill},
+      {proto::msg::kPing, &Agent::on_ping},
+      {proto::msg::kToWorker, &Agent::on_to_worker},
+      {proto::msg::kReservePort, &Agent::on_reserve_port},
+      {proto::msg::kFence, &Agent::on_fence},
+  };
+  std::string type = message["type"].get<std::string>();
+  auto handler = handlers.find(type);
+  if (handler == handlers.end()) return protocol_error("unknown message type '" + type + "'");
+  if (!config_ && type != proto::msg::kConfig) {
+    return protocol_error("'" + type + "' before config; config must be the first frame");
+  }
+  (this->*handler->second)(message);
+}
+
+void Agent::on_config(const json& message) {
+  if (config_) return protocol_error("a second config");
+  Fields fields{message, {}};
+  int64_t protocol = fields.integer("protocol");
+  Config config;
+  config.run_id = fields.string("run_id");
+  config.host = fields.string("host");
+  config.runtime_dir = fields.string("runtime_dir");
+  config.heartbeat_interval_ms = fields.integer("heartbeat_interval_ms");
+  config.heartbeat_timeout_ms = fields.integer("heartbeat_timeout_ms");
+  if (!fields.problem.empty()) return protocol_error(fields.problem);
+  if (protocol != proto::kProtocolVersion) {
+    send_error({{"message", "agent speaks protocol " + std::to_string(proto::kProtocolVersion) +
+                                " (dtrain " + kVersion + "), the supervisor " +
+                                std::to_string(protocol) + "; install the same dtrain version"}});
+    return begin_fence("protocol version mismatch", ExitCode::infra);
+  }
+  if (config.heartbeat_interval_ms <= 0 || config.heartbeat_timeout_ms <= 0) {
+    return protocol_error("config: heartbeat_interval_ms and heartbeat_timeout_ms must be > 0");
+  }
+  config_ = config;
+  auto sockets = WorkerSocketServer::open(config.runtime_dir, config.host, who());
+  if (!sockets) {
+    send_error({{"message", sockets.error().message}, {"about", "config"}});
+    return begin_fence(sockets.error().message, ExitCode::infra);
+  }
+  sockets_ = std::move(*sockets);
+  json facts = collect_host_facts(kNvidiaSmiTimeoutMs);
+  out_.send({{"type", proto::msg::kHello},
+             {"protocol", proto::kProtocolVersion},
+             {"version", kVersion},
+             {"host", config.host},
+             {"pid", ::getpid()},
+             {"agent_time_ms", agent_time_ms()},
+             {"socket", sockets_->path()},
+             {"facts", std::move(facts)}});
+  // Gathering facts may take seconds (nvidia-smi); that is not the supervisor's silence.
+  last_frame_ms_ = now_ms();
+  next_beat_ms_ = last_frame_ms_ + config.heartbeat_interval_ms;
+}
+
+void Agent::on_spawn(const json& message) {
+  Fields fields{message, {}};
+  WorkerLaunch common;
+  common.gen = static_cast<int>(fields.integer("gen"));
+  if (fields.has("workdir")) common.workdir = fields.string("workdir");
+  if (fields.has("log_tail_lines")) {
+    common.log_tail_lines = static_cast<size_t>(
+        std::clamp<int64_t>(fields.integer("log_tail_lines"), 0, kMaxTailLines));
+  }
+  const json& argv = message.contains("argv") ? message["argv"] : json();
+  bool argv_ok = argv.is_array() && !argv.empty();
+  for (const json& arg : argv_ok ? argv : json::array()) argv_ok = argv_ok && arg.is_string();
+  if (!argv_ok) fields.note("argv", "a non-empty array of strings");
+  for (const json& arg : argv_ok ? argv : json::array()) common.argv.push_back(arg.get<std::string>());
+  auto common_env = string_map(message.contains("env") ? message["env"] : json());
+  if (!common_env) fields.note("env", "an object of strings");
+  const json& workers = message.contains("workers") ? message["workers"] : json();
+  if (!workers.is_array()) fields.note("workers", "an array of {rank, local_rank, env}");
+  if (!fields.problem.empty()) return protocol_error(fields.problem);
+
+  for (const json& worker : workers) {
+    if (!worker.is_object()) return protocol_error("spawn: every worker must be an object");
+    Fields worker_fields{worker, {}};
+    WorkerLaunch launch = common;
+    launch.rank = static_cast<int>(worker_fields.integer("rank"));
+    launch.local_rank = static_cast<int>(worker_fields.integer("local_rank"));
+    auto worker_env = string_map(worker.contains("env") ? worker["env"] : json());
+    if (!worker_env) worker_fields.note("env", "an object of strings");
+    if (!worker_fields.problem.empty()) return protocol_error("spawn worker " + worker_fields.problem);
+    // DTRAIN_GENERATION also lets a kill attribute a worker's orphans to their generation.
+    launch.env[contract::env::kGeneration] = std::to_string(launch.gen);
+    for (const auto& [name, value] : *common_env) launch.env[name] = value;
+    for (const auto& [name, value] : *worker_env) launch.env[name] = value;
+    launch.env[contract::env::kAgentSocket] = sockets_->path();
+    spawn_one(launch);
+  }
+}
+
+void Agent::spawn_one(const WorkerLaunch& launch) {
+  for (const auto& [pid, worker] : workers_) {
+    if (worker->gen() == launch.gen && worker->rank() == launch.rank) {
+      out_.send({{"type", proto::msg::kSpawnFailed}, {"gen", launch.gen}, {"rank", launch.rank},
+                 {"error", "rank " + std::to_string(launch.rank) + " of generation " +
+                               std::to_string(launch.gen) + " is already running (pid " +
+                               std::to_string(pid) + ")"}});
+      return;
+    }
+  }
+  auto spawned = WorkerProcess::spawn(launch);
+  if (!spawned) {
+    std::fprintf(stderr, "%s: rank %d: %s\n", who().c_str(), launch.rank,
+                 spawned.error().message.c_str());
+    out_.send({{"type", proto::msg::kSpawnFailed}, {"gen", launch.gen}, {"rank", launch.rank},
+               {"error", spawned.error().message}});
+    return;
+  }
+  pid_t pid = (*spawned)->pid();
+  out_.send({{"type", proto::msg::kStarted}, {"gen", launch.gen}, {"rank", launch.rank},
+             {"local_rank", launch.local_rank}, {"pid", pid}, {"agent_time_ms", agent_time_ms()}});
+  workers_[pid] = std::move(*spawned);
+}
+
+void Agent::on_kill(const json& message) {
+  Fields fields{message, {}};
+  int gen = static_cast<int>(fields.integer("gen"));
+  std::string signal = fields.string("signal");
+  int64_t grace_ms = fields.has("grace_ms") ? fields.integer("grace_ms") : 0;
+  if (fields.problem.empty() && signal != "TERM" && signal != "KILL") {
+    fields.problem = "kill: signal must be \"TERM\" or \"KILL\", got \"" + signal + "\"";
+  }
+  if (!fields.problem.empty()) return protocol_error(fields.problem);
+  kills_.emplace_back(gen, signal == "KILL" ? SIGKILL : SIGTERM,
+                      static_cast<int>(std::clamp<int64_t>(grace_ms, 0, 3'600'000)), now_ms());
+}
+
+void Agent::on_ping(const json& message) {
+  json pong = {{"type", proto::msg::kPong},
+               {"id", message.contains("id") ? message["id"] : json()},
+               {"agent_time_ms", agent_time_ms()}};
+  if (message.contains("supervisor_time_ms")) pong["supervisor_time_ms"] = message["supervisor_time_ms"];
+  out_.send(pong);
+}
+
+void Agent::on_to_worker(const json& message) {
+  Fields fields{message, {}};
+  int gen = static_cast<int>(fields.integer("gen"));
+  int rank = static_cast<int>(fields.integer("rank"));
+  if (!message.contains("msg") || !message["msg"].is_object()) fields.note("msg", "an object");
+  if (!fields.problem.empty()) return protocol_error(fields.problem);
+  if (Status sent = sockets_->send_to(gen, rank, message["msg"]); !sent) {
+    send_error({{"message", sent.error().message}, {"about", proto::msg::kToWorker},
+                {"gen", gen}, {"rank", rank}});
+  }
+}
+
+void Agent::on_reserve_port(const json& message) {
+  json id = message.contains("id") ? message["id"] : json();
+  // Bound and released at once: the kernel will not hand out this ephemeral port again soon,
+  // which is all MASTER_PORT needs (rank 0 binds it moments later).
+  UniqueFd probe(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t length = sizeof address;
+  if (!probe.valid() ||
+      ::bind(probe.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
+      ::getsockname(probe.get(), reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    send_error({{"message", "cannot find a free TCP port: " + errno_text(errno)},
+                {"about", proto::msg::kReservePort}, {"id", id}});
+    return;
+  }
+  out_.send({{"type", proto::msg::kPort}, {"id", id}, {"port", ntohs(address.sin_port)}});
+}
+
+void Agent::on_fence(const json& message) {
+  std::string reason = message.contains("reason") && message["reason"].is_string()
+                           ? message["reason"].get<std::string>()
+                           : "no reason given";
+  begin_fence("the supervisor asked to fence (" + reason + ")", ExitCode::ok);
+}
+
+void Agent::send_beat(int64_t) {
+  json workers = json::array();
+  for (const auto& [pid, worker] : workers_) {
+    std::optional<char> state = process_state(pid);
+    workers.push_back({{"gen", worker->gen()},
+                       {"rank", worker->rank()},
+                       {"pid", pid},
+                       {"alive", state.has_value() && *state != 'Z'},
+                       {"state", std::string(1, state.value_or('?'))}});
+  }
+  out_.send({{"type", proto::msg::kBeat},
+             {"agent_time_ms", agent_time_ms()},
+             {"workers", std::move(workers)},
+             {"load1", load_average_1m()},
+             {"mem_available_mb", memory_available_mb()}});
+}
+
+void Agent::send_error(json message) {
+  message["type"] = proto::msg::kError;
+  out_.send(message);
+}
+
+void Agent::protocol_error(const std::string& what) {
+  std::fprintf(stderr, "%s: protocol error from the supervisor: %s\n", who().c_str(), what.c_str());
+  send_error({{"message", "protocol error: " + what}});
+  input_open_ = false;  // a stream that lost its framing cannot be trusted further
+  begin_fence("protocol error from the supervisor: " + what, ExitCode::infra);
+}
+
+void Agent::begin_fence(std::string reason, ExitCode code) {
+  if (fence_reason_) return;
+  fence_reason_ = std::move(reason);
+  exit_code_ = code;
+  input_open_ = false;
+  workers_at_fence_ = workers_.size();
+  int64_t grace = config_ ? std::min(kFenceGraceCapMs, config_->heartbeat_timeout_ms)
+                          : kFenceGraceCapMs;
+  fence_kill_.emplace(-1, SIGTERM, static_cast<int>(grace), now_ms());
+}
+
+void Agent::finish_fence(int64_t now) {
+  advance_kills(now);  // pending kills are complete too now: answer them
+  size_t processes = fence_kill_->killed_count();
+  std::string summary = "killed " + std::to_string(workers_at_fence_) + " worker" +
+                        (workers_at_fence_ == 1 ? "" : "s");
+  if (processes > workers_at_fence_) {
+    summary += " (" + std::to_string(processes) + " processes)";
+  }
+  json released = fence_kill_->released_message(now);
+  if (released["remaining"] != 0) {
+    summary += "; could not kill " + released["remaining_pids"].dump();
+  }
+  std::fprintf(stderr, "%s: %s; fencing: %s\n", who().c_str(), fence_reason_->c_str(),
+               summary.c_str());
+  out_.send({{"type", proto::msg::kBye}, {"reason", *fence_reason_}, {"killed", released["killed"]}});
+  out_.flush_until(now_ms() + kLastWordsMs);
+  sockets_.reset();  // removes the socket and the runtime dir
+  done_ = true;
+}
+
+}  // namespace
+
+int run_agent(int input_fd, int output_fd) {
+  Agent agent(input_fd, output_fd);
+  return agent.run();
+}
+
+}  // namespace dtrain::agent

@@ -1,0 +1,41 @@
+#pragma once
+// Frames waiting to go to the supervisor. The output fd is non-blocking so that a slow reader
+// never stalls the agent's loop; instead the loop stops reading worker output while the backlog
+// is large (backpressure reaches the workers through their pipes, not the agent's memory).
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace dtrain::agent {
+
+class Outbox {
+ public:
+  /// `fd` is set non-blocking.
+  explicit Outbox(int fd);
+
+  /// Queues one message as a frame. Dropped silently once the channel is broken.
+  void send(const nlohmann::json& message);
+
+  /// Writes as much as the fd takes now.
+  void flush_some();
+
+  /// Tries to write everything until `deadline_ms` (monotonic), for the last words before exit.
+  void flush_until(int64_t deadline_ms);
+
+  size_t pending_bytes() const { return queue_.size() - written_; }
+  bool broken() const { return broken_; }
+  int fd() const { return fd_; }
+
+  /// Above this backlog the agent stops reading worker output and worker sockets.
+  static constexpr size_t kBacklogLimit = 4 << 20;
+
+ private:
+  int fd_;
+  std::string queue_;
+  size_t written_ = 0;
+  bool broken_ = false;
+};
+
+}  // namespace dtrain::agent

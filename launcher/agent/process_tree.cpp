@@ -1,0 +1,81 @@
+#include "launcher/agent/process_tree.h"
+
+#include <dirent.h>
+
+#include <cstdlib>
+#include <map>
+
+#include "launcher/base/fd.h"
+
+namespace dtrain::agent {
+namespace {
+
+// /proc/<pid>/stat is "pid (comm) state ppid ..."; comm may contain spaces and ')', so parse
+// from the last ')'.
+std::optional<ProcessEntry> read_stat(pid_t pid) {
+  Result<std::string> stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return std::nullopt;
+  size_t close = stat->rfind(')');
+  if (close == std::string::npos || close + 4 > stat->size()) return std::nullopt;
+  ProcessEntry entry;
+  entry.pid = pid;
+  entry.state = (*stat)[close + 2];
+  entry.parent = static_cast<pid_t>(std::strtol(stat->c_str() + close + 4, nullptr, 10));
+  return entry;
+}
+
+}  // namespace
+
+std::vector<ProcessEntry> scan_processes() {
+  std::vector<ProcessEntry> entries;
+  DIR* proc = ::opendir("/proc");
+  if (proc == nullptr) return entries;
+  while (dirent* item = ::readdir(proc)) {
+    char* end = nullptr;
+    long pid = std::strtol(item->d_name, &end, 10);
+    if (pid <= 0 || *end != '\0') continue;
+    if (auto entry = read_stat(static_cast<pid_t>(pid))) entries.push_back(*entry);
+  }
+  ::closedir(proc);
+  return entries;
+}
+
+std::vector<ProcessEntry> descendants_of(pid_t root, const std::vector<ProcessEntry>& snapshot) {
+  std::multimap<pid_t, const ProcessEntry*> children;
+  for (const ProcessEntry& entry : snapshot) children.emplace(entry.parent, &entry);
+  std::vector<ProcessEntry> found;
+  std::vector<pid_t> frontier = {root};
+  while (!frontier.empty()) {
+    pid_t parent = frontier.back();
+    frontier.pop_back();
+    auto [begin, end] = children.equal_range(parent);
+    for (auto it = begin; it != end; ++it) {
+      found.push_back(*it->second);
+      frontier.push_back(it->second->pid);
+    }
+  }
+  return found;
+}
+
+std::optional<char> process_state(pid_t pid) {
+  if (auto entry = read_stat(pid)) return entry->state;
+  return std::nullopt;
+}
+
+std::optional<std::string> process_environment_value(pid_t pid, const std::string& name) {
+  Result<std::string> environ = read_file("/proc/" + std::to_string(pid) + "/environ");
+  if (!environ) return std::nullopt;
+  std::string prefix = name + "=";
+  size_t start = 0;
+  while (start < environ->size()) {
+    size_t end = environ->find('\0', start);
+    if (end == std::string::npos) end = environ->size();
+    if (environ->compare(start, prefix.size(), prefix) == 0) {
+      return environ->substr(start + prefix.size(), end - start - prefix.size());
+    }
+    start = end + 1;
+  }
+  return std::nullopt;
+}
+
+}  // namespace dtrain::agent

@@ -1,0 +1,32 @@
+#pragma once
+// A snapshot of the processes in /proc, enough to find everything descended from the agent.
+// The agent is a child subreaper, so an orphaned or daemonised grandchild is reparented to it and
+// stays in this tree: walking parent links from the agent finds every process it must kill.
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dtrain::agent {
+
+struct ProcessEntry {
+  pid_t pid = 0;
+  pid_t parent = 0;
+  char state = '?';  ///< as in /proc/<pid>/stat: R, S, D, T, Z, ...
+};
+
+/// Every process visible in /proc now. Processes that vanish while being read are skipped.
+std::vector<ProcessEntry> scan_processes();
+
+/// The entries of `snapshot` descended from `root` (not `root` itself), parents before children.
+std::vector<ProcessEntry> descendants_of(pid_t root, const std::vector<ProcessEntry>& snapshot);
+
+/// One process's state letter, or nullopt when it no longer exists.
+std::optional<char> process_state(pid_t pid);
+
+/// The value of `name` in the process's initial environment (/proc/<pid>/environ), or nullopt.
+std::optional<std::string> process_environment_value(pid_t pid, const std::string& name);
+
+}  // namespace dtrain::agent

@@ -1,0 +1,92 @@
+#pragma once
+// One worker process the agent spawned: its pid (also its process group), its output pipes and
+// the last lines of its output, kept for the exit report.
+
+#include <sys/types.h>
+
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "launcher/agent/line_splitter.h"
+#include "launcher/base/fd.h"
+#include "launcher/base/result.h"
+
+namespace dtrain::agent {
+
+/// What `spawn` asks for, for one worker (messages.h: spawn).
+struct WorkerLaunch {
+  int gen = 0;
+  int rank = 0;
+  int local_rank = 0;
+  std::vector<std::string> argv;
+  std::string workdir;                       ///< empty: the agent's working directory
+  std::map<std::string, std::string> env;    ///< merged over the agent's environment
+  size_t log_tail_lines = 20;
+};
+
+/// Receives each complete output line: (stream "stdout"|"stderr", line).
+using LineSink = std::function<void(const char* stream, std::string line)>;
+
+class WorkerProcess {
+ public:
+  /// Forks and execs the worker in its own process group, stdin from /dev/null, stdout and
+  /// stderr into pipes. A failure before exec (chdir, exec itself) comes back as an Error whose
+  /// message is what spawn_failed reports ("worker.command[0] 'foo': No such file or
+  /// directory"); the child is reaped by then.
+  static Result<std::unique_ptr<WorkerProcess>> spawn(const WorkerLaunch& launch);
+
+  pid_t pid() const { return pid_; }
+  int gen() const { return launch_.gen; }
+  int rank() const { return launch_.rank; }
+  int local_rank() const { return launch_.local_rank; }
+
+  /// The open output pipes (for poll), -1 once closed.
+  int stdout_fd() const { return stdout_.fd.get(); }
+  int stderr_fd() const { return stderr_.fd.get(); }
+
+  /// Reads what is available on `fd` (one of the two above) and passes complete lines to
+  /// `sink`; at EOF the partial line too, and the pipe is closed.
+  void read_output(int fd, const LineSink& sink);
+
+  /// After the worker has been reaped: reads whatever its pipes hold now, passes every line
+  /// (partial ones included) to `sink`, and closes them. Does not wait for EOF: a daemonised
+  /// grandchild may hold the pipes open for ever.
+  void drain_output(const LineSink& sink);
+
+  /// The last log_tail_lines lines, both streams in arrival order.
+  nlohmann::json tail() const;
+
+  /// Set when a kill or fence signalled this worker; reported as exit.killed_by_agent.
+  bool signalled_by_agent = false;
+
+ private:
+  struct Stream {
+    const char* name;
+    UniqueFd fd;
+    LineSplitter splitter;
+  };
+  WorkerProcess(WorkerLaunch launch, pid_t pid, UniqueFd out, UniqueFd err);
+  void deliver(Stream& stream, std::vector<std::string> lines, const LineSink& sink);
+  void read_stream(Stream& stream, bool until_eof_or_empty, const LineSink& sink);
+
+  WorkerLaunch launch_;
+  pid_t pid_;
+  Stream stdout_;
+  Stream stderr_;
+  std::deque<std::string> tail_;
+};
+
+/// The exit part of an `exit` message from a waitpid status: {code} or {signal, signal_name}
+/// (+ core_dumped when the kernel says so).
+nlohmann::json describe_wait_status(int status);
+
+/// "SIGKILL" for SIGKILL; "signal 64" when the number has no name.
+std::string signal_name(int signal_number);
+
+}  // namespace dtrain::agent

@@ -1,0 +1,285 @@
+#include "launcher/agent/worker_socket.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+
+#include "worker/contract/wire.h"
+
+namespace dtrain::agent {
+namespace {
+
+constexpr size_t kMaxSocketPath = sizeof(sockaddr_un{}.sun_path) - 1;  // 107 on Linux
+constexpr size_t kMaxQueuedToWorker = 64 << 20;
+
+// mkdir -p with 0700 for every directory it creates, then insists the last one is a real
+// directory that we own and nobody else can enter: workers trust whatever listens there.
+Status make_private_directory(const std::string& directory) {
+  if (directory.empty() || directory[0] != '/') {
+    return Error::user("runtime_dir '" + directory + "' is not an absolute path");
+  }
+  for (size_t slash = directory.find('/', 1);; slash = directory.find('/', slash + 1)) {
+    std::string prefix = directory.substr(0, slash);
+    if (::mkdir(prefix.c_str(), 0700) != 0 && errno != EEXIST) {
+      return Error::infra("cannot create runtime directory '" + prefix + "': " + errno_text(errno));
+    }
+    if (slash == std::string::npos) break;
+  }
+  struct stat info{};
+  if (::lstat(directory.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
+    return Error::infra("runtime_dir '" + directory + "' is not a directory");
+  }
+  if (info.st_uid != ::geteuid()) {
+    return Error::infra("runtime_dir '" + directory + "' belongs to uid " +
+                        std::to_string(info.st_uid) + ", not to us (uid " +
+                        std::to_string(::geteuid()) + "); remove it or choose another");
+  }
+  if ((info.st_mode & 0077) != 0 && ::chmod(directory.c_str(), 0700) != 0) {
+    return Error::infra("chmod 0700 '" + directory + "': " + errno_text(errno));
+  }
+  return {};
+}
+
+std::string socket_file_name(const std::string& host) {
+  std::string name;
+  for (char c : host) {
+    bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                 c == '.' || c == '-' || c == '_';
+    name += plain ? c : '_';
+  }
+  return (name.empty() ? "agent" : name) + ".sock";
+}
+
+sockaddr_un socket_address(const std::string& path) {
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  path.copy(address.sun_path, kMaxSocketPath);
+  return address;
+}
+
+// A leftover socket file from a dead agent is removed; one a live agent answers on is not ours.
+Status claim_socket_path(const std::string& path) {
+  struct stat info{};
+  if (::lstat(path.c_str(), &info) != 0) return {};
+  UniqueFd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un address = socket_address(path);
+  if (probe.valid() &&
+      ::connect(probe.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) == 0) {
+    return Error::infra("worker socket '" + path +
+                        "' is in use by another live agent; is this host listed twice in the "
+                        "spec, or is a previous run still alive?");
+  }
+  if (::unlink(path.c_str()) != 0) {
+    return Error::infra("cannot remove stale socket '" + path + "': " + errno_text(errno));
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<std::unique_ptr<WorkerSocketServer>> WorkerSocketServer::open(
+    const std::string& runtime_dir, const std::string& host, std::string log_prefix) {
+  std::string path = runtime_dir + "/" + socket_file_name(host);
+  if (path.size() > kMaxSocketPath) {
+    return Error::user("worker socket path '" + path + "' is " + std::to_string(path.size()) +
+                       " bytes; a unix socket path must fit in " + std::to_string(kMaxSocketPath) +
+                       "; use a shorter runtime_dir such as /tmp/dtrain-" +
+                       std::to_string(::geteuid()) + "/<run>");
+  }
+  if (Status made = make_private_directory(runtime_dir); !made) return made.error();
+  if (Status claimed = claim_socket_path(path); !claimed) return claimed.error();
+  UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!listener.valid()) return Error::infra("socket(AF_UNIX): " + errno_text(errno));
+  sockaddr_un address = socket_address(path);
+  if (::bind(listener.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+    return Error::infra("bind '" + path + "': " + errno_text(errno));
+  }
+  ::chmod(path.c_str(), 0600);
+  if (::listen(listener.get(), 128) != 0) {
+    return Error::infra("listen '" + path + "': " + errno_text(errno));
+  }
+  return std::unique_ptr<WorkerSocketServer>(
+      new WorkerSocketServer(runtime_dir, path, std::move(listener), std::move(log_prefix)));
+}
+
+WorkerSocketServer::WorkerSocketServer(std::string runtime_dir, std::string path,
+                                       UniqueFd listener, std::string log_prefix)
+    : runtime_dir_(std::move(runtime_dir)),
+      path_(std::move(path)),
+      listener_(std::move(listener)),
+      log_prefix_(std::move(log_prefix)) {}
+
+WorkerSocketServer::~WorkerSocketServer() {
+  connections_.clear();
+  listener_.reset();
+  ::unlink(path_.c_str());
+  ::rmdir(runtime_dir_.c_str());  // fails harmlessly while other agents' sockets are there
+}
+
+std::vector<pollfd> WorkerSocketServer::poll_fds(bool accept_input) const {
+  std::vector<pollfd> fds;
+  fds.push_back({listener_.get(), POLLIN, 0});
+  for (const auto& [fd, connection] : connections_) {
+    short events = accept_input ? POLLIN : 0;
+    if (!connection.output.empty()) events |= POLLOUT;
+    fds.push_back({fd, events, 0});
+  }
+  return fds;
+}
+
+void WorkerSocketServer::on_ready(int fd, short revents, const WorkerMessageSink& sink) {
+  if (fd == listener_.get()) {
+    accept_all();
+    return;
+  }
+  auto it = connections_.find(fd);
+  if (it == connections_.end()) return;
+  if (revents & POLLOUT) write_to(it->second);
+  it = connections_.find(fd);  // write_to may have dropped it
+  if (it != connections_.end() && (revents & (POLLIN | POLLHUP | POLLERR))) {
+    read_from(it->second, sink);
+  }
+}
+
+void WorkerSocketServer::accept_all() {
+  for (;;) {
+    int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        std::fprintf(stderr, "%s: worker socket: accept: %s\n", log_prefix_.c_str(),
+                     errno_text(errno).c_str());
+      }
+      return;
+    }
+    UniqueFd owned(fd);
+    ucred peer{};
+    socklen_t length = sizeof peer;
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &length) != 0) {
+      std::fprintf(stderr, "%s: worker socket: SO_PEERCRED: %s; connection refused\n",
+                   log_prefix_.c_str(), errno_text(errno).c_str());
+      continue;
+    }
+    if (peer.uid != ::geteuid()) {
+      std::fprintf(stderr,
+                   "%s: worker socket: refused a connection from pid %d of uid %u (the agent "
+                   "runs as uid %u)\n",
+                   log_prefix_.c_str(), static_cast<int>(peer.pid), peer.uid, ::geteuid());
+      continue;
+    }
+    Connection& connection = connections_[fd];
+    connection.fd = std::move(owned);
+    connection.peer_pid = peer.pid;
+    connection.serial = next_serial_++;
+  }
+}
+
+void WorkerSocketServer::read_from(Connection& connection, const WorkerMessageSink& sink) {
+  int fd = connection.fd.get();
+  bool would_block = false;
+  Result<size_t> got = read_some(fd, connection.input, &would_block);
+  if (!got) return drop(fd, got.error().message);
+  if (*got == 0 && !would_block) return drop(fd, "");  // the worker closed it
+  size_t start = 0;
+  for (;;) {
+    size_t newline = connection.input.find('\n', start);
+    if (newline == std::string::npos) break;
+    std::string_view line(connection.input.data() + start, newline - start);
+    if (line.size() > contract::wire::kMaxLineBytes) {
+      return drop(fd, "line of " + std::to_string(line.size()) + " bytes exceeds the " +
+                          std::to_string(contract::wire::kMaxLineBytes) + "-byte limit");
+    }
+    if (!handle_line(connection, line, sink)) return;  // dropped
+    start = newline + 1;
+  }
+  connection.input.erase(0, start);
+  if (connection.input.size() > contract::wire::kMaxLineBytes) {
+    drop(fd, "line exceeds the " + std::to_string(contract::wire::kMaxLineBytes) +
+                 "-byte limit without a newline");
+  }
+}
+
+bool WorkerSocketServer::handle_line(Connection& connection, std::string_view line,
+                                     const WorkerMessageSink& sink) {
+  int fd = connection.fd.get();
+  if (line.find_first_not_of(" \t\r") == std::string_view::npos) return true;  // blank line
+  nlohmann::json message = nlohmann::json::parse(line, nullptr, false);
+  std::string excerpt(line.substr(0, 80));
+  if (message.is_discarded()) {
+    drop(fd, "malformed JSON line '" + excerpt + "'");
+    return false;
+  }
+  if (!message.is_object() || !message.contains("type") || !message["type"].is_string()) {
+    drop(fd, "line is not a JSON object with a string \"type\": '" + excerpt + "'");
+    return false;
+  }
+  if (!connection.gen) {
+    const nlohmann::json& rank = message["rank"];
+    const nlohmann::json& gen = message["gen"];
+    if (message["type"] != contract::wire::kHello || !rank.is_number_integer() ||
+        !gen.is_number_integer()) {
+      drop(fd, "the first line must be hello {rank, gen, pid}, got '" + excerpt + "'");
+      return false;
+    }
+    connection.gen = gen.get<int>();
+    connection.rank = rank.get<int>();
+  }
+  sink(*connection.gen, *connection.rank, connection.peer_pid, std::move(message));
+  return true;
+}
+
+void WorkerSocketServer::write_to(Connection& connection) {
+  while (!connection.output.empty()) {
+    ssize_t n = ::send(connection.fd.get(), connection.output.data(), connection.output.size(),
+                       MSG_NOSIGNAL);
+    if (n > 0) {
+      connection.output.erase(0, static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    return drop(connection.fd.get(), "send: " + errno_text(errno));
+  }
+}
+
+Status WorkerSocketServer::send_to(int gen, int rank, const nlohmann::json& message) {
+  Connection* newest = nullptr;
+  for (auto& [fd, connection] : connections_) {
+    if (connection.gen == gen && connection.rank == rank &&
+        (newest == nullptr || connection.serial > newest->serial)) {
+      newest = &connection;
+    }
+  }
+  if (newest == nullptr) {
+    return Error::infra("no worker connection from rank " + std::to_string(rank) +
+                        " of generation " + std::to_string(gen));
+  }
+  if (newest->output.size() > kMaxQueuedToWorker) {
+    int fd = newest->fd.get();
+    drop(fd, "the worker does not read its replies (over 64 MiB queued)");
+    return Error::infra("rank " + std::to_string(rank) + " does not read its socket; closed it");
+  }
+  newest->output += message.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  newest->output += '\n';
+  write_to(*newest);
+  return {};
+}
+
+void WorkerSocketServer::drop(int fd, const std::string& why) {
+  auto it = connections_.find(fd);
+  if (it == connections_.end()) return;
+  if (!why.empty()) {
+    std::string who = it->second.rank ? "rank " + std::to_string(*it->second.rank) + " (pid " +
+                                            std::to_string(it->second.peer_pid) + ")"
+                                      : "pid " + std::to_string(it->second.peer_pid);
+    std::fprintf(stderr, "%s: worker socket: closed the connection from %s: %s\n",
+                 log_prefix_.c_str(), who.c_str(), why.c_str());
+  }
+  connections_.erase(it);
+}
+
+}  // namespace dtrain::agent

@@ -1,0 +1,83 @@
+#pragma once
+// The agent's end of the worker protocol (worker/contract/wire.h): a unix socket in a 0700
+// runtime directory, one connection per worker, newline-delimited JSON. The agent does not
+// interpret worker messages; it checks the framing, learns (gen, rank) from the hello, and
+// forwards everything to the supervisor, which answers through to_worker.
+
+#include <poll.h>
+#include <sys/types.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "launcher/base/fd.h"
+#include "launcher/base/result.h"
+
+namespace dtrain::agent {
+
+/// Receives every valid message from a worker connection: the (gen, rank) of its hello, the
+/// peer's pid as the kernel reports it, and the message itself (hello included).
+using WorkerMessageSink = std::function<void(int gen, int rank, pid_t peer_pid, nlohmann::json)>;
+
+class WorkerSocketServer {
+ public:
+  /// Creates `runtime_dir` with mode 0700 (and missing parents, also 0700), checks that it is
+  /// a directory owned by us, and listens on `<runtime_dir>/<host>.sock`. Errors name the path
+  /// and the fix (a path over 107 bytes, a socket in use by a live agent, a directory owned by
+  /// someone else).
+  static Result<std::unique_ptr<WorkerSocketServer>> open(const std::string& runtime_dir,
+                                                          const std::string& host,
+                                                          std::string log_prefix);
+  /// Closes every connection, removes the socket and, if it is then empty, the runtime dir.
+  ~WorkerSocketServer();
+
+  const std::string& path() const { return path_; }
+
+  /// The listening socket and every connection; connections ask for input only when
+  /// `accept_input` (the agent stops reading while its output backlog is large).
+  std::vector<pollfd> poll_fds(bool accept_input) const;
+
+  /// Handles readiness of one fd returned by poll_fds(). Never throws; a bad peer only loses
+  /// its own connection (with a line on stderr).
+  void on_ready(int fd, short revents, const WorkerMessageSink& sink);
+
+  /// Queues one line for the newest connection whose hello said (gen, rank).
+  Status send_to(int gen, int rank, const nlohmann::json& message);
+
+  /// Number of open connections (for tests and logs).
+  size_t connection_count() const { return connections_.size(); }
+
+ private:
+  struct Connection {
+    UniqueFd fd;
+    pid_t peer_pid = 0;
+    std::string input;
+    std::string output;
+    std::optional<int> gen;
+    std::optional<int> rank;
+    uint64_t serial = 0;  // newer connections win when two claim the same (gen, rank)
+  };
+
+  WorkerSocketServer(std::string runtime_dir, std::string path, UniqueFd listener,
+                     std::string log_prefix);
+  void accept_all();
+  void read_from(Connection& connection, const WorkerMessageSink& sink);
+  bool handle_line(Connection& connection, std::string_view line, const WorkerMessageSink& sink);
+  void write_to(Connection& connection);
+  void drop(int fd, const std::string& why);
+
+  std::string runtime_dir_;
+  std::string path_;
+  UniqueFd listener_;
+  std::string log_prefix_;
+  std::map<int, Connection> connections_;  // by fd
+  uint64_t next_serial_ = 1;
+};
+
+}  // namespace dtrain::agent

@@ -1,0 +1,52 @@
+#pragma once
+// Framing of the agent ⇄ supervisor stream: each message is a 4-byte big-endian length followed
+// by that many bytes of UTF-8 JSON, an object with a string "type" (messages.h lists them).
+// A length prefix rather than newlines so that a stuck or chatty peer can never make the other
+// side buffer without bound: the size limit is checked before a byte of the body is kept.
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "launcher/base/result.h"
+
+namespace dtrain::proto {
+
+/// Largest frame body either side accepts. Senders keep well under it (log lines are capped at
+/// 64 KiB, worker-protocol lines at 1 MiB).
+inline constexpr size_t kMaxFrameBytes = 8 << 20;
+
+/// Length prefix + compact JSON. Invalid UTF-8 in strings (worker output is arbitrary bytes) is
+/// replaced with U+FFFD rather than failing. Never throws.
+std::string encode_frame(const nlohmann::json& message);
+
+/// Turns a byte stream back into messages. Feed bytes as they arrive, then call next() until it
+/// returns nullopt (need more bytes). The first bad frame is an Error; after it the decoder stays
+/// failed and every next() returns the same Error: a stream that lost its framing cannot be
+/// resynchronised. Messages do not name the peer; callers add the host.
+class FrameDecoder {
+ public:
+  void feed(std::string_view bytes);
+
+  /// The next complete message, nullopt when the buffered bytes hold no complete frame, or an
+  /// Error for an oversized length, malformed JSON, a non-object, or a missing/non-string "type".
+  Result<std::optional<nlohmann::json>> next();
+
+  /// True once next() has returned an Error.
+  bool failed() const { return failure_.has_value(); }
+
+  /// Bytes buffered but not yet returned as a message (for "truncated frame at EOF" checks).
+  size_t buffered_bytes() const { return buffer_.size() - consumed_; }
+
+ private:
+  Error fail(std::string message);
+
+  std::string buffer_;
+  size_t consumed_ = 0;  // bytes at the front of buffer_ already decoded
+  std::optional<Error> failure_;
+};
+
+}  // namespace dtrain::proto

@@ -1,1 +1,0 @@
-namespace dtrain { int placeholder_proto = 0; }

@@ -1,0 +1,139 @@
+// The worker protocol socket: a worker's hello and every later line reach the supervisor as
+// from_worker; to_worker replies reach the worker; a misbehaving worker loses only its own
+// connection. The "worker" here is this test process, connected with a tiny client.
+
+#include <doctest/doctest.h>
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "launcher/base/fd.h"
+#include "worker/contract/wire.h"
+#include "tests/integration/support/agent_session.h"
+#include "tests/integration/support/process_probe.h"
+
+using dtrain::test::AgentSession;
+using dtrain::test::spawn_message;
+using nlohmann::json;
+
+namespace {
+
+dtrain::UniqueFd connect_to(const std::string& path) {
+  dtrain::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  path.copy(address.sun_path, sizeof address.sun_path - 1);
+  REQUIRE(::connect(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+  return fd;
+}
+
+// MSG_NOSIGNAL: the agent may close the connection first, and that must not kill the test.
+bool send_all(int fd, std::string bytes) {
+  while (!bytes.empty()) {
+    ssize_t sent = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    if (sent <= 0) return false;
+    bytes.erase(0, static_cast<size_t>(sent));
+  }
+  return true;
+}
+
+void send_line(int fd, const std::string& line) { REQUIRE(send_all(fd, line + "\n")); }
+
+// One line from the agent, or "" at EOF / after the timeout; "EOF" when the agent closed it.
+std::string read_line(int fd, int timeout_ms = 10'000) {
+  std::string line;
+  char c;
+  for (;;) {
+    pollfd entry{fd, POLLIN, 0};
+    if (::poll(&entry, 1, timeout_ms) <= 0) return line;
+    ssize_t got = ::read(fd, &c, 1);
+    if (got <= 0) return line.empty() ? "EOF" : line;
+    if (c == '\n') return line;
+    line += c;
+  }
+}
+
+}  // namespace
+
+TEST_CASE("hello and beats are forwarded as from_worker; to_worker reaches the worker") {
+  AgentSession session(DTRAIN_EXE);
+  auto hello = session.handshake();
+  REQUIRE(hello);
+  // A real worker learns the socket from its environment.
+  session.send(spawn_message(3, {0}, {"/bin/sh", "-c", "echo \"$DTRAIN_AGENT_SOCKET\"; exec sleep 1000"},
+                             session.run_id()));
+  auto started = session.wait_for_type("started");
+  REQUIRE(started);
+  auto path_line = session.wait_for_type("log");
+  REQUIRE(path_line);
+  std::string path = (*path_line)["line"];
+  CHECK(path == (*hello)["socket"]);
+
+  dtrain::UniqueFd worker = connect_to(path);
+  send_line(worker.get(), json({{"type", "hello"}, {"rank", 0}, {"gen", 3}, {"pid", ::getpid()}}).dump());
+  auto forwarded = session.wait_for_type("from_worker");
+  REQUIRE(forwarded);
+  CHECK((*forwarded)["gen"] == 3);
+  CHECK((*forwarded)["rank"] == 0);
+  CHECK((*forwarded)["pid"] == ::getpid());
+  CHECK((*forwarded)["msg"]["type"] == "hello");
+
+  send_line(worker.get(), json({{"type", "beat"}, {"step", 17}, {"loss", 0.5}}).dump());
+  auto beat = session.wait_for_type("from_worker");
+  REQUIRE(beat);
+  CHECK((*beat)["msg"] == json({{"type", "beat"}, {"step", 17}, {"loss", 0.5}}));
+
+  json reply = {{"type", "kv.value"}, {"id", 5}, {"value", "abc"}};
+  session.send({{"type", "to_worker"}, {"gen", 3}, {"rank", 0}, {"msg", reply}});
+  CHECK(json::parse(read_line(worker.get())) == reply);
+
+  // A reply for a worker that never connected is an error, not a crash.
+  session.send({{"type", "to_worker"}, {"gen", 3}, {"rank", 9}, {"msg", reply}});
+  auto error = session.wait_for_type("error");
+  REQUIRE(error);
+  CHECK((*error)["about"] == "to_worker");
+  CHECK((*error)["rank"] == 9);
+
+  session.connection().shutdown(5000);
+  CHECK(read_line(worker.get()) == "EOF");  // the agent closed the socket on its way out
+  CHECK(dtrain::test::wait_until_gone((*started)["pid"].get<pid_t>(), 5000));
+  CHECK(dtrain::test::wait_until_run_gone(session.run_id(), 5000).empty());
+}
+
+TEST_CASE("garbage, an oversized line or a missing hello closes that connection only") {
+  AgentSession session(DTRAIN_EXE);
+  auto hello = session.handshake();
+  REQUIRE(hello);
+  std::string path = (*hello)["socket"];
+
+  dtrain::UniqueFd no_hello = connect_to(path);
+  send_line(no_hello.get(), json({{"type", "beat"}, {"step", 1}}).dump());
+  CHECK(read_line(no_hello.get()) == "EOF");
+
+  dtrain::UniqueFd garbage = connect_to(path);
+  send_line(garbage.get(), json({{"type", "hello"}, {"rank", 1}, {"gen", 1}, {"pid", 1}}).dump());
+  REQUIRE(session.wait_for_type("from_worker"));
+  send_line(garbage.get(), "this is not json {");
+  CHECK(read_line(garbage.get()) == "EOF");
+
+  dtrain::UniqueFd huge = connect_to(path);
+  std::string line(dtrain::contract::wire::kMaxLineBytes + 10, 'x');
+  send_all(huge.get(), line);  // the agent may close before it has all of it
+  CHECK(read_line(huge.get()) == "EOF");
+
+  // The agent is fine and a good worker still gets through.
+  dtrain::UniqueFd good = connect_to(path);
+  send_line(good.get(), json({{"type", "hello"}, {"rank", 2}, {"gen", 1}, {"pid", 2}}).dump());
+  auto forwarded = session.wait_for([](const json& m) { return m["type"] == "from_worker" && m["rank"] == 2; });
+  CHECK(forwarded);
+  session.send({{"type", "ping"}, {"id", 1}});
+  CHECK(session.wait_for_type("pong"));
+  const std::string& diagnostics = session.diagnostics();
+  CHECK(diagnostics.find("the first line must be hello") != std::string::npos);
+  CHECK(diagnostics.find("malformed JSON line 'this is not json {'") != std::string::npos);
+  CHECK(diagnostics.find("exceeds the 1048576-byte limit") != std::string::npos);
+}

@@ -1,0 +1,298 @@
+#pragma once
+// TestCluster: an RAII handle on scripts/testcluster.sh for integration tests. Brings a cluster
+// of network-namespace hosts up with a prefix unique to this process (tests run in parallel
+// under ctest) and always tears it down in the destructor. Where the machine cannot host one
+// (not root, no `ip netns`, no sshd: the script exits 77), available() is false and tests skip:
+//
+//   dtrain::testing::TestCluster cluster(3);
+//   DTRAIN_REQUIRE_CLUSTER(cluster);   // MESSAGE("skipped: ...") and return
+//   dtrain::testing::InControlNamespace in_ctl(cluster);  // this process now sees the cluster
+//
+// Header-only: every integration test executable may include it.
+
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "launcher/base/strings.h"
+
+#ifndef DTRAIN_SOURCE_DIR
+#error "cluster_fixture.h needs DTRAIN_SOURCE_DIR (integration tests get it from CMake)"
+#endif
+
+namespace dtrain::testing {
+
+/// Exit status and combined stdout+stderr of a command.
+struct CommandOutput {
+  int status = -1;  ///< exit code; 128+N when killed by signal N
+  std::string output;
+};
+
+/// Runs `argv` (no shell: each argument is quoted) with extra environment assignments, and
+/// captures stdout and stderr.
+inline CommandOutput run_command(const std::vector<std::string>& argv,
+                                 const std::map<std::string, std::string>& env = {}) {
+  std::string line;
+  for (const auto& [key, value] : env) line += key + "=" + shell_quote(value) + " ";
+  if (!env.empty()) line = "env " + line;
+  for (const std::string& argument : argv) line += shell_quote(argument) + " ";
+  line += "2>&1 </dev/null";
+  CommandOutput result;
+  FILE* pipe = ::popen(line.c_str(), "r");
+  if (!pipe) return result;
+  char buffer[4096];
+  size_t count;
+  while ((count = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) result.output.append(buffer, count);
+  int status = ::pclose(pipe);
+  if (WIFEXITED(status)) result.status = WEXITSTATUS(status);
+  else if (WIFSIGNALED(status)) result.status = 128 + WTERMSIG(status);
+  return result;
+}
+
+/// One host of the cluster, as cluster.env describes it.
+struct ClusterHost {
+  std::string name;  ///< "t123a-h1": its hostname, its namespace, its name in known_hosts
+  std::string ip;    ///< "10.77.0.11"
+  std::string dir;   ///< state directory of this host (sshd config, log, home/, tmp/)
+  std::string home() const { return dir + "/home"; }
+};
+
+class TestCluster {
+ public:
+  /// Brings up `host_count` hosts. Uses $DTRAIN_TESTCLUSTER_PREFIX when set, else a prefix
+  /// unique to this process and fixture instance.
+  explicit TestCluster(int host_count) {
+    if (const char* forced = std::getenv("DTRAIN_TESTCLUSTER_PREFIX"); forced && *forced) {
+      prefix_ = forced;
+    } else {
+      static int instance = 0;
+      prefix_ = "t" + std::to_string(::getpid()) + static_cast<char>('a' + (instance++ % 26));
+    }
+    if (::geteuid() != 0) {
+      skip_reason_ = "the test cluster needs root (network namespaces); uid is " +
+                     std::to_string(::geteuid());
+      return;
+    }
+    CommandOutput up = script({"up", std::to_string(host_count)});
+    if (up.status == 77) {
+      skip_reason_ = trim_copy(up.output);
+      return;
+    }
+    brought_up_ = true;  // even a failed `up` may have left namespaces: always run `down`
+    if (up.status != 0) {
+      error_ = "testcluster.sh up " + std::to_string(host_count) + " failed (" +
+               std::to_string(up.status) + "): " + up.output;
+      return;
+    }
+    load_env();
+  }
+
+  ~TestCluster() {
+    if (brought_up_) script({"down"});
+  }
+  TestCluster(const TestCluster&) = delete;
+  TestCluster& operator=(const TestCluster&) = delete;
+
+  /// False when the machine cannot host a cluster: skip_reason() says why.
+  bool available() const { return skip_reason_.empty(); }
+  const std::string& skip_reason() const { return skip_reason_; }
+  /// Non-empty when `up` failed on a machine that should be able to run it: a test failure.
+  const std::string& error() const { return error_; }
+
+  const std::string& prefix() const { return prefix_; }
+  const std::vector<ClusterHost>& hosts() const { return hosts_; }
+  /// 1-based, as the script numbers hosts.
+  const ClusterHost& host(int number) const { return hosts_.at(number - 1); }
+  std::string value(const std::string& key) const {
+    auto it = env_.find(key);
+    return it == env_.end() ? std::string() : it->second;
+  }
+  std::string state_dir() const { return value("DTRAIN_TESTCLUSTER_STATE"); }
+  std::string user() const { return value("DTRAIN_TESTCLUSTER_USER"); }
+  std::string key_path() const { return value("DTRAIN_TESTCLUSTER_KEY"); }
+  std::string known_hosts_path() const { return value("DTRAIN_TESTCLUSTER_KNOWN_HOSTS"); }
+  std::string ssh_config_path() const { return value("DTRAIN_TESTCLUSTER_SSH_CONFIG"); }
+  std::string hosts_file() const { return value("DTRAIN_TESTCLUSTER_HOSTS_FILE"); }
+  std::string control_namespace() const { return value("DTRAIN_TESTCLUSTER_CONTROL_NS"); }
+
+  /// `testcluster.sh ARGS...` for this cluster.
+  CommandOutput script(const std::vector<std::string>& args) const {
+    std::vector<std::string> argv{std::string(DTRAIN_SOURCE_DIR) + "/scripts/testcluster.sh"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return run_command(argv, {{"DTRAIN_TESTCLUSTER_PREFIX", prefix_}});
+  }
+  CommandOutput partition(int number) const { return script({"partition", std::to_string(number)}); }
+  CommandOutput heal(int number) const { return script({"heal", std::to_string(number)}); }
+  CommandOutput kill(int number) const { return script({"kill", std::to_string(number)}); }
+  CommandOutput restart(int number) const { return script({"restart", std::to_string(number)}); }
+  CommandOutput rekey(int number) const { return script({"rekey", std::to_string(number)}); }
+
+  /// Runs argv as on host `where` ("ctl", "1", "h1", a full name): its network, hostname and
+  /// private home//tmp.
+  CommandOutput exec(const std::string& where, const std::vector<std::string>& argv) const {
+    std::vector<std::string> args{"exec", where};
+    args.insert(args.end(), argv.begin(), argv.end());
+    return script(args);
+  }
+
+  /// OpenSSH from the control namespace to host `number` (BatchMode, the harness's key).
+  CommandOutput ssh(int number, const std::string& remote_command, int connect_timeout_s = 5) const {
+    return exec("ctl", {"ssh", "-F", ssh_config_path(), "-o",
+                        "ConnectTimeout=" + std::to_string(connect_timeout_s), host(number).name,
+                        remote_command});
+  }
+
+  /// Pids in a namespace (`ip netns pids`): what is still running on that host.
+  std::vector<pid_t> pids_in_namespace(const std::string& ns) const {
+    std::vector<pid_t> pids;
+    CommandOutput listed = run_command({"ip", "netns", "pids", ns});
+    std::istringstream lines(listed.output);
+    long pid;
+    while (lines >> pid) pids.push_back(static_cast<pid_t>(pid));
+    return pids;
+  }
+  std::vector<pid_t> pids_on(int number) const { return pids_in_namespace(host(number).name); }
+
+  /// pids on host `number` other than its listening sshd (i.e. what a run left behind).
+  std::vector<pid_t> leftover_pids_on(int number) const {
+    std::string sshd_pid = trim_copy(read_text(host(number).dir + "/sshd.pid"));
+    std::vector<pid_t> left;
+    for (pid_t pid : pids_on(number)) {
+      if (std::to_string(pid) != sshd_pid) left.push_back(pid);
+    }
+    return left;
+  }
+
+  /// Polls until no host has a process besides its sshd, or `timeout_ms` passes. Returns a
+  /// description of what is left ("" when clean).
+  std::string wait_hosts_clean(int timeout_ms = 5000) const {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    for (;;) {
+      std::string left;
+      for (size_t i = 1; i <= hosts_.size(); ++i) {
+        for (pid_t pid : leftover_pids_on(static_cast<int>(i))) {
+          left += host(static_cast<int>(i)).name + ": pid " + std::to_string(pid) + " " +
+                  trim_copy(read_text("/proc/" + std::to_string(pid) + "/cmdline")) + "\n";
+        }
+      }
+      if (left.empty() || std::chrono::steady_clock::now() > deadline) return left;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
+  static std::string read_text(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream buffer;
+    buffer << in.rdbuf();
+    std::string text = buffer.str();
+    for (char& c : text) if (c == '\0') c = ' ';
+    return text;
+  }
+
+ private:
+  static std::string trim_copy(const std::string& text) { return std::string(trim(text)); }
+
+  void load_env() {
+    std::ifstream in(state_dir_guess() + "/cluster.env");
+    std::string line;
+    while (std::getline(in, line)) {
+      size_t eq = line.find('=');
+      if (eq != std::string::npos) env_[line.substr(0, eq)] = line.substr(eq + 1);
+    }
+    int count = std::atoi(value("DTRAIN_TESTCLUSTER_HOSTS").c_str());
+    for (int i = 1; i <= count; ++i) {
+      std::string n = "HOST_" + std::to_string(i) + "_";
+      hosts_.push_back({value(n + "NAME"), value(n + "IP"), value(n + "DIR")});
+    }
+    if (hosts_.empty()) error_ = "cluster.env missing or empty in " + state_dir_guess();
+  }
+  std::string state_dir_guess() const {
+    const char* root = std::getenv("DTRAIN_TESTCLUSTER_ROOT");
+    return std::string(root && *root ? root : "/tmp/dtrain-testcluster") + "/" + prefix_;
+  }
+
+  std::string prefix_;
+  std::string skip_reason_;
+  std::string error_;
+  bool brought_up_ = false;
+  std::map<std::string, std::string> env_;
+  std::vector<ClusterHost> hosts_;
+};
+
+/// While alive, this (single-threaded) process's network is the control namespace, and
+/// /etc/hosts names the cluster's hosts (a private mount namespace), so in-process code such as
+/// SshTransport reaches the hosts exactly as `dtrain` run in the control namespace would.
+/// Sockets opened meanwhile stay in the control namespace after it ends.
+class InControlNamespace {
+ public:
+  explicit InControlNamespace(const TestCluster& cluster) {
+    saved_net_ = ::open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+    saved_mnt_ = ::open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC);
+    char cwd[4096];
+    if (::getcwd(cwd, sizeof cwd)) saved_cwd_ = cwd;
+    std::string ns_path = "/run/netns/" + cluster.control_namespace();
+    int target = ::open(ns_path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (target < 0 || ::setns(target, CLONE_NEWNET) != 0) {
+      error_ = "cannot enter " + ns_path + ": " + std::strerror(errno);
+      if (target >= 0) ::close(target);
+      return;
+    }
+    ::close(target);
+    entered_net_ = true;
+    if (::unshare(CLONE_NEWNS) != 0 ||
+        ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount(cluster.hosts_file().c_str(), "/etc/hosts", nullptr, MS_BIND, nullptr) != 0) {
+      error_ = std::string("cannot bind the cluster's /etc/hosts: ") + std::strerror(errno);
+    }
+    entered_mnt_ = true;
+  }
+  ~InControlNamespace() {
+    if (entered_mnt_ && saved_mnt_ >= 0) {
+      (void)::setns(saved_mnt_, CLONE_NEWNS);
+      if (!saved_cwd_.empty()) (void)::chdir(saved_cwd_.c_str());
+    }
+    if (entered_net_ && saved_net_ >= 0) (void)::setns(saved_net_, CLONE_NEWNET);
+    if (saved_net_ >= 0) ::close(saved_net_);
+    if (saved_mnt_ >= 0) ::close(saved_mnt_);
+  }
+  InControlNamespace(const InControlNamespace&) = delete;
+  InControlNamespace& operator=(const InControlNamespace&) = delete;
+
+  /// "" when fully entered.
+  const std::string& error() const { return error_; }
+
+ private:
+  int saved_net_ = -1;
+  int saved_mnt_ = -1;
+  std::string saved_cwd_;
+  bool entered_net_ = false;
+  bool entered_mnt_ = false;
+  std::string error_;
+};
+
+}  // namespace dtrain::testing
+
+/// Skips the rest of a test case (with a message, not a failure) when the machine cannot host
+/// the cluster; fails it when `up` broke on a machine that should manage.
+#define DTRAIN_REQUIRE_CLUSTER(cluster)                                  \
+  do {                                                                   \
+    if (!(cluster).available()) {                                        \
+      MESSAGE("skipped: " << (cluster).skip_reason());                   \
+      return;                                                            \
+    }                                                                    \
+    REQUIRE_MESSAGE((cluster).error().empty(), (cluster).error());       \
+  } while (0)

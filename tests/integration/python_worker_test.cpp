@@ -1,0 +1,60 @@
+// worker/python/dtrain_worker.py from a real python3 process against the fake agent.
+#include <doctest/doctest.h>
+
+#include <fstream>
+
+#include "tests/integration/fake_agent.h"
+
+using dtrain::testing::FakeAgent;
+using namespace std::chrono_literals;
+
+TEST_CASE("python client: hello, beats, kv set/get/wait and bye from a real python3") {
+  FakeAgent agent;
+  std::string script = agent.dir() + "/train.py";
+  std::ofstream(script) << R"(
+import sys
+sys.path.insert(0, sys.argv[1])
+from dtrain_worker import Worker, DtrainError
+w = Worker.from_env()
+w.kv_set("addr/%d" % w.rank, "host-%d" % w.rank)
+assert w.kv_get("addr/%d" % w.rank) == "host-%d" % w.rank
+assert w.kv_get("missing") is None
+values = w.kv_wait(["addr/0", "addr/1"], timeout=20)
+assert values == ["host-0", "host-1"], values
+try:
+    w.kv_wait(["never"], timeout=0.2)
+    raise SystemExit("kv_wait should have timed out")
+except DtrainError as error:
+    assert "never" in str(error), error
+assert w.generation_is_current()
+for step in range(1, 51):
+    w.beat(step, loss=2.0 / step, step_ms=1.5, samples=8)
+w.beat(50, final=True, loss=0.04)
+w.close()
+print("python worker done")
+)";
+  agent.spawn(2, {"/usr/bin/python3", script, DTRAIN_SOURCE_DIR "/worker/python"});
+  bool ok = agent.wait_all_ok(60s);
+  REQUIRE_MESSAGE(ok, agent.log(0) << agent.log(1));
+  CHECK(agent.log(0).find("python worker done") != std::string::npos);
+  auto hellos = agent.received_of_type("hello");
+  REQUIRE(hellos.size() == 2);
+  int last_step = 0;
+  int beats = 0;
+  for (const auto& beat : agent.received_of_type("beat")) {
+    if (beat.rank != 1) continue;
+    ++beats;
+    last_step = beat.msg["step"];
+    CHECK(beat.msg.contains("loss"));
+  }
+  CHECK(last_step == 50);
+  CHECK(beats < 50);  // rate-limited to DTRAIN_HEARTBEAT_INTERVAL_MS
+  CHECK(agent.received_of_type("bye").size() == 2);
+}
+
+TEST_CASE("python client: outside dtrain it raises an error that says how to run it") {
+  std::string command = "env -i /usr/bin/python3 -c 'import sys; sys.path.insert(0, \"" DTRAIN_SOURCE_DIR
+                        "/worker/python\"); import dtrain_worker; dtrain_worker.Worker.from_env()' 2>&1 | "
+                        "grep -q \"dtrain submit\"";
+  CHECK(std::system(command.c_str()) == 0);
+}

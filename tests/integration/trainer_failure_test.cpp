@@ -1,0 +1,69 @@
+// Peer failures must end a collective with an error naming the operation, never a hang.
+#include <doctest/doctest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include "tests/integration/fake_agent.h"
+
+using dtrain::testing::FakeAgent;
+using dtrain::testing::ReceivedMessage;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::string kTrainer = DTRAIN_BINARY_DIR "/cli/dtrain-train";
+
+bool reached_step(const std::vector<ReceivedMessage>& messages, int rank, int step) {
+  for (const ReceivedMessage& message : messages) {
+    if (message.rank == rank && message.msg.value("type", "") == "beat" && message.msg.value("step", 0) >= step) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("trainer: SIGKILL of one rank makes the others fail fast, naming the operation and the peer") {
+  FakeAgent agent;
+  // A long comm timeout: the survivors must notice the death itself, not time out.
+  agent.spawn(3, {kTrainer, "--steps", "100000000", "--log-every", "0", "--comm-timeout-ms", "120000"},
+              {{"DTRAIN_HEARTBEAT_INTERVAL_MS", "0"}, {"DTRAIN_GLOBAL_BATCH", "6"}, {"DTRAIN_MICRO_BATCH", "1"}});
+  REQUIRE(agent.wait_for([](const auto& m) { return reached_step(m, 0, 20) && reached_step(m, 2, 20); }, 60s));
+  ::kill(agent.pid(2), SIGKILL);
+  int64_t killed_at = dtrain::testing::steady_ms();
+  for (int rank : {0, 1}) {
+    auto status = agent.wait_exit(rank, 60s);
+    REQUIRE_MESSAGE(status.has_value(), "rank " << rank << " hung after its peer died:\n" << agent.log(rank));
+    CHECK(WIFEXITED(*status));
+    CHECK(WEXITSTATUS(*status) == 1);
+    std::string log = agent.log(rank);
+    INFO("rank " << rank << " log:\n" << log);
+    CHECK(log.find("gloo allreduce(float64") != std::string::npos);
+    CHECK(log.find("failed on rank " + std::to_string(rank) + " of 3") != std::string::npos);
+    CHECK(log.find("peer rank") != std::string::npos);
+  }
+  MESSAGE("survivors exited " << dtrain::testing::steady_ms() - killed_at << " ms after the SIGKILL");
+  CHECK(dtrain::testing::steady_ms() - killed_at < 60'000);
+  // The first survivor to notice names the dead rank (the other may instead see that survivor
+  // exit, and name it).
+  CHECK((agent.log(0).find("peer rank 2 is gone") != std::string::npos ||
+         agent.log(1).find("peer rank 2 is gone") != std::string::npos));
+}
+
+TEST_CASE("trainer: a SIGSTOPped rank makes the others fail with a timeout error, not hang") {
+  FakeAgent agent;
+  agent.spawn(2, {kTrainer, "--steps", "100000000", "--log-every", "0", "--comm-timeout-ms", "1500"},
+              {{"DTRAIN_HEARTBEAT_INTERVAL_MS", "0"}, {"DTRAIN_GLOBAL_BATCH", "4"}, {"DTRAIN_MICRO_BATCH", "1"}});
+  REQUIRE(agent.wait_for([](const auto& m) { return reached_step(m, 1, 20); }, 60s));
+  ::kill(agent.pid(1), SIGSTOP);
+  auto status = agent.wait_exit(0, 60s);
+  REQUIRE_MESSAGE(status.has_value(), "rank 0 hung on a stopped peer:\n" << agent.log(0));
+  CHECK(WEXITSTATUS(*status) == 1);
+  std::string log = agent.log(0);
+  INFO(log);
+  CHECK(log.find("gloo allreduce(float64") != std::string::npos);
+  CHECK(log.find("no progress within the 1500ms timeout") != std::string::npos);
+  CHECK(log.find("peer ranks 1") != std::string::npos);
+}

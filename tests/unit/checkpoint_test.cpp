@@ -1,0 +1,260 @@
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "worker/runtime/worker.h"
+
+using namespace dtrain::worker;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct ScratchDir {
+  std::string path;
+  ScratchDir() {
+    char pattern[] = "/tmp/dtrain-ckpt-XXXXXX";
+    path = ::mkdtemp(pattern);
+  }
+  ~ScratchDir() { fs::remove_all(path); }
+};
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+std::string shard_path(const std::string& dir, int64_t step, int tp = 0, int pp = 0) {
+  return dir + "/step-" + std::to_string(step) + "/shard-tp" + std::to_string(tp) + "-pp" + std::to_string(pp) + ".bin";
+}
+
+void flip_byte(const std::string& path, std::streamoff at_from_end) {
+  std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+  file.seekg(-at_from_end, std::ios::end);
+  char byte = 0;
+  file.read(&byte, 1);
+  byte ^= 0x40;
+  file.seekp(-at_from_end, std::ios::end);
+  file.write(&byte, 1);
+}
+
+/// A one-rank worker with an in-process store, saving every step it is asked to.
+Status save_steps(const std::string& dir, std::initializer_list<int64_t> steps, int keep = 3) {
+  Settings settings;
+  settings.generation = 1;
+  auto worker = Worker::standalone(settings);
+  CheckpointOptions options;
+  options.dir = dir;
+  options.keep = keep;
+  Checkpointer checkpointer(*worker, options);
+  for (int64_t step : steps) {
+    if (Status saved = checkpointer.save(step, "state at step " + std::to_string(step)); !saved) return saved;
+  }
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("crc32c matches the published check values") {
+  CHECK(crc32c("123456789", 9) == 0xE3069283u);
+  CHECK(crc32c("", 0) == 0u);
+  std::string zeros(32, '\0');
+  CHECK(crc32c(zeros.data(), zeros.size()) == 0x8A9136AAu);  // RFC 3720 B.4
+  std::string ones(32, '\xff');
+  CHECK(crc32c(ones.data(), ones.size()) == 0x62A8AB43u);
+  // Chaining two halves gives the CRC of the whole.
+  CHECK(crc32c("56789", 5, crc32c("1234", 4)) == 0xE3069283u);
+}
+
+TEST_CASE("checkpoint: a saved step has its shard and manifest, restores its payload and is latest") {
+  ScratchDir scratch;
+  REQUIRE(save_steps(scratch.path, {10, 20}).ok());
+  CHECK(fs::exists(scratch.path + "/step-20/MANIFEST.json"));
+  CHECK(fs::file_size(shard_path(scratch.path, 20)) == 56 + std::string("state at step 20").size());
+  CheckpointScan scan = latest_complete(scratch.path);
+  REQUIRE(scan.latest.has_value());
+  CHECK(*scan.latest == 20);
+  CHECK(scan.skipped.empty());
+  CHECK(read_shard(scratch.path, 10, 0, 0).value() == "state at step 10");
+  CHECK(verify_checkpoint(scratch.path, 20).ok());
+
+  auto worker = Worker::standalone();
+  Checkpointer checkpointer(*worker, {scratch.path});
+  auto restored = checkpointer.restore(-1);
+  REQUIRE(restored.ok());
+  REQUIRE(restored->has_value());
+  CHECK((*restored)->step == 20);
+  CHECK((*restored)->payload == "state at step 20");
+  auto exact = checkpointer.restore(10);
+  REQUIRE(exact.ok());
+  CHECK((*exact)->payload == "state at step 10");
+}
+
+TEST_CASE("checkpoint: the committing rank reports ckpt.committed with step, bytes and ms") {
+  ScratchDir scratch;
+  auto worker = Worker::standalone();
+  Checkpointer checkpointer(*worker, {scratch.path});
+  REQUIRE(checkpointer.save(7, "abc").ok());
+  bool found = false;
+  for (const std::string& line : worker->sent_lines()) {
+    if (contains(line, "\"ckpt.committed\"")) {
+      found = true;
+      CHECK(contains(line, "\"step\":7"));
+      CHECK(contains(line, "\"bytes\":59"));
+      CHECK(contains(line, "\"ms\":"));
+    }
+  }
+  CHECK(found);
+}
+
+TEST_CASE("checkpoint: discovery skips a flipped byte, a truncated shard and a missing manifest, saying why") {
+  ScratchDir scratch;
+  REQUIRE(save_steps(scratch.path, {10, 20, 30, 40}, 10).ok());
+  flip_byte(shard_path(scratch.path, 40), 3);                 // payload byte
+  fs::resize_file(shard_path(scratch.path, 30), 60);          // truncated
+  fs::remove(scratch.path + "/step-20/MANIFEST.json");        // incomplete save
+
+  CheckpointScan scan = latest_complete(scratch.path);
+  REQUIRE(scan.latest.has_value());
+  CHECK(*scan.latest == 10);
+  REQUIRE(scan.skipped.size() == 3);
+  CHECK(scan.skipped[0].step == 40);
+  CHECK(contains(scan.skipped[0].reason, "shard-tp0-pp0.bin: CRC mismatch"));
+  CHECK(scan.skipped[1].step == 30);
+  CHECK(contains(scan.skipped[1].reason, "shard-tp0-pp0.bin"));
+  CHECK(contains(scan.skipped[1].reason, "truncated"));
+  CHECK(scan.skipped[2].step == 20);
+  CHECK(contains(scan.skipped[2].reason, "no MANIFEST.json"));
+
+  // restore(-1) reports each rejected step on the wire for checkpoint.rejected events.
+  auto worker = Worker::standalone();
+  Checkpointer checkpointer(*worker, {scratch.path});
+  auto restored = checkpointer.restore(-1);
+  REQUIRE(restored.ok());
+  CHECK((*restored)->step == 10);
+  int rejected = 0;
+  for (const std::string& line : worker->sent_lines()) {
+    if (contains(line, "\"ckpt.rejected\"")) ++rejected;
+  }
+  CHECK(rejected == 3);
+  // Asking for a broken step explicitly is an error that names it.
+  auto exact = checkpointer.restore(40);
+  REQUIRE_FALSE(exact.ok());
+  CHECK(contains(exact.error().message, "DTRAIN_RESUME_STEP=40"));
+  CHECK(contains(exact.error().message, "CRC mismatch"));
+}
+
+TEST_CASE("checkpoint: a corrupt header and a corrupt manifest are rejected too") {
+  ScratchDir scratch;
+  REQUIRE(save_steps(scratch.path, {1, 2}).ok());
+  {
+    std::fstream file(shard_path(scratch.path, 2), std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(20);
+    file.put('\x7f');
+  }
+  CHECK(contains(verify_checkpoint(scratch.path, 2).error().message, "header CRC mismatch"));
+  std::ofstream(scratch.path + "/step-1/MANIFEST.json") << "{ not json";
+  CheckpointScan scan = latest_complete(scratch.path);
+  CHECK_FALSE(scan.latest.has_value());
+  REQUIRE(scan.skipped.size() == 2);
+  CHECK(contains(scan.skipped[1].reason, "MANIFEST.json is not a valid manifest"));
+}
+
+TEST_CASE("checkpoint: no directory or an empty one means nothing to resume") {
+  ScratchDir scratch;
+  CHECK_FALSE(latest_complete(scratch.path + "/absent").latest.has_value());
+  CHECK_FALSE(latest_complete(scratch.path).latest.has_value());
+  auto worker = Worker::standalone();
+  Checkpointer checkpointer(*worker, {scratch.path + "/absent"});
+  auto restored = checkpointer.restore(-1);
+  REQUIRE(restored.ok());
+  CHECK_FALSE(restored->has_value());
+}
+
+TEST_CASE("checkpoint: only the newest `keep` complete steps stay") {
+  ScratchDir scratch;
+  REQUIRE(save_steps(scratch.path, {10, 20, 30, 40, 50}, 3).ok());
+  CHECK_FALSE(fs::exists(scratch.path + "/step-10"));
+  CHECK_FALSE(fs::exists(scratch.path + "/step-20"));
+  CHECK(fs::exists(scratch.path + "/step-30/MANIFEST.json"));
+  CHECK(fs::exists(scratch.path + "/step-50/MANIFEST.json"));
+  int entries = 0;
+  for ([[maybe_unused]] auto& entry : fs::directory_iterator(scratch.path)) ++entries;
+  CHECK(entries == 3);  // no temp or half-deleted leftovers
+}
+
+TEST_CASE("checkpoint: a commit from a stale generation is refused and writes no manifest") {
+  ScratchDir scratch;
+  auto kv = std::make_shared<InProcessKv>();
+  auto worker = Worker::in_process(Topology{}, Settings{}, kv);
+  Checkpointer checkpointer(*worker, {scratch.path});
+  REQUIRE(checkpointer.save(10, "fine").ok());
+  kv->end_generation();  // the supervisor moved on: this worker is now stale
+  Status refused = checkpointer.save(20, "late");
+  REQUIRE_FALSE(refused.ok());
+  CHECK(contains(refused.error().message, "checkpoint step-20"));
+  CHECK(contains(refused.error().message, "not committed"));
+  CHECK(contains(refused.error().message, "stale generation"));
+  CHECK_FALSE(fs::exists(scratch.path + "/step-20/MANIFEST.json"));
+  CHECK(*latest_complete(scratch.path).latest == 10);
+}
+
+namespace {
+/// A store whose generation ends exactly when the committing rank asks gen.check.
+class EndsAtGenCheck final : public KvClient {
+ public:
+  InProcessKv inner;
+  Status set(const std::string& k, const std::string& v) override { return inner.set(k, v); }
+  Result<std::optional<std::string>> get(const std::string& k) override { return inner.get(k); }
+  Result<std::vector<std::string>> wait(const std::vector<std::string>& k, Millis t) override { return inner.wait(k, t); }
+  Result<bool> generation_is_current() override {
+    inner.end_generation();
+    return inner.generation_is_current();
+  }
+};
+}  // namespace
+
+TEST_CASE("checkpoint: when gen.check says stale after all shards are written, no manifest appears") {
+  ScratchDir scratch;
+  auto kv = std::make_shared<EndsAtGenCheck>();
+  Settings settings;
+  settings.generation = 3;
+  auto worker = Worker::in_process(Topology{}, settings, kv);
+  Checkpointer checkpointer(*worker, {scratch.path});
+  Status refused = checkpointer.save(5, "payload");
+  REQUIRE_FALSE(refused.ok());
+  CHECK(contains(refused.error().message, "generation 3 is no longer current"));
+  CHECK(fs::exists(shard_path(scratch.path, 5)));
+  CHECK_FALSE(fs::exists(scratch.path + "/step-5/MANIFEST.json"));
+  CHECK_FALSE(latest_complete(scratch.path).latest.has_value());
+}
+
+TEST_CASE("checkpoint: 4 ranks (dp 2 x tp 2) write one shard per tp coordinate; rank 0 commits after both") {
+  ScratchDir scratch;
+  auto kv = std::make_shared<InProcessKv>();
+  std::vector<std::unique_ptr<Worker>> workers;
+  for (int rank = 0; rank < 4; ++rank) {
+    Topology topology{rank, 4, rank, 4, rank / 2, 2, rank % 2, 2, 0, 1};
+    workers.push_back(Worker::in_process(topology, Settings{}, kv));
+  }
+  std::vector<Status> results(4);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 4; ++rank) {
+    threads.emplace_back([&, rank] {
+      CheckpointOptions options{scratch.path};
+      options.async = true;
+      options.fault_delay_ms = rank == 1 ? 50 : 0;  // the tp1 writer is slow: rank 0 must wait for it
+      Checkpointer checkpointer(*workers[rank], options);
+      std::string payload = "tp" + std::to_string(rank % 2) + " dp" + std::to_string(rank / 2);
+      results[rank] = checkpointer.save(100, payload);
+      if (results[rank].ok()) results[rank] = checkpointer.wait();
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (const Status& result : results) CHECK(result.ok());
+  CHECK(verify_checkpoint(scratch.path, 100).ok());
+  CHECK(read_shard(scratch.path, 100, 0, 0).value() == "tp0 dp0");
+  CHECK(read_shard(scratch.path, 100, 1, 0).value() == "tp1 dp0");  // written by DP rank 0 only
+  CHECK_FALSE(fs::exists(shard_path(scratch.path, 100, 0, 1)));
+}

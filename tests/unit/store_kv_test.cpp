@@ -1,0 +1,220 @@
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "launcher/store/kv_store.h"
+
+using dtrain::store::KvStore;
+using dtrain::store::Requester;
+using dtrain::store::StoreReply;
+using nlohmann::json;
+
+namespace {
+
+const Requester kRank0{"hostA", 0};
+const Requester kRank1{"hostB", 1};
+
+json set_request(int id, const std::string& key, const std::string& value) {
+  return {{"type", "kv.set"}, {"id", id}, {"key", key}, {"value", value}};
+}
+json get_request(int id, const std::string& key) {
+  return {{"type", "kv.get"}, {"id", id}, {"key", key}};
+}
+json wait_request(int id, std::vector<std::string> keys, int64_t timeout_ms) {
+  return {{"type", "kv.wait"}, {"id", id}, {"keys", keys}, {"timeout_ms", timeout_ms}};
+}
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+std::string error_of(const StoreReply& reply) {
+  REQUIRE(reply.msg["type"] == "error");
+  return reply.msg["error"].get<std::string>();
+}
+
+}  // namespace
+
+TEST_CASE("store: set then get returns the value, an unknown key gives null") {
+  KvStore store;
+  store.begin_generation(1, 0);
+  auto set = store.handle(kRank0, 1, set_request(7, "addr/0", "10.0.0.1:4000"), 0);
+  REQUIRE(set.size() == 1);
+  CHECK(set[0].to == kRank0);
+  CHECK(set[0].gen == 1);
+  CHECK(set[0].msg == json{{"type", "kv.ok"}, {"id", 7}});
+
+  auto got = store.handle(kRank1, 1, get_request(8, "addr/0"), 0);
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].to == kRank1);
+  CHECK(got[0].msg == json{{"type", "kv.value"}, {"id", 8}, {"value", "10.0.0.1:4000"}});
+
+  auto missing = store.handle(kRank1, 1, get_request(9, "nope"), 0);
+  CHECK(missing[0].msg["value"].is_null());
+  CHECK(store.size() == 1);
+}
+
+TEST_CASE("store: a wait on present keys answers at once with the values in order") {
+  KvStore store;
+  store.begin_generation(0, 0);
+  (void)store.handle(kRank0, 0, set_request(1, "b", "2"), 0);
+  (void)store.handle(kRank0, 0, set_request(2, "a", "1"), 0);
+  auto replies = store.handle(kRank1, 0, wait_request(3, {"a", "b"}, 1000), 0);
+  REQUIRE(replies.size() == 1);
+  CHECK(replies[0].msg == json{{"type", "kv.values"}, {"id", 3}, {"values", {"1", "2"}}});
+  CHECK(store.pending_waits() == 0);
+}
+
+TEST_CASE("store: a pending wait is answered by the set that completes it, to the waiter") {
+  KvStore store;
+  store.begin_generation(2, 0);
+  CHECK(store.handle(kRank1, 2, wait_request(5, {"x", "y"}, 10'000), 100).empty());
+  CHECK(store.next_deadline_ms() == 10'100);
+  auto first = store.handle(kRank0, 2, set_request(1, "x", "vx"), 200);
+  REQUIRE(first.size() == 1);  // only the setter's kv.ok: y is still missing
+  auto second = store.handle(kRank0, 2, set_request(2, "y", "vy"), 300);
+  REQUIRE(second.size() == 2);
+  CHECK(second[0].to == kRank0);
+  CHECK(second[0].msg["type"] == "kv.ok");
+  CHECK(second[1].to == kRank1);
+  CHECK(second[1].gen == 2);
+  CHECK(second[1].msg == json{{"type", "kv.values"}, {"id", 5}, {"values", {"vx", "vy"}}});
+  CHECK_FALSE(store.next_deadline_ms().has_value());
+}
+
+TEST_CASE("store: expire fails waits past their deadline, naming missing keys and timeout") {
+  KvStore store;
+  store.begin_generation(1, 0);
+  (void)store.handle(kRank0, 1, set_request(1, "have", "v"), 0);
+  CHECK(store.handle(kRank1, 1, wait_request(4, {"have", "gloo/rank_3"}, 30'000), 1'000).empty());
+  CHECK(store.expire(30'999).empty());
+  auto expired = store.expire(31'000);
+  REQUIRE(expired.size() == 1);
+  CHECK(expired[0].to == kRank1);
+  CHECK(expired[0].msg["id"] == 4);
+  std::string message = error_of(expired[0]);
+  CHECK(contains(message, "timeout after 30s"));
+  CHECK(contains(message, "'gloo/rank_3'"));
+  CHECK_FALSE(contains(message, "'have'"));
+  CHECK(store.pending_waits() == 0);
+}
+
+TEST_CASE("store: a wait with timeout 0 on a missing key fails at once") {
+  KvStore store;
+  store.begin_generation(1, 0);
+  auto replies = store.handle(kRank0, 1, wait_request(1, {"k"}, 0), 0);
+  REQUIRE(replies.size() == 1);
+  CHECK(contains(error_of(replies[0]), "'k'"));
+}
+
+TEST_CASE("store: a new generation hides old keys and fails old waits") {
+  KvStore store;
+  CHECK(store.current_generation() == -1);
+  store.begin_generation(3, 0);
+  (void)store.handle(kRank0, 3, set_request(1, "master", "old"), 0);
+  CHECK(store.handle(kRank1, 3, wait_request(2, {"never"}, 60'000), 0).empty());
+
+  auto failed = store.begin_generation(4, 10);
+  REQUIRE(failed.size() == 1);
+  CHECK(failed[0].to == kRank1);
+  CHECK(failed[0].gen == 3);
+  CHECK(contains(error_of(failed[0]), "generation 3 ended"));
+  CHECK(store.current_generation() == 4);
+  CHECK(store.size() == 0);
+  CHECK(store.pending_waits() == 0);
+
+  auto got = store.handle(kRank0, 4, get_request(3, "master"), 20);
+  CHECK(got[0].msg["value"].is_null());
+  CHECK(store.begin_generation(4, 30).empty());  // not newer: nothing changes
+  CHECK(store.begin_generation(2, 30).empty());
+  CHECK(store.current_generation() == 4);
+}
+
+TEST_CASE("store: requests from a stale generation are refused and store nothing") {
+  KvStore store;
+  store.begin_generation(4, 0);
+  auto set = store.handle(kRank0, 3, set_request(1, "ckpt/40", "done"), 0);
+  REQUIRE(set.size() == 1);
+  CHECK(set[0].msg["id"] == 1);
+  CHECK(error_of(set[0]) == "kv.set: stale generation 3 (current 4)");
+  CHECK(store.size() == 0);
+  CHECK(contains(error_of(store.handle(kRank0, 3, get_request(2, "k"), 0)[0]), "stale generation 3"));
+  CHECK(contains(error_of(store.handle(kRank0, 3, wait_request(3, {"k"}, 5), 0)[0]),
+                 "stale generation 3"));
+  CHECK(contains(error_of(store.handle(kRank0, 5, get_request(4, "k"), 0)[0]),
+                 "unknown generation 5 (current 4)"));
+}
+
+TEST_CASE("store: gen.check says whether the asking generation is current") {
+  KvStore store;
+  store.begin_generation(4, 0);
+  auto current = store.handle(kRank0, 4, {{"type", "gen.check"}, {"id", 11}}, 0);
+  CHECK(current[0].msg["type"] == "gen.ok");
+  CHECK(current[0].msg["id"] == 11);
+  CHECK(current[0].msg["current"] == true);
+  auto stale = store.handle(kRank0, 3, {{"type", "gen.check"}, {"id", 12}}, 0);
+  CHECK(stale[0].msg["current"] == false);
+  CHECK(stale[0].msg["generation"] == 4);
+}
+
+TEST_CASE("store: limits on key size, value size and key count are errors, not crashes") {
+  KvStore store;
+  store.begin_generation(1, 0);
+  std::string long_key(dtrain::store::kMaxKeyBytes + 1, 'k');
+  CHECK(contains(error_of(store.handle(kRank0, 1, set_request(1, long_key, "v"), 0)[0]),
+                 "513 bytes; the limit is 512"));
+  std::string max_key(dtrain::store::kMaxKeyBytes, 'k');
+  CHECK(store.handle(kRank0, 1, set_request(2, max_key, "v"), 0)[0].msg["type"] == "kv.ok");
+
+  std::string big_value(dtrain::store::kMaxValueBytes + 1, 'v');
+  CHECK(contains(error_of(store.handle(kRank0, 1, set_request(3, "big", big_value), 0)[0]),
+                 "the limit is 1048576"));
+  CHECK_FALSE(store.handle(kRank0, 1, get_request(4, "big"), 0)[0].msg["value"].is_string());
+
+  for (size_t i = store.size(); i < dtrain::store::kMaxKeys; ++i) {
+    REQUIRE(store.handle(kRank0, 1, set_request(5, "k" + std::to_string(i), "v"), 0)[0].msg["type"] ==
+            "kv.ok");
+  }
+  CHECK(contains(error_of(store.handle(kRank0, 1, set_request(6, "one-more", "v"), 0)[0]),
+                 "100000 keys"));
+  // Overwriting an existing key is still allowed at the limit.
+  CHECK(store.handle(kRank0, 1, set_request(7, "k5", "new"), 0)[0].msg["type"] == "kv.ok");
+}
+
+TEST_CASE("store: malformed requests get an error reply that says what is wrong") {
+  KvStore store;
+  store.begin_generation(1, 0);
+  CHECK(contains(error_of(store.handle(kRank0, 1, json::array(), 0)[0]), "JSON object"));
+  CHECK(contains(error_of(store.handle(kRank0, 1, {{"id", 1}}, 0)[0]), "no \"type\""));
+  CHECK(contains(error_of(store.handle(kRank0, 1, {{"type", "kv.get"}, {"key", "k"}}, 0)[0]),
+                 "integer \"id\""));
+  CHECK(contains(error_of(store.handle(kRank0, 1, {{"type", "kv.pop"}, {"id", 1}}, 0)[0]),
+                 "unknown request type 'kv.pop'"));
+  CHECK(contains(error_of(store.handle(kRank0, 1, {{"type", "kv.set"}, {"id", 1}, {"key", "k"}}, 0)[0]),
+                 "needs \"key\" and \"value\""));
+  CHECK(contains(error_of(store.handle(kRank0, 1, set_request(1, "", "v"), 0)[0]), "empty"));
+  CHECK(contains(error_of(store.handle(kRank0, 1,
+                                       {{"type", "kv.set"}, {"id", 1}, {"key", "k"}, {"value", 5}}, 0)[0]),
+                 "must be a string"));
+  CHECK(contains(error_of(store.handle(kRank0, 1, {{"type", "kv.wait"}, {"id", 1}, {"keys", json::array()}}, 0)[0]),
+                 "non-empty array"));
+  CHECK(contains(error_of(store.handle(kRank0, 1,
+                                       {{"type", "kv.wait"}, {"id", 1}, {"keys", {"a"}}, {"timeout_ms", -5}}, 0)[0]),
+                 "non-negative"));
+  CHECK(contains(error_of(store.handle(kRank0, 1, {{"type", "kv.wait"}, {"id", 1}, {"keys", {"a", 3}}}, 0)[0]),
+                 "key must be a string"));
+  CHECK(store.size() == 0);
+  CHECK(store.pending_waits() == 0);
+}
+
+TEST_CASE("store: a wait without timeout uses the default; forget drops a gone worker's waits") {
+  KvStore store;
+  store.begin_generation(1, 0);
+  CHECK(store.handle(kRank0, 1, {{"type", "kv.wait"}, {"id", 1}, {"keys", {"a"}}}, 1000).empty());
+  CHECK(store.next_deadline_ms() == 1000 + dtrain::store::kDefaultWaitTimeoutMs);
+  CHECK(store.handle(kRank1, 1, wait_request(2, {"a"}, 500), 1000).empty());
+  CHECK(store.next_deadline_ms() == 1500);
+  store.forget(kRank1);
+  CHECK(store.pending_waits() == 1);
+  auto replies = store.handle(kRank1, 1, set_request(3, "a", "v"), 1100);
+  REQUIRE(replies.size() == 2);
+  CHECK(replies[1].to == kRank0);
+}

@@ -1,0 +1,187 @@
+#include "worker/runtime/agent_connection.h"
+
+#include <cerrno>
+#include <cstring>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "worker/contract/wire.h"
+
+namespace dtrain::worker {
+namespace {
+
+using nlohmann::json;
+namespace wire = dtrain::contract::wire;
+
+// Replies to simple requests come from the supervisor within a round trip; this only bounds a
+// supervisor that is alive but not answering.
+constexpr Millis kRequestTimeout{60'000};
+// kv.wait: the store's own timeout fires first and names the missing keys; this is the margin.
+constexpr Millis kWaitGrace{10'000};
+
+}  // namespace
+
+Result<std::shared_ptr<AgentConnection>> AgentConnection::connect(const std::string& path) {
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(address.sun_path)) {
+    return Error{"DTRAIN_AGENT_SOCKET='" + path + "' is " + std::to_string(path.size()) +
+                 " bytes; a unix socket path must be shorter than " + std::to_string(sizeof(address.sun_path))};
+  }
+  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Error{"agent socket: socket(): " + std::string(std::strerror(errno))};
+  int rc;
+  do {
+    rc = ::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+  } while (rc != 0 && errno == EINTR);
+  if (rc != 0) {
+    int saved = errno;
+    ::close(fd);
+    return Error{"cannot connect to the dtrain agent at DTRAIN_AGENT_SOCKET='" + path +
+                 "': " + std::strerror(saved) + " (is the agent still running?)"};
+  }
+  std::shared_ptr<AgentConnection> connection(new AgentConnection(fd, path));
+  connection->reader_ = std::thread([raw = connection.get()] { raw->read_loop(); });
+  return connection;
+}
+
+AgentConnection::AgentConnection(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+
+AgentConnection::~AgentConnection() {
+  ::shutdown(fd_, SHUT_RDWR);  // wakes the reader
+  if (reader_.joinable()) reader_.join();
+  ::close(fd_);
+}
+
+Status AgentConnection::send(const json& message) {
+  return send_line(message.dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
+Status AgentConnection::send_line(std::string line) {
+  line += '\n';
+  std::lock_guard lock(write_mutex_);
+  size_t done = 0;
+  while (done < line.size()) {
+    // MSG_NOSIGNAL: a gone agent must be an error here, not a SIGPIPE that kills training.
+    ssize_t n = ::send(fd_, line.data() + done, line.size() - done, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      return Error{"lost the dtrain agent (DTRAIN_AGENT_SOCKET='" + path_ + "'): send: " +
+                   std::strerror(errno)};
+    }
+    done += static_cast<size_t>(n);
+  }
+  return {};
+}
+
+Result<json> AgentConnection::request(json message, Millis timeout) {
+  int64_t id;
+  {
+    std::lock_guard lock(mutex_);
+    if (closed_) return Error{closed_reason_};
+    id = next_id_++;
+    waiting_.insert(id);
+  }
+  message["id"] = id;
+  std::string type = message.value("type", "request");
+  if (Status sent = send(message); !sent) {
+    std::lock_guard lock(mutex_);
+    waiting_.erase(id);
+    return sent.error();
+  }
+  std::unique_lock lock(mutex_);
+  bool answered = replied_.wait_for(lock, timeout, [&] { return replies_.contains(id) || closed_; });
+  waiting_.erase(id);
+  if (!replies_.contains(id)) {
+    if (closed_) return Error{type + ": " + closed_reason_};
+    return Error{type + ": no reply from the dtrain agent within " + std::to_string(timeout.count()) +
+                 "ms (supervisor overloaded or gone?)"};
+  }
+  (void)answered;
+  json reply = std::move(replies_[id]);
+  replies_.erase(id);
+  if (reply.value("type", "") == wire::kError) {
+    return Error{reply.value("error", type + ": the store refused the request")};
+  }
+  return reply;
+}
+
+void AgentConnection::read_loop() {
+  std::string buffer;
+  char chunk[65536];
+  for (;;) {
+    ssize_t n = ::recv(fd_, chunk, sizeof(chunk), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      close_with("the dtrain agent closed the connection (DTRAIN_AGENT_SOCKET='" + path_ +
+                 "'); the job is stopping or the agent died");
+      return;
+    }
+    buffer.append(chunk, static_cast<size_t>(n));
+    size_t start = 0;
+    for (size_t newline; (newline = buffer.find('\n', start)) != std::string::npos; start = newline + 1) {
+      json reply = json::parse(buffer.begin() + static_cast<std::ptrdiff_t>(start),
+                               buffer.begin() + static_cast<std::ptrdiff_t>(newline), nullptr, false);
+      if (!reply.is_object() || !reply.contains("id") || !reply["id"].is_number_integer()) continue;
+      int64_t id = reply["id"].get<int64_t>();
+      std::lock_guard lock(mutex_);
+      if (waiting_.contains(id)) {
+        replies_[id] = std::move(reply);
+        replied_.notify_all();
+      }
+    }
+    buffer.erase(0, start);
+    if (buffer.size() > wire::kMaxLineBytes) {
+      close_with("the dtrain agent sent a line over " + std::to_string(wire::kMaxLineBytes) + " bytes");
+      ::shutdown(fd_, SHUT_RDWR);
+      return;
+    }
+  }
+}
+
+void AgentConnection::close_with(std::string reason) {
+  std::lock_guard lock(mutex_);
+  if (!closed_) {
+    closed_ = true;
+    closed_reason_ = std::move(reason);
+  }
+  replied_.notify_all();
+}
+
+Status AgentKv::set(const std::string& key, const std::string& value) {
+  Result<json> reply = connection_->request({{"type", wire::kKvSet}, {"key", key}, {"value", value}},
+                                            kRequestTimeout);
+  if (!reply) return reply.error();
+  return {};
+}
+
+Result<std::optional<std::string>> AgentKv::get(const std::string& key) {
+  Result<json> reply = connection_->request({{"type", wire::kKvGet}, {"key", key}}, kRequestTimeout);
+  if (!reply) return reply.error();
+  const json& value = (*reply)["value"];
+  if (!value.is_string()) return std::optional<std::string>();
+  return std::optional<std::string>(value.get<std::string>());
+}
+
+Result<std::vector<std::string>> AgentKv::wait(const std::vector<std::string>& keys, Millis timeout) {
+  Result<json> reply = connection_->request(
+      {{"type", wire::kKvWait}, {"keys", keys}, {"timeout_ms", timeout.count()}}, timeout + kWaitGrace);
+  if (!reply) return reply.error();
+  const json& values = (*reply)["values"];
+  if (!values.is_array() || values.size() != keys.size()) {
+    return Error{"kv.wait: malformed reply from the agent: " + reply->dump()};
+  }
+  std::vector<std::string> out;
+  for (const json& value : values) out.push_back(value.is_string() ? value.get<std::string>() : "");
+  return out;
+}
+
+Result<bool> AgentKv::generation_is_current() {
+  Result<json> reply = connection_->request({{"type", wire::kGenCheck}}, kRequestTimeout);
+  if (!reply) return reply.error();
+  return reply->value("current", false);
+}
+
+}  // namespace dtrain::worker

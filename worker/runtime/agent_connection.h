@@ -1,0 +1,67 @@
+#pragma once
+// The worker's end of the worker ⇄ agent socket (worker/contract/wire.h): newline-delimited
+// JSON. A reader thread matches replies to requests by id, so the training loop (beats), the
+// Gloo rendezvous and a background checkpoint can all use one connection. Internal header.
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "worker/runtime/worker.h"
+
+namespace dtrain::worker {
+
+class AgentConnection {
+ public:
+  /// Connects to the agent's unix socket at `path`.
+  static Result<std::shared_ptr<AgentConnection>> connect(const std::string& path);
+  ~AgentConnection();
+
+  /// Sends one message (no reply expected). Errors when the agent has gone.
+  Status send(const nlohmann::json& message);
+  /// Sends one already-serialised line (without the newline).
+  Status send_line(std::string line);
+
+  /// Sends `message` with a fresh "id" and waits up to `timeout` for the reply with that id.
+  /// An {"type":"error"} reply becomes an Error carrying the agent's text.
+  Result<nlohmann::json> request(nlohmann::json message, Millis timeout);
+
+ private:
+  explicit AgentConnection(int fd, std::string path);
+  void read_loop();
+  void close_with(std::string reason);
+
+  int fd_;
+  std::string path_;
+  std::mutex write_mutex_;
+  std::mutex mutex_;
+  std::condition_variable replied_;
+  std::set<int64_t> waiting_;
+  std::map<int64_t, nlohmann::json> replies_;
+  int64_t next_id_ = 1;
+  bool closed_ = false;
+  std::string closed_reason_;
+  std::thread reader_;
+};
+
+/// KvClient over the agent connection; the supervisor answers.
+class AgentKv final : public KvClient {
+ public:
+  explicit AgentKv(std::shared_ptr<AgentConnection> connection) : connection_(std::move(connection)) {}
+  Status set(const std::string& key, const std::string& value) override;
+  Result<std::optional<std::string>> get(const std::string& key) override;
+  Result<std::vector<std::string>> wait(const std::vector<std::string>& keys, Millis timeout) override;
+  Result<bool> generation_is_current() override;
+
+ private:
+  std::shared_ptr<AgentConnection> connection_;
+};
+
+}  // namespace dtrain::worker

@@ -1,0 +1,233 @@
+#include "worker/runtime/checkpoint_files.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+namespace dtrain::worker::ckpt {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string errno_text(int error) { return std::strerror(error); }
+
+template <class T>
+void put(std::string& out, size_t offset, T value) {
+  std::memcpy(out.data() + offset, &value, sizeof(T));  // x86/ARM: little-endian already
+}
+template <class T>
+T take(const std::string& in, size_t offset) {
+  T value;
+  std::memcpy(&value, in.data() + offset, sizeof(T));
+  return value;
+}
+
+/// RAII for one fd, kept local: the worker side does not link launcher/base.
+struct Fd {
+  int fd;
+  explicit Fd(int value) : fd(value) {}
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+};
+
+Status fsync_dir(const std::string& path) {
+  Fd dir(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dir.fd < 0) return Error{path + ": open for fsync: " + errno_text(errno)};
+  if (::fsync(dir.fd) != 0) return Error{path + ": fsync: " + errno_text(errno)};
+  return {};
+}
+
+Status write_all(int fd, const std::string& path, const char* data, size_t size) {
+  size_t done = 0;
+  while (done < size) {
+    ssize_t n = ::write(fd, data + done, size - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Error{path + ": write: " + errno_text(errno) + (errno == ENOSPC ? " (disk full?)" : "")};
+    done += static_cast<size_t>(n);
+  }
+  return {};
+}
+
+/// temp name → fsync → rename → fsync the directory: readers see all of the file or none.
+Status write_durably(const std::string& dir_path, const std::string& name, const std::string& first,
+                     const std::string& second) {
+  std::string final_path = dir_path + "/" + name;
+  std::string temp = dir_path + "/." + name + ".tmp." + std::to_string(::getpid());
+  {
+    Fd file(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (file.fd < 0) return Error{temp + ": " + errno_text(errno)};
+    if (Status s = write_all(file.fd, temp, first.data(), first.size()); !s) return s;
+    if (Status s = write_all(file.fd, temp, second.data(), second.size()); !s) return s;
+    if (::fsync(file.fd) != 0) return Error{temp + ": fsync: " + errno_text(errno)};
+  }
+  if (::rename(temp.c_str(), final_path.c_str()) != 0) {
+    int saved = errno;
+    ::unlink(temp.c_str());
+    return Error{final_path + ": rename: " + errno_text(saved)};
+  }
+  return fsync_dir(dir_path);
+}
+
+std::string utc_now() {
+  std::time_t now = std::time(nullptr);
+  std::tm parts{};
+  ::gmtime_r(&now, &parts);
+  char text[32];
+  std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &parts);
+  return text;
+}
+
+}  // namespace
+
+std::string hex32(uint32_t value) {
+  char text[9];
+  std::snprintf(text, sizeof(text), "%08x", value);
+  return text;
+}
+
+std::string step_dir(const std::string& dir, int64_t step) { return dir + "/step-" + std::to_string(step); }
+
+std::string shard_name(int tp_rank, int pp_rank) {
+  return "shard-tp" + std::to_string(tp_rank) + "-pp" + std::to_string(pp_rank) + ".bin";
+}
+
+std::string encode_header(const ShardHeader& header) {
+  std::string out(kHeaderSize, '\0');
+  std::memcpy(out.data(), kMagic, sizeof(kMagic));
+  put<uint32_t>(out, 8, kVersion);
+  put<uint32_t>(out, 12, static_cast<uint32_t>(kHeaderSize));
+  put<int64_t>(out, 16, header.step);
+  put<int64_t>(out, 24, header.generation);
+  put<int32_t>(out, 32, header.tp_rank);
+  put<int32_t>(out, 36, header.pp_rank);
+  put<uint64_t>(out, 40, header.payload_size);
+  put<uint32_t>(out, 48, header.payload_crc);
+  put<uint32_t>(out, 52, crc32c(out.data(), 52));
+  return out;
+}
+
+Result<ShardHeader> decode_header(const std::string& bytes) {
+  if (bytes.size() < kHeaderSize) {
+    return Error{"only " + std::to_string(bytes.size()) + " bytes, shorter than the " +
+                 std::to_string(kHeaderSize) + "-byte header (truncated)"};
+  }
+  if (std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) return Error{"bad magic (not a dtrain shard)"};
+  if (take<uint32_t>(bytes, 8) != kVersion) {
+    return Error{"format version " + std::to_string(take<uint32_t>(bytes, 8)) + ", this build reads " +
+                 std::to_string(kVersion)};
+  }
+  if (take<uint32_t>(bytes, 52) != crc32c(bytes.data(), 52)) return Error{"header CRC mismatch (corrupt header)"};
+  ShardHeader header;
+  header.step = take<int64_t>(bytes, 16);
+  header.generation = take<int64_t>(bytes, 24);
+  header.tp_rank = take<int32_t>(bytes, 32);
+  header.pp_rank = take<int32_t>(bytes, 36);
+  header.payload_size = take<uint64_t>(bytes, 40);
+  header.payload_crc = take<uint32_t>(bytes, 48);
+  return header;
+}
+
+Status make_dirs(const std::string& path) {
+  std::error_code error;
+  fs::path target(path);
+  std::vector<fs::path> created;
+  for (fs::path p = target; !p.empty() && !fs::exists(p, error); p = p.parent_path()) {
+    created.push_back(p);
+    if (p == p.parent_path()) break;
+  }
+  fs::create_directories(target, error);
+  if (error) return Error{path + ": cannot create the checkpoint directory: " + error.message()};
+  for (const fs::path& p : created) {
+    fs::path parent = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+    (void)fsync_dir(parent.string());
+  }
+  return {};
+}
+
+Result<ShardRecord> write_shard(const std::string& dir, const ShardHeader& header, const std::string& payload) {
+  std::string directory = step_dir(dir, header.step);
+  if (Status made = make_dirs(directory); !made) return made.error();
+  ShardHeader complete = header;
+  complete.payload_size = payload.size();
+  complete.payload_crc = crc32c(payload.data(), payload.size());
+  std::string name = shard_name(header.tp_rank, header.pp_rank);
+  if (Status written = write_durably(directory, name, encode_header(complete), payload); !written) {
+    return written.error();
+  }
+  return ShardRecord{header.tp_rank, header.pp_rank, static_cast<int64_t>(kHeaderSize + payload.size()),
+                     complete.payload_crc};
+}
+
+Status write_manifest(const std::string& dir, int64_t step, int64_t generation, const Topology& topology,
+                      const std::vector<ShardRecord>& shards) {
+  json records = json::array();
+  for (const ShardRecord& shard : shards) {
+    records.push_back({{"file", shard_name(shard.tp_rank, shard.pp_rank)},
+                       {"tp", shard.tp_rank},
+                       {"pp", shard.pp_rank},
+                       {"bytes", shard.bytes},
+                       {"crc32c", hex32(shard.payload_crc)}});
+  }
+  json manifest{{"format", "dtrain-checkpoint"},
+                {"version", kVersion},
+                {"step", step},
+                {"generation", generation},
+                {"world_size", topology.world_size},
+                {"dp_size", topology.dp_size},
+                {"tp_size", topology.tp_size},
+                {"pp_size", topology.pp_size},
+                {"time", utc_now()},
+                {"shards", records}};
+  return write_durably(step_dir(dir, step), kManifestName, manifest.dump(2) + "\n", "");
+}
+
+std::vector<int64_t> list_steps(const std::string& dir) {
+  std::vector<int64_t> steps;
+  std::error_code error;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir, error)) {
+    std::string name = entry.path().filename().string();
+    if (name.rfind("step-", 0) != 0 || name.size() == 5 || name.size() > 24) continue;
+    if (!std::all_of(name.begin() + 5, name.end(), [](char c) { return c >= '0' && c <= '9'; })) continue;
+    if (!entry.is_directory(error)) continue;
+    steps.push_back(std::stoll(name.substr(5)));
+  }
+  std::sort(steps.rbegin(), steps.rend());
+  return steps;
+}
+
+void prune(const std::string& dir, int keep) {
+  std::vector<int64_t> steps = list_steps(dir);
+  int complete = 0;
+  std::optional<int64_t> oldest_kept;
+  for (int64_t step : steps) {
+    if (complete >= keep) break;
+    if (fs::exists(step_dir(dir, step) + "/" + kManifestName)) {
+      ++complete;
+      oldest_kept = step;
+    }
+  }
+  if (complete < keep || !oldest_kept) return;
+  for (int64_t step : steps) {
+    if (step >= *oldest_kept) continue;
+    // Rename first so that a reader never sees a half-deleted step as a candidate.
+    std::string doomed = dir + "/.deleting-step-" + std::to_string(step) + "." + std::to_string(::getpid());
+    std::error_code error;
+    fs::rename(step_dir(dir, step), doomed, error);
+    if (!error) fs::remove_all(doomed, error);
+  }
+}
+
+}  // namespace dtrain::worker::ckpt

@@ -1,0 +1,256 @@
+// Saving, committing and finding checkpoints (DESIGN.md §3).
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "worker/runtime/checkpoint_files.h"
+
+namespace dtrain::worker {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+int64_t now_ms() {
+  return std::chrono::duration_cast<Millis>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+Result<std::string> read_whole(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Error{"missing"};
+  std::ostringstream content;
+  content << in.rdbuf();
+  if (in.bad()) return Error{"unreadable"};
+  return content.str();
+}
+
+std::string shard_key(int64_t step, int tp, int pp) {
+  return "ckpt/" + std::to_string(step) + "/tp" + std::to_string(tp) + "-pp" + std::to_string(pp);
+}
+
+/// Reads one shard and checks it against its header and, when given, the manifest's record.
+Result<std::string> load_shard(const std::string& dir, int64_t step, int tp, int pp, const json* record) {
+  std::string name = ckpt::shard_name(tp, pp);
+  Result<std::string> bytes = read_whole(ckpt::step_dir(dir, step) + "/" + name);
+  if (!bytes) return Error{name + ": " + bytes.error().message};
+  if (record != nullptr && (*record)["bytes"].is_number_integer() &&
+      (*record)["bytes"].get<int64_t>() != static_cast<int64_t>(bytes->size())) {
+    return Error{name + ": " + std::to_string(bytes->size()) + " bytes, the manifest says " +
+                 std::to_string((*record)["bytes"].get<int64_t>()) + " (truncated or replaced)"};
+  }
+  Result<ckpt::ShardHeader> header = ckpt::decode_header(*bytes);
+  if (!header) return Error{name + ": " + header.error().message};
+  if (header->step != step || header->tp_rank != tp || header->pp_rank != pp) {
+    return Error{name + ": header says step " + std::to_string(header->step) + " tp" +
+                 std::to_string(header->tp_rank) + " pp" + std::to_string(header->pp_rank) + " (misplaced file)"};
+  }
+  if (header->payload_size != bytes->size() - ckpt::kHeaderSize) {
+    return Error{name + ": payload is " + std::to_string(bytes->size() - ckpt::kHeaderSize) +
+                 " bytes, the header says " + std::to_string(header->payload_size) + " (truncated)"};
+  }
+  uint32_t actual = crc32c(bytes->data() + ckpt::kHeaderSize, header->payload_size);
+  if (actual != header->payload_crc) {
+    return Error{name + ": CRC mismatch (header " + ckpt::hex32(header->payload_crc) + ", payload " +
+                 ckpt::hex32(actual) + ")"};
+  }
+  if (record != nullptr && (*record).value("crc32c", "") != ckpt::hex32(actual)) {
+    return Error{name + ": CRC " + ckpt::hex32(actual) + " differs from the manifest's " +
+                 (*record).value("crc32c", "?") + " (a newer save overwrote it?)"};
+  }
+  return bytes->substr(ckpt::kHeaderSize);
+}
+
+Result<json> load_manifest(const std::string& dir, int64_t step) {
+  Result<std::string> text = read_whole(ckpt::step_dir(dir, step) + "/" + ckpt::kManifestName);
+  if (!text) return Error{"no MANIFEST.json (the save did not complete)"};
+  json manifest = json::parse(*text, nullptr, false);
+  if (!manifest.is_object() || !manifest["shards"].is_array() || !manifest["step"].is_number_integer() ||
+      !manifest["tp_size"].is_number_integer() || !manifest["pp_size"].is_number_integer()) {
+    return Error{"MANIFEST.json is not a valid manifest (corrupt?)"};
+  }
+  if (manifest["step"].get<int64_t>() != step) {
+    return Error{"MANIFEST.json says step " + manifest["step"].dump() + " in directory step-" + std::to_string(step)};
+  }
+  return manifest;
+}
+
+const json* find_record(const json& manifest, int tp, int pp) {
+  for (const json& record : manifest["shards"]) {
+    if (record.value("tp", -1) == tp && record.value("pp", -1) == pp) return &record;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+Status verify_checkpoint(const std::string& dir, int64_t step) {
+  Result<json> manifest = load_manifest(dir, step);
+  if (!manifest) return manifest.error();
+  int tp_size = (*manifest)["tp_size"].get<int>();
+  int pp_size = (*manifest)["pp_size"].get<int>();
+  for (int tp = 0; tp < tp_size; ++tp) {
+    for (int pp = 0; pp < pp_size; ++pp) {
+      const json* record = find_record(*manifest, tp, pp);
+      if (record == nullptr) return Error{"MANIFEST.json lists no " + ckpt::shard_name(tp, pp)};
+      Result<std::string> payload = load_shard(dir, step, tp, pp, record);
+      if (!payload) return payload.error();
+    }
+  }
+  return {};
+}
+
+CheckpointScan latest_complete(const std::string& dir) {
+  CheckpointScan scan;
+  for (int64_t step : ckpt::list_steps(dir)) {
+    if (Status verified = verify_checkpoint(dir, step); !verified) {
+      scan.skipped.push_back({step, verified.error().message});
+      continue;
+    }
+    scan.latest = step;
+    break;
+  }
+  return scan;
+}
+
+Result<std::string> read_shard(const std::string& dir, int64_t step, int tp_rank, int pp_rank) {
+  Result<json> manifest = load_manifest(dir, step);
+  if (!manifest) return manifest.error();
+  const json* record = find_record(*manifest, tp_rank, pp_rank);
+  if (record == nullptr) return Error{"MANIFEST.json lists no " + ckpt::shard_name(tp_rank, pp_rank)};
+  return load_shard(dir, step, tp_rank, pp_rank, record);
+}
+
+CheckpointOptions checkpoint_options(const Settings& settings) {
+  CheckpointOptions options;
+  options.dir = settings.ckpt_dir;
+  options.keep = std::max(1, settings.ckpt_keep);
+  options.fault_delay_ms = settings.fault_ckpt_delay_ms;
+  return options;
+}
+
+struct Checkpointer::Background {
+  std::future<Status> pending;
+};
+
+Checkpointer::Checkpointer(Worker& worker, CheckpointOptions options)
+    : worker_(worker), options_(std::move(options)), background_(std::make_unique<Background>()) {
+  options_.keep = std::max(1, options_.keep);
+}
+
+Checkpointer::~Checkpointer() { (void)wait(); }
+
+Status Checkpointer::wait() {
+  if (!background_->pending.valid()) return {};
+  return background_->pending.get();
+}
+
+Status Checkpointer::save(int64_t step, std::string payload) {
+  if (options_.dir.empty()) return Error{"checkpoint: no directory (DTRAIN_CKPT_DIR is unset)"};
+  if (Status previous = wait(); !previous) return previous;
+  if (!options_.async) return save_now(step, payload);
+  background_->pending = std::async(std::launch::async, [this, step, snapshot = std::move(payload)] {
+    return save_now(step, snapshot);
+  });
+  return {};
+}
+
+Status Checkpointer::save_now(int64_t step, const std::string& payload) {
+  const Topology& topology = worker_.topology();
+  int64_t started = now_ms();
+  if (options_.fault_delay_ms > 0) std::this_thread::sleep_for(Millis(options_.fault_delay_ms));
+  std::string where = "checkpoint step-" + std::to_string(step);
+  if (topology.dp_rank == 0) {
+    ckpt::ShardHeader header;
+    header.step = step;
+    header.generation = worker_.settings().generation;
+    header.tp_rank = topology.tp_rank;
+    header.pp_rank = topology.pp_rank;
+    Result<ckpt::ShardRecord> record = ckpt::write_shard(options_.dir, header, payload);
+    json note = record ? json{{"bytes", record->bytes}, {"crc32c", ckpt::hex32(record->payload_crc)}}
+                       : json{{"error", record.error().message}};
+    // Publish even a failure, so that rank 0 reports it instead of waiting out its timeout.
+    Status published = worker_.kv().set(shard_key(step, topology.tp_rank, topology.pp_rank), note.dump());
+    if (!record) return Error{where + ": " + record.error().message};
+    if (!published) return Error{where + ": not committed: " + published.error().message};
+    last_bytes_ = record->bytes;
+  }
+  if (topology.rank != 0) return {};
+  return commit_manifest(step, started);
+}
+
+Status Checkpointer::commit_manifest(int64_t step, int64_t started_ms) {
+  const Topology& topology = worker_.topology();
+  std::string where = "checkpoint step-" + std::to_string(step);
+  std::vector<std::string> keys;
+  for (int tp = 0; tp < topology.tp_size; ++tp) {
+    for (int pp = 0; pp < topology.pp_size; ++pp) keys.push_back(shard_key(step, tp, pp));
+  }
+  Result<std::vector<std::string>> notes =
+      worker_.kv().wait(keys, options_.handshake_timeout + Millis(options_.fault_delay_ms));
+  if (!notes) return Error{where + ": not committed: " + notes.error().message};
+  std::vector<ckpt::ShardRecord> shards;
+  int64_t total_bytes = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    json note = json::parse((*notes)[i], nullptr, false);
+    int tp = static_cast<int>(i) / topology.pp_size;
+    int pp = static_cast<int>(i) % topology.pp_size;
+    if (!note.is_object() || note.contains("error") || !note["bytes"].is_number_integer()) {
+      return Error{where + ": not committed: the writer of " + ckpt::shard_name(tp, pp) +
+                   " failed: " + (note.is_object() ? note.value("error", note.dump()) : (*notes)[i])};
+    }
+    uint32_t crc = static_cast<uint32_t>(std::stoul(note["crc32c"].get<std::string>(), nullptr, 16));
+    shards.push_back({tp, pp, note["bytes"].get<int64_t>(), crc});
+    total_bytes += note["bytes"].get<int64_t>();
+  }
+  Result<bool> current = worker_.kv().generation_is_current();
+  if (!current || !*current) {
+    std::string why = current ? "generation " + std::to_string(worker_.settings().generation) +
+                                    " is no longer current (a newer generation started)"
+                              : current.error().message;
+    std::fprintf(stderr, "dtrain: %s not committed: %s; no MANIFEST.json written\n", where.c_str(), why.c_str());
+    return Error{where + ": not committed: " + why};
+  }
+  if (Status written = ckpt::write_manifest(options_.dir, step, worker_.settings().generation, topology, shards);
+      !written) {
+    return Error{where + ": " + written.error().message};
+  }
+  ckpt::prune(options_.dir, options_.keep);
+  worker_.report_checkpoint_committed(step, total_bytes, now_ms() - started_ms);
+  return {};
+}
+
+Result<std::optional<Checkpointer::Restored>> Checkpointer::restore(int64_t resume_step) {
+  const Topology& topology = worker_.topology();
+  if (options_.dir.empty()) return std::optional<Restored>();
+  int64_t step = resume_step;
+  if (resume_step >= 0) {
+    if (Status verified = verify_checkpoint(options_.dir, resume_step); !verified) {
+      return Error{"DTRAIN_RESUME_STEP=" + std::to_string(resume_step) + ": checkpoint step-" +
+                   std::to_string(resume_step) + " in '" + options_.dir +
+                   "' does not verify: " + verified.error().message};
+    }
+  } else {
+    CheckpointScan scan = latest_complete(options_.dir);
+    for (const SkippedCheckpoint& skipped : scan.skipped) {
+      std::fprintf(stderr, "dtrain: checkpoint step-%lld rejected: %s\n", static_cast<long long>(skipped.step),
+                   skipped.reason.c_str());
+      if (topology.rank == 0) worker_.report_checkpoint_rejected(skipped.step, skipped.reason);
+    }
+    if (!scan.latest) return std::optional<Restored>();
+    step = *scan.latest;
+  }
+  Result<std::string> payload = read_shard(options_.dir, step, topology.tp_rank, topology.pp_rank);
+  if (!payload) {
+    return Error{"checkpoint step-" + std::to_string(step) + " in '" + options_.dir + "': " + payload.error().message};
+  }
+  return std::optional<Restored>(Restored{step, std::move(*payload)});
+}
+
+}  // namespace dtrain::worker

@@ -1,0 +1,270 @@
+// Gloo back end: TCP transport, rendezvous through our KV store (so it works across hosts and
+// is scoped to the generation), every collective with its own timeout. Gloo reports failures
+// by throwing; nothing is thrown past this file.
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <regex>
+
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/address.h>
+#include <gloo/transport/tcp/device.h>
+
+#include "worker/runtime/communicators.h"
+
+namespace dtrain::worker {
+namespace {
+
+constexpr const char* kKeyPrefix = "gloo/";
+constexpr const char* kEndpointsPrefix = "gloo-endpoints/";
+
+/// gloo::rendezvous::Store over our KV store. Values are hex so that any byte survives JSON.
+class KvGlooStore final : public gloo::rendezvous::Store {
+ public:
+  KvGlooStore(KvClient& kv, Millis timeout) : kv_(kv), timeout_(timeout) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    Status status = kv_.set(kKeyPrefix + key, to_hex(data));
+    if (!status) throw gloo::IoException("rendezvous store: " + status.error().message);
+  }
+  std::vector<char> get(const std::string& key) override {
+    Result<std::vector<std::string>> values = kv_.wait({kKeyPrefix + key}, timeout_);
+    if (!values) throw gloo::IoException("rendezvous store: " + values.error().message);
+    return from_hex((*values)[0]);
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+    std::vector<std::string> prefixed;
+    for (const std::string& key : keys) prefixed.push_back(kKeyPrefix + key);
+    Result<std::vector<std::string>> values = kv_.wait(prefixed, timeout);
+    if (!values) throw gloo::IoException("rendezvous store: " + values.error().message);
+  }
+
+  static std::string to_hex(const std::vector<char>& data) {
+    static const char* digits = "0123456789abcdef";
+    std::string hex;
+    hex.reserve(data.size() * 2);
+    for (char c : data) {
+      auto byte = static_cast<unsigned char>(c);
+      hex += digits[byte >> 4];
+      hex += digits[byte & 15];
+    }
+    return hex;
+  }
+  static std::vector<char> from_hex(const std::string& hex) {
+    auto nibble = [](char c) { return c <= '9' ? c - '0' : c - 'a' + 10; };
+    std::vector<char> data(hex.size() / 2);
+    for (size_t i = 0; i < data.size(); ++i) {
+      data[i] = static_cast<char>((nibble(hex[2 * i]) << 4) | nibble(hex[2 * i + 1]));
+    }
+    return data;
+  }
+
+ private:
+  KvClient& kv_;
+  Millis timeout_;
+};
+
+/// The local address that routes toward MASTER_ADDR: loopback for a one-host job, the right
+/// interface on a multi-homed host. connect() on a UDP socket sends nothing.
+std::string local_address_toward(const std::string& master_addr) {
+  if (master_addr.empty()) return "127.0.0.1";
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(master_addr.c_str(), "9", &hints, &found) != 0 || found == nullptr) return "127.0.0.1";
+  std::string address = "127.0.0.1";
+  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0) {
+    sockaddr_in local{};
+    socklen_t length = sizeof(local);
+    if (::connect(fd, found->ai_addr, found->ai_addrlen) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) == 0) {
+      char text[INET_ADDRSTRLEN];
+      if (::inet_ntop(AF_INET, &local.sin_addr, text, sizeof(text)) != nullptr) address = text;
+    }
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  return address;
+}
+
+class GlooCommunicator final : public Communicator {
+ public:
+  GlooCommunicator(std::shared_ptr<gloo::rendezvous::Context> context, KvClient& kv)
+      : context_(std::move(context)), kv_(kv) {}
+
+  const char* backend() const override { return "gloo"; }
+  int rank() const override { return context_->rank; }
+  int size() const override { return context_->size; }
+
+  Status allreduce_sum(float* data, size_t count, Millis timeout) override {
+    return run("allreduce(float32 x " + std::to_string(count) + ")", timeout, [&] {
+      gloo::AllreduceOptions options(context_);
+      options.setOutput(data, count);
+      options.setReduceFunction(
+          static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+      options.setTimeout(timeout);
+      options.setTag(next_tag());
+      gloo::allreduce(options);
+    });
+  }
+  Status allreduce_sum(double* data, size_t count, Millis timeout) override {
+    return run("allreduce(float64 x " + std::to_string(count) + ")", timeout, [&] {
+      gloo::AllreduceOptions options(context_);
+      options.setOutput(data, count);
+      options.setReduceFunction(
+          static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<double>));
+      options.setTimeout(timeout);
+      options.setTag(next_tag());
+      gloo::allreduce(options);
+    });
+  }
+  Status broadcast(void* data, size_t bytes, int root, Millis timeout) override {
+    return run("broadcast(" + std::to_string(bytes) + " bytes from rank " + std::to_string(root) + ")", timeout, [&] {
+      gloo::BroadcastOptions options(context_);
+      options.setOutput(static_cast<uint8_t*>(data), bytes);
+      options.setRoot(root);
+      options.setTimeout(timeout);
+      options.setTag(next_tag());
+      gloo::broadcast(options);
+    });
+  }
+  Status barrier(Millis timeout) override {
+    return run("barrier", timeout, [&] {
+      gloo::BarrierOptions options(context_);
+      options.setTimeout(timeout);
+      options.setTag(next_tag());
+      gloo::barrier(options);
+    });
+  }
+
+ private:
+  uint32_t next_tag() { return tag_++; }
+
+  template <class Operation>
+  Status run(const std::string& what, Millis timeout, Operation operation) {
+    if (broken_) return Error{"gloo " + what + ": the communicator failed earlier: " + broken_reason_};
+    try {
+      operation();
+      return {};
+    } catch (const std::exception& failure) {
+      broken_ = true;
+      broken_reason_ = failure.what();
+      return Error{describe_failure(what, timeout, failure.what())};
+    }
+  }
+
+  /// Names the peer when Gloo's message carries its address, else the whole group.
+  std::string describe_failure(const std::string& what, Millis timeout, const std::string& cause) const {
+    std::string message = "gloo " + what + " failed on rank " + std::to_string(rank()) + " of " +
+                          std::to_string(size()) + ": ";
+    if (std::optional<int> peer = peer_named_in(cause)) {
+      return message + "peer rank " + std::to_string(*peer) + " is gone (crashed or killed?): " + cause;
+    }
+    std::string peers;
+    for (int i = 0; i < size(); ++i) {
+      if (i != rank()) peers += (peers.empty() ? "" : ",") + std::to_string(i);
+    }
+    bool timed_out = cause.find("imed out") != std::string::npos || cause.find("imeout") != std::string::npos;
+    if (timed_out) {
+      return message + "no progress within the " + std::to_string(timeout.count()) +
+             "ms timeout; one of peer ranks " + peers + " is stopped, hung or too slow: " + cause;
+    }
+    return message + "peer ranks " + peers + ": " + cause;
+  }
+
+  /// The rank whose published endpoints include the address in Gloo's message, if any.
+  std::optional<int> peer_named_in(const std::string& cause) const {
+    static const std::regex address_pattern(R"((\[[0-9.]+\]:)([0-9]+))");
+    std::smatch match;
+    if (!std::regex_search(cause, match, address_pattern)) return std::nullopt;
+    // This Gloo prints some ports in network byte order: accept either reading.
+    int port = std::stoi(match[2].str()) & 0xFFFF;
+    int swapped = ((port & 0xFF) << 8) | (port >> 8);
+    std::string as_printed = match[1].str() + std::to_string(port) + " ";
+    std::string as_swapped = match[1].str() + std::to_string(swapped) + " ";
+    for (int peer = 0; peer < size(); ++peer) {
+      if (peer == rank()) continue;
+      Result<std::optional<std::string>> endpoints = kv_.get(kEndpointsPrefix + std::to_string(peer));
+      if (!endpoints || !endpoints->has_value()) continue;
+      const std::string& list = **endpoints;
+      if (list.find(as_printed) != std::string::npos || list.find(as_swapped) != std::string::npos) return peer;
+    }
+    return std::nullopt;
+  }
+
+  std::shared_ptr<gloo::rendezvous::Context> context_;
+  KvClient& kv_;
+  uint32_t tag_ = 0;
+  bool broken_ = false;
+  std::string broken_reason_;
+};
+
+/// Every local TCP endpoint of this process as Gloo prints addresses ("[127.0.0.1]:41234"):
+/// its listening socket and its end of every connection. Published after rendezvous so that a
+/// peer's I/O error, which names the far end of a broken connection, can be traced to a rank.
+std::string local_endpoints() {
+  std::string endpoints;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", error)) {
+    int fd = std::atoi(entry.path().filename().c_str());
+    sockaddr_in local{};
+    socklen_t length = sizeof(local);
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) != 0 || local.sin_family != AF_INET) continue;
+    char text[INET_ADDRSTRLEN];
+    if (::inet_ntop(AF_INET, &local.sin_addr, text, sizeof(text)) == nullptr) continue;
+    endpoints += "[" + std::string(text) + "]:" + std::to_string(ntohs(local.sin_port)) + " ";
+  }
+  return endpoints;
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_solo_communicator() {
+  class Solo final : public Communicator {
+   public:
+    const char* backend() const override { return "solo"; }
+    int rank() const override { return 0; }
+    int size() const override { return 1; }
+    Status allreduce_sum(float*, size_t, Millis) override { return {}; }
+    Status allreduce_sum(double*, size_t, Millis) override { return {}; }
+    Status broadcast(void*, size_t, int, Millis) override { return {}; }
+    Status barrier(Millis) override { return {}; }
+  };
+  return std::make_unique<Solo>();
+}
+
+Result<std::unique_ptr<Communicator>> make_gloo_communicator(KvClient& kv, const Topology& topology,
+                                                             const Settings& settings, Millis timeout) {
+  std::string host = local_address_toward(settings.master_addr);
+  try {
+    gloo::transport::tcp::attr attr(host.c_str());
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    auto context = std::make_shared<gloo::rendezvous::Context>(topology.rank, topology.world_size);
+    context->setTimeout(timeout);
+    KvGlooStore store(kv, timeout);
+    context->connectFullMesh(store, device);
+    // Best effort: without it errors name the whole group instead of the peer.
+    (void)kv.set(kEndpointsPrefix + std::to_string(topology.rank), local_endpoints());
+    return std::unique_ptr<Communicator>(std::make_unique<GlooCommunicator>(context, kv));
+  } catch (const std::exception& failure) {
+    return Error{"gloo rendezvous of rank " + std::to_string(topology.rank) + " of " +
+                 std::to_string(topology.world_size) + " (listening on " + host + ", timeout " +
+                 std::to_string(timeout.count()) + "ms) failed: " + failure.what()};
+  }
+}
+
+}  // namespace dtrain::worker

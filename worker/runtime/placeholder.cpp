@@ -1,1 +1,0 @@
-namespace dtrain { int placeholder_worker = 0; }

@@ -1,0 +1,250 @@
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "worker/contract/env.h"
+#include "worker/contract/wire.h"
+#include "worker/runtime/agent_connection.h"
+#include "worker/runtime/communicators.h"
+
+namespace dtrain::worker {
+namespace {
+
+using nlohmann::json;
+namespace env = dtrain::contract::env;
+namespace wire = dtrain::contract::wire;
+
+int64_t monotonic_ms() {
+  return std::chrono::duration_cast<Millis>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+/// Reads an integer variable; unset or empty gives `fallback`; garbage is an error quoting it.
+Result<int64_t> env_int(const char* name, int64_t fallback, int64_t min_value) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return fallback;
+  char* end = nullptr;
+  errno = 0;
+  long long value = std::strtoll(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0') {
+    return Error{std::string(name) + "='" + text + "' is not an integer; the launcher sets it, so " +
+                 "unset it or run under `dtrain submit`"};
+  }
+  if (value < min_value) {
+    return Error{std::string(name) + "='" + text + "' must be at least " + std::to_string(min_value)};
+  }
+  return static_cast<int64_t>(value);
+}
+
+std::string env_text(const char* name) {
+  const char* text = std::getenv(name);
+  return text == nullptr ? "" : text;
+}
+
+/// Reads every contract variable into `topology` and `settings`.
+Status read_contract(Topology& topology, Settings& settings) {
+  Status status;
+  auto read = [&](const char* name, int64_t fallback, int64_t min_value) -> int64_t {
+    Result<int64_t> value = env_int(name, fallback, min_value);
+    if (!value) {
+      if (status.ok()) status = value.error();
+      return fallback;
+    }
+    return *value;
+  };
+  topology.rank = static_cast<int>(read(env::kRank, 0, 0));
+  topology.world_size = static_cast<int>(read(env::kWorldSize, 1, 1));
+  topology.local_rank = static_cast<int>(read(env::kLocalRank, 0, 0));
+  topology.local_world_size = static_cast<int>(read(env::kLocalWorldSize, 1, 1));
+  topology.tp_size = static_cast<int>(read(env::kTpSize, 1, 1));
+  topology.pp_size = static_cast<int>(read(env::kPpSize, 1, 1));
+  // Ranks are ordered TP fastest, then PP, then DP (launcher/plan): derive what is not set.
+  int model = topology.tp_size * topology.pp_size;
+  topology.dp_size = static_cast<int>(read(env::kDpSize, std::max(1, topology.world_size / model), 1));
+  topology.tp_rank = static_cast<int>(read(env::kTpRank, topology.rank % topology.tp_size, 0));
+  topology.pp_rank = static_cast<int>(read(env::kPpRank, (topology.rank / topology.tp_size) % topology.pp_size, 0));
+  topology.dp_rank = static_cast<int>(read(env::kDpRank, topology.rank / model, 0));
+  if (status.ok() && topology.rank >= topology.world_size) {
+    status = Error{"RANK=" + std::to_string(topology.rank) + " is not below WORLD_SIZE=" +
+                   std::to_string(topology.world_size)};
+  }
+  if (status.ok() && topology.dp_size * model != topology.world_size) {
+    status = Error{"DTRAIN_DP_SIZE*DTRAIN_TP_SIZE*DTRAIN_PP_SIZE = " + std::to_string(topology.dp_size) + "*" +
+                   std::to_string(topology.tp_size) + "*" + std::to_string(topology.pp_size) +
+                   " does not equal WORLD_SIZE=" + std::to_string(topology.world_size)};
+  }
+
+  settings.run_id = env_text(env::kRunId);
+  settings.generation = static_cast<int>(read(env::kGeneration, 0, 0));
+  settings.backend = env_text(env::kBackend);
+  settings.master_addr = env_text(env::kMasterAddr);
+  settings.master_port = static_cast<int>(read(env::kMasterPort, 0, 0));
+  settings.global_batch = static_cast<int>(read(env::kGlobalBatch, 0, 0));
+  settings.micro_batch = static_cast<int>(read(env::kMicroBatch, 0, 0));
+  settings.grad_accum = static_cast<int>(read(env::kGradAccum, 0, 0));
+  settings.ckpt_dir = env_text(env::kCkptDir);
+  settings.ckpt_interval = static_cast<int>(read(env::kCkptInterval, 0, 0));
+  settings.ckpt_keep = static_cast<int>(read(env::kCkptKeep, 3, 1));
+  settings.resume_step = read(env::kResumeStep, -1, -1);
+  settings.heartbeat_interval_ms = static_cast<int>(read(env::kHeartbeatIntervalMs, 1000, 0));
+  settings.fault_ckpt_delay_ms = static_cast<int>(read(env::kFaultCkptDelayMs, 0, 0));
+  if (status.ok() && !settings.backend.empty() && settings.backend != "gloo" && settings.backend != "nccl") {
+    status = Error{"DTRAIN_BACKEND='" + settings.backend + "' is not a back end; use gloo or nccl"};
+  }
+  return status;
+}
+
+json beat_message(int64_t step, const Metrics& metrics) {
+  json beat{{"type", wire::kBeat}, {"step", step}};
+  if (metrics.loss) beat["loss"] = *metrics.loss;
+  if (metrics.step_ms) beat["step_ms"] = *metrics.step_ms;
+  if (metrics.comm_ms) beat["comm_ms"] = *metrics.comm_ms;
+  if (metrics.data_ms) beat["data_ms"] = *metrics.data_ms;
+  if (metrics.samples) beat["samples"] = *metrics.samples;
+  return beat;
+}
+
+}  // namespace
+
+struct Worker::Beats {
+  std::mutex mutex;
+  bool sent_any = false;
+  int64_t last_sent_ms = 0;
+  std::optional<std::pair<int64_t, Metrics>> unsent;
+};
+
+struct Worker::Recorded {
+  mutable std::mutex mutex;
+  std::vector<std::string> lines;
+};
+
+Result<std::unique_ptr<Worker>> Worker::from_env(bool allow_standalone) {
+  Topology topology;
+  Settings settings;
+  if (Status read = read_contract(topology, settings); !read) return read.error();
+  std::string socket_path = env_text(env::kAgentSocket);
+  bool standalone_requested = allow_standalone || env_text("DTRAIN_STANDALONE") == "1";
+  if (socket_path.empty()) {
+    if (standalone_requested) {
+      if (topology.world_size != 1) {
+        return Error{"standalone mode runs a world of one, but WORLD_SIZE=" +
+                     std::to_string(topology.world_size) + "; unset WORLD_SIZE or run under `dtrain submit`"};
+      }
+      return standalone(settings);
+    }
+    if (!env_text(env::kRank).empty()) {
+      return Error{"RANK is set but DTRAIN_AGENT_SOCKET is not: this process was not started by a dtrain "
+                   "agent (torchrun?). Run it with `dtrain submit job.yaml`, or pass --standalone "
+                   "(DTRAIN_STANDALONE=1) to train alone"};
+    }
+    return Error{"not running under dtrain: DTRAIN_AGENT_SOCKET and RANK are unset. Run it with "
+                 "`dtrain submit job.yaml`, or pass --standalone (DTRAIN_STANDALONE=1) to train alone"};
+  }
+  Result<std::shared_ptr<AgentConnection>> connection = AgentConnection::connect(socket_path);
+  if (!connection) return connection.error();
+  std::unique_ptr<Worker> worker(new Worker());
+  worker->topology_ = topology;
+  worker->settings_ = settings;
+  worker->connection_ = *connection;
+  worker->kv_ = std::make_shared<AgentKv>(*connection);
+  worker->beats_ = std::make_unique<Beats>();
+  worker->recorded_ = std::make_unique<Recorded>();
+  worker->send_line(json{{"type", wire::kHello},
+                         {"rank", topology.rank},
+                         {"gen", settings.generation},
+                         {"pid", static_cast<int64_t>(::getpid())}}
+                        .dump());
+  return worker;
+}
+
+std::unique_ptr<Worker> Worker::standalone(Settings settings) {
+  std::unique_ptr<Worker> worker = in_process(Topology{}, std::move(settings), std::make_shared<InProcessKv>());
+  worker->standalone_ = true;
+  return worker;
+}
+
+std::unique_ptr<Worker> Worker::in_process(Topology topology, Settings settings, std::shared_ptr<KvClient> kv) {
+  std::unique_ptr<Worker> worker(new Worker());
+  worker->topology_ = topology;
+  worker->settings_ = std::move(settings);
+  worker->kv_ = std::move(kv);
+  worker->beats_ = std::make_unique<Beats>();
+  worker->recorded_ = std::make_unique<Recorded>();
+  worker->send_line(json{{"type", wire::kHello},
+                         {"rank", topology.rank},
+                         {"gen", worker->settings_.generation},
+                         {"pid", static_cast<int64_t>(::getpid())}}
+                        .dump());
+  return worker;
+}
+
+Worker::~Worker() {
+  if (!said_bye_) bye("exit");
+}
+
+void Worker::send_line(const std::string& line) {
+  if (connection_) {
+    // A lost agent is noticed by the next KV request or by the agent fencing us; a beat that
+    // cannot be sent is not worth stopping training for.
+    (void)connection_->send_line(line);
+    return;
+  }
+  std::lock_guard lock(recorded_->mutex);
+  recorded_->lines.push_back(line);
+}
+
+void Worker::beat(int64_t step, const Metrics& metrics, bool final_step) {
+  int64_t now = monotonic_ms();
+  {
+    std::lock_guard lock(beats_->mutex);
+    bool due = !beats_->sent_any || final_step ||
+               now - beats_->last_sent_ms >= settings_.heartbeat_interval_ms;
+    if (!due) {
+      beats_->unsent = std::make_pair(step, metrics);
+      return;
+    }
+    beats_->sent_any = true;
+    beats_->last_sent_ms = now;
+    beats_->unsent.reset();
+  }
+  send_line(beat_message(step, metrics).dump());
+}
+
+void Worker::report_checkpoint_committed(int64_t step, int64_t bytes, int64_t ms) {
+  send_line(json{{"type", wire::kCkptCommitted}, {"step", step}, {"bytes", bytes}, {"ms", ms}}.dump());
+}
+
+void Worker::report_checkpoint_rejected(int64_t step, const std::string& reason) {
+  send_line(json{{"type", "ckpt.rejected"}, {"step", step}, {"reason", reason}}.dump());
+}
+
+void Worker::bye(const std::string& reason) {
+  if (said_bye_) return;
+  said_bye_ = true;
+  std::optional<std::pair<int64_t, Metrics>> unsent;
+  {
+    std::lock_guard lock(beats_->mutex);
+    unsent = std::move(beats_->unsent);
+    beats_->unsent.reset();
+  }
+  if (unsent) send_line(beat_message(unsent->first, unsent->second).dump());
+  send_line(json{{"type", wire::kBye}, {"reason", reason}}.dump());
+}
+
+std::vector<std::string> Worker::sent_lines() const {
+  std::lock_guard lock(recorded_->mutex);
+  return recorded_->lines;
+}
+
+Result<std::unique_ptr<Communicator>> Worker::connect(Millis timeout) {
+  if (topology_.world_size == 1) return make_solo_communicator();
+  std::string backend = settings_.backend;
+  if (backend.empty()) backend = nccl_usable() ? "nccl" : "gloo";
+  if (backend == "nccl") return make_nccl_communicator(*kv_, topology_, settings_, timeout);
+  return make_gloo_communicator(*kv_, topology_, settings_, timeout);
+}
+
+}  // namespace dtrain::worker

@@ -1,0 +1,314 @@
+#pragma once
+// libdtrain_worker: what a training process needs to live under dtrain (DESIGN.md §3).
+//
+//   auto worker = dtrain::worker::Worker::from_env();      // reads the contract, says hello
+//   auto comm = (*worker)->connect(std::chrono::seconds(60));  // Gloo or NCCL, by DTRAIN_BACKEND
+//   dtrain::worker::Checkpointer ckpt(**worker, options);
+//   for (...) { ...; (*comm)->allreduce_sum(grads, n, timeout); (*worker)->beat(step, metrics); }
+//
+// This is the library's only public header. It depends on std only (worker/contract rules):
+// the worker side never links the launcher, so errors are this module's own small Result type.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace dtrain::worker {
+
+using Millis = std::chrono::milliseconds;
+
+// --- errors as values ----------------------------------------------------------------------
+
+/// What went wrong, written for the person reading the worker's log: where, what, the fix.
+struct Error {
+  std::string message;
+};
+
+/// Success or an Error.
+class [[nodiscard]] Status {
+ public:
+  Status() = default;
+  Status(Error error) : error_(std::move(error)) {}
+  bool ok() const { return !error_.has_value(); }
+  explicit operator bool() const { return ok(); }
+  const Error& error() const { return *error_; }
+
+ private:
+  std::optional<Error> error_;
+};
+
+/// A value or an Error. `if (!r) return r.error();`
+template <class T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : state_(std::move(value)) {}
+  Result(Error error) : state_(std::move(error)) {}
+  bool ok() const { return state_.index() == 0; }
+  explicit operator bool() const { return ok(); }
+  T& value() & { return std::get<0>(state_); }
+  const T& value() const& { return std::get<0>(state_); }
+  T&& value() && { return std::get<0>(std::move(state_)); }
+  T& operator*() & { return value(); }
+  T* operator->() { return &value(); }
+  const Error& error() const { return std::get<1>(state_); }
+
+ private:
+  std::variant<T, Error> state_;
+};
+
+// --- the contract as values ------------------------------------------------------------------
+
+/// Where this process sits in the job (RANK, WORLD_SIZE, DTRAIN_{DP,TP,PP}_{RANK,SIZE}, ...).
+struct Topology {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  int dp_rank = 0;
+  int dp_size = 1;
+  int tp_rank = 0;
+  int tp_size = 1;
+  int pp_rank = 0;
+  int pp_size = 1;
+};
+
+/// The rest of the worker environment. Zero/empty means "not set by the launcher".
+struct Settings {
+  std::string run_id;
+  int generation = 0;
+  std::string backend;            ///< DTRAIN_BACKEND: "gloo", "nccl" or "" (choose)
+  std::string master_addr;        ///< MASTER_ADDR: rank 0's host; picks Gloo's interface
+  int master_port = 0;
+  int global_batch = 0;           ///< DTRAIN_GLOBAL_BATCH
+  int micro_batch = 0;            ///< DTRAIN_MICRO_BATCH
+  int grad_accum = 0;             ///< DTRAIN_GRAD_ACCUM
+  std::string ckpt_dir;           ///< DTRAIN_CKPT_DIR; "" = no checkpoints
+  int ckpt_interval = 0;          ///< DTRAIN_CKPT_INTERVAL; 0 = no checkpoints
+  int ckpt_keep = 3;              ///< DTRAIN_CKPT_KEEP
+  int64_t resume_step = -1;       ///< DTRAIN_RESUME_STEP; -1 = the latest complete one
+  int heartbeat_interval_ms = 1000;  ///< DTRAIN_HEARTBEAT_INTERVAL_MS
+  int fault_ckpt_delay_ms = 0;    ///< DTRAIN_FAULT_CKPT_DELAY_MS: sleep before writing shards
+};
+
+/// What one training step reports. Unset fields are left off the wire.
+struct Metrics {
+  std::optional<double> loss;
+  std::optional<double> step_ms;
+  std::optional<double> comm_ms;   ///< time in collectives
+  std::optional<double> data_ms;   ///< time waiting for input
+  std::optional<int64_t> samples;  ///< samples processed in this step (global)
+};
+
+// --- key-value store ---------------------------------------------------------------------------
+
+/// The generation-scoped store the supervisor serves (through the agent). An interface so that
+/// standalone runs and tests can use an in-process one (InProcessKv) instead of the socket.
+/// Thread-safe: an asynchronous checkpoint may use it while the training loop beats.
+class KvClient {
+ public:
+  virtual ~KvClient() = default;
+  virtual Status set(const std::string& key, const std::string& value) = 0;
+  /// The value, or nullopt when the key is not set (does not wait).
+  virtual Result<std::optional<std::string>> get(const std::string& key) = 0;
+  /// Blocks until every key is set, then returns their values in order; an error names the
+  /// missing keys after `timeout`.
+  virtual Result<std::vector<std::string>> wait(const std::vector<std::string>& keys,
+                                                Millis timeout) = 0;
+  /// gen.check: is this worker's generation still the current one? (false = do not commit)
+  virtual Result<bool> generation_is_current() = 0;
+};
+
+/// A KvClient in this process: standalone mode, and tests that run several "ranks" as threads.
+class InProcessKv final : public KvClient {
+ public:
+  InProcessKv();
+  ~InProcessKv() override;
+  Status set(const std::string& key, const std::string& value) override;
+  Result<std::optional<std::string>> get(const std::string& key) override;
+  Result<std::vector<std::string>> wait(const std::vector<std::string>& keys, Millis timeout) override;
+  Result<bool> generation_is_current() override;
+  /// Simulates the supervisor starting a newer generation: this client's writes and commits
+  /// are refused from then on, as they would be for a stale worker.
+  void end_generation();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+// --- collectives ---------------------------------------------------------------------------------
+
+/// One interface, several back ends (Gloo over TCP; NCCL when built with CUDA; a trivial one
+/// for a world of one). Every operation has a timeout; a dead or stopped peer becomes an Error
+/// naming the operation and the peers, never a hang. After an error the communicator is
+/// unusable (collectives cannot be resumed half-way): the caller should exit.
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual const char* backend() const = 0;  ///< "gloo", "nccl", "solo"
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  /// In-place sum across ranks. For NCCL, `data` must be device memory.
+  virtual Status allreduce_sum(float* data, size_t count, Millis timeout) = 0;
+  virtual Status allreduce_sum(double* data, size_t count, Millis timeout) = 0;
+  /// Copies `bytes` at `data` from `root` to every rank.
+  virtual Status broadcast(void* data, size_t bytes, int root, Millis timeout) = 0;
+  virtual Status barrier(Millis timeout) = 0;
+  /// Tears the communicator down without waiting for peers (ncclCommAbort); used on stop.
+  virtual void abort() {}
+};
+
+// --- the worker ----------------------------------------------------------------------------------
+
+class AgentConnection;
+
+/// One training process's link to dtrain: identity, heartbeats, the KV store, collectives.
+class Worker {
+ public:
+  /// Reads the worker contract and connects to $DTRAIN_AGENT_SOCKET, sending hello {rank, gen,
+  /// pid}. Outside dtrain (neither DTRAIN_AGENT_SOCKET nor RANK set) this is an error that says
+  /// how to run under dtrain, unless `allow_standalone` or DTRAIN_STANDALONE=1: then it is
+  /// standalone() with the DTRAIN_* settings that are set.
+  static Result<std::unique_ptr<Worker>> from_env(bool allow_standalone = false);
+
+  /// A world of one with an in-process KV store; checkpoints still work. For debugging.
+  static std::unique_ptr<Worker> standalone(Settings settings = {});
+
+  /// A worker with the given identity talking to `kv` and sending its wire lines nowhere but
+  /// sent_lines(). For tests that run several ranks as threads over one InProcessKv.
+  static std::unique_ptr<Worker> in_process(Topology topology, Settings settings,
+                                            std::shared_ptr<KvClient> kv);
+
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  const Topology& topology() const { return topology_; }
+  const Settings& settings() const { return settings_; }
+  bool is_standalone() const { return standalone_; }
+
+  /// Records progress. Cheap: call it every step. On the wire at most once per
+  /// DTRAIN_HEARTBEAT_INTERVAL_MS, except the first beat and beats with `final_step`, which are
+  /// always sent; the newest unsent beat is flushed by bye().
+  void beat(int64_t step, const Metrics& metrics, bool final_step = false);
+
+  KvClient& kv() { return *kv_; }
+
+  /// Connects the collectives of this generation: Gloo or NCCL by DTRAIN_BACKEND ("" = NCCL when
+  /// built with CUDA and a GPU is visible, else Gloo); a world of one needs no network.
+  Result<std::unique_ptr<Communicator>> connect(Millis timeout);
+
+  /// ckpt.committed {step, bytes, ms}: the supervisor turns it into a checkpoint.committed event.
+  void report_checkpoint_committed(int64_t step, int64_t bytes, int64_t ms);
+  /// ckpt.rejected {step, reason}: a checkpoint that resume skipped (checkpoint.rejected event).
+  void report_checkpoint_rejected(int64_t step, const std::string& reason);
+
+  /// Says goodbye (flushing the newest beat first). Called by the destructor with "exit" if not
+  /// called before.
+  void bye(const std::string& reason);
+
+  /// In-process workers: every line this worker would have sent, in order (for tests).
+  std::vector<std::string> sent_lines() const;
+
+ private:
+  Worker() = default;
+  void send_line(const std::string& line);
+
+  Topology topology_;
+  Settings settings_;
+  bool standalone_ = false;
+  bool said_bye_ = false;
+  std::shared_ptr<KvClient> kv_;
+  std::shared_ptr<AgentConnection> connection_;  // null when in process
+  struct Beats;
+  std::unique_ptr<Beats> beats_;
+  struct Recorded;
+  std::unique_ptr<Recorded> recorded_;
+};
+
+// --- checkpoints ---------------------------------------------------------------------------------
+
+/// CRC32C (Castagnoli), as in iSCSI/ext4: crc32c("123456789") == 0xE3069283. `crc` chains calls.
+uint32_t crc32c(const void* data, size_t size, uint32_t crc = 0);
+
+/// A checkpoint that discovery passed over, and why ("shard-tp0-pp0.bin: CRC mismatch ...").
+struct SkippedCheckpoint {
+  int64_t step = 0;
+  std::string reason;
+};
+
+/// What latest_complete() found.
+struct CheckpointScan {
+  std::optional<int64_t> latest;          ///< highest step that verifies; nullopt: none
+  std::vector<SkippedCheckpoint> skipped; ///< newer steps that did not verify, newest first
+};
+
+/// Scans `dir` for step-<N> directories, newest first, and returns the first whose MANIFEST.json
+/// and every shard (header, size, CRC32C) verify. A missing `dir` is "no checkpoint", not an error.
+CheckpointScan latest_complete(const std::string& dir);
+
+/// Verifies one step's manifest and all of its shards.
+Status verify_checkpoint(const std::string& dir, int64_t step);
+
+/// Reads and verifies the payload of one shard of a committed step.
+Result<std::string> read_shard(const std::string& dir, int64_t step, int tp_rank, int pp_rank);
+
+struct CheckpointOptions {
+  std::string dir;             ///< required
+  int keep = 3;                ///< newest complete steps to keep (>= 1)
+  bool async = false;          ///< write in the background; the next save() waits for it
+  int fault_delay_ms = 0;      ///< sleep before writing shards (slow-storage drill)
+  Millis handshake_timeout{std::chrono::minutes(5)};  ///< rank 0 waiting for every shard
+};
+
+/// Options from the worker's settings (dir, keep, fault delay).
+CheckpointOptions checkpoint_options(const Settings& settings);
+
+/// Writes and restores checkpoints exactly as DESIGN.md §3 says: one shard per (tp, pp)
+/// coordinate written by its DP rank 0 (temp name, fsync, rename, directory fsync); global rank 0
+/// waits (through the KV store) until every shard of the step is in place, asks the store
+/// whether its generation is still current, then writes MANIFEST.json last and prunes to `keep`.
+class Checkpointer {
+ public:
+  Checkpointer(Worker& worker, CheckpointOptions options);
+  ~Checkpointer();  ///< waits for a background save
+
+  /// Collective: every rank calls it with the same step and its own state (`payload`, which is
+  /// the in-memory snapshot). Synchronous unless options.async; then it returns after taking the
+  /// snapshot and the previous save's error, if any, is returned by this call or wait().
+  Status save(int64_t step, std::string payload);
+
+  /// Waits for a background save and returns its outcome.
+  Status wait();
+
+  struct Restored {
+    int64_t step = 0;
+    std::string payload;  ///< this rank's shard
+  };
+  /// `resume_step` < 0: the latest complete step (each skipped one is printed on stderr as
+  /// "dtrain: checkpoint step-N rejected: why" and, by rank 0, sent as ckpt.rejected);
+  /// >= 0: exactly that step, an error if it does not verify. nullopt: nothing to resume.
+  Result<std::optional<Restored>> restore(int64_t resume_step);
+
+  /// Bytes written by the newest committed save on this rank (0 if none).
+  int64_t last_bytes() const { return last_bytes_; }
+
+ private:
+  Status save_now(int64_t step, const std::string& payload);
+  Status commit_manifest(int64_t step, int64_t started_ms);
+
+  Worker& worker_;
+  CheckpointOptions options_;
+  struct Background;
+  std::unique_ptr<Background> background_;
+  int64_t last_bytes_ = 0;
+};
+
+}  // namespace dtrain::worker
