@@ -32,6 +32,7 @@
 #include "launcher/run/agent_link.h"
 #include "launcher/run/console.h"
 #include "launcher/run/control_socket.h"
+#include "launcher/run/failure_sample.h"
 #include "launcher/run/worker_env.h"
 #include "launcher/runlog/event_log.h"
 #include "launcher/runlog/rank_logs.h"
@@ -123,6 +124,7 @@ class RunDriver {
   void feed(const supervisor::Event& event);
   void perform(const supervisor::Action& action);
   void start_generation(const supervisor::StartGeneration& start);
+  void capture_sample(const supervisor::CaptureSample& sample);
   void spawn_generation(int port);
   void record(json event);
   void write_state(bool force);
@@ -492,9 +494,30 @@ void RunDriver::perform(const supervisor::Action& action) {
       link->second->send({{"type", msg::kKill}, {"gen", stop->gen}, {"signal", "TERM"},
                           {"grace_ms", stop->grace_ms}});
     }
+  } else if (const auto* sample = std::get_if<supervisor::CaptureSample>(&action)) {
+    capture_sample(*sample);
   } else if (const auto* finish = std::get_if<supervisor::FinishRun>(&action)) {
     finished_ = *finish;
   }
+}
+
+void RunDriver::capture_sample(const supervisor::CaptureSample& sample) {
+  auto link = links_.find(sample.host);
+  if (link == links_.end() || !link->second->connection().local_pid()) {
+    // Remote hosts: the agent would have to take the sample; not implemented yet.
+    record({{"ev", "worker.sample"}, {"rank", sample.rank}, {"host", sample.host}, {"pid", sample.pid},
+            {"error", "stack samples are taken on the launch node only"}});
+    return;
+  }
+  // Bounded so that the other agents do not think we went silent.
+  Millis gdb_timeout(std::clamp<int64_t>(spec_.heartbeat.timeout.count() / 2, 500, 5000));
+  std::string text = capture_local_sample(sample.pid, gdb_timeout);
+  std::string directory = run_.path() + "/samples";
+  (void)make_directories(directory, 0700);
+  std::string path = directory + "/gen" + std::to_string(sample.gen) + "-rank" + std::to_string(sample.rank) + ".txt";
+  (void)write_file_atomic(path, text);
+  record({{"ev", "worker.sample"}, {"rank", sample.rank}, {"host", sample.host}, {"pid", sample.pid},
+          {"path", path}, {"bytes", text.size()}});
 }
 
 void RunDriver::start_generation(const supervisor::StartGeneration& start) {

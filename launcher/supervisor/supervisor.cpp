@@ -458,14 +458,26 @@ void Supervisor::on(const Tick&) {
   }
   if (state_ != RunState::running) return;
   int64_t hang_timeout = spec_.heartbeat.hang_timeout.count();
+  // When one rank stalls, its peers soon block in the next collective and stall too. The rank
+  // that stopped first — lowest step, then the oldest step change — is the one to blame.
+  std::optional<size_t> hung;
   for (size_t i = 0; i < ranks_.size(); ++i) {
-    RankStatus& rank = ranks_[i];
+    const RankStatus& rank = ranks_[i];
     if (rank.state != RankState::running || rank.step < 0) continue;
     if (now - rank.step_changed_ms <= hang_timeout) continue;
+    if (!hung || rank.step < ranks_[*hung].step ||
+        (rank.step == ranks_[*hung].step && rank.step_changed_ms < ranks_[*hung].step_changed_ms)) {
+      hung = i;
+    }
+  }
+  if (hung) {
+    size_t i = *hung;
+    RankStatus& rank = ranks_[i];
     const plan::RankSlot& where = plan_.ranks[i];
     record({{"ev", "worker.hang"}, {"rank", static_cast<int>(i)}, {"host", where.host},
             {"pid", rank.pid}, {"step", rank.step},
             {"silent_ms", now - rank.step_changed_ms}});
+    out_.push_back(CaptureSample{generation_, static_cast<int>(i), where.host, rank.pid});
     RootCause cause;
     cause.kind = "worker.hang";
     cause.host = where.host;

@@ -74,10 +74,13 @@ struct StartGeneration {
 /// TERM every process of `gen` on every connected host, KILL after `grace_ms`; each host answers
 /// with GenerationReleased.
 struct StopGeneration { int gen = 0; int64_t grace_ms = 0; std::vector<std::string> hosts; };
+/// Before a hung worker is killed: record what it was doing (kernel stack, wchan, a debugger
+/// backtrace where possible) into the run directory — the failure sample operators review.
+struct CaptureSample { int gen = 0; int rank = 0; std::string host; int pid = 0; };
 /// The run is over: disconnect agents and exit with `exit_code`.
 struct FinishRun { RunState state = RunState::failed; ExitCode exit_code = ExitCode::job_failed; };
 
-using Action = std::variant<RecordEvent, StartGeneration, StopGeneration, FinishRun>;
+using Action = std::variant<RecordEvent, StartGeneration, StopGeneration, CaptureSample, FinishRun>;
 
 /// What a rank is doing, as far as the supervisor knows.
 enum class RankState { pending, starting, running, exited, failed, killed };

@@ -253,6 +253,10 @@ TEST_CASE("a worker whose step stops advancing for hang_timeout is a failure") {
   h.clock.advance_ms(5001);  // rank 1 silent for 20.001 s
   auto actions = h.feed(Tick{});
   CHECK(has_event(actions, "worker.hang"));
+  auto samples = of_type<CaptureSample>(actions);
+  REQUIRE(samples.size() == 1);
+  CHECK(samples[0].rank == 1);
+  CHECK(samples[0].pid == 1001);
   CHECK(of_type<StopGeneration>(actions).size() == 1);
   CHECK(h.supervisor->root_cause()->kind == "worker.hang");
   CHECK(h.supervisor->root_cause()->rank == 1);
@@ -331,4 +335,19 @@ TEST_CASE("events of an older generation are ignored") {
   auto actions = h.feed(h.exit_code(0, 0, 9));  // stale
   CHECK(actions.empty());
   CHECK(h.supervisor->state() == RunState::running);
+}
+
+TEST_CASE("when every rank stalls, the one that stopped first is blamed for the hang") {
+  Harness h(make_spec(1, 3));
+  h.connect_all();
+  h.start_all(0);
+  h.feed(WorkerProgress{0, 1, 40});   // rank 1 stopped reporting at step 40
+  h.clock.advance_ms(300);
+  h.feed(WorkerProgress{0, 0, 41});   // its peers got one step further, then blocked
+  h.feed(WorkerProgress{0, 2, 41});
+  h.clock.advance_ms(21000);
+  auto actions = h.feed(Tick{});
+  REQUIRE(h.supervisor->root_cause());
+  CHECK(h.supervisor->root_cause()->kind == "worker.hang");
+  CHECK(h.supervisor->root_cause()->rank == 1);
 }
