@@ -124,6 +124,7 @@ class RunDriver {
   void feed(const supervisor::Event& event);
   void perform(const supervisor::Action& action);
   void start_generation(const supervisor::StartGeneration& start);
+  void send_store_replies(const std::vector<store::StoreReply>& replies);
   void capture_sample(const supervisor::CaptureSample& sample);
   void spawn_generation(int port);
   void record(json event);
@@ -345,6 +346,7 @@ void RunDriver::handle_frame(AgentLink& link, const json& message) {
     event["log"] = log_path(rank);
     if (message.contains("tail")) event["tail"] = message["tail"];
     record(event);
+    store_.forget({link.host(), rank});  // its pending waits would be answered to nobody
     int64_t observed = link.to_supervisor_time(message.value("agent_time_ms", clock_.wall_ms()));
     feed(supervisor::WorkerExited{gen, rank, message.value("pid", 0), code, signal_name, observed});
   } else if (type == msg::kLog) {
@@ -393,13 +395,7 @@ void RunDriver::handle_from_worker(AgentLink& link, const json& message) {
     }
   } else if (type == contract::wire::kKvSet || type == contract::wire::kKvGet ||
              type == contract::wire::kKvWait || type == contract::wire::kGenCheck) {
-    for (const store::StoreReply& reply :
-         store_.handle({link.host(), rank}, gen, body, clock_.monotonic_ms())) {
-      auto target = links_.find(reply.to.host);
-      if (target == links_.end() || target->second->lost) continue;
-      target->second->send({{"type", msg::kToWorker}, {"gen", reply.gen},
-                            {"rank", reply.to.rank}, {"msg", reply.msg}});
-    }
+    send_store_replies(store_.handle({link.host(), rank}, gen, body, clock_.monotonic_ms()));
   } else if (type == contract::wire::kCkptCommitted) {
     int64_t step = body.value("step", int64_t{-1});
     record({{"ev", "checkpoint.committed"}, {"gen", gen}, {"rank", rank}, {"host", link.host()},
@@ -407,7 +403,7 @@ void RunDriver::handle_from_worker(AgentLink& link, const json& message) {
             {"seconds", body.value("ms", 0.0) / 1000.0}});
     last_checkpoint_step_ = std::max(last_checkpoint_step_, step);
     feed(supervisor::CheckpointCommitted{gen, step});
-  } else if (type == "ckpt.rejected") {
+  } else if (type == contract::wire::kCkptRejected) {
     record({{"ev", "checkpoint.rejected"}, {"gen", gen}, {"rank", rank}, {"host", link.host()},
             {"step", body.value("step", int64_t{-1})}, {"reason", body.value("reason", "")}});
   }
@@ -520,8 +516,17 @@ void RunDriver::capture_sample(const supervisor::CaptureSample& sample) {
           {"path", path}, {"bytes", text.size()}});
 }
 
+void RunDriver::send_store_replies(const std::vector<store::StoreReply>& replies) {
+  for (const store::StoreReply& reply : replies) {
+    auto target = links_.find(reply.to.host);
+    if (target == links_.end() || target->second->lost) continue;
+    target->second->send({{"type", msg::kToWorker}, {"gen", reply.gen}, {"rank", reply.to.rank},
+                          {"msg", reply.msg}});
+  }
+}
+
 void RunDriver::start_generation(const supervisor::StartGeneration& start) {
-  store_.begin_generation(start.gen, clock_.monotonic_ms());
+  send_store_replies(store_.begin_generation(start.gen, clock_.monotonic_ms()));
   metrics_.assign(start.plan.ranks.size(), RankMetrics{});
   (void)write_file_atomic(run_.plan_path(start.gen), plan::to_json(start.plan).dump(2));
   log_->info("generation {} plan:\n{}", start.gen, plan::to_text(start.plan));
@@ -771,12 +776,7 @@ int RunDriver::run() {
     pump_links();
     if (control_) control_->pump([this](const json& request) { return handle_control(request); });
     now = clock_.monotonic_ms();
-    for (const store::StoreReply& reply : store_.expire(now)) {
-      auto target = links_.find(reply.to.host);
-      if (target == links_.end() || target->second->lost) continue;
-      target->second->send({{"type", msg::kToWorker}, {"gen", reply.gen}, {"rank", reply.to.rank},
-                            {"msg", reply.msg}});
-    }
+    send_store_replies(store_.expire(now));
     check_silence();
     if (now - last_tick_ms_ >= 100) {
       last_tick_ms_ = now;

@@ -171,7 +171,7 @@ TEST_CASE("trainer: a commit from a stale generation is refused: no manifest, th
   CHECK(agent.received_of_type("ckpt.committed").empty());
 }
 
-TEST_CASE("trainer: outside dtrain it refuses with the fix; --standalone trains alone") {
+TEST_CASE("trainer: outside dtrain it refuses with the fix and --standalone trains alone") {
   TempDir dirs;
   std::string out = dirs.path() + "/out.txt";
   int rc = std::system(("env -i " + kTrainer + " --steps 3 > " + out + " 2>&1").c_str());

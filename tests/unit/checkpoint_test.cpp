@@ -230,7 +230,7 @@ TEST_CASE("checkpoint: when gen.check says stale after all shards are written, n
   CHECK_FALSE(latest_complete(scratch.path).latest.has_value());
 }
 
-TEST_CASE("checkpoint: 4 ranks (dp 2 x tp 2) write one shard per tp coordinate; rank 0 commits after both") {
+TEST_CASE("checkpoint: 4 ranks (dp 2 x tp 2) write one shard per tp coordinate and rank 0 commits after both") {
   ScratchDir scratch;
   auto kv = std::make_shared<InProcessKv>();
   std::vector<std::unique_ptr<Worker>> workers;

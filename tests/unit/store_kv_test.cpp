@@ -205,7 +205,7 @@ TEST_CASE("store: malformed requests get an error reply that says what is wrong"
   CHECK(store.pending_waits() == 0);
 }
 
-TEST_CASE("store: a wait without timeout uses the default; forget drops a gone worker's waits") {
+TEST_CASE("store: a wait without timeout uses the default and forget drops a gone worker's waits") {
   KvStore store;
   store.begin_generation(1, 0);
   CHECK(store.handle(kRank0, 1, {{"type", "kv.wait"}, {"id", 1}, {"keys", {"a"}}}, 1000).empty());

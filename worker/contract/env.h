@@ -42,6 +42,9 @@ inline constexpr const char* kCkptKeep = "DTRAIN_CKPT_KEEP";          ///< newes
 inline constexpr const char* kResumeStep = "DTRAIN_RESUME_STEP";      ///< -1: discover the latest yourself
 inline constexpr const char* kHeartbeatIntervalMs = "DTRAIN_HEARTBEAT_INTERVAL_MS";
 
+/// "1": run alone outside dtrain (world size 1, in-process store) — for debugging a trainer.
+inline constexpr const char* kStandalone = "DTRAIN_STANDALONE";
+
 // --- fault hooks used by `dtrain drill` ----------------------------------------------------------
 inline constexpr const char* kFaultCkptDelayMs = "DTRAIN_FAULT_CKPT_DELAY_MS";  ///< slow-storage drill
 

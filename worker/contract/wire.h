@@ -12,12 +12,14 @@
 //   {"type":"kv.wait","id":N,"keys":[K...],"timeout_ms":T}
 //   {"type":"gen.check","id":N}                                   "may I commit a checkpoint?"
 //   {"type":"ckpt.committed","step":S,"bytes":B,"ms":M}
+//   {"type":"ckpt.rejected","step":S,"reason":"shard-tp0-pp0.bin: CRC mismatch ..."}
+//                                                                 a checkpoint skipped on resume
 //   {"type":"bye","reason":"finished"|...}
 // agent → worker (replies carry the request's id)
 //   {"type":"kv.ok","id":N}
 //   {"type":"kv.value","id":N,"value":V|null}
 //   {"type":"kv.values","id":N,"values":[V...]}
-//   {"type":"gen.ok","id":N,"current":true|false}
+//   {"type":"gen.ok","id":N,"current":true|false,"generation":<current>}
 //   {"type":"error","id":N,"error":"timeout waiting for keys [..] after 30s"}
 //
 // Keys are per generation: the supervisor prefixes them with the generation, so a key written
@@ -34,6 +36,7 @@ inline constexpr const char* kKvGet = "kv.get";
 inline constexpr const char* kKvWait = "kv.wait";
 inline constexpr const char* kGenCheck = "gen.check";
 inline constexpr const char* kCkptCommitted = "ckpt.committed";
+inline constexpr const char* kCkptRejected = "ckpt.rejected";
 inline constexpr const char* kBye = "bye";
 
 inline constexpr const char* kKvOk = "kv.ok";

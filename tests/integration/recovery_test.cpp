@@ -1,0 +1,138 @@
+// Recovery on the embedded localhost default with the reference trainer: a killed worker is
+// restarted in place from the newest checkpoint and the run ends bit-identical to an
+// uninterrupted one; a stopped (SIGSTOP) worker is found by its heartbeats, sampled and
+// replaced; a worker that always crashes ends as a crash loop. Nothing of the run survives.
+
+#include <doctest/doctest.h>
+
+#include <signal.h>
+
+#include "tests/integration/dtrain_runner.h"
+
+using namespace dtrain::testing;
+
+namespace {
+
+std::string trainer_spec(const std::string& name, int steps, const std::string& extra = "") {
+  return "version: 1\nname: " + name +
+         "\nslots_per_host: 2\n"
+         "worker:\n  command: [dtrain-train, --steps, \"" + std::to_string(steps) +
+         "\", --log-every, \"50\"]\n  backend: gloo\n"
+         "batch: {global: 32, micro: 8}\n"
+         "checkpoint: {interval_steps: 50, keep: 3}\n"
+         "heartbeat: {interval: 200ms, timeout: 2s, hang_timeout: 3s}\n"
+         "stop_grace: 2s\n" + extra;
+}
+
+std::string final_line(const std::string& log) {
+  size_t at = log.rfind("dtrain-train: final");
+  return at == std::string::npos ? "" : log.substr(at, log.find('\n', at) - at);
+}
+
+int rank_pid(const std::string& run_dir, int rank) {
+  nlohmann::json state = nlohmann::json::parse(read_text(run_dir + "/state.json"), nullptr, false);
+  if (!state.is_object() || !state["ranks"].is_array() || state["ranks"].size() <= static_cast<size_t>(rank)) return 0;
+  const auto& pid = state["ranks"][static_cast<size_t>(rank)]["pid"];
+  return pid.is_number() ? pid.get<int>() : 0;
+}
+
+bool checkpoint_committed_at_least(const std::string& run_dir, int step) {
+  for (const auto& event : events_named(read_events(run_dir + "/events.jsonl"), "checkpoint.committed")) {
+    if (event.value("step", 0) >= step) return true;
+  }
+  return false;
+}
+
+std::string only_run_dir(DtrainEnv& env) {
+  std::string dir;
+  wait_until([&] { auto dirs = env.run_dirs(); if (dirs.empty()) return false; dir = dirs[0]; return true; }, 20000);
+  return dir;
+}
+
+}  // namespace
+
+TEST_CASE("kill -9 of one worker: restart in place, same final parameters as an uninterrupted run") {
+  DtrainEnv reference_env;
+  DtrainProcess reference = reference_env.run({"submit", reference_env.write_spec("ref.yaml", trainer_spec("ref", 400))});
+  REQUIRE(reference.exit_code == 0);
+  std::string expected = final_line(read_text(reference_env.run_dirs().at(0) + "/ranks/0.log"));
+  REQUIRE(!expected.empty());
+
+  DtrainEnv env;
+  DtrainProcess run = env.start({"submit", env.write_spec("kill.yaml", trainer_spec("kill", 400)),
+                                 "--set", "elastic.max_restarts=2"});
+  std::string dir = only_run_dir(env);
+  REQUIRE(!dir.empty());
+  REQUIRE(wait_until([&] { return checkpoint_committed_at_least(dir, 100); }, 60000));
+  int victim = rank_pid(dir, 1);
+  REQUIRE(victim > 0);
+  REQUIRE(::kill(victim, SIGKILL) == 0);
+  REQUIRE(run.wait(120000));
+  CHECK(run.exit_code == 0);
+
+  auto events = read_events(dir + "/events.jsonl");
+  auto detected = events_named(events, "failure.detected");
+  REQUIRE(detected.size() == 1);
+  CHECK(detected[0]["signal"] == "SIGKILL");
+  CHECK(detected[0]["rank"] == 1);
+  auto completed = events_named(events, "recovery.completed");
+  REQUIRE(completed.size() == 1);
+  CHECK(completed[0]["resume_step"].get<int>() >= 100);
+  CHECK(completed[0]["phases"].contains("stop_ms"));
+  CHECK(completed[0]["phases"].contains("first_step_ms"));
+  CHECK(!events_named(events, "resources.released").empty());
+  CHECK(final_line(read_text(dir + "/ranks/0.log")) == expected);
+  CHECK(final_line(read_text(dir + "/ranks/1.log")) == expected);
+  CHECK(processes_of_run(run_id_of(dir)).empty());
+}
+
+TEST_CASE("a stopped worker is detected by its heartbeats, sampled, and the run recovers") {
+  DtrainEnv env;
+  DtrainProcess run = env.start({"submit", env.write_spec("hang.yaml", trainer_spec("hang", 400)),
+                                 "--set", "elastic.max_restarts=2"});
+  std::string dir = only_run_dir(env);
+  REQUIRE(wait_until([&] { return checkpoint_committed_at_least(dir, 50); }, 60000));
+  int victim = rank_pid(dir, 1);
+  REQUIRE(victim > 0);
+  REQUIRE(::kill(victim, SIGSTOP) == 0);
+  REQUIRE(run.wait(120000));
+  CHECK(run.exit_code == 0);
+
+  auto events = read_events(dir + "/events.jsonl");
+  auto hangs = events_named(events, "worker.hang");
+  REQUIRE(hangs.size() == 1);
+  CHECK(hangs[0]["rank"] == 1);
+  // The supervisor's own measure: silent past hang_timeout (3s), noticed within one heartbeat
+  // interval (200ms) plus its 100ms tick.
+  CHECK(hangs[0]["silent_ms"].get<int>() > 3000);
+  CHECK(hangs[0]["silent_ms"].get<int>() <= 3000 + 200 + 100 + 200);
+  auto samples = events_named(events, "worker.sample");
+  REQUIRE(samples.size() == 1);
+  std::string sample = read_text(samples[0]["path"].get<std::string>());
+  CHECK(sample.find("State:\tT") != std::string::npos);
+  CHECK(sample.find("== kernel stack") != std::string::npos);
+  CHECK(events_named(events, "recovery.completed").size() == 1);
+  CHECK(processes_of_run(run_id_of(dir)).empty());
+  CHECK(process_gone(victim));
+}
+
+TEST_CASE("a worker that always crashes ends the run as a crash loop with its own exit code") {
+  DtrainEnv env;
+  std::string spec = env.write_spec(
+      "loop.yaml",
+      "version: 1\nname: loop\nslots_per_host: 2\n"
+      "worker:\n  command: [/bin/sh, -c, 'echo cannot open dataset >&2; exit 7']\n"
+      "elastic: {max_restarts: 10}\n"
+      "heartbeat: {interval: 200ms, timeout: 3s, hang_timeout: 10s}\nstop_grace: 1s\n");
+  DtrainProcess run = env.run({"submit", spec}, 120000);
+  CHECK(run.exit_code == 4);
+  CHECK(run.err().find("crashed") == std::string::npos);  // no internal crash text
+  CHECK(run.err().find("exit code 7") != std::string::npos);
+  std::string dir = env.run_dirs().at(0);
+  auto events = read_events(dir + "/events.jsonl");
+  CHECK(events_named(events, "failure.crash_loop").size() == 1);
+  CHECK(events_named(events, "plan.generation").size() == 3);
+  nlohmann::json state = nlohmann::json::parse(read_text(dir + "/state.json"));
+  CHECK(state["exit_code"] == 4);
+  CHECK(processes_of_run(run_id_of(dir)).empty());
+}
