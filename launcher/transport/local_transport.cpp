@@ -208,6 +208,9 @@ Result<std::unique_ptr<AgentConnection>> LocalTransport::start_agent(const Agent
     ::dup2(input->read_end.get(), STDIN_FILENO);
     ::dup2(output->write_end.get(), STDOUT_FILENO);
     ::dup2(errors->write_end.get(), STDERR_FILENO);
+    // Only the three pipes go to the agent: an inherited fd of the supervisor's (another
+    // agent's pipe, a log file) would otherwise live as long as this agent and its workers.
+    ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
     ::execv(argv[0], argv);
     int error_number = errno;
     ssize_t ignored = ::write(report->write_end.get(), &error_number, sizeof error_number);

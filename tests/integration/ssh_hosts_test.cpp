@@ -29,7 +29,7 @@ std::string write_spec(const TestCluster& cluster, const std::string& extra_host
 
 }  // namespace
 
-TEST_CASE("dtrain hosts: every host checked in parallel; a cut-off host fails with reason and fix") {
+TEST_CASE("dtrain hosts: every host checked in parallel, a cut-off host fails with reason and fix") {
   TestCluster cluster(2);
   DTRAIN_REQUIRE_CLUSTER(cluster);
   std::string spec = write_spec(cluster, "localhost");
