@@ -155,7 +155,7 @@ Status Agent::install_signal_handling() {
   ::signal(SIGPIPE, SIG_IGN);  // a closed pipe is an EPIPE we handle, not a death
   ::signal(SIGCHLD, SIG_DFL);  // an inherited SIG_IGN would make the kernel reap our workers
   // Children orphaned anywhere below us are reparented to us, so a kill can find them.
-  if (false && ::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
+  if (::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
     return Error::infra("prctl(PR_SET_CHILD_SUBREAPER): " + errno_text(errno));
   }
   sigset_t signals;

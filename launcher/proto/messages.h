@@ -39,6 +39,40 @@
 //   error   {message}                  the agent could not do what was asked
 //   bye     {reason}                   the agent is exiting (after fence / EOF / silence)
 
+// Fields the agent adds beyond the catalogue above (all optional for a reader):
+//   hello.socket            the worker socket path (also the workers' DTRAIN_AGENT_SOCKET)
+//   started.agent_time_ms   when the worker was forked, agent clock
+//   exit.local_rank
+//   exit.killed_by_agent    true when a kill or fence signalled this worker: not a crash
+//   exit.core_dumped        present (true) when the kernel wrote a core
+//   from_worker.pid         the connected peer's pid as SO_PEERCRED reports it
+//   beat.workers[].gen, beat.workers[].state   state: /proc letter (R, S, D, T = stopped, Z)
+//   pong.supervisor_time_ms echoed from the ping, for round-trip and clock-offset measurement
+//   released.remaining_pids only when remaining > 0 (processes stuck in the kernel: KILL did
+//                           not end them within 10 s)
+//   error.about, error.id, error.gen, error.rank
+//                           which request failed ("to_worker", "reserve_port", "config");
+//                           an error without "about" is a protocol error and the agent fences
+//   bye.killed              pids the fence signalled
+//
+// Agent behaviour the supervisor can rely on:
+//   - Order: for each worker, started → log* → exit; every log line a worker wrote before it
+//     exited is sent before its exit. After a kill, the exit of every worker of that
+//     generation comes before released, and released means reaped (no zombie left either).
+//   - Workers get the agent's environment, then DTRAIN_GENERATION=<gen>, then spawn.env, then
+//     workers[].env, then DTRAIN_AGENT_SOCKET. stdin is /dev/null. Each worker is the leader
+//     of its own process group and dies with the agent (PR_SET_PDEATHSIG SIGKILL).
+//   - log lines are split at 64 KiB; exit.tail holds the last log_tail_lines (default 20)
+//     lines of both streams.
+//   - A frame the agent cannot understand (bad framing, unknown type, a field of the wrong
+//     type, anything before config) gets error {message} and a fence: exit code 3.
+//   - Fencing: TERM to everything, KILL after min(2 s, heartbeat_timeout_ms), reap, bye, exit.
+//     Exit code 0 after stdin EOF or fence, 3 after silence / protocol error / setup failure
+//     (e.g. runtime_dir unusable: error {about:"config"} first), 130 after SIGTERM/INT/HUP.
+//   - hello can take a few seconds (nvidia-smi, each call capped at 5 s): measure the clock
+//     offset with ping/pong afterwards, not with config → hello.
+//   - config must arrive within 30 s of the agent's start, or it fences.
+
 namespace dtrain::proto {
 
 /// Bumped on any incompatible change; a mismatch at hello is a clear error naming the host.

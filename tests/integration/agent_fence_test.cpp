@@ -89,7 +89,7 @@ void check_run_gone(AgentSession& session, const std::vector<pid_t>& pids) {
 
 }  // namespace
 
-TEST_CASE("kill TERM: released after every process of the generation is gone, stubborn ones by KILL") {
+TEST_CASE("kill TERM - released comes after every process of the generation is gone (stubborn ones by KILL)") {
   AgentSession session(DTRAIN_EXE);
   REQUIRE(session.handshake());
   Started gen1 = start_stubborn(session, 1, {0, 1, 4}, /*exit_early=*/{4});
@@ -145,7 +145,7 @@ TEST_CASE("kill TERM: released after every process of the generation is gone, st
   check_run_gone(session, gen1.all());
 }
 
-TEST_CASE("closing the agent's stdin: it kills everything, says bye and exits 0") {
+TEST_CASE("closing the agent's stdin - it kills everything and says bye and exits 0") {
   AgentSession session(DTRAIN_EXE);
   REQUIRE(session.handshake());
   Started started = start_stubborn(session, 1, {0, 1});
@@ -177,7 +177,7 @@ TEST_CASE("a supervisor silent for heartbeat_timeout makes the agent fence and e
   check_run_gone(session, started.all());
 }
 
-TEST_CASE("a fence message, and SIGTERM to the agent, both end every worker") {
+TEST_CASE("a fence message and SIGTERM to the agent both end every worker") {
   SUBCASE("fence") {
     AgentSession session(DTRAIN_EXE);
     REQUIRE(session.handshake());
@@ -206,7 +206,7 @@ TEST_CASE("a fence message, and SIGTERM to the agent, both end every worker") {
   }
 }
 
-TEST_CASE("a malformed frame from the supervisor: error, then a clean fence, never a crash") {
+TEST_CASE("a malformed frame from the supervisor gives an error and a clean fence - never a crash") {
   struct Case {
     const char* name;
     std::string bytes;
@@ -239,7 +239,7 @@ TEST_CASE("a malformed frame from the supervisor: error, then a clean fence, nev
   }
 }
 
-TEST_CASE("a frame before config is refused; a protocol mismatch is explained") {
+TEST_CASE("a frame before config is refused and a protocol mismatch is explained") {
   {
     AgentSession session(DTRAIN_EXE);
     session.send({{"type", "ping"}, {"id", 1}});

@@ -59,7 +59,7 @@ std::string read_line(int fd, int timeout_ms = 10'000) {
 
 }  // namespace
 
-TEST_CASE("hello and beats are forwarded as from_worker; to_worker reaches the worker") {
+TEST_CASE("hello and beats are forwarded as from_worker and to_worker reaches the worker") {
   AgentSession session(DTRAIN_EXE);
   auto hello = session.handshake();
   REQUIRE(hello);
@@ -104,7 +104,7 @@ TEST_CASE("hello and beats are forwarded as from_worker; to_worker reaches the w
   CHECK(dtrain::test::wait_until_run_gone(session.run_id(), 5000).empty());
 }
 
-TEST_CASE("garbage, an oversized line or a missing hello closes that connection only") {
+TEST_CASE("garbage or an oversized line or a missing hello closes that connection only") {
   AgentSession session(DTRAIN_EXE);
   auto hello = session.handshake();
   REQUIRE(hello);

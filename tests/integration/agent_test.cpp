@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -55,7 +57,7 @@ std::string hex_decode(const std::string& hex) {
 
 }  // namespace
 
-TEST_CASE("hello answers config with host facts, and the socket lives in a 0700 runtime dir") {
+TEST_CASE("hello answers config with host facts and the socket lives in a 0700 runtime dir") {
   AgentSession session(DTRAIN_EXE);
   auto hello = session.handshake();
   REQUIRE(hello);
@@ -99,7 +101,7 @@ TEST_CASE("hello answers config with host facts, and the socket lives in a 0700 
   CHECK(::access(session.runtime_dir().c_str(), F_OK) != 0);
 }
 
-TEST_CASE("worker output arrives line by line with its rank and stream, all before the exit") {
+TEST_CASE("worker output arrives line by line with its rank and stream and all before the exit") {
   AgentSession session(DTRAIN_EXE);
   REQUIRE(session.handshake());
   json spawn = spawn_message(1, {0, 1}, {"/bin/sh", "-c",
@@ -181,7 +183,7 @@ TEST_CASE("a worker killed by SIGKILL is reported with the signal's name") {
   finish(session, {(*started)["pid"].get<pid_t>()});
 }
 
-TEST_CASE("the environment holds the agent's, the spawn's, the worker's and DTRAIN_AGENT_SOCKET") {
+TEST_CASE("the environment holds the agent's and the spawn's and the worker's and DTRAIN_AGENT_SOCKET") {
   ::setenv("DTRAIN_AGENT_TEST_INHERITED", "from-agent", 1);  // the agent inherits the test's
   AgentSession session(DTRAIN_EXE);
   ::unsetenv("DTRAIN_AGENT_TEST_INHERITED");
@@ -209,7 +211,7 @@ TEST_CASE("the environment holds the agent's, the spawn's, the worker's and DTRA
   finish(session, {(*started)["pid"].get<pid_t>()});
 }
 
-TEST_CASE("argv with spaces, quotes, $() and newlines arrives unchanged; workdir is honoured") {
+TEST_CASE("argv with spaces and quotes and $() and newlines arrives unchanged in the workdir") {
   AgentSession session(DTRAIN_EXE);
   REQUIRE(session.handshake());
   std::string marker = "/tmp/dtrain-agent-test-" + std::to_string(::getpid()) + "-injected";
@@ -234,7 +236,7 @@ TEST_CASE("argv with spaces, quotes, $() and newlines arrives unchanged; workdir
   finish(session, {(*started)["pid"].get<pid_t>()});
 }
 
-TEST_CASE("a command that cannot run, or a missing workdir, is spawn_failed; the agent carries on") {
+TEST_CASE("a command that cannot run or a missing workdir is spawn_failed and the agent carries on") {
   AgentSession session(DTRAIN_EXE);
   REQUIRE(session.handshake());
   session.send(spawn_message(1, {0}, {"dtrain-no-such-command"}, session.run_id()));
@@ -263,4 +265,35 @@ TEST_CASE("a command that cannot run, or a missing workdir, is spawn_failed; the
   session.send({{"type", "ping"}, {"id", 1}});
   CHECK(session.wait_for_type("pong"));
   finish(session, {(*started)["pid"].get<pid_t>()});
+}
+
+TEST_CASE("GPUs and topology come from nvidia-smi when it is on PATH") {
+  // A stand-in nvidia-smi with the output format of the real one (--format=csv,noheader).
+  std::string directory = "/tmp/dtrain-agent-test-smi-" + std::to_string(::getpid());
+  REQUIRE(::mkdir(directory.c_str(), 0700) == 0);
+  std::string script = directory + "/nvidia-smi";
+  {
+    FILE* file = std::fopen(script.c_str(), "w");
+    REQUIRE(file != nullptr);
+    std::fputs("#!/bin/sh\n"
+               "if [ \"$1\" = topo ]; then printf '\\tGPU0\\tGPU1\\nGPU0\\t X \\tNV18\\n'; exit 0; fi\n"
+               "[ \"$1\" = --query-gpu=index,name,uuid ] || exit 9\n"
+               "printf '0, NVIDIA H200, GPU-aaaa\\n1, NVIDIA H200, GPU-bbbb\\n'\n", file);
+    std::fclose(file);
+  }
+  REQUIRE(::chmod(script.c_str(), 0700) == 0);
+  std::string old_path = std::getenv("PATH") ? std::getenv("PATH") : "/usr/bin:/bin";
+  ::setenv("PATH", (directory + ":" + old_path).c_str(), 1);
+  AgentSession session(DTRAIN_EXE);
+  ::setenv("PATH", old_path.c_str(), 1);
+  auto hello = session.handshake();
+  ::unlink(script.c_str());
+  ::rmdir(directory.c_str());
+  REQUIRE(hello);
+  const json& facts = (*hello)["facts"];
+  CHECK(facts["gpus"] == json::parse(R"([{"index":0,"name":"NVIDIA H200","uuid":"GPU-aaaa"},
+                                         {"index":1,"name":"NVIDIA H200","uuid":"GPU-bbbb"}])"));
+  REQUIRE(facts.contains("topology"));
+  CHECK(facts["topology"].get<std::string>().find("NV18") != std::string::npos);
+  finish(session, {});
 }

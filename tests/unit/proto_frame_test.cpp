@@ -29,7 +29,7 @@ std::string raw_frame(const std::string& body) {
 
 }  // namespace
 
-TEST_CASE("a frame round-trips: big-endian length, then the JSON") {
+TEST_CASE("a frame round-trips as a big-endian length and then the JSON") {
   json message = {{"type", "spawn"}, {"gen", 3}, {"argv", {"a b", "\"q\"", "$(x)\n"}}};
   std::string frame = encode_frame(message);
   std::string body = message.dump();
@@ -48,7 +48,7 @@ TEST_CASE("a frame round-trips: big-endian length, then the JSON") {
   CHECK(decoder.buffered_bytes() == 0);
 }
 
-TEST_CASE("invalid UTF-8 from a worker's output is replaced, not thrown") {
+TEST_CASE("invalid UTF-8 from a worker's output is replaced rather than thrown") {
   json message = {{"type", "log"}, {"line", std::string("bad \xff\xfe byte")}};
   std::string frame = encode_frame(message);
   FrameDecoder decoder;
@@ -111,7 +111,7 @@ TEST_CASE("a truncated frame waits for the rest") {
   CHECK((**third)["id"] == 1);
 }
 
-TEST_CASE("an oversized length is refused before its body arrives, and the decoder stays failed") {
+TEST_CASE("an oversized length is refused before its body arrives and the decoder stays failed") {
   FrameDecoder decoder;
   decoder.feed(length_prefix(9'000'000));
   auto decoded = decoder.next();
@@ -137,7 +137,7 @@ TEST_CASE("a frame of exactly the limit is accepted") {
   CHECK((**decoded)["line"].get<std::string>().size() == filler.size());
 }
 
-TEST_CASE("garbage, non-objects and a missing or non-string type are errors that say what was wrong") {
+TEST_CASE("garbage and non-objects and a missing or non-string type are errors that say what was wrong") {
   struct Case {
     std::string body;
     std::string expected_start;

@@ -32,7 +32,12 @@ AgentSession::AgentSession(std::string dtrain_path, std::string host) : host_(st
   connection_.reset(static_cast<transport::LocalAgentConnection*>(started->release()));
 }
 
-AgentSession::~AgentSession() { connection_->shutdown(5000); }
+AgentSession::~AgentSession() {
+  connection_->shutdown(5000);
+  // The agent removes these itself unless it was killed outright (a test does that).
+  ::unlink((runtime_dir_ + "/" + host_ + ".sock").c_str());
+  ::rmdir(runtime_dir_.c_str());
+}
 
 nlohmann::json AgentSession::config(const nlohmann::json& overrides) const {
   nlohmann::json message = {{"type", "config"},
