@@ -41,6 +41,7 @@
 #include "launcher/store/kv_store.h"
 #include "launcher/supervisor/supervisor.h"
 #include "launcher/transport/local_transport.h"
+#include "launcher/transport/ssh_transport.h"
 #include "worker/contract/env.h"
 #include "worker/contract/wire.h"
 
@@ -110,6 +111,7 @@ class RunDriver {
   void start_agents();
   void install_signal_handlers();
   void shut_down_agents();
+  transport::SshTransport& ssh();
 
   // ---- inputs
   void pump_links();
@@ -146,6 +148,7 @@ class RunDriver {
   std::shared_ptr<spdlog::logger> log_;
   std::optional<ControlSocket> control_;
   transport::LocalTransport local_transport_;
+  std::unique_ptr<transport::SshTransport> ssh_transport_;
   std::map<std::string, std::unique_ptr<AgentLink>> links_;
   std::vector<RankMetrics> metrics_;
   std::optional<supervisor::StartGeneration> pending_start_;
@@ -206,11 +209,12 @@ void RunDriver::start_agents() {
     target.user = host.user.empty() ? spec_.ssh.user : host.user;
     target.port = host.port ? host.port : spec_.ssh.port;
     target.dtrain_path = dtrain_exe_;
+    if (!host.is_local()) {
+      target.dtrain_path = spec_.ssh.remote_dtrain;  // empty: provision this binary there
+      target.port = host.port;
+    }
     Result<std::unique_ptr<transport::AgentConnection>> connection =
-        host.is_local() ? local_transport_.start_agent(target)
-                        : Result<std::unique_ptr<transport::AgentConnection>>(Error::infra(
-                              "host " + host.name +
-                              ": remote hosts need the SSH transport, which this build lacks"));
+        host.is_local() ? local_transport_.start_agent(target) : ssh().start_agent(target);
     if (!connection) {
       record({{"ev", "host.failed"}, {"host", host.name}, {"error", connection.error().message}});
       feed(supervisor::HostLost{host.name, connection.error().message});
@@ -229,6 +233,30 @@ void RunDriver::start_agents() {
     log_->info("host {}: starting agent ({})", host.name, link->connection().describe());
     links_[host.name] = std::move(link);
   }
+}
+
+transport::SshTransport& RunDriver::ssh() {
+  if (!ssh_transport_) {
+    transport::SshOptions options;
+    options.user = spec_.ssh.user;
+    options.port = spec_.ssh.port;
+    options.identity_files = spec_.ssh.identity;
+    options.known_hosts = spec_.ssh.known_hosts;
+    options.host_key_policy = spec_.ssh.host_key_policy == spec::HostKeyPolicy::strict
+                                  ? transport::HostKeyPolicy::strict
+                              : spec_.ssh.host_key_policy == spec::HostKeyPolicy::accept_new
+                                  ? transport::HostKeyPolicy::accept_new
+                                  : transport::HostKeyPolicy::insecure;
+    options.connect_timeout = spec_.ssh.connect_timeout;
+    options.max_parallel = spec_.ssh.max_parallel;
+    options.remote_dtrain = spec_.ssh.remote_dtrain;
+    ssh_transport_ = std::make_unique<transport::SshTransport>(options);
+    if (spec_.ssh.host_key_policy == spec::HostKeyPolicy::insecure) {
+      record({{"ev", "ssh.insecure"}, {"detail", "ssh.host_key_policy is insecure: host keys are not checked"}});
+      console_.line(clock_.wall_ms(), "warning: ssh.host_key_policy is insecure: host keys are not checked");
+    }
+  }
+  return *ssh_transport_;
 }
 
 void RunDriver::shut_down_agents() {
@@ -282,6 +310,8 @@ void RunDriver::check_silence() {
   int64_t timeout = spec_.heartbeat.timeout.count();
   for (auto& [host, link] : links_) {
     if (link->lost || now - link->last_heard_ms() <= timeout) continue;
+    // An SSH connection still being set up (or provisioning) has its own deadlines.
+    if (!link->connected && !link->connection().local_pid()) continue;
     host_lost(*link, "nothing received for " + format_duration(Millis(now - link->last_heard_ms())) +
                          " (heartbeat.timeout " + format_duration(spec_.heartbeat.timeout) + ")");
   }
@@ -371,8 +401,14 @@ void RunDriver::handle_frame(AgentLink& link, const json& message) {
     record({{"ev", "agent.error"}, {"host", link.host()}, {"message", message.value("message", "")}});
   } else if (type == msg::kBye) {
     log_->info("agent {} said bye: {}", link.host(), message.value("reason", ""));
+  } else if (type == msg::kBeat && message.contains("workers") && message["workers"].is_array()) {
+    for (const json& worker : message["workers"]) {
+      if (worker.value("state", "") == "T") {
+        feed(supervisor::WorkerStoppedSeen{worker.value("gen", -1), worker.value("rank", -1)});
+      }
+    }
   }
-  // beat and pong only prove liveness, which receive() already noted.
+  // Any frame (beat, pong included) proves liveness, which receive() already noted.
 }
 
 void RunDriver::handle_from_worker(AgentLink& link, const json& message) {
@@ -765,7 +801,8 @@ int RunDriver::run() {
     if (control_) control_->add_poll_fds(fds);
 
     int64_t now = clock_.monotonic_ms();
-    int64_t timeout = std::min<int64_t>(spec_.heartbeat.interval.count(), 250);
+    // SSH connections must be pumped at least every ~100 ms for their own deadlines.
+    int64_t timeout = std::min<int64_t>(spec_.heartbeat.interval.count(), 100);
     if (auto deadline = store_.next_deadline_ms()) timeout = std::min(timeout, std::max<int64_t>(0, *deadline - now));
     int ready = ::poll(fds.data(), fds.size(), static_cast<int>(timeout));
     if (ready < 0 && errno != EINTR) {

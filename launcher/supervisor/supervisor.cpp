@@ -1,6 +1,7 @@
 #include "launcher/supervisor/supervisor.h"
 
 #include <algorithm>
+#include <tuple>
 
 namespace dtrain::supervisor {
 
@@ -420,6 +421,11 @@ void Supervisor::on(const CheckpointCommitted& event) {
   latest_checkpoint_step_ = std::max(latest_checkpoint_step_, event.step);
 }
 
+void Supervisor::on(const WorkerStoppedSeen& event) {
+  if (event.gen != generation_ || !slot(event.rank)) return;
+  ranks_[static_cast<size_t>(event.rank)].seen_stopped = true;
+}
+
 void Supervisor::on(const GenerationReleased& event) {
   if (event.gen != generation_ && event.gen != -1) return;
   awaiting_release_.erase(event.host);
@@ -458,15 +464,18 @@ void Supervisor::on(const Tick&) {
   }
   if (state_ != RunState::running) return;
   int64_t hang_timeout = spec_.heartbeat.hang_timeout.count();
-  // When one rank stalls, its peers soon block in the next collective and stall too. The rank
-  // that stopped first — lowest step, then the oldest step change — is the one to blame.
+  // When one rank stalls, its peers soon block in the next collective and stall too. Blame a
+  // rank the agent saw stopped first; then the one that stalled first — lowest step, then the
+  // oldest step change (beats are rate-limited, so steps alone can mislead).
   std::optional<size_t> hung;
   for (size_t i = 0; i < ranks_.size(); ++i) {
     const RankStatus& rank = ranks_[i];
     if (rank.state != RankState::running || rank.step < 0) continue;
     if (now - rank.step_changed_ms <= hang_timeout) continue;
-    if (!hung || rank.step < ranks_[*hung].step ||
-        (rank.step == ranks_[*hung].step && rank.step_changed_ms < ranks_[*hung].step_changed_ms)) {
+    auto suspicion = [](const RankStatus& r) {
+      return std::make_tuple(!r.seen_stopped, r.step, r.step_changed_ms);
+    };
+    if (!hung || suspicion(rank) < suspicion(ranks_[*hung])) {
       hung = i;
     }
   }

@@ -76,6 +76,7 @@ class Supervisor {
   void on(const WorkerExited& event);
   void on(const WorkerProgress& event);
   void on(const CheckpointCommitted& event);
+  void on(const WorkerStoppedSeen& event);
   void on(const GenerationReleased& event);
   void on(const StopRequested& event);
   void on(const Tick& event);

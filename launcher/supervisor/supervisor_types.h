@@ -50,6 +50,9 @@ struct WorkerExited {
 /// A worker's heartbeat carried a step.
 struct WorkerProgress { int gen = 0; int rank = 0; int64_t step = 0; };
 struct CheckpointCommitted { int gen = 0; int64_t step = 0; };
+/// The agent saw a worker stopped (process state 'T': SIGSTOP, or a debugger). A stopped rank
+/// is the prime suspect when its peers hang waiting for it.
+struct WorkerStoppedSeen { int gen = 0; int rank = 0; };
 /// A host confirmed that no process of `gen` remains there.
 struct GenerationReleased { int gen = 0; std::string host; };
 struct StopRequested { std::string reason; };
@@ -57,8 +60,8 @@ struct StopRequested { std::string reason; };
 struct Tick {};
 
 using Event = std::variant<HostConnected, HostLost, WorkerStarted, WorkerSpawnFailed, WorkerExited,
-                           WorkerProgress, CheckpointCommitted, GenerationReleased, StopRequested,
-                           Tick>;
+                           WorkerProgress, CheckpointCommitted, WorkerStoppedSeen,
+                           GenerationReleased, StopRequested, Tick>;
 
 // ---- actions (what the driver must do) ------------------------------------------------------
 
@@ -91,6 +94,7 @@ struct RankStatus {
   int pid = 0;
   int64_t step = -1;                 ///< newest step reported; -1 before the first beat
   int64_t step_changed_ms = 0;       ///< monotonic time of the last step change
+  bool seen_stopped = false;         ///< the agent reported process state 'T' (stopped)
   std::optional<int> exit_code;
   std::optional<std::string> exit_signal;
 };

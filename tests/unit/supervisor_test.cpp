@@ -351,3 +351,16 @@ TEST_CASE("when every rank stalls, the one that stopped first is blamed for the 
   CHECK(h.supervisor->root_cause()->kind == "worker.hang");
   CHECK(h.supervisor->root_cause()->rank == 1);
 }
+
+TEST_CASE("a rank the agent saw stopped is blamed for a hang before ranks at a lower step") {
+  Harness h(make_spec(1, 2));
+  h.connect_all();
+  h.start_all(0);
+  h.feed(WorkerProgress{0, 0, 40});
+  h.feed(WorkerProgress{0, 1, 45});  // its last beat went out just before SIGSTOP
+  h.feed(WorkerStoppedSeen{0, 1});
+  h.clock.advance_ms(21000);
+  h.feed(Tick{});
+  REQUIRE(h.supervisor->root_cause());
+  CHECK(h.supervisor->root_cause()->rank == 1);
+}
