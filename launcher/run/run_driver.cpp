@@ -165,6 +165,7 @@ class RunDriver {
   int64_t last_tick_ms_ = 0;
   int64_t last_checkpoint_step_ = -1;
   std::string last_state_name_;
+  std::map<int, json> exit_tails_;  ///< rank → its last output lines, for the failure summary
 };
 
 // ---- setup ------------------------------------------------------------------------------------
@@ -374,7 +375,10 @@ void RunDriver::handle_frame(AgentLink& link, const json& message) {
       event["code"] = *code;
     }
     event["log"] = log_path(rank);
-    if (message.contains("tail")) event["tail"] = message["tail"];
+    if (message.contains("tail")) {
+      event["tail"] = message["tail"];
+      exit_tails_[rank] = message["tail"];
+    }
     record(event);
     store_.forget({link.host(), rank});  // its pending waits would be answered to nobody
     int64_t observed = link.to_supervisor_time(message.value("agent_time_ms", clock_.wall_ms()));
@@ -747,6 +751,14 @@ void RunDriver::print_summary(const supervisor::FinishRun& finish) {
       std::fprintf(out, "rank %d (local rank %d) on host %s, pid %d: %s\n", cause->rank,
                    cause->local_rank, cause->host.c_str(), cause->pid, cause->detail.c_str());
       std::fprintf(out, "  log: %s\n", log_path(cause->rank).c_str());
+      auto tail = exit_tails_.find(cause->rank);
+      if (tail != exit_tails_.end() && tail->second.is_array() && !tail->second.empty()) {
+        std::fprintf(out, "  last output:\n");
+        size_t first = tail->second.size() > 5 ? tail->second.size() - 5 : 0;
+        for (size_t i = first; i < tail->second.size(); ++i) {
+          std::fprintf(out, "    %s\n", tail->second[i].get<std::string>().c_str());
+        }
+      }
     } else {
       std::fprintf(out, "%s on host %s: %s\n", cause->kind.c_str(), cause->host.c_str(),
                    cause->detail.c_str());
