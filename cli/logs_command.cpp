@@ -40,14 +40,6 @@ struct LogsOptions {
   std::optional<size_t> tail;
 };
 
-int exit_code_for(const Error& error) {
-  switch (error.kind) {
-    case ErrorKind::user: return to_int(ExitCode::usage);
-    case ErrorKind::infra: return to_int(ExitCode::infra);
-    case ErrorKind::internal: return to_int(ExitCode::internal);
-  }
-  return to_int(ExitCode::internal);
-}
 
 void print_line(int rank, const std::string& line) {
   std::printf("[rank %d] %s\n", rank, line.c_str());

@@ -24,14 +24,6 @@ namespace {
 
 using nlohmann::json;
 
-int exit_code_for(const Error& error) {
-  switch (error.kind) {
-    case ErrorKind::user: return to_int(ExitCode::usage);
-    case ErrorKind::infra: return to_int(ExitCode::infra);
-    case ErrorKind::internal: return to_int(ExitCode::internal);
-  }
-  return to_int(ExitCode::internal);
-}
 
 int64_t now_ms() {
   using namespace std::chrono;

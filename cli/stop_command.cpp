@@ -24,14 +24,6 @@ using nlohmann::json;
 
 constexpr auto kPollInterval = std::chrono::milliseconds(100);
 
-int exit_code_for(const Error& error) {
-  switch (error.kind) {
-    case ErrorKind::user: return to_int(ExitCode::usage);
-    case ErrorKind::infra: return to_int(ExitCode::infra);
-    case ErrorKind::internal: return to_int(ExitCode::internal);
-  }
-  return to_int(ExitCode::internal);
-}
 
 std::string state_and_exit(const json& state) {
   std::string text = "state " + json_string(state, "state", "unknown");

@@ -2,6 +2,8 @@
 // Process exit codes of every dtrain subcommand. Documented in man/dtrain.1 (EXIT STATUS);
 // scripts and cron jobs depend on them, so values never change meaning.
 
+#include "launcher/base/result.h"
+
 namespace dtrain {
 
 enum class ExitCode : int {
@@ -16,5 +18,16 @@ enum class ExitCode : int {
 };
 
 inline int to_int(ExitCode code) { return static_cast<int>(code); }
+
+/// The exit code a subcommand returns when it stops on `error`: usage for the user's mistakes,
+/// infra for the world's, internal for ours.
+inline int exit_code_for(const Error& error) {
+  switch (error.kind) {
+    case ErrorKind::user: return to_int(ExitCode::usage);
+    case ErrorKind::infra: return to_int(ExitCode::infra);
+    case ErrorKind::internal: return to_int(ExitCode::internal);
+  }
+  return to_int(ExitCode::internal);
+}
 
 }  // namespace dtrain

@@ -256,7 +256,7 @@ TEST_CASE("status RUN shows the root cause, the ranks and recent events in compa
   INFO(result.out, result.err);
   REQUIRE(result.code == 0);
   CHECK(contains(result.out, "failed (exit 1)"));
-  CHECK(contains(result.out, "rank 2 on localhost (local rank 0, pid 4002) killed by SIGKILL"));
+  CHECK(contains(result.out, "root cause   rank 2 on localhost (local rank 0, pid 4002): worker killed"));
   CHECK(contains(result.out, "RANK  HOST"));
   CHECK(contains(result.out, "BEAT AGE"));
   CHECK(contains(result.out, "SIGKILL"));

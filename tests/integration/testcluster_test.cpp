@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <string>
 
@@ -39,6 +40,9 @@ TEST_CASE("testcluster: hosts reachable over ssh, partition cuts one host, heal,
       INFO(result.output);
       CHECK(result.status == 0);
       CHECK(result.output.find(cluster.host(i).name + "\n") != std::string::npos);
+      // The per-connection sshd of the ssh above may still be exiting: wait (bounded) until only
+      // the listening sshd is left in the namespace.
+      for (int tries = 0; tries < 100 && cluster.pids_on(i).size() > 1; ++tries) ::usleep(50'000);
       for (pid_t pid : cluster.pids_on(i)) sshd_pids.push_back(pid);
       namespaces.push_back(cluster.host(i).name);
     }

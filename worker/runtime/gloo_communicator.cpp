@@ -2,6 +2,7 @@
 // is scoped to the generation), every collective with its own timeout. Gloo reports failures
 // by throwing; nothing is thrown past this file.
 #include <arpa/inet.h>
+#include <signal.h>
 #include <netdb.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -249,6 +250,15 @@ std::unique_ptr<Communicator> make_solo_communicator() {
 
 Result<std::unique_ptr<Communicator>> make_gloo_communicator(KvClient& kv, const Topology& topology,
                                                              const Settings& settings, Millis timeout) {
+  // Gloo writes to peer sockets with plain write(2): when a peer dies mid-collective, the default
+  // SIGPIPE would kill this rank silently instead of letting Gloo raise the IoException that we
+  // turn into "peer rank N is gone". Only a default disposition is changed; a program's own
+  // handler stays.
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+    ::signal(SIGPIPE, SIG_IGN);
+  }
+
   std::string host = local_address_toward(settings.master_addr);
   try {
     gloo::transport::tcp::attr attr(host.c_str());

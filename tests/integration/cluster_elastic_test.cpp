@@ -1,0 +1,213 @@
+// Elastic supervision on the namespace cluster (issue 5): a host killed outright is dropped and
+// the job shrinks with its global batch kept, or a spare takes its place; a partitioned host is
+// detected within heartbeat.timeout + one interval while its own agent fences its workers; and
+// when too few hosts remain the run fails clearly with exit code 5. Training resumes from the
+// shared checkpoints and ends at the loss of a fault-free run. After each scenario no process of
+// the run remains on any host.
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "tests/integration/cluster_job.h"
+
+using namespace dtrain::testing;
+
+namespace {
+
+constexpr int kSteps = 300;
+
+// batch 24 = micro 2 × data 6 × accum 2 on 3 hosts × 2 slots; 2 hosts → data 4, accum 3.
+ClusterSpec trainer_job(const std::string& name) {
+  ClusterSpec spec;
+  spec.name = name;
+  spec.command = trainer_command(kSteps);
+  spec.extra = "batch: {global: 24, micro: 2}\nelastic: {min_hosts: 2, max_restarts: 1}\n";
+  return spec;
+}
+
+/// The fault-free loss at the same global batch. The trainer's loss curve does not depend on
+/// the number of ranks for a fixed global batch, so the cheapest run, a standalone world of one,
+/// is the reference.
+double reference_loss() {
+  static double loss = [] {
+    CommandOutput run = run_command({std::string(DTRAIN_BINARY_DIR) + "/cli/dtrain-train", "--standalone",
+                                     "--steps", std::to_string(kSteps), "--global-batch", "24",
+                                     "--micro-batch", "2", "--log-every", "0"});
+    return final_loss(final_line(run.output));
+  }();
+  return loss;
+}
+
+void check_final_loss(ClusterJob& job, int world_size) {
+  double expected = reference_loss();
+  REQUIRE(!std::isnan(expected));
+  for (int rank = 0; rank < world_size; ++rank) {
+    std::string line = final_line(job.rank_log(rank));
+    INFO("rank " << rank << ": " << line);
+    double loss = final_loss(line);
+    REQUIRE(!std::isnan(loss));
+    CHECK(std::fabs(loss - expected) <= 1e-4 * std::fabs(expected));
+  }
+}
+
+void check_nothing_left(const TestCluster& cluster, ClusterJob& job, int timeout_ms = 8000) {
+  std::string left = leftovers(cluster, job.run_id(), timeout_ms);
+  CHECK_MESSAGE(left.empty(), "left behind by run " << job.run_id() << ":\n" << left);
+}
+
+void report_recovery(ClusterJob& job) {
+  for (const auto& event : job.events("recovery.completed")) MESSAGE("recovery.completed " << event.dump());
+}
+
+/// The generation that started after the host loss (the last plan.generation).
+int last_generation(ClusterJob& job) {
+  auto plans = job.events("plan.generation");
+  return plans.empty() ? -1 : plans.back().value("gen", -1);
+}
+
+}  // namespace
+
+TEST_CASE("testcluster kill of one host of 3, no spare: shrink to 2 hosts, global batch kept, same loss") {
+  TestCluster cluster(3);
+  DTRAIN_REQUIRE_CLUSTER(cluster);
+  ClusterJob job(cluster, "shrink");
+  job.write_spec(trainer_job("shrink"), 50);
+  job.start();
+  REQUIRE(job.wait_exec());
+  REQUIRE(job.wait_checkpoint(100, 90000));
+  REQUIRE(cluster.kill(3).status == 0);
+  REQUIRE(job.wait(120000));
+  INFO(job.err());
+  CHECK(job.exit_code() == 0);
+
+  auto lost = job.events("host.lost");
+  REQUIRE(!lost.empty());
+  CHECK(lost[0]["host"] == cluster.host(3).name);
+  int gen = last_generation(job);
+  REQUIRE(gen >= 1);
+  nlohmann::json before = job.plan(0);
+  nlohmann::json after = job.plan(gen);
+  CHECK(before["data"] == 6);
+  CHECK(before["grad_accum"] == 2);
+  CHECK(after["world_size"] == 4);
+  CHECK(after["data"] == 4);
+  CHECK(after["grad_accum"] == 3);
+  CHECK(after["global_batch"] == 24);
+  CHECK(after["hosts"].size() == 2);
+  CHECK(after.dump().find(cluster.host(3).name + "\"") != std::string::npos);  // listed in "without"
+  CHECK(job.events("plan.changed").size() >= 1);
+  auto completed = job.events("recovery.completed");
+  REQUIRE(!completed.empty());
+  CHECK(completed.back()["resume_step"].get<int>() >= 100);
+  CHECK(completed.back()["world_size"] == 4);
+  CHECK(job.rank_log(0).find("resumed from checkpoint") != std::string::npos);
+  check_final_loss(job, 4);
+  report_recovery(job);
+  check_nothing_left(cluster, job);
+}
+
+TEST_CASE("testcluster kill of one host of 3 with a spare: replaced, world size unchanged, same loss") {
+  TestCluster cluster(4);
+  DTRAIN_REQUIRE_CLUSTER(cluster);
+  ClusterJob job(cluster, "spare");
+  ClusterSpec spec = trainer_job("spare");
+  spec.spares = {4};
+  job.write_spec(spec, 50);
+  job.start();
+  REQUIRE(job.wait_exec());
+  REQUIRE(job.wait_checkpoint(100, 90000));
+  REQUIRE(cluster.kill(3).status == 0);
+  REQUIRE(job.wait(120000));
+  INFO(job.err());
+  CHECK(job.exit_code() == 0);
+
+  int gen = last_generation(job);
+  REQUIRE(gen >= 1);
+  nlohmann::json after = job.plan(gen);
+  CHECK(after["world_size"] == 6);
+  CHECK(after["grad_accum"] == 2);
+  REQUIRE(after["hosts"].size() == 3);
+  CHECK(after["hosts"][2]["name"] == cluster.host(4).name);
+  CHECK(after["spares_used"].dump().find(cluster.host(4).name) != std::string::npos);
+  // The spare really ran ranks 4 and 5.
+  nlohmann::json state = nlohmann::json::parse(read_text(job.run_dir() + "/state.json"));
+  CHECK(state["world_size"] == 6);
+  CHECK(state["ranks"][4]["host"] == cluster.host(4).name);
+  CHECK(job.rank_log(4).find("resumed from checkpoint") != std::string::npos);
+  check_final_loss(job, 6);
+  report_recovery(job);
+  check_nothing_left(cluster, job);
+}
+
+TEST_CASE("partition of one host: detected within timeout + interval, its agent fences, clean after heal") {
+  TestCluster cluster(3);
+  DTRAIN_REQUIRE_CLUSTER(cluster);
+  ClusterJob job(cluster, "part");
+  job.write_spec(trainer_job("part"), 50);
+  job.start();
+  REQUIRE(job.wait_exec());
+  REQUIRE(job.wait_checkpoint(50, 90000));
+  REQUIRE(cluster.partition(2).status == 0);
+
+  // The supervisor's own measure: the silence it saw before declaring the host lost.
+  REQUIRE(wait_until([&] { return !job.events("host.lost").empty(); }, 10000));
+  nlohmann::json lost = job.events("host.lost")[0];
+  INFO(lost.dump());
+  CHECK(lost["host"] == cluster.host(2).name);
+  REQUIRE(lost.contains("silent_ms"));
+  CHECK(lost["silent_ms"].get<int64_t>() > 2000);
+  CHECK(lost["silent_ms"].get<int64_t>() <= 2000 + 200);
+  MESSAGE("partition detected after " << lost["silent_ms"] << " ms of silence");
+
+  // Cut off, h2's agent hears nothing either: it fences (heartbeat.timeout, then TERM, grace,
+  // KILL). Only sshd's session, stuck on the dead TCP connection, may stay until heal.
+  std::string left;
+  bool fenced = wait_until([&] {
+    left.clear();
+    for (pid_t pid : cluster.leftover_pids_on(2)) {
+      std::string cmdline = TestCluster::read_text("/proc/" + std::to_string(pid) + "/cmdline");
+      if (cmdline.rfind("sshd", 0) != 0) left += std::to_string(pid) + " " + cmdline + "\n";
+    }
+    return left.empty();
+  }, 2000 + 2000 + 3000);
+  CHECK_MESSAGE(fenced, "still on the partitioned host:\n" << left);
+
+  REQUIRE(cluster.heal(2).status == 0);
+  REQUIRE(job.wait(120000));
+  INFO(job.err());
+  CHECK(job.exit_code() == 0);
+  CHECK(job.plan(last_generation(job))["world_size"] == 4);
+  check_final_loss(job, 4);
+  report_recovery(job);
+  // After heal the stale session learns the connection is gone and ends too.
+  check_nothing_left(cluster, job, 30000);
+}
+
+TEST_CASE("fewer hosts than elastic.min_hosts: the run fails with exit code 5 and says why") {
+  TestCluster cluster(2);
+  DTRAIN_REQUIRE_CLUSTER(cluster);
+  ClusterJob job(cluster, "minh");
+  ClusterSpec spec;
+  spec.name = "minh";
+  spec.hosts = {1, 2};
+  spec.slots = 1;
+  spec.command = "[/bin/sh, -c, 'exec sleep 120']";
+  spec.extra = "elastic: {min_hosts: 2, max_restarts: 3}\n";
+  job.write_spec(spec);
+  job.start();
+  REQUIRE(job.wait_exec());
+  REQUIRE(job.wait_running(0, 30000));
+  REQUIRE(cluster.kill(2).status == 0);
+  REQUIRE(job.wait(30000));
+  std::string err = job.err();
+  INFO(err);
+  CHECK(job.exit_code() == 5);
+  CHECK(err.find(cluster.host(2).name) != std::string::npos);
+  CHECK(err.find("elastic.min_hosts=2") != std::string::npos);
+  CHECK(job.events("failure.unrecoverable").size() == 1);
+  nlohmann::json state = nlohmann::json::parse(read_text(job.run_dir() + "/state.json"));
+  CHECK(state["exit_code"] == 5);
+  CHECK(state["root_cause"]["host"] == cluster.host(2).name);
+  check_nothing_left(cluster, job);
+}

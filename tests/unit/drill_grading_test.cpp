@@ -1,0 +1,185 @@
+// Grading a drill from scripted event lists: a clean recovery passes, an objective set too
+// tight fails naming the objective and the measured value, and every missing piece of a
+// recovery (no detection, no recovery, an unreleased host, a survivor, a wrong blame) fails.
+
+#include <doctest/doctest.h>
+
+#include "launcher/base/clock.h"
+#include "launcher/drill/drill_report.h"
+#include "launcher/drill/grading.h"
+
+using namespace dtrain;
+using namespace dtrain::drill;
+using nlohmann::json;
+
+namespace {
+
+constexpr int64_t kInjectedAt = 1'795'000'000'000;
+
+json at(int64_t offset_ms, json event) {
+  event["ts"] = format_timestamp_utc(kInjectedAt + offset_ms);
+  return event;
+}
+
+Injection kill_rank_1() {
+  Injection injection;
+  injection.fault = *parse_fault("kill-rank:1");
+  injection.wall_ms = kInjectedAt;
+  injection.pid = 4242;
+  injection.at_step = 64;
+  injection.generation = 0;
+  injection.hosts = {"localhost"};
+  return injection;
+}
+
+std::vector<json> clean_recovery() {
+  return {
+      at(30, {{"ev", "failure.detected"}, {"kind", "worker.exit"}, {"rank", 1}, {"gen", 0}}),
+      at(35, {{"ev", "recovery.started"}, {"gen", 0}}),
+      at(90, {{"ev", "resources.released"}, {"gen", 0}, {"host", "localhost"}, {"remaining", 0}}),
+      at(100, {{"ev", "plan.generation"}, {"gen", 1}}),
+      at(1800, {{"ev", "recovery.completed"}, {"gen", 1}, {"resume_step", 50}, {"last_step", 64}, {"steps_lost", 14},
+                {"phases", {{"stop_ms", 60}, {"replan_ms", 10}, {"spawn_ms", 200}, {"first_step_ms", 1500}}}}),
+  };
+}
+
+GradeContext running() {
+  GradeContext context;
+  context.final_state = "running";
+  return context;
+}
+
+bool has_check(const FaultVerdict& verdict, const std::string& name, bool met) {
+  for (const CheckResult& check : verdict.checks) {
+    if (check.name == name) return check.met == met;
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("a clean recovery within the objectives passes with the measured values") {
+  Objectives objectives{Millis(10'000), Millis(60'000), 100};
+  FaultVerdict verdict = grade_fault(kill_rank_1(), clean_recovery(), objectives, running());
+  CHECK(verdict.passed());
+  CHECK(verdict.detect_ms == 30);
+  CHECK(verdict.recover_ms == 1800);
+  CHECK(verdict.steps_lost == 14);
+  CHECK(verdict.resume_step == 50);
+  CHECK(verdict.detected_kind == "worker.exit");
+  CHECK(verdict.resources_released == true);
+  REQUIRE(verdict.objectives.size() == 3);
+  CHECK(verdict.objectives[0].measured == "30ms");
+  CHECK(verdict.objectives[1].measured == "1.8s");
+  json out = to_json(verdict);
+  CHECK(out["verdict"] == "pass");
+  CHECK(out["phases"]["first_step_ms"] == 1500);
+}
+
+TEST_CASE("an objective set too tight fails, naming the objective, its limit and the measured value") {
+  Objectives objectives;
+  objectives.recover = Millis(1);
+  FaultVerdict verdict = grade_fault(kill_rank_1(), clean_recovery(), objectives, running());
+  CHECK_FALSE(verdict.passed());
+  std::vector<std::string> missed = verdict.missed();
+  REQUIRE(missed.size() == 1);
+  CHECK(missed[0] == "recover (limit 1ms, measured 1.8s)");
+
+  DrillReport report;
+  report.drill_id = "drill-x";
+  report.mode = "live";
+  report.faults.push_back(verdict);
+  CHECK(report.exit_code() == ExitCode::job_failed);
+  CHECK(format_report(report).find("recover          1ms       1.8s      MISSED") != std::string::npos);
+  CHECK(to_json(report)["missed"][0] == "kill-rank:1: recover (limit 1ms, measured 1.8s)");
+}
+
+TEST_CASE("no failure detected and no recovery: every objective is missed as 'never'") {
+  Objectives objectives{Millis(10'000), Millis(60'000), 100};
+  FaultVerdict verdict = grade_fault(kill_rank_1(), {}, objectives, running());
+  CHECK_FALSE(verdict.passed());
+  for (const ObjectiveResult& objective : verdict.objectives) {
+    CHECK_FALSE(objective.met);
+    CHECK(objective.measured == "never");
+  }
+  CHECK(has_check(verdict, "failure detected", false));
+  CHECK(has_check(verdict, "recovery completed", false));
+}
+
+TEST_CASE("a host that did not release the old generation before the next was planned fails") {
+  std::vector<json> events = clean_recovery();
+  events[2]["remaining"] = 1;  // a worker of generation 0 survived the stop
+  FaultVerdict verdict = grade_fault(kill_rank_1(), events, {}, running());
+  CHECK(verdict.resources_released == false);
+  CHECK(has_check(verdict, "old generation released", false));
+
+  std::vector<json> late = clean_recovery();
+  std::swap(late[2], late[3]);  // released only after the next generation was planned
+  CHECK(grade_fault(kill_rank_1(), late, {}, running()).resources_released == false);
+}
+
+TEST_CASE("surviving processes, a wrong blame or a failed run fail the verdict") {
+  GradeContext survivors = running();
+  survivors.surviving_pids = {4242};
+  CHECK(has_check(grade_fault(kill_rank_1(), clean_recovery(), {}, survivors), "old processes gone", false));
+
+  std::vector<json> blamed_other = clean_recovery();
+  blamed_other[0]["rank"] = 0;
+  CHECK(has_check(grade_fault(kill_rank_1(), blamed_other, {}, running()), "blamed the faulted rank", false));
+
+  GradeContext failed;
+  failed.final_state = "failed";
+  CHECK_FALSE(grade_fault(kill_rank_1(), clean_recovery(), {}, failed).passed());
+  GradeContext spec_mode;
+  spec_mode.final_state = "running";
+  spec_mode.require_success = true;
+  CHECK_FALSE(grade_fault(kill_rank_1(), clean_recovery(), {}, spec_mode).passed());
+}
+
+TEST_CASE("corrupt-checkpoint passes only when the damaged step is rejected and an older one resumed") {
+  Injection injection = kill_rank_1();
+  injection.fault = *parse_fault("corrupt-checkpoint:1");
+  injection.corrupted_step = 60;
+  injection.corrupted_file = "/ckpt/step-60/shard-tp0-pp0.bin";
+  std::vector<json> events = clean_recovery();
+  events.insert(events.begin() + 4, at(500, {{"ev", "checkpoint.rejected"}, {"step", 60}, {"reason", "crc"}}));
+  events.back()["resume_step"] = 40;
+  CHECK(grade_fault(injection, events, {}, running()).passed());
+
+  std::vector<json> resumed_damaged = events;
+  resumed_damaged.back()["resume_step"] = 60;
+  CHECK(has_check(grade_fault(injection, resumed_damaged, {}, running()), "resumed from the previous good checkpoint", false));
+  CHECK(has_check(grade_fault(injection, clean_recovery(), {}, running()), "corrupt checkpoint rejected", false));
+}
+
+TEST_CASE("slow-storage passes when slow checkpoints commit and the run succeeds without a failure") {
+  Injection injection;
+  injection.fault = *parse_fault("slow-storage");
+  injection.fault.delay = Millis(500);
+  injection.wall_ms = kInjectedAt;
+  std::vector<json> events = {
+      at(900, {{"ev", "checkpoint.committed"}, {"step", 20}, {"seconds", 0.52}}),
+      at(1900, {{"ev", "checkpoint.committed"}, {"step", 40}, {"seconds", 0.51}}),
+  };
+  GradeContext done;
+  done.final_state = "succeeded";
+  done.require_success = true;
+  Objectives objectives;
+  objectives.max_lost_steps = 0;
+  FaultVerdict verdict = grade_fault(injection, events, objectives, done);
+  CHECK(verdict.passed());
+  CHECK(verdict.last_step == 40);
+
+  std::vector<json> fast = {at(900, {{"ev", "checkpoint.committed"}, {"step", 20}, {"seconds", 0.01}})};
+  CHECK(has_check(grade_fault(injection, fast, {}, done), "delay took effect", false));
+  events.push_back(at(5000, {{"ev", "failure.detected"}, {"kind", "worker.hang"}, {"rank", 0}}));
+  CHECK(has_check(grade_fault(injection, events, {}, done), "no failure detected", false));
+}
+
+TEST_CASE("a drill that could not run reports error and exit 3") {
+  DrillReport report;
+  report.error = "run x has ended (succeeded) before kill-rank:1 could be injected";
+  CHECK(report.verdict() == "error");
+  CHECK(report.exit_code() == ExitCode::infra);
+  CHECK(to_json(report)["error"] == *report.error);
+}
