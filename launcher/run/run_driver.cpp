@@ -120,7 +120,7 @@ class RunDriver {
   void handle_signals();
   json handle_control(const json& request);
   void check_silence();
-  void host_lost(AgentLink& link, const std::string& reason);
+  void host_lost(AgentLink& link, const std::string& reason, int64_t silent_ms = -1);
 
   // ---- outputs
   void feed(const supervisor::Event& event);
@@ -132,6 +132,7 @@ class RunDriver {
   void record(json event);
   void write_state(bool force);
   void show_status();
+  void write_metrics(bool force);
   void print_summary(const supervisor::FinishRun& finish);
   std::string log_path(int rank) const { return run_.rank_log_path(rank); }
 
@@ -298,12 +299,12 @@ void RunDriver::pump_links() {
   }
 }
 
-void RunDriver::host_lost(AgentLink& link, const std::string& reason) {
+void RunDriver::host_lost(AgentLink& link, const std::string& reason, int64_t silent_ms) {
   if (link.lost) return;
   link.lost = true;
   log_->warn("host {} lost: {}", link.host(), reason);
   link.connection().shutdown(0);
-  feed(supervisor::HostLost{link.host(), reason});
+  feed(supervisor::HostLost{link.host(), reason, silent_ms});
 }
 
 void RunDriver::check_silence() {
@@ -314,7 +315,8 @@ void RunDriver::check_silence() {
     // An SSH connection still being set up (or provisioning) has its own deadlines.
     if (!link->connected && !link->connection().local_pid()) continue;
     host_lost(*link, "nothing received for " + format_duration(Millis(now - link->last_heard_ms())) +
-                         " (heartbeat.timeout " + format_duration(spec_.heartbeat.timeout) + ")");
+                         " (heartbeat.timeout " + format_duration(spec_.heartbeat.timeout) + ")",
+              now - link->last_heard_ms());
   }
   if (now - last_ping_ms_ >= spec_.heartbeat.interval.count()) {
     last_ping_ms_ = now;
@@ -709,6 +711,30 @@ void RunDriver::write_state(bool force) {
   }
 }
 
+/// metrics.jsonl: one line per sample of every rank's progress (step, loss, step time), every
+/// 5 s while workers report and once at the end, for plots and `dtrain report`.
+void RunDriver::write_metrics(bool force) {
+  int64_t now = clock_.monotonic_ms();
+  if (!force && now - last_metrics_ms_ < 5000) return;
+  json ranks = json::array();
+  const auto& statuses = supervisor_.ranks();
+  for (size_t i = 0; i < statuses.size() && i < metrics_.size(); ++i) {
+    if (statuses[i].step < 0) continue;
+    json rank = {{"rank", static_cast<int>(i)}, {"step", statuses[i].step}};
+    if (metrics_[i].loss) rank["loss"] = *metrics_[i].loss;
+    if (metrics_[i].step_ms) rank["step_ms"] = *metrics_[i].step_ms;
+    ranks.push_back(rank);
+  }
+  if (ranks.empty()) return;
+  last_metrics_ms_ = now;
+  json line = {{"ts", format_timestamp_utc(clock_.wall_ms())}, {"gen", supervisor_.generation()},
+               {"ranks", ranks}};
+  std::string text = line.dump() + "\n";
+  UniqueFd fd(::open((run_.path() + "/metrics.jsonl").c_str(),
+                     O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+  if (fd.valid()) (void)write_all(fd.get(), text);
+}
+
 void RunDriver::show_status() {
   ConsoleStatus status;
   status.state = supervisor::to_string(supervisor_.state());
@@ -832,10 +858,12 @@ int RunDriver::run() {
       feed(supervisor::Tick{});
     }
     show_status();
+    write_metrics(false);
     write_state(false);
   }
 
   supervisor::FinishRun finish = finished_.value_or(supervisor::FinishRun{RunState::failed, ExitCode::internal});
+  write_metrics(true);
   shut_down_agents();
   print_summary(finish);
   write_state(true);

@@ -220,3 +220,51 @@ TEST_CASE("--detach returns the run id; status, logs --follow and stop work on i
   CHECK(state["exit_code"] == 130);
   check_nothing_left(run_id);
 }
+
+TEST_CASE("the quickstart spec trains, checkpoints and logs the expected event sequence") {
+  DtrainEnv env;
+  DtrainProcess process = env.run({"submit", std::string(DTRAIN_SOURCE_DIR) + "/configs/quickstart.yaml"}, 180000);
+  REQUIRE(process.exit_code == 0);
+  std::string dir = env.run_dirs().at(0);
+  auto events = read_events(dir + "/events.jsonl");
+  std::vector<std::string> order = {"run.submitted", "host.connected", "plan.generation",
+                                    "generation.spawned", "worker.started", "checkpoint.committed",
+                                    "worker.exit", "resources.released", "run.finished"};
+  size_t position = 0;
+  for (const auto& event : events) {
+    if (position < order.size() && event.value("ev", "") == order[position]) ++position;
+  }
+  CHECK_MESSAGE(position == order.size(), "missing " << (position < order.size() ? order[position] : ""));
+  CHECK(events_named(events, "worker.started").size() == 4);
+  CHECK(events_named(events, "checkpoint.committed").size() == 4);  // steps 50, 100, 150, 200
+  nlohmann::json state = nlohmann::json::parse(read_text(dir + "/state.json"));
+  for (const auto& rank : state["ranks"]) {
+    CHECK(rank["step"] == 200);
+    CHECK(rank["loss"].get<double>() < 1.0);  // starts near ln(10) ≈ 2.3–3.2
+  }
+  CHECK(read_text(dir + "/metrics.jsonl").find("\"step\"") != std::string::npos);
+  check_nothing_left(run_id_of(dir));
+}
+
+TEST_CASE("a Python worker using worker/python/dtrain_worker.py beats and the supervisor sees its step") {
+  DtrainEnv env;
+  std::string script = env.dir.path + "/train.py";
+  write_text(script,
+             "import sys, time\n"
+             "sys.path.insert(0, '" + std::string(DTRAIN_SOURCE_DIR) + "/worker/python')\n"
+             "from dtrain_worker import Worker\n"
+             "w = Worker.from_env()\n"
+             "for step in range(1, 31):\n"
+             "    time.sleep(0.01)\n"
+             "    w.beat(step, loss=1.0 / step)\n"
+             "w.beat(30, final=True, loss=1.0 / 30)\n"
+             "w.close()\n");
+  std::string spec = env.write_spec("py.yaml", spec_with_command("py", 2, "[python3, " + script + "]"));
+  DtrainProcess process = env.run({"submit", spec});
+  REQUIRE(process.exit_code == 0);
+  nlohmann::json state = nlohmann::json::parse(read_text(env.run_dirs().at(0) + "/state.json"));
+  for (const auto& rank : state["ranks"]) {
+    CHECK(rank["step"] == 30);
+    CHECK(rank["last_beat_ms"].is_number());
+  }
+}
