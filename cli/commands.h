@@ -17,6 +17,7 @@ void add_status_command(CLI::App& app, CommandContext& context);
 void add_logs_command(CLI::App& app, CommandContext& context);
 void add_stop_command(CLI::App& app, CommandContext& context);
 void add_hosts_command(CLI::App& app, CommandContext& context);
+void add_drill_command(CLI::App& app, CommandContext& context);
 void add_agent_command(CLI::App& app, CommandContext& context);  // hidden: run by the supervisor
 
 }  // namespace dtrain::cli

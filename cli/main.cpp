@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   cli::add_logs_command(app, context);
   cli::add_stop_command(app, context);
   cli::add_hosts_command(app, context);
+  cli::add_drill_command(app, context);
   cli::add_agent_command(app, context);
   try {
     app.parse(argc, argv);

@@ -764,6 +764,7 @@ void RunDriver::print_summary(const supervisor::FinishRun& finish) {
     summary["root_cause"] = {{"kind", cause->kind}, {"host", cause->host}, {"rank", cause->rank},
                              {"detail", cause->detail}};
   }
+  if (!supervisor_.give_up_reason().empty()) summary["reason"] = supervisor_.give_up_reason();
   record(summary);
   if (console_.mode() == Console::Mode::quiet) return;
   console_.finish();
@@ -789,6 +790,9 @@ void RunDriver::print_summary(const supervisor::FinishRun& finish) {
       std::fprintf(out, "%s on host %s: %s\n", cause->kind.c_str(), cause->host.c_str(),
                    cause->detail.c_str());
     }
+  }
+  if (finish.state == RunState::failed && !supervisor_.give_up_reason().empty()) {
+    std::fprintf(out, "cannot continue: %s\n", supervisor_.give_up_reason().c_str());
   }
   if (supervisor_.incidents().size() > 1 || supervisor_.restarts() > 0) {
     std::fprintf(out, "incidents (%zu), restarts %d:\n", supervisor_.incidents().size(),

@@ -130,7 +130,7 @@ void Supervisor::finish_stop() {
       return;
     case Ending::fail:
     case Ending::none:
-      set_state(RunState::failed, "failure could not be recovered");
+      set_state(RunState::failed, give_up_reason_.empty() ? "failure could not be recovered" : give_up_reason_);
       out_.push_back(FinishRun{RunState::failed, ending_code_});
       return;
     case Ending::recover: break;
@@ -138,7 +138,8 @@ void Supervisor::finish_stop() {
 
   // Recovery: the old generation is gone everywhere; decide the next one.
   recovery_->released_ms = clock_.monotonic_ms();
-  recovery_->last_step = std::max(recovery_->last_step, newest_step());
+  // Beats are rate-limited, so a committed checkpoint can be newer than the newest beat.
+  recovery_->last_step = std::max({recovery_->last_step, newest_step(), latest_checkpoint_step_});
   if (newest_step() <= generation_start_step_) ++generations_without_progress_;
   else generations_without_progress_ = 0;
   if (generations_without_progress_ >= 3) {
@@ -147,6 +148,7 @@ void Supervisor::finish_stop() {
             {"detail", "no step progress across 3 consecutive generations"}});
     ending_ = Ending::fail;
     ending_code_ = ExitCode::crash_loop;
+    give_up_reason_ = "crash loop: no step progress across 3 consecutive generations";
     set_state(RunState::failed, "crash loop: no step progress across 3 consecutive generations");
     out_.push_back(FinishRun{RunState::failed, ExitCode::crash_loop});
     return;
@@ -154,6 +156,7 @@ void Supervisor::finish_stop() {
   std::vector<std::string> without(excluded_.begin(), excluded_.end());
   Result<plan::RankPlan> next = plan::make_plan(spec_, without);
   if (!next) {
+    give_up_reason_ = next.error().message;
     record({{"ev", "failure.unrecoverable"}, {"detail", next.error().message}});
     set_state(RunState::failed, next.error().message);
     out_.push_back(FinishRun{RunState::failed, ExitCode::hosts_lost});
@@ -200,12 +203,15 @@ void Supervisor::handle_failure(RootCause cause, bool host_lost) {
     recover = next.ok();
     if (!recover) {
       give_up_code = ExitCode::hosts_lost;
+      give_up_reason_ = next.error().message;
       record({{"ev", "failure.unrecoverable"}, {"detail", next.error().message}});
     }
   } else if (restart_budget_left()) {
     recover = true;
     ++restarts_;
   } else {
+    give_up_reason_ = "restart budget spent: elastic.max_restarts=" +
+                      std::to_string(spec_.elastic.max_restarts) + " within elastic.restart_window";
     record({{"ev", "failure.budget_exhausted"},
             {"max_restarts", spec_.elastic.max_restarts},
             {"restart_window_ms", spec_.elastic.restart_window.count()}});
@@ -247,15 +253,18 @@ void Supervisor::on(const HostLost& event) {
   bool was_connected = connected_.erase(event.host) > 0;
   bool in_plan = std::any_of(plan_.hosts.begin(), plan_.hosts.end(),
                              [&](const plan::PlanHost& h) { return h.entry.name == event.host; });
-  record({{"ev", "host.lost"}, {"host", event.host}, {"reason", event.reason},
-          {"was_connected", was_connected}});
+  nlohmann::json lost = {{"ev", "host.lost"}, {"host", event.host}, {"reason", event.reason},
+                         {"was_connected", was_connected}};
+  if (event.silent_ms >= 0) lost["silent_ms"] = event.silent_ms;
+  record(lost);
   if (!in_plan) return;  // a spare we did not need
 
   RootCause cause;
   cause.kind = "host.lost";
   cause.host = event.host;
   cause.detail = event.reason;
-  cause.observed_ms = clock_.wall_ms();
+  // Silence began when the host was last heard from: that is when the failure was observable.
+  cause.observed_ms = clock_.wall_ms() - std::max<int64_t>(0, event.silent_ms);
 
   switch (state_) {
     case RunState::connecting: {
@@ -274,6 +283,7 @@ void Supervisor::on(const HostLost& event) {
         return;
       }
       root_cause_ = cause;
+      give_up_reason_ = next.error().message;
       incidents_.push_back(cause_json(cause));
       record({{"ev", "failure.detected"}, {"kind", "host.lost"}, {"host", event.host},
               {"detail", event.reason}});

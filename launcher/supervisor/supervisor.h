@@ -52,6 +52,10 @@ class Supervisor {
   const std::set<std::string>& connected_hosts() const { return connected_; }
   /// The last recovery.completed event, or null.
   const nlohmann::json& last_recovery() const { return last_recovery_; }
+  /// Why the run could not go on, when the policy gave up (fewer hosts than elastic.min_hosts,
+  /// restart budget spent); "" otherwise. The root cause says what failed; this says why it
+  /// ended the run.
+  const std::string& give_up_reason() const { return give_up_reason_; }
   /// Every failure.detected event so far (the end-of-run incident list).
   const std::vector<nlohmann::json>& incidents() const { return incidents_; }
 
@@ -115,6 +119,7 @@ class Supervisor {
   int64_t stop_deadline_ms_ = 0;
 
   std::optional<RootCause> root_cause_;
+  std::string give_up_reason_;
   std::optional<PendingRecovery> recovery_;
   nlohmann::json last_recovery_;
   std::vector<nlohmann::json> incidents_;

@@ -34,7 +34,13 @@ bool is_terminal(RunState state);
 /// An agent said hello.
 struct HostConnected { std::string host; };
 /// An agent's connection failed or fell silent past heartbeat.timeout (or never came up).
-struct HostLost { std::string host; std::string reason; };
+struct HostLost {
+  std::string host;
+  std::string reason;
+  /// When the loss is silence: how long nothing had arrived when it was declared (the
+  /// detection latency an operator checks against heartbeat.timeout); -1 otherwise.
+  int64_t silent_ms = -1;
+};
 struct WorkerStarted { int gen = 0; int rank = 0; int pid = 0; };
 struct WorkerSpawnFailed { int gen = 0; int rank = 0; std::string error; };
 /// A worker process ended. `observed_ms` is the agent's clock corrected to the supervisor's, so

@@ -68,7 +68,7 @@ int last_generation(ClusterJob& job) {
 
 }  // namespace
 
-TEST_CASE("testcluster kill of one host of 3, no spare: shrink to 2 hosts, global batch kept, same loss") {
+TEST_CASE("host killed without a spare: shrink to 2 hosts with the global batch kept and the same loss") {
   TestCluster cluster(3);
   DTRAIN_REQUIRE_CLUSTER(cluster);
   ClusterJob job(cluster, "shrink");
@@ -107,7 +107,7 @@ TEST_CASE("testcluster kill of one host of 3, no spare: shrink to 2 hosts, globa
   check_nothing_left(cluster, job);
 }
 
-TEST_CASE("testcluster kill of one host of 3 with a spare: replaced, world size unchanged, same loss") {
+TEST_CASE("host killed with a spare listed: replaced by the spare at the same world size and loss") {
   TestCluster cluster(4);
   DTRAIN_REQUIRE_CLUSTER(cluster);
   ClusterJob job(cluster, "spare");
@@ -140,7 +140,7 @@ TEST_CASE("testcluster kill of one host of 3 with a spare: replaced, world size 
   check_nothing_left(cluster, job);
 }
 
-TEST_CASE("partition of one host: detected within timeout + interval, its agent fences, clean after heal") {
+TEST_CASE("partitioned host: detected within timeout + interval - its agent fences - clean after heal") {
   TestCluster cluster(3);
   DTRAIN_REQUIRE_CLUSTER(cluster);
   ClusterJob job(cluster, "part");
@@ -149,6 +149,7 @@ TEST_CASE("partition of one host: detected within timeout + interval, its agent 
   REQUIRE(job.wait_exec());
   REQUIRE(job.wait_checkpoint(50, 90000));
   REQUIRE(cluster.partition(2).status == 0);
+  int64_t partitioned_at = now_ms();
 
   // The supervisor's own measure: the silence it saw before declaring the host lost.
   REQUIRE(wait_until([&] { return !job.events("host.lost").empty(); }, 10000));
@@ -172,6 +173,7 @@ TEST_CASE("partition of one host: detected within timeout + interval, its agent 
     return left.empty();
   }, 2000 + 2000 + 3000);
   CHECK_MESSAGE(fenced, "still on the partitioned host:\n" << left);
+  MESSAGE("partitioned host free of the run's processes " << now_ms() - partitioned_at << " ms after the cut");
 
   REQUIRE(cluster.heal(2).status == 0);
   REQUIRE(job.wait(120000));

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "tests/integration/cluster_job.h"
@@ -49,7 +50,7 @@ void check_nothing_left(const TestCluster& cluster, ClusterJob& job, int timeout
 
 }  // namespace
 
-TEST_CASE("3 hosts x 2 slots: every worker gets its ranks, host and MASTER_ADDR; the trainer trains") {
+TEST_CASE("3 hosts x 2 slots: every worker gets its ranks and host and MASTER_ADDR - the trainer trains") {
   TestCluster cluster(3);
   DTRAIN_REQUIRE_CLUSTER(cluster);
 
@@ -101,7 +102,7 @@ TEST_CASE("3 hosts x 2 slots: every worker gets its ranks, host and MASTER_ADDR;
   check_nothing_left(cluster, train);
 }
 
-TEST_CASE("a worker failing on a remote host fails the run naming that host and rank; nothing left") {
+TEST_CASE("a worker failing on a remote host fails the run naming that host and rank - nothing left") {
   TestCluster cluster(3);
   DTRAIN_REQUIRE_CLUSTER(cluster);
   ClusterJob job(cluster, "fail");
@@ -122,7 +123,7 @@ TEST_CASE("a worker failing on a remote host fails the run naming that host and 
   check_nothing_left(cluster, job);
 }
 
-TEST_CASE("Ctrl-C: exit 130, stubborn workers and their daemonised children gone from every host") {
+TEST_CASE("Ctrl-C: exit 130 - stubborn workers and their daemonised children gone from every host") {
   TestCluster cluster(3);
   DTRAIN_REQUIRE_CLUSTER(cluster);
   ClusterJob job(cluster, "int");
@@ -144,7 +145,7 @@ TEST_CASE("Ctrl-C: exit 130, stubborn workers and their daemonised children gone
   check_nothing_left(cluster, job);
 }
 
-TEST_CASE("kill -9 of the supervisor: every remote agent fences itself; nothing left on any host") {
+TEST_CASE("kill -9 of the supervisor: every remote agent fences itself - nothing left on any host") {
   TestCluster cluster(3);
   DTRAIN_REQUIRE_CLUSTER(cluster);
   ClusterJob job(cluster, "k9");
@@ -165,7 +166,7 @@ TEST_CASE("kill -9 of the supervisor: every remote agent fences itself; nothing 
   MESSAGE("hosts clean " << now_ms() - killed_at << " ms after kill -9 of the supervisor");
 }
 
-TEST_CASE("provisioning: dtrain copies itself to a host that lacks it, and the job runs there") {
+TEST_CASE("provisioning: dtrain copies itself to a host that lacks it and the job runs there") {
   TestCluster cluster(1);
   DTRAIN_REQUIRE_CLUSTER(cluster);
   std::string cache = cluster.host(1).home() + "/.cache/dtrain";

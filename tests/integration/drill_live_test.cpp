@@ -57,7 +57,7 @@ json logged_verdict(const std::string& run_dir, size_t index) {
 
 }  // namespace
 
-TEST_CASE("kill-rank passes; an impossible objective fails naming it; an ended run is refused; --history lists drills") {
+TEST_CASE("kill-rank passes, an impossible objective fails naming it, an ended run is refused, --history lists drills") {
   DtrainEnv env;
   LiveRun run(env, "drillkill");
 
@@ -107,7 +107,7 @@ TEST_CASE("kill-rank passes; an impossible objective fails naming it; an ended r
   CHECK(processes_of_run(run.id).empty());
 }
 
-TEST_CASE("hang-rank: a SIGSTOPped worker is detected by its heartbeats and replaced; the drill passes") {
+TEST_CASE("hang-rank: a SIGSTOPped worker is detected by its heartbeats and replaced, the drill passes") {
   DtrainEnv env;
   LiveRun run(env, "drillhang");
   DtrainProcess drill = env.run({"drill", run.id, "--fault", "hang-rank:1", "--detect", "10s", "--recover", "60s",
@@ -117,8 +117,9 @@ TEST_CASE("hang-rank: a SIGSTOPped worker is detected by its heartbeats and repl
   json fault = verdict["faults"][0];
   CHECK(fault["detected_by"] == "worker.hang");
   CHECK(fault["detected_rank"] == 1);
-  // Detected by the heartbeat watch: not before the 3s hang_timeout.
-  CHECK(fault["detect_ms"].get<int64_t>() >= 3000);
+  // Detected by the heartbeat watch, after the 3s hang_timeout counted from the worker's last
+  // beat, which came at most one 200ms interval (plus scheduling) before the SIGSTOP.
+  CHECK(fault["detect_ms"].get<int64_t>() >= 2500);
   CHECK(process_gone(fault["pid"].get<int>()));
   run.stop();
   CHECK(processes_of_run(run.id).empty());
@@ -139,7 +140,7 @@ TEST_CASE("corrupt-checkpoint: the damaged newest checkpoint is rejected and the
   CHECK(processes_of_run(run.id).empty());
 }
 
-TEST_CASE("a drill against a run that does not exist exits 2; unimplemented faults exit 3") {
+TEST_CASE("a drill against a run that does not exist exits 2, unimplemented faults exit 3") {
   DtrainEnv env;
   DtrainProcess missing = env.run({"drill", "no-such-run", "--fault", "kill-rank:1"}, 30000);
   CHECK(missing.exit_code == 2);

@@ -38,6 +38,7 @@ TEST_CASE("--spec: a kill-rank drill runs the job to its end and passes, leaving
   CHECK(verdict["mode"] == "spec");
   CHECK(verdict["final_state"] == "succeeded");
   CHECK(verdict["leftover_pids"].empty());
+  REQUIRE(verdict["faults"].size() == 1);
   json fault = verdict["faults"][0];
   CHECK(fault["at_step"].get<int64_t>() >= 200);
   CHECK(fault["steps_lost"].get<int64_t>() <= 200);
@@ -46,7 +47,9 @@ TEST_CASE("--spec: a kill-rank drill runs the job to its end and passes, leaving
   auto events = read_events(env.home() + "/runs/" + run_id + "/events.jsonl");
   CHECK(events_named(events, "drill.injected").size() == 1);
   CHECK(events_named(events, "drill.verdict").size() == 1);
-  CHECK(events_named(events, "run.finished")[0]["state"] == "succeeded");
+  auto finished = events_named(events, "run.finished");
+  REQUIRE(finished.size() == 1);
+  CHECK(finished[0]["state"] == "succeeded");
 }
 
 TEST_CASE("--spec slow-storage: checkpoints still commit, slowly, and training reaches its end") {
@@ -60,6 +63,7 @@ TEST_CASE("--spec slow-storage: checkpoints still commit, slowly, and training r
   json verdict = json::parse(drill.out(), nullptr, false);
   REQUIRE_MESSAGE(verdict.is_object(), drill.out() << drill.err());
   CHECK_MESSAGE(drill.exit_code == 0, verdict.dump(2) << drill.err());
+  REQUIRE(verdict["faults"].size() == 1);
   json fault = verdict["faults"][0];
   CHECK(fault["fault"] == "slow-storage");
   CHECK(fault["delay_ms"] == 400);

@@ -183,3 +183,20 @@ TEST_CASE("a drill that could not run reports error and exit 3") {
   CHECK(report.exit_code() == ExitCode::infra);
   CHECK(to_json(report)["error"] == *report.error);
 }
+
+TEST_CASE("--spec mode: passing faults still fail the drill when the job did not succeed or left processes") {
+  DrillReport report;
+  report.drill_id = "drill-y";
+  report.mode = "spec";
+  report.final_state = "succeeded";
+  report.cleanup_checked = true;
+  report.faults.push_back(grade_fault(kill_rank_1(), clean_recovery(), {}, running()));
+  CHECK(report.passed());
+  report.final_state = "failed";
+  CHECK(report.exit_code() == ExitCode::job_failed);
+  CHECK(to_json(report)["missed"][0] == "the job did not succeed (final state failed)");
+  report.final_state = "succeeded";
+  report.leftover_pids = {777};
+  CHECK_FALSE(report.passed());
+  CHECK(format_report(report).find("1 process(es) of the run remained (killed), e.g. pid 777") != std::string::npos);
+}

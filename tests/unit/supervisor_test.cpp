@@ -364,3 +364,69 @@ TEST_CASE("a rank the agent saw stopped is blamed for a hang before ranks at a l
   REQUIRE(h.supervisor->root_cause());
   CHECK(h.supervisor->root_cause()->rank == 1);
 }
+
+TEST_CASE("fewer hosts than elastic.min_hosts: the run fails with exit 5 and says why") {
+  spec::JobSpec spec = make_spec(2, 1);
+  spec.elastic.min_hosts = 2;
+  spec.elastic.max_restarts = 3;
+  Harness h(spec);
+  h.connect_all();
+  h.start_all(0);
+  h.feed(HostLost{"h2", "channel closed"});
+  auto actions = h.release_all(0);
+  auto finish = of_type<FinishRun>(actions);
+  REQUIRE(finish.size() == 1);
+  CHECK(finish[0].exit_code == ExitCode::hosts_lost);
+  CHECK(h.supervisor->give_up_reason().find("elastic.min_hosts=2") != std::string::npos);
+  bool explained = false;
+  for (const RecordEvent& event : of_type<RecordEvent>(actions)) {
+    if (event.event.value("ev", "") == "run.state" && event.event.value("state", "") == "failed") {
+      explained = event.event.value("why", "").find("elastic.min_hosts=2") != std::string::npos;
+    }
+  }
+  CHECK(explained);
+}
+
+TEST_CASE("a host lost to silence records how long it was silent as the detection latency") {
+  spec::JobSpec spec = make_spec(3, 1);
+  spec.elastic.min_hosts = 2;
+  Harness h(spec);
+  h.connect_all();
+  h.start_all(0);
+  auto actions = h.feed(HostLost{"h2", "nothing received for 5.1s", 5100});
+  bool lost_has_silence = false;
+  bool detected_latency = false;
+  for (const RecordEvent& event : of_type<RecordEvent>(actions)) {
+    if (event.event.value("ev", "") == "host.lost") lost_has_silence = event.event.value("silent_ms", -1) == 5100;
+    if (event.event.value("ev", "") == "failure.detected") detected_latency = event.event.value("latency_ms", -1) == 5100;
+  }
+  CHECK(lost_has_silence);
+  CHECK(detected_latency);
+}
+
+TEST_CASE("steps lost count a committed checkpoint newer than the last beat") {
+  spec::JobSpec spec = make_spec(3, 1);
+  spec.elastic.min_hosts = 2;
+  Harness h(spec);
+  h.connect_all();
+  h.start_all(0);
+  for (int rank = 0; rank < 3; ++rank) h.feed(WorkerProgress{0, rank, 143});
+  h.feed(CheckpointCommitted{0, 150});
+  h.feed(HostLost{"h3", "channel closed"});
+  h.release_all(0);
+  h.start_all(1);
+  std::vector<Action> actions;
+  for (int rank = 0; rank < 2; ++rank) {
+    auto more = h.feed(WorkerProgress{1, rank, 151});
+    actions.insert(actions.end(), more.begin(), more.end());
+  }
+  bool found = false;
+  for (const RecordEvent& event : of_type<RecordEvent>(actions)) {
+    if (event.event.value("ev", "") != "recovery.completed") continue;
+    found = true;
+    CHECK(event.event["resume_step"] == 150);
+    CHECK(event.event["last_step"] == 150);
+    CHECK(event.event["steps_lost"] == 0);
+  }
+  CHECK(found);
+}

@@ -1,0 +1,281 @@
+#include "launcher/drill/grading.h"
+
+#include <algorithm>
+#include <set>
+
+#include "launcher/base/clock.h"
+#include "launcher/drill/timestamps.h"
+#include "launcher/runlog/json_access.h"
+
+namespace dtrain::drill {
+
+using nlohmann::json;
+
+namespace {
+
+std::string name_of(const json& event) { return json_string(event, "ev"); }
+
+const json* first_named(const std::vector<json>& events, const std::string& name, size_t from = 0) {
+  for (size_t i = from; i < events.size(); ++i) {
+    if (name_of(events[i]) == name) return &events[i];
+  }
+  return nullptr;
+}
+
+size_t index_of(const std::vector<json>& events, const json* event) {
+  return event ? static_cast<size_t>(event - events.data()) : events.size();
+}
+
+void grade_duration(FaultVerdict& verdict, const char* name, const std::optional<Millis>& limit,
+                    const std::optional<int64_t>& measured) {
+  if (!limit) return;
+  ObjectiveResult result;
+  result.name = name;
+  result.limit = format_duration(*limit);
+  result.measured = measured ? format_duration(Millis(*measured)) : "never";
+  result.met = measured && *measured <= limit->count();
+  verdict.objectives.push_back(result);
+}
+
+void grade_lost_steps(FaultVerdict& verdict, const std::optional<int64_t>& limit, const std::optional<int64_t>& lost) {
+  if (!limit) return;
+  verdict.objectives.push_back({"max_lost_steps", std::to_string(*limit), lost ? std::to_string(*lost) : "never",
+                                lost && *lost <= *limit});
+}
+
+void check(FaultVerdict& verdict, std::string name, bool met, std::string detail) {
+  verdict.checks.push_back({std::move(name), met, std::move(detail)});
+}
+
+// Every host of the hit generation must report its processes gone (resources.released with
+// nothing remaining) before the next generation is planned: otherwise the old and the new
+// generation ran side by side.
+void grade_release(FaultVerdict& verdict, const Injection& injection, const std::vector<json>& events) {
+  const json* next_plan = nullptr;
+  for (const json& event : events) {
+    if (name_of(event) == "plan.generation" && json_int(event, "gen").value_or(-1) > injection.generation) {
+      next_plan = &event;
+      break;
+    }
+  }
+  std::set<std::string> released;
+  std::vector<std::string> unclean;
+  for (size_t i = 0; i < index_of(events, next_plan); ++i) {
+    const json& event = events[i];
+    if (name_of(event) != "resources.released" || json_int(event, "gen").value_or(-2) != injection.generation) continue;
+    if (json_int(event, "remaining").value_or(1) == 0) {
+      released.insert(json_string(event, "host"));
+    } else {
+      unclean.push_back(json_string(event, "host") + " (" + std::to_string(json_int(event, "remaining").value_or(-1)) +
+                        " left)");
+    }
+  }
+  std::vector<std::string> missing;
+  for (const std::string& host : injection.hosts) {
+    if (!released.count(host)) missing.push_back(host);
+  }
+  bool ok = next_plan && missing.empty() && unclean.empty();
+  verdict.resources_released = ok;
+  std::string detail;
+  if (!next_plan) {
+    detail = "no next generation was planned";
+  } else if (ok) {
+    detail = "every process of generation " + std::to_string(injection.generation) + " gone on " +
+             std::to_string(released.size()) + " host(s) before generation " +
+             std::to_string(json_int(*next_plan, "gen").value_or(-1)) + " was planned";
+  } else {
+    for (const std::string& host : missing) detail += (detail.empty() ? "" : "; ") + host + ": no release seen";
+    for (const std::string& host : unclean) detail += (detail.empty() ? "" : "; ") + host;
+  }
+  check(verdict, "old generation released", ok, detail);
+}
+
+void grade_final_state(FaultVerdict& verdict, const GradeContext& context) {
+  verdict.final_state = context.final_state;
+  bool ok = context.require_success ? context.final_state == "succeeded"
+                                    : context.final_state == "running" || context.final_state == "succeeded";
+  check(verdict, "final state", ok,
+        context.final_state + (ok ? "" : context.require_success ? " (expected succeeded)" : " (expected running or succeeded)"));
+}
+
+void grade_recovery(FaultVerdict& verdict, const Injection& injection, const std::vector<json>& events,
+                    const Objectives& objectives, const GradeContext& context) {
+  const json* detected = first_named(events, "failure.detected");
+  if (detected) {
+    verdict.detected_wall_ms = event_wall_ms(*detected);
+    if (verdict.detected_wall_ms) verdict.detect_ms = std::max<int64_t>(0, *verdict.detected_wall_ms - injection.wall_ms);
+    verdict.detected_kind = json_string(*detected, "kind");
+    if (auto rank = json_int(*detected, "rank")) verdict.detected_rank = static_cast<int>(*rank);
+  }
+  const json* completed = first_named(events, "recovery.completed", index_of(events, detected));
+  if (detected && completed) {
+    verdict.recovered_wall_ms = event_wall_ms(*completed);
+    if (verdict.recovered_wall_ms) verdict.recover_ms = std::max<int64_t>(0, *verdict.recovered_wall_ms - injection.wall_ms);
+    if (const json* phases = json_member(*completed, "phases"); phases && phases->is_object()) verdict.phases = *phases;
+    verdict.resume_step = json_int(*completed, "resume_step");
+    verdict.last_step = json_int(*completed, "last_step");
+    verdict.steps_lost = json_int(*completed, "steps_lost");
+  }
+
+  grade_duration(verdict, "detect", objectives.detect, verdict.detect_ms);
+  grade_duration(verdict, "recover", objectives.recover, verdict.recover_ms);
+  grade_lost_steps(verdict, objectives.max_lost_steps, verdict.steps_lost);
+
+  check(verdict, "failure detected", detected != nullptr,
+        detected ? verdict.detected_kind + " at " + format_timestamp_utc(verdict.detected_wall_ms.value_or(0))
+                 : "no failure.detected after the injection");
+  if (detected && injection.fault.rank) {
+    bool right = verdict.detected_rank == injection.fault.rank;
+    check(verdict, "blamed the faulted rank", right,
+          "blamed rank " + (verdict.detected_rank ? std::to_string(*verdict.detected_rank) : std::string("none")) +
+              ", faulted rank " + std::to_string(*injection.fault.rank));
+  }
+  check(verdict, "recovery completed", completed != nullptr && detected != nullptr,
+        completed ? "first step of the new generation at " + format_timestamp_utc(verdict.recovered_wall_ms.value_or(0))
+                  : "no recovery.completed after the failure");
+  grade_release(verdict, injection, events);
+  check(verdict, "old processes gone", context.surviving_pids.empty(),
+        context.surviving_pids.empty() ? "every pid of generation " + std::to_string(injection.generation) + " is gone"
+                                       : std::to_string(context.surviving_pids.size()) + " still alive, e.g. pid " +
+                                             std::to_string(context.surviving_pids.front()));
+
+  if (injection.fault.kind == FaultKind::corrupt_checkpoint && injection.corrupted_step) {
+    int64_t bad = *injection.corrupted_step;
+    bool rejected = false;
+    for (const json& event : events) {
+      if (name_of(event) == "checkpoint.rejected" && json_int(event, "step") == bad) rejected = true;
+    }
+    check(verdict, "corrupt checkpoint rejected", rejected,
+          rejected ? "step " + std::to_string(bad) + " refused by its checksum"
+                   : "no checkpoint.rejected for step " + std::to_string(bad));
+    bool older = verdict.resume_step && *verdict.resume_step < bad;
+    check(verdict, "resumed from the previous good checkpoint", older,
+          verdict.resume_step ? "resumed from step " + std::to_string(*verdict.resume_step) + " (corrupted: step " +
+                                    std::to_string(bad) + ")"
+                              : "never resumed");
+  }
+  grade_final_state(verdict, context);
+}
+
+// slow-storage: nothing should fail. Checkpoints must still commit (and take at least the
+// injected delay, which proves the hook was live), and training must go on to the end.
+void grade_slow_storage(FaultVerdict& verdict, const Injection& injection, const std::vector<json>& events,
+                        const Objectives& objectives, const GradeContext& context) {
+  int commits = 0;
+  int slow = 0;
+  int64_t newest = -1;
+  int64_t lost = 0;
+  for (const json& event : events) {
+    std::string name = name_of(event);
+    if (name == "checkpoint.committed") {
+      ++commits;
+      newest = std::max(newest, json_int(event, "step").value_or(-1));
+      if (json_number(event, "seconds").value_or(0) * 1000 >= 0.9 * static_cast<double>(injection.fault.delay.count())) ++slow;
+    } else if (name == "recovery.completed") {
+      lost += json_int(event, "steps_lost").value_or(0);
+    }
+  }
+  // A failure after another fault's drill.injected belongs to that fault, not to the storage.
+  const json* detected = nullptr;
+  for (const json& event : events) {
+    if (name_of(event) == "drill.injected") break;
+    if (name_of(event) == "failure.detected") {
+      detected = &event;
+      break;
+    }
+  }
+  if (detected) {
+    verdict.detected_wall_ms = event_wall_ms(*detected);
+    verdict.detected_kind = json_string(*detected, "kind");
+    if (auto rank = json_int(*detected, "rank")) verdict.detected_rank = static_cast<int>(*rank);
+  }
+  verdict.steps_lost = lost;
+  verdict.last_step = newest;
+  grade_lost_steps(verdict, objectives.max_lost_steps, verdict.steps_lost);
+  check(verdict, "checkpoints committed", commits > 0,
+        std::to_string(commits) + " committed, newest step " + std::to_string(newest));
+  check(verdict, "delay took effect", slow > 0,
+        std::to_string(slow) + " of " + std::to_string(commits) + " commits took at least " +
+            format_duration(injection.fault.delay));
+  check(verdict, "no failure detected", detected == nullptr,
+        detected ? "slow storage was taken for a failure: " + verdict.detected_kind : "none");
+  grade_final_state(verdict, context);
+}
+
+}  // namespace
+
+bool FaultVerdict::passed() const {
+  for (const ObjectiveResult& objective : objectives) {
+    if (!objective.met) return false;
+  }
+  for (const CheckResult& result : checks) {
+    if (!result.met) return false;
+  }
+  return true;
+}
+
+std::vector<std::string> FaultVerdict::missed() const {
+  std::vector<std::string> out;
+  for (const ObjectiveResult& objective : objectives) {
+    if (!objective.met) out.push_back(objective.name + " (limit " + objective.limit + ", measured " + objective.measured + ")");
+  }
+  for (const CheckResult& result : checks) {
+    if (!result.met) out.push_back(result.name + " (" + result.detail + ")");
+  }
+  return out;
+}
+
+FaultVerdict grade_fault(const Injection& injection, const std::vector<json>& events_after,
+                         const Objectives& objectives, const GradeContext& context) {
+  FaultVerdict verdict;
+  verdict.injection = injection;
+  if (injection.fault.kind == FaultKind::slow_storage) {
+    grade_slow_storage(verdict, injection, events_after, objectives, context);
+  } else {
+    grade_recovery(verdict, injection, events_after, objectives, context);
+  }
+  return verdict;
+}
+
+json to_json(const FaultVerdict& verdict) {
+  const Injection& injection = verdict.injection;
+  auto optional = [](const auto& value) { return value ? json(*value) : json(nullptr); };
+  json out = {{"fault", to_string(injection.fault.kind)},
+              {"target", injection.fault.target},
+              {"pid", injection.pid},
+              {"at_step", injection.at_step},
+              {"generation", injection.generation},
+              {"injected_at", format_timestamp_utc(injection.wall_ms)},
+              {"detected_at", verdict.detected_wall_ms ? json(format_timestamp_utc(*verdict.detected_wall_ms)) : json(nullptr)},
+              {"detected_by", verdict.detected_kind.empty() ? json(nullptr) : json(verdict.detected_kind)},
+              {"detected_rank", optional(verdict.detected_rank)},
+              {"detect_ms", optional(verdict.detect_ms)},
+              {"recovered_at", verdict.recovered_wall_ms ? json(format_timestamp_utc(*verdict.recovered_wall_ms)) : json(nullptr)},
+              {"recover_ms", optional(verdict.recover_ms)},
+              {"phases", verdict.phases},
+              {"resume_step", optional(verdict.resume_step)},
+              {"last_step", optional(verdict.last_step)},
+              {"steps_lost", optional(verdict.steps_lost)},
+              {"resources_released", optional(verdict.resources_released)},
+              {"final_state", verdict.final_state},
+              {"verdict", verdict.passed() ? "pass" : "fail"}};
+  if (injection.fault.kind == FaultKind::slow_storage) out["delay_ms"] = injection.fault.delay.count();
+  if (injection.corrupted_step) {
+    out["corrupted_step"] = *injection.corrupted_step;
+    out["corrupted_file"] = injection.corrupted_file;
+  }
+  json objectives = json::array();
+  for (const ObjectiveResult& objective : verdict.objectives) {
+    objectives.push_back({{"name", objective.name}, {"limit", objective.limit}, {"measured", objective.measured},
+                          {"met", objective.met}});
+  }
+  json checks = json::array();
+  for (const CheckResult& result : verdict.checks) {
+    checks.push_back({{"name", result.name}, {"met", result.met}, {"detail", result.detail}});
+  }
+  out["objectives"] = objectives;
+  out["checks"] = checks;
+  return out;
+}
+
+}  // namespace dtrain::drill

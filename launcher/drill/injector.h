@@ -1,0 +1,31 @@
+#pragma once
+// The faults themselves, done from outside the job the way the real failure would come: a
+// signal to a worker's pid, a damaged byte in a checkpoint shard on disk.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "launcher/base/result.h"
+
+namespace dtrain::drill {
+
+/// kill(pid, signal); the error names the pid, the signal and why (ESRCH: already gone).
+Status send_signal(int pid, int signal);
+
+/// Steps of `checkpoint_dir`'s step-<N> directories that hold a MANIFEST.json, newest first.
+std::vector<int64_t> complete_checkpoint_steps(const std::string& checkpoint_dir);
+
+struct CorruptedCheckpoint {
+  int64_t step = 0;           ///< the step damaged (the newest complete one)
+  int64_t previous_step = 0;  ///< the newest complete step before it: where a resume must go
+  std::string file;           ///< the shard damaged
+  int64_t offset = 0;         ///< the byte flipped
+};
+
+/// Flips one payload byte of one shard of the newest complete checkpoint, in place (fsynced),
+/// leaving its manifest alone: only the shard's checksum can tell. Needs two complete
+/// checkpoints, so that a good one remains to resume from; errors (infra) say what is missing.
+Result<CorruptedCheckpoint> corrupt_newest_checkpoint(const std::string& checkpoint_dir);
+
+}  // namespace dtrain::drill

@@ -1,0 +1,54 @@
+#pragma once
+// One fault against a live run: wait until it trains steadily (or reaches --at-step), inject
+// the fault from outside, log drill.injected, and follow the run's events until it has
+// recovered, ended, or the deadline passed. Grading is left to grade_fault().
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "launcher/base/result.h"
+#include "launcher/drill/fault.h"
+#include "launcher/drill/grading.h"
+#include "launcher/drill/live_run.h"
+
+namespace dtrain::drill {
+
+using Deadline = std::chrono::steady_clock::time_point;
+
+/// Progress lines for the operator ("injected kill-rank:1 ..."); may be empty.
+using Say = std::function<void(const std::string&)>;
+
+/// Asks every drill wait to give up soon (the CLI calls it from SIGINT/SIGTERM); async-signal-safe.
+void request_cancel();
+bool cancel_requested();
+
+/// What one injection left to grade.
+struct FaultRecord {
+  Injection injection;
+  /// The run's events from the injection until the follow ended, oldest first.
+  std::vector<nlohmann::json> events_after;
+  /// Processes of the hit generation still alive when the follow ended (after a short grace).
+  std::vector<int> surviving_pids;
+  bool recovered = false;   ///< a recovery.completed followed the injection
+  bool run_ended = false;   ///< the run ended (or lost its supervisor) while followed
+  std::string state_after;  ///< state.json "state" when the follow ended
+};
+
+/// Checks that `fault` fits the run (a rank that exists, a kind that can be injected live).
+/// Errors are user errors.
+Status check_fault_fits(const LiveRun& run, const Fault& fault);
+
+/// Waits, injects, follows (see the file comment). Errors when the drill itself cannot go on:
+/// the run ended or never trained before the fault could be injected, the signal or the
+/// checkpoint damage failed, the deadline passed before injection, or a cancel was requested.
+Result<FaultRecord> inject_and_follow(LiveRun& run, const Fault& fault, Deadline deadline, const Say& say);
+
+/// Follows the run until it ends (run.finished or supervisor gone) or `deadline`; returns its
+/// final state.json "state" ("running" if it did not end in time).
+std::string wait_for_run_end(LiveRun& run, Deadline deadline);
+
+}  // namespace dtrain::drill

@@ -1,0 +1,82 @@
+#include "launcher/drill/live_run.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "launcher/base/clock.h"
+#include "launcher/base/fd.h"
+#include "launcher/runlog/json_access.h"
+#include "launcher/runlog/run_state.h"
+
+namespace dtrain::drill {
+
+using nlohmann::json;
+
+std::string not_live_reason(const json& state) {
+  std::string name = json_string(state, "state", "unknown");
+  if (is_terminal_state(name)) {
+    std::string text = "has ended (" + name;
+    if (auto code = json_int(state, "exit_code")) text += ", exit " + std::to_string(*code);
+    return text + ")";
+  }
+  if (!supervisor_alive(state)) {
+    const json* supervisor = json_member(state, "supervisor");
+    auto pid = supervisor ? json_int(*supervisor, "pid") : std::nullopt;
+    return "has no supervisor any more (pid " + (pid ? std::to_string(*pid) : std::string("?")) +
+           " is gone; last recorded state " + name + ")";
+  }
+  return "";
+}
+
+Result<LiveRun> LiveRun::open(std::string_view id_or_prefix) {
+  Result<RunDirectory> directory = RunDirectory::open(id_or_prefix);
+  if (!directory) return Error::user(directory.error().message);
+  Result<json> state = read_state(*directory);
+  if (!state) return Error::user("run " + directory->id() + ": " + state.error().message);
+  if (std::string reason = not_live_reason(*state); !reason.empty()) {
+    return Error::user("run " + directory->id() + " " + reason +
+                       "; a drill needs a running run: start one with `dtrain submit SPEC --detach`, or let the "
+                       "drill start its own with `dtrain drill --spec drill.yaml`");
+  }
+  return LiveRun(std::move(directory).value());
+}
+
+Status LiveRun::poll() {
+  Result<std::vector<json>> fresh = follower_.poll();
+  if (!fresh) return fresh.error();
+  for (json& event : *fresh) events_.push_back(std::move(event));
+  return {};
+}
+
+Result<json> LiveRun::state() const { return read_state(directory_); }
+
+Status LiveRun::append(const json& event) const {
+  std::string line = format_event_line(event, SystemClock().wall_ms()) + "\n";
+  UniqueFd fd(::open(directory_.events_path().c_str(), O_WRONLY | O_APPEND | O_CLOEXEC));
+  if (!fd.valid()) return Error::infra(directory_.events_path() + ": cannot append: " + errno_text(errno));
+  // One write(2): O_APPEND places the whole line at the end, between the supervisor's lines.
+  ssize_t written = ::write(fd.get(), line.data(), line.size());
+  if (written != static_cast<ssize_t>(line.size())) {
+    return Error::infra(directory_.events_path() + ": short append (" + std::to_string(written) + " of " +
+                        std::to_string(line.size()) + " bytes): " + errno_text(errno));
+  }
+  return {};
+}
+
+std::string LiveRun::checkpoint_dir() const {
+  for (auto it = events_.rbegin(); it != events_.rend(); ++it) {
+    if (json_string(*it, "ev") == "generation.spawned") return json_string(*it, "checkpoint_dir");
+  }
+  return "";
+}
+
+int LiveRun::generation() const {
+  for (auto it = events_.rbegin(); it != events_.rend(); ++it) {
+    if (json_string(*it, "ev") == "plan.generation") return static_cast<int>(json_int(*it, "gen").value_or(-1));
+  }
+  return -1;
+}
+
+}  // namespace dtrain::drill

@@ -1,0 +1,139 @@
+#!/usr/bin/python3
+"""A plain PyTorch DDP training script (Gloo, CPU) used to compare recovery under dtrain and
+torchrun. It knows nothing about either launcher: it reads the torchrun-compatible environment
+(RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), checkpoints every --ckpt-every steps
+and resumes from the newest checkpoint on start.
+
+For the benchmark harness (recovery.py) it also writes, with wall-clock timestamps:
+  <--mark-dir>/pid-<rank>     this process's pid (rewritten on every (re)start)
+  <--mark-dir>/steps.log      every rank: "exec RANK t=<unix time> restart=<R> pid=<pid>"
+                              (t: when the interpreter reached this file, before importing torch);
+                              rank 0: "resume S t=..." after loading a checkpoint and
+                              "step N t=... restart=R pid=P loss=L" after every step
+Both launchers are timed from the same files on the same clock.
+
+Checkpoint directory: --ckpt-dir, else $DTRAIN_CKPT_DIR (set by dtrain), else ./ddp-ckpt.
+"""
+import time
+
+EXEC_T = time.time()  # before anything slow: when the launcher's part ended and ours began
+
+import argparse  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+
+import torch  # noqa: E402 (most of a restart is this import: it is timed from EXEC_T)
+import torch.distributed as dist  # noqa: E402
+import torch.nn as nn  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel  # noqa: E402
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--ckpt-every", type=int, default=20)
+    parser.add_argument("--ckpt-dir", default="")
+    parser.add_argument("--mark-dir", default="", help="where pid files and steps.log go")
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--batch", type=int, default=32, help="per-rank batch")
+    parser.add_argument("--step-sleep", type=float, default=0.0,
+                        help="seconds to sleep per step (to pace a very fast model)")
+    return parser.parse_args()
+
+
+def restart_id():
+    """Which (re)start this is: torchrun's restart count, or dtrain's generation."""
+    return os.environ.get("TORCHELASTIC_RESTART_COUNT") or os.environ.get("DTRAIN_GENERATION") or "0"
+
+
+def latest_checkpoint(ckpt_dir):
+    best = None
+    try:
+        names = os.listdir(ckpt_dir)
+    except FileNotFoundError:
+        return None
+    for name in names:
+        if name.startswith("step-") and name.endswith(".pt"):
+            try:
+                step = int(name[len("step-"):-len(".pt")])
+            except ValueError:
+                continue
+            if best is None or step > best:
+                best = step
+    return best
+
+
+def save_checkpoint(ckpt_dir, step, model, optimizer):
+    os.makedirs(ckpt_dir, exist_ok=True)
+    final = os.path.join(ckpt_dir, "step-%d.pt" % step)
+    temp = final + ".tmp"
+    with open(temp, "wb") as out:
+        torch.save({"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict()}, out)
+        out.flush()
+        os.fsync(out.fileno())
+    os.rename(temp, final)  # a reader never sees a half-written step
+
+
+def main():
+    args = parse_args()
+    rank = int(os.environ["RANK"])
+    world = int(os.environ["WORLD_SIZE"])
+    ckpt_dir = args.ckpt_dir or os.environ.get("DTRAIN_CKPT_DIR") or "ddp-ckpt"
+    mark_dir = args.mark_dir
+    steps_log = None
+    if mark_dir:
+        os.makedirs(mark_dir, exist_ok=True)
+        with open(os.path.join(mark_dir, "pid-%d" % rank), "w") as out:
+            out.write("%d\n" % os.getpid())
+        steps_log = open(os.path.join(mark_dir, "steps.log"), "a", buffering=1)  # O_APPEND: whole lines
+        steps_log.write("exec %d t=%.6f restart=%s pid=%d\n" % (rank, EXEC_T, restart_id(), os.getpid()))
+        if rank != 0:
+            steps_log.close()
+            steps_log = None
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, args.hidden), nn.ReLU(), nn.Linear(args.hidden, args.hidden), nn.ReLU(),
+                          nn.Linear(args.hidden, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+    start_step = 0
+    latest = latest_checkpoint(ckpt_dir)
+    if latest is not None:
+        state = torch.load(os.path.join(ckpt_dir, "step-%d.pt" % latest))
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        start_step = state["step"]
+        if steps_log:
+            steps_log.write("resume %d t=%.6f restart=%s pid=%d\n" % (start_step, time.time(), restart_id(), os.getpid()))
+    ddp = DistributedDataParallel(model)
+    loss_fn = nn.CrossEntropyLoss()
+    teacher = torch.Generator().manual_seed(1234)
+    teacher_weights = torch.randn(64, 10, generator=teacher)
+
+    for step in range(start_step + 1, args.steps + 1):
+        data = torch.Generator().manual_seed(step * world + rank)
+        inputs = torch.randn(args.batch, 64, generator=data)
+        labels = (inputs @ teacher_weights).argmax(dim=1)
+        optimizer.zero_grad()
+        loss = loss_fn(ddp(inputs), labels)
+        loss.backward()
+        optimizer.step()
+        if args.step_sleep > 0:
+            time.sleep(args.step_sleep)
+        if steps_log:
+            steps_log.write("step %d t=%.6f restart=%s pid=%d loss=%.4f\n" %
+                            (step, time.time(), restart_id(), os.getpid(), loss.item()))
+        if step % args.ckpt_every == 0:
+            if rank == 0:
+                save_checkpoint(ckpt_dir, step, model, optimizer)
+            dist.barrier()  # nobody runs ahead of a checkpoint that is not on disk yet
+    if rank == 0:
+        print("ddp_train: finished step %d loss %.4f" % (args.steps, loss.item()), flush=True)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,470 @@
+#!/usr/bin/env python3
+"""Recovery benchmark: kill -9 one worker of a running 4-worker job, time kill -> first
+resumed training step.
+
+  recovery.py --dtrain BUILD/cli/dtrain [--reps 5] [--cases trainer,ddp-dtrain,ddp-torchrun]
+              [--kill-at 110] [--run-timeout 240] [--torch-python /usr/bin/python3]
+
+Cases:
+  trainer        dtrain-train (the reference trainer) on 4 local workers under dtrain, Gloo,
+                 checkpoint every 20 steps; timings from dtrain's own events (failure.detected,
+                 recovery.completed) against the harness's kill time.
+  ddp-dtrain     scripts/bench/ddp_train.py (plain PyTorch DDP, Gloo, CPU, checkpoint every 20
+  ddp-torchrun   steps) under dtrain and under torchrun --max_restarts=3 --monitor_interval=0.1;
+                 both timed from the script's own step log (wall clock, same machine).
+Rank 1 is killed once rank 0 has logged step >= --kill-at. Every case prints its repetitions and
+a median; every job is waited for (or stopped) and its processes checked gone before the next.
+Standard library only; the DDP cases need torch importable by --torch-python (skipped if not).
+"""
+import argparse
+import datetime
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DDP_SCRIPT = os.path.join(HERE, "ddp_train.py")
+POLL_S = 0.005
+
+
+def parse_ts(text):
+    """events.jsonl time stamps: 2025-01-02T03:04:05.678Z (UTC, ms)."""
+    moment = datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ")
+    return moment.replace(tzinfo=datetime.timezone.utc).timestamp()
+
+
+def read_events(run_dir):
+    events = []
+    try:
+        with open(os.path.join(run_dir, "events.jsonl")) as lines:
+            for line in lines:
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                if "ev" in event:
+                    events.append(event)
+    except FileNotFoundError:
+        pass
+    return events
+
+
+def first_event(events, name):
+    for event in events:
+        if event["ev"] == name:
+            return event
+    return None
+
+
+def wait_for(predicate, timeout, what):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(POLL_S)
+    raise TimeoutError("%s: not within %.0fs" % (what, timeout))
+
+
+def pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child of someone else counts as gone
+        with open("/proc/%d/stat" % pid) as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class Job:
+    """A launcher process in its own session; stop() ends it and everything it started."""
+
+    def __init__(self, argv, cwd, env, log_path):
+        self.log = open(log_path, "wb")
+        self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def wait(self, timeout):
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def stop(self, first_signal=signal.SIGINT, grace=15):
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, first_signal)
+            except ProcessLookupError:
+                pass
+            if self.wait(grace) is None:
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self.proc.wait()
+        self.log.close()
+        return self.proc.returncode
+
+
+# --- the DDP script: one step log for both launchers -------------------------------------------
+
+def read_step_log(mark_dir):
+    """[(kind, step or rank, t, restart)] from ddp_train.py's step log."""
+    entries = []
+    try:
+        with open(os.path.join(mark_dir, "steps.log")) as lines:
+            for line in lines:
+                fields = line.split()
+                if len(fields) < 4 or not line.endswith("\n"):
+                    continue
+                values = dict(field.split("=", 1) for field in fields[2:] if "=" in field)
+                entries.append((fields[0], int(fields[1]), float(values["t"]), values["restart"]))
+    except FileNotFoundError:
+        pass
+    return entries
+
+
+def read_pid(mark_dir, rank):
+    try:
+        with open(os.path.join(mark_dir, "pid-%d" % rank)) as text:
+            return int(text.read().strip() or 0)
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
+def ddp_args(args, work):
+    return [DDP_SCRIPT, "--steps", str(args.kill_at + 40), "--ckpt-every", "20",
+            "--ckpt-dir", os.path.join(work, "ckpt"), "--mark-dir", os.path.join(work, "mark")]
+
+
+def kill_and_time_ddp(args, work, job):
+    """Kills rank 1 at step >= kill_at; returns the timings seen in the step log."""
+    mark = os.path.join(work, "mark")
+
+    def reached():
+        steps = [e for e in read_step_log(mark) if e[0] == "step"]
+        return steps[-1] if steps and steps[-1][1] >= args.kill_at else None
+
+    last = wait_for(reached, args.run_timeout, "rank 0 reaching step %d" % args.kill_at)
+    victim = read_pid(mark, 1)
+    pids = [read_pid(mark, rank) for rank in range(4)]
+    kill_t = time.time()
+    os.kill(victim, signal.SIGKILL)
+    restart_at_kill = last[3]
+
+    def resumed():
+        for kind, step, t, restart in read_step_log(mark):
+            if kind == "step" and restart != restart_at_kill:
+                return (step, t)
+        if job.proc.poll() is not None:
+            raise RuntimeError("the launcher exited (code %s) before a resumed step" % job.proc.returncode)
+        return None
+
+    first_step, first_t = wait_for(resumed, args.run_timeout, "first step after the restart")
+    entries = read_step_log(mark)
+    execs = [e[2] for e in entries if e[0] == "exec" and e[3] != restart_at_kill]
+    before = [e[1] for e in entries if e[0] == "step" and e[3] == restart_at_kill]
+    resume = [e for e in entries if e[0] == "resume" and e[3] != restart_at_kill]
+    resume_step = resume[0][1] if resume else first_step - 1
+    # The launcher's part ends when the last new worker runs the script; the rest (importing
+    # torch, rendezvous, loading the checkpoint, one step) is the script's and the same for both.
+    respawn_s = max(execs) - kill_t if len(execs) >= 4 else None
+    return {"kill_t": kill_t, "kill_to_step_s": first_t - kill_t, "kill_to_respawn_s": respawn_s,
+            "last_step": max(before),
+            "resume_step": resume_step, "steps_lost": max(before) - resume_step, "old_pids": pids}
+
+
+def run_ddp_torchrun(args, work):
+    log_dir = os.path.join(work, "torchrun-logs")
+    argv = ["torchrun", "--nproc_per_node=4", "--max_restarts=3", "--monitor_interval=0.1",
+            "--redirects=1", "--tee=1", "--log_dir=" + log_dir, "--master_port=%d" % free_port()] + ddp_args(args, work)
+    env = dict(os.environ)
+    job = Job(argv, work, env, os.path.join(work, "torchrun.out"))
+    try:
+        result = kill_and_time_ddp(args, work, job)
+        code = job.wait(args.run_timeout)
+    finally:
+        code = job.stop(signal.SIGTERM)
+    result["exit"] = code
+    return result
+
+
+def dtrain_env(home):
+    env = dict(os.environ)
+    env["DTRAIN_HOME"] = home
+    return env
+
+
+def only_run_dir(home):
+    runs = os.path.join(home, "runs")
+
+    def found():
+        names = os.listdir(runs) if os.path.isdir(runs) else []
+        return os.path.join(runs, names[0]) if names else None
+
+    return wait_for(found, 30, "run directory under " + runs)
+
+
+def dtrain_detection(run_dir, kill_t):
+    events = read_events(run_dir)
+    detected = first_event(events, "failure.detected")
+    completed = first_event(events, "recovery.completed")
+    out = {}
+    if detected:
+        out["detect_latency_ms"] = detected.get("latency_ms")
+        out["kill_to_detected_ms"] = (parse_ts(detected["ts"]) - kill_t) * 1000
+    if completed:
+        out["phases"] = completed.get("phases", {})
+        out["steps_lost_event"] = completed.get("steps_lost")
+        out["resume_step_event"] = completed.get("resume_step")
+        out["kill_to_completed_s"] = parse_ts(completed["ts"]) - kill_t
+    return out
+
+
+def event_timeline(run_dir, detected_gen=0):
+    """Recovery phases from the event times, for workers that never beat (no recovery.completed):
+    stop = recovery.started -> resources.released (old generation), replan = -> generation.spawned,
+    spawn = -> the last worker.started of the new generation. Milliseconds."""
+    events = read_events(run_dir)
+
+    def when(name, gen, last=False):
+        stamps = [parse_ts(e["ts"]) for e in events if e["ev"] == name and e.get("gen") == gen]
+        return (max(stamps) if last else min(stamps)) if stamps else None
+
+    started = when("recovery.started", detected_gen)
+    released = when("resources.released", detected_gen, last=True)
+    spawned = when("generation.spawned", detected_gen + 1)
+    running = when("worker.started", detected_gen + 1, last=True)
+    if None in (started, released, spawned, running):
+        return {}
+    return {"stop_ms": (released - started) * 1000, "replan_ms": (spawned - released) * 1000,
+            "spawn_ms": (running - spawned) * 1000}
+
+
+def write_spec(path, name, command, extra=""):
+    quoted = ", ".join(json.dumps(part) for part in command)
+    with open(path, "w") as spec:
+        spec.write("version: 1\nname: %s\nslots_per_host: 4\n" % name)
+        spec.write("worker:\n  command: [%s]\n  backend: gloo\n" % quoted)
+        spec.write("elastic: {max_restarts: 3}\n")
+        spec.write("heartbeat: {interval: 500ms, timeout: 5s, hang_timeout: 60s}\n")
+        spec.write("stop_grace: 5s\n" + extra)
+
+
+def run_ddp_dtrain(args, work):
+    home = os.path.join(work, "home")
+    os.makedirs(home)
+    spec = os.path.join(work, "ddp.yaml")
+    write_spec(spec, "bench-ddp", [args.torch_python] + ddp_args(args, work))
+    job = Job([args.dtrain, "submit", spec], work, dtrain_env(home), os.path.join(work, "dtrain.out"))
+    try:
+        run_dir = only_run_dir(home)
+        result = kill_and_time_ddp(args, work, job)
+        job.wait(args.run_timeout)
+    finally:
+        code = job.stop(signal.SIGINT)
+    result["exit"] = code
+    result.update(dtrain_detection(run_dir, result["kill_t"]))
+    result.setdefault("phases", event_timeline(run_dir))
+    return result
+
+
+def read_state(run_dir):
+    try:
+        with open(os.path.join(run_dir, "state.json")) as text:
+            return json.load(text)
+    except (OSError, ValueError):
+        return None
+
+
+def last_logged_step(run_dir):
+    """The newest "step N ..." line of ranks/0.log (0 if none)."""
+    try:
+        with open(os.path.join(run_dir, "ranks", "0.log"), "rb") as log:
+            log.seek(0, os.SEEK_END)
+            log.seek(max(0, log.tell() - 4096))
+            lines = log.read().decode(errors="replace").splitlines()
+    except OSError:
+        return 0
+    for line in reversed(lines):
+        fields = line.split()
+        if len(fields) >= 2 and fields[0] == "step" and fields[1].isdigit():
+            return int(fields[1])
+    return 0
+
+
+def last_step_of_generation(run_dir, generation):
+    """The newest "step N" line rank 0 printed in `generation` (ranks/0.log has a marker line
+    "=== dtrain generation G ..." before each generation's output)."""
+    last, current = None, None
+    try:
+        with open(os.path.join(run_dir, "ranks", "0.log"), errors="replace") as log:
+            for line in log:
+                fields = line.split()
+                if line.startswith("=== dtrain generation ") and len(fields) > 3 and fields[3].isdigit():
+                    current = int(fields[3])
+                elif current == generation and len(fields) >= 2 and fields[0] == "step" and fields[1].isdigit():
+                    last = int(fields[1])
+    except OSError:
+        return None
+    return last
+
+
+def run_trainer(args, work):
+    home = os.path.join(work, "home")
+    os.makedirs(home)
+    spec = os.path.join(work, "trainer.yaml")
+    dtrain_train = os.path.join(os.path.dirname(os.path.abspath(args.dtrain)), "dtrain-train")
+    # Paced so that step ~110 is reachable by polling and the run lasts a few seconds after
+    # the restart; the restart cost does not depend on the model size.
+    write_spec(spec, "bench-trainer",
+               [dtrain_train, "--steps", str(args.kill_at + 200), "--hidden", "256", "--layers", "3",
+                "--log-every", "1"],
+               "batch: {global: 64, micro: 8}\ncheckpoint: {interval_steps: 20, keep: 3}\n")
+    job = Job([args.dtrain, "submit", spec], work, dtrain_env(home), os.path.join(work, "dtrain.out"))
+    try:
+        run_dir = only_run_dir(home)
+
+        def victim():
+            # Rank 0's own step lines (every step is logged) are forwarded as they are printed;
+            # state.json's steps lag by up to a heartbeat interval.
+            state = read_state(run_dir)
+            if not state or not isinstance(state.get("ranks"), list) or len(state["ranks"]) < 4:
+                return None
+            pid = state["ranks"][1].get("pid")
+            return (pid, state["ranks"]) if pid and last_logged_step(run_dir) >= args.kill_at else None
+
+        pid, ranks = wait_for(victim, args.run_timeout, "every rank reaching step %d" % args.kill_at)
+        kill_t = time.time()
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: first_event(read_events(run_dir), "recovery.completed"), args.run_timeout,
+                 "recovery.completed")
+        job.wait(args.run_timeout)
+    finally:
+        code = job.stop(signal.SIGINT)
+    result = {"exit": code, "kill_t": kill_t, "old_pids": [rank.get("pid") for rank in ranks]}
+    result.update(dtrain_detection(run_dir, kill_t))
+    result["kill_to_step_s"] = result.get("kill_to_completed_s")
+    # steps_lost from rank 0's own lines: the event's last_step is the newest heartbeat, which
+    # lags the real step by up to one heartbeat interval.
+    last_before = last_step_of_generation(run_dir, 0)
+    if last_before is not None and result.get("resume_step_event") is not None:
+        result["steps_lost"] = last_before - max(0, result["resume_step_event"])
+    restarted = [parse_ts(e["ts"]) for e in read_events(run_dir) if e["ev"] == "worker.started" and e.get("gen", 0) >= 1]
+    if len(restarted) >= 4:
+        result["kill_to_respawn_s"] = max(restarted[:4]) - kill_t
+    result.setdefault("steps_lost", result.get("steps_lost_event"))
+    return result
+
+
+CASES = {
+    "trainer": ("dtrain + dtrain-train", run_trainer),
+    "ddp-dtrain": ("dtrain + ddp_train.py", run_ddp_dtrain),
+    "ddp-torchrun": ("torchrun + ddp_train.py", run_ddp_torchrun),
+}
+
+
+def fmt(value, pattern="%.0f"):
+    return "-" if value is None else pattern % value
+
+
+def load():
+    with open("/proc/loadavg") as text:
+        return text.read().split()[0]
+
+
+def main():
+    parser = argparse.ArgumentParser(description="kill -9 one worker; time kill -> first resumed step")
+    parser.add_argument("--dtrain", required=True, help="path of the built dtrain (dtrain-train next to it)")
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--cases", default="trainer,ddp-dtrain,ddp-torchrun")
+    parser.add_argument("--kill-at", type=int, default=110)
+    parser.add_argument("--run-timeout", type=float, default=240, help="seconds per wait inside one repetition")
+    parser.add_argument("--torch-python", default="/usr/bin/python3")
+    parser.add_argument("--keep", action="store_true", help="keep the work directories (logs, run dirs)")
+    args = parser.parse_args()
+    args.dtrain = os.path.abspath(args.dtrain)
+    # A time limit (timeout(1)) ends us with SIGTERM: unwind so that every Job.stop() runs and
+    # no launcher or worker of ours is left behind in its own session.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+    cases = [c for c in args.cases.split(",") if c]
+    for case in cases:
+        if case not in CASES:
+            parser.error("--cases: unknown case '%s' (known: %s)" % (case, ", ".join(CASES)))
+    has_torch = subprocess.run([args.torch_python, "-c", "import torch"], capture_output=True).returncode == 0
+    if not has_torch and any(c.startswith("ddp") for c in cases):
+        print("# skipping the DDP cases: '%s -c \"import torch\"' fails (apt-get install python3-torch)" % args.torch_python)
+        cases = [c for c in cases if not c.startswith("ddp")]
+    if "ddp-torchrun" in cases and not shutil.which("torchrun"):
+        print("# skipping ddp-torchrun: no torchrun on PATH")
+        cases.remove("ddp-torchrun")
+
+    print("# recovery: kill -9 of rank 1 of 4 (Gloo, CPU) at step >= %d; checkpoint every 20 steps; "
+          "%d repetitions; machine: %d cpus" % (args.kill_at, args.reps, os.cpu_count()))
+    print("%-24s %3s %5s %12s %13s %10s %10s %8s %8s %8s %8s %8s %6s %6s" %
+          ("case", "rep", "load", "kill->step_s", "kill->exec_s", "detect_ms", "k->det_ms", "stop_ms", "replan",
+           "spawn", "1st_step", "total", "lost", "exit"))
+    summary = {}
+    failures = 0
+    # Repetitions outer, cases inner: a change in the machine's load hits every case alike.
+    for rep in range(1, args.reps + 1):
+        for case in cases:
+            label, run = CASES[case]
+            work = tempfile.mkdtemp(prefix="dtrain-bench-recovery-")
+            load_before = load()
+            try:
+                result = run(args, work)
+            except (RuntimeError, TimeoutError, OSError) as failure:
+                print("%-24s %3d %5s  failed: %s (logs in %s)" % (label, rep, load_before, failure, work))
+                failures += 1
+                continue
+            left = [pid for pid in result.get("old_pids", []) if pid and pid_alive(pid)]
+            phases = result.get("phases", {})
+            print("%-24s %3d %5s %12.2f %13s %10s %10s %8s %8s %8s %8s %8s %6s %6s%s" %
+                  (label, rep, load_before, result["kill_to_step_s"], fmt(result.get("kill_to_respawn_s"), "%.2f"),
+                   fmt(result.get("detect_latency_ms")),
+                   fmt(result.get("kill_to_detected_ms")), fmt(phases.get("stop_ms")), fmt(phases.get("replan_ms")),
+                   fmt(phases.get("spawn_ms")), fmt(phases.get("first_step_ms")), fmt(phases.get("total_ms")),
+                   fmt(result.get("steps_lost"), "%d"), result.get("exit"),
+                   "  LEFT OVER: %s" % left if left else ""))
+            sys.stdout.flush()
+            summary.setdefault(label, []).append(result)
+            if not args.keep:
+                shutil.rmtree(work, ignore_errors=True)
+    print()
+    print("# medians")
+    print("%-24s %5s %13s %13s %13s %10s %8s %8s %7s" % ("case", "runs", "kill->step_s", "kill->exec_s",
+                                                        "k->detect_ms", "detect_ms", "stop_ms", "spawn_ms",
+                                                        "lost"))
+    for label, results in summary.items():
+        def median(get, pattern="%.0f"):
+            values = [v for v in (get(r) for r in results) if v is not None]
+            return fmt(statistics.median(values) if values else None, pattern)
+        print("%-24s %5d %13s %13s %13s %10s %8s %8s %7s" % (
+            label, len(results), median(lambda r: r.get("kill_to_step_s"), "%.2f"),
+            median(lambda r: r.get("kill_to_respawn_s"), "%.2f"), median(lambda r: r.get("kill_to_detected_ms")),
+            median(lambda r: r.get("detect_latency_ms")), median(lambda r: r.get("phases", {}).get("stop_ms")),
+            median(lambda r: r.get("phases", {}).get("spawn_ms")), median(lambda r: r.get("steps_lost"))))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
