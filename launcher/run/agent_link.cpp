@@ -31,6 +31,15 @@ Result<std::vector<nlohmann::json>> AgentLink::receive(int64_t now_ms) {
 void AgentLink::measure_offset(int64_t agent_time_ms, int64_t now_wall_ms) {
   int64_t round_trip = now_wall_ms - config_sent_wall_ms_;
   offset_ms_ = (config_sent_wall_ms_ + round_trip / 2) - agent_time_ms;
+  offset_round_trip_ms_ = round_trip;
+}
+
+void AgentLink::refine_offset(int64_t ping_sent_wall_ms, int64_t agent_time_ms, int64_t now_wall_ms) {
+  int64_t round_trip = now_wall_ms - ping_sent_wall_ms;
+  if (round_trip < 0) return;  // the wall clock stepped back: no information
+  if (offset_round_trip_ms_ >= 0 && round_trip >= offset_round_trip_ms_) return;
+  offset_ms_ = (ping_sent_wall_ms + round_trip / 2) - agent_time_ms;
+  offset_round_trip_ms_ = round_trip;
 }
 
 }  // namespace dtrain::run

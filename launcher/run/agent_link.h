@@ -31,9 +31,16 @@ class AgentLink {
   /// Called at hello: offset = supervisor wall time − agent wall time, corrected by half the
   /// round trip since config was sent.
   void measure_offset(int64_t agent_time_ms, int64_t now_wall_ms);
+  /// At every pong: the same estimate from a ping's own round trip, kept when that round trip
+  /// is the shortest so far. Over SSH the hello's "round trip" includes connecting and
+  /// authenticating, so its offset can be off by a large fraction of a second — enough to
+  /// blame a worker that our own stop killed for the failure that caused the stop.
+  void refine_offset(int64_t ping_sent_wall_ms, int64_t agent_time_ms, int64_t now_wall_ms);
   /// Converts an agent timestamp to the supervisor's clock.
   int64_t to_supervisor_time(int64_t agent_time_ms) const { return agent_time_ms + offset_ms_; }
   int64_t offset_ms() const { return offset_ms_; }
+  /// How far off offset_ms() may be: half the round trip it was measured with.
+  int64_t offset_uncertainty_ms() const { return offset_round_trip_ms_ < 0 ? 0 : (offset_round_trip_ms_ + 1) / 2; }
 
   int64_t last_heard_ms() const { return last_heard_ms_; }
   bool connected = false;   ///< hello received
@@ -47,6 +54,7 @@ class AgentLink {
   int64_t last_heard_ms_ = 0;
   int64_t config_sent_wall_ms_ = 0;
   int64_t offset_ms_ = 0;
+  int64_t offset_round_trip_ms_ = -1;  ///< round trip of the sample offset_ms_ came from
 };
 
 }  // namespace dtrain::run

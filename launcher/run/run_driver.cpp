@@ -341,6 +341,9 @@ void RunDriver::handle_frame(AgentLink& link, const json& message) {
     link.connected = true;
     link.facts = message.value("facts", json::object());
     link.measure_offset(message.value("agent_time_ms", clock_.wall_ms()), clock_.wall_ms());
+    // A ping now measures the clock offset from a true round trip (refine_offset) before any
+    // failure has to be ordered across hosts.
+    link.send({{"type", msg::kPing}, {"id", next_request_id_++}, {"supervisor_time_ms", clock_.wall_ms()}});
     (void)write_file_atomic(run_.host_facts_path(link.host()),
                             json{{"host", link.host()}, {"agent_pid", message.value("pid", 0)},
                                  {"version", message.value("version", "")},
@@ -384,7 +387,8 @@ void RunDriver::handle_frame(AgentLink& link, const json& message) {
     record(event);
     store_.forget({link.host(), rank});  // its pending waits would be answered to nobody
     int64_t observed = link.to_supervisor_time(message.value("agent_time_ms", clock_.wall_ms()));
-    feed(supervisor::WorkerExited{gen, rank, message.value("pid", 0), code, signal_name, observed});
+    feed(supervisor::WorkerExited{gen, rank, message.value("pid", 0), code, signal_name, observed,
+                                  link.offset_uncertainty_ms()});
   } else if (type == msg::kLog) {
     std::string line = message.value("line", "");
     (void)rank_logs_.append(rank, gen, line + "\n", clock_.wall_ms());
@@ -405,6 +409,16 @@ void RunDriver::handle_frame(AgentLink& link, const json& message) {
   } else if (type == msg::kError) {
     log_->error("agent {}: {}", link.host(), message.value("message", ""));
     record({{"ev", "agent.error"}, {"host", link.host()}, {"message", message.value("message", "")}});
+  } else if (type == msg::kPong) {
+    if (message.contains("supervisor_time_ms") && message.contains("agent_time_ms")) {
+      int64_t before = link.offset_ms();
+      link.refine_offset(message.value("supervisor_time_ms", int64_t{0}),
+                         message.value("agent_time_ms", int64_t{0}), clock_.wall_ms());
+      if (std::abs(link.offset_ms() - before) >= 10) {
+        log_->info("host {}: clock offset {} ms (was {} ms; measured by ping round trip)", link.host(),
+                   link.offset_ms(), before);
+      }
+    }
   } else if (type == msg::kBye) {
     log_->info("agent {} said bye: {}", link.host(), message.value("reason", ""));
   } else if (type == msg::kBeat && message.contains("workers") && message["workers"].is_array()) {
@@ -448,6 +462,7 @@ void RunDriver::handle_from_worker(AgentLink& link, const json& message) {
   } else if (type == contract::wire::kCkptRejected) {
     record({{"ev", "checkpoint.rejected"}, {"gen", gen}, {"rank", rank}, {"host", link.host()},
             {"step", body.value("step", int64_t{-1})}, {"reason", body.value("reason", "")}});
+    feed(supervisor::CheckpointRejected{gen, body.value("step", int64_t{-1})});
   }
 }
 

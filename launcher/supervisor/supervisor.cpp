@@ -384,8 +384,9 @@ void Supervisor::on(const WorkerExited& event) {
   // Exits after we decided to stop are consequences — unless the agent saw this one before we
   // sent the stop and earlier than the failure we blamed: then it is the real root cause.
   int64_t stop_sent_wall = clock_.wall_ms() - (clock_.monotonic_ms() - stop_sent_ms_);
-  if (during_stop && root_cause_ && event.observed_ms > 0 && event.observed_ms < stop_sent_wall &&
-      event.observed_ms < root_cause_->observed_ms && root_cause_->kind == "worker.exit") {
+  int64_t latest_possible = event.observed_ms + std::max<int64_t>(0, event.observed_uncertainty_ms);
+  if (during_stop && root_cause_ && event.observed_ms > 0 && latest_possible < stop_sent_wall &&
+      latest_possible < root_cause_->observed_ms && root_cause_->kind == "worker.exit") {
     root_cause_ = cause;
     if (recovery_) recovery_->cause = cause;
     record({{"ev", "failure.root_cause"}, {"rank", cause.rank}, {"host", cause.host},
@@ -428,7 +429,20 @@ void Supervisor::on(const WorkerProgress& event) {
 
 void Supervisor::on(const CheckpointCommitted& event) {
   if (event.gen != generation_) return;
+  committed_steps_.insert(event.step);
   latest_checkpoint_step_ = std::max(latest_checkpoint_step_, event.step);
+}
+
+void Supervisor::on(const CheckpointRejected& event) {
+  // Workers fall back to the newest older step that verifies; follow them so that the next
+  // resume and this recovery's resume_step/steps_lost tell the truth.
+  committed_steps_.erase(event.step);
+  latest_checkpoint_step_ = committed_steps_.empty() ? -1 : *committed_steps_.rbegin();
+  if (recovery_ && recovery_->resume_step == event.step && event.gen == generation_) {
+    auto older = committed_steps_.lower_bound(event.step);
+    recovery_->resume_step = older == committed_steps_.begin() ? -1 : *std::prev(older);
+    generation_start_step_ = recovery_->resume_step;
+  }
 }
 
 void Supervisor::on(const WorkerStoppedSeen& event) {

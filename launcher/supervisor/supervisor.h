@@ -80,6 +80,7 @@ class Supervisor {
   void on(const WorkerExited& event);
   void on(const WorkerProgress& event);
   void on(const CheckpointCommitted& event);
+  void on(const CheckpointRejected& event);
   void on(const WorkerStoppedSeen& event);
   void on(const GenerationReleased& event);
   void on(const StopRequested& event);
@@ -126,6 +127,7 @@ class Supervisor {
   std::vector<int64_t> failure_times_ms_;  ///< monotonic, for restart_window
   int restarts_ = 0;
   int64_t latest_checkpoint_step_ = -1;
+  std::set<int64_t> committed_steps_;  ///< minus the ones found damaged
   int generations_without_progress_ = 0;
   int64_t generation_start_step_ = -1;
 };

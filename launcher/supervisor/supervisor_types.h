@@ -52,10 +52,15 @@ struct WorkerExited {
   std::optional<int> code;
   std::optional<std::string> signal;  ///< "SIGKILL"
   int64_t observed_ms = 0;
+  /// How far observed_ms may be off (the clock offset's uncertainty): an exit is only ordered
+  /// before another event when it is earlier by more than this.
+  int64_t observed_uncertainty_ms = 0;
 };
 /// A worker's heartbeat carried a step.
 struct WorkerProgress { int gen = 0; int rank = 0; int64_t step = 0; };
 struct CheckpointCommitted { int gen = 0; int64_t step = 0; };
+/// A worker found checkpoint `step` damaged on resume and skipped it.
+struct CheckpointRejected { int gen = 0; int64_t step = 0; };
 /// The agent saw a worker stopped (process state 'T': SIGSTOP, or a debugger). A stopped rank
 /// is the prime suspect when its peers hang waiting for it.
 struct WorkerStoppedSeen { int gen = 0; int rank = 0; };
@@ -66,7 +71,8 @@ struct StopRequested { std::string reason; };
 struct Tick {};
 
 using Event = std::variant<HostConnected, HostLost, WorkerStarted, WorkerSpawnFailed, WorkerExited,
-                           WorkerProgress, CheckpointCommitted, WorkerStoppedSeen,
+                           WorkerProgress, CheckpointCommitted, CheckpointRejected,
+                           WorkerStoppedSeen,
                            GenerationReleased, StopRequested, Tick>;
 
 // ---- actions (what the driver must do) ------------------------------------------------------

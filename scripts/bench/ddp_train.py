@@ -8,8 +8,9 @@ For the benchmark harness (recovery.py) it also writes, with wall-clock timestam
   <--mark-dir>/pid-<rank>     this process's pid (rewritten on every (re)start)
   <--mark-dir>/steps.log      every rank: "exec RANK t=<unix time> restart=<R> pid=<pid>"
                               (t: when the interpreter reached this file, before importing torch);
-                              rank 0: "resume S t=..." after loading a checkpoint and
-                              "step N t=... restart=R pid=P loss=L" after every step
+                              rank 0: "imported 0 t=..." (torch imported), "joined 0 t=..."
+                              (init_process_group returned), "resume S t=..." after loading a
+                              checkpoint and "step N t=... restart=R pid=P loss=L" after every step
 Both launchers are timed from the same files on the same clock.
 
 Checkpoint directory: --ckpt-dir, else $DTRAIN_CKPT_DIR (set by dtrain), else ./ddp-ckpt.
@@ -91,8 +92,13 @@ def main():
             steps_log.close()
             steps_log = None
 
+    mark = "%d t=%.6f restart=%s pid=%d\n"
+    if steps_log:
+        steps_log.write("imported " + mark % (rank, time.time(), restart_id(), os.getpid()))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world)
+    if steps_log:
+        steps_log.write("joined " + mark % (rank, time.time(), restart_id(), os.getpid()))
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, args.hidden), nn.ReLU(), nn.Linear(args.hidden, args.hidden), nn.ReLU(),
                           nn.Linear(args.hidden, 10))

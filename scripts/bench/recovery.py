@@ -186,9 +186,19 @@ def kill_and_time_ddp(args, work, job):
     # The launcher's part ends when the last new worker runs the script; the rest (importing
     # torch, rendezvous, loading the checkpoint, one step) is the script's and the same for both.
     respawn_s = max(execs) - kill_t if len(execs) >= 4 else None
+    # Rank 0's own phases after the restart: interpreter start -> torch imported -> rendezvous
+    # (init_process_group) done -> first step (which includes loading the checkpoint).
+    def rank0(kind):
+        stamps = [e[2] for e in entries if e[0] == kind and e[1] == 0 and e[3] != restart_at_kill]
+        return stamps[0] if stamps else None
+    exec0, imported0, joined0 = rank0("exec"), rank0("imported"), rank0("joined")
+    script = {}
+    if None not in (exec0, imported0, joined0):
+        script = {"import_s": imported0 - exec0, "rendezvous_s": joined0 - imported0, "to_step_s": first_t - joined0}
     return {"kill_t": kill_t, "kill_to_step_s": first_t - kill_t, "kill_to_respawn_s": respawn_s,
             "last_step": max(before),
-            "resume_step": resume_step, "steps_lost": max(before) - resume_step, "old_pids": pids}
+            "resume_step": resume_step, "steps_lost": max(before) - resume_step, "old_pids": pids,
+            "script": script}
 
 
 def run_ddp_torchrun(args, work):
@@ -463,6 +473,18 @@ def main():
             median(lambda r: r.get("kill_to_respawn_s"), "%.2f"), median(lambda r: r.get("kill_to_detected_ms")),
             median(lambda r: r.get("detect_latency_ms")), median(lambda r: r.get("phases", {}).get("stop_ms")),
             median(lambda r: r.get("phases", {}).get("spawn_ms")), median(lambda r: r.get("steps_lost"))))
+    ddp = {label: results for label, results in summary.items() if any(r.get("script") for r in results)}
+    if ddp:
+        print()
+        print("# the DDP script's own restart phases (rank 0, medians, s): interpreter start -> torch imported"
+              " -> init_process_group done -> first step")
+        print("%-24s %10s %13s %10s" % ("case", "import_s", "rendezvous_s", "to_step_s"))
+        for label, results in ddp.items():
+            def script_median(key):
+                values = [r["script"][key] for r in results if key in r.get("script", {})]
+                return fmt(statistics.median(values) if values else None, "%.2f")
+            print("%-24s %10s %13s %10s" % (label, script_median("import_s"), script_median("rendezvous_s"),
+                                            script_median("to_step_s")))
     return 1 if failures else 0
 
 

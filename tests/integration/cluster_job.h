@@ -9,11 +9,14 @@
 // $DTRAIN_BINARY_DIR/e2e-tmp/ (checkpoints must be shared: each shard is written by DP rank 0
 // of its coordinate, wherever it runs, and read by every rank on resume).
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <climits>
+#include <cmath>
 #include <cstdlib>
 #include <string>
 #include <vector>

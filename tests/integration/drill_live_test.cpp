@@ -35,12 +35,20 @@ struct LiveRun {
     id = submit.out().substr(0, submit.out().find('\n'));
     REQUIRE(!id.empty());
   }
+  LiveRun(const LiveRun&) = delete;
+  LiveRun& operator=(const LiveRun&) = delete;
+  // A test that stopped early (a failed REQUIRE) must not leave its run training.
+  ~LiveRun() {
+    if (!stopped && !id.empty()) env.run({"stop", id}, 60000);
+  }
   std::string dir() const { return env.home() + "/runs/" + id; }
   void stop() {
-    DtrainProcess stopped = env.run({"stop", id}, 60000);
-    CHECK(stopped.exit_code == 0);
+    stopped = true;
+    DtrainProcess stop_process = env.run({"stop", id}, 60000);
+    CHECK(stop_process.exit_code == 0);
     CHECK(wait_until([&] { return processes_of_run(id).empty(); }, 10000));
   }
+  bool stopped = false;
 };
 
 json parse_verdict(const DtrainProcess& drill) {

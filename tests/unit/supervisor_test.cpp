@@ -430,3 +430,24 @@ TEST_CASE("steps lost count a committed checkpoint newer than the last beat") {
   }
   CHECK(found);
 }
+
+TEST_CASE("an exit within the clock uncertainty of the stop is a consequence, not the root cause") {
+  Harness h(make_spec(2, 1));
+  h.connect_all();
+  h.start_all(0);
+  h.clock.advance_ms(1000);
+  WorkerExited first = h.exit_code(0, 1, 3);
+  h.feed(first);
+  REQUIRE(h.supervisor->root_cause()->rank == 1);
+  // Killed by our own stop; its host's clock offset is known only to ±40 ms, so a stamp 20 ms
+  // before the stop proves nothing.
+  h.clock.advance_ms(5);
+  WorkerExited killed = h.exit_code(0, 0, 0);
+  killed.code.reset();
+  killed.signal = "SIGTERM";
+  killed.observed_ms = first.observed_ms - 20;
+  killed.observed_uncertainty_ms = 40;
+  auto actions = h.feed(killed);
+  CHECK(!has_event(actions, "failure.root_cause"));
+  CHECK(h.supervisor->root_cause()->rank == 1);
+}

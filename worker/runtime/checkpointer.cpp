@@ -232,9 +232,23 @@ Result<std::optional<Checkpointer::Restored>> Checkpointer::restore(int64_t resu
   int64_t step = resume_step;
   if (resume_step >= 0) {
     if (Status verified = verify_checkpoint(options_.dir, resume_step); !verified) {
-      return Error{"DTRAIN_RESUME_STEP=" + std::to_string(resume_step) + ": checkpoint step-" +
-                   std::to_string(resume_step) + " in '" + options_.dir +
-                   "' does not verify: " + verified.error().message};
+      // The step the supervisor named is damaged (bad disk, corrupt-checkpoint drill): refuse it
+      // with an event and fall back to the newest older step that verifies. Every rank reads the
+      // same files, so every rank makes the same choice.
+      std::fprintf(stderr, "dtrain: checkpoint step-%lld rejected: %s\n", static_cast<long long>(resume_step),
+                   verified.error().message.c_str());
+      if (topology.rank == 0) worker_.report_checkpoint_rejected(resume_step, verified.error().message);
+      step = -1;
+      for (int64_t older : ckpt::list_steps(options_.dir)) {
+        if (older >= resume_step) continue;
+        if (Status ok = verify_checkpoint(options_.dir, older); !ok) {
+          if (topology.rank == 0) worker_.report_checkpoint_rejected(older, ok.error().message);
+          continue;
+        }
+        step = older;
+        break;
+      }
+      if (step < 0) return std::optional<Restored>();
     }
   } else {
     CheckpointScan scan = latest_complete(options_.dir);
