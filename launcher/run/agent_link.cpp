@@ -35,6 +35,7 @@ void AgentLink::measure_offset(int64_t agent_time_ms, int64_t now_wall_ms) {
 }
 
 void AgentLink::refine_offset(int64_t ping_sent_wall_ms, int64_t agent_time_ms, int64_t now_wall_ms) {
+  if (connection_->local_pid()) return;  // a local agent shares our clock: offset 0 is exact
   int64_t round_trip = now_wall_ms - ping_sent_wall_ms;
   if (round_trip < 0) return;  // the wall clock stepped back: no information
   if (offset_round_trip_ms_ >= 0 && round_trip >= offset_round_trip_ms_) return;

@@ -34,7 +34,8 @@ class AgentLink {
   /// At every pong: the same estimate from a ping's own round trip, kept when that round trip
   /// is the shortest so far. Over SSH the hello's "round trip" includes connecting and
   /// authenticating, so its offset can be off by a large fraction of a second — enough to
-  /// blame a worker that our own stop killed for the failure that caused the stop.
+  /// blame a worker that our own stop killed for the failure that caused the stop. A no-op for
+  /// a local agent, which shares our clock.
   void refine_offset(int64_t ping_sent_wall_ms, int64_t agent_time_ms, int64_t now_wall_ms);
   /// Converts an agent timestamp to the supervisor's clock.
   int64_t to_supervisor_time(int64_t agent_time_ms) const { return agent_time_ms + offset_ms_; }

@@ -340,7 +340,10 @@ void RunDriver::handle_frame(AgentLink& link, const json& message) {
     }
     link.connected = true;
     link.facts = message.value("facts", json::object());
-    link.measure_offset(message.value("agent_time_ms", clock_.wall_ms()), clock_.wall_ms());
+    // A local agent shares our clock: a one-round-trip estimate would only add noise.
+    if (!link.connection().local_pid()) {
+      link.measure_offset(message.value("agent_time_ms", clock_.wall_ms()), clock_.wall_ms());
+    }
     // A ping now measures the clock offset from a true round trip (refine_offset) before any
     // failure has to be ordered across hosts.
     link.send({{"type", msg::kPing}, {"id", next_request_id_++}, {"supervisor_time_ms", clock_.wall_ms()}});

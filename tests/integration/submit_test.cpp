@@ -191,7 +191,7 @@ TEST_CASE("an invalid spec is refused before anything starts, with exit 2") {
   CHECK(env.run_dirs().empty());
 }
 
-TEST_CASE("--detach returns the run id; status, logs --follow and stop work on it") {
+TEST_CASE("--detach returns the run id and status, logs --follow and stop work on it") {
   DtrainEnv env;
   std::string spec = env.write_spec(
       "detach.yaml",
