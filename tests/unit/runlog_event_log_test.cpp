@@ -67,7 +67,7 @@ TEST_CASE("the event log starts with a versioned header and appends ts-first lin
   CHECK_FALSE(EventLog::create(path, "train-1", kWall).ok());
 }
 
-TEST_CASE("a truncated final line is skipped; a corrupt middle line is reported with its number") {
+TEST_CASE("a truncated final line is skipped and a corrupt middle line is reported with its number") {
   TempDir dir;
   std::string path = dir.path + "/events.jsonl";
   {

@@ -120,7 +120,7 @@ TEST_CASE("state.json is written atomically and read back with its version check
   CHECK_FALSE(write_state(run, json::array()).ok());
 }
 
-TEST_CASE("supervisor_alive: this process yes; a dead pid or a reused pid no") {
+TEST_CASE("supervisor_alive: this process yes, a dead pid or a reused pid no") {
   json state = {{"state", "running"}};
   CHECK_FALSE(supervisor_alive(state));  // no supervisor recorded
 
