@@ -14,12 +14,13 @@ echo
 echo "== $dtrain submit configs/quickstart.yaml"
 status=0
 "$dtrain" submit configs/quickstart.yaml || status=$?
-run_id=$("$dtrain" status --json | python3 -c 'import json,sys; runs=json.load(sys.stdin); print(runs[-1]["id"] if runs else "")' 2>/dev/null || true)
+last_run=$("$dtrain" status --json | python3 -c 'import json,sys; runs=json.load(sys.stdin); print(runs[-1]["run_id"], runs[-1]["path"]) if runs else None' 2>/dev/null || true)
 echo
-if [ -n "$run_id" ]; then
-  echo "Look at the run:"
+if [ -n "$last_run" ]; then
+  read -r run_id run_dir <<<"$last_run"
+  echo "The run log is in $run_dir. Look at it with:"
   echo "  $dtrain status $run_id        # state, ranks, recent events"
   echo "  $dtrain logs $run_id --tail 5 # what the workers printed"
-  echo "  cat \$($dtrain status $run_id --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"state\"][\"spec_path\"].rsplit(\"/\",1)[0])')/events.jsonl"
+  echo "  less $run_dir/events.jsonl    # every event, one JSON object a line"
 fi
 exit $status
