@@ -8,25 +8,14 @@
 #include <fstream>
 
 #include "launcher/spec/spec_loader.h"
+#include "tests/unit/temp_dir.h"
 
 using namespace dtrain;
 using namespace dtrain::spec;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char pattern[] = "/tmp/dtrain-spec-errors-XXXXXX";
-    REQUIRE(mkdtemp(pattern) != nullptr);
-    path = pattern;
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  std::string write(const std::string& name, const std::string& text) const {
-    std::ofstream(path + "/" + name) << text;
-    return path + "/" + name;
-  }
-};
+using dtrain::testing::TempDir;
 
 const std::string kWorker = "worker:\n  command: [python3, train.py]\n";
 
