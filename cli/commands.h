@@ -2,6 +2,8 @@
 // One file per subcommand; each adds itself to the CLI11 app and, when chosen, stores its exit
 // code in `exit_code`. CLI11 is used only in cli/.
 
+#include <string>
+
 #include <CLI/CLI.hpp>
 
 namespace dtrain::cli {
@@ -10,9 +12,13 @@ struct CommandContext {
   int exit_code = 0;
 };
 
+/// The absolute path of this dtrain binary (/proc/self/exe): agents and drills run it again.
+std::string this_executable();
+
 void add_validate_command(CLI::App& app, CommandContext& context);
 void add_plan_command(CLI::App& app, CommandContext& context);
 void add_submit_command(CLI::App& app, CommandContext& context);
+void add_resume_command(CLI::App& app, CommandContext& context);
 void add_status_command(CLI::App& app, CommandContext& context);
 void add_logs_command(CLI::App& app, CommandContext& context);
 void add_stop_command(CLI::App& app, CommandContext& context);

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   cli::add_validate_command(app, context);
   cli::add_plan_command(app, context);
   cli::add_submit_command(app, context);
+  cli::add_resume_command(app, context);
   cli::add_status_command(app, context);
   cli::add_logs_command(app, context);
   cli::add_stop_command(app, context);

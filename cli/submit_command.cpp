@@ -12,16 +12,12 @@
 
 namespace dtrain::cli {
 
-namespace {
-
 std::string this_executable() {
   char path[PATH_MAX];
   ssize_t length = ::readlink("/proc/self/exe", path, sizeof path - 1);
   if (length <= 0) return "dtrain";
   return std::string(path, static_cast<size_t>(length));
 }
-
-}  // namespace
 
 void add_submit_command(CLI::App& app, CommandContext& context) {
   struct Options {

@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/spdlog.h>
@@ -103,6 +104,15 @@ class RunDriver {
         supervisor_(spec_, plan, clock_),
         submitted_wall_ms_(clock_.wall_ms()) {}
 
+  /// Continue a run whose supervisor died: call before run().
+  void resume_from(const supervisor::ResumeFrom& from, int64_t submitted_wall_ms) {
+    resumed_ = true;
+    submitted_wall_ms_ = submitted_wall_ms;
+    resumed_wall_ms_ = clock_.wall_ms();
+    pending_resume_ = from;
+    last_checkpoint_step_ = from.committed_steps.empty() ? -1 : from.committed_steps.back();
+  }
+
   int run();
 
  private:
@@ -160,6 +170,9 @@ class RunDriver {
   UniqueFd signal_write_;
   int signals_seen_ = 0;
   int64_t submitted_wall_ms_;
+  bool resumed_ = false;
+  int64_t resumed_wall_ms_ = 0;
+  std::optional<supervisor::ResumeFrom> pending_resume_;
   int64_t last_state_write_ms_ = 0;
   int64_t last_ping_ms_ = 0;
   int64_t last_metrics_ms_ = 0;
@@ -715,9 +728,10 @@ void RunDriver::write_state(bool force) {
       {"excluded_hosts", json(std::vector<std::string>(supervisor_.excluded_hosts().begin(),
                                                        supervisor_.excluded_hosts().end()))},
       {"supervisor", {{"pid", ::getpid()}, {"hostname", this_hostname()},
-                      {"started_at_ms", submitted_wall_ms_},
+                      {"started_at_ms", resumed_ ? resumed_wall_ms_ : submitted_wall_ms_},
                       {"proc_start_ticks", current_process_start_ticks()}}},
       {"submitted_at_ms", submitted_wall_ms_},
+      {"resumed_at_ms", resumed_ ? json(resumed_wall_ms_) : json(nullptr)},
       {"finished_at_ms", finished_ ? json(clock_.wall_ms()) : json(nullptr)},
       {"updated_at_ms", clock_.wall_ms()},
       {"ranks", ranks},
@@ -848,6 +862,10 @@ int RunDriver::run() {
   }
   log_->info("dtrain {} supervising run {} (pid {})", kVersion, run_.id(), ::getpid());
   write_state(true);
+  if (pending_resume_) {
+    for (const supervisor::Action& action : supervisor_.resume_from(*pending_resume_)) perform(action);
+    pending_resume_.reset();
+  }
   start_agents();
 
   while (!finished_) {
@@ -896,6 +914,33 @@ int RunDriver::run() {
   return to_int(finish.exit_code);
 }
 
+/// Forks the supervisor into the background. In the parent: prints the run id and returns the
+/// exit code for it; in the child (new session, stdio on /dev/null): returns nullopt.
+std::optional<int> detach(const std::string& run_id, const char* what) {
+  std::fflush(stdout);
+  pid_t child = ::fork();
+  if (child < 0) {
+    std::fprintf(stderr, "dtrain: fork: %s\n", errno_text(errno).c_str());
+    return to_int(ExitCode::infra);
+  }
+  if (child > 0) {
+    std::printf("%s\n", run_id.c_str());
+    std::fprintf(stderr, "dtrain: run %s %s in the background (supervisor pid %d)\n"
+                         "  dtrain status %s · dtrain logs %s --follow · dtrain stop %s\n",
+                 run_id.c_str(), what, child, run_id.c_str(), run_id.c_str(), run_id.c_str());
+    return to_int(ExitCode::ok);
+  }
+  ::setsid();
+  int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (null_fd >= 0) {
+    ::dup2(null_fd, STDIN_FILENO);
+    ::dup2(null_fd, STDOUT_FILENO);
+    ::dup2(null_fd, STDERR_FILENO);
+    ::close(null_fd);
+  }
+  return std::nullopt;
+}
+
 Console::Mode console_mode(bool detached) {
   if (detached) return Console::Mode::quiet;
   return ::isatty(STDERR_FILENO) ? Console::Mode::terminal : Console::Mode::plain;
@@ -941,27 +986,7 @@ int submit(const SubmitOptions& options) {
                        clock.wall_ms());
 
   if (options.detach) {
-    std::fflush(stdout);
-    pid_t child = ::fork();
-    if (child < 0) {
-      std::fprintf(stderr, "dtrain: fork: %s\n", errno_text(errno).c_str());
-      return to_int(ExitCode::infra);
-    }
-    if (child > 0) {
-      std::printf("%s\n", run_id.c_str());
-      std::fprintf(stderr, "dtrain: run %s started in the background (supervisor pid %d)\n"
-                           "  dtrain status %s · dtrain logs %s --follow · dtrain stop %s\n",
-                   run_id.c_str(), child, run_id.c_str(), run_id.c_str(), run_id.c_str());
-      return to_int(ExitCode::ok);
-    }
-    ::setsid();
-    int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
-    if (null_fd >= 0) {
-      ::dup2(null_fd, STDIN_FILENO);
-      ::dup2(null_fd, STDOUT_FILENO);
-      ::dup2(null_fd, STDERR_FILENO);
-      ::close(null_fd);
-    }
+    if (std::optional<int> parent_exit = detach(run_id, "started")) return *parent_exit;
   } else {
     std::fprintf(stderr, "dtrain: run %s · %d workers on %zu host(s) · run log %s\n", run_id.c_str(),
                  plan->world_size, plan->hosts.size(), run->path().c_str());
@@ -969,6 +994,162 @@ int submit(const SubmitOptions& options) {
 
   RunDriver driver(spec, std::move(plan).value(), std::move(run).value(), std::move(events).value(),
                    options.dtrain_exe, options.detach, Console(console_mode(options.detach), stderr));
+  int code = driver.run();
+  if (options.detach) std::_Exit(code);
+  return code;
+}
+
+}  // namespace dtrain::run
+
+// ---- dtrain resume ----------------------------------------------------------------------------
+
+namespace dtrain::run {
+
+namespace {
+
+int refuse(const std::string& message, ExitCode code = ExitCode::usage) {
+  std::fprintf(stderr, "dtrain resume: %s\n", message.c_str());
+  return to_int(code);
+}
+
+/// Whether `pid` is still a `dtrain agent` (and not a reused pid): its argv has "agent".
+bool is_agent_process(int pid) {
+  if (pid <= 1 || !process_start_ticks(pid)) return false;
+  Result<std::string> cmdline = read_file("/proc/" + std::to_string(pid) + "/cmdline");
+  if (!cmdline) return false;
+  for (const std::string& argument : split(*cmdline, '\0')) {
+    if (argument == "agent") return true;
+  }
+  return false;
+}
+
+/// The agents the dead supervisor started on this machine (hosts/<host>.json of local hosts).
+std::vector<int> local_agent_pids(const RunDirectory& run, const spec::JobSpec& spec) {
+  std::vector<int> pids;
+  std::vector<spec::HostEntry> hosts = spec.hosts;
+  hosts.insert(hosts.end(), spec.spares.begin(), spec.spares.end());
+  for (const spec::HostEntry& host : hosts) {
+    if (!host.is_local()) continue;
+    Result<std::string> text = read_file(run.host_facts_path(host.name));
+    if (!text) continue;
+    json facts = json::parse(*text, nullptr, false);
+    if (facts.is_object() && facts.value("agent_pid", 0) > 1) pids.push_back(facts.value("agent_pid", 0));
+  }
+  return pids;
+}
+
+}  // namespace
+
+int resume(const ResumeOptions& options) {
+  SystemClock clock;
+  Result<RunDirectory> run = RunDirectory::open(options.run);
+  if (!run) return refuse(run.error().message);
+  Result<json> state = read_state(*run);
+  if (!state) return refuse("cannot read the run's state: " + state.error().message, ExitCode::infra);
+  std::string previous_state = state->value("state", "unknown");
+  const json supervisor_info = state->value("supervisor", json::object());
+  int previous_pid = supervisor_info.value("pid", 0);
+  std::string previous_host = supervisor_info.value("hostname", "");
+  bool terminal = is_terminal_state(previous_state);
+  if (previous_state == "succeeded") {
+    return refuse("run " + run->id() + " already succeeded; nothing to resume (submit the spec again for a new run)");
+  }
+  if (!terminal && supervisor_alive(*state)) {
+    if (!previous_host.empty() && previous_host != this_hostname()) {
+      return refuse("run " + run->id() + " is supervised from host " + previous_host + " (pid " +
+                    std::to_string(previous_pid) + "); whether it still runs can only be checked there: "
+                    "run `dtrain resume " + run->id() + "` on " + previous_host);
+    }
+    return refuse("run " + run->id() + " is still supervised by pid " + std::to_string(previous_pid) +
+                  " (state " + previous_state + "); nothing to resume. `dtrain stop " + run->id() +
+                  "` ends it");
+  }
+
+  spec::LoadResult loaded = spec::load_job_spec(run->spec_path(), {});
+  if (!loaded.ok()) return refuse("the run's saved spec cannot be loaded:\n" + loaded.message());
+  spec::JobSpec spec = std::move(*loaded.spec);
+  Result<plan::RankPlan> plan = plan::make_plan(spec);
+  if (!plan) return refuse(run->spec_path() + ": " + plan.error().message);
+
+  Result<std::vector<json>> events = read_events(run->events_path());
+  if (!events) return refuse("cannot read the run log: " + events.error().message, ExitCode::infra);
+  supervisor::ResumeFrom from;
+  from.supervisor_lost = !terminal;
+  from.previous_pid = previous_pid;
+  from.previous_host = previous_host;
+  from.restarts = state->value("restarts", 0);
+  from.last_seen_wall_ms = state->value("updated_at_ms", int64_t{0});
+  std::set<int64_t> committed;
+  for (const json& event : *events) {
+    std::string name = event.value("ev", "");
+    if (name == "plan.generation" || name == "generation.spawned") {
+      from.last_generation = std::max(from.last_generation, event.value("gen", -1));
+    } else if (name == "checkpoint.committed") {
+      committed.insert(event.value("step", int64_t{-1}));
+    } else if (name == "checkpoint.rejected") {
+      committed.erase(event.value("step", int64_t{-1}));
+    }
+  }
+  committed.erase(-1);
+  from.committed_steps.assign(committed.begin(), committed.end());
+  if (state->contains("ranks") && (*state)["ranks"].is_array()) {
+    for (const json& rank : (*state)["ranks"]) {
+      if (rank.contains("step") && rank["step"].is_number_integer()) {
+        from.last_step = std::max(from.last_step, rank["step"].get<int64_t>());
+      }
+    }
+  }
+
+  // The old agents fence themselves once they hear nothing for heartbeat.timeout (local ones
+  // at once, on stdin EOF), and KILL what TERM left after min(2 s, timeout). Starting earlier
+  // could put two generations on the same GPUs.
+  int64_t started_wall = clock.wall_ms();
+  if (!terminal) {
+    int64_t timeout = spec.heartbeat.timeout.count();
+    int64_t fenced_by = from.last_seen_wall_ms + timeout + std::min<int64_t>(2000, timeout) + 500;
+    if (fenced_by > started_wall) {
+      std::fprintf(stderr, "dtrain: waiting %s for the previous supervisor's agents to fence themselves\n",
+                   format_duration(Millis((fenced_by - started_wall + 99) / 100 * 100)).c_str());
+      ::usleep(static_cast<useconds_t>((fenced_by - started_wall) * 1000));
+    }
+    std::vector<int> agents = local_agent_pids(*run, spec);
+    int64_t give_up = clock.monotonic_ms() + 10'000;
+    auto alive = [&] {
+      return std::any_of(agents.begin(), agents.end(), [](int pid) { return is_agent_process(pid); });
+    };
+    while (alive() && clock.monotonic_ms() < give_up) ::usleep(50'000);
+    for (int pid : agents) {
+      if (is_agent_process(pid)) {
+        return refuse("agent pid " + std::to_string(pid) + " of the previous supervisor still runs 10s after it "
+                      "should have fenced; end it (kill " + std::to_string(pid) + ") and resume again",
+                      ExitCode::infra);
+      }
+    }
+  }
+  from.waited_ms = clock.wall_ms() - started_wall;
+
+  Result<EventLog> log = EventLog::open_existing(run->events_path());
+  if (!log) return refuse(log.error().message, ExitCode::infra);
+  int64_t resume_step = from.committed_steps.empty() ? -1 : from.committed_steps.back();
+  (void)log->append({{"ev", "run.resumed"}, {"previous_state", previous_state},
+                     {"previous_supervisor_pid", previous_pid}, {"previous_supervisor_host", previous_host},
+                     {"waited_ms", from.waited_ms}, {"resume_step", resume_step},
+                     {"gen", from.last_generation + 1}, {"supervisor_pid", ::getpid()},
+                     {"supervisor_host", this_hostname()}, {"dtrain_version", kVersion},
+                     {"detached", options.detach}},
+                    clock.wall_ms());
+  std::string resume_text = resume_step >= 0 ? "checkpoint step " + std::to_string(resume_step) : "the start (no checkpoint)";
+  if (options.detach) {
+    if (std::optional<int> parent_exit = detach(run->id(), ("resumed from " + resume_text).c_str())) return *parent_exit;
+  } else {
+    std::fprintf(stderr, "dtrain: resuming run %s (was %s) from %s · %d workers on %zu host(s) · run log %s\n",
+                 run->id().c_str(), terminal ? previous_state.c_str() : "without a supervisor",
+                 resume_text.c_str(), plan->world_size, plan->hosts.size(), run->path().c_str());
+  }
+  int64_t submitted = state->value("submitted_at_ms", clock.wall_ms());
+  RunDriver driver(spec, std::move(plan).value(), std::move(run).value(), std::move(log).value(),
+                   options.dtrain_exe, options.detach, Console(console_mode(options.detach), stderr));
+  driver.resume_from(from, submitted);
   int code = driver.run();
   if (options.detach) std::_Exit(code);
   return code;

@@ -21,4 +21,18 @@ struct SubmitOptions {
 /// `detach`, returns 0 in the foreground process as soon as the run directory exists.
 int submit(const SubmitOptions& options);
 
+struct ResumeOptions {
+  std::string run;            ///< run id or unique prefix
+  bool detach = false;
+  std::string dtrain_exe;
+};
+
+/// `dtrain resume RUN`: continues a run whose supervisor died (kill -9, a crashed login node)
+/// or that ended stopped or failed, in the same run directory, from its newest complete
+/// checkpoint. Refuses (usage) a run that does not exist, succeeded, or still has a live
+/// supervisor. Waits until the old agents must have fenced themselves (their supervisor's
+/// last state write + heartbeat.timeout + the fence's KILL grace) so that no worker of the old
+/// supervisor can overlap the new generation. Returns like submit().
+int resume(const ResumeOptions& options);
+
 }  // namespace dtrain::run

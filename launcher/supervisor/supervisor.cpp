@@ -30,6 +30,42 @@ std::vector<Action> Supervisor::on_event(const Event& event) {
   return std::move(out_);
 }
 
+std::vector<Action> Supervisor::resume_from(const ResumeFrom& from) {
+  out_.clear();
+  generation_ = std::max(-1, from.last_generation);
+  committed_steps_ = std::set<int64_t>(from.committed_steps.begin(), from.committed_steps.end());
+  latest_checkpoint_step_ = committed_steps_.empty() ? -1 : *committed_steps_.rbegin();
+  restarts_ = from.restarts;
+  if (!from.supervisor_lost) return std::move(out_);
+
+  RootCause cause;
+  cause.kind = "supervisor.lost";
+  cause.host = from.previous_host;
+  cause.pid = from.previous_pid;
+  int64_t silent_s = std::max<int64_t>(0, clock_.wall_ms() - from.waited_ms - from.last_seen_wall_ms) / 1000;
+  cause.detail = "supervisor pid " + std::to_string(from.previous_pid) + " on " + from.previous_host +
+                 " is gone (last state written " + std::to_string(silent_s) + "s before `dtrain resume`)";
+  cause.observed_ms = from.last_seen_wall_ms;
+  root_cause_ = cause;
+  nlohmann::json detected = cause_json(cause);
+  detected["ev"] = "failure.detected";
+  detected["detected_by"] = "dtrain resume";
+  incidents_.push_back(detected);
+  record(detected);
+
+  int64_t now = clock_.monotonic_ms();
+  PendingRecovery pending;
+  pending.cause = cause;
+  pending.detected_ms = now - from.waited_ms;
+  pending.stop_sent_ms = pending.detected_ms;
+  pending.released_ms = now;
+  pending.last_step = std::max(from.last_step, latest_checkpoint_step_);
+  recovery_ = pending;
+  record({{"ev", "recovery.started"}, {"cause", cause_json(cause)}, {"restarts", restarts_},
+          {"action", "resume"}});
+  return std::move(out_);
+}
+
 // ---- helpers --------------------------------------------------------------------------------
 
 void Supervisor::set_state(RunState next, const std::string& why) {
@@ -417,7 +453,7 @@ void Supervisor::on(const WorkerProgress& event) {
       {"spawn_ms", r.started_ms - r.spawned_ms},
       {"first_step_ms", now - r.started_ms},
       {"total_ms", now - r.detected_ms}};
-  last_recovery_ = {{"ev", "recovery.completed"}, {"cause", cause_json(r.cause)},
+  last_recovery_ = {{"ev", "recovery.completed"}, {"kind", r.cause.kind}, {"cause", cause_json(r.cause)},
                     {"phases", phases}, {"resume_step", r.resume_step},
                     {"last_step", r.last_step},
                     {"steps_lost", std::max<int64_t>(0, r.last_step - resume_from)},

@@ -42,6 +42,13 @@ class Supervisor {
   /// Feeds one event; returns what the driver must do, in order.
   std::vector<Action> on_event(const Event& event);
 
+  /// Continues a run whose supervisor died (`dtrain resume`); call before the first event.
+  /// Generations go on from `from.last_generation` + 1, workers resume from the newest
+  /// committed checkpoint, and the first step of the new generation completes a recovery of
+  /// kind "supervisor.lost" (detect = old supervisor's last sign of life → resume; stop = the
+  /// wait for the old agents to fence), recorded like any other.
+  std::vector<Action> resume_from(const ResumeFrom& from);
+
   RunState state() const { return state_; }
   int generation() const { return generation_; }
   const plan::RankPlan& current_plan() const { return plan_; }

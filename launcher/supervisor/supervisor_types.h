@@ -124,4 +124,22 @@ struct RootCause {
   int64_t observed_ms = 0;
 };
 
+/// A run picked up again by `dtrain resume` after its supervisor died: what the dead
+/// supervisor's run log says, so that the new one continues where it stopped.
+struct ResumeFrom {
+  int last_generation = -1;            ///< the newest generation the run log names
+  std::vector<int64_t> committed_steps;  ///< checkpoint.committed steps, minus rejected ones
+  int64_t last_step = -1;              ///< newest step any rank reported (state.json)
+  int restarts = 0;                    ///< restarts already used (state.json)
+  /// True when the old supervisor died mid-run (a failure, recovered like one); false when the
+  /// run had ended stopped or failed and is simply continued.
+  bool supervisor_lost = true;
+  int previous_pid = 0;                ///< the dead supervisor
+  std::string previous_host;
+  /// The old supervisor's last sign of life (state.json updated_at_ms), wall clock.
+  int64_t last_seen_wall_ms = 0;
+  /// How long `dtrain resume` waited for the old agents to fence before starting this one.
+  int64_t waited_ms = 0;
+};
+
 }  // namespace dtrain::supervisor

@@ -29,6 +29,14 @@ std::string final_line(const std::string& log) {
   return at == std::string::npos ? "" : log.substr(at, log.find('\n', at) - at);
 }
 
+/// The final-parameters line of rank 0 in a fault-free run of `steps` steps.
+std::string uninterrupted_final_line(int steps) {
+  DtrainEnv env;
+  DtrainProcess reference = env.run({"submit", env.write_spec("ref.yaml", trainer_spec("ref", steps))});
+  if (reference.exit_code != 0 || env.run_dirs().empty()) return "";
+  return final_line(read_text(env.run_dirs().at(0) + "/ranks/0.log"));
+}
+
 int rank_pid(const std::string& run_dir, int rank) {
   nlohmann::json state = nlohmann::json::parse(read_text(run_dir + "/state.json"), nullptr, false);
   if (!state.is_object() || !state["ranks"].is_array() || state["ranks"].size() <= static_cast<size_t>(rank)) return 0;
@@ -52,10 +60,7 @@ std::string only_run_dir(DtrainEnv& env) {
 }  // namespace
 
 TEST_CASE("kill -9 of one worker: restart in place, same final parameters as an uninterrupted run") {
-  DtrainEnv reference_env;
-  DtrainProcess reference = reference_env.run({"submit", reference_env.write_spec("ref.yaml", trainer_spec("ref", 400))});
-  REQUIRE(reference.exit_code == 0);
-  std::string expected = final_line(read_text(reference_env.run_dirs().at(0) + "/ranks/0.log"));
+  std::string expected = uninterrupted_final_line(400);
   REQUIRE(!expected.empty());
 
   DtrainEnv env;
@@ -134,5 +139,78 @@ TEST_CASE("a worker that always crashes ends the run as a crash loop with its ow
   CHECK(events_named(events, "plan.generation").size() == 3);
   nlohmann::json state = nlohmann::json::parse(read_text(dir + "/state.json"));
   CHECK(state["exit_code"] == 4);
+  CHECK(processes_of_run(run_id_of(dir)).empty());
+}
+
+TEST_CASE("kill -9 of the supervisor: agents fence, dtrain resume finishes with the same final parameters") {
+  std::string expected = uninterrupted_final_line(400);
+  REQUIRE(!expected.empty());
+
+  DtrainEnv env;
+  DtrainProcess run = env.start({"submit", env.write_spec("sup.yaml", trainer_spec("sup", 400))});
+  std::string dir = only_run_dir(env);
+  REQUIRE(!dir.empty());
+  std::string run_id = run_id_of(dir);
+  REQUIRE(wait_until([&] { return checkpoint_committed_at_least(dir, 100); }, 60000));
+  std::vector<int> workers = processes_of_run(run_id);
+  REQUIRE(!workers.empty());
+  REQUIRE(::kill(run.pid, SIGKILL) == 0);
+  REQUIRE(run.wait(10000));
+  // The agents fence themselves (stdin EOF): every worker is gone without anyone's help.
+  CHECK(wait_until([&] { return processes_of_run(run_id).empty(); }, 10000));
+
+  // A live supervisor cannot be resumed over; a dead one can.
+  DtrainProcess resumed = env.run({"resume", run_id.substr(0, run_id.size() - 2)}, 120000);
+  CHECK(resumed.exit_code == 0);
+  CHECK(resumed.err().find("resuming run " + run_id) != std::string::npos);
+
+  auto events = read_events(dir + "/events.jsonl");
+  auto resumes = events_named(events, "run.resumed");
+  REQUIRE(resumes.size() == 1);
+  CHECK(resumes[0]["previous_state"] != "succeeded");
+  int64_t resume_step = resumes[0]["resume_step"].get<int64_t>();
+  CHECK(resume_step >= 100);
+  auto detected = events_named(events, "failure.detected");
+  REQUIRE(detected.size() == 1);
+  CHECK(detected[0]["kind"] == "supervisor.lost");
+  auto completed = events_named(events, "recovery.completed");
+  REQUIRE(completed.size() == 1);
+  CHECK(completed[0]["kind"] == "supervisor.lost");
+  CHECK(completed[0]["resume_step"] == resume_step);
+  CHECK(completed[0]["phases"].contains("first_step_ms"));
+  // Generations go on from where the dead supervisor stopped; nothing is overwritten.
+  auto plans = events_named(events, "plan.generation");
+  REQUIRE(plans.size() == 2);
+  CHECK(plans[1]["gen"] == plans[0]["gen"].get<int>() + 1);
+  CHECK(events_named(events, "run.finished").size() == 1);
+  nlohmann::json state = nlohmann::json::parse(read_text(dir + "/state.json"));
+  CHECK(state["state"] == "succeeded");
+  CHECK(state["resumed_at_ms"].is_number());
+  CHECK(final_line(read_text(dir + "/ranks/0.log")) == expected);
+  CHECK(final_line(read_text(dir + "/ranks/1.log")) == expected);
+  CHECK(processes_of_run(run_id).empty());
+  for (int pid : workers) CHECK(process_gone(pid));
+
+  // Finished now: a second resume is refused, and says why.
+  DtrainProcess again = env.run({"resume", run_id}, 30000);
+  CHECK(again.exit_code == 2);
+  CHECK(again.err().find("already succeeded") != std::string::npos);
+}
+
+TEST_CASE("dtrain resume refuses a run that does not exist or still has its supervisor") {
+  DtrainEnv env;
+  DtrainProcess missing = env.run({"resume", "no-such-run"}, 30000);
+  CHECK(missing.exit_code == 2);
+  CHECK(missing.err().find("no-such-run") != std::string::npos);
+
+  DtrainProcess run = env.start({"submit", env.write_spec("live.yaml", trainer_spec("live", 100000))});
+  std::string dir = only_run_dir(env);
+  REQUIRE(!dir.empty());
+  REQUIRE(wait_until([&] { return rank_pid(dir, 1) > 0; }, 60000));
+  DtrainProcess refused = env.run({"resume", run_id_of(dir)}, 30000);
+  CHECK(refused.exit_code == 2);
+  CHECK(refused.err().find("still supervised by pid " + std::to_string(run.pid)) != std::string::npos);
+  ::kill(run.pid, SIGTERM);
+  REQUIRE(run.wait(60000));
   CHECK(processes_of_run(run_id_of(dir)).empty());
 }

@@ -1,0 +1,23 @@
+// dtrain resume RUN [--detach]: continue a run whose supervisor died, from its newest checkpoint.
+
+#include <memory>
+#include <string>
+
+#include "cli/commands.h"
+#include "launcher/run/run_driver.h"
+
+namespace dtrain::cli {
+
+void add_resume_command(CLI::App& app, CommandContext& context) {
+  auto options = std::make_shared<run::ResumeOptions>();
+  CLI::App* command = app.add_subcommand(
+      "resume", "Continue a run whose supervisor died (or that was stopped) from its newest checkpoint");
+  command->add_option("run", options->run, "run id or unique prefix (see `dtrain status`)")->required();
+  command->add_flag("--detach,-d", options->detach, "print the run id and supervise in the background");
+  command->callback([options, &context] {
+    options->dtrain_exe = this_executable();
+    context.exit_code = run::resume(*options);
+  });
+}
+
+}  // namespace dtrain::cli
