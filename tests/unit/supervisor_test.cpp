@@ -451,3 +451,54 @@ TEST_CASE("an exit within the clock uncertainty of the stop is a consequence, no
   CHECK(!has_event(actions, "failure.root_cause"));
   CHECK(h.supervisor->root_cause()->rank == 1);
 }
+
+TEST_CASE("resume_from: generations go on, workers resume from the newest checkpoint, supervisor.lost recovery") {
+  Harness h(make_spec(2, 2));
+  ResumeFrom from;
+  from.last_generation = 3;
+  from.committed_steps = {50, 100};
+  from.last_step = 130;
+  from.restarts = 1;
+  from.previous_pid = 4242;
+  from.previous_host = "login1";
+  from.last_seen_wall_ms = h.clock.wall_ms() - 9000;
+  from.waited_ms = 4000;
+  auto resumed = h.supervisor->resume_from(from);
+  auto detected = of_type<RecordEvent>(resumed);
+  REQUIRE(detected.size() == 2);
+  CHECK(detected[0].event["ev"] == "failure.detected");
+  CHECK(detected[0].event["kind"] == "supervisor.lost");
+  CHECK(detected[0].event["pid"] == 4242);
+  CHECK(h.supervisor->restarts() == 1);
+
+  auto started = of_type<StartGeneration>(h.connect_all());
+  REQUIRE(started.size() == 1);
+  CHECK(started[0].gen == 4);
+  CHECK(started[0].resume_step == 100);
+  h.start_all(4);
+  h.clock.advance_ms(700);
+  CHECK(!has_event(h.feed(WorkerProgress{4, 0, 100}), "recovery.completed"));
+  auto progress = h.feed(WorkerProgress{4, 0, 101});
+  REQUIRE(has_event(progress, "recovery.completed"));
+  const nlohmann::json& completed = h.supervisor->last_recovery();
+  CHECK(completed["kind"] == "supervisor.lost");
+  CHECK(completed["resume_step"] == 100);
+  CHECK(completed["steps_lost"] == 30);
+  CHECK(completed["phases"]["stop_ms"] == 4000);
+  CHECK(completed["phases"]["detect_ms"] == 5000);
+  CHECK(completed["phases"]["first_step_ms"] == 700);
+}
+
+TEST_CASE("resume_from a stopped run continues it without inventing a failure") {
+  Harness h(make_spec(1, 2));
+  ResumeFrom from;
+  from.supervisor_lost = false;
+  from.last_generation = 0;
+  from.committed_steps = {20};
+  CHECK(h.supervisor->resume_from(from).empty());
+  auto started = of_type<StartGeneration>(h.connect_all());
+  REQUIRE(started.size() == 1);
+  CHECK(started[0].gen == 1);
+  CHECK(started[0].resume_step == 20);
+  CHECK(h.supervisor->incidents().empty());
+}
