@@ -468,6 +468,8 @@ void RunDriver::handle_from_worker(AgentLink& link, const json& message) {
   } else if (type == contract::wire::kKvSet || type == contract::wire::kKvGet ||
              type == contract::wire::kKvWait || type == contract::wire::kGenCheck) {
     send_store_replies(store_.handle({link.host(), rank}, gen, body, clock_.monotonic_ms()));
+  } else if (type == contract::wire::kCommReady) {
+    if (current) feed(supervisor::WorkerCommReady{gen, rank});
   } else if (type == contract::wire::kCkptCommitted) {
     int64_t step = body.value("step", int64_t{-1});
     record({{"ev", "checkpoint.committed"}, {"gen", gen}, {"rank", rank}, {"host", link.host()},

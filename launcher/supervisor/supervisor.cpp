@@ -113,6 +113,7 @@ void Supervisor::start_generation(plan::RankPlan next_plan) {
   ranks_.assign(plan_.ranks.size(), RankStatus{});
   for (RankStatus& rank : ranks_) rank.state = RankState::starting;
   started_count_ = 0;
+  comm_ready_count_ = 0;
   generation_started_ms_ = clock_.monotonic_ms();
   ending_ = Ending::none;
   int64_t resume_step = generation_ == 0 ? -1 : latest_checkpoint_step_;
@@ -450,9 +451,16 @@ void Supervisor::on(const WorkerProgress& event) {
                         : 0},
       {"stop_ms", r.released_ms - r.stop_sent_ms},
       {"replan_ms", r.spawned_ms - r.released_ms},
-      {"spawn_ms", r.started_ms - r.spawned_ms},
-      {"first_step_ms", now - r.started_ms},
-      {"total_ms", now - r.detected_ms}};
+      {"spawn_ms", r.started_ms - r.spawned_ms}};
+  // rendezvous: every rank started → every communicator up, when the workers say so
+  // (comm.ready); otherwise it stays inside first_step_ms.
+  if (r.comm_ready_ms) {
+    phases["rendezvous_ms"] = std::max<int64_t>(0, r.comm_ready_ms - r.started_ms);
+    phases["first_step_ms"] = now - std::max(r.comm_ready_ms, r.started_ms);
+  } else {
+    phases["first_step_ms"] = now - r.started_ms;
+  }
+  phases["total_ms"] = now - r.detected_ms;
   last_recovery_ = {{"ev", "recovery.completed"}, {"kind", r.cause.kind}, {"cause", cause_json(r.cause)},
                     {"phases", phases}, {"resume_step", r.resume_step},
                     {"last_step", r.last_step},
@@ -461,6 +469,18 @@ void Supervisor::on(const WorkerProgress& event) {
   record(last_recovery_);
   last_recovery_["gen"] = generation_;
   recovery_.reset();
+}
+
+void Supervisor::on(const WorkerCommReady& event) {
+  if (event.gen != generation_ || !slot(event.rank)) return;
+  RankStatus& rank = ranks_[static_cast<size_t>(event.rank)];
+  if (rank.comm_ready) return;
+  rank.comm_ready = true;
+  if (++comm_ready_count_ != static_cast<int>(ranks_.size())) return;
+  int64_t now = clock_.monotonic_ms();
+  record({{"ev", "comm.ready"}, {"ranks", comm_ready_count_},
+          {"ms_since_spawn", now - generation_started_ms_}});
+  if (recovery_) recovery_->comm_ready_ms = now;
 }
 
 void Supervisor::on(const CheckpointCommitted& event) {

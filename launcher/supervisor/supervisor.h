@@ -74,6 +74,7 @@ class Supervisor {
     int64_t released_ms = 0;
     int64_t spawned_ms = 0;
     int64_t started_ms = 0;
+    int64_t comm_ready_ms = 0;    ///< every rank's communicator up; 0: not (yet) reported
     int64_t last_step = -1;       ///< newest step reached by the failed generation
     int64_t resume_step = -1;
     bool membership_change = false;
@@ -86,6 +87,7 @@ class Supervisor {
   void on(const WorkerSpawnFailed& event);
   void on(const WorkerExited& event);
   void on(const WorkerProgress& event);
+  void on(const WorkerCommReady& event);
   void on(const CheckpointCommitted& event);
   void on(const CheckpointRejected& event);
   void on(const WorkerStoppedSeen& event);
@@ -118,6 +120,7 @@ class Supervisor {
   std::map<std::string, int> host_failures_;
   std::vector<RankStatus> ranks_;
   int started_count_ = 0;
+  int comm_ready_count_ = 0;
   int64_t generation_started_ms_ = 0;
 
   Ending ending_ = Ending::none;

@@ -58,6 +58,8 @@ struct WorkerExited {
 };
 /// A worker's heartbeat carried a step.
 struct WorkerProgress { int gen = 0; int rank = 0; int64_t step = 0; };
+/// A worker's communicator is up (worker protocol comm.ready): its rendezvous is done.
+struct WorkerCommReady { int gen = 0; int rank = 0; };
 struct CheckpointCommitted { int gen = 0; int64_t step = 0; };
 /// A worker found checkpoint `step` damaged on resume and skipped it.
 struct CheckpointRejected { int gen = 0; int64_t step = 0; };
@@ -71,7 +73,7 @@ struct StopRequested { std::string reason; };
 struct Tick {};
 
 using Event = std::variant<HostConnected, HostLost, WorkerStarted, WorkerSpawnFailed, WorkerExited,
-                           WorkerProgress, CheckpointCommitted, CheckpointRejected,
+                           WorkerProgress, WorkerCommReady, CheckpointCommitted, CheckpointRejected,
                            WorkerStoppedSeen,
                            GenerationReleased, StopRequested, Tick>;
 
@@ -107,6 +109,7 @@ struct RankStatus {
   int64_t step = -1;                 ///< newest step reported; -1 before the first beat
   int64_t step_changed_ms = 0;       ///< monotonic time of the last step change
   bool seen_stopped = false;         ///< the agent reported process state 'T' (stopped)
+  bool comm_ready = false;           ///< its communicator is up (comm.ready)
   std::optional<int> exit_code;
   std::optional<std::string> exit_signal;
 };

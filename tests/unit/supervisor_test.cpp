@@ -502,3 +502,29 @@ TEST_CASE("resume_from a stopped run continues it without inventing a failure") 
   CHECK(started[0].resume_step == 20);
   CHECK(h.supervisor->incidents().empty());
 }
+
+TEST_CASE("recovery phases include rendezvous when every rank reports comm.ready") {
+  spec::JobSpec spec = make_spec(1, 2);
+  spec.elastic.max_restarts = 1;
+  Harness h(spec);
+  h.connect_all();
+  h.start_all(0);
+  h.feed(WorkerProgress{0, 0, 10});
+  h.feed(WorkerProgress{0, 1, 10});
+  h.feed(CheckpointCommitted{0, 10});
+  h.feed(WorkerExited{0, 1, 1001, std::nullopt, std::string("SIGKILL"), h.clock.wall_ms(), 0});
+  h.clock.advance_ms(100);
+  h.release_all(0);
+  h.clock.advance_ms(50);
+  h.start_all(1);
+  h.clock.advance_ms(300);
+  h.feed(WorkerCommReady{1, 0});
+  CHECK(!has_event(h.feed(WorkerCommReady{1, 0}), "comm.ready"));  // a repeat counts once
+  h.clock.advance_ms(200);
+  CHECK(has_event(h.feed(WorkerCommReady{1, 1}), "comm.ready"));
+  h.clock.advance_ms(40);
+  REQUIRE(has_event(h.feed(WorkerProgress{1, 0, 11}), "recovery.completed"));
+  const nlohmann::json& phases = h.supervisor->last_recovery()["phases"];
+  CHECK(phases["rendezvous_ms"] == 500);
+  CHECK(phases["first_step_ms"] == 40);
+}

@@ -11,6 +11,7 @@
 //   {"type":"kv.get","id":N,"key":K}
 //   {"type":"kv.wait","id":N,"keys":[K...],"timeout_ms":T}
 //   {"type":"gen.check","id":N}                                   "may I commit a checkpoint?"
+//   {"type":"comm.ready","ms":M}                                  communicator up (see below)
 //   {"type":"ckpt.committed","step":S,"bytes":B,"ms":M}
 //   {"type":"ckpt.rejected","step":S,"reason":"shard-tp0-pp0.bin: CRC mismatch ..."}
 //                                                                 a checkpoint skipped on resume
@@ -21,6 +22,13 @@
 //   {"type":"kv.values","id":N,"values":[V...]}
 //   {"type":"gen.ok","id":N,"current":true|false,"generation":<current>}
 //   {"type":"error","id":N,"error":"timeout waiting for keys [..] after 30s"}
+//
+// comm.ready is sent once per generation, as soon as the worker's communicator is initialised
+// (Gloo mesh connected, NCCL init complete: the first collective could run). M is how long the
+// initialisation took, store rendezvous included. It ends the "rendezvous" phase of a recovery
+// (all ranks started → all ranks comm.ready). It is not a beat: it is never progress and it
+// does not affect the beat rate limit, so the first step's beat still goes out at once.
+// Workers that never send it (plain scripts) are fine; the phase is then unknown.
 //
 // Keys are per generation: the supervisor prefixes them with the generation, so a key written
 // by generation g is invisible to g+1, and a write from a stale generation is refused.
@@ -35,6 +43,7 @@ inline constexpr const char* kKvSet = "kv.set";
 inline constexpr const char* kKvGet = "kv.get";
 inline constexpr const char* kKvWait = "kv.wait";
 inline constexpr const char* kGenCheck = "gen.check";
+inline constexpr const char* kCommReady = "comm.ready";
 inline constexpr const char* kCkptCommitted = "ckpt.committed";
 inline constexpr const char* kCkptRejected = "ckpt.rejected";
 inline constexpr const char* kBye = "bye";
