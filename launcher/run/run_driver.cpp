@@ -1144,8 +1144,10 @@ int resume(const ResumeOptions& options) {
   if (options.detach) {
     if (std::optional<int> parent_exit = detach(run->id(), ("resumed from " + resume_text).c_str())) return *parent_exit;
   } else {
-    std::fprintf(stderr, "dtrain: resuming run %s (was %s) from %s · %d workers on %zu host(s) · run log %s\n",
-                 run->id().c_str(), terminal ? previous_state.c_str() : "without a supervisor",
+    std::string why = terminal ? "it had " + previous_state
+                               : "its supervisor, pid " + std::to_string(previous_pid) + " on " + previous_host + ", died";
+    std::fprintf(stderr, "dtrain: resuming run %s (%s) from %s · %d workers on %zu host(s) · run log %s\n",
+                 run->id().c_str(), why.c_str(),
                  resume_text.c_str(), plan->world_size, plan->hosts.size(), run->path().c_str());
   }
   int64_t submitted = state->value("submitted_at_ms", clock.wall_ms());

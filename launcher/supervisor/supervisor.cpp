@@ -1,5 +1,7 @@
 #include "launcher/supervisor/supervisor.h"
 
+#include "launcher/base/duration.h"
+
 #include <algorithm>
 #include <tuple>
 
@@ -42,9 +44,10 @@ std::vector<Action> Supervisor::resume_from(const ResumeFrom& from) {
   cause.kind = "supervisor.lost";
   cause.host = from.previous_host;
   cause.pid = from.previous_pid;
-  int64_t silent_s = std::max<int64_t>(0, clock_.wall_ms() - from.waited_ms - from.last_seen_wall_ms) / 1000;
+  int64_t silent_ms = std::max<int64_t>(0, clock_.wall_ms() - from.waited_ms - from.last_seen_wall_ms);
   cause.detail = "supervisor pid " + std::to_string(from.previous_pid) + " on " + from.previous_host +
-                 " is gone (last state written " + std::to_string(silent_s) + "s before `dtrain resume`)";
+                 " is gone (its last state write was " + format_duration(Millis(silent_ms / 100 * 100)) +
+                 " before `dtrain resume`)";
   cause.observed_ms = from.last_seen_wall_ms;
   root_cause_ = cause;
   nlohmann::json detected = cause_json(cause);
