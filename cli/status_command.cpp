@@ -16,6 +16,7 @@
 #include "launcher/base/strings.h"
 #include "launcher/runlog/event_log.h"
 #include "launcher/runlog/json_access.h"
+#include "launcher/runlog/plan_record.h"
 #include "launcher/runlog/run_directory.h"
 #include "launcher/runlog/run_state.h"
 
@@ -154,22 +155,42 @@ std::string opt_int(const json& object, const char* key) {
   return value ? std::to_string(*value) : "-";
 }
 
-/// "gen 1 after rank 2 on localhost killed by SIGKILL: resumed at step 300 (1 step lost) in 378ms
-/// — detect 31ms, stop 53ms, replan 0ms, spawn 221ms, first step 104ms"
+/// "detect 31ms, stop 53ms, replan 0ms, spawn 221ms, rendezvous 40ms, first step 64ms": every
+/// *_ms phase recovery.completed carries, known ones in the order they happen, unknown ones
+/// (a newer supervisor's) after them in key order; total_ms is the headline, not a phase.
+std::string phases_text(const json& phases) {
+  static const std::vector<std::string> order = {"detect", "stop", "replan", "spawn", "rendezvous", "first_step"};
+  std::vector<std::string> parts;
+  auto add = [&](const std::string& name) {
+    std::optional<int64_t> ms = json_int(phases, name + "_ms");
+    if (!ms) return;
+    std::string label = name;
+    std::replace(label.begin(), label.end(), '_', ' ');
+    parts.push_back(label + " " + std::to_string(*ms) + "ms");
+  };
+  for (const std::string& name : order) add(name);
+  for (auto it = phases.begin(); it != phases.end(); ++it) {
+    const std::string& key = it.key();
+    if (key.size() <= 3 || key.compare(key.size() - 3, 3, "_ms") != 0 || key == "total_ms") continue;
+    std::string name = key.substr(0, key.size() - 3);
+    if (std::find(order.begin(), order.end(), name) == order.end()) add(name);
+  }
+  return join(parts, ", ");
+}
+
+/// "gen 1 after rank 2 on localhost killed by SIGKILL: resumed at step 300 (1 steps lost) in
+/// 378ms — detect 31ms, stop 53ms, replan 0ms, spawn 221ms, first step 104ms"
 std::string recovery_text(const json& recovery) {
   std::string text = "gen " + opt_int(recovery, "gen");
   if (const json* cause = json_member(recovery, "cause"); cause && cause->is_object()) {
     text += " after " + (json_member(*cause, "rank") ? "rank " + opt_int(*cause, "rank") + " on " : std::string()) +
             json_string(*cause, "host", "?") + " " + json_string(*cause, "detail");
   }
-  const json* phases = json_member(recovery, "phases");
   text += ": resumed at step " + opt_int(recovery, "resume_step") + " (" + opt_int(recovery, "steps_lost") +
           " steps lost)";
-  if (phases && phases->is_object()) {
-    text += " in " + opt_int(*phases, "total_ms") + "ms — detect " + opt_int(*phases, "detect_ms") +
-            "ms, stop " + opt_int(*phases, "stop_ms") + "ms, replan " + opt_int(*phases, "replan_ms") +
-            "ms, spawn " + opt_int(*phases, "spawn_ms") + "ms, first step " +
-            opt_int(*phases, "first_step_ms") + "ms";
+  if (const json* phases = json_member(recovery, "phases"); phases && phases->is_object()) {
+    if (json_int(*phases, "total_ms")) text += " in " + opt_int(*phases, "total_ms") + "ms";
+    if (std::string list = phases_text(*phases); !list.empty()) text += " — " + list;
   }
   return text;
 }
@@ -222,7 +243,49 @@ void print_field(const char* label, const std::string& value) {
   std::printf("%-12s %s\n", label, value.c_str());
 }
 
-void print_run_text(const RunDirectory& run, const json& state, bool alive,
+/// "gen 2: world 4 = dp 2 × pp 1 × tp 2; global batch 24 = micro 4 × dp 2 × grad_accum 3"
+std::string plan_headline(const PlanRecord& plan) {
+  std::string dp = std::to_string(plan.data);
+  std::string line = "gen " + std::to_string(plan.generation) + ": world " + std::to_string(plan.world_size) +
+                     " = dp " + dp + " × pp " + std::to_string(plan.pipeline) + " × tp " +
+                     std::to_string(plan.tensor) + "; ";
+  if (plan.global_batch == 0) {
+    return line + "global batch not set (micro " + std::to_string(plan.micro_batch) + ", grad_accum " +
+           std::to_string(plan.grad_accum) + ")";
+  }
+  return line + "global batch " + std::to_string(plan.global_batch) + " = micro " +
+         std::to_string(plan.micro_batch) + " × dp " + dp + " × grad_accum " + std::to_string(plan.grad_accum);
+}
+
+/// The plan block: sizes and batch, how it differs from generation 0, exclusions and spares,
+/// then one line per host: "dt-h1  0(0,0,0) 1(0,0,1)" (rank, then its dp, pp, tp).
+void print_plan(const RunDirectory& run, const Result<PlanRecord>& plan) {
+  if (!plan) {
+    print_field("plan", "- (" + plan.error().message + ")");
+    return;
+  }
+  print_field("plan", plan_headline(*plan));
+  if (std::string change = plan_history_text(run, *plan); !change.empty()) print_field("", change);
+  print_field("", "excluded: " + (plan->without.empty() ? std::string("none") : join(plan->without, ", ")) +
+                      "; spares in use: " +
+                      (plan->spares_used.empty() ? std::string("none") : join(plan->spares_used, ", ")));
+  print_field("", "rank(dp,pp,tp) by host:");
+  size_t width = 0;
+  for (const PlanRecord::Host& host : plan->hosts) {
+    width = std::max(width, host.name.size() + (host.spare ? 8 : 0));
+  }
+  for (const PlanRecord::Host& host : plan->hosts) {
+    std::string name = host.name + (host.spare ? " (spare)" : "");
+    std::vector<std::string> ranks;
+    for (const PlanRecord::Rank& rank : host.ranks) {
+      ranks.push_back(std::to_string(rank.rank) + "(" + std::to_string(rank.dp) + "," + std::to_string(rank.pp) +
+                      "," + std::to_string(rank.tp) + ")");
+    }
+    print_field("", "  " + name + std::string(width - name.size() + 2, ' ') + join(ranks, " "));
+  }
+}
+
+void print_run_text(const RunDirectory& run, const json& state, bool alive, const Result<PlanRecord>& plan,
                     const std::vector<json>& events, const std::string& events_error) {
   int64_t now = now_ms();
   std::string recorded = json_string(state, "state", "unknown");
@@ -262,6 +325,7 @@ void print_run_text(const RunDirectory& run, const json& state, bool alive,
     for (const json& host : *list) excluded.push_back(plain(host));
   }
   if (!excluded.empty()) print_field("excluded", join(excluded, ", "));
+  print_plan(run, plan);
   if (const json* cause = json_member(state, "root_cause"); cause && cause->is_object()) {
     // A run that recovered still names what went wrong, but it is no longer "the" cause.
     bool failed = json_string(state, "state") == "failed";
@@ -330,13 +394,23 @@ int show_run(const std::string& id, bool as_json, int event_count) {
       events_error = all.error().message;
     }
   }
+  // The plan of the generation state.json names; before generation 0 starts there is none.
+  int generation = static_cast<int>(std::max<int64_t>(0, json_int(*state, "generation").value_or(0)));
+  Result<PlanRecord> plan = read_plan_record(*run, generation);
   if (as_json) {
-    json out = {{"state", *state}, {"supervisor_alive", alive}, {"events", events}};
+    json out = {{"state", *state}, {"supervisor_alive", alive}, {"events", events},
+                {"plan_generation", generation}, {"plan", plan ? plan->json : json()}};
+    if (plan) {
+      std::string change = plan_history_text(*run, *plan);
+      out["plan_change"] = change.empty() ? json() : json(change);
+    } else {
+      out["plan_error"] = plan.error().message;
+    }
     if (!events_error.empty()) out["events_error"] = events_error;
     std::printf("%s\n", out.dump(2, ' ', false, json::error_handler_t::replace).c_str());
     return 0;
   }
-  print_run_text(*run, *state, alive, events, events_error);
+  print_run_text(*run, *state, alive, plan, events, events_error);
   return 0;
 }
 
@@ -350,9 +424,9 @@ void add_status_command(CLI::App& app, CommandContext& context) {
   };
   auto options = std::make_shared<Options>();
   CLI::App* command = app.add_subcommand(
-      "status", "List runs, or show one run: state, ranks, root cause, recent events");
+      "status", "List runs, or show one run: state, plan, ranks, root cause, recent events");
   command->add_option("run", options->run, "Run id or a unique prefix of one (omit to list all runs)");
-  command->add_flag("--json", options->json, "Print JSON: {state, supervisor_alive, events} for a run, an array of runs otherwise");
+  command->add_flag("--json", options->json, "Print JSON: {state, supervisor_alive, events, plan, plan_generation, plan_change} for a run, an array of runs otherwise");
   command->add_option("--events", options->events, "How many recent events to show for a run (default 10)")
       ->check(CLI::NonNegativeNumber);
   command->callback([options, &context] {

@@ -20,6 +20,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/integration/support/process_probe.h"
+
 namespace dtrain::testing {
 
 inline int64_t now_ms() {
@@ -169,32 +171,9 @@ inline std::vector<nlohmann::json> events_named(const std::vector<nlohmann::json
 }
 
 /// Pids of live (non-zombie) processes whose environment holds DTRAIN_RUN_ID=<run_id>: every
-/// worker and every descendant of one, wherever it was reparented.
-inline std::vector<int> processes_of_run(const std::string& run_id) {
-  std::vector<int> pids;
-  std::string needle = "DTRAIN_RUN_ID=" + run_id;
-  DIR* proc = ::opendir("/proc");
-  if (!proc) return pids;
-  while (dirent* entry = ::readdir(proc)) {
-    int pid = std::atoi(entry->d_name);
-    if (pid <= 0) continue;
-    std::string stat = read_text("/proc/" + std::to_string(pid) + "/stat");
-    size_t paren = stat.rfind(')');
-    if (paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'Z') continue;
-    std::string environ = read_text("/proc/" + std::to_string(pid) + "/environ");
-    for (size_t start = 0; start < environ.size();) {
-      size_t end = environ.find('\0', start);
-      if (end == std::string::npos) end = environ.size();
-      if (environ.compare(start, end - start, needle) == 0) {
-        pids.push_back(pid);
-        break;
-      }
-      start = end + 1;
-    }
-  }
-  ::closedir(proc);
-  return pids;
-}
+/// worker and every descendant of one, wherever it was reparented. One implementation for all
+/// integration tests: support/process_probe's.
+using dtrain::test::processes_of_run;
 
 /// True when `pid` does not exist (or is a zombie nobody will run again).
 inline bool process_gone(int pid) {

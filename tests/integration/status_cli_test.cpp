@@ -21,10 +21,12 @@
 #include <nlohmann/json.hpp>
 
 #include "launcher/base/fd.h"
+#include "launcher/plan/rank_plan.h"
 #include "launcher/runlog/event_log.h"
 #include "launcher/runlog/rank_logs.h"
 #include "launcher/runlog/run_directory.h"
 #include "launcher/runlog/run_state.h"
+#include "launcher/spec/spec_loader.h"
 
 using namespace dtrain;
 using nlohmann::json;
@@ -207,6 +209,44 @@ void append_in_place(const std::string& path, const std::string& text) {
   UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
   REQUIRE(fd.valid());
   REQUIRE(write_all(fd.get(), text).ok());
+}
+
+// Three hosts of two slots, TP inside a host, so a lost host drops one whole DP replica; dt-h4
+// is the spare when `with_spare`.
+spec::JobSpec three_host_spec(bool with_spare) {
+  std::string yaml = "version: 1\nname: shrinky\nhosts: [dt-h1, dt-h2, dt-h3]\nslots_per_host: 2\n"
+                     "worker: {command: [\"true\"]}\nparallelism: {tensor: 2}\n"
+                     "batch: {global: 24, micro: 4}\nelastic: {min_hosts: 2}\n";
+  if (with_spare) yaml += "spares: [dt-h4]\n";
+  spec::LoadResult loaded = spec::parse_job_spec(yaml, "test.yaml", "/tmp");
+  INFO(loaded.message());
+  REQUIRE(loaded.ok());
+  return *loaded.spec;
+}
+
+// plan-<gen>.json exactly as the driver writes it: plan::to_json of the real planner's output.
+void write_plan(const RunDirectory& run, int generation, const spec::JobSpec& spec,
+                const std::vector<std::string>& without = {}) {
+  Result<plan::RankPlan> plan = plan::make_plan(spec, without);
+  REQUIRE(plan.ok());
+  REQUIRE(write_file_atomic(run.plan_path(generation), plan::to_json(*plan).dump(2)).ok());
+}
+
+// The lines of `text` from the one starting with `first` up to (not including) the next blank
+// line or the next line that starts with a field label.
+std::string block_from(const std::string& text, const std::string& first) {
+  size_t start = text.find("\n" + first);
+  if (start == std::string::npos) return "";
+  std::string block;
+  for (size_t at = start + 1; at < text.size();) {
+    size_t end = text.find('\n', at);
+    std::string line = text.substr(at, end - at);
+    if (line.empty() || (!block.empty() && line[0] != ' ')) break;
+    block += line + "\n";
+    if (end == std::string::npos) break;
+    at = end + 1;
+  }
+  return block;
 }
 
 }  // namespace
@@ -404,4 +444,116 @@ TEST_CASE("stop without a control socket while the supervisor lives says how to 
   CHECK(result.code == 3);
   CHECK(contains(result.err, "ctl.sock"));
   CHECK(contains(result.err, "kill -TERM " + std::to_string(::getpid())));
+}
+
+TEST_CASE("status RUN shows the plan of a finished run: sizes, batch and each host's ranks") {
+  TempHome home;
+  const std::string id = "steady-20261129-234102-0001";
+  RunDirectory run = make_run(id, make_state(id, "succeeded", dead_pid()));
+  write_plan(run, 0, three_host_spec(false));
+
+  Outcome result = run_dtrain({"status", id});
+  INFO(result.out, result.err);
+  REQUIRE(result.code == 0);
+  CHECK(block_from(result.out, "plan") ==
+        "plan         gen 0: world 6 = dp 3 × pp 1 × tp 2; global batch 24 = micro 4 × dp 3 × grad_accum 2\n"
+        "             excluded: none; spares in use: none\n"
+        "             rank(dp,pp,tp) by host:\n"
+        "               dt-h1  0(0,0,0) 1(0,0,1)\n"
+        "               dt-h2  2(1,0,0) 3(1,0,1)\n"
+        "               dt-h3  4(2,0,0) 5(2,0,1)\n");
+
+  Outcome as_json = run_dtrain({"status", id, "--json"});
+  REQUIRE(as_json.code == 0);
+  json parsed = json::parse(as_json.out, nullptr, false);
+  REQUIRE(parsed.is_object());
+  CHECK(parsed["plan_generation"] == 0);
+  CHECK(parsed["plan"]["world_size"] == 6);
+  CHECK(parsed["plan"]["ranks"][5]["host"] == "dt-h3");
+  CHECK(parsed["plan_change"].is_null());
+}
+
+TEST_CASE("status RUN after a shrink shows the current plan, how it changed, and every recovery phase") {
+  TempHome home;
+  const std::string id = "shrunk-20261129-234102-0001";
+  json state = make_state(id, "succeeded", dead_pid());
+  state["generation"] = 2;
+  state["restarts"] = 1;
+  state["world_size"] = 4;
+  state["excluded_hosts"] = {"dt-h2"};
+  // rendezvous_ms and a phase this dtrain does not know yet are printed too; total is the headline.
+  state["last_recovery"] = {{"gen", 2}, {"cause", {{"host", "dt-h2"}, {"detail", "host lost"}}},
+                            {"resume_step", 40}, {"steps_lost", 3},
+                            {"phases", {{"total_ms", 2400}, {"first_step_ms", 90}, {"rendezvous_ms", 30},
+                                        {"spawn_ms", 200}, {"replan_ms", 1}, {"stop_ms", 40},
+                                        {"detect_ms", 2016}, {"warmup_ms", 23}}}};
+  RunDirectory run = make_run(id, state);
+  spec::JobSpec spec = three_host_spec(false);
+  write_plan(run, 0, spec);
+  write_plan(run, 1, spec);  // a restart in place keeps the plan
+  write_plan(run, 2, spec, {"dt-h2"});
+
+  Outcome result = run_dtrain({"status", id});
+  INFO(result.out, result.err);
+  REQUIRE(result.code == 0);
+  CHECK(block_from(result.out, "plan") ==
+        "plan         gen 2: world 4 = dp 2 × pp 1 × tp 2; global batch 24 = micro 4 × dp 2 × grad_accum 3\n"
+        "             shrunk from 6 to 4 ranks at gen 2: host dt-h2 excluded; dp 3 → 2; grad_accum 2 → 3\n"
+        "             excluded: dt-h2; spares in use: none\n"
+        "             rank(dp,pp,tp) by host:\n"
+        "               dt-h1  0(0,0,0) 1(0,0,1)\n"
+        "               dt-h3  2(1,0,0) 3(1,0,1)\n");
+  CHECK(contains(result.out, "recovery     gen 2 after dt-h2 host lost: resumed at step 40 (3 steps lost) in 2400ms"
+                             " — detect 2016ms, stop 40ms, replan 1ms, spawn 200ms, rendezvous 30ms,"
+                             " first step 90ms, warmup 23ms\n"));
+
+  Outcome as_json = run_dtrain({"status", id, "--json", "--events", "0"});
+  REQUIRE(as_json.code == 0);
+  json parsed = json::parse(as_json.out, nullptr, false);
+  REQUIRE(parsed.is_object());
+  CHECK(parsed["plan_generation"] == 2);
+  CHECK(parsed["plan"]["world_size"] == 4);
+  CHECK(parsed["plan"]["without"] == json{"dt-h2"});
+  CHECK(parsed["plan_change"] == "shrunk from 6 to 4 ranks at gen 2: host dt-h2 excluded; dp 3 → 2; grad_accum 2 → 3");
+}
+
+TEST_CASE("status RUN names the spare that replaced a lost host") {
+  TempHome home;
+  const std::string id = "spare-20261129-234102-0001";
+  json state = make_state(id, "running", ::getpid());
+  state["generation"] = 1;
+  RunDirectory run = make_run(id, state);
+  spec::JobSpec spec = three_host_spec(true);
+  write_plan(run, 0, spec);
+  write_plan(run, 1, spec, {"dt-h2"});
+
+  Outcome result = run_dtrain({"status", id});
+  INFO(result.out, result.err);
+  REQUIRE(result.code == 0);
+  CHECK(contains(result.out, "             re-planned at gen 1, still 6 ranks: host dt-h2 excluded; spare dt-h4 in use\n"
+                             "             excluded: dt-h2; spares in use: dt-h4\n"));
+  CHECK(contains(result.out, "               dt-h4 (spare)  2(1,0,0) 3(1,0,1)\n"));
+}
+
+TEST_CASE("status RUN without a plan file, or with a damaged one, still shows the run and says why") {
+  TempHome home;
+  const std::string id = "noplan-20261129-234102-0001";
+  RunDirectory run = make_run(id, make_state(id, "running", ::getpid()));
+
+  Outcome missing = run_dtrain({"status", id});
+  INFO(missing.out, missing.err);
+  CHECK(missing.code == 0);
+  CHECK(contains(missing.out, "plan         - (no plan-0.json in " + run.path() + ")\n"));
+  CHECK(contains(missing.out, "RANK  HOST"));
+
+  append_in_place(run.plan_path(0), "{\"world_size\": 4, \"hosts\": [");
+  Outcome damaged = run_dtrain({"status", id});
+  CHECK(damaged.code == 0);
+  CHECK(contains(damaged.out, "plan         - (" + run.plan_path(0) + ": not valid JSON; the file is damaged)\n"));
+  Outcome as_json = run_dtrain({"status", id, "--json"});
+  CHECK(as_json.code == 0);
+  json parsed = json::parse(as_json.out, nullptr, false);
+  REQUIRE(parsed.is_object());
+  CHECK(parsed["plan"].is_null());
+  CHECK(contains(parsed["plan_error"].get<std::string>(), "not valid JSON"));
 }

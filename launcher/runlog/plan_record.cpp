@@ -1,0 +1,207 @@
+#include "launcher/runlog/plan_record.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <map>
+#include <optional>
+#include <unistd.h>
+
+#include "launcher/base/fd.h"
+#include "launcher/base/strings.h"
+#include "launcher/runlog/json_access.h"
+
+namespace dtrain {
+namespace {
+
+using nlohmann::json;
+
+/// An int field that must be there; `problem` gets the first missing one.
+int require_int(const json& object, const char* key, const std::string& where, std::string& problem) {
+  std::optional<int64_t> value = json_int(object, key);
+  if (!value && problem.empty()) problem = where + "\"" + key + "\" is missing or not an integer";
+  return value ? static_cast<int>(*value) : 0;
+}
+
+/// An optional array of strings; non-strings are a problem, a missing array is empty.
+std::vector<std::string> string_list(const json& object, const char* key, const std::string& where,
+                                     std::string& problem) {
+  std::vector<std::string> out;
+  const json* list = json_member(object, key);
+  if (!list || list->is_null()) return out;
+  if (!list->is_array()) {
+    if (problem.empty()) problem = where + "\"" + key + "\" is not an array";
+    return out;
+  }
+  for (const json& item : *list) {
+    if (item.is_string()) out.push_back(item.get<std::string>());
+    else if (problem.empty()) problem = where + "\"" + key + "\" holds a non-string";
+  }
+  return out;
+}
+
+bool same_ranks(const std::vector<PlanRecord::Rank>& a, const std::vector<PlanRecord::Rank>& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const auto& x, const auto& y) {
+    return x.rank == y.rank && x.dp == y.dp && x.pp == y.pp && x.tp == y.tp;
+  });
+}
+
+/// Items of `after` that are not in `before`, in `after`'s order.
+std::vector<std::string> added(const std::vector<std::string>& before, const std::vector<std::string>& after) {
+  std::vector<std::string> out;
+  for (const std::string& item : after) {
+    if (std::find(before.begin(), before.end(), item) == before.end()) out.push_back(item);
+  }
+  return out;
+}
+
+/// "host a excluded" / "hosts a, b excluded".
+std::string counted(const char* one, const char* many, const std::vector<std::string>& names, const char* verb) {
+  return std::string(names.size() == 1 ? one : many) + " " + join(names, ", ") + " " + verb;
+}
+
+}  // namespace
+
+Result<PlanRecord> parse_plan_record(const json& plan, int generation, const std::string& where) {
+  if (!plan.is_object()) return Error::infra(where + ": not a JSON object; not a dtrain plan file");
+  std::string problem;
+  const std::string at = where + ": ";
+  PlanRecord record;
+  record.generation = generation;
+  record.world_size = require_int(plan, "world_size", at, problem);
+  record.data = require_int(plan, "data", at, problem);
+  record.pipeline = require_int(plan, "pipeline", at, problem);
+  record.tensor = require_int(plan, "tensor", at, problem);
+  record.global_batch = require_int(plan, "global_batch", at, problem);
+  record.micro_batch = require_int(plan, "micro_batch", at, problem);
+  record.grad_accum = require_int(plan, "grad_accum", at, problem);
+  record.without = string_list(plan, "without", at, problem);
+  record.spares_used = string_list(plan, "spares_used", at, problem);
+
+  // Coordinates come from "ranks"; which host runs which ranks from "hosts".
+  std::map<int, PlanRecord::Rank> coordinates;
+  const json* ranks = json_member(plan, "ranks");
+  if (!ranks || !ranks->is_array()) {
+    if (problem.empty()) problem = at + "\"ranks\" is missing or not an array";
+  } else {
+    for (const json& entry : *ranks) {
+      PlanRecord::Rank rank;
+      rank.rank = require_int(entry, "rank", at + "ranks[]: ", problem);
+      rank.dp = require_int(entry, "dp", at + "ranks[]: ", problem);
+      rank.pp = require_int(entry, "pp", at + "ranks[]: ", problem);
+      rank.tp = require_int(entry, "tp", at + "ranks[]: ", problem);
+      coordinates[rank.rank] = rank;
+    }
+  }
+  const json* hosts = json_member(plan, "hosts");
+  if (!hosts || !hosts->is_array()) {
+    if (problem.empty()) problem = at + "\"hosts\" is missing or not an array";
+  } else {
+    for (const json& entry : *hosts) {
+      PlanRecord::Host host;
+      host.name = json_string(entry, "name");
+      host.spare = json_bool(entry, "spare");
+      if (host.name.empty() && problem.empty()) problem = at + "hosts[]: \"name\" is missing";
+      const json* list = json_member(entry, "ranks");
+      if (!list || !list->is_array()) {
+        if (problem.empty()) problem = at + "host " + host.name + ": \"ranks\" is missing or not an array";
+        continue;
+      }
+      for (const json& id : *list) {
+        auto found = id.is_number_integer() ? coordinates.find(id.get<int>()) : coordinates.end();
+        if (found == coordinates.end()) {
+          if (problem.empty()) problem = at + "host " + host.name + " lists rank " + json_compact(id) +
+                                         ", which \"ranks\" does not describe";
+          continue;
+        }
+        host.ranks.push_back(found->second);
+      }
+      record.hosts.push_back(std::move(host));
+    }
+  }
+  if (!problem.empty()) return Error::infra(problem);
+  record.json = plan;
+  return record;
+}
+
+Result<PlanRecord> read_plan_record(const RunDirectory& run, int generation) {
+  std::string path = run.plan_path(generation);
+  if (::access(path.c_str(), F_OK) != 0 && errno == ENOENT) {
+    return Error::infra("no plan-" + std::to_string(generation) + ".json in " + run.path());
+  }
+  Result<std::string> text = read_file(path);
+  if (!text) return text.error();
+  json plan = json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (plan.is_discarded()) return Error::infra(path + ": not valid JSON; the file is damaged");
+  return parse_plan_record(plan, generation, path);
+}
+
+bool same_layout(const PlanRecord& a, const PlanRecord& b) {
+  if (a.world_size != b.world_size || a.data != b.data || a.pipeline != b.pipeline || a.tensor != b.tensor ||
+      a.global_batch != b.global_batch || a.micro_batch != b.micro_batch || a.grad_accum != b.grad_accum ||
+      a.without != b.without || a.spares_used != b.spares_used || a.hosts.size() != b.hosts.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < a.hosts.size(); ++i) {
+    if (a.hosts[i].name != b.hosts[i].name || !same_ranks(a.hosts[i].ranks, b.hosts[i].ranks)) return false;
+  }
+  return true;
+}
+
+std::string plan_change_text(const PlanRecord& first, const PlanRecord& current, int since_generation,
+                             int replans) {
+  if (same_layout(first, current)) return "";
+  std::string when = replans > 1 ? "over " + std::to_string(replans) + " re-plans (current since gen " +
+                                       std::to_string(since_generation) + ")"
+                                 : "at gen " + std::to_string(since_generation);
+  std::string head;
+  if (current.world_size < first.world_size) {
+    head = "shrunk from " + std::to_string(first.world_size) + " to " + std::to_string(current.world_size) +
+           " ranks " + when;
+  } else if (current.world_size > first.world_size) {
+    head = "grew from " + std::to_string(first.world_size) + " to " + std::to_string(current.world_size) +
+           " ranks " + when;
+  } else {
+    head = "re-planned " + when + ", still " + std::to_string(current.world_size) + " ranks";
+  }
+
+  std::vector<std::string> details;
+  if (std::vector<std::string> excluded = added(first.without, current.without); !excluded.empty()) {
+    details.push_back(counted("host", "hosts", excluded, "excluded"));
+  }
+  if (std::vector<std::string> spares = added(first.spares_used, current.spares_used); !spares.empty()) {
+    details.push_back(counted("spare", "spares", spares, "in use"));
+  }
+  auto changed = [&](const char* name, int before, int after) {
+    if (before != after) details.push_back(std::string(name) + " " + std::to_string(before) + " → " + std::to_string(after));
+  };
+  changed("dp", first.data, current.data);
+  changed("pp", first.pipeline, current.pipeline);
+  changed("tp", first.tensor, current.tensor);
+  changed("micro batch", first.micro_batch, current.micro_batch);
+  changed("grad_accum", first.grad_accum, current.grad_accum);
+  changed("global batch", first.global_batch, current.global_batch);
+  return details.empty() ? head : head + ": " + join(details, "; ");
+}
+
+std::string plan_history_text(const RunDirectory& run, const PlanRecord& current) {
+  Result<PlanRecord> first = read_plan_record(run, 0);
+  if (!first) return "";
+  // Walk the generations in order: every layout change is one re-plan; the current layout
+  // began at the last change.
+  PlanRecord previous = *first;
+  int replans = 0;
+  int since = 0;
+  for (int generation = 1; generation <= current.generation; ++generation) {
+    Result<PlanRecord> plan = generation == current.generation ? Result<PlanRecord>(current)
+                                                               : read_plan_record(run, generation);
+    if (!plan) continue;
+    if (!same_layout(previous, *plan)) {
+      ++replans;
+      since = generation;
+    }
+    previous = std::move(*plan);
+  }
+  return plan_change_text(*first, current, since, replans);
+}
+
+}  // namespace dtrain

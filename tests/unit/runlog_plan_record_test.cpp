@@ -1,0 +1,135 @@
+// plan-<gen>.json read back for `dtrain status`: parsing plan::to_json's real output, refusing
+// damaged files with a reason, and the one-line description of how the plan changed.
+
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <string>
+#include <unistd.h>
+
+#include "launcher/base/fd.h"
+#include "launcher/plan/rank_plan.h"
+#include "launcher/runlog/plan_record.h"
+#include "launcher/spec/spec_loader.h"
+
+using namespace dtrain;
+using nlohmann::json;
+
+namespace {
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char pattern[] = "/tmp/dtrain-plan-record-XXXXXX";
+    path = ::mkdtemp(pattern);
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path, ignored);
+  }
+};
+
+// Four hosts of two slots with TP 2: four DP replicas, global batch 48.
+spec::JobSpec four_hosts() {
+  spec::LoadResult loaded = spec::parse_job_spec(
+      "version: 1\nname: t\nhosts: [a, b, c, d]\nslots_per_host: 2\nworker: {command: [\"true\"]}\n"
+      "parallelism: {tensor: 2}\nbatch: {global: 48, micro: 4}\nelastic: {min_hosts: 2}\n",
+      "t.yaml", "/tmp");
+  INFO(loaded.message());
+  REQUIRE(loaded.ok());
+  return *loaded.spec;
+}
+
+json plan_json(const std::vector<std::string>& without = {}) {
+  Result<plan::RankPlan> plan = plan::make_plan(four_hosts(), without);
+  REQUIRE(plan.ok());
+  return plan::to_json(*plan);
+}
+
+PlanRecord record(const json& plan, int generation) {
+  Result<PlanRecord> parsed = parse_plan_record(plan, generation, "plan.json");
+  INFO((parsed ? "" : parsed.error().message));
+  REQUIRE(parsed.ok());
+  return *parsed;
+}
+
+}  // namespace
+
+TEST_CASE("parse_plan_record reads plan::to_json: sizes, batch and each host's ranks with coordinates") {
+  PlanRecord plan = record(plan_json({"b"}), 3);
+  CHECK(plan.generation == 3);
+  CHECK(plan.world_size == 6);
+  CHECK(plan.data == 3);
+  CHECK(plan.tensor == 2);
+  CHECK(plan.pipeline == 1);
+  CHECK(plan.global_batch == 48);
+  CHECK(plan.micro_batch == 4);
+  CHECK(plan.grad_accum == 4);
+  REQUIRE(plan.hosts.size() == 3);
+  CHECK(plan.hosts[1].name == "c");
+  REQUIRE(plan.hosts[1].ranks.size() == 2);
+  CHECK(plan.hosts[1].ranks[1].rank == 3);
+  CHECK(plan.hosts[1].ranks[1].dp == 1);
+  CHECK(plan.hosts[1].ranks[1].tp == 1);
+  CHECK(plan.without == std::vector<std::string>{"b"});
+  CHECK(plan.json["world_size"] == 6);
+}
+
+TEST_CASE("parse_plan_record refuses damaged plans with the field and the file") {
+  json plan = plan_json();
+  plan.erase("grad_accum");
+  Result<PlanRecord> missing = parse_plan_record(plan, 0, "/run/plan-0.json");
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.error().message == "/run/plan-0.json: \"grad_accum\" is missing or not an integer");
+
+  json dangling = plan_json();
+  dangling["hosts"][0]["ranks"].push_back(99);
+  Result<PlanRecord> unknown = parse_plan_record(dangling, 0, "p.json");
+  REQUIRE_FALSE(unknown.ok());
+  CHECK(unknown.error().message == "p.json: host a lists rank 99, which \"ranks\" does not describe");
+
+  CHECK_FALSE(parse_plan_record(json::array(), 0, "p.json").ok());
+  json wrong_type = plan_json();
+  wrong_type["without"] = "b";
+  CHECK_FALSE(parse_plan_record(wrong_type, 0, "p.json").ok());
+}
+
+TEST_CASE("plan_change_text says shrunk, by how much and why, and nothing for the same layout") {
+  PlanRecord first = record(plan_json(), 0);
+  CHECK(plan_change_text(first, record(plan_json(), 4), 0).empty());
+  CHECK(plan_change_text(first, record(plan_json({"b"}), 2), 2) ==
+        "shrunk from 8 to 6 ranks at gen 2: host b excluded; dp 4 → 3; grad_accum 3 → 4");
+  CHECK(plan_change_text(first, record(plan_json({"b", "c"}), 5), 5, 2) ==
+        "shrunk from 8 to 4 ranks over 2 re-plans (current since gen 5): hosts b, c excluded; dp 4 → 2; "
+        "grad_accum 3 → 6");
+}
+
+TEST_CASE("plan_history_text compares with plan-0.json and counts re-plans across the files there") {
+  TempDir dir;
+  RunDirectory run = RunDirectory::at(dir.path, "t");
+  auto write = [&](int generation, const json& plan) {
+    REQUIRE(write_file_atomic(run.plan_path(generation), plan.dump(2)).ok());
+  };
+  write(0, plan_json());
+  write(1, plan_json());
+  write(2, plan_json({"b"}));
+  // plan-3.json is missing (a generation that never started): skipped, not an error.
+  write(4, plan_json({"b", "c"}));
+
+  Result<PlanRecord> second = read_plan_record(run, 2);
+  REQUIRE(second.ok());
+  CHECK(plan_history_text(run, *second) ==
+        "shrunk from 8 to 6 ranks at gen 2: host b excluded; dp 4 → 3; grad_accum 3 → 4");
+  Result<PlanRecord> fourth = read_plan_record(run, 4);
+  REQUIRE(fourth.ok());
+  CHECK(plan_history_text(run, *fourth) ==
+        "shrunk from 8 to 4 ranks over 2 re-plans (current since gen 4): hosts b, c excluded; dp 4 → 2; "
+        "grad_accum 3 → 6");
+  Result<PlanRecord> restart = read_plan_record(run, 1);
+  REQUIRE(restart.ok());
+  CHECK(plan_history_text(run, *restart).empty());
+
+  Result<PlanRecord> absent = read_plan_record(run, 3);
+  REQUIRE_FALSE(absent.ok());
+  CHECK(absent.error().message == "no plan-3.json in " + dir.path);
+}
