@@ -1,6 +1,7 @@
 // `dtrain drill`: inject a real fault and grade the recovery (man/dtrain-drill.1).
 //   dtrain drill RUN --fault KIND[:TARGET] [--at-step N] [--slo FILE | --detect 10s --recover 60s
 //                --max-lost-steps 100] [--timeout 10m] [--json]
+//                [--cut-command CMD --heal-command CMD | --allow-firewall] [--partition-duration 90s]
 //   dtrain drill --spec drill.yaml [--json]
 //   dtrain drill --history [--json]
 // Exit: 0 every objective met, 1 one missed, 2 usage, 3 the drill could not run.
@@ -42,6 +43,9 @@ struct DrillOptions {
   std::string spec;
   bool history = false;
   bool json = false;
+  std::string cut_command, heal_command;
+  bool allow_firewall = false;
+  std::string partition_duration;
 };
 
 int usage(const std::string& message) {
@@ -74,10 +78,19 @@ drill::Say progress() {
   return [](const std::string& line) { std::fprintf(stderr, "drill: %s\n", line.c_str()); };
 }
 
-std::string not_implemented(const drill::Fault& fault) {
-  return std::string(drill::to_string(fault.kind)) +
-         " is not implemented yet (it needs the multi-host test cluster driver and `dtrain resume`); "
-         "drill kill-rank, hang-rank, corrupt-checkpoint or slow-storage";
+/// --cut-command/--heal-command/--allow-firewall/--partition-duration onto a live fault.
+std::optional<int> read_partition_flags(const DrillOptions& options, drill::Fault& fault) {
+  fault.cut_command = options.cut_command;
+  fault.heal_command = options.heal_command;
+  if (options.allow_firewall) fault.partition = drill::PartitionMethod::firewall;
+  else if (!options.cut_command.empty() || !options.heal_command.empty()) fault.partition = drill::PartitionMethod::commands;
+  if (!options.partition_duration.empty()) {
+    Result<Millis> parsed = parse_duration(options.partition_duration);
+    if (!parsed) return usage("--partition-duration '" + options.partition_duration + "': " + parsed.error().message);
+    fault.partition_duration = *parsed;
+  }
+  if (Status ok = drill::check_partition_settings(fault, "--fault " + fault.label()); !ok) return usage(ok.error().message);
+  return std::nullopt;
 }
 
 /// --slo, then the flags on top of it (a flag wins over the file).
@@ -127,7 +140,7 @@ int show_history(bool json) {
 int live_drill(const DrillOptions& options, Millis timeout) {
   Result<drill::Fault> fault = drill::parse_fault(options.fault);
   if (!fault) return usage(fault.error().message);
-  if (!drill::is_implemented(fault->kind)) return cannot_run(not_implemented(*fault));
+  if (std::optional<int> bad = read_partition_flags(options, *fault)) return *bad;
   if (options.at_step) {
     if (*options.at_step < 0) return usage("--at-step must be 0 or more");
     fault->at_step = *options.at_step;
@@ -168,9 +181,16 @@ int spec_drill(const DrillOptions& options, std::optional<Millis> timeout_flag) 
   for (const spec::DrillFaultEntry& entry : drill_spec.faults) {
     Result<drill::Fault> fault = drill::parse_fault(entry.target.empty() ? entry.fault : entry.fault + ":" + entry.target);
     if (!fault) return usage(entry.where + ": " + fault.error().message);
-    if (!drill::is_implemented(fault->kind)) return cannot_run(entry.where + ": " + not_implemented(*fault));
     fault->at_step = entry.at_step;
     if (entry.delay) fault->delay = *entry.delay;
+    if (entry.partition) {
+      fault->partition = entry.partition->method == "firewall" ? drill::PartitionMethod::firewall
+                                                               : drill::PartitionMethod::commands;
+      fault->cut_command = entry.partition->cut;
+      fault->heal_command = entry.partition->heal;
+      fault->partition_duration = entry.partition->duration;
+    }
+    if (Status ok = drill::check_partition_settings(*fault, entry.where); !ok) return usage(ok.error().message);
     plan.faults.push_back(*fault);
   }
   plan.objectives.detect = drill_spec.objectives.detect;
@@ -205,6 +225,11 @@ int run_drill(const DrillOptions& options) {
   }
   if (!options.spec.empty()) {
     if (options.at_step) return usage("--at-step belongs in the drill spec with --spec (faults: [{..., at_step: N}])");
+    if (!options.cut_command.empty() || !options.heal_command.empty() || options.allow_firewall ||
+        !options.partition_duration.empty()) {
+      return usage("with --spec, say how to partition in the drill spec: faults: [{fault: partition-host, target: H, "
+                   "partition: {cut: ..., heal: ...}}] or partition: {method: firewall}");
+    }
     return spec_drill(options, timeout);
   }
   if (options.run.empty()) return usage("--fault " + options.fault + ": name the run to drill: dtrain drill RUN --fault ...");
@@ -222,13 +247,21 @@ void add_drill_command(CLI::App& app, CommandContext& context) {
   CLI::App* command = app.add_subcommand("drill", "Inject a real fault into a run and grade the recovery (see dtrain-drill(1))");
   command->add_option("run", options->run, "Run id or a unique prefix of one (a live drill)");
   command->add_option("--fault", options->fault,
-                      "KIND[:TARGET]: kill-rank:R, hang-rank:R, corrupt-checkpoint[:R] (slow-storage with --spec)");
+                      "KIND[:TARGET]: kill-rank:R, hang-rank:R, corrupt-checkpoint[:R], kill-host:H, partition-host:H, "
+                      "kill-supervisor (slow-storage with --spec)");
   command->add_option("--at-step", options->at_step, "Inject once every rank has reached this step");
   command->add_option("--slo", options->slo, "YAML file with the objectives: detect, recover, max_lost_steps");
   command->add_option("--detect", options->detect, "Objective: injected → failure detected within this (e.g. 10s)");
   command->add_option("--recover", options->recover, "Objective: injected → training again within this (e.g. 60s)");
   command->add_option("--max-lost-steps", options->max_lost_steps, "Objective: at most this many steps redone");
   command->add_option("--timeout", options->timeout, "Give up on the drill after this long (default 10m, or the drill spec's timeout)");
+  command->add_option("--cut-command", options->cut_command,
+                      "partition-host: shell command that cuts the host off ({host} = its name), run here");
+  command->add_option("--heal-command", options->heal_command, "partition-host: shell command that reconnects it");
+  command->add_flag("--allow-firewall", options->allow_firewall,
+                    "partition-host: opt in to nft/iptables rules on the host itself (self-removing; see dtrain-drill(1))");
+  command->add_option("--partition-duration", options->partition_duration,
+                      "partition-host: the longest the host stays cut off (default from heartbeat.timeout, see dtrain-drill(1))");
   command->add_option("--spec", options->spec, "Self-contained drill: start the job in this drill spec, drill it, grade it");
   command->add_flag("--history", options->history, "Print the drill history ($DTRAIN_HOME/drills.jsonl)");
   command->add_flag("--json", options->json, "Print the verdict (or the history) as JSON");

@@ -37,9 +37,35 @@ std::vector<std::string> fault_kind_names() {
   return names;
 }
 
-bool is_implemented(FaultKind kind) {
-  return kind == FaultKind::kill_rank || kind == FaultKind::hang_rank || kind == FaultKind::corrupt_checkpoint ||
-         kind == FaultKind::slow_storage;
+bool is_implemented(FaultKind) { return true; }
+
+Status check_partition_settings(const Fault& fault, const std::string& where) {
+  bool has_commands = !fault.cut_command.empty() || !fault.heal_command.empty();
+  if (fault.kind != FaultKind::partition_host) {
+    if (has_commands || fault.partition != PartitionMethod::none || fault.partition_duration) {
+      return Error::user(where + ": only partition-host takes cut/heal commands, a firewall opt-in or a partition "
+                                 "duration; remove them from " + fault.label());
+    }
+    return {};
+  }
+  if (fault.partition == PartitionMethod::firewall && has_commands) {
+    return Error::user(where + ": choose one way to cut " + fault.target +
+                       ": the firewall rules or the cut/heal commands, not both");
+  }
+  if (fault.partition == PartitionMethod::firewall) return {};
+  if (!has_commands) {
+    return Error::user(where + ": partition-host needs a way to cut " + fault.target +
+                       " off, and the drill picks none by itself: give --cut-command CMD --heal-command CMD "
+                       "(drill.yaml: partition: {cut: ..., heal: ...}; {host} is replaced by the host name), or "
+                       "opt in to nft/iptables rules on the host with --allow-firewall (drill.yaml: partition: "
+                       "{method: firewall}; see dtrain-drill(1))");
+  }
+  if (fault.cut_command.empty() || fault.heal_command.empty()) {
+    return Error::user(where + ": give both a cut and a heal command (" +
+                       (fault.cut_command.empty() ? "the cut" : "the heal") +
+                       " command is missing): a drill never leaves a host cut off");
+  }
+  return {};
 }
 
 std::string Fault::label() const {

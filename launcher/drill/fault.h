@@ -29,9 +29,16 @@ const char* to_string(FaultKind kind);
 /// Every kind's name, in the order of the enum (for messages).
 std::vector<std::string> fault_kind_names();
 
-/// Whether this dtrain can inject `kind` (the host-level and supervisor faults need the
-/// multi-host driver and `dtrain resume`, which are not there yet).
+/// Whether this dtrain can inject `kind` (every kind today; kept so that a kind can be listed
+/// before it is built).
 bool is_implemented(FaultKind kind);
+
+/// How partition-host cuts a host off. Neither is a default: the user picks one.
+enum class PartitionMethod {
+  none,      ///< not chosen yet: a partition-host fault is refused (usage) until one is
+  commands,  ///< the user's cut/heal shell commands, run on the drill's machine
+  firewall,  ///< nft (or iptables) rules on the host itself, opt-in (--allow-firewall)
+};
 
 /// One fault to inject.
 struct Fault {
@@ -42,6 +49,12 @@ struct Fault {
   std::optional<int> rank;            ///< `target` as a rank, where the kind takes one
   std::optional<int64_t> at_step;     ///< inject once every rank has reached this step
   Millis delay{1000};                 ///< slow-storage: the delay of each checkpoint write
+  PartitionMethod partition = PartitionMethod::none;  ///< partition-host only
+  std::string cut_command;            ///< partition-host commands: /bin/sh -c, "{host}" replaced
+  std::string heal_command;
+  /// partition-host: how long the host stays cut off at most (firewall: the rules delete
+  /// themselves then); absent: default_partition_duration() of the run's spec.
+  std::optional<Millis> partition_duration;
 
   /// "kill-rank:1", "corrupt-checkpoint:0", "slow-storage".
   std::string label() const;
@@ -50,5 +63,10 @@ struct Fault {
 /// Parses "KIND[:TARGET]". Errors (user) quote the text and list the kinds, with "did you
 /// mean" for a near miss; a rank fault with a non-numeric target says so.
 Result<Fault> parse_fault(std::string_view text);
+
+/// A partition-host fault must say how to cut (cut and heal commands, or the firewall opt-in),
+/// and only partition-host takes those settings. Errors (user) say how to fix it; `where`
+/// prefixes them ("--fault partition-host:gpu02", "drill.yaml:7:5").
+Status check_partition_settings(const Fault& fault, const std::string& where);
 
 }  // namespace dtrain::drill

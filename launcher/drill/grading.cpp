@@ -47,6 +47,50 @@ void check(FaultVerdict& verdict, std::string name, bool met, std::string detail
   verdict.checks.push_back({std::move(name), met, std::move(detail)});
 }
 
+bool is_host_fault(FaultKind kind) { return kind == FaultKind::kill_host || kind == FaultKind::partition_host; }
+
+const json* next_plan_after(const std::vector<json>& events, int generation) {
+  for (const json& event : events) {
+    if (name_of(event) == "plan.generation" && json_int(event, "gen").value_or(-1) > generation) return &event;
+  }
+  return nullptr;
+}
+
+// A host fault must be seen as the host's loss, and the next generation must run without it
+// (shrunk over the others, or with a spare in its place).
+void grade_host_loss(FaultVerdict& verdict, const Injection& injection, const std::vector<json>& events) {
+  const std::string& host = injection.fault.target;
+  const json* lost = nullptr;
+  for (const json& event : events) {
+    if (name_of(event) == "host.lost" && json_string(event, "host") == host) {
+      lost = &event;
+      break;
+    }
+  }
+  check(verdict, "host lost", lost != nullptr,
+        lost ? host + ": " + json_string(*lost, "reason", "lost") +
+                   (json_int(*lost, "silent_ms") ? " (silent " + std::to_string(*json_int(*lost, "silent_ms")) + "ms)" : "")
+             : "no host.lost for " + host + " after the injection");
+  const json* plan = next_plan_after(events, injection.generation);
+  bool without = false;
+  std::string detail = "no next generation was planned";
+  if (plan) {
+    std::vector<std::string> hosts;
+    if (const json* list = json_member(*plan, "hosts"); list && list->is_array()) {
+      for (const json& name : *list) {
+        if (name.is_string()) hosts.push_back(name.get<std::string>());
+      }
+    }
+    without = std::find(hosts.begin(), hosts.end(), host) == hosts.end();
+    std::string joined;
+    for (const std::string& name : hosts) joined += (joined.empty() ? "" : ", ") + name;
+    detail = "generation " + std::to_string(json_int(*plan, "gen").value_or(-1)) + " runs " +
+             std::to_string(json_int(*plan, "world_size").value_or(-1)) + " rank(s) on " + joined +
+             (without ? "" : " (still including " + host + ")");
+  }
+  check(verdict, "host left out of the new generation", without, detail);
+}
+
 // Every host of the hit generation must report its processes gone (resources.released with
 // nothing remaining) before the next generation is planned: otherwise the old and the new
 // generation ran side by side.
@@ -72,6 +116,8 @@ void grade_release(FaultVerdict& verdict, const Injection& injection, const std:
   }
   std::vector<std::string> missing;
   for (const std::string& host : injection.hosts) {
+    // A killed or cut-off host cannot report: the drill checks that host itself.
+    if (is_host_fault(injection.fault.kind) && host == injection.fault.target) continue;
     if (!released.count(host)) missing.push_back(host);
   }
   bool ok = next_plan && missing.empty() && unclean.empty();
@@ -100,15 +146,35 @@ void grade_final_state(FaultVerdict& verdict, const GradeContext& context) {
 
 void grade_recovery(FaultVerdict& verdict, const Injection& injection, const std::vector<json>& events,
                     const Objectives& objectives, const GradeContext& context) {
-  const json* detected = first_named(events, "failure.detected");
+  // kill-supervisor: the supervisor that would log failure.detected is dead; the drill's own
+  // observation (every agent fenced) is the detection, and the resumed supervisor's
+  // recovery.completed {kind: supervisor.lost} the recovery.
+  bool supervisor_fault = injection.fault.kind == FaultKind::kill_supervisor;
+  const json* detected = supervisor_fault ? nullptr : first_named(events, "failure.detected");
+  if (supervisor_fault && context.detected_wall_ms) {
+    verdict.detected_wall_ms = context.detected_wall_ms;
+    verdict.detect_ms = std::max<int64_t>(0, *context.detected_wall_ms - injection.wall_ms);
+    verdict.detected_kind = context.detected_by;
+  }
   if (detected) {
     verdict.detected_wall_ms = event_wall_ms(*detected);
     if (verdict.detected_wall_ms) verdict.detect_ms = std::max<int64_t>(0, *verdict.detected_wall_ms - injection.wall_ms);
     verdict.detected_kind = json_string(*detected, "kind");
     if (auto rank = json_int(*detected, "rank")) verdict.detected_rank = static_cast<int>(*rank);
   }
-  const json* completed = first_named(events, "recovery.completed", index_of(events, detected));
-  if (detected && completed) {
+  const json* completed = nullptr;
+  if (supervisor_fault) {
+    for (const json& event : events) {
+      if (name_of(event) == "recovery.completed" && json_string(event, "kind") == "supervisor.lost") {
+        completed = &event;
+        break;
+      }
+    }
+  } else if (detected) {
+    completed = first_named(events, "recovery.completed", index_of(events, detected));
+  }
+  bool was_detected = detected != nullptr || (supervisor_fault && verdict.detected_wall_ms);
+  if (was_detected && completed) {
     verdict.recovered_wall_ms = event_wall_ms(*completed);
     if (verdict.recovered_wall_ms) verdict.recover_ms = std::max<int64_t>(0, *verdict.recovered_wall_ms - injection.wall_ms);
     if (const json* phases = json_member(*completed, "phases"); phases && phases->is_object()) verdict.phases = *phases;
@@ -121,19 +187,26 @@ void grade_recovery(FaultVerdict& verdict, const Injection& injection, const std
   grade_duration(verdict, "recover", objectives.recover, verdict.recover_ms);
   grade_lost_steps(verdict, objectives.max_lost_steps, verdict.steps_lost);
 
-  check(verdict, "failure detected", detected != nullptr,
-        detected ? verdict.detected_kind + " at " + format_timestamp_utc(verdict.detected_wall_ms.value_or(0))
-                 : "no failure.detected after the injection");
+  check(verdict, "failure detected", was_detected,
+        was_detected ? verdict.detected_kind + " at " + format_timestamp_utc(verdict.detected_wall_ms.value_or(0))
+                     : supervisor_fault ? "the agents never fenced" : "no failure.detected after the injection");
   if (detected && injection.fault.rank) {
     bool right = verdict.detected_rank == injection.fault.rank;
     check(verdict, "blamed the faulted rank", right,
           "blamed rank " + (verdict.detected_rank ? std::to_string(*verdict.detected_rank) : std::string("none")) +
               ", faulted rank " + std::to_string(*injection.fault.rank));
   }
-  check(verdict, "recovery completed", completed != nullptr && detected != nullptr,
+  check(verdict, "recovery completed", completed != nullptr && was_detected,
         completed ? "first step of the new generation at " + format_timestamp_utc(verdict.recovered_wall_ms.value_or(0))
-                  : "no recovery.completed after the failure");
-  grade_release(verdict, injection, events);
+                  : supervisor_fault ? "no recovery.completed {kind: supervisor.lost} after the injection"
+                                     : "no recovery.completed after the failure");
+  if (is_host_fault(injection.fault.kind)) grade_host_loss(verdict, injection, events);
+  if (supervisor_fault) {
+    // No supervisor is left to confirm releases: the drill's fence check stands for it.
+    verdict.resources_released = verdict.detected_wall_ms.has_value();
+  } else {
+    grade_release(verdict, injection, events);
+  }
   check(verdict, "old processes gone", context.surviving_pids.empty(),
         context.surviving_pids.empty() ? "every pid of generation " + std::to_string(injection.generation) + " is gone"
                                        : std::to_string(context.surviving_pids.size()) + " still alive, e.g. pid " +
@@ -154,6 +227,7 @@ void grade_recovery(FaultVerdict& verdict, const Injection& injection, const std
                                     std::to_string(bad) + ")"
                               : "never resumed");
   }
+  for (const CheckResult& extra : context.extra_checks) verdict.checks.push_back(extra);
   grade_final_state(verdict, context);
 }
 

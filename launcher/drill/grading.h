@@ -55,6 +55,12 @@ struct GradeContext {
   std::string final_state;            ///< state.json "state" at the end of the drill
   bool require_success = false;       ///< the run must have ended "succeeded" (--spec mode)
   std::vector<int> surviving_pids;    ///< processes of the hit generation still alive after recovery
+  /// kill-supervisor: the drill's own detection (every agent fenced), used instead of a
+  /// failure.detected event (the supervisor that would log one is dead).
+  std::optional<int64_t> detected_wall_ms;
+  std::string detected_by;
+  /// Checks the drill verified itself (on the hosts), graded like the others.
+  std::vector<CheckResult> extra_checks;
 };
 
 struct FaultVerdict {

@@ -3,13 +3,13 @@
 #include <signal.h>
 
 #include <algorithm>
-#include <atomic>
 #include <optional>
-#include <set>
 #include <thread>
 
 #include "launcher/base/clock.h"
+#include "launcher/drill/host_drill.h"
 #include "launcher/drill/injector.h"
+#include "launcher/drill/run_hosts.h"
 #include "launcher/drill/run_processes.h"
 #include "launcher/runlog/json_access.h"
 #include "launcher/runlog/run_state.h"
@@ -24,122 +24,69 @@ constexpr auto kPoll = std::chrono::milliseconds(50);
 /// How long the old generation's processes may take to be reaped once the new one trains.
 constexpr Millis kGoneGrace{3000};
 
-std::atomic<bool> g_cancel{false};
-
 std::string name_of(const json& event) { return json_string(event, "ev"); }
 
-/// The current generation's workers, from its worker.started events (authoritative: state.json
-/// is a snapshot written at most twice a second).
-struct GenerationView {
-  int generation = -1;
-  std::vector<int> pids;
-  std::set<std::string> hosts;
-  std::optional<int> rank_pid(int rank, const std::vector<json>& events) const {
-    for (auto it = events.rbegin(); it != events.rend(); ++it) {
-      if (name_of(*it) == "worker.started" && json_int(*it, "gen") == generation && json_int(*it, "rank") == rank) {
-        return static_cast<int>(json_int(*it, "pid").value_or(0));
-      }
-    }
-    return std::nullopt;
+// Host faults need the host in the run's spec, and the drill must be able to reach it.
+Status check_host_fits(const LiveRun& run, const Fault& fault) {
+  Result<RunHosts> hosts = RunHosts::open(run.directory());
+  if (!hosts) return hosts.error();
+  if (!hosts->entry(fault.target)) {
+    std::string names;
+    for (const std::string& name : hosts->names()) names += (names.empty() ? "" : ", ") + name;
+    return Error::user("--fault " + fault.label() + ": run " + run.id() + " has no host '" + fault.target +
+                       "'; its hosts are " + names);
   }
-};
-
-GenerationView view_of(const LiveRun& run) {
-  GenerationView view;
-  view.generation = run.generation();
-  for (const json& event : run.events()) {
-    if (name_of(event) == "worker.started" && json_int(event, "gen") == view.generation) {
-      view.pids.push_back(static_cast<int>(json_int(event, "pid").value_or(0)));
-      view.hosts.insert(json_string(event, "host"));
-    }
-  }
-  return view;
+  return {};
 }
 
-/// The lowest step over all ranks when every rank runs and has reported one; else nullopt.
-std::optional<int64_t> min_rank_step(const json& state) {
-  const json* ranks = json_member(state, "ranks");
-  if (!ranks || !ranks->is_array() || ranks->empty()) return std::nullopt;
-  std::optional<int64_t> lowest;
-  for (const json& rank : *ranks) {
-    auto step = json_int(rank, "step");
-    if (json_string(rank, "state") != "running" || !step) return std::nullopt;
-    lowest = lowest ? std::min(*lowest, *step) : *step;
+Status check_supervisor_here(const LiveRun& run) {
+  Result<json> state = run.state();
+  if (!state) return state.error();
+  const json* supervisor = json_member(*state, "supervisor");
+  std::string host = supervisor ? json_string(*supervisor, "hostname") : "";
+  if (!host.empty() && host != this_host_name()) {
+    return Error::infra("kill-supervisor: run " + run.id() + " is supervised from host " + host + ", not " +
+                        this_host_name() + "; run the drill there (it must signal the supervisor and then run "
+                        "`dtrain resume` on that machine)");
   }
-  return lowest;
-}
-
-bool committed_since(const LiveRun& run, size_t from, int generation, int64_t* step) {
-  for (size_t i = from; i < run.events().size(); ++i) {
-    const json& event = run.events()[i];
-    if (name_of(event) == "checkpoint.committed" && json_int(event, "gen") == generation) {
-      *step = json_int(event, "step").value_or(-1);
-      return true;
-    }
-  }
-  return false;
-}
-
-struct Ready {
-  GenerationView view;
-  int64_t step = 0;
-};
-
-// Steady: the run says "running", every rank of the current generation runs and has made
-// progress since the drill first saw it (or reached at_step). corrupt-checkpoint also waits for
-// a fresh commit, so the next one is as far away as it can be when the newest is damaged.
-Result<Ready> wait_until_ready(LiveRun& run, const Fault& fault, Deadline deadline, const Say& say) {
-  std::optional<int64_t> baseline;
-  int baseline_generation = -2;
-  std::optional<size_t> commit_watch_from;
-  bool said_waiting = false;
-  for (;;) {
-    if (cancel_requested()) return Error::infra("cancelled before the fault was injected");
-    if (Status polled = run.poll(); !polled) return polled.error();
-    Result<json> state = run.state();
-    if (state) {
-      if (std::string reason = not_live_reason(*state); !reason.empty()) {
-        return Error::infra("run " + run.id() + " " + reason + " before " + fault.label() + " could be injected");
-      }
-      int generation = run.generation();
-      std::optional<int64_t> step = min_rank_step(*state);
-      bool running = json_string(*state, "state") == "running" &&
-                     json_int(*state, "generation").value_or(-1) == generation;
-      if (running && step) {
-        if (generation != baseline_generation) {
-          baseline_generation = generation;
-          baseline = step;
-          commit_watch_from.reset();
-        }
-        bool at = fault.at_step ? *step >= *fault.at_step : *step >= *baseline + 2;
-        if (at && fault.kind == FaultKind::corrupt_checkpoint) {
-          if (!commit_watch_from) commit_watch_from = run.events().size();
-          int64_t committed = -1;
-          at = committed_since(run, *commit_watch_from, generation, &committed) &&
-               complete_checkpoint_steps(run.checkpoint_dir()).size() >= 2;
-          if (!at && committed >= 0) commit_watch_from = run.events().size();  // wait for the next one
-        }
-        if (at) return Ready{view_of(run), *step};
-      }
-      if (!said_waiting && say) {
-        say(fault.at_step ? "waiting for every rank to reach step " + std::to_string(*fault.at_step)
-                          : "waiting until " + run.id() + " trains steadily");
-        said_waiting = true;
-      }
-    }
-    if (std::chrono::steady_clock::now() >= deadline) {
-      return Error::infra("run " + run.id() + " was not training steadily" +
-                          (fault.at_step ? " at step " + std::to_string(*fault.at_step) : std::string()) +
-                          " before the drill's deadline; give it more time with --timeout");
-    }
-    std::this_thread::sleep_for(kPoll);
-  }
+  return {};
 }
 
 }  // namespace
 
-void request_cancel() { g_cancel.store(true); }
-bool cancel_requested() { return g_cancel.load(); }
+GradeContext FaultRecord::context() const {
+  GradeContext context;
+  context.final_state = state_after;
+  context.surviving_pids = surviving_pids;
+  context.detected_wall_ms = detected_wall_ms;
+  context.detected_by = detected_by;
+  context.extra_checks = checks;
+  return context;
+}
+
+FollowResult follow_recovery(LiveRun& run, size_t events_before, Deadline deadline, bool supervisor_may_be_gone,
+                             const std::function<bool(const json&)>& is_recovery) {
+  FollowResult result;
+  for (;;) {
+    if (Status polled = run.poll(); !polled) {
+      result.error = polled.error().message;
+      return result;
+    }
+    for (size_t i = events_before; i < run.events().size(); ++i) {
+      const json& event = run.events()[i];
+      if (name_of(event) == "recovery.completed" && (!is_recovery || is_recovery(event))) result.recovered = true;
+      if (name_of(event) == "run.finished") result.run_ended = true;
+    }
+    if (result.recovered || result.run_ended) return result;
+    Result<json> state = run.state();
+    if (state && !supervisor_may_be_gone && !not_live_reason(*state).empty()) {
+      result.run_ended = true;
+      return result;
+    }
+    if (cancel_requested() || std::chrono::steady_clock::now() >= deadline) return result;
+    std::this_thread::sleep_for(kPoll);
+  }
+}
 
 Status check_fault_fits(const LiveRun& run, const Fault& fault) {
   if (!is_implemented(fault.kind)) {
@@ -149,6 +96,11 @@ Status check_fault_fits(const LiveRun& run, const Fault& fault) {
     return Error::user("slow-storage cannot be injected into a running job: the delay is set when the job starts. "
                        "Drill it with `dtrain drill --spec drill.yaml` (faults: [{fault: slow-storage, delay: 2s}])");
   }
+  if (fault.kind == FaultKind::kill_host || fault.kind == FaultKind::partition_host) {
+    if (Status partition = check_partition_settings(fault, "--fault " + fault.label()); !partition) return partition;
+    return check_host_fits(run, fault);
+  }
+  if (fault.kind == FaultKind::kill_supervisor) return check_supervisor_here(run);
   if (fault.rank) {
     Result<json> state = run.state();
     auto world = state ? json_int(*state, "world_size") : std::nullopt;
@@ -163,11 +115,15 @@ Status check_fault_fits(const LiveRun& run, const Fault& fault) {
 Result<FaultRecord> inject_and_follow(LiveRun& run, const Fault& fault, Deadline deadline, const Say& say) {
   Result<Ready> ready = wait_until_ready(run, fault, deadline, say);
   if (!ready) return ready.error();
+  if (fault.kind == FaultKind::kill_host || fault.kind == FaultKind::partition_host) {
+    return inject_host_fault(run, fault, *ready, deadline, say);
+  }
+  if (fault.kind == FaultKind::kill_supervisor) return inject_supervisor_kill(run, fault, *ready, deadline, say);
   FaultRecord record;
   Injection& injection = record.injection;
   injection.fault = fault;
   injection.generation = ready->view.generation;
-  injection.hosts.assign(ready->view.hosts.begin(), ready->view.hosts.end());
+  for (const auto& [host, pids] : ready->view.pids_by_host) injection.hosts.push_back(host);
   injection.at_step = ready->step;
   int rank = fault.rank.value_or(0);
   std::optional<int> pid = ready->view.rank_pid(rank, run.events());
@@ -199,22 +155,10 @@ Result<FaultRecord> inject_and_follow(LiveRun& run, const Fault& fault, Deadline
         (injection.corrupted_step ? " after damaging checkpoint step " + std::to_string(*injection.corrupted_step) : ""));
   }
 
-  for (;;) {
-    if (Status polled = run.poll(); !polled) return polled.error();
-    for (size_t i = events_before; i < run.events().size(); ++i) {
-      std::string name = name_of(run.events()[i]);
-      if (name == "recovery.completed") record.recovered = true;
-      if (name == "run.finished") record.run_ended = true;
-    }
-    if (record.recovered || record.run_ended) break;
-    Result<json> state = run.state();
-    if (state && !not_live_reason(*state).empty()) {
-      record.run_ended = true;
-      break;
-    }
-    if (cancel_requested() || std::chrono::steady_clock::now() >= deadline) break;
-    std::this_thread::sleep_for(kPoll);
-  }
+  FollowResult followed = follow_recovery(run, events_before, deadline, false, nullptr);
+  if (followed.error) return Error::infra(*followed.error);
+  record.recovered = followed.recovered;
+  record.run_ended = followed.run_ended;
   record.surviving_pids = wait_until_gone(ready->view.pids, kGoneGrace);
   if (fault.kind == FaultKind::hang_rank && process_alive(injection.pid)) {
     // Never leave a worker frozen by the drill behind: the run would hang for good.

@@ -3,8 +3,7 @@
 // the fault from outside, log drill.injected, and follow the run's events until it has
 // recovered, ended, or the deadline passed. Grading is left to grade_fault().
 
-#include <chrono>
-#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,17 +13,9 @@
 #include "launcher/drill/fault.h"
 #include "launcher/drill/grading.h"
 #include "launcher/drill/live_run.h"
+#include "launcher/drill/run_view.h"
 
 namespace dtrain::drill {
-
-using Deadline = std::chrono::steady_clock::time_point;
-
-/// Progress lines for the operator ("injected kill-rank:1 ..."); may be empty.
-using Say = std::function<void(const std::string&)>;
-
-/// Asks every drill wait to give up soon (the CLI calls it from SIGINT/SIGTERM); async-signal-safe.
-void request_cancel();
-bool cancel_requested();
 
 /// What one injection left to grade.
 struct FaultRecord {
@@ -36,10 +27,20 @@ struct FaultRecord {
   bool recovered = false;   ///< a recovery.completed followed the injection
   bool run_ended = false;   ///< the run ended (or lost its supervisor) while followed
   std::string state_after;  ///< state.json "state" when the follow ended
+  /// What the drill itself saw instead of a failure.detected (kill-supervisor: every agent
+  /// fenced), and when.
+  std::optional<int64_t> detected_wall_ms;
+  std::string detected_by;
+  /// What the drill verified on the hosts itself (host faults: nothing left on the host).
+  std::vector<CheckResult> checks;
+
+  /// The grading context for this record (final state, survivors, the drill's own checks).
+  GradeContext context() const;
 };
 
-/// Checks that `fault` fits the run (a rank that exists, a kind that can be injected live).
-/// Errors are user errors.
+/// Checks that `fault` fits the run (a rank or host that exists, a kind that can be injected
+/// live, partition settings). Errors are user errors, except kill-supervisor of a run
+/// supervised from another machine (infra: the drill cannot reach it).
 Status check_fault_fits(const LiveRun& run, const Fault& fault);
 
 /// Waits, injects, follows (see the file comment). Errors when the drill itself cannot go on:

@@ -68,9 +68,8 @@ Result<DrillReport> run_live_drill(const LiveDrillPlan& plan, const Say& say) {
   if (!record) {
     report.error = record.error().message;
   } else {
-    GradeContext context;
+    GradeContext context = record->context();
     context.final_state = current_state(*run);
-    context.surviving_pids = record->surviving_pids;
     report.faults.push_back(grade_fault(record->injection, record->events_after, plan.objectives, context));
   }
   report.final_state = current_state(*run);
@@ -197,9 +196,7 @@ DrillReport run_spec_drill(const SpecDrillPlan& plan, const Say& say) {
   // Each fault is graded on the run as its recovery left it; whether the whole job then
   // succeeded is the report's own check (DrillReport::passed).
   for (FaultRecord& record : records) {
-    GradeContext context;
-    context.final_state = record.state_after;
-    context.surviving_pids = record.surviving_pids;
+    GradeContext context = record.context();
     report.faults.push_back(grade_fault(record.injection, record.events_after, plan.objectives, context));
   }
   GradeContext context;

@@ -44,10 +44,55 @@ std::string place(const DiagnosticSink& sink, const YAML::Node& node, const std:
                         : where.file;
 }
 
+// partition-host must say how to cut: the user's commands, or the firewall, which is opt-in
+// because it changes the host's rules (see dtrain-drill(1)).
+void read_partition(DiagnosticSink& sink, const YAML::Node& entry_node, const std::string& key, const Section& entry,
+                    DrillFaultEntry& fault) {
+  const YAML::Node* node = entry.get("partition");
+  if (fault.fault != "partition-host") {
+    if (node) sink.error(*node, entry.path("partition"), "only partition-host takes `partition`; remove it");
+    return;
+  }
+  if (!node) {
+    sink.error(entry_node, key + ".partition",
+               "missing; partition-host needs a way to cut the host off: partition: {cut: \"CMD {host}\", heal: "
+               "\"CMD {host}\"}, or opt in to firewall rules on the host with partition: {method: firewall}");
+    return;
+  }
+  Section section(sink, node, entry.path("partition"), {"method", "cut", "heal", "duration"});
+  if (!section.node()) return;
+  DrillPartition partition;
+  std::optional<std::string> method = read_string(sink, section.get("method"), section.path("method"));
+  partition.cut = read_string(sink, section.get("cut"), section.path("cut")).value_or("");
+  partition.heal = read_string(sink, section.get("heal"), section.path("heal")).value_or("");
+  partition.duration = read_duration(sink, section.get("duration"), section.path("duration"), Millis(1000));
+  bool has_commands = !partition.cut.empty() || !partition.heal.empty();
+  partition.method = method.value_or(has_commands ? "commands" : "");
+  if (partition.method != "commands" && partition.method != "firewall") {
+    sink.error(section.get("method") ? *section.get("method") : *node, section.path("method"),
+               partition.method.empty()
+                   ? std::string("no way to cut the host given; write cut: and heal: commands, or method: firewall")
+                   : single_quoted(partition.method) + " is not a partition method; use commands (with cut: and "
+                                                       "heal:) or firewall");
+    return;
+  }
+  if (partition.method == "firewall" && has_commands) {
+    sink.error(*node, entry.path("partition"), "method: firewall takes no cut/heal commands; keep one of the two");
+    return;
+  }
+  if (partition.method == "commands" && (partition.cut.empty() || partition.heal.empty())) {
+    sink.error(*node, entry.path("partition"),
+               std::string("give both cut: and heal: (") + (partition.cut.empty() ? "cut" : "heal") +
+                   " is missing): a drill never leaves a host cut off");
+    return;
+  }
+  fault.partition = partition;
+}
+
 // `fault: kill-rank:1` is the command line's spelling; `fault: kill-rank` + `target: 1` the
 // long one. Both are accepted, not both at once.
 void read_fault(DiagnosticSink& sink, const YAML::Node& node, const std::string& key, DrillSpec& spec) {
-  Section entry(sink, &node, key, {"fault", "target", "at_step", "delay"});
+  Section entry(sink, &node, key, {"fault", "target", "at_step", "delay", "partition"});
   if (!entry.node()) return;
   DrillFaultEntry fault;
   fault.where = place(sink, node, key);
@@ -86,6 +131,7 @@ void read_fault(DiagnosticSink& sink, const YAML::Node& node, const std::string&
   if (fault.delay && kind != "slow-storage") {
     sink.error(*entry.get("delay"), entry.path("delay"), "only slow-storage takes a delay; remove it");
   }
+  read_partition(sink, node, key, entry, fault);
   spec.faults.push_back(std::move(fault));
 }
 

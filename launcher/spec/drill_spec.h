@@ -9,6 +9,11 @@
 //   faults:
 //     - {fault: kill-rank, target: 1, at_step: 60}
 //     - {fault: slow-storage, delay: 2s}
+//     - {fault: partition-host, target: gpu02,
+//        partition: {cut: "switchctl down {host}", heal: "switchctl up {host}", duration: 90s}}
+//     - {fault: partition-host, target: gpu03, partition: {method: firewall}}   # opt-in
+//     - {fault: kill-host, target: gpu02}
+//     - {fault: kill-supervisor}
 //   objectives: {detect: 10s, recover: 60s, max_lost_steps: 100}
 
 #include <cstdint>
@@ -25,12 +30,21 @@ namespace dtrain::spec {
 /// Fault kinds a drill spec may name (launcher/drill decides which it can inject).
 const std::vector<std::string>& drill_fault_kinds();
 
+/// `partition:` of a partition-host entry: how to cut the host off.
+struct DrillPartition {
+  std::string method;              ///< "commands" (cut + heal given) or "firewall" (the opt-in)
+  std::string cut;                 ///< shell command, "{host}" replaced by the host name
+  std::string heal;
+  std::optional<Millis> duration;  ///< the longest the host stays cut off
+};
+
 /// One entry of `faults:`.
 struct DrillFaultEntry {
   std::string fault;               ///< one of drill_fault_kinds()
   std::string target;              ///< "1" (a rank), a host name, or "" when the kind needs none
   std::optional<int64_t> at_step;  ///< inject once every rank has reached this step
   std::optional<Millis> delay;     ///< slow-storage: how long each checkpoint write is held
+  std::optional<DrillPartition> partition;  ///< partition-host: required there, refused elsewhere
   std::string where;               ///< "drill.yaml:7:5", for messages about this entry
 };
 

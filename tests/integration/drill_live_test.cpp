@@ -148,7 +148,7 @@ TEST_CASE("corrupt-checkpoint: the damaged newest checkpoint is rejected and the
   CHECK(processes_of_run(run.id).empty());
 }
 
-TEST_CASE("a drill against a run that does not exist exits 2, unimplemented faults exit 3") {
+TEST_CASE("a drill against a run that does not exist exits 2, and so does a partition without a method") {
   DtrainEnv env;
   DtrainProcess missing = env.run({"drill", "no-such-run", "--fault", "kill-rank:1"}, 30000);
   CHECK(missing.exit_code == 2);
@@ -158,11 +158,31 @@ TEST_CASE("a drill against a run that does not exist exits 2, unimplemented faul
   CHECK(typo.exit_code == 2);
   CHECK(typo.err().find("did you mean 'kill-rank'") != std::string::npos);
 
-  for (std::string kind : {"kill-host:gpu02", "partition-host:gpu02", "kill-supervisor"}) {
-    DtrainProcess refused = env.run({"drill", "x", "--fault", kind}, 30000);
-    CHECK(refused.exit_code == 3);
-    CHECK(refused.err().find("not implemented yet") != std::string::npos);
+  // The firewall is never the default: without an opt-in or commands, partition-host says how.
+  DtrainProcess no_method = env.run({"drill", "x", "--fault", "partition-host:gpu02"}, 30000);
+  CHECK(no_method.exit_code == 2);
+  CHECK(no_method.err().find("--allow-firewall") != std::string::npos);
+  CHECK(no_method.err().find("--cut-command") != std::string::npos);
+  DtrainProcess half = env.run({"drill", "x", "--fault", "partition-host:gpu02", "--cut-command", "down {host}"}, 30000);
+  CHECK(half.exit_code == 2);
+  CHECK(half.err().find("heal command is missing") != std::string::npos);
+  DtrainProcess stray = env.run({"drill", "x", "--fault", "kill-host:gpu02", "--allow-firewall"}, 30000);
+  CHECK(stray.exit_code == 2);
+  CHECK(stray.err().find("only partition-host") != std::string::npos);
+  for (std::string kind : {"kill-host:gpu02", "kill-supervisor"}) {
+    DtrainProcess no_run = env.run({"drill", "no-such-run", "--fault", kind}, 30000);
+    CHECK(no_run.exit_code == 2);
+    CHECK(no_run.err().find("no run 'no-such-run'") != std::string::npos);
   }
   DtrainProcess nothing = env.run({"drill"}, 30000);
   CHECK(nothing.exit_code == 2);
+}
+
+TEST_CASE("kill-host of a host the run does not have is refused with exit 2 naming its hosts") {
+  DtrainEnv env;
+  LiveRun run(env, "drillnohost");
+  DtrainProcess drill = env.run({"drill", run.id, "--fault", "kill-host:gpu99"}, 30000);
+  CHECK(drill.exit_code == 2);
+  CHECK_MESSAGE(drill.err().find("has no host 'gpu99'; its hosts are localhost") != std::string::npos, drill.err());
+  run.stop();
 }
