@@ -295,7 +295,8 @@ void print_run_text(const RunDirectory& run, const json& state, bool alive, cons
   if (shown == "supervisor gone") {
     shown += " (last recorded state " + recorded + "; supervisor pid " +
              (supervisor ? opt_int(*supervisor, "pid") : std::string("-")) +
-             " no longer runs, so the run ended without a final state)";
+             " no longer runs, so the run ended without a final state; `dtrain resume " + run.id() +
+             "` continues it from its newest checkpoint)";
   } else if (exit_code) {
     shown += " (exit " + std::to_string(*exit_code) + ")";
   }
@@ -310,6 +311,10 @@ void print_run_text(const RunDirectory& run, const json& state, bool alive, cons
     if (finished) started += " (ran " + human_duration(*finished - *submitted) + ")";
     else if (alive) started += " (running for " + human_duration(now - *submitted) + ")";
     print_field("started", started);
+  }
+  if (std::optional<int64_t> resumed = json_int(state, "resumed_at_ms")) {
+    print_field("resumed", local_datetime(*resumed) + " by `dtrain resume` (supervisor pid " +
+                               (supervisor ? opt_int(*supervisor, "pid") : std::string("-")) + ")");
   }
   print_field("generation", opt_int(state, "generation") + " (restarts: " + opt_int(state, "restarts") + ")");
   print_field("world size", opt_int(state, "world_size"));

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/agent/failure_sample.h"
 #include "launcher/agent/host_facts.h"
 #include "launcher/agent/kill_operation.h"
 #include "launcher/agent/outbox.h"
@@ -118,6 +119,7 @@ class Agent {
   void on_to_worker(const json& message);
   void on_reserve_port(const json& message);
   void on_fence(const json& message);
+  void on_sample(const json& message);
 
   void spawn_one(const WorkerLaunch& launch);
   void send_beat(int64_t now);
@@ -356,6 +358,7 @@ void Agent::handle_frame(const json& message) {
       {proto::msg::kToWorker, &Agent::on_to_worker},
       {proto::msg::kReservePort, &Agent::on_reserve_port},
       {proto::msg::kFence, &Agent::on_fence},
+      {proto::msg::kSample, &Agent::on_sample},
   };
   std::string type = message["type"].get<std::string>();
   auto handler = handlers.find(type);
@@ -526,6 +529,41 @@ void Agent::on_fence(const json& message) {
                            ? message["reason"].get<std::string>()
                            : "no reason given";
   begin_fence("the supervisor asked to fence (" + reason + ")", ExitCode::ok);
+}
+
+void Agent::on_sample(const json& message) {
+  Fields fields{message, {}};
+  int gen = static_cast<int>(fields.integer("gen"));
+  int rank = static_cast<int>(fields.integer("rank"));
+  int64_t pid = fields.integer("pid");
+  int64_t timeout_ms = fields.integer("timeout_ms");
+  if (!fields.problem.empty()) return protocol_error(fields.problem);
+  json reply = {{"type", proto::msg::kSample}, {"id", message.contains("id") ? message["id"] : json()},
+                {"gen", gen}, {"rank", rank}, {"pid", pid}};
+  // Only our own live workers: the supervisor must not be able to point gdb at any process of
+  // this user on this host, and a pid that has exited may already belong to someone else.
+  auto worker = pid > 0 ? workers_.find(static_cast<pid_t>(pid)) : workers_.end();
+  std::optional<char> state = worker == workers_.end() ? std::nullopt : process_state(worker->first);
+  std::string where = "rank " + std::to_string(rank) + " of generation " + std::to_string(gen) +
+                      " on " + config_->host;
+  if (worker == workers_.end() || worker->second->gen() != gen || worker->second->rank() != rank) {
+    reply["error"] = "sample: pid " + std::to_string(pid) + " is not " + where +
+                     " (not a live worker of this agent; did it exit?); nothing sampled";
+  } else if (!state || *state == 'Z') {
+    reply["error"] = "sample: " + where + " (pid " + std::to_string(pid) +
+                     ") has exited; nothing to sample";
+  } else {
+    // The loop is blocked while gdb runs: at most half the silence that would make us fence.
+    int64_t cap = std::max<int64_t>(config_->heartbeat_timeout_ms / 2, 0);
+    Millis gdb_timeout(std::clamp<int64_t>(timeout_ms, 0, cap));
+    reply["text"] = capture_local_sample(static_cast<int>(pid), gdb_timeout, proto::kMaxSampleTextBytes);
+  }
+  out_.send(reply);
+  // A beat right after: several samples in a row must not look like a silent agent.
+  int64_t now = now_ms();
+  send_beat(now);
+  next_beat_ms_ = now + config_->heartbeat_interval_ms;
+  out_.flush_some();
 }
 
 void Agent::send_beat(int64_t) {

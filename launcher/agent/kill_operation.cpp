@@ -75,6 +75,7 @@ bool KillOperation::advance(int64_t now_ms,
     workers_left = true;
     if (signalled_now_.insert(-pid).second) {
       ::kill(-pid, signal_);  // safe: the leader is unreaped, so its pid cannot be reused
+      continue_after_term(-pid);
       if (!worker->signalled_by_agent) ++killed_workers_;
       worker->signalled_by_agent = true;
       killed_.insert(pid);
@@ -82,8 +83,17 @@ bool KillOperation::advance(int64_t now_ms,
   }
   std::vector<pid_t> alive = targets(workers);
   for (pid_t pid : alive) {
-    if (signalled_now_.insert(pid).second && process_state(pid) != 'Z' &&
-        ::kill(pid, signal_) == 0) {
+    if (!signalled_now_.insert(pid).second || process_state(pid) == 'Z') continue;
+    // A member of a worker group signalled above got this signal already. A second TERM would
+    // land in the middle of its TERM handler's cleanup (Python restores the default disposition
+    // while exiting and dies by it): once is what a graceful worker is promised.
+    pid_t group = ::getpgid(pid);
+    if (group > 0 && signalled_now_.count(-group)) {
+      killed_.insert(pid);
+      continue;
+    }
+    if (::kill(pid, signal_) == 0) {
+      continue_after_term(pid);
       killed_.insert(pid);
     }
   }
@@ -98,6 +108,14 @@ bool KillOperation::advance(int64_t now_ms,
     return true;
   }
   return false;
+}
+
+void KillOperation::continue_after_term(pid_t target) const {
+  // A stopped process (SIGSTOP, a hung-worker drill, ^Z) keeps TERM pending and does nothing
+  // until it runs again, so without CONT every kill of a stopped worker would wait the whole
+  // grace period and end in KILL, never letting it clean up. CONT after TERM (not before) so
+  // that TERM is already pending when it runs. Harmless to a running process; KILL needs none.
+  if (signal_ == SIGTERM) ::kill(target, SIGCONT);
 }
 
 int64_t KillOperation::next_check_ms(int64_t now_ms) const {

@@ -1,6 +1,8 @@
 #pragma once
 // One `kill` (or the fence) in progress: TERM (or KILL) to every process of a generation, KILL
-// to whatever is left after the grace period, done when nothing of it is left. Progress is made
+// to whatever is left after the grace period, done when nothing of it is left. Every TERM is
+// followed by CONT: a stopped process (a hung worker SIGSTOPped) would otherwise hold TERM
+// pending until KILL. Progress is made
 // by advance() from the agent's loop, so the loop never blocks while processes die.
 //
 // "Every process of a generation" is found in /proc, not assumed: the worker process groups,
@@ -51,6 +53,8 @@ class KillOperation {
  private:
   std::vector<pid_t> targets(const std::map<pid_t, std::unique_ptr<WorkerProcess>>& workers) const;
   bool matches(int generation) const { return gen_ < 0 || generation == gen_; }
+  /// SIGCONT to `target` (a pid, or -pgid) after a TERM, so that a stopped process acts on it.
+  void continue_after_term(pid_t target) const;
 
   int gen_;
   int signal_;

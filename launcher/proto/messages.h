@@ -14,12 +14,20 @@
 //           The agent adds DTRAIN_AGENT_SOCKET itself. Workers start in their own process group.
 //   kill    {gen, signal:"TERM"|"KILL", grace_ms}
 //           TERM every worker group of `gen`, KILL whatever remains after grace_ms, then answer
-//           released. gen -1: every generation.
+//           released. gen -1: every generation. Each TERM is followed by SIGCONT, so a stopped
+//           (hung, SIGSTOPped) worker acts on it instead of waiting out the grace.
 //   ping    {id, supervisor_time_ms}   also the supervisor's heartbeat: an agent that hears
 //                                      nothing for heartbeat_timeout_ms fences itself
 //   to_worker {gen, rank, msg:{..}}    a reply for one worker (kv.*, gen.ok, error)
 //   reserve_port {id}                  find a free TCP port on this host for MASTER_PORT
 //   fence   {reason}                   kill everything now and exit (also on stdin EOF)
+//   sample  {id, gen, rank, pid, timeout_ms}
+//           describe a hung worker before it is killed (kernel stack, wchan, state, gdb
+//           backtrace when gdb is installed). pid must be a live worker of this agent with that
+//           gen and rank, else the reply carries an error instead. The agent's loop is busy for
+//           up to timeout_ms (capped at heartbeat_timeout_ms / 2; a beat follows each reply), so
+//           keep it small: the driver passes min(heartbeat.timeout / 2, 5 s). Send it before
+//           the kill: frames are handled in order, so the sample sees the hung process.
 //
 // agent → supervisor
 //   hello   {protocol, version, host, pid, agent_time_ms, facts:{hostname, os, arch, cpus,
@@ -33,6 +41,9 @@
 //           every heartbeat_interval_ms
 //   pong    {id, agent_time_ms}
 //   port    {id, port}
+//   sample  {id, gen, rank, pid, text}   or   {id, gen, rank, pid, error}
+//           the answer to sample; text is at most kMaxSampleTextBytes (cut with a note).
+//           error: not one of this agent's live workers (e.g. it exited meanwhile)
 //   released {gen, killed:[pids], remaining:0, ms}
 //           after a kill: every process of that generation is gone (the agent is a child
 //           subreaper, so daemonised grandchildren are included)
@@ -78,6 +89,10 @@ namespace dtrain::proto {
 /// Bumped on any incompatible change; a mismatch at hello is a clear error naming the host.
 inline constexpr int kProtocolVersion = 1;
 
+/// Largest sample.text an agent sends: a gdb backtrace of every thread of a big process can be
+/// megabytes, and a frame must stay far below kMaxFrameBytes.
+inline constexpr unsigned long kMaxSampleTextBytes = 256 << 10;
+
 namespace msg {
 inline constexpr const char* kConfig = "config";
 inline constexpr const char* kSpawn = "spawn";
@@ -86,6 +101,7 @@ inline constexpr const char* kPing = "ping";
 inline constexpr const char* kToWorker = "to_worker";
 inline constexpr const char* kReservePort = "reserve_port";
 inline constexpr const char* kFence = "fence";
+inline constexpr const char* kSample = "sample";  // request and reply
 
 inline constexpr const char* kHello = "hello";
 inline constexpr const char* kStarted = "started";

@@ -33,7 +33,7 @@
 #include "launcher/run/agent_link.h"
 #include "launcher/run/console.h"
 #include "launcher/run/control_socket.h"
-#include "launcher/run/failure_sample.h"
+#include "launcher/agent/failure_sample.h"
 #include "launcher/run/worker_env.h"
 #include "launcher/runlog/event_log.h"
 #include "launcher/runlog/rank_logs.h"
@@ -138,6 +138,7 @@ class RunDriver {
   void start_generation(const supervisor::StartGeneration& start);
   void send_store_replies(const std::vector<store::StoreReply>& replies);
   void capture_sample(const supervisor::CaptureSample& sample);
+  void save_sample(int gen, int rank, const std::string& host, int pid, const std::string& text);
   void spawn_generation(int port);
   void record(json event);
   void write_state(bool force);
@@ -413,6 +414,13 @@ void RunDriver::handle_frame(AgentLink& link, const json& message) {
     }
   } else if (type == msg::kFromWorker) {
     handle_from_worker(link, message);
+  } else if (type == msg::kSample) {
+    if (message.contains("text") && message["text"].is_string()) {
+      save_sample(gen, rank, link.host(), message.value("pid", 0), message["text"].get<std::string>());
+    } else {
+      record({{"ev", "worker.sample"}, {"rank", rank}, {"host", link.host()}, {"pid", message.value("pid", 0)},
+              {"error", message.value("error", std::string("the agent sent a sample without text"))}});
+    }
   } else if (type == msg::kPort) {
     if (message.value("id", int64_t{-1}) == pending_port_id_ && pending_start_) {
       spawn_generation(message.value("port", 0));
@@ -573,22 +581,38 @@ void RunDriver::perform(const supervisor::Action& action) {
 }
 
 void RunDriver::capture_sample(const supervisor::CaptureSample& sample) {
+  // Bounded so that neither we nor the agent look silent (the agent also caps it at its
+  // heartbeat timeout / 2).
+  Millis gdb_timeout(std::clamp<int64_t>(spec_.heartbeat.timeout.count() / 2, 500, 5000));
   auto link = links_.find(sample.host);
-  if (link == links_.end() || !link->second->connection().local_pid()) {
-    // Remote hosts: the agent would have to take the sample; not implemented yet.
+  if (link == links_.end() || link->second->lost) {
     record({{"ev", "worker.sample"}, {"rank", sample.rank}, {"host", sample.host}, {"pid", sample.pid},
-            {"error", "stack samples are taken on the launch node only"}});
+            {"error", "host " + sample.host + " is not connected; no sample"}});
     return;
   }
-  // Bounded so that the other agents do not think we went silent.
-  Millis gdb_timeout(std::clamp<int64_t>(spec_.heartbeat.timeout.count() / 2, 500, 5000));
-  std::string text = capture_local_sample(sample.pid, gdb_timeout);
+  if (!link->second->connection().local_pid()) {
+    // Sent before the kill; the agent handles frames in order, so it samples the hung process.
+    // Its answer is a sample frame (handle_frame).
+    link->second->send({{"type", msg::kSample}, {"id", next_request_id_++}, {"gen", sample.gen},
+                        {"rank", sample.rank}, {"pid", sample.pid}, {"timeout_ms", gdb_timeout.count()}});
+    return;
+  }
+  save_sample(sample.gen, sample.rank, sample.host, sample.pid,
+              agent::capture_local_sample(sample.pid, gdb_timeout));
+}
+
+void RunDriver::save_sample(int gen, int rank, const std::string& host, int pid, const std::string& text) {
   std::string directory = run_.path() + "/samples";
   (void)make_directories(directory, 0700);
-  std::string path = directory + "/gen" + std::to_string(sample.gen) + "-rank" + std::to_string(sample.rank) + ".txt";
-  (void)write_file_atomic(path, text);
-  record({{"ev", "worker.sample"}, {"rank", sample.rank}, {"host", sample.host}, {"pid", sample.pid},
-          {"path", path}, {"bytes", text.size()}});
+  std::string path = directory + "/gen" + std::to_string(gen) + "-rank" + std::to_string(rank) + ".txt";
+  json event = {{"ev", "worker.sample"}, {"rank", rank}, {"host", host}, {"pid", pid}};
+  if (Status written = write_file_atomic(path, text); !written) {
+    event["error"] = written.error().message;
+  } else {
+    event["path"] = path;
+    event["bytes"] = text.size();
+  }
+  record(event);
 }
 
 void RunDriver::send_store_replies(const std::vector<store::StoreReply>& replies) {

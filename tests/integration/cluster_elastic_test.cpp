@@ -7,6 +7,8 @@
 
 #include <doctest/doctest.h>
 
+#include <signal.h>
+
 #include <cmath>
 
 #include "tests/integration/cluster_job.h"
@@ -184,6 +186,45 @@ TEST_CASE("partitioned host: detected within timeout + interval - its agent fenc
   report_recovery(job);
   // After heal the stale session learns the connection is gone and ends too.
   check_nothing_left(cluster, job, 30000);
+}
+
+TEST_CASE("a worker stopped on a remote host: sampled there by its agent, recovered with a rendezvous phase") {
+  TestCluster cluster(2);
+  DTRAIN_REQUIRE_CLUSTER(cluster);
+  ClusterJob job(cluster, "rhang");
+  ClusterSpec spec = trainer_job("rhang");
+  spec.hosts = {1, 2};
+  spec.extra = "batch: {global: 24, micro: 2}\nelastic: {max_restarts: 1}\n";
+  job.write_spec(spec, 50);
+  job.start();
+  REQUIRE(job.wait_exec());
+  REQUIRE(job.wait_checkpoint(50, 90000));
+  nlohmann::json state = nlohmann::json::parse(read_text(job.run_dir() + "/state.json"));
+  REQUIRE(state["ranks"][3]["host"] == cluster.host(2).name);
+  int victim = state["ranks"][3]["pid"].get<int>();
+  REQUIRE(victim > 0);
+  REQUIRE(::kill(victim, SIGSTOP) == 0);  // the hosts share this pid namespace
+  REQUIRE(job.wait(120000));
+  INFO(job.err());
+  CHECK(job.exit_code() == 0);
+
+  auto hangs = job.events("worker.hang");
+  REQUIRE(hangs.size() == 1);
+  CHECK(hangs[0]["rank"] == 3);
+  auto samples = job.events("worker.sample");
+  REQUIRE(samples.size() == 1);
+  INFO(samples[0].dump());
+  CHECK(samples[0]["host"] == cluster.host(2).name);
+  REQUIRE(samples[0].contains("path"));
+  std::string sample = read_text(samples[0]["path"].get<std::string>());
+  CHECK(sample.find("State:\tT") != std::string::npos);
+  CHECK(sample.find("== kernel stack") != std::string::npos);
+  auto completed = job.events("recovery.completed");
+  REQUIRE(completed.size() == 1);
+  CHECK(completed[0]["phases"].contains("rendezvous_ms"));
+  CHECK(completed[0]["cause"]["kind"] == "worker.hang");
+  report_recovery(job);
+  check_nothing_left(cluster, job);
 }
 
 TEST_CASE("fewer hosts than elastic.min_hosts: the run fails with exit code 5 and says why") {

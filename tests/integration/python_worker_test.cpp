@@ -1,7 +1,9 @@
 // worker/python/dtrain_worker.py from a real python3 process against the fake agent.
 #include <doctest/doctest.h>
 
+#include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "tests/integration/fake_agent.h"
 
@@ -57,4 +59,54 @@ TEST_CASE("python client: outside dtrain it raises an error that says how to run
                         "/worker/python\"); import dtrain_worker; dtrain_worker.Worker.from_env()' 2>&1 | "
                         "grep -q \"dtrain submit\"";
   CHECK(std::system(command.c_str()) == 0);
+}
+
+TEST_CASE("python client: comm_ready and init_process_group say comm.ready once, without swallowing a beat") {
+  FakeAgent agent;
+  // A stand-in torch.distributed that records the calls, so the test needs no PyTorch.
+  std::string fake_torch = agent.dir() + "/torch";
+  std::filesystem::create_directories(fake_torch);
+  std::ofstream(fake_torch + "/__init__.py") << "";
+  std::ofstream(fake_torch + "/distributed.py") << R"(
+import time
+calls = []
+def init_process_group(**kwargs):
+    calls.append(("init", kwargs))
+    time.sleep(0.05)
+def barrier():
+    calls.append(("barrier",))
+)";
+  std::string script = agent.dir() + "/train.py";
+  std::ofstream(script) << R"(
+import sys
+sys.path.insert(0, sys.argv[1])
+sys.path.insert(0, sys.argv[2])
+from dtrain_worker import Worker
+import torch.distributed as dist
+w = Worker.from_env()
+if w.rank == 0:
+    w.init_process_group(backend="gloo")
+    assert [c[0] for c in dist.calls] == ["init", "barrier"], dist.calls
+    assert dist.calls[0][1] == {"backend": "gloo"}, dist.calls
+else:
+    w.comm_ready(ms=1234.4)
+w.comm_ready()  # a second call sends nothing
+w.beat(1, loss=1.0)
+w.close()
+)";
+  agent.spawn(2, {"/usr/bin/python3", script, DTRAIN_SOURCE_DIR "/worker/python", agent.dir()},
+              {{"DTRAIN_HEARTBEAT_INTERVAL_MS", "60000"}});
+  REQUIRE_MESSAGE(agent.wait_all_ok(60s), agent.log(0) << agent.log(1));
+  std::map<int, std::vector<std::string>> order;  // per rank, types in arrival order
+  for (const auto& message : agent.received()) order[message.rank].push_back(message.msg["type"]);
+  for (int rank : {0, 1}) {
+    CAPTURE(rank);
+    CHECK(order[rank] == std::vector<std::string>{"hello", "comm.ready", "beat", "bye"});
+  }
+  auto ready = agent.received_of_type("comm.ready");
+  REQUIRE(ready.size() == 2);
+  for (const auto& message : ready) {
+    if (message.rank == 1) CHECK(message.msg["ms"] == 1234);
+    if (message.rank == 0) CHECK(message.msg["ms"].get<int>() >= 50);  // the fake init's sleep
+  }
 }

@@ -159,7 +159,9 @@ TEST_CASE("kill -9 of the supervisor: agents fence, dtrain resume finishes with 
   // The agents fence themselves (stdin EOF): every worker is gone without anyone's help.
   CHECK(wait_until([&] { return processes_of_run(run_id).empty(); }, 10000));
 
-  // A live supervisor cannot be resumed over; a dead one can.
+  DtrainProcess gone = env.run({"status", run_id}, 30000);
+  CHECK(gone.out().find("dtrain resume " + run_id) != std::string::npos);
+
   DtrainProcess resumed = env.run({"resume", run_id.substr(0, run_id.size() - 2)}, 120000);
   CHECK(resumed.exit_code == 0);
   CHECK(resumed.err().find("resuming run " + run_id) != std::string::npos);
@@ -186,6 +188,7 @@ TEST_CASE("kill -9 of the supervisor: agents fence, dtrain resume finishes with 
   nlohmann::json state = nlohmann::json::parse(read_text(dir + "/state.json"));
   CHECK(state["state"] == "succeeded");
   CHECK(state["resumed_at_ms"].is_number());
+  CHECK(env.run({"status", run_id}, 30000).out().find("by `dtrain resume`") != std::string::npos);
   CHECK(final_line(read_text(dir + "/ranks/0.log")) == expected);
   CHECK(final_line(read_text(dir + "/ranks/1.log")) == expected);
   CHECK(processes_of_run(run_id).empty());

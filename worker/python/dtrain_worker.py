@@ -4,6 +4,8 @@ Use it from a PyTorch (or any Python) training script started by `dtrain submit`
 
     from dtrain_worker import Worker
     w = Worker.from_env()              # connects to $DTRAIN_AGENT_SOCKET, says hello
+    w.init_process_group(backend="gloo")   # torch.distributed init + barrier, then comm.ready
+    # (or call torch.distributed.init_process_group yourself, then w.comm_ready())
     for step in range(1, steps + 1):
         ...
         w.beat(step, loss=loss, step_ms=ms, samples=batch)
@@ -52,6 +54,8 @@ class Worker:
         self._last_beat = None
         self._unsent = None
         self._closed = False
+        self._created = time.monotonic()
+        self._comm_ready_sent = False
 
     @classmethod
     def from_env(cls):
@@ -89,6 +93,32 @@ class Worker:
             self._send(message)
         else:
             self._unsent = message
+
+    # --- communicator up ------------------------------------------------------------------
+    def comm_ready(self, ms=None):
+        """Says comm.ready {ms}: this rank's communicator is initialised (the first collective
+        could run). Call it once after torch.distributed.init_process_group (with NCCL, after a
+        first collective such as barrier(): PyTorch may create the NCCL communicator lazily).
+        ms: how long init took; default: the time since from_env(). The supervisor ends the
+        recovery's "rendezvous" phase when every rank has said it. Sent once; later calls do
+        nothing. It is not a beat and never delays one."""
+        if self._comm_ready_sent:
+            return
+        if ms is None:
+            ms = (time.monotonic() - self._created) * 1000.0
+        self._comm_ready_sent = True
+        self._send({"type": "comm.ready", "ms": int(round(ms))})
+
+    def init_process_group(self, barrier=True, **kwargs):
+        """torch.distributed.init_process_group(**kwargs), then (by default) a barrier so that
+        NCCL's lazily created communicator exists too, then comm_ready() with the time both
+        took. MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE come from the environment dtrain sets."""
+        import torch.distributed as dist
+        started = time.monotonic()
+        dist.init_process_group(**kwargs)
+        if barrier:
+            dist.barrier()
+        self.comm_ready((time.monotonic() - started) * 1000.0)
 
     # --- key-value store --------------------------------------------------------------------
     def kv_set(self, key, value):

@@ -218,7 +218,7 @@ void Worker::report_checkpoint_committed(int64_t step, int64_t bytes, int64_t ms
 }
 
 void Worker::report_checkpoint_rejected(int64_t step, const std::string& reason) {
-  send_line(json{{"type", "ckpt.rejected"}, {"step", step}, {"reason", reason}}.dump());
+  send_line(json{{"type", wire::kCkptRejected}, {"step", step}, {"reason", reason}}.dump());
 }
 
 void Worker::bye(const std::string& reason) {
@@ -240,11 +240,23 @@ std::vector<std::string> Worker::sent_lines() const {
 }
 
 Result<std::unique_ptr<Communicator>> Worker::connect(Millis timeout) {
-  if (topology_.world_size == 1) return make_solo_communicator();
-  std::string backend = settings_.backend;
-  if (backend.empty()) backend = nccl_usable() ? "nccl" : "gloo";
-  if (backend == "nccl") return make_nccl_communicator(*kv_, topology_, settings_, timeout);
-  return make_gloo_communicator(*kv_, topology_, settings_, timeout);
+  int64_t started = monotonic_ms();
+  Result<std::unique_ptr<Communicator>> communicator = [&]() -> Result<std::unique_ptr<Communicator>> {
+    if (topology_.world_size == 1) return make_solo_communicator();
+    std::string backend = settings_.backend;
+    if (backend.empty()) backend = nccl_usable() ? "nccl" : "gloo";
+    if (backend == "nccl") return make_nccl_communicator(*kv_, topology_, settings_, timeout);
+    return make_gloo_communicator(*kv_, topology_, settings_, timeout);
+  }();
+  // Every back end returns only once init is complete (Gloo: full mesh connected; NCCL: the
+  // non-blocking init polled to ncclSuccess), so "ready" here means a collective could run. A
+  // world of one says it too: the supervisor waits for every rank's comm.ready.
+  if (communicator) report_comm_ready(monotonic_ms() - started);
+  return communicator;
+}
+
+void Worker::report_comm_ready(int64_t init_ms) {
+  send_line(json{{"type", wire::kCommReady}, {"ms", init_ms}}.dump());
 }
 
 }  // namespace dtrain::worker

@@ -202,8 +202,16 @@ class Worker {
   KvClient& kv() { return *kv_; }
 
   /// Connects the collectives of this generation: Gloo or NCCL by DTRAIN_BACKEND ("" = NCCL when
-  /// built with CUDA and a GPU is visible, else Gloo); a world of one needs no network.
+  /// built with CUDA and a GPU is visible, else Gloo); a world of one needs no network. On
+  /// success it reports comm.ready with the time it took (report_comm_ready), so callers of
+  /// connect() need do nothing more.
   Result<std::unique_ptr<Communicator>> connect(Millis timeout);
+
+  /// comm.ready {ms}: this rank's communicator is initialised and the first collective could
+  /// run; `init_ms` is how long that took. The supervisor ends the recovery's "rendezvous" phase
+  /// when every rank has said it. Only for programs that build their own communicator: connect()
+  /// calls it. Independent of beat(): it never delays or replaces a beat.
+  void report_comm_ready(int64_t init_ms);
 
   /// ckpt.committed {step, bytes, ms}: the supervisor turns it into a checkpoint.committed event.
   void report_checkpoint_committed(int64_t step, int64_t bytes, int64_t ms);
