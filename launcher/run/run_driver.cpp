@@ -33,7 +33,6 @@
 #include "launcher/run/agent_link.h"
 #include "launcher/run/console.h"
 #include "launcher/run/control_socket.h"
-#include "launcher/agent/failure_sample.h"
 #include "launcher/run/worker_env.h"
 #include "launcher/runlog/event_log.h"
 #include "launcher/runlog/rank_logs.h"
@@ -590,15 +589,11 @@ void RunDriver::capture_sample(const supervisor::CaptureSample& sample) {
             {"error", "host " + sample.host + " is not connected; no sample"}});
     return;
   }
-  if (!link->second->connection().local_pid()) {
-    // Sent before the kill; the agent handles frames in order, so it samples the hung process.
-    // Its answer is a sample frame (handle_frame).
-    link->second->send({{"type", msg::kSample}, {"id", next_request_id_++}, {"gen", sample.gen},
-                        {"rank", sample.rank}, {"pid", sample.pid}, {"timeout_ms", gdb_timeout.count()}});
-    return;
-  }
-  save_sample(sample.gen, sample.rank, sample.host, sample.pid,
-              agent::capture_local_sample(sample.pid, gdb_timeout));
+  // Every host's agent samples its own worker, the launch node's too: the supervisor's loop never
+  // blocks on gdb. Sent before the kill; the agent handles frames in order, so it samples the
+  // hung process before it stops it. Its answer is a sample frame (handle_frame).
+  link->second->send({{"type", msg::kSample}, {"id", next_request_id_++}, {"gen", sample.gen},
+                      {"rank", sample.rank}, {"pid", sample.pid}, {"timeout_ms", gdb_timeout.count()}});
 }
 
 void RunDriver::save_sample(int gen, int rank, const std::string& host, int pid, const std::string& text) {
