@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <thread>
 
 #include "launcher/base/clock.h"
@@ -25,6 +26,8 @@ constexpr Millis kGoneGrace{3000};
 /// The firewall helper waits this long before cutting, so the SSH session that started it
 /// can end cleanly first.
 constexpr Millis kFirewallStartDelay{500};
+/// How long past the partition duration the host may take to answer again without its rules.
+constexpr Millis kFirewallHealBound{30'000};
 
 std::string pids_text(const std::vector<int>& pids) {
   std::string text;
@@ -99,9 +102,15 @@ struct Cut {
   int64_t wall_ms = 0;
   std::string method;  ///< "commands" or "firewall"
   std::string detail;  ///< the command run, or the firewall helper's answer
+  /// firewall: when the rules went in, on the host's clock (read back once it has healed)
+  std::optional<int64_t> stamped_ms;
 };
 
-Result<Cut> cut_off(const RunHosts& hosts, const Fault& fault, const std::string& run_id, Millis duration) {
+/// How far the host's stamp of the cut may lie from the drill's estimate before it is taken
+/// for a clock that is off rather than a truer time.
+constexpr int64_t kStampTrustMs = 5000;
+
+Result<Cut> cut_off(const RunHosts& hosts, const Fault& fault, const std::string& table, Millis duration) {
   const std::string& host = fault.target;
   Cut cut;
   if (fault.partition == PartitionMethod::firewall) {
@@ -109,7 +118,7 @@ Result<Cut> cut_off(const RunHosts& hosts, const Fault& fault, const std::string
       return Error::user("partition-host:" + host + ": " + host + " is the launch node itself; the firewall method "
                          "cuts a remote host off from the launch node. Use --cut-command/--heal-command instead");
     }
-    Result<CommandOutput> ran = hosts.shell(host, firewall_cut_script(table_name(run_id), kFirewallStartDelay, duration),
+    Result<CommandOutput> ran = hosts.shell(host, firewall_cut_script(table, kFirewallStartDelay, duration),
                                             Millis(30'000));
     if (!ran) return ran.error();
     if (ran->exit_code != 0) {
@@ -135,17 +144,39 @@ Result<Cut> cut_off(const RunHosts& hosts, const Fault& fault, const std::string
   return cut;
 }
 
-CheckResult heal(const Fault& fault, const Cut& cut, Millis duration, const Say& say) {
-  if (fault.partition == PartitionMethod::firewall) {
-    // The host heals itself; nothing can reach it to do so sooner.
-    int64_t healed_at = cut.wall_ms + duration.count() + 1000;
-    int64_t wait = healed_at - SystemClock().wall_ms();
-    if (wait > 0) {
-      if (say) say("waiting " + format_duration(Millis(wait)) + " for " + fault.target + "'s firewall rules to expire");
-      std::this_thread::sleep_for(std::chrono::milliseconds(wait));
-    }
-    return {"healed", true, fault.target + " removed its own rules after " + format_duration(duration)};
+/// The firewall heals itself: wait until its rules should have expired, then prove it. Reaching
+/// the host over SSH at all proves the launch node is no longer cut off; the check script
+/// proves no rule of the drill is left. A helper a little late (a loaded host) is asked again.
+CheckResult await_firewall_heal(const RunHosts& hosts, const Fault& fault, Cut& cut, const std::string& table,
+                                Millis duration, const Say& say) {
+  int64_t wait = cut.wall_ms + duration.count() - SystemClock().wall_ms();
+  if (wait > 0) {
+    if (say) say("waiting " + format_duration(Millis(wait)) + " for " + fault.target + "'s firewall rules to expire");
+    std::this_thread::sleep_for(std::chrono::milliseconds(wait));
   }
+  auto give_up = std::chrono::steady_clock::now() + kFirewallHealBound;
+  std::string last;
+  for (;;) {
+    Result<CommandOutput> ran = hosts.shell(fault.target, firewall_check_script(table), Millis(10'000));
+    if (ran && ran->exit_code == 0) {
+      if (say) say(fault.target + " healed itself: reachable over SSH, no rule of the drill left");
+      cut.stamped_ms = parse_cut_at(ran->out);
+      return {"healed", true, fault.target + " removed its own rules after " + format_duration(duration) +
+                                  " (reachable over SSH again; no table inet " + table + " left)"};
+    }
+    last = !ran ? "not reachable over SSH: " + ran.error().message
+                : std::string(trim(ran->out + ran->err)) + " (exit " + std::to_string(ran->exit_code) + ")";
+    if (std::chrono::steady_clock::now() >= give_up || cancel_requested()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  return {"healed", false, fault.target + " did not heal within " + format_duration(kFirewallHealBound) +
+                               " after its " + format_duration(duration) + " cut should have ended: " + last +
+                               "; remove the rules on the host by hand (nft delete table inet " + table + ")"};
+}
+
+CheckResult heal(const RunHosts& hosts, const Fault& fault, Cut& cut, const std::string& table, Millis duration,
+                 const Say& say) {
+  if (fault.partition == PartitionMethod::firewall) return await_firewall_heal(hosts, fault, cut, table, duration, say);
   std::string command = expand_host_command(fault.heal_command, fault.target);
   Result<CommandOutput> ran = run_command({"/bin/sh", "-c", command}, kCommandTimeout);
   if (!ran) return {"healed", false, "`" + command + "`: " + ran.error().message};
@@ -199,7 +230,7 @@ Result<FaultRecord> inject_host_fault(LiveRun& run, const Fault& fault, const Re
     injection.wall_ms = *killed;
     injected["method"] = hosts.is_local(host) ? "signal" : "ssh";
   } else {
-    Result<Cut> done = cut_off(hosts, fault, run.id(), duration);
+    Result<Cut> done = cut_off(hosts, fault, table_name(run.id()), duration);
     if (!done) return done.error();
     cut = *done;
     injection.wall_ms = cut->wall_ms;
@@ -226,7 +257,18 @@ Result<FaultRecord> inject_host_fault(LiveRun& run, const Fault& fault, const Re
   if (say) {
     say(record.recovered ? "recovered" : record.run_ended ? "the run ended before it recovered" : "no recovery in time");
   }
-  if (cut) record.checks.push_back(heal(fault, *cut, duration, say));
+  if (cut) {
+    record.checks.push_back(heal(hosts, fault, *cut, table_name(run.id()), duration, say));
+    // The firewall helper's own stamp is when the host really went dark; the drill only knew
+    // when it asked for the cut (plus the helper's start delay).
+    if (cut->stamped_ms && std::abs(*cut->stamped_ms - injection.wall_ms) <= kStampTrustMs) {
+      if (say) {
+        say("the rules went in " + std::to_string(*cut->stamped_ms - injection.wall_ms) +
+            "ms from the drill's estimate (host clock); measuring from then");
+      }
+      injection.wall_ms = *cut->stamped_ms;
+    }
+  }
 
   // The cut-off agent fences itself after heartbeat.timeout and stop_grace; a killed host's
   // processes are gone at once. Either way, nothing of the run may remain on the host.

@@ -52,6 +52,44 @@ Status check_supervisor_here(const LiveRun& run) {
   return {};
 }
 
+/// corrupt-checkpoint, after the kill: a save already under way when the drill damaged the
+/// newest step can still commit a newer one before the supervisor has stopped the generation,
+/// and the run would then resume from that good step and never read the damage (a flaky pass
+/// of nothing). Until the next generation is planned (every process of this one is gone by
+/// then, and the supervisor ignores its commits), any newer complete step is damaged too, and
+/// the run log says so (drill.corrupted). The new generation's workers only start after the
+/// plan, so they read damaged checkpoints.
+void keep_newest_damaged(LiveRun& run, Injection& injection, size_t events_before, Deadline deadline, const Say& say) {
+  auto planned = [&] {
+    const std::vector<json>& events = run.events();
+    for (size_t i = events_before; i < events.size(); ++i) {
+      std::string name = json_string(events[i], "ev");
+      if (name == "run.finished") return true;
+      if (name == "plan.generation" && json_int(events[i], "gen").value_or(-1) > injection.generation) return true;
+    }
+    return false;
+  };
+  for (;;) {
+    (void)run.poll();
+    bool last_look = planned() || std::chrono::steady_clock::now() >= deadline || cancel_requested();
+    std::vector<int64_t> steps = complete_checkpoint_steps(run.checkpoint_dir());
+    if (!steps.empty() && steps.front() > *injection.corrupted_step) {
+      Result<CorruptedCheckpoint> more = corrupt_newest_checkpoint(run.checkpoint_dir());
+      if (more) {
+        injection.corrupted_step = more->step;
+        injection.corrupted_file = more->file;
+        (void)run.append({{"ev", "drill.corrupted"}, {"step", more->step}, {"file", more->file},
+                          {"why", "committed after the drill damaged the newest checkpoint"}});
+        if (say) say("step " + std::to_string(more->step) + " committed meanwhile; damaged it too");
+      } else if (say) {
+        say("warning: " + more.error().message);
+      }
+    }
+    if (last_look) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
 }  // namespace
 
 GradeContext FaultRecord::context() const {
@@ -154,6 +192,8 @@ Result<FaultRecord> inject_and_follow(LiveRun& run, const Fault& fault, Deadline
         std::to_string(injection.at_step) + ", generation " + std::to_string(injection.generation) + ")" +
         (injection.corrupted_step ? " after damaging checkpoint step " + std::to_string(*injection.corrupted_step) : ""));
   }
+
+  if (injection.corrupted_step) keep_newest_damaged(run, injection, events_before, deadline, say);
 
   FollowResult followed = follow_recovery(run, events_before, deadline, false, nullptr);
   if (followed.error) return Error::infra(*followed.error);

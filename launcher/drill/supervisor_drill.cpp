@@ -37,15 +37,16 @@ struct Fence {
   std::string left;                ///< what was still running at the bound, when not fenced
 };
 
-// Local hosts: the agent and its workers from /proc here. Remote hosts: the agent over SSH
-// (it kills its workers before it exits). Polled until all are gone or the bound passes.
+// The agent and its workers of every host: from /proc here for a local host, over SSH (one
+// command per host and poll) for a remote one, where still_running() also makes sure a pid
+// still belongs to the run. Polled until all are gone or the bound passes.
 Fence wait_for_fence(const RunHosts& hosts, const GenerationView& view, const std::string& run_id,
                      int64_t injected_wall_ms, Millis bound) {
   std::map<std::string, std::vector<int>> waiting;
   for (const auto& [host, pids] : view.pids_by_host) {
     std::vector<int> all = pids;
     if (std::optional<int> agent = hosts.agent_pid(host)) all.push_back(*agent);
-    waiting[host] = hosts.is_local(host) ? all : std::vector<int>{hosts.agent_pid(host).value_or(0)};
+    waiting[host] = all;
   }
   Fence fence;
   SystemClock clock;
@@ -149,9 +150,16 @@ Result<FaultRecord> inject_supervisor_kill(LiveRun& run, const Fault& fault, con
   }
   if (say) say(record.recovered ? "recovered" : "the resumed run did not recover");
 
+  // The old generation's workers must all be gone, wherever they ran.
   for (const auto& [host, pids] : ready.view.pids_by_host) {
-    if (!hosts.is_local(host)) continue;
-    for (int alive : wait_until_gone(pids, Millis(3000))) record.surviving_pids.push_back(alive);
+    if (hosts.is_local(host)) {
+      for (int alive : wait_until_gone(pids, Millis(3000))) record.surviving_pids.push_back(alive);
+    } else if (Result<std::vector<int>> running = hosts.still_running(host, pids, run.id())) {
+      record.surviving_pids.insert(record.surviving_pids.end(), running->begin(), running->end());
+    } else if (say) {
+      say("warning: could not check " + host + " for workers of generation " + std::to_string(injection.generation) +
+          ": " + running.error().message);
+    }
   }
   (void)run.poll();
   Result<json> state_after = run.state();

@@ -1,9 +1,11 @@
 // The host-level faults' inputs and scripts, without a cluster: partition-host must be told how
 // to cut (commands, or the opt-in firewall) and says how when it is not; drill.yaml's
 // `partition:` keys are checked with file:line; the user's cut/heal commands get {host}; the
-// firewall script refuses without $SSH_CLIENT or a firewall tool, and with a stand-in `nft`
-// adds exactly its rules and deletes them again by itself; the process check finds a run's
-// process and forgets it once dead; host faults and kill-supervisor are graded on their own terms.
+// firewall script refuses without $SSH_CLIENT or a firewall tool, stops with nft's message when
+// the kernel check refuses the rules, and with a stand-in `nft` checks, adds and deletes exactly
+// its rules by itself; the heal check passes only once the table is gone; the process check
+// finds a run's process and forgets it once dead; host faults and kill-supervisor are graded on
+// their own terms; configs/drill-partition.yaml shows both partition methods and loads.
 
 #include <doctest/doctest.h>
 
@@ -127,49 +129,110 @@ TEST_CASE("cut and heal commands get the host name; a hostile one is quoted") {
   CHECK(default_partition_duration(Millis(10'000), Millis(10'000)) == Millis(90'000));
 }
 
-TEST_CASE("the firewall script refuses without SSH_CLIENT or a firewall tool, and heals itself") {
+namespace {
+
+/// A bin directory with only what the firewall scripts need; add_tool() puts stand-ins in it.
+struct ToolBox {
+  ToolBox() {
+    std::filesystem::create_directories(bin);
+    for (const char* tool : {"id", "hostname", "sleep", "setsid", "nohup", "cat", "date", "rm"}) {
+      std::string found = std::string("/usr/bin/") + tool;
+      if (!std::filesystem::exists(found)) found = std::string("/bin/") + tool;
+      std::filesystem::create_symlink(found, bin + "/" + tool);
+    }
+  }
+  void add_tool(const std::string& name, const std::string& body) const {
+    {
+      std::ofstream out(bin + "/" + name);
+      out << "#!/bin/sh\n" << body;
+    }
+    std::filesystem::permissions(bin + "/" + name, std::filesystem::perms::owner_all);
+  }
+  Result<CommandOutput> run(const std::string& script, const std::string& env) const {
+    return run_command({"/usr/bin/env", "-i", "PATH=" + bin, "TMPDIR=" + dir.path, env, "/bin/sh", "-c", script},
+                       Millis(10'000));
+  }
   ScratchDir dir;
   std::string bin = dir.path + "/bin";
-  std::filesystem::create_directories(bin);
-  // Only what the script needs, and a stand-in nft that records its arguments.
-  for (const char* tool : {"id", "hostname", "sleep", "setsid", "nohup", "cat"}) {
-    std::string found = std::string("/usr/bin/") + tool;
-    if (!std::filesystem::exists(found)) found = std::string("/bin/") + tool;
-    std::filesystem::create_symlink(found, bin + "/" + tool);
-  }
+  std::string log = dir.path + "/nft.log";
+};
+
+}  // namespace
+
+TEST_CASE("the firewall script refuses without SSH_CLIENT or a firewall tool, and heals itself") {
+  ToolBox box;
   std::string script = firewall_cut_script("dtrain_drill_t1", Millis(50), Millis(100));
-  CHECK(script.find("nft add rule inet dtrain_drill_t1 input $fam saddr $addr drop") != std::string::npos);
-  CHECK(script.find("nft add rule inet dtrain_drill_t1 output $fam daddr $addr drop") != std::string::npos);
+  CHECK(script.find("nft -c -f -") != std::string::npos);
   CHECK(script.find("nft delete table inet dtrain_drill_t1") != std::string::npos);
 
-  auto run = [&](const std::string& env) {
-    return run_command({"/usr/bin/env", "-i", "PATH=" + bin, env, "/bin/sh", "-c", script}, Millis(10'000));
-  };
-  Result<CommandOutput> no_client = run("SSH_CLIENT=");
+  Result<CommandOutput> no_client = box.run(script, "SSH_CLIENT=");
   REQUIRE(no_client);
   CHECK(no_client->exit_code == 3);
   if (::geteuid() != 0) return;  // the rest needs the script's root check to pass
-  Result<CommandOutput> no_tool = run("SSH_CLIENT=10.77.0.2 40000 22");
+  Result<CommandOutput> no_tool = box.run(script, "SSH_CLIENT=10.77.0.2 40000 22");
   REQUIRE(no_tool);
   CHECK(no_tool->exit_code == 4);
   CHECK(no_tool->err.find("neither nft nor iptables") != std::string::npos);
 
-  std::string log = dir.path + "/nft.log";
-  {
-    std::ofstream fake(bin + "/nft");
-    fake << "#!/bin/sh\necho \"$*\" >> " << log << "\n";
-  }
-  std::filesystem::permissions(bin + "/nft", std::filesystem::perms::owner_all);
-  Result<CommandOutput> cut = run("SSH_CLIENT=10.77.0.2 40000 22");
+  // A stand-in nft that records its arguments and, for -f, the rules it was given (and that
+  // has no table to list: the heal check below asks).
+  box.add_tool("nft", "case \"$*\" in list*) exit 1;; esac\necho \"$*\" >> " + box.log +
+                          "\ncase \"$*\" in *'-f -') cat >> " + box.log + ";; esac\n");
+  Result<CommandOutput> cut = box.run(script, "SSH_CLIENT=10.77.0.2 40000 22");
   REQUIRE(cut);
   CHECK(cut->exit_code == 0);
   CHECK(cut->out == "cut 10.77.0.2 via nft\n");
-  REQUIRE(poll_until([&] { return read_all(log).find("delete table") != std::string::npos; }, 10'000));
-  std::string calls = read_all(log);
-  CHECK(calls.find("add table inet dtrain_drill_t1\n") == 0);
-  CHECK(calls.find("add rule inet dtrain_drill_t1 input ip saddr 10.77.0.2 drop\n") != std::string::npos);
-  CHECK(calls.find("add rule inet dtrain_drill_t1 output ip daddr 10.77.0.2 drop\n") != std::string::npos);
-  CHECK(calls.rfind("delete table inet dtrain_drill_t1\n") == calls.size() - std::string("delete table inet dtrain_drill_t1\n").size());
+  REQUIRE(poll_until([&] { return read_all(box.log).find("delete table") != std::string::npos; }, 10'000));
+  std::string calls = read_all(box.log);
+  INFO(calls);
+  // Checked by the kernel first (while the drill still hears the answer), then applied as one
+  // transaction, then deleted: nothing else.
+  std::string rules = "table inet dtrain_drill_t1 {\n"
+                      "  chain input { type filter hook input priority -300; policy accept; ip saddr 10.77.0.2 drop; }\n"
+                      "  chain output { type filter hook output priority -300; policy accept; ip daddr 10.77.0.2 drop; }\n"
+                      "}\n";
+  CHECK(calls == "-c -f -\n" + rules + "-f -\n" + rules + "delete table inet dtrain_drill_t1\n");
+
+  // The helper stamped the moment its rules went in; the heal check hands it back, once.
+  std::string stamp = read_all(box.dir.path + "/dtrain_drill_t1.cut");
+  Result<CommandOutput> checked = box.run(firewall_check_script("dtrain_drill_t1"), "SSH_CLIENT=10.77.0.2 40000 22");
+  REQUIRE(checked);
+  CHECK(checked->exit_code == 0);
+  std::optional<int64_t> cut_at = parse_cut_at(checked->out);
+  REQUIRE_MESSAGE(cut_at, checked->out);
+  CHECK(std::to_string(*cut_at) + "\n" == stamp);
+  CHECK(std::abs(*cut_at - SystemClock().wall_ms()) < 60'000);
+  CHECK_FALSE(std::filesystem::exists(box.dir.path + "/dtrain_drill_t1.cut"));
+  CHECK_FALSE(parse_cut_at(box.run(firewall_check_script("dtrain_drill_t1"), "SSH_CLIENT=10.77.0.2 40000 22")->out));
+  CHECK_FALSE(parse_cut_at("cut_at=12x\n"));
+}
+
+TEST_CASE("the firewall script stops with the tool's message when nft refuses the rules, and cuts nothing") {
+  if (::geteuid() != 0) return;  // the script's root check comes first
+  ToolBox box;
+  box.add_tool("nft", "echo \"$*\" >> " + box.log + "\necho 'Error: Could not process rule: No such file or directory' >&2\nexit 1\n");
+  Result<CommandOutput> refused =
+      box.run(firewall_cut_script("dtrain_drill_t2", Millis(50), Millis(100)), "SSH_CLIENT=10.77.0.2 40000 22");
+  REQUIRE(refused);
+  CHECK(refused->exit_code == 6);
+  CHECK(refused->err.find("refused the rules: Error: Could not process rule") != std::string::npos);
+  CHECK(read_all(box.log) == "-c -f -\n");
+}
+
+TEST_CASE("the heal check passes only once the drill's table is gone") {
+  ToolBox box;
+  std::string check = firewall_check_script("dtrain_drill_t3");
+  box.add_tool("nft", "[ -e " + box.dir.path + "/table ] || exit 1\necho 'table inet dtrain_drill_t3 {}'\n");
+  std::ofstream(box.dir.path + "/table") << "present";
+  Result<CommandOutput> cut = box.run(check, "SSH_CLIENT=10.77.0.2 40000 22");
+  REQUIRE(cut);
+  CHECK(cut->exit_code == 1);
+  CHECK(cut->out.find("nft table inet dtrain_drill_t3") != std::string::npos);
+  std::filesystem::remove(box.dir.path + "/table");
+  Result<CommandOutput> healed = box.run(check, "SSH_CLIENT=10.77.0.2 40000 22");
+  REQUIRE(healed);
+  CHECK(healed->exit_code == 0);
+  CHECK(healed->out.empty());
 }
 
 TEST_CASE("the process check names a live process of the run and forgets it once it is dead") {
@@ -286,4 +349,19 @@ TEST_CASE("kill-supervisor is detected by the drill's fence check and recovered 
   context.detected_wall_ms = kAt + 120;
   events.back()["kind"] = "worker.exit";
   CHECK_FALSE(grade_fault(injection, events, {}, context).passed());
+}
+
+TEST_CASE("the example configs/drill-partition.yaml is a valid drill spec with both partition methods") {
+  spec::DrillSpecResult example = spec::load_drill_spec(std::string(DTRAIN_SOURCE_DIR) + "/configs/drill-partition.yaml");
+  REQUIRE_MESSAGE(example.ok(), example.message());
+  REQUIRE(example.spec->faults.size() == 2);
+  const spec::DrillFaultEntry& commands = example.spec->faults[0];
+  REQUIRE(commands.partition);
+  CHECK(commands.partition->method == "commands");
+  CHECK(expand_host_command(commands.partition->cut, commands.target) == "switchctl port-down gpu02");
+  CHECK(commands.partition->duration == Millis(120'000));
+  const spec::DrillFaultEntry& firewall = example.spec->faults[1];
+  REQUIRE(firewall.partition);
+  CHECK(firewall.partition->method == "firewall");
+  CHECK(firewall.partition->duration == Millis(90'000));
 }
