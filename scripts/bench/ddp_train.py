@@ -14,6 +14,11 @@ For the benchmark harness (recovery.py) it also writes, with wall-clock timestam
 Both launchers are timed from the same files on the same clock.
 
 Checkpoint directory: --ckpt-dir, else $DTRAIN_CKPT_DIR (set by dtrain), else ./ddp-ckpt.
+
+--dtrain-store (opt-in): when DTRAIN_AGENT_SOCKET is set (running under `dtrain submit`), the
+process group rendezvouses through dtrain's KV store (worker/python/dtrain_worker.py,
+Worker.init_process_group(use_dtrain_store=True): no TCPStore, no MASTER_PORT) and says
+comm.ready; otherwise (torchrun, or no flag) it is the usual init_method="env://".
 """
 import time
 
@@ -39,6 +44,8 @@ def parse_args():
     parser.add_argument("--batch", type=int, default=32, help="per-rank batch")
     parser.add_argument("--step-sleep", type=float, default=0.0,
                         help="seconds to sleep per step (to pace a very fast model)")
+    parser.add_argument("--dtrain-store", action="store_true",
+                        help="under dtrain, rendezvous through dtrain's store instead of env://")
     return parser.parse_args()
 
 
@@ -75,6 +82,16 @@ def save_checkpoint(ckpt_dir, step, model, optimizer):
     os.rename(temp, final)  # a reader never sees a half-written step
 
 
+def dtrain_worker_or_none(args):
+    """A connected dtrain_worker.Worker when --dtrain-store applies (under dtrain), else None."""
+    if not args.dtrain_store or not os.environ.get("DTRAIN_AGENT_SOCKET"):
+        return None
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, os.path.join(here, "..", "..", "worker", "python"))
+    from dtrain_worker import Worker
+    return Worker.from_env()
+
+
 def main():
     args = parse_args()
     rank = int(os.environ["RANK"])
@@ -96,7 +113,11 @@ def main():
     if steps_log:
         steps_log.write("imported " + mark % (rank, time.time(), restart_id(), os.getpid()))
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world)
+    worker = dtrain_worker_or_none(args)
+    if worker is not None:
+        worker.init_process_group(barrier=False, use_dtrain_store=True, backend="gloo")
+    else:
+        dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world)
     if steps_log:
         steps_log.write("joined " + mark % (rank, time.time(), restart_id(), os.getpid()))
     torch.manual_seed(0)
@@ -138,6 +159,8 @@ def main():
     if rank == 0:
         print("ddp_train: finished step %d loss %.4f" % (args.steps, loss.item()), flush=True)
     dist.destroy_process_group()
+    if worker is not None:
+        worker.close()
     return 0
 
 

@@ -3,6 +3,7 @@
 resumed training step.
 
   recovery.py --dtrain BUILD/cli/dtrain [--reps 5] [--cases trainer,ddp-dtrain,ddp-torchrun]
+              (more cases: ddp-dtrain-store)
               [--kill-at 110] [--run-timeout 240] [--torch-python /usr/bin/python3]
 
 Cases:
@@ -12,6 +13,10 @@ Cases:
   ddp-dtrain     scripts/bench/ddp_train.py (plain PyTorch DDP, Gloo, CPU, checkpoint every 20
   ddp-torchrun   steps) under dtrain and under torchrun --max_restarts=3 --monitor_interval=0.1;
                  both timed from the script's own step log (wall clock, same machine).
+  ddp-dtrain-store  the same script with --dtrain-store under dtrain: its process group
+                 rendezvouses through dtrain's KV store (over the agent's unix socket) instead
+                 of a TCPStore that rank 0 opens at MASTER_PORT (torch 1.13's TCPStore client
+                 retries a refused connect only once a second). Not in the default --cases.
 Rank 1 is killed once rank 0 has logged step >= --kill-at. Every case prints its repetitions and
 a median; every job is waited for (or stopped) and its processes checked gone before the next.
 Standard library only; the DDP cases need torch importable by --torch-python (skipped if not).
@@ -278,11 +283,11 @@ def write_spec(path, name, command, extra=""):
         spec.write("stop_grace: 5s\n" + extra)
 
 
-def run_ddp_dtrain(args, work):
+def run_ddp_dtrain(args, work, script_flags=()):
     home = os.path.join(work, "home")
     os.makedirs(home)
     spec = os.path.join(work, "ddp.yaml")
-    write_spec(spec, "bench-ddp", [args.torch_python] + ddp_args(args, work))
+    write_spec(spec, "bench-ddp", [args.torch_python] + ddp_args(args, work) + list(script_flags))
     job = Job([args.dtrain, "submit", spec], work, dtrain_env(home), os.path.join(work, "dtrain.out"))
     try:
         run_dir = only_run_dir(home)
@@ -388,6 +393,8 @@ CASES = {
     "trainer": ("dtrain + dtrain-train", run_trainer),
     "ddp-dtrain": ("dtrain + ddp_train.py", run_ddp_dtrain),
     "ddp-torchrun": ("torchrun + ddp_train.py", run_ddp_torchrun),
+    "ddp-dtrain-store": ("dtrain + ddp_train.py --dtrain-store",
+                         lambda args, work: run_ddp_dtrain(args, work, ["--dtrain-store"])),
 }
 
 
@@ -429,7 +436,7 @@ def main():
 
     print("# recovery: kill -9 of rank 1 of 4 (Gloo, CPU) at step >= %d; checkpoint every 20 steps; "
           "%d repetitions; machine: %d cpus" % (args.kill_at, args.reps, os.cpu_count()))
-    print("%-24s %3s %5s %12s %13s %10s %10s %8s %8s %8s %8s %8s %6s %6s" %
+    print("%-36s %3s %5s %12s %13s %10s %10s %8s %8s %8s %8s %8s %6s %6s" %
           ("case", "rep", "load", "kill->step_s", "kill->exec_s", "detect_ms", "k->det_ms", "stop_ms", "replan",
            "spawn", "1st_step", "total", "lost", "exit"))
     summary = {}
@@ -443,12 +450,12 @@ def main():
             try:
                 result = run(args, work)
             except (RuntimeError, TimeoutError, OSError) as failure:
-                print("%-24s %3d %5s  failed: %s (logs in %s)" % (label, rep, load_before, failure, work))
+                print("%-36s %3d %5s  failed: %s (logs in %s)" % (label, rep, load_before, failure, work))
                 failures += 1
                 continue
             left = [pid for pid in result.get("old_pids", []) if pid and pid_alive(pid)]
             phases = result.get("phases", {})
-            print("%-24s %3d %5s %12.2f %13s %10s %10s %8s %8s %8s %8s %8s %6s %6s%s" %
+            print("%-36s %3d %5s %12.2f %13s %10s %10s %8s %8s %8s %8s %8s %6s %6s%s" %
                   (label, rep, load_before, result["kill_to_step_s"], fmt(result.get("kill_to_respawn_s"), "%.2f"),
                    fmt(result.get("detect_latency_ms")),
                    fmt(result.get("kill_to_detected_ms")), fmt(phases.get("stop_ms")), fmt(phases.get("replan_ms")),
@@ -461,14 +468,14 @@ def main():
                 shutil.rmtree(work, ignore_errors=True)
     print()
     print("# medians")
-    print("%-24s %5s %13s %13s %13s %10s %8s %8s %7s" % ("case", "runs", "kill->step_s", "kill->exec_s",
+    print("%-36s %5s %13s %13s %13s %10s %8s %8s %7s" % ("case", "runs", "kill->step_s", "kill->exec_s",
                                                         "k->detect_ms", "detect_ms", "stop_ms", "spawn_ms",
                                                         "lost"))
     for label, results in summary.items():
         def median(get, pattern="%.0f"):
             values = [v for v in (get(r) for r in results) if v is not None]
             return fmt(statistics.median(values) if values else None, pattern)
-        print("%-24s %5d %13s %13s %13s %10s %8s %8s %7s" % (
+        print("%-36s %5d %13s %13s %13s %10s %8s %8s %7s" % (
             label, len(results), median(lambda r: r.get("kill_to_step_s"), "%.2f"),
             median(lambda r: r.get("kill_to_respawn_s"), "%.2f"), median(lambda r: r.get("kill_to_detected_ms")),
             median(lambda r: r.get("detect_latency_ms")), median(lambda r: r.get("phases", {}).get("stop_ms")),
@@ -478,12 +485,12 @@ def main():
         print()
         print("# the DDP script's own restart phases (rank 0, medians, s): interpreter start -> torch imported"
               " -> init_process_group done -> first step")
-        print("%-24s %10s %13s %10s" % ("case", "import_s", "rendezvous_s", "to_step_s"))
+        print("%-36s %10s %13s %10s" % ("case", "import_s", "rendezvous_s", "to_step_s"))
         for label, results in ddp.items():
             def script_median(key):
                 values = [r["script"][key] for r in results if key in r.get("script", {})]
                 return fmt(statistics.median(values) if values else None, "%.2f")
-            print("%-24s %10s %13s %10s" % (label, script_median("import_s"), script_median("rendezvous_s"),
+            print("%-36s %10s %13s %10s" % (label, script_median("import_s"), script_median("rendezvous_s"),
                                             script_median("to_step_s")))
     return 1 if failures else 0
 

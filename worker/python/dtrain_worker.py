@@ -14,14 +14,40 @@ Use it from a PyTorch (or any Python) training script started by `dtrain submit`
 The protocol (worker/contract/wire.h): newline-delimited JSON over a unix stream socket;
 requests carry an "id" and the reply with the same id answers them. Beats are rate-limited to
 DTRAIN_HEARTBEAT_INTERVAL_MS; the first beat and beats with final=True are always sent.
+
+Rendezvous through dtrain's store (no TCPStore, no MASTER_PORT):
+
+    w.init_process_group(backend="gloo", use_dtrain_store=True)
+
+passes store=DtrainStore(w), rank=RANK, world_size=WORLD_SIZE to
+torch.distributed.init_process_group instead of init_method="env://". DtrainStore is a
+torch.distributed.Store backed by the agent's per-generation KV store (kv.set/get/wait over the
+unix socket the worker already holds), so every rank can rendezvous as soon as it has imported
+torch: nobody waits for rank 0 to open a TCP listener, and torch's TCPStore client (which retries
+a refused connect only once a second) is not involved. Keys are per generation (the supervisor
+prefixes them), so a restarted generation rendezvouses on fresh keys. `w.store()` gives the store
+for your own init_process_group(store=..., rank=..., world_size=...) call.
+
+What DtrainStore supports, and why (torch 1.13's Python Store trampoline forwards set, get, add,
+compare_set and wait; delete_key, num_keys and check never reach Python):
+  set, get, wait     exact (values are hex-encoded bytes under the key prefix "torch/").
+  add                without an atomic add on the wire, every call writes its own sub-key
+                     (key, rank, sequence) and the value is the sum of all sub-keys: the final
+                     count is exact and add(key, 0) polls (torch's store-based barrier) see it
+                     rise monotonically, but two concurrent add() calls may return the same
+                     value, so do not use add() to hand out unique tickets. A key used with
+                     add() must not also be written with set().
+  compare_set        raises DtrainError: it needs an atomic compare-and-set on the wire.
+The whole module stays importable without torch; DtrainStore is created on first use.
 """
 
 import json
 import os
 import socket
+import threading
 import time
 
-__all__ = ["Worker", "DtrainError"]
+__all__ = ["Worker", "DtrainError"]  # DtrainStore too, on demand (it needs torch)
 
 
 class DtrainError(RuntimeError):
@@ -56,6 +82,11 @@ class Worker:
         self._closed = False
         self._created = time.monotonic()
         self._comm_ready_sent = False
+        # torch may call the store from a thread other than the training loop's: one request
+        # at a time owns the reply stream; every line is written whole.
+        self._request_lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._store = None
 
     @classmethod
     def from_env(cls):
@@ -109,18 +140,38 @@ class Worker:
         self._comm_ready_sent = True
         self._send({"type": "comm.ready", "ms": int(round(ms))})
 
-    def init_process_group(self, barrier=True, **kwargs):
+    def init_process_group(self, barrier=True, use_dtrain_store=False, **kwargs):
         """torch.distributed.init_process_group(**kwargs), then (by default) a barrier so that
         NCCL's lazily created communicator exists too, then comm_ready() with the time both
-        took. MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE come from the environment dtrain sets."""
+        took. By default torch reads MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE from the
+        environment dtrain sets (env://). use_dtrain_store=True rendezvouses through dtrain's
+        KV store instead: store=self.store(), rank and world_size are passed for you (a
+        `timeout` also becomes the store's timeout)."""
         import torch.distributed as dist
         started = time.monotonic()
+        if use_dtrain_store:
+            for conflicting in ("init_method", "store"):
+                if kwargs.get(conflicting) is not None:
+                    raise DtrainError("init_process_group: use_dtrain_store=True provides the store; "
+                                      "drop %s=%r or drop use_dtrain_store" % (conflicting, kwargs[conflicting]))
+            store = self.store()
+            if kwargs.get("timeout") is not None:
+                store.set_timeout(kwargs["timeout"])
+            kwargs["store"] = store
+            kwargs.setdefault("rank", self.rank)
+            kwargs.setdefault("world_size", self.world_size)
         dist.init_process_group(**kwargs)
         if barrier:
             dist.barrier()
         self.comm_ready((time.monotonic() - started) * 1000.0)
 
     # --- key-value store --------------------------------------------------------------------
+    def store(self):
+        """This worker's DtrainStore (a torch.distributed.Store; needs torch), made once."""
+        if self._store is None:
+            self._store = _store_class()(self)
+        return self._store
+
     def kv_set(self, key, value):
         self._request({"type": "kv.set", "key": key, "value": value})
 
@@ -158,12 +209,21 @@ class Worker:
 
     # --- wire ----------------------------------------------------------------------------------
     def _send(self, message):
+        line = (json.dumps(message, separators=(",", ":")) + "\n").encode()
         try:
-            self._sock.sendall((json.dumps(message, separators=(",", ":")) + "\n").encode())
+            with self._send_lock:
+                self._sock.sendall(line)
         except OSError as error:
             raise DtrainError("lost the dtrain agent: %s" % error)
 
     def _request(self, message, deadline=60.0):
+        with self._request_lock:
+            try:
+                return self._request_locked(message, deadline)
+            finally:
+                self._sock.settimeout(None)  # a later beat's sendall must not inherit a tiny timeout
+
+    def _request_locked(self, message, deadline):
         request_id = self._next_id
         self._next_id += 1
         message["id"] = request_id
@@ -194,3 +254,111 @@ class Worker:
         if reply.get("type") == "error":
             raise DtrainError(reply.get("error", "%s refused" % message["type"]))
         return reply
+
+
+# --- torch.distributed.Store over the worker protocol ------------------------------------------
+
+_STORE_CLASS = None
+# The agent's store caps one kv.wait at a day; torch's "no timeout" (0) maps to that cap.
+_MAX_WAIT_S = 86400.0
+
+
+def _seconds(timeout):
+    """A timedelta (torch's type) or a number of seconds, as float seconds."""
+    return timeout.total_seconds() if hasattr(timeout, "total_seconds") else float(timeout)
+
+
+def _as_bytes(value):
+    if isinstance(value, str):
+        return value.encode()
+    return bytes(value)  # bytes, bytearray, or the list of ints torch 1.13 passes to compare_set
+
+
+def _store_class():
+    """Defines DtrainStore on first use, so that importing this module never needs torch."""
+    global _STORE_CLASS
+    if _STORE_CLASS is not None:
+        return _STORE_CLASS
+    try:
+        import torch.distributed as dist
+    except ImportError as error:
+        raise DtrainError("DtrainStore needs torch.distributed, which cannot be imported here (%s); "
+                          "install PyTorch or use init_method='env://'" % error)
+
+    class DtrainStore(dist.Store):
+        """A torch.distributed.Store kept in dtrain's per-generation KV store (module docstring:
+        what is exact and what is not). Pass it to init_process_group(store=..., rank=...,
+        world_size=...). One per Worker; safe to share between threads."""
+
+        def __init__(self, worker, prefix="torch/"):
+            super().__init__()
+            self._worker = worker
+            self._prefix = prefix
+            self._add_next = {}   # key -> this process's next add() sequence number
+            self._add_seen = {}   # (key, rank) -> [sub-keys read, their sum]: they never change
+            self._add_lock = threading.Lock()  # two threads must not reuse a sequence number
+
+        def _key(self, key):
+            return self._prefix + key
+
+        def _wait_s(self, timeout):
+            seconds = _seconds(self.timeout if timeout is None else timeout)
+            return _MAX_WAIT_S if seconds <= 0 else min(seconds, _MAX_WAIT_S)
+
+        def set(self, key, value):
+            self._worker.kv_set(self._key(key), _as_bytes(value).hex())
+
+        def get(self, key):
+            """Blocks (up to the store's timeout) until `key` is set, like every torch store."""
+            value = self._worker.kv_wait([self._key(key)], timeout=self._wait_s(None))[0]
+            return bytes.fromhex(value)
+
+        def wait(self, keys, timeout=None):
+            if keys:
+                self._worker.kv_wait([self._key(key) for key in keys], timeout=self._wait_s(timeout))
+
+        def add(self, key, delta):
+            with self._add_lock:
+                return self._add_locked(key, int(delta))
+
+        def _add_locked(self, key, delta):
+            rank = self._worker.rank
+            if delta != 0:  # add(key, 0) is a read: torch's barrier polls with it
+                sequence = self._add_next.get(key, 0)
+                self._worker.kv_set(self._add_key(key, rank, sequence), str(delta))
+                self._add_next[key] = sequence + 1
+            total = 0
+            for peer in range(self._worker.world_size):
+                seen = self._add_seen.setdefault((key, peer), [0, 0])
+                # Each rank writes its sub-keys in sequence order and never rewrites one, so
+                # only the ones after those already summed need a look.
+                while True:
+                    value = self._worker.kv_get(self._add_key(key, peer, seen[0]))
+                    if value is None:
+                        break
+                    seen[0] += 1
+                    seen[1] += int(value)
+                total += seen[1]
+            if delta != 0:
+                # The key itself holds a recent total (as TCPStore's add does) so that get() and
+                # wait() on it work; under concurrent adds it may lag the exact sum.
+                self._worker.kv_set(self._key(key), str(total).encode().hex())
+            return total
+
+        def _add_key(self, key, rank, sequence):
+            return "%s%s/+add/%d/%d" % (self._prefix, key, rank, sequence)
+
+        def compare_set(self, key, expected, desired):
+            raise DtrainError("DtrainStore.compare_set(%r): not supported: the worker protocol has no "
+                              "atomic compare-and-set (kv.cas); use init_method='env://' for code "
+                              "that needs it" % key)
+
+    _STORE_CLASS = DtrainStore
+    return DtrainStore
+
+
+def __getattr__(name):
+    """`from dtrain_worker import DtrainStore` defines the class then (it needs torch)."""
+    if name == "DtrainStore":
+        return _store_class()
+    raise AttributeError("module 'dtrain_worker' has no attribute %r" % name)
