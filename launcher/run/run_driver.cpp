@@ -473,7 +473,8 @@ void RunDriver::handle_from_worker(AgentLink& link, const json& message) {
       metrics_[static_cast<size_t>(rank)].speaks_protocol = true;
     }
   } else if (type == contract::wire::kKvSet || type == contract::wire::kKvGet ||
-             type == contract::wire::kKvWait || type == contract::wire::kGenCheck) {
+             type == contract::wire::kKvWait || type == contract::wire::kKvAdd ||
+             type == contract::wire::kGenCheck) {
     send_store_replies(store_.handle({link.host(), rank}, gen, body, clock_.monotonic_ms()));
   } else if (type == contract::wire::kCommReady) {
     if (current) feed(supervisor::WorkerCommReady{gen, rank});

@@ -70,10 +70,10 @@ std::vector<StoreReply> KvStore::handle(const Requester& from, int gen, const js
              json{{"type", "gen.ok"}, {"id", id}, {"current", gen == generation_ && gen >= 0},
                   {"generation", generation_}}}};
   }
-  if (type != "kv.set" && type != "kv.get" && type != "kv.wait") {
+  if (type != "kv.set" && type != "kv.get" && type != "kv.wait" && type != "kv.add") {
     return {error_reply(from, gen, id,
                         "store: unknown request type '" + type +
-                            "'; expected kv.set, kv.get, kv.wait or gen.check")};
+                            "'; expected kv.set, kv.get, kv.wait, kv.add or gen.check")};
   }
   if (gen != generation_) {
     const char* age = gen < generation_ ? "stale" : "unknown";
@@ -82,6 +82,7 @@ std::vector<StoreReply> KvStore::handle(const Requester& from, int gen, const js
                             std::to_string(generation_) + ")")};
   }
   if (type == "kv.set") return handle_set(from, gen, id, request);
+  if (type == "kv.add") return handle_add(from, gen, id, request);
   if (type == "kv.wait") return handle_wait(from, gen, id, request, now_ms);
 
   auto key = request.find("key");
@@ -124,6 +125,48 @@ std::vector<StoreReply> KvStore::handle_set(const Requester& from, int gen, cons
   }
   values_[key_text] = value_text;
   std::vector<StoreReply> replies{{from, gen, json{{"type", "kv.ok"}, {"id", id}}}};
+  for (StoreReply& done : complete_ready_waits()) replies.push_back(std::move(done));
+  return replies;
+}
+
+// Atomic because the store is single-threaded: read, add, write and reply happen in one call.
+std::vector<StoreReply> KvStore::handle_add(const Requester& from, int gen, const json& id,
+                                            const json& request) {
+  auto key = request.find("key");
+  auto delta = request.find("delta");
+  if (key == request.end() || delta == request.end()) {
+    return {error_reply(from, gen, id, "kv.add: needs \"key\" and \"delta\"")};
+  }
+  if (std::string problem = key_problem(*key); !problem.empty()) {
+    return {error_reply(from, gen, id, "kv.add: " + problem)};
+  }
+  const std::string& key_text = key->get_ref<const std::string&>();
+  if (!delta->is_number_integer()) {
+    return {error_reply(from, gen, id, "kv.add " + quote_key(key_text) + ": \"delta\" must be an integer, got " +
+                                           delta->dump())};
+  }
+  int64_t total = 0;
+  if (auto found = values_.find(key_text); found != values_.end()) {
+    size_t used = 0;
+    try {
+      total = std::stoll(found->second, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != found->second.size()) {
+      return {error_reply(from, gen, id, "kv.add " + quote_key(key_text) + ": the key holds '" +
+                                             found->second.substr(0, 40) + "', not a decimal integer")};
+    }
+  } else if (values_.size() >= kMaxKeys) {
+    return {error_reply(from, gen, id, "kv.add " + quote_key(key_text) + ": the store already holds " +
+                                           std::to_string(kMaxKeys) + " keys (the limit)")};
+  }
+  int64_t step = delta->get<int64_t>();
+  if (__builtin_add_overflow(total, step, &total)) {
+    return {error_reply(from, gen, id, "kv.add " + quote_key(key_text) + ": the sum overflows 64 bits")};
+  }
+  values_[key_text] = std::to_string(total);
+  std::vector<StoreReply> replies{{from, gen, json{{"type", "kv.value"}, {"id", id}, {"value", values_[key_text]}}}};
   for (StoreReply& done : complete_ready_waits()) replies.push_back(std::move(done));
   return replies;
 }

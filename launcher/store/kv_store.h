@@ -52,7 +52,9 @@ class KvStore {
   /// not newer than the current one changes nothing and returns no replies.
   std::vector<StoreReply> begin_generation(int gen, int64_t now_ms);
 
-  /// Handles one worker request (kv.set, kv.get, kv.wait, gen.check). Returns the replies to
+  /// Handles one worker request (kv.set, kv.get, kv.wait, kv.add, gen.check). kv.add adds an
+  /// integer "delta" to the key's decimal value (absent: 0), atomically, and answers kv.value
+  /// with the new value as decimal text. Returns the replies to
   /// send now: usually one for `from`, but a kv.set may also complete waits of OTHER workers,
   /// and a kv.wait that cannot be answered yet returns nothing (its reply comes from a later
   /// handle() or from expire()). Malformed requests get an error reply, never an exception.
@@ -87,6 +89,8 @@ class KvStore {
   };
 
   std::vector<StoreReply> handle_set(const Requester& from, int gen, const nlohmann::json& id,
+                                     const nlohmann::json& request);
+  std::vector<StoreReply> handle_add(const Requester& from, int gen, const nlohmann::json& id,
                                      const nlohmann::json& request);
   std::vector<StoreReply> handle_wait(const Requester& from, int gen, const nlohmann::json& id,
                                       const nlohmann::json& request, int64_t now_ms);

@@ -112,7 +112,7 @@ w.close()
   }
 }
 
-TEST_CASE("python client: DtrainStore keeps bytes, sums add() across ranks, and names what it cannot do") {
+TEST_CASE("python client: DtrainStore keeps bytes, adds atomically across ranks, and names what it cannot do") {
   if (std::system("/usr/bin/python3 -c 'import torch.distributed' >/dev/null 2>&1") != 0) {
     MESSAGE("skipped: /usr/bin/python3 cannot import torch.distributed (apt-get install python3-torch)");
     return;
@@ -137,12 +137,13 @@ for peer in range(w.world_size):
 prefixed = dist.PrefixStore("pre", store)
 prefixed.set("text", "plain")
 assert prefixed.get("text") == b"plain"
-for _ in range(5):
-    store.add("count", 1)
-store.set("added/%d" % w.rank, b"1")
-store.wait(["added/%d" % peer for peer in range(w.world_size)], timedelta(seconds=20))
+tickets = [store.add("count", 1) for _ in range(5)]
+assert tickets == sorted(set(tickets)), tickets  # atomic: each add returns a new total
+store.set("tickets/%d" % w.rank, ",".join(map(str, tickets)))
+store.wait(["tickets/%d" % peer for peer in range(w.world_size)], timedelta(seconds=20))
 assert store.add("count", 0) == 5 * w.world_size, store.add("count", 0)
-assert int(store.get("count")) >= 5  # the key itself exists once anyone added
+every = [int(t) for peer in range(w.world_size) for t in store.get("tickets/%d" % peer).decode().split(",")]
+assert sorted(every) == list(range(1, 5 * w.world_size + 1)), every  # no ticket handed out twice
 try:
     store.wait(["never"], timedelta(milliseconds=200))
     raise SystemExit("wait should have timed out")

@@ -218,3 +218,30 @@ TEST_CASE("store: a wait without timeout uses the default and forget drops a gon
   REQUIRE(replies.size() == 2);
   CHECK(replies[1].to == kRank0);
 }
+
+TEST_CASE("store: kv.add is atomic, starts from 0, wakes waiters, and refuses non-numbers") {
+  KvStore store;
+  store.begin_generation(2, 0);
+  auto add = [&](const Requester& who, int id, const std::string& key, json delta) {
+    return store.handle(who, 2, {{"type", "kv.add"}, {"id", id}, {"key", key}, {"delta", delta}}, 0);
+  };
+  auto pending = store.handle(kRank1, 2, wait_request(1, {"count"}, 1000), 0);
+  CHECK(pending.empty());
+  auto first = add(kRank0, 2, "count", 1);
+  REQUIRE(first.size() == 2);  // the adder's kv.value, then the waiter's kv.values
+  CHECK(first[0].msg["type"] == "kv.value");
+  CHECK(first[0].msg["value"] == "1");
+  CHECK(first[1].to == kRank1);
+  CHECK(first[1].msg["values"][0] == "1");
+  // Two ranks adding in turn never get the same number back.
+  CHECK(add(kRank1, 3, "count", 1)[0].msg["value"] == "2");
+  CHECK(add(kRank0, 4, "count", 5)[0].msg["value"] == "7");
+  CHECK(add(kRank0, 5, "count", -7)[0].msg["value"] == "0");
+  CHECK(store.handle(kRank0, 2, get_request(6, "count"), 0)[0].msg["value"] == "0");
+
+  store.handle(kRank0, 2, set_request(7, "addr", "10.0.0.1"), 0);
+  CHECK(contains(error_of(add(kRank0, 8, "addr", 1)[0]), "not a decimal integer"));
+  CHECK(contains(error_of(add(kRank0, 9, "count", "1")[0]), "must be an integer"));
+  CHECK(contains(error_of(store.handle(kRank0, 1, {{"type", "kv.add"}, {"id", 10}, {"key", "count"}, {"delta", 1}}, 0)[0]),
+                 "stale generation 1"));
+}

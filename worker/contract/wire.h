@@ -10,6 +10,8 @@
 //   {"type":"kv.set","id":N,"key":K,"value":V}                    V: string (hex for binary)
 //   {"type":"kv.get","id":N,"key":K}
 //   {"type":"kv.wait","id":N,"keys":[K...],"timeout_ms":T}
+//   {"type":"kv.add","id":N,"key":K,"delta":D}                   atomic add to a decimal value
+//                                                                 (absent: 0) → kv.value "<sum>"
 //   {"type":"gen.check","id":N}                                   "may I commit a checkpoint?"
 //   {"type":"comm.ready","ms":M}                                  communicator up (see below)
 //   {"type":"ckpt.committed","step":S,"bytes":B,"ms":M}
@@ -42,6 +44,7 @@ inline constexpr const char* kBeat = "beat";
 inline constexpr const char* kKvSet = "kv.set";
 inline constexpr const char* kKvGet = "kv.get";
 inline constexpr const char* kKvWait = "kv.wait";
+inline constexpr const char* kKvAdd = "kv.add";
 inline constexpr const char* kGenCheck = "gen.check";
 inline constexpr const char* kCommReady = "comm.ready";
 inline constexpr const char* kCkptCommitted = "ckpt.committed";

@@ -31,12 +31,8 @@ for your own init_process_group(store=..., rank=..., world_size=...) call.
 What DtrainStore supports, and why (torch 1.13's Python Store trampoline forwards set, get, add,
 compare_set and wait; delete_key, num_keys and check never reach Python):
   set, get, wait     exact (values are hex-encoded bytes under the key prefix "torch/").
-  add                without an atomic add on the wire, every call writes its own sub-key
-                     (key, rank, sequence) and the value is the sum of all sub-keys: the final
-                     count is exact and add(key, 0) polls (torch's store-based barrier) see it
-                     rise monotonically, but two concurrent add() calls may return the same
-                     value, so do not use add() to hand out unique tickets. A key used with
-                     add() must not also be written with set().
+  add                exact and atomic (kv.add); counters live apart from set() keys: read one
+                     with add(key, 0), as torch's store-based barrier does, not with get().
   compare_set        raises DtrainError: it needs an atomic compare-and-set on the wire.
 The whole module stays importable without torch; DtrainStore is created on first use.
 """
@@ -179,6 +175,10 @@ class Worker:
         """The value, or None when the key is not set."""
         return self._request({"type": "kv.get", "key": key}).get("value")
 
+    def kv_add(self, key, delta):
+        """Adds `delta` to the key's integer value (absent: 0), atomically; returns the sum."""
+        return int(self._request({"type": "kv.add", "key": key, "delta": int(delta)}).get("value"))
+
     def kv_wait(self, keys, timeout=30.0):
         """Blocks until every key is set; returns their values in order."""
         timeout_ms = int(timeout * 1000)
@@ -294,9 +294,6 @@ def _store_class():
             super().__init__()
             self._worker = worker
             self._prefix = prefix
-            self._add_next = {}   # key -> this process's next add() sequence number
-            self._add_seen = {}   # (key, rank) -> [sub-keys read, their sum]: they never change
-            self._add_lock = threading.Lock()  # two threads must not reuse a sequence number
 
         def _key(self, key):
             return self._prefix + key
@@ -318,35 +315,9 @@ def _store_class():
                 self._worker.kv_wait([self._key(key) for key in keys], timeout=self._wait_s(timeout))
 
         def add(self, key, delta):
-            with self._add_lock:
-                return self._add_locked(key, int(delta))
-
-        def _add_locked(self, key, delta):
-            rank = self._worker.rank
-            if delta != 0:  # add(key, 0) is a read: torch's barrier polls with it
-                sequence = self._add_next.get(key, 0)
-                self._worker.kv_set(self._add_key(key, rank, sequence), str(delta))
-                self._add_next[key] = sequence + 1
-            total = 0
-            for peer in range(self._worker.world_size):
-                seen = self._add_seen.setdefault((key, peer), [0, 0])
-                # Each rank writes its sub-keys in sequence order and never rewrites one, so
-                # only the ones after those already summed need a look.
-                while True:
-                    value = self._worker.kv_get(self._add_key(key, peer, seen[0]))
-                    if value is None:
-                        break
-                    seen[0] += 1
-                    seen[1] += int(value)
-                total += seen[1]
-            if delta != 0:
-                # The key itself holds a recent total (as TCPStore's add does) so that get() and
-                # wait() on it work; under concurrent adds it may lag the exact sum.
-                self._worker.kv_set(self._key(key), str(total).encode().hex())
-            return total
-
-        def _add_key(self, key, rank, sequence):
-            return "%s%s/+add/%d/%d" % (self._prefix, key, rank, sequence)
+            """Atomic (kv.add in the supervisor's store); the counter lives under its own key
+            space, so read it with add(key, 0), as torch's store-based barrier does."""
+            return self._worker.kv_add(self._prefix + "+add/" + key, int(delta))
 
         def compare_set(self, key, expected, desired):
             raise DtrainError("DtrainStore.compare_set(%r): not supported: the worker protocol has no "
