@@ -1124,18 +1124,22 @@ int resume(const ResumeOptions& options) {
 
   // The old agents fence themselves once they hear nothing for heartbeat.timeout (local ones
   // at once, on stdin EOF), and KILL what TERM left after min(2 s, timeout). Starting earlier
-  // could put two generations on the same GPUs.
+  // could put two generations on the same GPUs. When every host is this machine, the agents'
+  // exits are seen directly (an agent exits only after reaping its workers): no need to wait
+  // out the remote hosts' silence rule.
   int64_t started_wall = clock.wall_ms();
   if (!terminal) {
     int64_t timeout = spec.heartbeat.timeout.count();
     int64_t fenced_by = from.last_seen_wall_ms + timeout + std::min<int64_t>(2000, timeout) + 500;
-    if (fenced_by > started_wall) {
+    bool all_local = std::all_of(spec.hosts.begin(), spec.hosts.end(), [](const spec::HostEntry& h) { return h.is_local(); }) &&
+                     std::all_of(spec.spares.begin(), spec.spares.end(), [](const spec::HostEntry& h) { return h.is_local(); });
+    if (!all_local && fenced_by > started_wall) {
       std::fprintf(stderr, "dtrain: waiting %s for the previous supervisor's agents to fence themselves\n",
                    format_duration(Millis((fenced_by - started_wall + 99) / 100 * 100)).c_str());
       ::usleep(static_cast<useconds_t>((fenced_by - started_wall) * 1000));
     }
     std::vector<int> agents = local_agent_pids(*run, spec);
-    int64_t give_up = clock.monotonic_ms() + 10'000;
+    int64_t give_up = clock.monotonic_ms() + std::max<int64_t>(0, fenced_by - clock.wall_ms()) + 10'000;
     auto alive = [&] {
       return std::any_of(agents.begin(), agents.end(), [](int pid) { return is_agent_process(pid); });
     };
