@@ -60,7 +60,9 @@ run() {  # name limit_seconds command...
 }
 
 echo "# dtrain benchmarks: $(uname -srm), $(nproc) cpus, $(git -C "$repo" rev-parse --short HEAD 2>/dev/null)"
-run recovery 1500 python3 "$here/recovery.py" --dtrain "$build/cli/dtrain" --reps "$reps"
+run recovery 1800 python3 "$here/recovery.py" --dtrain "$build/cli/dtrain" --reps "$reps" \
+  --cases trainer,ddp-dtrain,ddp-dtrain-store,ddp-torchrun --torch-python /usr/bin/python3
+run host_loss 900 python3 "$here/host_loss.py" --dtrain "$build/cli/dtrain" --reps "$reps"
 run launch 600 "$here/launch.sh" "$build/cli/dtrain" --reps "$reps"
 run allreduce 600 "$here/allreduce.sh" "$build" --reps "$reps"
 run checkpoint 600 "$here/checkpoint.sh" "$build" --reps "$reps"
