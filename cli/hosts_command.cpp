@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "launcher/drill/run_hosts.h"
 #include "launcher/base/clock.h"
 #include "launcher/base/exit_code.h"
 #include "launcher/base/strings.h"
@@ -119,17 +120,8 @@ void check_locally(HostReport& report, const std::string& script, const Clock& c
 }
 
 transport::SshOptions ssh_options(const spec::JobSpec& job, const std::string& script) {
-  transport::SshOptions options;
-  options.user = job.ssh.user;
-  options.port = job.ssh.port;
-  options.identity_files = job.ssh.identity;
-  options.known_hosts = job.ssh.known_hosts;
-  options.host_key_policy = job.ssh.host_key_policy == spec::HostKeyPolicy::strict ? transport::HostKeyPolicy::strict
-                            : job.ssh.host_key_policy == spec::HostKeyPolicy::accept_new
-                                ? transport::HostKeyPolicy::accept_new
-                                : transport::HostKeyPolicy::insecure;
-  options.connect_timeout = job.ssh.connect_timeout;
-  options.max_parallel = job.ssh.max_parallel;
+  transport::SshOptions options = drill::ssh_options_for(job);
+  options.remote_dtrain.clear();
   options.remote_command = "exec /bin/sh -c " + shell_quote(script);
   return options;
 }

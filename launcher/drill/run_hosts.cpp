@@ -18,20 +18,6 @@ namespace dtrain::drill {
 
 namespace {
 
-transport::SshOptions ssh_options(const spec::JobSpec& job) {
-  transport::SshOptions options;
-  options.user = job.ssh.user;
-  options.port = job.ssh.port;
-  options.identity_files = job.ssh.identity;
-  options.known_hosts = job.ssh.known_hosts;
-  options.host_key_policy = job.ssh.host_key_policy == spec::HostKeyPolicy::strict ? transport::HostKeyPolicy::strict
-                            : job.ssh.host_key_policy == spec::HostKeyPolicy::accept_new
-                                ? transport::HostKeyPolicy::accept_new
-                                : transport::HostKeyPolicy::insecure;
-  options.connect_timeout = job.ssh.connect_timeout;
-  return options;
-}
-
 std::string pid_list(const std::vector<int>& pids) {
   std::string text;
   for (int pid : pids) text += (text.empty() ? "" : " ") + std::to_string(pid);
@@ -50,6 +36,22 @@ std::vector<int> parse_pids(const std::string& text) {
 }
 
 }  // namespace
+
+transport::SshOptions ssh_options_for(const spec::JobSpec& job) {
+  transport::SshOptions options;
+  options.user = job.ssh.user;
+  options.port = job.ssh.port;
+  options.identity_files = job.ssh.identity;
+  options.known_hosts = job.ssh.known_hosts;
+  options.host_key_policy = job.ssh.host_key_policy == spec::HostKeyPolicy::strict ? transport::HostKeyPolicy::strict
+                            : job.ssh.host_key_policy == spec::HostKeyPolicy::accept_new
+                                ? transport::HostKeyPolicy::accept_new
+                                : transport::HostKeyPolicy::insecure;
+  options.connect_timeout = job.ssh.connect_timeout;
+  options.max_parallel = job.ssh.max_parallel;
+  options.remote_dtrain = job.ssh.remote_dtrain;
+  return options;
+}
 
 std::string this_host_name() {
   char name[256] = {};
@@ -118,7 +120,7 @@ Result<CommandOutput> RunHosts::shell(const std::string& host, const std::string
     target.user = found->user;
     target.port = found->port;
   }
-  Result<transport::RemoteCommandResult> ran = transport::ssh_exec(ssh_options(spec_), target, command, timeout);
+  Result<transport::RemoteCommandResult> ran = transport::ssh_exec(ssh_options_for(spec_), target, command, timeout);
   if (!ran) return ran.error();
   CommandOutput output;
   output.exit_code = ran->exit_signal.empty() ? ran->exit_code : 128 + 9;

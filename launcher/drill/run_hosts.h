@@ -13,8 +13,14 @@
 #include "launcher/drill/child_process.h"
 #include "launcher/runlog/run_directory.h"
 #include "launcher/spec/job_spec.h"
+#include "launcher/transport/ssh_transport.h"
 
 namespace dtrain::drill {
+
+/// The job spec's ssh: section as transport options (user, port, keys, known_hosts, host-key
+/// policy, connect timeout, max_parallel). The one mapping from spec to transport, for every
+/// place that reaches the job's hosts: the driver, `dtrain hosts`, drills.
+transport::SshOptions ssh_options_for(const spec::JobSpec& job);
 
 class RunHosts {
  public:

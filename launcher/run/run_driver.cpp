@@ -28,6 +28,7 @@
 #include "launcher/base/fd.h"
 #include "launcher/base/strings.h"
 #include "launcher/base/version.h"
+#include "launcher/drill/run_hosts.h"
 #include "launcher/plan/rank_plan.h"
 #include "launcher/proto/messages.h"
 #include "launcher/run/agent_link.h"
@@ -252,19 +253,7 @@ void RunDriver::start_agents() {
 
 transport::SshTransport& RunDriver::ssh() {
   if (!ssh_transport_) {
-    transport::SshOptions options;
-    options.user = spec_.ssh.user;
-    options.port = spec_.ssh.port;
-    options.identity_files = spec_.ssh.identity;
-    options.known_hosts = spec_.ssh.known_hosts;
-    options.host_key_policy = spec_.ssh.host_key_policy == spec::HostKeyPolicy::strict
-                                  ? transport::HostKeyPolicy::strict
-                              : spec_.ssh.host_key_policy == spec::HostKeyPolicy::accept_new
-                                  ? transport::HostKeyPolicy::accept_new
-                                  : transport::HostKeyPolicy::insecure;
-    options.connect_timeout = spec_.ssh.connect_timeout;
-    options.max_parallel = spec_.ssh.max_parallel;
-    options.remote_dtrain = spec_.ssh.remote_dtrain;
+    transport::SshOptions options = drill::ssh_options_for(spec_);
     ssh_transport_ = std::make_unique<transport::SshTransport>(options);
     if (spec_.ssh.host_key_policy == spec::HostKeyPolicy::insecure) {
       record({{"ev", "ssh.insecure"}, {"detail", "ssh.host_key_policy is insecure: host keys are not checked"}});

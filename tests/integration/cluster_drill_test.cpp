@@ -21,14 +21,7 @@ namespace {
 
 constexpr int kSteps = 400;
 
-// batch 24 = micro 2 × data 6 × accum 2 on 3 hosts × 2 slots; 2 hosts → data 4, accum 3.
-ClusterSpec trainer_job(const std::string& name) {
-  ClusterSpec spec;
-  spec.name = name;
-  spec.command = trainer_command(kSteps);
-  spec.extra = "batch: {global: 24, micro: 2}\nelastic: {min_hosts: 2, max_restarts: 1}\n";
-  return spec;
-}
+ClusterSpec trainer_job(const std::string& name) { return shrinkable_trainer_job(name, kSteps); }
 
 /// `dtrain ARGS...` in the control namespace with the job's DTRAIN_HOME; output is stdout and
 /// stderr together (the verdict is read back from the run log).

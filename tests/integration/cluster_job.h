@@ -61,9 +61,21 @@ inline std::string cluster_spec_yaml(const TestCluster& cluster, const ClusterSp
   return yaml + job.extra;
 }
 
+/// The reference trainer on hosts 1-3 × 2 slots that can lose one host: global batch 24 =
+/// micro 2 × data 6 × accum 2; on 2 hosts data 4 × accum 3 keeps it. min_hosts 2, one restart.
+inline ClusterSpec shrinkable_trainer_job(const std::string& name, int steps);
+
 /// The reference trainer for `steps` steps, logging every 50.
 inline std::string trainer_command(int steps) {
   return "[dtrain-train, --steps, \"" + std::to_string(steps) + "\", --log-every, \"50\"]";
+}
+
+inline ClusterSpec shrinkable_trainer_job(const std::string& name, int steps) {
+  ClusterSpec spec;
+  spec.name = name;
+  spec.command = trainer_command(steps);
+  spec.extra = "batch: {global: 24, micro: 2}\nelastic: {min_hosts: 2, max_restarts: 1}\n";
+  return spec;
 }
 
 /// "dtrain-train: final step=N loss=L checksum=C" from a rank log ("" when absent).

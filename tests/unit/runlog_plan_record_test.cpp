@@ -11,23 +11,13 @@
 #include "launcher/plan/rank_plan.h"
 #include "launcher/runlog/plan_record.h"
 #include "launcher/spec/spec_loader.h"
+#include "tests/unit/temp_dir.h"
 
 using namespace dtrain;
 using nlohmann::json;
+using dtrain::testing::TempDir;
 
 namespace {
-
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char pattern[] = "/tmp/dtrain-plan-record-XXXXXX";
-    path = ::mkdtemp(pattern);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path, ignored);
-  }
-};
 
 // Four hosts of two slots with TP 2: four DP replicas, global batch 48.
 spec::JobSpec four_hosts() {
