@@ -117,6 +117,7 @@ void Supervisor::start_generation(plan::RankPlan next_plan) {
   for (RankStatus& rank : ranks_) rank.state = RankState::starting;
   started_count_ = 0;
   comm_ready_count_ = 0;
+  hang_exemption_recorded_ = false;
   generation_started_ms_ = clock_.monotonic_ms();
   ending_ = Ending::none;
   int64_t resume_step = generation_ == 0 ? -1 : latest_checkpoint_step_;
@@ -547,6 +548,21 @@ void Supervisor::on(const Tick&) {
   }
   if (state_ != RunState::running) return;
   int64_t hang_timeout = spec_.heartbeat.hang_timeout.count();
+  // Workers that never speak the worker protocol have no step to watch: say so once, so that an
+  // operator does not rely on hang detection that cannot happen.
+  if (!hang_exemption_recorded_ && now - generation_started_ms_ > hang_timeout) {
+    hang_exemption_recorded_ = true;
+    nlohmann::json silent = nlohmann::json::array();
+    for (size_t i = 0; i < ranks_.size(); ++i) {
+      if (ranks_[i].state == RankState::running && ranks_[i].step < 0) silent.push_back(static_cast<int>(i));
+    }
+    if (!silent.empty()) {
+      record({{"ev", "hang_detection.off"}, {"ranks", silent},
+              {"detail", "no heartbeat with a step from these ranks within heartbeat.hang_timeout (they do not "
+                         "speak the worker protocol): until they do, they are not watched for hangs; exits "
+                         "and host loss are still detected"}});
+    }
+  }
   // When one rank stalls, its peers soon block in the next collective and stall too. Blame a
   // rank the agent saw stopped first; then the one that stalled first — lowest step, then the
   // oldest step change (beats are rate-limited, so steps alone can mislead).

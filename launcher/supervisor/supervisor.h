@@ -121,6 +121,7 @@ class Supervisor {
   std::vector<RankStatus> ranks_;
   int started_count_ = 0;
   int comm_ready_count_ = 0;
+  bool hang_exemption_recorded_ = false;  ///< this generation's "not watched for hangs" event
   int64_t generation_started_ms_ = 0;
 
   Ending ending_ = Ending::none;

@@ -528,3 +528,27 @@ TEST_CASE("recovery phases include rendezvous when every rank reports comm.ready
   CHECK(phases["rendezvous_ms"] == 500);
   CHECK(phases["first_step_ms"] == 40);
 }
+
+TEST_CASE("ranks that never beat are exempt from hang detection, and the run log says so once") {
+  spec::JobSpec spec = make_spec(1, 2);
+  spec.heartbeat.hang_timeout = Millis(3000);
+  Harness h(spec);
+  h.connect_all();
+  h.start_all(0);
+  h.feed(WorkerProgress{0, 0, 5});  // rank 0 speaks the protocol, rank 1 never does
+  h.clock.advance_ms(2000);
+  CHECK(!has_event(h.feed(Tick{}), "hang_detection.off"));
+  h.feed(WorkerProgress{0, 0, 6});
+  h.clock.advance_ms(1500);
+  auto actions = h.feed(Tick{});
+  REQUIRE(has_event(actions, "hang_detection.off"));
+  for (const RecordEvent& event : of_type<RecordEvent>(actions)) {
+    if (event.event["ev"] == "hang_detection.off") CHECK(event.event["ranks"] == nlohmann::json::array({1}));
+  }
+  h.clock.advance_ms(100);
+  CHECK(!has_event(h.feed(Tick{}), "hang_detection.off"));
+  h.clock.advance_ms(60000);  // rank 1 silent for a minute: not a hang, it has no step
+  h.feed(WorkerProgress{0, 0, 7});
+  auto later = h.feed(Tick{});
+  CHECK(!has_event(later, "worker.hang"));
+}
