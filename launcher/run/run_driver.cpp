@@ -1051,6 +1051,40 @@ std::vector<int> local_agent_pids(const RunDirectory& run, const spec::JobSpec& 
 
 }  // namespace
 
+/// Waits until the old agents on the remote hosts are gone, asking each host over SSH (an agent
+/// exits only after it has reaped its workers), but never past `fenced_by` (wall ms): by then the
+/// silence rule has made every agent fence, so a host that cannot be asked is waited out.
+void wait_for_remote_agents(const RunDirectory& run, const std::string& run_id, int64_t fenced_by) {
+  SystemClock clock;
+  Result<drill::RunHosts> hosts = drill::RunHosts::open(run);
+  std::map<std::string, int> pending;  // host → old agent pid
+  if (hosts) {
+    for (const std::string& name : hosts->names()) {
+      if (hosts->is_local(name)) continue;
+      if (std::optional<int> pid = hosts->agent_pid(name)) pending[name] = *pid;
+    }
+  }
+  while (clock.wall_ms() < fenced_by) {
+    if (!hosts) {
+      ::usleep(static_cast<useconds_t>(std::max<int64_t>(0, fenced_by - clock.wall_ms()) * 1000));
+      return;
+    }
+    bool unknown = false;
+    for (auto it = pending.begin(); it != pending.end();) {
+      Result<std::vector<int>> left = hosts->still_running(it->first, {it->second}, run_id);
+      if (left && left->empty()) {
+        it = pending.erase(it);
+      } else {
+        unknown = unknown || !left;
+        ++it;
+      }
+    }
+    // Hosts that never connected have no agent to wait for; one that cannot be asked is waited out.
+    if (pending.empty() && !unknown) return;
+    ::usleep(200'000);
+  }
+}
+
 int resume(const ResumeOptions& options) {
   SystemClock clock;
   Result<RunDirectory> run = RunDirectory::open(options.run);
@@ -1123,9 +1157,9 @@ int resume(const ResumeOptions& options) {
     bool all_local = std::all_of(spec.hosts.begin(), spec.hosts.end(), [](const spec::HostEntry& h) { return h.is_local(); }) &&
                      std::all_of(spec.spares.begin(), spec.spares.end(), [](const spec::HostEntry& h) { return h.is_local(); });
     if (!all_local && fenced_by > started_wall) {
-      std::fprintf(stderr, "dtrain: waiting %s for the previous supervisor's agents to fence themselves\n",
+      std::fprintf(stderr, "dtrain: waiting up to %s for the previous supervisor's agents to fence themselves\n",
                    format_duration(Millis((fenced_by - started_wall + 99) / 100 * 100)).c_str());
-      ::usleep(static_cast<useconds_t>((fenced_by - started_wall) * 1000));
+      wait_for_remote_agents(*run, run->id(), fenced_by);
     }
     std::vector<int> agents = local_agent_pids(*run, spec);
     int64_t give_up = clock.monotonic_ms() + std::max<int64_t>(0, fenced_by - clock.wall_ms()) + 10'000;
