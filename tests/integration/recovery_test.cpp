@@ -217,3 +217,29 @@ TEST_CASE("dtrain resume refuses a run that does not exist or still has its supe
   REQUIRE(run.wait(60000));
   CHECK(processes_of_run(run_id_of(dir)).empty());
 }
+
+TEST_CASE("a stopped run is continued by dtrain resume without a failure, and ends as an uninterrupted one") {
+  std::string expected = uninterrupted_final_line(400);
+  REQUIRE(!expected.empty());
+  DtrainEnv env;
+  DtrainProcess run = env.start({"submit", env.write_spec("stop.yaml", trainer_spec("stop", 400))});
+  std::string dir = only_run_dir(env);
+  REQUIRE(!dir.empty());
+  std::string run_id = run_id_of(dir);
+  REQUIRE(wait_until([&] { return checkpoint_committed_at_least(dir, 100); }, 60000));
+  DtrainProcess stop = env.run({"stop", run_id}, 60000);
+  CHECK(stop.exit_code == 0);
+  REQUIRE(run.wait(60000));
+  CHECK(run.exit_code == 130);
+
+  DtrainProcess resumed = env.run({"resume", run_id}, 120000);
+  CHECK(resumed.exit_code == 0);
+  CHECK(resumed.err().find("it had stopped") != std::string::npos);
+  auto events = read_events(dir + "/events.jsonl");
+  CHECK(events_named(events, "failure.detected").empty());
+  auto resumes = events_named(events, "run.resumed");
+  REQUIRE(resumes.size() == 1);
+  CHECK(resumes[0]["previous_state"] == "stopped");
+  CHECK(final_line(read_text(dir + "/ranks/0.log")) == expected);
+  CHECK(processes_of_run(run_id).empty());
+}
