@@ -146,8 +146,9 @@ TEST_CASE("checkpoint: discovery skips a flipped byte, a truncated shard and a m
   REQUIRE(exact->has_value());
   CHECK((*exact)->step == 10);
   bool named = false;
-  for (size_t i = lines_before; i < worker->sent_lines().size(); ++i) {
-    const std::string& line = worker->sent_lines()[i];
+  const std::vector<std::string> sent = worker->sent_lines();  // a copy: hold it while reading
+  for (size_t i = lines_before; i < sent.size(); ++i) {
+    const std::string& line = sent[i];
     if (contains(line, "\"ckpt.rejected\"") && contains(line, "\"step\":40") && contains(line, "CRC mismatch")) {
       named = true;
     }

@@ -72,8 +72,11 @@ struct Harness {
   }
   std::vector<Action> release_all(int gen) {
     std::vector<Action> all;
-    for (const plan::PlanHost& host : supervisor->current_plan().hosts) {
-      auto actions = feed(GenerationReleased{gen, host.entry.name});
+    // Names copied first: a release can start the next generation, which replaces the plan.
+    std::vector<std::string> hosts;
+    for (const plan::PlanHost& host : supervisor->current_plan().hosts) hosts.push_back(host.entry.name);
+    for (const std::string& host : hosts) {
+      auto actions = feed(GenerationReleased{gen, host});
       all.insert(all.end(), actions.begin(), actions.end());
     }
     return all;
