@@ -58,8 +58,7 @@ void finish_clean(const TestCluster& cluster, ClusterJob& job) {
   auto plans = job.events("plan.generation");
   REQUIRE(!plans.empty());
   CHECK(plans.back()["world_size"] == 4);
-  std::string left = leftovers(cluster, job.run_id(), 30000);
-  CHECK_MESSAGE(left.empty(), "left behind by run " << job.run_id() << ":\n" << left);
+  check_nothing_left(cluster, job, 30000);
 }
 
 /// Whether nft is installed (the cluster's hosts share this machine's file system). Without it
@@ -258,6 +257,5 @@ TEST_CASE("kill-supervisor drill on 2 hosts: the remote agents fence, dtrain res
   auto resumed = job.events("run.resumed");
   REQUIRE(resumed.size() == 1);
   CHECK(resumed[0]["previous_supervisor_pid"] == killed_supervisor);
-  std::string left = leftovers(cluster, job.run_id(), 30000);
-  CHECK_MESSAGE(left.empty(), "left behind by run " << job.run_id() << ":\n" << left);
+  check_nothing_left(cluster, job, 30000);
 }

@@ -46,11 +46,6 @@ void check_final_loss(ClusterJob& job, int world_size) {
   }
 }
 
-void check_nothing_left(const TestCluster& cluster, ClusterJob& job, int timeout_ms = 8000) {
-  std::string left = leftovers(cluster, job.run_id(), timeout_ms);
-  CHECK_MESSAGE(left.empty(), "left behind by run " << job.run_id() << ":\n" << left);
-}
-
 void report_recovery(ClusterJob& job) {
   for (const auto& event : job.events("recovery.completed")) MESSAGE("recovery.completed " << event.dump());
 }

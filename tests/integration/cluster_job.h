@@ -272,4 +272,11 @@ inline std::string leftovers(const TestCluster& cluster, const std::string& run_
   return left;
 }
 
+/// Checks (doctest CHECK) that nothing of `job`'s run is left anywhere after up to `timeout_ms`,
+/// listing what is.
+inline void check_nothing_left(const TestCluster& cluster, ClusterJob& job, int timeout_ms = 8000) {
+  std::string left = leftovers(cluster, job.run_id(), timeout_ms);
+  CHECK_MESSAGE(left.empty(), "left behind by run " << job.run_id() << ":\n" << left);
+}
+
 }  // namespace dtrain::testing

@@ -43,11 +43,6 @@ std::map<std::string, std::string> env_line(const std::string& log) {
   return values;
 }
 
-void check_nothing_left(const TestCluster& cluster, ClusterJob& job, int timeout_ms = 8000) {
-  std::string left = leftovers(cluster, job.run_id(), timeout_ms);
-  CHECK_MESSAGE(left.empty(), "left behind by run " << job.run_id() << ":\n" << left);
-}
-
 }  // namespace
 
 TEST_CASE("3 hosts x 2 slots: every worker gets its ranks and host and MASTER_ADDR - the trainer trains") {
