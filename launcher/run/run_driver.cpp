@@ -34,6 +34,7 @@
 #include "launcher/run/agent_link.h"
 #include "launcher/run/console.h"
 #include "launcher/run/control_socket.h"
+#include "launcher/run/resume_point.h"
 #include "launcher/run/worker_env.h"
 #include "launcher/runlog/event_log.h"
 #include "launcher/runlog/rank_logs.h"
@@ -1023,67 +1024,7 @@ int refuse(const std::string& message, ExitCode code = ExitCode::usage) {
   return to_int(code);
 }
 
-/// Whether `pid` is still a `dtrain agent` (and not a reused pid): its argv has "agent".
-bool is_agent_process(int pid) {
-  if (pid <= 1 || !process_start_ticks(pid)) return false;
-  Result<std::string> cmdline = read_file("/proc/" + std::to_string(pid) + "/cmdline");
-  if (!cmdline) return false;
-  for (const std::string& argument : split(*cmdline, '\0')) {
-    if (argument == "agent") return true;
-  }
-  return false;
-}
-
-/// The agents the dead supervisor started on this machine (hosts/<host>.json of local hosts).
-std::vector<int> local_agent_pids(const RunDirectory& run, const spec::JobSpec& spec) {
-  std::vector<int> pids;
-  std::vector<spec::HostEntry> hosts = spec.hosts;
-  hosts.insert(hosts.end(), spec.spares.begin(), spec.spares.end());
-  for (const spec::HostEntry& host : hosts) {
-    if (!host.is_local()) continue;
-    Result<std::string> text = read_file(run.host_facts_path(host.name));
-    if (!text) continue;
-    json facts = json::parse(*text, nullptr, false);
-    if (facts.is_object() && facts.value("agent_pid", 0) > 1) pids.push_back(facts.value("agent_pid", 0));
-  }
-  return pids;
-}
-
 }  // namespace
-
-/// Waits until the old agents on the remote hosts are gone, asking each host over SSH (an agent
-/// exits only after it has reaped its workers), but never past `fenced_by` (wall ms): by then the
-/// silence rule has made every agent fence, so a host that cannot be asked is waited out.
-void wait_for_remote_agents(const RunDirectory& run, const std::string& run_id, int64_t fenced_by) {
-  SystemClock clock;
-  Result<drill::RunHosts> hosts = drill::RunHosts::open(run);
-  std::map<std::string, int> pending;  // host → old agent pid
-  if (hosts) {
-    for (const std::string& name : hosts->names()) {
-      if (hosts->is_local(name)) continue;
-      if (std::optional<int> pid = hosts->agent_pid(name)) pending[name] = *pid;
-    }
-  }
-  while (clock.wall_ms() < fenced_by) {
-    if (!hosts) {
-      ::usleep(static_cast<useconds_t>(std::max<int64_t>(0, fenced_by - clock.wall_ms()) * 1000));
-      return;
-    }
-    bool unknown = false;
-    for (auto it = pending.begin(); it != pending.end();) {
-      Result<std::vector<int>> left = hosts->still_running(it->first, {it->second}, run_id);
-      if (left && left->empty()) {
-        it = pending.erase(it);
-      } else {
-        unknown = unknown || !left;
-        ++it;
-      }
-    }
-    // Hosts that never connected have no agent to wait for; one that cannot be asked is waited out.
-    if (pending.empty() && !unknown) return;
-    ::usleep(200'000);
-  }
-}
 
 int resume(const ResumeOptions& options) {
   SystemClock clock;
@@ -1118,61 +1059,11 @@ int resume(const ResumeOptions& options) {
 
   Result<std::vector<json>> events = read_events(run->events_path());
   if (!events) return refuse("cannot read the run log: " + events.error().message, ExitCode::infra);
-  supervisor::ResumeFrom from;
-  from.supervisor_lost = !terminal;
-  from.previous_pid = previous_pid;
-  from.previous_host = previous_host;
-  from.restarts = state->value("restarts", 0);
-  from.last_seen_wall_ms = state->value("updated_at_ms", int64_t{0});
-  std::set<int64_t> committed;
-  for (const json& event : *events) {
-    std::string name = event.value("ev", "");
-    if (name == "plan.generation" || name == "generation.spawned") {
-      from.last_generation = std::max(from.last_generation, event.value("gen", -1));
-    } else if (name == "checkpoint.committed") {
-      committed.insert(event.value("step", int64_t{-1}));
-    } else if (name == "checkpoint.rejected") {
-      committed.erase(event.value("step", int64_t{-1}));
-    }
-  }
-  committed.erase(-1);
-  from.committed_steps.assign(committed.begin(), committed.end());
-  if (state->contains("ranks") && (*state)["ranks"].is_array()) {
-    for (const json& rank : (*state)["ranks"]) {
-      if (rank.contains("step") && rank["step"].is_number_integer()) {
-        from.last_step = std::max(from.last_step, rank["step"].get<int64_t>());
-      }
-    }
-  }
-
-  // The old agents fence themselves once they hear nothing for heartbeat.timeout (local ones
-  // at once, on stdin EOF), and KILL what TERM left after min(2 s, timeout). Starting earlier
-  // could put two generations on the same GPUs. When every host is this machine, the agents'
-  // exits are seen directly (an agent exits only after reaping its workers): no need to wait
-  // out the remote hosts' silence rule.
+  supervisor::ResumeFrom from = resume_point(*state, *events);
   int64_t started_wall = clock.wall_ms();
-  if (!terminal) {
-    int64_t timeout = spec.heartbeat.timeout.count();
-    int64_t fenced_by = from.last_seen_wall_ms + timeout + std::min<int64_t>(2000, timeout) + 500;
-    bool all_local = std::all_of(spec.hosts.begin(), spec.hosts.end(), [](const spec::HostEntry& h) { return h.is_local(); }) &&
-                     std::all_of(spec.spares.begin(), spec.spares.end(), [](const spec::HostEntry& h) { return h.is_local(); });
-    if (!all_local && fenced_by > started_wall) {
-      std::fprintf(stderr, "dtrain: waiting up to %s for the previous supervisor's agents to fence themselves\n",
-                   format_duration(Millis((fenced_by - started_wall + 99) / 100 * 100)).c_str());
-      wait_for_remote_agents(*run, run->id(), fenced_by);
-    }
-    std::vector<int> agents = local_agent_pids(*run, spec);
-    int64_t give_up = clock.monotonic_ms() + std::max<int64_t>(0, fenced_by - clock.wall_ms()) + 10'000;
-    auto alive = [&] {
-      return std::any_of(agents.begin(), agents.end(), [](int pid) { return is_agent_process(pid); });
-    };
-    while (alive() && clock.monotonic_ms() < give_up) ::usleep(50'000);
-    for (int pid : agents) {
-      if (is_agent_process(pid)) {
-        return refuse("agent pid " + std::to_string(pid) + " of the previous supervisor still runs 10s after it "
-                      "should have fenced; end it (kill " + std::to_string(pid) + ") and resume again",
-                      ExitCode::infra);
-      }
+  if (from.supervisor_lost) {
+    if (Status gone = wait_until_old_agents_gone(*run, spec, from.last_seen_wall_ms); !gone) {
+      return refuse(gone.error().message, ExitCode::infra);
     }
   }
   from.waited_ms = clock.wall_ms() - started_wall;
