@@ -391,7 +391,18 @@ int show_run(const std::string& id, bool as_json, int event_count) {
   std::vector<json> events;
   std::string events_error;
   if (event_count > 0) {
-    Result<std::vector<json>> all = read_events(run->events_path());
+    // A corrupt line (a disk that filled mid-append, a hand edit) is skipped, never fatal:
+    // a few warnings on stderr, the rest of the history on stdout.
+    constexpr int kWarningsShown = 5;
+    int skipped = 0;
+    auto warn = [&skipped](const std::string& warning) {
+      if (++skipped <= kWarningsShown) std::fprintf(stderr, "dtrain status: warning: %s\n", warning.c_str());
+    };
+    Result<std::vector<json>> all = read_events(run->events_path(), warn);
+    if (skipped > kWarningsShown) {
+      std::fprintf(stderr, "dtrain status: warning: %d more corrupt lines skipped in %s\n",
+                   skipped - kWarningsShown, run->events_path().c_str());
+    }
     if (all) {
       size_t keep = std::min(all->size(), static_cast<size_t>(event_count));
       events.assign(all->end() - static_cast<std::ptrdiff_t>(keep), all->end());

@@ -67,20 +67,62 @@ Result<size_t> read_some(int fd, std::string& out, bool* would_block) {
   }
 }
 
+namespace {
+
+/// Removes a temp file unless it was renamed into place: every early return of
+/// write_file_atomic (a full disk at write or fsync) must not leave "<path>.tmp.<pid>" behind.
+class TempFileGuard {
+ public:
+  explicit TempFileGuard(std::string path) : path_(std::move(path)) {}
+  TempFileGuard(const TempFileGuard&) = delete;
+  TempFileGuard& operator=(const TempFileGuard&) = delete;
+  ~TempFileGuard() {
+    if (!path_.empty()) ::unlink(path_.c_str());
+  }
+  void renamed() { path_.clear(); }
+
+ private:
+  std::string path_;
+};
+
+std::string disk_full_hint(int error_number, const std::string& directory) {
+  if (error_number != ENOSPC && error_number != EDQUOT) return "";
+  return "; free space on the file system of " + directory;
+}
+
+}  // namespace
+
 Status write_file_atomic(const std::string& path, std::string_view contents, int mode) {
+  size_t slash = path.find_last_of('/');
+  std::string directory = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
   std::string temp = path + ".tmp." + std::to_string(::getpid());
   UniqueFd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode));
-  if (!fd.valid()) return Error::infra(temp + ": " + errno_text(errno));
-  if (Status s = write_all(fd.get(), contents); !s) return Error::infra(temp + ": " + s.error().message);
-  if (::fsync(fd.get()) != 0) return Error::infra(temp + ": fsync: " + errno_text(errno));
-  fd.reset();
+  if (!fd.valid()) {
+    int saved = errno;
+    return Error::infra(temp + ": " + errno_text(saved) + disk_full_hint(saved, directory));
+  }
+  TempFileGuard guard(temp);
+  while (!contents.empty()) {
+    ssize_t written = ::write(fd.get(), contents.data(), contents.size());
+    if (written < 0 && errno == EINTR) continue;
+    if (written <= 0) {
+      int saved = written < 0 ? errno : EIO;
+      return Error::infra(path + ": cannot write (" + errno_text(saved) + "); the old file is unchanged" +
+                          disk_full_hint(saved, directory));
+    }
+    contents.remove_prefix(static_cast<size_t>(written));
+  }
+  // fsync and close report delayed write errors (ENOSPC on NFS, EIO): both count.
+  if (::fsync(fd.get()) != 0 || ::close(fd.release()) != 0) {
+    int saved = errno;
+    return Error::infra(path + ": cannot write (fsync: " + errno_text(saved) + "); the old file is unchanged" +
+                        disk_full_hint(saved, directory));
+  }
   if (::rename(temp.c_str(), path.c_str()) != 0) {
     int saved = errno;
-    ::unlink(temp.c_str());
-    return Error::infra(path + ": rename: " + errno_text(saved));
+    return Error::infra(path + ": rename: " + errno_text(saved) + "; the old file is unchanged");
   }
-  std::string directory = path.substr(0, path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/'));
-  if (directory.empty()) directory = ".";
+  guard.renamed();
   UniqueFd dir_fd(::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (dir_fd.valid()) ::fsync(dir_fd.get());
   return {};

@@ -47,7 +47,9 @@ Status write_all(int fd, std::string_view bytes);
 Result<size_t> read_some(int fd, std::string& out, bool* would_block = nullptr);
 
 /// Writes `contents` to `path` atomically: temp file in the same directory, fsync, rename,
-/// fsync of the directory. Readers see the old or the new file, never half of one.
+/// fsync of the directory. Readers see the old or the new file, never half of one. On any
+/// failure (write, fsync, rename) the temp file is removed and the old file stays as it was;
+/// the error says so, and for ENOSPC/EDQUOT names the directory to free space in.
 Status write_file_atomic(const std::string& path, std::string_view contents, int mode = 0600);
 
 /// Reads a whole file.

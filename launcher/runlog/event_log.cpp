@@ -26,19 +26,113 @@ Status check_header(const std::string& path, std::string_view line) {
   return {};
 }
 
-Result<nlohmann::json> parse_event(const std::string& path, int64_t line_number, std::string_view line) {
-  nlohmann::json event = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (event.is_discarded() || !event.is_object()) {
-    std::string shown(line.substr(0, 80));
-    if (line.size() > 80) shown += "...";
-    return Error::infra(path + ":" + std::to_string(line_number) +
-                        ": corrupt event line (not a JSON object): '" + shown +
-                        "'; the lines before it are intact");
+// What a field must hold when an event has it. The names are those that readers (cli/,
+// launcher/drill/, launcher/run/resume_point.cpp, launcher/report/) look up; nlohmann's value()
+// throws on any other type, and a throw there ends `dtrain status` with "internal bug".
+enum class FieldType { integer, string, number };
+
+struct TypedField {
+  const char* name;
+  FieldType type;
+};
+
+constexpr TypedField kTypedFields[] = {
+    {"gen", FieldType::integer},        {"rank", FieldType::integer},
+    {"local_rank", FieldType::integer}, {"pid", FieldType::integer},
+    {"step", FieldType::integer},       {"code", FieldType::integer},
+    {"exit_code", FieldType::integer},  {"world_size", FieldType::integer},
+    {"restarts", FieldType::integer},   {"steps_lost", FieldType::integer},
+    {"host", FieldType::string},        {"state", FieldType::string},
+    {"kind", FieldType::string},        {"detail", FieldType::string},
+    {"signal", FieldType::string},      {"log", FieldType::string},
+    {"reason", FieldType::string},      {"fault", FieldType::string},
+    {"verdict", FieldType::string},     {"mode", FieldType::string},
+    {"message", FieldType::string},     {"seconds", FieldType::number},
+};
+
+const char* type_name(const nlohmann::json& value) {
+  if (value.is_null()) return "null";
+  if (value.is_number_integer() || value.is_number_unsigned()) return "an integer";
+  if (value.is_number_float()) return "a float";
+  if (value.is_string()) return "a string";
+  if (value.is_boolean()) return "a boolean";
+  if (value.is_object()) return "an object";
+  if (value.is_array()) return "an array";
+  return "binary";
+}
+
+bool has_type(const nlohmann::json& value, FieldType type) {
+  switch (type) {
+    case FieldType::integer: return value.is_number_integer() || value.is_number_unsigned();
+    case FieldType::string: return value.is_string();
+    case FieldType::number: return value.is_number();
   }
-  return event;
+  return false;
+}
+
+const char* expected_name(FieldType type) {
+  switch (type) {
+    case FieldType::integer: return "an integer";
+    case FieldType::string: return "a string";
+    case FieldType::number: return "a number";
+  }
+  return "?";
+}
+
+std::string shown_line(std::string_view line) {
+  std::string shown = json_compact(nlohmann::json(std::string(line.substr(0, 80))));
+  shown = shown.substr(1, shown.size() - 2);  // escaped control bytes, without the quotes
+  if (line.size() > 80) shown += "...";
+  return shown;
+}
+
+bool is_disk_full(int error_number) { return error_number == ENOSPC || error_number == EDQUOT; }
+
+std::string directory_of(const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+// Writes all of `bytes`; on failure returns the errno (0 for a write that made no progress).
+int write_whole(int fd, std::string_view bytes) {
+  while (!bytes.empty()) {
+    ssize_t written = ::write(fd, bytes.data(), bytes.size());
+    if (written < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (written == 0) return EIO;
+    bytes.remove_prefix(static_cast<size_t>(written));
+  }
+  return 0;
 }
 
 }  // namespace
+
+Result<EventRecord> parse_event_line(std::string_view line) {
+  nlohmann::json event = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (event.is_discarded()) return Error::infra("not valid JSON");
+  if (!event.is_object()) return Error::infra("not a JSON object");
+  EventRecord record;
+  const nlohmann::json* ts = json_member(event, "ts");
+  if (!ts) return Error::infra("no \"ts\"");
+  if (!ts->is_string()) return Error::infra(std::string("\"ts\" is ") + type_name(*ts) + ", expected a string");
+  const nlohmann::json* name = json_member(event, "ev");
+  if (!name) return Error::infra("no \"ev\"");
+  if (!name->is_string()) return Error::infra(std::string("\"ev\" is ") + type_name(*name) + ", expected a string");
+  for (const TypedField& field : kTypedFields) {
+    const nlohmann::json* value = json_member(event, field.name);
+    if (value && !has_type(*value, field.type)) {
+      return Error::infra(std::string("\"") + field.name + "\" is " + type_name(*value) + ", expected " +
+                          expected_name(field.type));
+    }
+  }
+  record.ts = ts->get<std::string>();
+  record.name = name->get<std::string>();
+  record.event = std::move(event);
+  return record;
+}
 
 std::string format_event_line(const nlohmann::json& event, int64_t wall_ms) {
   nlohmann::json rest = event;
@@ -60,8 +154,11 @@ Result<EventLog> EventLog::create(const std::string& path, const std::string& ru
   std::string line = "{\"dtrain_events\":" + std::to_string(kEventLogVersion) +
                      ",\"run_id\":" + json_compact(header["run_id"]) +
                      ",\"created\":" + json_compact(header["created"]) + "}\n";
-  if (Status written = write_all(fd.get(), line); !written) {
-    return Error::infra(path + ": " + written.error().message);
+  if (int failed = write_whole(fd.get(), line); failed != 0) {
+    // A half-written header would make the log unreadable forever; leave no file instead.
+    ::unlink(path.c_str());
+    std::string fix = is_disk_full(failed) ? "; free space on the file system of " + directory_of(path) : "";
+    return Error::infra(path + ": cannot write the event log header: " + errno_text(failed) + fix);
   }
   return EventLog(path, std::move(fd));
 }
@@ -89,15 +186,39 @@ Status EventLog::append(const nlohmann::json& event, int64_t wall_ms) {
   if (!name || !name->is_string()) {
     return Error::internal("event without a string \"ev\": " + json_compact(event));
   }
-  if (Status written = write_all(fd_.get(), format_event_line(event, wall_ms) + "\n"); !written) {
-    return Error::infra(path_ + ": " + written.error().message);
+  // A line of an earlier failed append that could not be cut off then would glue itself to
+  // this one; try again first.
+  if (partial_line_left_) {
+    if (Status cut = cut_partial_line(); !cut) return cut;
+  }
+  if (int failed = write_whole(fd_.get(), format_event_line(event, wall_ms) + "\n"); failed != 0) {
+    std::string what = path_ + ": cannot append event '" + name->get<std::string>() + "': " + errno_text(failed);
+    Status cut = cut_partial_line();
+    what += cut ? "; the log was cut back to its last whole line" : "; and " + cut.error().message;
+    if (is_disk_full(failed)) {
+      what += "; free space on the file system of " + directory_of(path_) + " (later events are written again once there is room)";
+    }
+    return Error::infra(what);
   }
   return {};
 }
 
-Result<std::vector<nlohmann::json>> read_events(const std::string& path) {
+Status EventLog::cut_partial_line() {
+  // The last newline, not the size before this append: another writer (a drill) may have
+  // appended whole lines in between, and those must stay.
+  Result<FileTail> tail = read_tail_lines(path_, 0);
+  if (tail && (tail->partial.empty() || ::ftruncate(fd_.get(), static_cast<off_t>(tail->complete_end)) == 0)) {
+    partial_line_left_ = false;
+    return {};
+  }
+  partial_line_left_ = true;
+  std::string why = tail ? errno_text(errno) : tail.error().message;
+  return Error::infra(path_ + ": cannot cut off a partly written line: " + why);
+}
+
+Result<std::vector<nlohmann::json>> read_events(const std::string& path, const EventWarningSink& on_warning) {
   if (::access(path.c_str(), F_OK) != 0) return Error::infra(path + ": " + errno_text(errno));
-  EventFollower follower(path);
+  EventFollower follower(path, on_warning);
   std::vector<nlohmann::json> events;
   for (;;) {
     Result<std::vector<nlohmann::json>> batch = follower.poll();
@@ -109,7 +230,7 @@ Result<std::vector<nlohmann::json>> read_events(const std::string& path) {
 }
 
 Result<std::vector<nlohmann::json>> EventFollower::poll() {
-  // The lines after a bad one cannot be trusted to be numbered right: the error stays.
+  // A bad header means this is not our log (or a newer one): the error stays.
   if (failure_) return *failure_;
   std::vector<nlohmann::json> events;
   // Loop so that one call returns everything present, however large.
@@ -127,12 +248,18 @@ Result<std::vector<nlohmann::json>> EventFollower::poll() {
         continue;
       }
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank line
-      Result<nlohmann::json> event = parse_event(lines_.path(), line_number_, line);
-      if (!event) {
-        failure_ = event.error();
-        return event.error();
+      Result<EventRecord> record = parse_event_line(line);
+      if (!record) {
+        // One bad line (a disk that filled mid-write, a hand edit) must not hide the rest of
+        // the run's history from status and resume.
+        ++skipped_lines_;
+        if (on_warning_) {
+          on_warning_(lines_.path() + ":" + std::to_string(line_number_) + ": skipped a corrupt line (" +
+                      record.error().message + "): '" + shown_line(line) + "'");
+        }
+        continue;
       }
-      events.push_back(std::move(*event));
+      events.push_back(std::move(record->event));
     }
   }
 }

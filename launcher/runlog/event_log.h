@@ -5,8 +5,10 @@
 // file reads (and sorts) well with plain text tools. Event names: DESIGN.md §3.
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -22,7 +24,8 @@ inline constexpr int kEventLogVersion = 1;
 
 /// Appends events. Each append is one write(2) of one whole line to an O_APPEND descriptor:
 /// nothing is buffered in the process, so a supervisor killed at any moment leaves at most a
-/// truncated final line, which readers skip.
+/// truncated final line, which readers skip. A write that fails part-way (disk full, quota, I/O
+/// error) is cut back to the last newline, so the log holds whole lines or nothing.
 class EventLog {
  public:
   /// Creates `path` (must not exist; mode 0600) and writes the header line.
@@ -35,38 +38,71 @@ class EventLog {
 
   /// Writes `event` (an object with a string "ev") as one line, with "ts" =
   /// format_timestamp_utc(wall_ms) as its first key (a "ts" in `event` is replaced).
+  /// On a failed or short write the file is truncated back to its last newline and the error
+  /// names the path, the errno text and, for ENOSPC/EDQUOT, where to free space; the event is
+  /// lost but the log stays readable, and the next append starts on a line of its own.
   Status append(const nlohmann::json& event, int64_t wall_ms);
 
   const std::string& path() const { return path_; }
 
  private:
   EventLog(std::string path, UniqueFd fd) : path_(std::move(path)), fd_(std::move(fd)) {}
+  /// Cuts the file back to just past its last '\n' (a partial line of a failed append).
+  Status cut_partial_line();
   std::string path_;
   UniqueFd fd_;
+  bool partial_line_left_ = false;  // a failed append could not be cut back yet
 };
+
+/// One events.jsonl event line, parsed and type-checked at the boundary (parse_event_line), so
+/// that readers may use the fields below without a type check of their own.
+struct EventRecord {
+  std::string name;      ///< "ev", e.g. "worker.exit"
+  std::string ts;        ///< "ts" as written, "2026-11-29T23:41:02.120Z"
+  nlohmann::json event;  ///< the whole object, "ts" and "ev" included
+};
+
+/// Parses one event line (not the header line). Checks: a JSON object; string "ts" and "ev";
+/// and every field that readers look up by name has the JSON type they expect when present
+/// (integers: gen, rank, local_rank, pid, step, code, exit_code, world_size, restarts,
+/// steps_lost; strings: host, state, kind, detail, signal, log, reason, fault, verdict, mode,
+/// message; number: seconds). nlohmann's value() throws when a key holds another type, so a
+/// line that passes here cannot make status, logs, resume or drill throw. The error names the
+/// field and the problem, e.g. "\"gen\" is a string, expected an integer". Never throws.
+Result<EventRecord> parse_event_line(std::string_view line);
+
+/// Receives one message per skipped line: "<path>:<line>: skipped a corrupt line (<why>): '<text>'".
+using EventWarningSink = std::function<void(const std::string& warning)>;
 
 /// The serialised line for `event` (without '\n'): {"ts":...,<event's fields>}. Exposed for
 /// tests and for tools that print events the way the log stores them.
 std::string format_event_line(const nlohmann::json& event, int64_t wall_ms);
 
-/// Every event of the log at `path`, oldest first (the header is checked, not returned).
-/// A missing header or an unknown version is an error; a truncated final line (a writer
-/// mid-line) is skipped; a corrupt line before it is an error naming "<path>:<line>".
-/// An empty file (created, header not yet written) has no events.
-Result<std::vector<nlohmann::json>> read_events(const std::string& path);
+/// Every event of the log at `path`, oldest first (the header is checked, not returned), each
+/// one checked by parse_event_line(). A missing file, a missing header or an unknown version
+/// is an error; a truncated final line (a writer mid-line) is skipped silently; a line that
+/// fails parse_event_line() is skipped and reported to `on_warning` (when given), and the
+/// lines after it are still read. An empty file (created, header not yet written) has no events.
+Result<std::vector<nlohmann::json>> read_events(const std::string& path,
+                                                const EventWarningSink& on_warning = nullptr);
 
 /// Reads events as they are appended, for `--follow` and `status` refreshes.
 class EventFollower {
  public:
-  explicit EventFollower(std::string path) : lines_(std::move(path)) {}
+  explicit EventFollower(std::string path, EventWarningSink on_warning = nullptr)
+      : lines_(std::move(path)), on_warning_(std::move(on_warning)) {}
   /// The events appended since the last call; checks the header the first time it appears.
-  /// Same errors as read_events(); after one, every later call returns it again. A log that
-  /// does not exist yet gives no events.
+  /// Same errors and warnings as read_events(); after an error, every later call returns it
+  /// again. A log that does not exist yet gives no events.
   Result<std::vector<nlohmann::json>> poll();
+  /// How many lines were skipped as corrupt so far.
+  int64_t skipped_lines() const { return skipped_lines_; }
 
  private:
   LineFollower lines_;
-  int64_t line_number_ = 0;  // of the last line seen, for error messages
+  EventWarningSink on_warning_;
+  int64_t line_number_ = 0;  // of the last line seen, for warnings
+  int64_t skipped_lines_ = 0;
   std::optional<Error> failure_;
 };
 

@@ -37,11 +37,13 @@ Result<std::vector<std::string>> LineFollower::poll(size_t max_bytes) {
     if (!opened->valid()) return lines;
     fd_ = std::move(*opened);
   }
+  // The unfinished line is read again from the file every time: a writer whose append failed
+  // cuts it off (EventLog::append) and writes the next line in its place, and stale bytes kept
+  // here would glue onto that line.
+  partial_.clear();
   struct stat info{};
-  if (::fstat(fd_.get(), &info) == 0 &&
-      info.st_size < offset_ + static_cast<int64_t>(partial_.size())) {
-    return Error::infra(path_ + ": the file shrank from " +
-                        std::to_string(offset_ + static_cast<int64_t>(partial_.size())) + " to " +
+  if (::fstat(fd_.get(), &info) == 0 && info.st_size < offset_) {
+    return Error::infra(path_ + ": the file shrank from " + std::to_string(offset_) + " to " +
                         std::to_string(info.st_size) + " bytes while being followed (truncated?)");
   }
   size_t read_total = 0;

@@ -19,7 +19,8 @@ class LineFollower {
 
   /// The complete lines appended since the last call (without '\n'), at most about
   /// `max_bytes` of them per call (call again while it returns lines). A missing file gives
-  /// none. A file that shrank (truncated or replaced) is an error naming the path.
+  /// none. A file that shrank below the lines already returned (truncated or replaced) is an
+  /// error naming the path; an unfinished last line that was cut off is not.
   Result<std::vector<std::string>> poll(size_t max_bytes = 1 << 20);
 
   /// The text after the last '\n' read so far, which is then forgotten; for printing a final
@@ -34,7 +35,7 @@ class LineFollower {
   std::string path_;
   UniqueFd fd_;
   int64_t offset_ = 0;       // past the last complete line handed out
-  std::string partial_;      // bytes read after offset_
+  std::string partial_;      // bytes after offset_ as of the last poll (re-read each poll)
 };
 
 /// The end of a file, for `--tail N`.

@@ -6,7 +6,13 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "tests/unit/file_size_limit.h"
+#include "worker/runtime/checkpoint_files.h"
 #include "worker/runtime/worker.h"
 
 using namespace dtrain::worker;
@@ -193,6 +199,77 @@ TEST_CASE("checkpoint: only the newest `keep` complete steps stay") {
   int entries = 0;
   for ([[maybe_unused]] auto& entry : fs::directory_iterator(scratch.path)) ++entries;
   CHECK(entries == 3);  // no temp or half-deleted leftovers
+}
+
+TEST_CASE("checkpoint: prune counts only steps that verify; a corrupt newest step with keep 1 keeps the last good one") {
+  ScratchDir scratch;
+  REQUIRE(save_steps(scratch.path, {10, 20}, 3).ok());
+  flip_byte(shard_path(scratch.path, 20), 3);  // step 20 has its manifest but does not verify
+  REQUIRE(fs::exists(scratch.path + "/step-20/MANIFEST.json"));
+
+  ckpt::prune(scratch.path, 1);
+  CHECK(verify_checkpoint(scratch.path, 10).ok());  // the only good one is still there
+  CHECK(fs::exists(scratch.path + "/step-20"));     // the bad one stays too, for resume to report
+  CHECK(*latest_complete(scratch.path).latest == 10);
+
+  // A manifest that is not JSON, or lists no shards, does not count either.
+  REQUIRE(save_steps(scratch.path, {30}, 3).ok());
+  std::ofstream(scratch.path + "/step-30/MANIFEST.json") << "{\"step\":30,\"tp_size\":\"1\"}";
+  ckpt::prune(scratch.path, 1);
+  CHECK(fs::exists(scratch.path + "/step-10/MANIFEST.json"));
+
+  // A newer step that verifies takes the place of the last good one; then older ones go.
+  REQUIRE(save_steps(scratch.path, {40}, 1).ok());
+  CHECK(verify_checkpoint(scratch.path, 40).ok());
+  CHECK_FALSE(fs::exists(scratch.path + "/step-30"));
+  CHECK_FALSE(fs::exists(scratch.path + "/step-20"));
+  CHECK_FALSE(fs::exists(scratch.path + "/step-10"));
+}
+
+TEST_CASE("checkpoint: a manifest with wrongly typed fields is rejected, not thrown on") {
+  ScratchDir scratch;
+  REQUIRE(save_steps(scratch.path, {5}).ok());
+  const std::string manifest_path = scratch.path + "/step-5/MANIFEST.json";
+  nlohmann::json manifest = nlohmann::json::parse(std::ifstream(manifest_path));
+  const std::vector<std::pair<std::string, nlohmann::json>> edits = {
+      {"/shards/0/tp", "0"}, {"/shards/0/crc32c", 12}, {"/shards/0/bytes", -1}, {"/shards/0", 3},
+      {"/tp_size", 0},       {"/step", "5"},           {"/shards", "none"}};
+  for (const auto& [pointer, value] : edits) {
+    CAPTURE(pointer);
+    nlohmann::json edited = manifest;
+    edited[nlohmann::json::json_pointer(pointer)] = value;
+    std::ofstream(manifest_path, std::ios::trunc) << edited.dump();
+    Status verified = Status();
+    CHECK_NOTHROW(verified = verify_checkpoint(scratch.path, 5));
+    CHECK_FALSE(verified.ok());
+  }
+}
+
+TEST_CASE("checkpoint: a save that fails mid-write (as on a full disk) leaves no temp file and the good step") {
+  ScratchDir scratch;
+  REQUIRE(save_steps(scratch.path, {10}, 1).ok());
+  {
+    dtrain::testing::FileSizeLimit limit(1000);
+    Settings settings;
+    settings.generation = 1;
+    auto worker = Worker::standalone(settings);
+    CheckpointOptions options;
+    options.dir = scratch.path;
+    options.keep = 1;
+    Checkpointer checkpointer(*worker, options);
+    Status saved = checkpointer.save(20, std::string(100000, 's'));
+    if (saved.ok()) saved = checkpointer.wait();
+    REQUIRE_FALSE(saved.ok());
+    CHECK(contains(saved.error().message, "checkpoint step-20"));
+    CHECK(contains(saved.error().message, "File too large"));
+  }
+  for (const auto& entry : fs::recursive_directory_iterator(scratch.path)) {
+    CAPTURE(entry.path().string());
+    CHECK_FALSE(contains(entry.path().filename().string(), ".tmp."));
+  }
+  CHECK_FALSE(fs::exists(scratch.path + "/step-20/MANIFEST.json"));
+  CHECK(*latest_complete(scratch.path).latest == 10);
+  CHECK(read_shard(scratch.path, 10, 0, 0).value() == "state at step 10");
 }
 
 TEST_CASE("checkpoint: a commit from a stale generation is refused and writes no manifest") {

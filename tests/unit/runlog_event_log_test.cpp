@@ -4,11 +4,13 @@
 #include <fcntl.h>
 #include <filesystem>
 #include <string>
+#include <vector>
 #include <unistd.h>
 
 #include "launcher/base/fd.h"
 #include "launcher/runlog/event_log.h"
 #include "launcher/runlog/line_follower.h"
+#include "tests/unit/file_size_limit.h"
 
 using namespace dtrain;
 using nlohmann::json;
@@ -67,7 +69,7 @@ TEST_CASE("the event log starts with a versioned header and appends ts-first lin
   CHECK_FALSE(EventLog::create(path, "train-1", kWall).ok());
 }
 
-TEST_CASE("a truncated final line is skipped and a corrupt middle line is reported with its number") {
+TEST_CASE("a truncated final line is skipped and a corrupt middle line is skipped with a warning naming it") {
   TempDir dir;
   std::string path = dir.path + "/events.jsonl";
   {
@@ -76,14 +78,181 @@ TEST_CASE("a truncated final line is skipped and a corrupt middle line is report
     REQUIRE(log->append({{"ev", "a"}}, kWall).ok());
   }
   append_raw(path, "{\"ts\":\"2026-11-29T23:41:02.1");  // writer killed mid-line
-  Result<std::vector<json>> events = read_events(path);
+  std::vector<std::string> warnings;
+  auto collect = [&warnings](const std::string& warning) { warnings.push_back(warning); };
+  Result<std::vector<json>> events = read_events(path, collect);
   REQUIRE(events.ok());
   CHECK(events->size() == 1);
+  CHECK(warnings.empty());  // a final unterminated line is a writer mid-line, not corruption
 
   append_raw(path, "\n{\"ts\":\"x\",\"ev\":\"b\"}\n");  // the broken line is now line 3 of 4
-  Result<std::vector<json>> corrupt = read_events(path);
-  REQUIRE_FALSE(corrupt.ok());
-  CHECK(corrupt.error().message.find(path + ":3: corrupt event line") != std::string::npos);
+  Result<std::vector<json>> after = read_events(path, collect);
+  REQUIRE(after.ok());
+  REQUIRE(after->size() == 2);
+  CHECK((*after)[0]["ev"] == "a");
+  CHECK((*after)[1]["ev"] == "b");
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0].find(path + ":3: skipped a corrupt line (not valid JSON)") == 0);
+  CHECK(warnings[0].find("2026-11-29T23:41:02.1") != std::string::npos);
+  // Without a sink the line is skipped all the same.
+  CHECK(read_events(path)->size() == 2);
+}
+
+TEST_CASE("parse_event_line accepts what the writer writes and names the field it refuses") {
+  Result<EventRecord> good = parse_event_line(format_event_line(
+      {{"ev", "worker.exit"}, {"gen", 1}, {"rank", 2}, {"host", "h"}, {"pid", 77}, {"code", 3},
+       {"log", "/r/ranks/2.log"}, {"tail", json::array({"x"})}},
+      kWall));
+  REQUIRE(good.ok());
+  CHECK(good->name == "worker.exit");
+  CHECK(good->ts == "2026-11-29T23:41:02.120Z");
+  CHECK(good->event["rank"] == 2);
+
+  struct Case {
+    const char* line;
+    const char* problem;
+  };
+  const Case cases[] = {
+      {"", "not valid JSON"},
+      {"{\"ts\":\"t\",\"ev\":\"a\"", "not valid JSON"},
+      {"[1,2]", "not a JSON object"},
+      {"\"text\"", "not a JSON object"},
+      {"{\"ev\":\"a\"}", "no \"ts\""},
+      {"{\"ts\":\"t\"}", "no \"ev\""},
+      {"{\"ts\":5,\"ev\":\"a\"}", "\"ts\" is an integer, expected a string"},
+      {"{\"ts\":\"t\",\"ev\":null}", "\"ev\" is null, expected a string"},
+      {"{\"ts\":\"t\",\"ev\":[\"a\"]}", "\"ev\" is an array, expected a string"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.line);
+    Result<EventRecord> record = parse_event_line(c.line);
+    REQUIRE_FALSE(record.ok());
+    CHECK(record.error().message == c.problem);
+  }
+}
+
+TEST_CASE("every field readers look up, wrongly typed, gets its line skipped with a warning; other lines stay") {
+  // The fields that status, logs, resume and drill read by name, each with a value of another
+  // type. nlohmann's value() would throw on any of them ("internal bug" in dtrain status).
+  struct Case {
+    const char* field;
+    json wrong;
+    const char* problem;
+  };
+  const std::vector<Case> cases = {
+      {"gen", "1", "\"gen\" is a string, expected an integer"},
+      {"gen", nullptr, "\"gen\" is null, expected an integer"},
+      {"gen", 1.5, "\"gen\" is a float, expected an integer"},
+      {"rank", json::array({2}), "\"rank\" is an array, expected an integer"},
+      {"local_rank", true, "\"local_rank\" is a boolean, expected an integer"},
+      {"pid", json::object(), "\"pid\" is an object, expected an integer"},
+      {"step", "12", "\"step\" is a string, expected an integer"},
+      {"step", nullptr, "\"step\" is null, expected an integer"},
+      {"code", "1", "\"code\" is a string, expected an integer"},
+      {"exit_code", 0.5, "\"exit_code\" is a float, expected an integer"},
+      {"world_size", "4", "\"world_size\" is a string, expected an integer"},
+      {"restarts", false, "\"restarts\" is a boolean, expected an integer"},
+      {"steps_lost", "3", "\"steps_lost\" is a string, expected an integer"},
+      {"host", 7, "\"host\" is an integer, expected a string"},
+      {"host", nullptr, "\"host\" is null, expected a string"},
+      {"state", json::array(), "\"state\" is an array, expected a string"},
+      {"kind", 1, "\"kind\" is an integer, expected a string"},
+      {"detail", json::object(), "\"detail\" is an object, expected a string"},
+      {"signal", 9, "\"signal\" is an integer, expected a string"},
+      {"log", false, "\"log\" is a boolean, expected a string"},
+      {"reason", 1, "\"reason\" is an integer, expected a string"},
+      {"fault", 1, "\"fault\" is an integer, expected a string"},
+      {"verdict", true, "\"verdict\" is a boolean, expected a string"},
+      {"mode", 2, "\"mode\" is an integer, expected a string"},
+      {"message", nullptr, "\"message\" is null, expected a string"},
+      {"seconds", "1.5", "\"seconds\" is a string, expected a number"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.field);
+    CAPTURE(c.wrong.dump());
+    TempDir dir;
+    std::string path = dir.path + "/events.jsonl";
+    {
+      Result<EventLog> log = EventLog::create(path, "r", kWall);
+      REQUIRE(log.ok());
+      REQUIRE(log->append({{"ev", "plan.generation"}, {"gen", 0}, {"world_size", 2}}, kWall).ok());
+    }
+    json bad = {{"ts", "2026-11-29T23:41:02.120Z"}, {"ev", "checkpoint.committed"}, {"gen", 0}, {"step", 10}};
+    bad[c.field] = c.wrong;
+    append_raw(path, bad.dump() + "\n");
+    append_raw(path, format_event_line({{"ev", "checkpoint.committed"}, {"gen", 0}, {"step", 20}}, kWall) + "\n");
+
+    std::vector<std::string> warnings;
+    Result<std::vector<json>> events = read_events(path, [&](const std::string& w) { warnings.push_back(w); });
+    REQUIRE(events.ok());
+    REQUIRE(events->size() == 2);
+    CHECK((*events)[0]["ev"] == "plan.generation");
+    CHECK((*events)[1]["step"] == 20);
+    REQUIRE(warnings.size() == 1);
+    CHECK(warnings[0].find(path + ":3: skipped a corrupt line (" + c.problem + ")") == 0);
+    // What readers do with the events that are left must not throw (resume's reads, for one).
+    for (const json& event : *events) {
+      CHECK_NOTHROW((void)event.value("gen", -1));
+      CHECK_NOTHROW((void)event.value("step", int64_t{-1}));
+    }
+
+    EventFollower follower(path, [&](const std::string& w) { warnings.push_back(w); });
+    Result<std::vector<json>> followed = follower.poll();
+    REQUIRE(followed.ok());
+    CHECK(followed->size() == 2);
+    CHECK(follower.skipped_lines() == 1);
+  }
+}
+
+TEST_CASE("an append that fails part-way (file too large, as on a full disk) leaves whole lines only") {
+  TempDir dir;
+  std::string path = dir.path + "/events.jsonl";
+  Result<EventLog> log = EventLog::create(path, "r", kWall);
+  REQUIRE(log.ok());
+  REQUIRE(log->append({{"ev", "a"}}, kWall).ok());
+  const std::string before = *read_file(path);
+  EventFollower follower(path);
+  REQUIRE(follower.poll()->size() == 1);
+  {
+    dtrain::testing::FileSizeLimit limit(before.size() + 20);  // room for 20 bytes of the line
+    Status failed = log->append({{"ev", "b"}, {"detail", std::string(200, 'x')}}, kWall);
+    REQUIRE_FALSE(failed.ok());
+    CHECK(failed.error().kind == ErrorKind::infra);
+    CHECK(failed.error().message.find(path + ": cannot append event 'b': File too large") == 0);
+    CHECK(failed.error().message.find("cut back to its last whole line") != std::string::npos);
+    CHECK(*read_file(path) == before);  // not a byte of the failed line is left
+  }
+  // Room again: the next event starts on a line of its own and every reader sees both.
+  REQUIRE(log->append({{"ev", "c"}}, kWall).ok());
+  std::vector<std::string> warnings;
+  Result<std::vector<json>> events = read_events(path, [&](const std::string& w) { warnings.push_back(w); });
+  REQUIRE(events.ok());
+  REQUIRE(events->size() == 2);
+  CHECK((*events)[1]["ev"] == "c");
+  CHECK(warnings.empty());
+  Result<std::vector<json>> followed = follower.poll();
+  REQUIRE(followed.ok());
+  REQUIRE(followed->size() == 1);
+  CHECK((*followed)[0]["ev"] == "c");
+}
+
+TEST_CASE("a follower that saw half of a line which the writer then cut off reads the next line whole") {
+  TempDir dir;
+  std::string path = dir.path + "/events.jsonl";
+  Result<EventLog> log = EventLog::create(path, "r", kWall);
+  REQUIRE(log.ok());
+  EventFollower follower(path);
+  REQUIRE(follower.poll()->empty());
+  const int64_t header_size = static_cast<int64_t>(read_file(path)->size());
+  append_raw(path, "{\"ts\":\"2026-11-29T23:41:02.120Z\",\"ev\":\"lo");  // a failed append's bytes
+  REQUIRE(follower.poll()->empty());
+  REQUIRE(::truncate(path.c_str(), header_size) == 0);  // what EventLog::append does after it
+  REQUIRE(log->append({{"ev", "next"}}, kWall).ok());
+  Result<std::vector<json>> events = follower.poll();
+  REQUIRE(events.ok());
+  REQUIRE(events->size() == 1);
+  CHECK((*events)[0]["ev"] == "next");
+  CHECK(follower.skipped_lines() == 0);
 }
 
 TEST_CASE("an unknown header version or a missing header is a clear error") {

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <optional>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -55,7 +57,11 @@ Status write_all(int fd, const std::string& path, const char* data, size_t size)
   while (done < size) {
     ssize_t n = ::write(fd, data + done, size - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Error{path + ": write: " + errno_text(errno) + (errno == ENOSPC ? " (disk full?)" : "")};
+    if (n < 0) {
+      int saved = errno;
+      return Error{path + ": write: " + errno_text(saved) + (saved == ENOSPC || saved == EDQUOT ? " (disk full?)" : "")};
+    }
+    if (n == 0) return Error{path + ": write: no progress"};
     done += static_cast<size_t>(n);
   }
   return {};
@@ -66,17 +72,27 @@ Status write_durably(const std::string& dir_path, const std::string& name, const
                      const std::string& second) {
   std::string final_path = dir_path + "/" + name;
   std::string temp = dir_path + "/." + name + ".tmp." + std::to_string(::getpid());
+  // A temp file left by a failed save (full disk) would hold space that the next save needs
+  // and would never be pruned: remove it on every failure path.
+  auto failed = [&temp](Error error) {
+    ::unlink(temp.c_str());
+    return Status(std::move(error));
+  };
   {
     Fd file(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     if (file.fd < 0) return Error{temp + ": " + errno_text(errno)};
-    if (Status s = write_all(file.fd, temp, first.data(), first.size()); !s) return s;
-    if (Status s = write_all(file.fd, temp, second.data(), second.size()); !s) return s;
-    if (::fsync(file.fd) != 0) return Error{temp + ": fsync: " + errno_text(errno)};
+    if (Status s = write_all(file.fd, temp, first.data(), first.size()); !s) return failed(s.error());
+    if (Status s = write_all(file.fd, temp, second.data(), second.size()); !s) return failed(s.error());
+    if (::fsync(file.fd) != 0) {
+      int saved = errno;
+      return failed(Error{temp + ": fsync: " + errno_text(saved) + (saved == ENOSPC ? " (disk full?)" : "")});
+    }
+    int fd = std::exchange(file.fd, -1);
+    if (::close(fd) != 0) return failed(Error{temp + ": close: " + errno_text(errno)});
   }
   if (::rename(temp.c_str(), final_path.c_str()) != 0) {
     int saved = errno;
-    ::unlink(temp.c_str());
-    return Error{final_path + ": rename: " + errno_text(saved)};
+    return failed(Error{final_path + ": rename: " + errno_text(saved)});
   }
   return fsync_dir(dir_path);
 }
@@ -210,16 +226,20 @@ std::vector<int64_t> list_steps(const std::string& dir) {
 
 void prune(const std::string& dir, int keep) {
   std::vector<int64_t> steps = list_steps(dir);
-  int complete = 0;
+  int verified = 0;
   std::optional<int64_t> oldest_kept;
+  // Count only steps that verify (manifest and every shard's header and CRC32C): a manifest
+  // next to a corrupt shard is not a checkpoint anyone can resume from, and counting it would
+  // delete the last good one. Steps that fail are left alone: the newest may still be being
+  // written, and resume reports the corrupt ones with a checkpoint.rejected event.
   for (int64_t step : steps) {
-    if (complete >= keep) break;
-    if (fs::exists(step_dir(dir, step) + "/" + kManifestName)) {
-      ++complete;
+    if (verified >= keep) break;
+    if (verify_checkpoint(dir, step)) {
+      ++verified;
       oldest_kept = step;
     }
   }
-  if (complete < keep || !oldest_kept) return;
+  if (verified < keep || !oldest_kept) return;
   for (int64_t step : steps) {
     if (step >= *oldest_kept) continue;
     // Rename first so that a reader never sees a half-deleted step as a candidate.

@@ -51,7 +51,7 @@ Result<ShardHeader> decode_header(const std::string& bytes);
 Status make_dirs(const std::string& path);
 
 /// Writes header+payload as `<step dir>/shard-tp<i>-pp<j>.bin`: temp name, fsync, rename,
-/// directory fsync. Returns the record for the manifest.
+/// directory fsync; on any failure the temp file is removed. Returns the record for the manifest.
 Result<ShardRecord> write_shard(const std::string& dir, const ShardHeader& header, const std::string& payload);
 
 /// Writes MANIFEST.json (atomically, durably) for a step whose shards are all in place.
@@ -61,7 +61,9 @@ Status write_manifest(const std::string& dir, int64_t step, int64_t generation, 
 /// Step numbers of `dir`'s step-<N> directories, newest first.
 std::vector<int64_t> list_steps(const std::string& dir);
 
-/// Keeps the newest `keep` complete steps and deletes every step directory older than them.
+/// Keeps the newest `keep` steps that verify (verify_checkpoint: manifest, every shard's header
+/// and CRC32C) and deletes every step directory older than the oldest of them. Deletes nothing
+/// while fewer than `keep` steps verify; steps newer than that which fail are left alone.
 void prune(const std::string& dir, int keep);
 
 std::string hex32(uint32_t value);

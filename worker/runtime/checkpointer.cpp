@@ -1,5 +1,7 @@
 // Saving, committing and finding checkpoints (DESIGN.md §3).
 #include <chrono>
+#include <cstdlib>
+#include <optional>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -31,6 +33,22 @@ Result<std::string> read_whole(const std::string& path) {
   return content.str();
 }
 
+// A manifest (and a KV note) is a file anyone could have edited: look fields up without
+// nlohmann's throwing value()/get() or const operator[] (undefined on a missing key).
+std::optional<int64_t> int_field(const json& object, const char* key) {
+  if (!object.is_object()) return std::nullopt;
+  auto found = object.find(key);
+  if (found == object.end() || !(found->is_number_integer() || found->is_number_unsigned())) return std::nullopt;
+  return found->get<int64_t>();
+}
+
+std::string string_field(const json& object, const char* key, const std::string& fallback) {
+  if (!object.is_object()) return fallback;
+  auto found = object.find(key);
+  if (found == object.end() || !found->is_string()) return fallback;
+  return found->get<std::string>();
+}
+
 std::string shard_key(int64_t step, int tp, int pp) {
   return "ckpt/" + std::to_string(step) + "/tp" + std::to_string(tp) + "-pp" + std::to_string(pp);
 }
@@ -40,10 +58,10 @@ Result<std::string> load_shard(const std::string& dir, int64_t step, int tp, int
   std::string name = ckpt::shard_name(tp, pp);
   Result<std::string> bytes = read_whole(ckpt::step_dir(dir, step) + "/" + name);
   if (!bytes) return Error{name + ": " + bytes.error().message};
-  if (record != nullptr && (*record)["bytes"].is_number_integer() &&
-      (*record)["bytes"].get<int64_t>() != static_cast<int64_t>(bytes->size())) {
+  std::optional<int64_t> recorded_bytes = record != nullptr ? int_field(*record, "bytes") : std::nullopt;
+  if (recorded_bytes && *recorded_bytes != static_cast<int64_t>(bytes->size())) {
     return Error{name + ": " + std::to_string(bytes->size()) + " bytes, the manifest says " +
-                 std::to_string((*record)["bytes"].get<int64_t>()) + " (truncated or replaced)"};
+                 std::to_string(*recorded_bytes) + " (truncated or replaced)"};
   }
   Result<ckpt::ShardHeader> header = ckpt::decode_header(*bytes);
   if (!header) return Error{name + ": " + header.error().message};
@@ -60,9 +78,9 @@ Result<std::string> load_shard(const std::string& dir, int64_t step, int tp, int
     return Error{name + ": CRC mismatch (header " + ckpt::hex32(header->payload_crc) + ", payload " +
                  ckpt::hex32(actual) + ")"};
   }
-  if (record != nullptr && (*record).value("crc32c", "") != ckpt::hex32(actual)) {
+  if (record != nullptr && string_field(*record, "crc32c", "") != ckpt::hex32(actual)) {
     return Error{name + ": CRC " + ckpt::hex32(actual) + " differs from the manifest's " +
-                 (*record).value("crc32c", "?") + " (a newer save overwrote it?)"};
+                 string_field(*record, "crc32c", "?") + " (a newer save overwrote it?)"};
   }
   return bytes->substr(ckpt::kHeaderSize);
 }
@@ -71,19 +89,24 @@ Result<json> load_manifest(const std::string& dir, int64_t step) {
   Result<std::string> text = read_whole(ckpt::step_dir(dir, step) + "/" + ckpt::kManifestName);
   if (!text) return Error{"no MANIFEST.json (the save did not complete)"};
   json manifest = json::parse(*text, nullptr, false);
-  if (!manifest.is_object() || !manifest["shards"].is_array() || !manifest["step"].is_number_integer() ||
-      !manifest["tp_size"].is_number_integer() || !manifest["pp_size"].is_number_integer()) {
+  std::optional<int64_t> tp_size = int_field(manifest, "tp_size");
+  std::optional<int64_t> pp_size = int_field(manifest, "pp_size");
+  std::optional<int64_t> recorded_step = int_field(manifest, "step");
+  if (!manifest.is_object() || !manifest.contains("shards") || !manifest.at("shards").is_array() ||
+      !recorded_step || !tp_size || !pp_size || *tp_size < 1 || *pp_size < 1 || *tp_size > 65536 ||
+      *pp_size > 65536) {
     return Error{"MANIFEST.json is not a valid manifest (corrupt?)"};
   }
-  if (manifest["step"].get<int64_t>() != step) {
-    return Error{"MANIFEST.json says step " + manifest["step"].dump() + " in directory step-" + std::to_string(step)};
+  if (*recorded_step != step) {
+    return Error{"MANIFEST.json says step " + std::to_string(*recorded_step) + " in directory step-" +
+                 std::to_string(step)};
   }
   return manifest;
 }
 
 const json* find_record(const json& manifest, int tp, int pp) {
-  for (const json& record : manifest["shards"]) {
-    if (record.value("tp", -1) == tp && record.value("pp", -1) == pp) return &record;
+  for (const json& record : manifest.at("shards")) {
+    if (int_field(record, "tp") == tp && int_field(record, "pp") == pp) return &record;
   }
   return nullptr;
 }
@@ -93,8 +116,8 @@ const json* find_record(const json& manifest, int tp, int pp) {
 Status verify_checkpoint(const std::string& dir, int64_t step) {
   Result<json> manifest = load_manifest(dir, step);
   if (!manifest) return manifest.error();
-  int tp_size = (*manifest)["tp_size"].get<int>();
-  int pp_size = (*manifest)["pp_size"].get<int>();
+  int tp_size = static_cast<int>(*int_field(*manifest, "tp_size"));  // checked by load_manifest
+  int pp_size = static_cast<int>(*int_field(*manifest, "pp_size"));
   for (int tp = 0; tp < tp_size; ++tp) {
     for (int pp = 0; pp < pp_size; ++pp) {
       const json* record = find_record(*manifest, tp, pp);
@@ -201,13 +224,16 @@ Status Checkpointer::commit_manifest(int64_t step, int64_t started_ms) {
     json note = json::parse((*notes)[i], nullptr, false);
     int tp = static_cast<int>(i) / topology.pp_size;
     int pp = static_cast<int>(i) % topology.pp_size;
-    if (!note.is_object() || note.contains("error") || !note["bytes"].is_number_integer()) {
-      return Error{where + ": not committed: the writer of " + ckpt::shard_name(tp, pp) +
-                   " failed: " + (note.is_object() ? note.value("error", note.dump()) : (*notes)[i])};
+    std::optional<int64_t> bytes = int_field(note, "bytes");
+    std::string crc_text = string_field(note, "crc32c", "");
+    char* crc_end = nullptr;
+    unsigned long crc = std::strtoul(crc_text.c_str(), &crc_end, 16);
+    if (!note.is_object() || note.contains("error") || !bytes || crc_text.empty() || *crc_end != '\0') {
+      return Error{where + ": not committed: the writer of " + ckpt::shard_name(tp, pp) + " failed: " +
+                   string_field(note, "error", (*notes)[i])};
     }
-    uint32_t crc = static_cast<uint32_t>(std::stoul(note["crc32c"].get<std::string>(), nullptr, 16));
-    shards.push_back({tp, pp, note["bytes"].get<int64_t>(), crc});
-    total_bytes += note["bytes"].get<int64_t>();
+    shards.push_back({tp, pp, *bytes, static_cast<uint32_t>(crc)});
+    total_bytes += *bytes;
   }
   Result<bool> current = worker_.kv().generation_is_current();
   if (!current || !*current) {
