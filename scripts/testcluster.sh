@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # A real SSH test cluster on one machine: network namespaces as hosts.
 #
-#   testcluster.sh up N          N hosts (tears down stale state of the same prefix first)
+#   testcluster.sh up N [--share DIR]...
+#                                N hosts (tears down stale state of the same prefix first); every
+#                                host sees this checkout and each DIR at its own path
 #   testcluster.sh down          removes everything it made; ends only processes in its namespaces
 #   testcluster.sh status        one line per namespace
 #   testcluster.sh partition H   takes H's switch port down (a clean partition; H stays alive)
@@ -21,11 +23,14 @@
 #   each host   sshd (own ed25519 host key), own hostname (P-hI), and a private mount namespace
 #               in which /run, the user's home and /tmp are per-host directories (so ~/.cache,
 #               ~/.ssh and /tmp are not shared between hosts, as on real machines); /etc/hosts
-#               names every cluster member.
+#               names every cluster member. The shared trees (this checkout and every --share
+#               DIR: the build tree under test) are bound back, read-write, at their own paths,
+#               so binaries under test run on every host even from a checkout under /tmp or home.
 #   state dir   $DTRAIN_TESTCLUSTER_ROOT/P (default /tmp/dtrain-testcluster/P), mode 0700:
 #               cluster.env (KEY=VALUE, see write_env), id_ed25519 (user key), known_hosts
 #               (names and IPs of every host), ssh_config (for OpenSSH: ssh -F), hosts
-#               (/etc/hosts for the cluster), hosts/<name>/ (sshd config, key, log, pid, home, tmp).
+#               (/etc/hosts for the cluster), shared (the shared trees, one per line),
+#               hosts/<name>/ (sshd config, key, log, pid, home, tmp).
 #
 # Exit status: 0 ok, 1 failure, 2 usage, 77 cannot run on this machine (not root, no ip netns,
 # no sshd): tests treat 77 as "skip".
@@ -42,7 +47,7 @@ SSHD=${DTRAIN_TESTCLUSTER_SSHD:-/usr/sbin/sshd}
 
 die() { echo "testcluster: $*" >&2; exit 1; }
 cannot() { echo "testcluster: cannot run here: $*" >&2; exit 77; }
-usage() { sed -n '4,14p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '4,16p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 host_ip() { echo "$SUBNET.$((10 + $1))"; }
 host_name() { echo "$PREFIX-h$1"; }
@@ -175,27 +180,77 @@ LogLevel VERBOSE
 EOF
 }
 
+# The user's home directory, which each host replaces with a private one.
+user_home() { getent passwd "$(id -un)" | cut -d: -f6; }
+
+# Checks the trees to share ($@, absolute paths) and writes them to $STATE/shared, one per line;
+# a tree inside one listed before it is already shared with it. A tree that is / or holds /tmp,
+# /run or the home would undo the hosts' privacy: refused.
+write_shared() {
+  local home path listed
+  home=$(user_home)
+  : >"$STATE/shared"
+  for path in "$@"; do
+    case $path in
+      /*) ;;
+      *) die "up: --share '$path' must be an absolute path" ;;
+    esac
+    [ -d "$path" ] || die "up: --share '$path' is not a directory"
+    path=${path%/}
+    case "/tmp/ /run/ $home/" in
+      "$path"/*|*" $path/"*) die "up: --share '${path:-/}' would share /tmp, /run or $home between hosts; share a directory below it" ;;
+    esac
+    [[ $path != *$'\n'* ]] || die "up: --share path holds a newline"
+    while IFS= read -r listed; do
+      case $path/ in "$listed"/*) continue 2 ;; esac
+    done <"$STATE/shared"
+    echo "$path" >>"$STATE/shared"
+  done
+}
+
 # Starts sshd of host $1 in its own UTS + mount namespace. Private /run (sshd needs /run/sshd),
-# home and /tmp; the state dir is bind-mounted back where it was so configs keep their paths.
+# home and /tmp. The state dir and the shared trees are bound back where they were (configs
+# keep their paths; binaries under test stay reachable): each is first bound onto a spot in the
+# host's new /run, which the home and /tmp do not cover, then the home and /tmp are replaced
+# (the home first: its private copy lives under /tmp), then each is bound from that spot onto
+# its own path again.
 start_sshd() {
-  local i=$1 name dir home
+  local i=$1 name dir path
+  local keep=("$STATE")
   name=$(host_name "$i")
   dir=$STATE/hosts/$name
-  home=$(getent passwd "$(id -un)" | cut -d: -f6)
+  if [ -f "$STATE/shared" ]; then
+    while IFS= read -r path; do
+      [ -n "$path" ] && keep+=("$path")
+    done <"$STATE/shared"
+  fi
   rm -f "$dir/sshd.pid"
   ip netns exec "$name" unshare --uts --mount --propagation private -- /bin/sh -c '
       set -e
       hostname "$1"
-      mount -n --bind "$2/run" /run
-      mount -n --bind "$4" /etc/hosts
-      mount -n --bind "$3" /mnt
-      mount -n --bind "$2/tmp" /tmp
-      mkdir -p "$3"
-      mount -n --bind /mnt "$3"
-      umount -n /mnt
-      mount -n --bind "$2/home" "$5"
-      exec "$6" -f "$2/sshd_config" -E "$2/sshd.log"' \
-    sh "$name" "$dir" "$STATE" "$STATE/hosts_file" "$home" "$SSHD" ||
+      dir=$2 hosts_file=$3 home=$4 sshd=$5
+      shift 5
+      mount -n --bind "$dir/run" /run
+      mount -n --bind "$hosts_file" /etc/hosts
+      n=0
+      for path in "$@"; do
+        n=$((n + 1))
+        mkdir -p "/run/testcluster-keep/$n"
+        mount -n --rbind "$path" "/run/testcluster-keep/$n"
+      done
+      mount -n --bind "$dir/home" "$home"
+      mount -n --bind "$dir/tmp" /tmp
+      n=0
+      for path in "$@"; do
+        n=$((n + 1))
+        mkdir -p "$path"
+        mount -n --rbind "/run/testcluster-keep/$n" "$path"
+        umount -n -l "/run/testcluster-keep/$n"
+        rmdir "/run/testcluster-keep/$n"
+      done
+      rmdir /run/testcluster-keep 2>/dev/null || true
+      exec "$sshd" -f "$dir/sshd_config" -E "$dir/sshd.log"' \
+    sh "$name" "$dir" "$STATE/hosts_file" "$(user_home)" "$SSHD" "${keep[@]}" ||
     die "sshd of $name did not start; see $dir/sshd.log"
 }
 
@@ -239,6 +294,18 @@ cmd_up() {
   local count=${1:-}
   [[ $count =~ ^[0-9]+$ ]] && [ "$count" -ge 1 ] && [ "$count" -le 200 ] ||
     die "up: host count '$count' must be a number from 1 to 200"
+  shift
+  # This checkout is always shared: the tests and their binaries live in it.
+  local shared=("$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)")
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --share)
+        [ $# -ge 2 ] || die "up: --share needs a directory"
+        shared+=("$2")
+        shift 2 ;;
+      *) die "up: unknown argument '$1'; usage: testcluster.sh up N [--share DIR]..." ;;
+    esac
+  done
   preflight
   cmd_down >/dev/null 2>&1 || true
   umask 077
@@ -246,6 +313,7 @@ cmd_up() {
   chmod 0700 "$STATE_ROOT" "$STATE"
   ssh-keygen -q -t ed25519 -N '' -C "dtrain-testcluster-$PREFIX" -f "$STATE/id_ed25519"
   cp "$STATE/id_ed25519.pub" "$STATE/authorized_keys"
+  write_shared "${shared[@]}"
 
   ip netns add "$SW"
   ip -n "$SW" link set lo up

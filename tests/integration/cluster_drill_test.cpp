@@ -13,6 +13,7 @@
 #include <future>
 
 #include "tests/integration/cluster_job.h"
+#include "tests/skip.h"
 
 using namespace dtrain::testing;
 using nlohmann::json;
@@ -62,10 +63,10 @@ void finish_clean(const TestCluster& cluster, ClusterJob& job) {
 }
 
 /// Whether nft is installed (the cluster's hosts share this machine's file system). Without it
-/// the firewall drill cannot run on the test cluster: the caller skips with this message.
+/// the firewall drill cannot run on the test cluster: the caller skips with this reason.
 std::string nft_missing() {
   if (run_command({"/bin/sh", "-c", "command -v nft"}).status == 0) return "";
-  return "skipped: no `nft` on this machine (Debian package nftables; scripts/setup.sh installs it)";
+  return "no `nft` on this machine (Debian package nftables; scripts/setup.sh installs it)";
 }
 
 /// `nft list ruleset` as seen on `where` (a host, or "ctl"): that namespace's rules only.
@@ -144,10 +145,7 @@ TEST_CASE("partition-host drill through the switch port: graded a pass, the heal
 }
 
 TEST_CASE("partition-host drill through the firewall: nft rules only in the host's namespace, gone by themselves, a pass") {
-  if (std::string missing = nft_missing(); !missing.empty()) {
-    MESSAGE(missing);
-    return;
-  }
+  if (std::string missing = nft_missing(); !missing.empty()) dtrain::testing::skip_test(missing);
   TestCluster cluster(3);
   DTRAIN_REQUIRE_CLUSTER(cluster);
   ClusterJob job(cluster, "dfwall");

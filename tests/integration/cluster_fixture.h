@@ -5,8 +5,12 @@
 // (not root, no `ip netns`, no sshd: the script exits 77), available() is false and tests skip:
 //
 //   dtrain::testing::TestCluster cluster(3);
-//   DTRAIN_REQUIRE_CLUSTER(cluster);   // MESSAGE("skipped: ...") and return
+//   DTRAIN_REQUIRE_CLUSTER(cluster);   // "skipped: ...", exit 77 (tests/skip.h)
 //   dtrain::testing::InControlNamespace in_ctl(cluster);  // this process now sees the cluster
+//
+// Every host sees the source and build trees under test at their own paths (each host has a
+// private /tmp and home, so a checkout under either would be invisible there otherwise):
+// `up` is given both with --share.
 //
 // Header-only: every integration test executable may include it.
 
@@ -29,9 +33,13 @@
 #include <vector>
 
 #include "launcher/base/strings.h"
+#include "tests/skip.h"
 
 #ifndef DTRAIN_SOURCE_DIR
 #error "cluster_fixture.h needs DTRAIN_SOURCE_DIR (integration tests get it from CMake)"
+#endif
+#ifndef DTRAIN_BINARY_DIR
+#error "cluster_fixture.h needs DTRAIN_BINARY_DIR (integration tests get it from CMake)"
 #endif
 
 namespace dtrain::testing {
@@ -87,7 +95,9 @@ class TestCluster {
                      std::to_string(::geteuid());
       return;
     }
-    CommandOutput up = script({"up", std::to_string(host_count)});
+    // The build tree may live outside the source tree (DTRAIN_BUILD_DIR): share both.
+    CommandOutput up = script({"up", std::to_string(host_count), "--share", DTRAIN_SOURCE_DIR,
+                               "--share", DTRAIN_BINARY_DIR});
     if (up.status == 77) {
       skip_reason_ = trim_copy(up.output);
       return;
@@ -286,13 +296,12 @@ class InControlNamespace {
 
 }  // namespace dtrain::testing
 
-/// Skips the rest of a test case (with a message, not a failure) when the machine cannot host
-/// the cluster; fails it when `up` broke on a machine that should manage.
-#define DTRAIN_REQUIRE_CLUSTER(cluster)                                  \
-  do {                                                                   \
-    if (!(cluster).available()) {                                        \
-      MESSAGE("skipped: " << (cluster).skip_reason());                   \
-      return;                                                            \
-    }                                                                    \
-    REQUIRE_MESSAGE((cluster).error().empty(), (cluster).error());       \
+/// Skips the test case (exit 77, "skipped: <why>") when the machine cannot host the cluster;
+/// fails it when `up` broke on a machine that should manage. Put it right after the cluster,
+/// before anything else is created: an unavailable cluster holds nothing, so the exit leaves
+/// nothing behind.
+#define DTRAIN_REQUIRE_CLUSTER(cluster)                                            \
+  do {                                                                             \
+    if (!(cluster).available()) dtrain::testing::skip_test((cluster).skip_reason()); \
+    REQUIRE_MESSAGE((cluster).error().empty(), (cluster).error());                 \
   } while (0)

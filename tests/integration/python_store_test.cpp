@@ -10,6 +10,7 @@
 #include <string>
 
 #include "tests/integration/dtrain_runner.h"
+#include "tests/skip.h"
 
 using namespace dtrain::testing;
 
@@ -110,24 +111,21 @@ void check_allreduce(int ranks) {
 
 TEST_CASE("python store: 2 Gloo ranks rendezvous through dtrain's store and allreduce alike") {
   if (!torch_available()) {
-    MESSAGE("skipped: /usr/bin/python3 cannot import torch.distributed (apt-get install python3-torch)");
-    return;
+    dtrain::testing::skip_test("/usr/bin/python3 cannot import torch.distributed (apt-get install python3-torch)");
   }
   check_allreduce(2);
 }
 
 TEST_CASE("python store: 4 Gloo ranks rendezvous through dtrain's store and allreduce alike") {
   if (!torch_available()) {
-    MESSAGE("skipped: /usr/bin/python3 cannot import torch.distributed (apt-get install python3-torch)");
-    return;
+    dtrain::testing::skip_test("/usr/bin/python3 cannot import torch.distributed (apt-get install python3-torch)");
   }
   check_allreduce(4);
 }
 
 TEST_CASE("python store: after kill -9 of one rank, generation 1 rendezvouses through the store again") {
   if (!torch_available()) {
-    MESSAGE("skipped: /usr/bin/python3 cannot import torch.distributed (apt-get install python3-torch)");
-    return;
+    dtrain::testing::skip_test("/usr/bin/python3 cannot import torch.distributed (apt-get install python3-torch)");
   }
   DtrainEnv env;
   std::string script = env.dir.path + "/allreduce.py";

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "tests/integration/fake_agent.h"
+#include "tests/skip.h"
 
 using dtrain::testing::FakeAgent;
 using namespace std::chrono_literals;
@@ -114,8 +115,7 @@ w.close()
 
 TEST_CASE("python client: DtrainStore keeps bytes, adds atomically across ranks, and names what it cannot do") {
   if (std::system("/usr/bin/python3 -c 'import torch.distributed' >/dev/null 2>&1") != 0) {
-    MESSAGE("skipped: /usr/bin/python3 cannot import torch.distributed (apt-get install python3-torch)");
-    return;
+    dtrain::testing::skip_test("/usr/bin/python3 cannot import torch.distributed (apt-get install python3-torch)");
   }
   FakeAgent agent;
   std::string script = agent.dir() + "/store.py";

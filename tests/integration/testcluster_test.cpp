@@ -8,6 +8,7 @@
 #include <string>
 
 #include "tests/integration/cluster_fixture.h"
+#include "tests/skip.h"
 
 using dtrain::testing::CommandOutput;
 using dtrain::testing::TestCluster;
@@ -114,8 +115,7 @@ TEST_CASE("testcluster: up is idempotent and down ends only its own namespaces' 
 
 TEST_CASE("testcluster: says why it cannot run (exit 77)") {
   if (::geteuid() != 0) {
-    MESSAGE("skipped: needs root to demonstrate the non-root message with setpriv");
-    return;
+    dtrain::testing::skip_test("needs root to demonstrate the non-root message with setpriv");
   }
   std::string script = std::string(DTRAIN_SOURCE_DIR) + "/scripts/testcluster.sh";
   CommandOutput not_root = run_command(

@@ -1,0 +1,42 @@
+#pragma once
+// skip_test: how a test that cannot run on this machine (no root, no `ip netns`, no torch, no
+// GPU, no nft) says so. It prints "skipped: <reason>" and exits with status 77, which ctest
+// reports as *skipped*, not passed (SKIP_RETURN_CODE 77 on every test, tests/CMakeLists.txt),
+// and scripts/test.sh counts by reason at the end of a run.
+//
+//   if (!torch_available()) dtrain::testing::skip_test("/usr/bin/python3 cannot import torch");
+//
+// ctest runs each doctest case in a process of its own, so the exit ends just that case. Run a
+// test binary by hand and the first skip ends the binary: select one case with --test-case=.
+//
+// Nothing runs after the message: no destructor, no atexit handler (std::_Exit). Skip BEFORE
+// the test creates anything that needs cleaning up (processes, namespaces, mounts, temporary
+// directories): what exists at the skip is left behind.
+
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
+namespace dtrain::testing {
+
+/// The exit status ctest maps to "skipped"; the same as scripts/testcluster.sh's "cannot run here".
+constexpr int kSkipExitCode = 77;
+
+/// Prints "skipped: <reason>" (on one line: scripts/test.sh groups skips by that line) and
+/// exits with kSkipExitCode.
+[[noreturn]] inline void skip_test(const std::string& reason) {
+  std::string line = reason;
+  for (char& c : line) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  std::cout.flush();
+  std::fprintf(stdout, "skipped: %s\n", line.c_str());
+  std::fflush(stdout);
+  std::fflush(stderr);
+  // _Exit, not exit: doctest's own end-of-run report would follow and read like a pass, and
+  // static destructors could run while a test's threads still use those objects.
+  std::_Exit(kSkipExitCode);
+}
+
+}  // namespace dtrain::testing
