@@ -1,97 +1,23 @@
 #include "launcher/transport/ssh_digest.h"
 
-#include <algorithm>
-#include <cstring>
+#include <openssl/evp.h>
+
+#include <climits>
+#include <vector>
 
 namespace dtrain::transport {
-namespace {
 
-constexpr uint32_t kRound[64] = {
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
-    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
-    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
-    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
-
-inline uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
-
-constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-}  // namespace
-
-Sha256::Sha256()
-    : state_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab,
-             0x5be0cd19} {}
-
-void Sha256::compress(const uint8_t* block) {
-  uint32_t w[64];
-  for (int i = 0; i < 16; ++i) {
-    w[i] = (uint32_t(block[4 * i]) << 24) | (uint32_t(block[4 * i + 1]) << 16) |
-           (uint32_t(block[4 * i + 2]) << 8) | uint32_t(block[4 * i + 3]);
-  }
-  for (int i = 16; i < 64; ++i) {
-    uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
-    uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
-    w[i] = w[i - 16] + s0 + w[i - 7] + s1;
-  }
-  uint32_t a = state_[0], b = state_[1], c = state_[2], d = state_[3];
-  uint32_t e = state_[4], f = state_[5], g = state_[6], h = state_[7];
-  for (int i = 0; i < 64; ++i) {
-    uint32_t s1 = rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25);
-    uint32_t choose = (e & f) ^ (~e & g);
-    uint32_t t1 = h + s1 + choose + kRound[i] + w[i];
-    uint32_t s0 = rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22);
-    uint32_t majority = (a & b) ^ (a & c) ^ (b & c);
-    uint32_t t2 = s0 + majority;
-    h = g; g = f; f = e; e = d + t1; d = c; c = b; b = a; a = t1 + t2;
-  }
-  state_[0] += a; state_[1] += b; state_[2] += c; state_[3] += d;
-  state_[4] += e; state_[5] += f; state_[6] += g; state_[7] += h;
-}
-
-void Sha256::update(std::string_view bytes) {
-  const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
-  size_t size = bytes.size();
-  total_bytes_ += size;
-  if (buffered_ > 0) {
-    size_t take = std::min(size, 64 - buffered_);
-    std::memcpy(buffer_.data() + buffered_, data, take);
-    buffered_ += take;
-    data += take;
-    size -= take;
-    if (buffered_ < 64) return;
-    compress(buffer_.data());
-    buffered_ = 0;
-  }
-  for (; size >= 64; data += 64, size -= 64) compress(data);
-  std::memcpy(buffer_.data(), data, size);
-  buffered_ = size;
-}
-
-std::array<uint8_t, 32> Sha256::finish() {
-  uint64_t bits = total_bytes_ * 8;
-  uint8_t pad[72] = {0x80};
-  size_t pad_size = (buffered_ < 56 ? 56 : 120) - buffered_;
-  update(std::string_view(reinterpret_cast<const char*>(pad), pad_size));
-  uint8_t length[8];
-  for (int i = 0; i < 8; ++i) length[i] = uint8_t(bits >> (56 - 8 * i));
-  update(std::string_view(reinterpret_cast<const char*>(length), 8));
-  std::array<uint8_t, 32> digest;
-  for (int i = 0; i < 8; ++i) {
-    for (int j = 0; j < 4; ++j) digest[4 * i + j] = uint8_t(state_[i] >> (24 - 8 * j));
-  }
-  return digest;
+std::string sha256(std::string_view bytes) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  if (EVP_Digest(bytes.data(), bytes.size(), digest, &length, EVP_sha256(), nullptr) != 1) return {};
+  return std::string(reinterpret_cast<const char*>(digest), length);
 }
 
 std::string sha256_hex(std::string_view bytes) {
-  Sha256 hash;
-  hash.update(bytes);
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
-  for (uint8_t byte : hash.finish()) {
+  for (unsigned char byte : sha256(bytes)) {
     out += kHex[byte >> 4];
     out += kHex[byte & 15];
   }
@@ -99,50 +25,45 @@ std::string sha256_hex(std::string_view bytes) {
 }
 
 std::string base64_encode(std::string_view bytes, bool pad) {
-  std::string out;
-  size_t i = 0;
-  for (; i + 2 < bytes.size(); i += 3) {
-    uint32_t n = (uint8_t(bytes[i]) << 16) | (uint8_t(bytes[i + 1]) << 8) | uint8_t(bytes[i + 2]);
-    out += kAlphabet[n >> 18];
-    out += kAlphabet[(n >> 12) & 63];
-    out += kAlphabet[(n >> 6) & 63];
-    out += kAlphabet[n & 63];
+  // EVP_EncodeBlock takes an int length; what we encode (keys, digests) is far below that.
+  if (bytes.size() > static_cast<size_t>(INT_MAX / 4 * 3)) return {};
+  std::vector<unsigned char> out(4 * ((bytes.size() + 2) / 3) + 1);
+  int length = EVP_EncodeBlock(out.data(), reinterpret_cast<const unsigned char*>(bytes.data()),
+                               static_cast<int>(bytes.size()));
+  std::string text(reinterpret_cast<const char*>(out.data()), static_cast<size_t>(length));
+  if (!pad) {
+    while (!text.empty() && text.back() == '=') text.pop_back();
   }
-  size_t rest = bytes.size() - i;
-  if (rest > 0) {
-    uint32_t n = uint8_t(bytes[i]) << 16;
-    if (rest == 2) n |= uint8_t(bytes[i + 1]) << 8;
-    out += kAlphabet[n >> 18];
-    out += kAlphabet[(n >> 12) & 63];
-    if (rest == 2) out += kAlphabet[(n >> 6) & 63];
-    if (pad) out += rest == 2 ? "=" : "==";
-  }
-  return out;
+  return text;
 }
 
 bool base64_decode(std::string_view text, std::string& out) {
   out.clear();
-  uint32_t accumulator = 0;
-  int bits = 0;
-  for (char c : text) {
-    if (c == '=') break;
-    const char* found = std::strchr(kAlphabet, c);
-    if (c == '\0' || !found) return false;
-    accumulator = (accumulator << 6) | uint32_t(found - kAlphabet);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out += char((accumulator >> bits) & 0xff);
-    }
+  std::string padded(text);
+  if (padded.size() % 4 == 1) return false;  // no encoder ends with a lone 6-bit group
+  while (padded.size() % 4 != 0) padded += '=';
+  if (padded.size() > static_cast<size_t>(INT_MAX)) return false;
+  // EVP_DecodeBlock would skip surrounding blanks; a blank is not in the alphabet here.
+  for (char c : padded) {
+    if (c == ' ' || c == '\t' || c == '\r' || c == '\n') return false;
   }
+  std::vector<unsigned char> decoded(padded.size() / 4 * 3 + 1);
+  int length = EVP_DecodeBlock(decoded.data(), reinterpret_cast<const unsigned char*>(padded.data()),
+                               static_cast<int>(padded.size()));
+  if (length < 0) return false;
+  // EVP_DecodeBlock counts the bytes that padding stands for as zeros; they are not data.
+  size_t padding = 0;
+  for (size_t i = padded.size(); i > 0 && padded[i - 1] == '=' && padding < 2; --i) ++padding;
+  out.assign(reinterpret_cast<const char*>(decoded.data()), static_cast<size_t>(length) - padding);
   return true;
 }
 
+std::string openssh_fingerprint_of_digest(std::string_view sha256_digest) {
+  return "SHA256:" + base64_encode(sha256_digest, false);
+}
+
 std::string openssh_fingerprint(std::string_view key_blob) {
-  Sha256 hash;
-  hash.update(key_blob);
-  auto digest = hash.finish();
-  return "SHA256:" + base64_encode(std::string_view(reinterpret_cast<const char*>(digest.data()), digest.size()), false);
+  return openssh_fingerprint_of_digest(sha256(key_blob));
 }
 
 }  // namespace dtrain::transport

@@ -90,7 +90,8 @@ std::string probe_command(const std::string& version) {
          "echo \"home $HOME\"\n"
          "if [ -x \"$c\" ]; then echo \"cache_sha $(sha256sum < \"$c\" | cut -c1-64)\"; fi\n"
          "p=$(command -v dtrain 2>/dev/null) && echo \"path_bin $p\" && "
-         "echo \"path_version $(\"$p\" --version 2>/dev/null | head -n 1)\"\n"
+         "echo \"path_version $(\"$p\" --version 2>/dev/null | head -n 1)\" && "
+         "echo \"path_sha $(sha256sum < \"$p\" | cut -c1-64)\"\n"
          "exit 0\n";
 }
 
@@ -146,6 +147,9 @@ class SshShared {
     }
     binary = std::make_shared<const std::string>(std::move(*contents));
     binary_sha256 = sha256_hex(*binary);
+    if (binary_sha256.empty()) {
+      binary_status = Error::infra("cannot hash the dtrain binary to copy (" + path + "): OpenSSL's SHA-256 failed");
+    }
     return binary_status;
   }
 
@@ -384,7 +388,10 @@ bool SshConnection::verify_host_key() {
     if (candidate.libssh2_type == key_type) kind = &candidate;
   }
   info_.host_key_type = kind ? kind->name : "unknown";
-  info_.host_key_fingerprint = openssh_fingerprint(blob);
+  // libssh2 hashes the key it was given: the fingerprint is of exactly the key it checks.
+  const char* digest = libssh2_hostkey_hash(session_, LIBSSH2_HOSTKEY_HASH_SHA256);
+  info_.host_key_fingerprint = digest ? openssh_fingerprint_of_digest(std::string_view(digest, 32))
+                                      : openssh_fingerprint(blob);
   std::string presented = info_.address + " presented " + info_.host_key_type + " key " + info_.host_key_fingerprint;
   if (options.host_key_policy == HostKeyPolicy::insecure) {
     info_.host_key_status = "NOT CHECKED (host_key_policy: insecure)";
@@ -607,10 +614,19 @@ void SshConnection::finish_probe() {
     start_agent_command(cache_dir + "/dtrain");
     return;
   }
+  // A version string is only a claim: a dtrain on PATH runs as the agent only if it is this
+  // very binary, byte for byte, like a cached copy. Otherwise the cache gets a fresh copy.
   if (probe_value(out, "path_version") == "dtrain " + options.version) {
-    info_.provisioning = "in PATH";
-    start_agent_command(probe_value(out, "path_bin"));
-    return;
+    std::string path_bin = probe_value(out, "path_bin");
+    if (probe_value(out, "path_sha") == shared_->binary_sha256) {
+      info_.provisioning = "in PATH";
+      start_agent_command(path_bin);
+      return;
+    }
+    std::string got = probe_value(out, "path_sha");
+    diagnostics_ += "dtrain: " + target_.host + ": " + path_bin + " on PATH says dtrain " + options.version +
+                    " but its sha256 differs from this binary's (" + (got.empty() ? std::string("unknown") : got) +
+                    " vs " + shared_->binary_sha256 + "); copying this binary to " + cache_dir + " instead\n";
   }
   if (info_.remote_os != shared_->os) {
     close_with(target_.host + ": provisioning: the host runs '" + info_.remote_os + "' but this dtrain is built for '" +
