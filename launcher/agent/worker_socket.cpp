@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 
+#include "launcher/agent/runtime_directory.h"
 #include "worker/contract/wire.h"
 
 namespace dtrain::agent {
@@ -15,34 +16,6 @@ namespace {
 
 constexpr size_t kMaxSocketPath = sizeof(sockaddr_un{}.sun_path) - 1;  // 107 on Linux
 constexpr size_t kMaxQueuedToWorker = 64 << 20;
-
-// mkdir -p with 0700 for every directory it creates, then insists the last one is a real
-// directory that we own and nobody else can enter: workers trust whatever listens there.
-Status make_private_directory(const std::string& directory) {
-  if (directory.empty() || directory[0] != '/') {
-    return Error::user("runtime_dir '" + directory + "' is not an absolute path");
-  }
-  for (size_t slash = directory.find('/', 1);; slash = directory.find('/', slash + 1)) {
-    std::string prefix = directory.substr(0, slash);
-    if (::mkdir(prefix.c_str(), 0700) != 0 && errno != EEXIST) {
-      return Error::infra("cannot create runtime directory '" + prefix + "': " + errno_text(errno));
-    }
-    if (slash == std::string::npos) break;
-  }
-  struct stat info{};
-  if (::lstat(directory.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
-    return Error::infra("runtime_dir '" + directory + "' is not a directory");
-  }
-  if (info.st_uid != ::geteuid()) {
-    return Error::infra("runtime_dir '" + directory + "' belongs to uid " +
-                        std::to_string(info.st_uid) + ", not to us (uid " +
-                        std::to_string(::geteuid()) + "); remove it or choose another");
-  }
-  if ((info.st_mode & 0077) != 0 && ::chmod(directory.c_str(), 0700) != 0) {
-    return Error::infra("chmod 0700 '" + directory + "': " + errno_text(errno));
-  }
-  return {};
-}
 
 std::string socket_file_name(const std::string& host) {
   std::string name;
@@ -83,14 +56,17 @@ Status claim_socket_path(const std::string& path) {
 
 Result<std::unique_ptr<WorkerSocketServer>> WorkerSocketServer::open(
     const std::string& runtime_dir, const std::string& host, std::string log_prefix) {
-  std::string path = runtime_dir + "/" + socket_file_name(host);
+  // Only the run id comes from the supervisor; the base is ours (runtime_directory.h).
+  Result<RuntimeDirectory> directory = choose_runtime_directory(runtime_dir);
+  if (!directory) return directory.error();
+  std::string path = directory->path() + "/" + socket_file_name(host);
   if (path.size() > kMaxSocketPath) {
     return Error::user("worker socket path '" + path + "' is " + std::to_string(path.size()) +
                        " bytes; a unix socket path must fit in " + std::to_string(kMaxSocketPath) +
-                       "; use a shorter runtime_dir such as /tmp/dtrain-" +
-                       std::to_string(::geteuid()) + "/<run>");
+                       "; use a shorter host name, or give the agent a shorter XDG_RUNTIME_DIR "
+                       "(or none: then /tmp/dtrain-" + std::to_string(::geteuid()) + " is used)");
   }
-  if (Status made = make_private_directory(runtime_dir); !made) return made.error();
+  if (Status made = make_runtime_directory(*directory); !made) return made.error();
   if (Status claimed = claim_socket_path(path); !claimed) return claimed.error();
   UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!listener.valid()) return Error::infra("socket(AF_UNIX): " + errno_text(errno));
@@ -102,8 +78,8 @@ Result<std::unique_ptr<WorkerSocketServer>> WorkerSocketServer::open(
   if (::listen(listener.get(), 128) != 0) {
     return Error::infra("listen '" + path + "': " + errno_text(errno));
   }
-  return std::unique_ptr<WorkerSocketServer>(
-      new WorkerSocketServer(runtime_dir, path, std::move(listener), std::move(log_prefix)));
+  return std::unique_ptr<WorkerSocketServer>(new WorkerSocketServer(
+      directory->path(), path, std::move(listener), std::move(log_prefix)));
 }
 
 WorkerSocketServer::WorkerSocketServer(std::string runtime_dir, std::string path,

@@ -27,10 +27,11 @@ using WorkerMessageSink = std::function<void(int gen, int rank, pid_t peer_pid, 
 
 class WorkerSocketServer {
  public:
-  /// Creates `runtime_dir` with mode 0700 (and missing parents, also 0700), checks that it is
-  /// a directory owned by us, and listens on `<runtime_dir>/<host>.sock`. Errors name the path
-  /// and the fix (a path over 107 bytes, a socket in use by a live agent, a directory owned by
-  /// someone else).
+  /// Takes the run id from the supervisor's `runtime_dir` (its last component), makes this
+  /// agent's own `<base>/<run id>` (runtime_directory.h: base from our uid, every component
+  /// checked) and listens on `<base>/<run id>/<host>.sock`. Errors name the path and the fix
+  /// (a path over 107 bytes, a socket in use by a live agent, a directory owned by someone
+  /// else, a symlink, group or other access).
   static Result<std::unique_ptr<WorkerSocketServer>> open(const std::string& runtime_dir,
                                                           const std::string& host,
                                                           std::string log_prefix);

@@ -8,7 +8,13 @@
 // supervisor → agent
 //   config  {protocol, run_id, host, runtime_dir, heartbeat_interval_ms, heartbeat_timeout_ms,
 //            supervisor_time_ms}
-//           runtime_dir: short 0700 directory for worker sockets, e.g. /tmp/dtrain-0/3fa2c1d0
+//           runtime_dir: names the run's worker-socket directory, e.g. /tmp/dtrain-0/3fa2c1d0;
+//           the agent takes only its last component (the run's short id, [A-Za-z0-9._-], at
+//           most 64 bytes) and derives the base itself from its own uid: $XDG_RUNTIME_DIR/dtrain
+//           when that is a private directory, else /tmp/dtrain-<agent's euid>. Each component
+//           must be ours, mode 0700 and not a symlink, or the agent refuses (error
+//           {about:"config"}, exit 3): another user's directory could hold a planted socket.
+//           hello.socket reports the path it chose.
 //   spawn   {gen, argv:[..], workdir, env:{K:V} (common to all), workers:[{rank, local_rank,
 //            env:{K:V}}], log_tail_lines}
 //           The agent adds DTRAIN_AGENT_SOCKET itself. Workers start in their own process group.

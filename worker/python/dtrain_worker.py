@@ -38,8 +38,10 @@ The whole module stays importable without torch; DtrainStore is created on first
 """
 
 import json
+import math
 import os
 import socket
+import struct
 import threading
 import time
 
@@ -59,6 +61,27 @@ def _env_int(name, default):
     except ValueError:
         raise DtrainError("%s=%r is not an integer; the launcher sets it, so unset it "
                           "or run under `dtrain submit`" % (name, text))
+
+
+def _check_listener_uid(sock, path):
+    """Closes `sock` and raises unless the process listening on it runs as our uid. The agent
+    runs as the user who runs its workers; a listener of another uid planted the socket, and
+    whatever we sent it (hello, rendezvous values) or read from it would be theirs. So this runs
+    before the first byte is sent."""
+    try:
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        pid, uid, _gid = struct.unpack("3i", creds)
+    except OSError as error:
+        sock.close()
+        raise DtrainError("DTRAIN_AGENT_SOCKET=%r: cannot learn who listens there (SO_PEERCRED: "
+                          "%s); nothing was sent" % (path, error))
+    if uid != os.geteuid():
+        sock.close()
+        raise DtrainError("DTRAIN_AGENT_SOCKET=%r: the process listening there (pid %d) runs as "
+                          "uid %d, not as this worker's uid %d, so it is not our dtrain agent; "
+                          "nothing was sent. Fix: check who owns the directories of that path "
+                          "(another user may have planted the socket)"
+                          % (path, pid, uid, os.geteuid()))
 
 
 class Worker:
@@ -102,6 +125,7 @@ class Worker:
             sock.close()
             raise DtrainError("cannot connect to the dtrain agent at DTRAIN_AGENT_SOCKET=%r: %s "
                               "(is the agent still running?)" % (path, error))
+        _check_listener_uid(sock, path)
         worker = cls(sock, rank, world_size, generation, interval)
         worker._send({"type": "hello", "rank": rank, "gen": generation, "pid": os.getpid()})
         return worker
@@ -111,8 +135,14 @@ class Worker:
         """Records progress; metrics: loss, step_ms, comm_ms, data_ms, samples."""
         message = {"type": "beat", "step": int(step)}
         for key in ("loss", "step_ms", "comm_ms", "data_ms", "samples"):
-            if metrics.get(key) is not None:
-                message[key] = metrics[key]
+            value = metrics.get(key)
+            if value is None:
+                continue
+            # A diverged loss is NaN or inf, which JSON cannot carry (json.dumps would write
+            # NaN, an invalid line the agent drops as a protocol error): leave it out instead.
+            value = int(value) if key == "samples" else float(value)
+            if math.isfinite(value):
+                message[key] = value
         now = time.monotonic()
         if final or self._last_beat is None or now - self._last_beat >= self._interval:
             self._last_beat = now

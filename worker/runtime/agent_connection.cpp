@@ -20,6 +20,27 @@ constexpr Millis kRequestTimeout{60'000};
 // kv.wait: the store's own timeout fires first and names the missing keys; this is the margin.
 constexpr Millis kWaitGrace{10'000};
 
+// The agent runs as the user who runs its workers. A listener of another uid is someone who
+// got a socket into our runtime directory's place; anything sent to it (hello, kv.set of
+// rendezvous ids) would be theirs, and anything read from it (kv.get) could be forged. So the
+// check comes before the first byte is sent.
+Status check_listener_uid(int fd, const std::string& path) {
+  ucred peer{};
+  socklen_t length = sizeof peer;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &length) != 0) {
+    return Error{"DTRAIN_AGENT_SOCKET='" + path + "': cannot learn who listens there (SO_PEERCRED: " +
+                 std::strerror(errno) + "); nothing was sent"};
+  }
+  if (peer.uid != ::geteuid()) {
+    return Error{"DTRAIN_AGENT_SOCKET='" + path + "': the process listening there (pid " +
+                 std::to_string(peer.pid) + ") runs as uid " + std::to_string(peer.uid) +
+                 ", not as this worker's uid " + std::to_string(::geteuid()) +
+                 ", so it is not our dtrain agent; nothing was sent. Fix: check who owns the "
+                 "directories of that path (another user may have planted the socket)"};
+  }
+  return {};
+}
+
 }  // namespace
 
 Result<std::shared_ptr<AgentConnection>> AgentConnection::connect(const std::string& path) {
@@ -41,6 +62,10 @@ Result<std::shared_ptr<AgentConnection>> AgentConnection::connect(const std::str
     ::close(fd);
     return Error{"cannot connect to the dtrain agent at DTRAIN_AGENT_SOCKET='" + path +
                  "': " + std::strerror(saved) + " (is the agent still running?)"};
+  }
+  if (Status trusted = check_listener_uid(fd, path); !trusted) {
+    ::close(fd);
+    return trusted.error();
   }
   std::shared_ptr<AgentConnection> connection(new AgentConnection(fd, path));
   connection->reader_ = std::thread([raw = connection.get()] { raw->read_loop(); });
