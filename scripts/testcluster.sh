@@ -183,28 +183,35 @@ EOF
 # The user's home directory, which each host replaces with a private one.
 user_home() { getent passwd "$(id -un)" | cut -d: -f6; }
 
-# Checks the trees to share ($@, absolute paths) and writes them to $STATE/shared, one per line;
-# a tree inside one listed before it is already shared with it. A tree that is / or holds /tmp,
-# /run or the home would undo the hosts' privacy: refused.
-write_shared() {
-  local home path listed
+# Checks a tree to share and prints it without a trailing slash. A tree that is / or holds
+# /tmp, /run or the home would undo the hosts' privacy: refused.
+check_share() {
+  local path=$1 home
   home=$(user_home)
+  case $path in
+    /*) ;;
+    *) die "up: --share '$path' must be an absolute path" ;;
+  esac
+  [ -d "$path" ] || die "up: --share '$path' is not a directory"
+  [[ $path != *$'\n'* ]] || die "up: --share path holds a newline"
+  path=${path%/}
+  case "/tmp/ /run/ $home/" in
+    "$path"/*|*" $path/"*)
+      die "up: --share '${path:-/}' would share /tmp, /run or $home between hosts; share a directory below it" ;;
+  esac
+  printf '%s\n' "$path"
+}
+
+# Writes the trees to share ($@, checked) to $STATE/shared, one per line; a tree inside one
+# listed before it is already shared with it.
+write_shared() {
+  local path listed
   : >"$STATE/shared"
   for path in "$@"; do
-    case $path in
-      /*) ;;
-      *) die "up: --share '$path' must be an absolute path" ;;
-    esac
-    [ -d "$path" ] || die "up: --share '$path' is not a directory"
-    path=${path%/}
-    case "/tmp/ /run/ $home/" in
-      "$path"/*|*" $path/"*) die "up: --share '${path:-/}' would share /tmp, /run or $home between hosts; share a directory below it" ;;
-    esac
-    [[ $path != *$'\n'* ]] || die "up: --share path holds a newline"
     while IFS= read -r listed; do
       case $path/ in "$listed"/*) continue 2 ;; esac
     done <"$STATE/shared"
-    echo "$path" >>"$STATE/shared"
+    printf '%s\n' "$path" >>"$STATE/shared"
   done
 }
 
@@ -301,7 +308,7 @@ cmd_up() {
     case $1 in
       --share)
         [ $# -ge 2 ] || die "up: --share needs a directory"
-        shared+=("$2")
+        shared+=("$(check_share "$2")")
         shift 2 ;;
       *) die "up: unknown argument '$1'; usage: testcluster.sh up N [--share DIR]..." ;;
     esac

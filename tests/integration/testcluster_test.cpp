@@ -5,6 +5,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "tests/integration/cluster_fixture.h"
@@ -111,6 +113,43 @@ TEST_CASE("testcluster: up is idempotent and down ends only its own namespaces' 
   CHECK(::kill(outside_pid, 0) == 0);  // untouched
   ::kill(outside_pid, SIGKILL);
   CHECK(cluster.script({"status"}).output.find("no cluster") != std::string::npos);
+}
+
+TEST_CASE("testcluster: a shared tree under /tmp, spaces in its path, is one directory on every host, /tmp itself is refused") {
+  TestCluster cluster(2);
+  DTRAIN_REQUIRE_CLUSTER(cluster);
+  // Where a clone under /tmp would be: each host's /tmp is private, so only --share shows it.
+  struct RemovedAtEnd {
+    std::string path;
+    ~RemovedAtEnd() { std::filesystem::remove_all(path); }
+  } tree{"/tmp/dtrain share " + cluster.prefix()};
+  std::string file = tree.path + "/sub dir/made outside.txt";
+  std::filesystem::create_directories(tree.path + "/sub dir");
+  std::ofstream(file) << "outside";
+  CHECK(cluster.exec("1", {"test", "-e", file}).status != 0);
+
+  CommandOutput up = cluster.script({"up", "2", "--share", tree.path + "/"});
+  INFO(up.output);
+  REQUIRE(up.status == 0);
+  CHECK(cluster.exec("1", {"cat", file}).output == "outside");
+  CHECK(cluster.ssh(2, "cat " + dtrain::shell_quote(file)).output == "outside");
+  // Writable, and one directory: what host 2 writes, the machine and host 1 read.
+  CHECK(cluster.exec("2", {"sh", "-c", "echo from h2 > \"$1\"", "sh", tree.path + "/w"}).status == 0);
+  CHECK(TestCluster::read_text(tree.path + "/w") == "from h2\n");
+  CHECK(cluster.exec("1", {"cat", tree.path + "/w"}).output == "from h2\n");
+  // The rest of /tmp stays private to each host.
+  CHECK(cluster.exec("1", {"sh", "-c", "echo h1 > /tmp/only-on-h1"}).status == 0);
+  CHECK(cluster.exec("2", {"test", "-e", "/tmp/only-on-h1"}).status != 0);
+  // The fixture shares the build tree: the binary under test runs on a host as it is.
+  CHECK(cluster.exec("1", {DTRAIN_EXE, "--version"}).status == 0);
+
+  for (const char* too_wide : {"/tmp", "/", "/run"}) {
+    CommandOutput refused = cluster.script({"up", "1", "--share", too_wide});
+    CHECK(refused.status == 1);
+    CHECK(refused.output.find("would share /tmp, /run or") != std::string::npos);
+  }
+  // Refused before anything was torn down: the cluster is still up.
+  CHECK(cluster.ssh(1, "true").status == 0);
 }
 
 TEST_CASE("testcluster: says why it cannot run (exit 77)") {
