@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
 #include <set>
 
 #include "launcher/base/strings.h"
@@ -116,6 +117,21 @@ Result<std::vector<std::string>> expand_term(std::string_view term, std::string_
   return names;
 }
 
+// Hex digits, ':' and '.' (an embedded IPv4 address), then an optional "%zone" (an interface
+// name). Not a full address check: the resolver has the last word, this only keeps out text
+// that cannot be one.
+bool is_ipv6_literal(std::string_view text) {
+  size_t percent = text.find('%');
+  std::string_view address = text.substr(0, percent);
+  for (char c : address) {
+    bool hex = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+    if (!hex && c != ':' && c != '.') return false;
+  }
+  if (percent == std::string_view::npos) return true;
+  std::string_view zone = text.substr(percent + 1);
+  return !zone.empty() && std::all_of(zone.begin(), zone.end(), is_name_char);
+}
+
 Result<int> parse_port(std::string_view text, std::string_view whole) {
   long long port = 0;
   if (!parse_non_negative(text, port) || port < 1 || port > 65535) {
@@ -136,8 +152,13 @@ Result<std::vector<HostEntry>> parse_host_term(std::string_view term, std::strin
     }
     rest = rest.substr(at + 1);
   }
-  // Two or more colons: an IPv6 literal ("::1"), which takes no port and no ranges.
+  // Two or more colons: an IPv6 literal ("::1"), which takes no port and no ranges. Checked, so
+  // that a typo such as "gpu01:22:x" is not taken for an address and handed to the resolver.
   if (std::count(rest.begin(), rest.end(), ':') > 1) {
+    if (!is_ipv6_literal(rest)) {
+      return Error::user(single_quoted(whole) + ": " + single_quoted(rest) +
+                         " is neither a host name nor an IPv6 address; write gpu01, gpu01:2222 or fe80::1%eth0");
+    }
     base.name = std::string(rest);
     return std::vector<HostEntry>{base};
   }
@@ -391,6 +412,30 @@ bool is_env_name(std::string_view name) {
   });
 }
 
+size_t find_invalid_utf8(std::string_view text) {
+  size_t i = 0;
+  while (i < text.size()) {
+    auto byte = static_cast<unsigned char>(text[i]);
+    if (byte < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t length = byte >= 0xc2 && byte <= 0xdf ? 2 : byte >= 0xe0 && byte <= 0xef ? 3 : byte >= 0xf0 && byte <= 0xf4 ? 4 : 0;
+    if (length == 0 || i + length > text.size()) return i;
+    // The second byte's range excludes overlong forms (e0, f0), surrogates (ed) and > U+10FFFF (f4).
+    auto second = static_cast<unsigned char>(text[i + 1]);
+    unsigned char low = byte == 0xe0 ? 0xa0 : byte == 0xf0 ? 0x90 : 0x80;
+    unsigned char high = byte == 0xed ? 0x9f : byte == 0xf4 ? 0x8f : 0xbf;
+    if (second < low || second > high) return i;
+    for (size_t k = 2; k < length; ++k) {
+      auto next = static_cast<unsigned char>(text[i + k]);
+      if (next < 0x80 || next > 0xbf) return i;
+    }
+    i += length;
+  }
+  return std::string_view::npos;
+}
+
 std::vector<std::pair<std::string, std::string>> read_env_file(std::string_view text,
                                                                std::vector<LineProblem>& problems) {
   std::vector<std::pair<std::string, std::string>> entries;
@@ -410,7 +455,16 @@ std::vector<std::pair<std::string, std::string>> read_env_file(std::string_view 
                           single_quoted(content) + " is not a KEY=VALUE line; write NAME=value (NAME of letters, digits, '_')"});
       continue;
     }
-    entries.emplace_back(std::string(name), std::string(content.substr(equals + 1)));
+    std::string_view value = content.substr(equals + 1);
+    if (size_t bad = find_invalid_utf8(value); bad != std::string_view::npos) {
+      char byte[8];
+      std::snprintf(byte, sizeof byte, "0x%02x", static_cast<unsigned char>(value[bad]));
+      problems.push_back({line_number, static_cast<int>(value.data() - line.data() + bad) + 1,
+                          "the value of " + std::string(name) + " is not valid UTF-8 (byte " + byte +
+                              "); save the file as UTF-8"});
+      continue;
+    }
+    entries.emplace_back(std::string(name), std::string(value));
   }
   return entries;
 }

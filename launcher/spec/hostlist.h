@@ -36,4 +36,9 @@ std::vector<std::pair<std::string, std::string>> read_env_file(std::string_view 
 /// [A-Za-z_][A-Za-z0-9_]*
 bool is_env_name(std::string_view name);
 
+/// The offset of the first byte that is not part of valid UTF-8 (overlong forms, surrogates and
+/// code points past U+10FFFF count as invalid), or npos. The resolved spec is written as UTF-8
+/// YAML, which cannot carry other bytes: they would come back as U+FFFD on resume.
+size_t find_invalid_utf8(std::string_view text);
+
 }  // namespace dtrain::spec

@@ -2,11 +2,13 @@
 
 #include "launcher/spec/spec_loader.h"
 
+#include <algorithm>
 #include <cctype>
 #include <exception>
 #include <filesystem>
 
 #include "launcher/base/strings.h"
+#include "launcher/spec/hostlist.h"
 #include "launcher/spec/spec_reader.h"
 #include "launcher/spec/spec_sections.h"
 
@@ -79,6 +81,24 @@ void apply_overrides(DiagnosticSink& sink, YAML::Node& root, const std::vector<O
   }
 }
 
+// The first byte YAML does not allow in a stream: invalid UTF-8, or a C0 control character
+// other than tab and line breaks, or DEL. npos when there is none.
+size_t find_unfit_byte(std::string_view text) {
+  size_t control = std::find_if(text.begin(), text.end(), [](char c) {
+                     auto byte = static_cast<unsigned char>(c);
+                     return (byte < 0x20 && c != '\t' && c != '\n' && c != '\r') || byte == 0x7f;
+                   }) - text.begin();
+  size_t invalid = find_invalid_utf8(text);
+  size_t first = std::min(control, invalid);
+  return first < text.size() ? first : std::string_view::npos;
+}
+
+std::string hex_byte(char c) {
+  static const char* hex = "0123456789abcdef";
+  auto byte = static_cast<unsigned char>(c);
+  return std::string("0x") + hex[byte >> 4] + hex[byte & 15];
+}
+
 // The usual trap: a hostlist inside a YAML flow list ("hosts: [gpu[01-04]]"), where '[' opens a
 // nested list. Say so instead of leaving the user with the parser's words.
 std::string syntax_hint(const std::string& text, int line) {
@@ -102,6 +122,30 @@ LoadResult parse_job_spec(const std::string& yaml_text, const std::string& sourc
   for (const Override& override_ : overrides) override_keys.push_back(override_.key);
   DiagnosticSink sink(source_name, override_keys);
   LoadResult result;
+  // YAML is UTF-8 without raw control characters, and the resolved spec a run keeps is written
+  // as such: yaml-cpp reads other bytes leniently, and they would come back changed on resume (a
+  // different argv or env). Refuse them here, where the user can fix them.
+  if (size_t bad = find_unfit_byte(yaml_text); bad != std::string::npos) {
+    std::string before = yaml_text.substr(0, bad);
+    size_t line_start = before.rfind('\n') == std::string::npos ? 0 : before.rfind('\n') + 1;
+    int line = static_cast<int>(std::count(before.begin(), before.end(), '\n')) + 1;
+    int column = static_cast<int>(bad - line_start) + 1;
+    bool control = static_cast<unsigned char>(yaml_text[bad]) < 0x20 || yaml_text[bad] == 0x7f;
+    sink.error_at(source_name, line, column, "",
+                  "byte " + hex_byte(yaml_text[bad]) +
+                      (control ? " is a control character, which YAML does not allow raw; write it escaped in a "
+                                 "double-quoted string, \"\\x" + hex_byte(yaml_text[bad]).substr(2) + "\""
+                               : " is not valid UTF-8; save the spec as UTF-8"));
+  }
+  for (const Override& override_ : overrides) {
+    if (size_t bad = find_invalid_utf8(override_.value); bad != std::string::npos) {
+      sink.error_at("--set", 0, 0, override_.key, "byte " + hex_byte(override_.value[bad]) + " in the value is not valid UTF-8");
+    }
+  }
+  if (!sink.empty()) {
+    result.diagnostics = sink.take();
+    return result;
+  }
   try {
     YAML::Node root;
     try {

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include "launcher/spec/hostlist.h"
 #include "launcher/spec/spec_loader.h"
 
 using namespace dtrain;
@@ -154,4 +155,17 @@ TEST_CASE("is_local: localhost, loopback addresses and this machine's name") {
   CHECK(host.is_local());
   host.name = "gpu01.example.invalid";
   CHECK_FALSE(host.is_local());
+}
+
+TEST_CASE("host expressions: IPv6 literals are accepted, other text with two colons is not") {
+  for (const char* address : {"::1", "fe80::1%eth0", "root@2001:db8::7", "::ffff:192.0.2.1"}) {
+    auto parsed = parse_host_expression(address);
+    CHECK_MESSAGE(parsed.ok(), address);
+  }
+  // Found by fuzz/hostlist: these were taken as IPv6 addresses and handed to the resolver.
+  for (const char* typo : {"gpu01:22:x", "alice@g@gpu[01-03]:222pu[01-03]:2222", "fe80::h", "fe80::1%"}) {
+    auto parsed = parse_host_expression(typo);
+    REQUIRE_FALSE_MESSAGE(parsed.ok(), typo);
+    CHECK(parsed.error().message.find("is neither a host name nor an IPv6 address") != std::string::npos);
+  }
 }

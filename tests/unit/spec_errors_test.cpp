@@ -259,3 +259,20 @@ TEST_CASE("all problems are reported at once, in file order") {
   CHECK(result.diagnostics[3].line == 4);
   CHECK(result.diagnostics[3].column == 16);
 }
+
+// Found by fuzz/spec_loader: yaml-cpp reads these leniently and to_yaml wrote them back changed
+// (U+FFFD, a mangled NUL), so a resumed run would have had another argv or env.
+TEST_CASE("bytes YAML does not allow are refused with their place, not read leniently") {
+  CHECK(only_error("version: 1\nworker:\n  command: [py\xff]\n") ==
+        "job.yaml:3:15: byte 0xff is not valid UTF-8; save the spec as UTF-8");
+  CHECK(only_error(std::string("version: 1\nname: a\0b\n", 21) + kWorker) ==
+        "job.yaml:2:8: byte 0x00 is a control character, which YAML does not allow raw; write it escaped in a "
+        "double-quoted string, \"\\x00\"");
+  CHECK(parse("version: 1\nworker: {command: [x], env: {A: \"a\\x00b \\u00e9 \xc3\xa9\"}}\n").ok());  // escaped, and UTF-8
+  CHECK(contains(only_error("version: 1\n" + kWorker, {Override{"name", "a\xc0\x80"}}),
+                 "--set: name: byte 0xc0 in the value is not valid UTF-8"));
+  TempDir dir;
+  dir.write("latin1.env", "GOOD=1\nCITY=K\xf6ln\n");
+  std::string spec = dir.write("job.yaml", "version: 1\nworker:\n  command: [x]\n  env_file: latin1.env\n");
+  CHECK(contains(only_error(load_job_spec(spec)), "latin1.env:2:7: worker.env_file: the value of CITY is not valid UTF-8 (byte 0xf6)"));
+}

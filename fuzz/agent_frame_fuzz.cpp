@@ -1,0 +1,100 @@
+// Fuzz target: the byte stream an agent sends the supervisor: length-prefixed frames
+// (proto::FrameDecoder), each decoded object checked by proto::parse_agent_message, and a
+// from_worker's inner message by parse_worker_message. Input: the stream's bytes.
+// Invariants: nothing throws; the stream decodes to the same messages and errors whether it
+// arrives at once or in 3-byte pieces; a decoded frame is an object with a string "type" and
+// re-encodes to a frame that decodes equal; an accepted message respects the catalogue's
+// ranges (an exit has exactly one of code and signal); errors are printable text.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "fuzz/fuzz_check.h"
+#include "fuzz/message_invariants.h"
+#include "launcher/proto/agent_messages.h"
+#include "launcher/proto/frame.h"
+#include "launcher/proto/worker_messages.h"
+
+using namespace dtrain;
+using namespace dtrain::fuzz;
+
+namespace {
+
+// What next() gave, in a comparable form: the message's JSON, or "error: ..." text.
+using Outcome = std::string;
+
+// Drains `decoder` into `outcomes`; false once the decoder has failed for good.
+bool drain(proto::FrameDecoder& decoder, std::vector<Outcome>& outcomes, std::vector<nlohmann::json>* messages) {
+  while (true) {
+    auto next = decoder.next();
+    if (!next) {
+      outcomes.push_back("error: " + next.error().message);
+      if (decoder.failed()) return false;
+      continue;
+    }
+    if (!next->has_value()) return true;
+    const nlohmann::json& message = **next;
+    outcomes.push_back(message.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    if (messages) messages->push_back(message);
+  }
+}
+
+void check_agent_message(const proto::AgentMessage& message) {
+  if (const auto* exit = std::get_if<proto::WorkerExitReport>(&message)) {
+    check(exit->code.has_value() != exit->signal.has_value(), "an exit has exactly one of code and signal");
+    check(exit->rank >= 0 && exit->gen >= -1, "an exit names a rank and a generation");
+  }
+  if (const auto* started = std::get_if<proto::WorkerStartedReport>(&message)) {
+    check(started->rank >= 0 && started->pid >= 0, "a start names a rank and a pid");
+  }
+  if (const auto* from_worker = std::get_if<proto::FromWorker>(&message)) {
+    auto inner = proto::parse_worker_message(from_worker->msg);
+    if (inner) {
+      check_worker_message(*inner);
+    } else {
+      check_printable(inner.error().message, "an error about a forwarded worker message is printable");
+    }
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  std::string_view stream = as_text(data, size);
+
+  proto::FrameDecoder whole;
+  whole.feed(stream);
+  std::vector<Outcome> whole_outcomes;
+  std::vector<nlohmann::json> messages;
+  drain(whole, whole_outcomes, &messages);
+
+  proto::FrameDecoder pieces;
+  std::vector<Outcome> piece_outcomes;
+  for (size_t at = 0; at < stream.size(); at += 3) {
+    pieces.feed(stream.substr(at, 3));
+    if (!drain(pieces, piece_outcomes, nullptr)) break;
+  }
+  check(piece_outcomes == whole_outcomes, "a stream decodes the same whole or in pieces");
+
+  for (const nlohmann::json& message : messages) {
+    check(message.is_object() && message.contains("type") && message["type"].is_string(),
+          "a decoded frame is an object with a string type", message.dump());
+    proto::FrameDecoder again;
+    again.feed(proto::encode_frame(message));
+    auto decoded = again.next();
+    check(decoded && decoded->has_value() && **decoded == message, "a decoded frame re-encodes to itself",
+          message.dump());
+
+    auto parsed = proto::parse_agent_message(message);
+    if (parsed) {
+      check_agent_message(*parsed);
+    } else {
+      check(!parsed.error().message.empty(), "an error says what is wrong");
+      check_printable(parsed.error().message, "an error about an agent frame is printable");
+    }
+  }
+  return 0;
+}
