@@ -278,6 +278,15 @@ std::vector<HostEntry> read_hostfile(std::string_view text, std::vector<LineProb
       problem.line = line_number;
       problems.push_back(std::move(problem));
     }
+    // Each line's hostlist is capped, but a few hundred bytes of lines such as "n[0-65535]"
+    // would still list millions of hosts and take the loader seconds (found by fuzz/hostfile).
+    if (hosts.size() > kMaxExpandedHosts) {
+      problems.push_back({line_number, 1, "the hostfile lists more than " + std::to_string(kMaxExpandedHosts) +
+                                              " hosts by this line; check its ranges"});
+      hosts.resize(kMaxExpandedHosts);
+      if (lines) lines->resize(hosts.size(), line_number);
+      break;
+    }
     if (lines) lines->resize(hosts.size(), line_number);
   }
   return hosts;

@@ -169,3 +169,12 @@ TEST_CASE("host expressions: IPv6 literals are accepted, other text with two col
     CHECK(parsed.error().message.find("is neither a host name nor an IPv6 address") != std::string::npos);
   }
 }
+
+TEST_CASE("hostfile: more than 65536 hosts in all is an error at the line that passes the limit") {
+  // Found by fuzz/hostfile: each line's range is capped, but a few lines listed millions of hosts.
+  std::string text;
+  for (int i = 0; i < 8; ++i) text += "n" + std::to_string(i) + "[0-9999]\n";
+  auto parsed = parse_hostfile(text, "hosts.txt");
+  REQUIRE_FALSE(parsed.ok());
+  CHECK(parsed.error().message == "hosts.txt:7:1: the hostfile lists more than 65536 hosts by this line; check its ranges");
+}
