@@ -72,7 +72,7 @@ int stop_run(const std::string& id, const std::string& timeout_text) {
 
   const auto deadline = std::chrono::steady_clock::now() + *timeout;
   Millis request_timeout = std::min<Millis>(*timeout, Millis(10'000));
-  Result<json> reply = send_control(*run, {{"type", "stop"}}, request_timeout);
+  Result<ControlReply> reply = send_control(*run, ControlRequest{ControlRequestType::stop}, request_timeout);
   if (!reply) {
     // The run may have ended between reading its state and connecting.
     if (Result<json> again = read_state(*run); again) {

@@ -224,10 +224,19 @@ void Agent::poll_and_dispatch() {
     for (const pollfd& fd : sockets_->poll_fds(take_input)) {
       watch(fd, [this, fd = fd.fd](short revents) {
         if (!sockets_) return;
-        sockets_->on_ready(fd, revents, [this](int gen, int rank, pid_t peer_pid, json message) {
-          out_.send({{"type", proto::msg::kFromWorker}, {"gen", gen}, {"rank", rank},
-                     {"pid", peer_pid}, {"msg", std::move(message)}});
-        });
+        sockets_->on_ready(
+            fd, revents,
+            [this](int gen, int rank, pid_t peer_pid, json message) {
+              out_.send({{"type", proto::msg::kFromWorker}, {"gen", gen}, {"rank", rank},
+                         {"pid", peer_pid}, {"msg", std::move(message)}});
+            },
+            [this](const WorkerLineProblem& problem) {
+              json report = {{"type", proto::msg::kProtocolError}, {"pid", problem.peer_pid},
+                             {"error", problem.error}, {"closed", problem.closed}};
+              if (problem.gen) report["gen"] = *problem.gen;
+              if (problem.rank) report["rank"] = *problem.rank;
+              out_.send(report);
+            });
       });
     }
   }

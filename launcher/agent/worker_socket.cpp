@@ -9,6 +9,7 @@
 #include <cstdio>
 
 #include "launcher/agent/runtime_directory.h"
+#include "launcher/proto/worker_messages.h"
 #include "worker/contract/wire.h"
 
 namespace dtrain::agent {
@@ -107,7 +108,8 @@ std::vector<pollfd> WorkerSocketServer::poll_fds(bool accept_input) const {
   return fds;
 }
 
-void WorkerSocketServer::on_ready(int fd, short revents, const WorkerMessageSink& sink) {
+void WorkerSocketServer::on_ready(int fd, short revents, const WorkerMessageSink& sink,
+                                  const WorkerProblemSink& problems) {
   if (fd == listener_.get()) {
     accept_all();
     return;
@@ -117,7 +119,7 @@ void WorkerSocketServer::on_ready(int fd, short revents, const WorkerMessageSink
   if (revents & POLLOUT) write_to(it->second);
   it = connections_.find(fd);  // write_to may have dropped it
   if (it != connections_.end() && (revents & (POLLIN | POLLHUP | POLLERR))) {
-    read_from(it->second, sink);
+    read_from(it->second, sink, problems);
   }
 }
 
@@ -154,7 +156,8 @@ void WorkerSocketServer::accept_all() {
   }
 }
 
-void WorkerSocketServer::read_from(Connection& connection, const WorkerMessageSink& sink) {
+void WorkerSocketServer::read_from(Connection& connection, const WorkerMessageSink& sink,
+                                   const WorkerProblemSink& problems) {
   int fd = connection.fd.get();
   bool would_block = false;
   Result<size_t> got = read_some(fd, connection.input, &would_block);
@@ -166,45 +169,62 @@ void WorkerSocketServer::read_from(Connection& connection, const WorkerMessageSi
     if (newline == std::string::npos) break;
     std::string_view line(connection.input.data() + start, newline - start);
     if (line.size() > contract::wire::kMaxLineBytes) {
-      return drop(fd, "line of " + std::to_string(line.size()) + " bytes exceeds the " +
-                          std::to_string(contract::wire::kMaxLineBytes) + "-byte limit");
+      return report(connection, problems,
+                    "line of " + std::to_string(line.size()) + " bytes exceeds the " +
+                        std::to_string(contract::wire::kMaxLineBytes) + "-byte limit",
+                    /*close=*/true);
     }
-    if (!handle_line(connection, line, sink)) return;  // dropped
+    if (!handle_line(connection, line, sink, problems)) return;  // dropped
     start = newline + 1;
   }
   connection.input.erase(0, start);
   if (connection.input.size() > contract::wire::kMaxLineBytes) {
-    drop(fd, "line exceeds the " + std::to_string(contract::wire::kMaxLineBytes) +
-                 "-byte limit without a newline");
+    report(connection, problems,
+           "line exceeds the " + std::to_string(contract::wire::kMaxLineBytes) + "-byte limit without a newline",
+           /*close=*/true);
   }
 }
 
-bool WorkerSocketServer::handle_line(Connection& connection, std::string_view line,
-                                     const WorkerMessageSink& sink) {
-  int fd = connection.fd.get();
+void WorkerSocketServer::report(Connection& connection, const WorkerProblemSink& problems, std::string error,
+                                bool close) {
+  WorkerLineProblem problem{connection.gen, connection.rank, connection.peer_pid, std::move(error), close};
+  if (close) drop(connection.fd.get(), problem.error);  // invalidates `connection`
+  if (problems) problems(problem);
+}
+
+bool WorkerSocketServer::handle_line(Connection& connection, std::string_view line, const WorkerMessageSink& sink,
+                                     const WorkerProblemSink& problems) {
   if (line.find_first_not_of(" \t\r") == std::string_view::npos) return true;  // blank line
-  nlohmann::json message = nlohmann::json::parse(line, nullptr, false);
-  std::string excerpt(line.substr(0, 80));
-  if (message.is_discarded()) {
-    drop(fd, "malformed JSON line '" + excerpt + "'");
-    return false;
-  }
-  if (!message.is_object() || !message.contains("type") || !message["type"].is_string()) {
-    drop(fd, "line is not a JSON object with a string \"type\": '" + excerpt + "'");
-    return false;
-  }
+  // The one place a worker's line becomes a typed message (proto/worker_messages.h).
+  Result<proto::WorkerMessage> message = proto::parse_worker_line(line);
   if (!connection.gen) {
-    const nlohmann::json& rank = message["rank"];
-    const nlohmann::json& gen = message["gen"];
-    if (message["type"] != contract::wire::kHello || !rank.is_number_integer() ||
-        !gen.is_number_integer()) {
-      drop(fd, "the first line must be hello {rank, gen, pid}, got '" + excerpt + "'");
+    // Until the hello we do not know whose connection this is: anything else ends it.
+    const auto* hello = message ? std::get_if<proto::WorkerHello>(&*message) : nullptr;
+    if (!hello) {
+      report(connection, problems,
+             "the first line must be hello {rank, gen, pid}: " +
+                 (message ? std::string("got ") + proto::type_of(*message) : message.error().message),
+             /*close=*/true);
       return false;
     }
-    connection.gen = gen.get<int>();
-    connection.rank = rank.get<int>();
+    connection.gen = hello->gen;
+    connection.rank = hello->rank;
   }
-  sink(*connection.gen, *connection.rank, connection.peer_pid, std::move(message));
+  if (!message) {
+    // A request with a usable id is answered here, so the worker fails fast instead of waiting
+    // out its own timeout for a reply the supervisor will never send (it never sees the line).
+    nlohmann::json raw = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    auto id = raw.is_object() ? raw.find("id") : raw.end();
+    if (raw.is_object() && id != raw.end() && id->is_number_integer()) {
+      connection.output += nlohmann::json{{"type", contract::wire::kError}, {"id", *id},
+                                          {"error", message.error().message}}
+                               .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      connection.output += '\n';
+    }
+    report(connection, problems, message.error().message, /*close=*/false);
+    return true;
+  }
+  sink(*connection.gen, *connection.rank, connection.peer_pid, proto::to_json(*message));
   return true;
 }
 

@@ -1,8 +1,9 @@
 #pragma once
 // The agent's end of the worker protocol (worker/contract/wire.h): a unix socket in a 0700
-// runtime directory, one connection per worker, newline-delimited JSON. The agent does not
-// interpret worker messages; it checks the framing, learns (gen, rank) from the hello, and
-// forwards everything to the supervisor, which answers through to_worker.
+// runtime directory, one connection per worker, newline-delimited JSON. Every line is parsed
+// into a typed message (proto/worker_messages.h) at this boundary; the agent learns (gen, rank)
+// from the hello and forwards the canonical form of each message to the supervisor, which
+// answers through to_worker. A line that cannot be parsed is reported, not forwarded.
 
 #include <poll.h>
 #include <sys/types.h>
@@ -25,6 +26,17 @@ namespace dtrain::agent {
 /// peer's pid as the kernel reports it, and the message itself (hello included).
 using WorkerMessageSink = std::function<void(int gen, int rank, pid_t peer_pid, nlohmann::json)>;
 
+/// What the agent reports about a line it dropped: gen and rank are unknown before the hello;
+/// `closed` when the connection was closed too (no hello first, or a line over the limit).
+struct WorkerLineProblem {
+  std::optional<int> gen;
+  std::optional<int> rank;
+  pid_t peer_pid = 0;
+  std::string error;
+  bool closed = false;
+};
+using WorkerProblemSink = std::function<void(const WorkerLineProblem&)>;
+
 class WorkerSocketServer {
  public:
   /// Takes the run id from the supervisor's `runtime_dir` (its last component), makes this
@@ -44,9 +56,10 @@ class WorkerSocketServer {
   /// `accept_input` (the agent stops reading while its output backlog is large).
   std::vector<pollfd> poll_fds(bool accept_input) const;
 
-  /// Handles readiness of one fd returned by poll_fds(). Never throws; a bad peer only loses
-  /// its own connection (with a line on stderr).
-  void on_ready(int fd, short revents, const WorkerMessageSink& sink);
+  /// Handles readiness of one fd returned by poll_fds(). Never throws. A line that does not
+  /// parse goes to `problems` and is dropped; the connection stays open unless its framing is
+  /// lost (a line over the limit) or it never said hello.
+  void on_ready(int fd, short revents, const WorkerMessageSink& sink, const WorkerProblemSink& problems);
 
   /// Queues one line for the newest connection whose hello said (gen, rank).
   Status send_to(int gen, int rank, const nlohmann::json& message);
@@ -68,8 +81,11 @@ class WorkerSocketServer {
   WorkerSocketServer(std::string runtime_dir, std::string path, UniqueFd listener,
                      std::string log_prefix);
   void accept_all();
-  void read_from(Connection& connection, const WorkerMessageSink& sink);
-  bool handle_line(Connection& connection, std::string_view line, const WorkerMessageSink& sink);
+  void read_from(Connection& connection, const WorkerMessageSink& sink, const WorkerProblemSink& problems);
+  bool handle_line(Connection& connection, std::string_view line, const WorkerMessageSink& sink,
+                   const WorkerProblemSink& problems);
+  /// Reports a problem with a line of `connection` and, when `close`, drops the connection.
+  void report(Connection& connection, const WorkerProblemSink& problems, std::string error, bool close);
   void write_to(Connection& connection);
   void drop(int fd, const std::string& why);
 

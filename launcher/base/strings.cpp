@@ -77,4 +77,22 @@ std::string shell_quote(std::string_view argument) {
   return quoted;
 }
 
+std::string printable(std::string_view text, size_t max_bytes) {
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  size_t shown = std::min(text.size(), max_bytes);
+  for (char c : text.substr(0, shown)) {
+    auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7f) {
+      out += "\\x";
+      out += hex[byte >> 4];
+      out += hex[byte & 15];
+    } else {
+      out += c;
+    }
+  }
+  if (shown < text.size()) out += "...";
+  return out;
+}
+
 }  // namespace dtrain

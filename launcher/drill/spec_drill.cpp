@@ -110,7 +110,7 @@ void clean_up(DrillReport& report, LiveRun& run, const Say& say) {
   Result<json> state = run.state();
   if (state && not_live_reason(*state).empty()) {
     if (say) say("stopping " + run.id());
-    Result<json> reply = send_control(run.directory(), {{"type", "stop"}}, Millis(10'000));
+    Result<ControlReply> reply = send_control(run.directory(), ControlRequest{ControlRequestType::stop}, Millis(10'000));
     if (!reply && say) say("warning: could not ask " + run.id() + " to stop: " + reply.error().message);
     report.final_state = wait_for_run_end(run, deadline_after(kStopTimeout));
   }

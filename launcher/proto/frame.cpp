@@ -49,25 +49,27 @@ Result<std::optional<nlohmann::json>> FrameDecoder::next() {
   std::string_view body(buffer_.data() + consumed_ + 4, static_cast<size_t>(length));
   nlohmann::json message = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
   consumed_ += 4 + static_cast<size_t>(length);
+  // A bad body inside a well-formed frame is one bad message: the length prefix still says
+  // where the next frame starts, so the stream goes on (the caller counts such errors).
+  std::optional<std::string> problem;
   if (message.is_discarded()) {
     std::string excerpt(body.substr(0, 60));
     for (char& c : excerpt) {
       if (static_cast<unsigned char>(c) < 0x20) c = ' ';
     }
-    return fail("malformed JSON in frame: '" + excerpt + (body.size() > 60 ? "...'" : "'"));
-  }
-  if (!message.is_object()) {
-    return fail(std::string("frame is a JSON ") + message.type_name() + ", not an object");
-  }
-  auto type = message.find("type");
-  if (type == message.end()) return fail("frame has no \"type\" field");
-  if (!type->is_string()) {
-    return fail(std::string("frame's \"type\" is a ") + type->type_name() + ", not a string");
+    problem = "malformed JSON in frame: '" + excerpt + (body.size() > 60 ? "...'" : "'");
+  } else if (!message.is_object()) {
+    problem = std::string("frame is a JSON ") + message.type_name() + ", not an object";
+  } else if (auto type = message.find("type"); type == message.end()) {
+    problem = "frame has no \"type\" field";
+  } else if (!type->is_string()) {
+    problem = std::string("frame's \"type\" is a ") + type->type_name() + ", not a string";
   }
   if (consumed_ == buffer_.size()) {
     buffer_.clear();
     consumed_ = 0;
   }
+  if (problem) return Error::infra(*problem);
   return std::optional<nlohmann::json>(std::move(message));
 }
 

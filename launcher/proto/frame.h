@@ -24,18 +24,21 @@ inline constexpr size_t kMaxFrameBytes = 8 << 20;
 std::string encode_frame(const nlohmann::json& message);
 
 /// Turns a byte stream back into messages. Feed bytes as they arrive, then call next() until it
-/// returns nullopt (need more bytes). The first bad frame is an Error; after it the decoder stays
-/// failed and every next() returns the same Error: a stream that lost its framing cannot be
-/// resynchronised. Messages do not name the peer; callers add the host.
+/// returns nullopt (need more bytes). A bad length (over the limit) is an Error after which the
+/// decoder stays failed and every next() returns the same Error: a stream that lost its framing
+/// cannot be resynchronised. A well-framed body that is not a JSON object with a string "type"
+/// is an Error for that one message only (failed() stays false; the next frame decodes).
+/// Messages do not name the peer; callers add the host.
 class FrameDecoder {
  public:
   void feed(std::string_view bytes);
 
   /// The next complete message, nullopt when the buffered bytes hold no complete frame, or an
-  /// Error for an oversized length, malformed JSON, a non-object, or a missing/non-string "type".
+  /// Error for an oversized length (fatal: failed() turns true), malformed JSON, a non-object,
+  /// or a missing/non-string "type" (that frame is skipped).
   Result<std::optional<nlohmann::json>> next();
 
-  /// True once next() has returned an Error.
+  /// True once next() has returned a fatal Error (the framing is lost).
   bool failed() const { return failure_.has_value(); }
 
   /// Bytes buffered but not yet returned as a message (for "truncated frame at EOF" checks).

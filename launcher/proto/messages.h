@@ -54,6 +54,10 @@
 //           after a kill: every process of that generation is gone (the agent is a child
 //           subreaper, so daemonised grandchildren are included)
 //   error   {message}                  the agent could not do what was asked
+//   protocol_error {gen?, rank?, pid, error, closed}
+//           a worker sent a line the agent could not parse (worker_messages.h): dropped, not
+//           forwarded. gen/rank are absent before the worker's hello. closed: the agent also
+//           closed that connection (a line over the limit, or a first line that is not hello).
 //   bye     {reason}                   the agent is exiting (after fence / EOF / silence)
 
 // Fields the agent adds beyond the catalogue above (all optional for a reader):
@@ -121,6 +125,7 @@ inline constexpr const char* kPort = "port";
 inline constexpr const char* kReleased = "released";
 inline constexpr const char* kError = "error";
 inline constexpr const char* kBye = "bye";
+inline constexpr const char* kProtocolError = "protocol_error";
 }  // namespace msg
 
 }  // namespace dtrain::proto

@@ -13,19 +13,23 @@ void AgentLink::send(const nlohmann::json& message) {
   connection_->send(proto::encode_frame(message));
 }
 
-Result<std::vector<nlohmann::json>> AgentLink::receive(int64_t now_ms) {
+Result<AgentLink::Received> AgentLink::receive(int64_t now_ms) {
   std::string bytes = connection_->take_received();
-  std::vector<nlohmann::json> messages;
-  if (bytes.empty()) return messages;
+  Received received;
+  if (bytes.empty()) return received;
   last_heard_ms_ = now_ms;
   decoder_.feed(bytes);
   for (;;) {
     Result<std::optional<nlohmann::json>> next = decoder_.next();
-    if (!next) return Error::infra("host " + host_ + ": " + next.error().message);
+    if (!next) {
+      if (decoder_.failed()) return Error::infra("host " + host_ + ": " + next.error().message);
+      received.bad_frames.push_back(next.error().message);
+      continue;
+    }
     if (!next->has_value()) break;
-    messages.push_back(std::move(**next));
+    received.messages.push_back(std::move(**next));
   }
-  return messages;
+  return received;
 }
 
 void AgentLink::measure_offset(int64_t agent_time_ms, int64_t now_wall_ms) {

@@ -25,8 +25,14 @@ class AgentLink {
   /// Frames one message to the agent.
   void send(const nlohmann::json& message);
 
+  /// What one receive() decoded: the good frames, and one problem per frame that was not a
+  /// JSON object with a string "type" (skipped; the stream goes on).
+  struct Received {
+    std::vector<nlohmann::json> messages;
+    std::vector<std::string> bad_frames;
+  };
   /// Decodes what arrived. An Error means the stream is broken (the host is then lost).
-  Result<std::vector<nlohmann::json>> receive(int64_t now_ms);
+  Result<Received> receive(int64_t now_ms);
 
   /// Called at hello: offset = supervisor wall time − agent wall time, corrected by half the
   /// round trip since config was sent.

@@ -64,11 +64,10 @@ void ControlSocket::pump(const Handler& handler) {
     if (!got || (*got == 0 && !would_block) || it->buffer.size() > 65536) done = true;
     size_t newline = it->buffer.find('\n');
     if (newline != std::string::npos) {
-      nlohmann::json request = nlohmann::json::parse(it->buffer.substr(0, newline), nullptr, false);
-      nlohmann::json reply = request.is_object()
-                                 ? handler(request)
-                                 : nlohmann::json{{"type", "error"}, {"error", "malformed request"}};
-      (void)write_all(it->fd.get(), reply.dump() + "\n");
+      // The one place a control request is parsed; a bad one is answered with why, never thrown.
+      Result<ControlRequest> request = parse_control_request(std::string_view(it->buffer).substr(0, newline));
+      ControlReply reply = request ? handler(*request) : ControlReply{false, "", std::nullopt, request.error().message};
+      (void)write_all(it->fd.get(), to_line(reply) + "\n");
       done = true;
     }
     it = done ? clients_.erase(it) : it + 1;

@@ -15,12 +15,14 @@
 
 #include "launcher/base/fd.h"
 #include "launcher/base/result.h"
+#include "launcher/runlog/control_protocol.h"
 
 namespace dtrain::run {
 
 class ControlSocket {
  public:
-  using Handler = std::function<nlohmann::json(const nlohmann::json& request)>;
+  /// Answers one parsed request (a request that does not parse is answered here, with why).
+  using Handler = std::function<ControlReply(const ControlRequest& request)>;
 
   /// Binds `socket_path` (in the run's private runtime directory); the caller links the run
   /// directory's ctl.sock to it.

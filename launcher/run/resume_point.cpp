@@ -1,5 +1,7 @@
 #include "launcher/run/resume_point.h"
 
+#include "launcher/runlog/json_access.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -43,7 +45,7 @@ std::vector<int> local_agent_pids(const RunDirectory& run, const spec::JobSpec& 
     Result<std::string> text = read_file(run.host_facts_path(host.name));
     if (!text) continue;
     json facts = json::parse(*text, nullptr, false);
-    if (facts.is_object() && facts.value("agent_pid", 0) > 1) pids.push_back(facts.value("agent_pid", 0));
+    if (json_int(facts, "agent_pid").value_or(0) > 1) pids.push_back(static_cast<int>(*json_int(facts, "agent_pid")));
   }
   return pids;
 }
@@ -86,21 +88,22 @@ void wait_for_remote_agents(const RunDirectory& run, const std::string& run_id, 
 
 supervisor::ResumeFrom resume_point(const json& state, const std::vector<json>& events) {
   supervisor::ResumeFrom from;
-  const json supervisor_info = state.value("supervisor", json::object());
-  from.supervisor_lost = !is_terminal_state(state.value("state", "unknown"));
-  from.previous_pid = supervisor_info.value("pid", 0);
-  from.previous_host = supervisor_info.value("hostname", "");
-  from.restarts = state.value("restarts", 0);
-  from.last_seen_wall_ms = state.value("updated_at_ms", int64_t{0});
+  const json* supervisor_member = json_member(state, "supervisor");
+  const json supervisor_info = supervisor_member && supervisor_member->is_object() ? *supervisor_member : json::object();
+  from.supervisor_lost = !is_terminal_state(json_string(state, "state", "unknown"));
+  from.previous_pid = static_cast<int>(json_int(supervisor_info, "pid").value_or(0));
+  from.previous_host = json_string(supervisor_info, "hostname");
+  from.restarts = static_cast<int>(json_int(state, "restarts").value_or(0));
+  from.last_seen_wall_ms = json_int(state, "updated_at_ms").value_or(0);
   std::set<int64_t> committed;
   for (const json& event : events) {
-    std::string name = event.value("ev", "");
+    std::string name = json_string(event, "ev");
     if (name == "plan.generation" || name == "generation.spawned") {
-      from.last_generation = std::max(from.last_generation, event.value("gen", -1));
+      from.last_generation = std::max(from.last_generation, static_cast<int>(json_int(event, "gen").value_or(-1)));
     } else if (name == "checkpoint.committed") {
-      committed.insert(event.value("step", int64_t{-1}));
+      committed.insert(json_int(event, "step").value_or(-1));
     } else if (name == "checkpoint.rejected") {
-      committed.erase(event.value("step", int64_t{-1}));
+      committed.erase(json_int(event, "step").value_or(-1));
     }
   }
   committed.erase(-1);

@@ -30,13 +30,16 @@
 #include "launcher/base/version.h"
 #include "launcher/drill/run_hosts.h"
 #include "launcher/plan/rank_plan.h"
+#include "launcher/proto/agent_messages.h"
 #include "launcher/proto/messages.h"
+#include "launcher/proto/worker_messages.h"
 #include "launcher/run/agent_link.h"
 #include "launcher/run/console.h"
 #include "launcher/run/control_socket.h"
 #include "launcher/run/resume_point.h"
 #include "launcher/run/worker_env.h"
 #include "launcher/runlog/event_log.h"
+#include "launcher/runlog/json_access.h"
 #include "launcher/runlog/rank_logs.h"
 #include "launcher/runlog/run_directory.h"
 #include "launcher/runlog/run_state.h"
@@ -83,6 +86,10 @@ std::string this_hostname() {
   return name;
 }
 
+/// A sender whose messages could not be parsed this many times is treated as failed (a worker:
+/// its rank fails; an agent: its host is lost). One bad message is only an event.
+constexpr int kMaxProtocolErrorsPerSender = 100;
+
 /// Per-rank progress the supervisor does not need but status and metrics do.
 struct RankMetrics {
   int64_t last_beat_wall_ms = 0;
@@ -126,10 +133,35 @@ class RunDriver {
 
   // ---- inputs
   void pump_links();
-  void handle_frame(AgentLink& link, const json& message);
-  void handle_from_worker(AgentLink& link, const json& message);
+  void agent_protocol_error(AgentLink& link, const std::string& problem);
+  void worker_protocol_error(AgentLink& link, std::optional<int> gen, std::optional<int> rank, int64_t pid,
+                             const std::string& problem);
+  void on_agent_message(AgentLink& link, const proto::AgentHello& hello);
+  void on_agent_message(AgentLink& link, const proto::WorkerStartedReport& started);
+  void on_agent_message(AgentLink& link, const proto::WorkerSpawnFailedReport& failed);
+  void on_agent_message(AgentLink& link, const proto::WorkerExitReport& exit);
+  void on_agent_message(AgentLink& link, const proto::WorkerLogLine& log);
+  void on_agent_message(AgentLink& link, const proto::FromWorker& from);
+  void on_agent_message(AgentLink& link, const proto::AgentBeat& beat);
+  void on_agent_message(AgentLink& link, const proto::Pong& pong);
+  void on_agent_message(AgentLink& link, const proto::PortReply& port);
+  void on_agent_message(AgentLink& link, const proto::SampleReply& sample);
+  void on_agent_message(AgentLink& link, const proto::Released& released);
+  void on_agent_message(AgentLink& link, const proto::AgentError& error);
+  void on_agent_message(AgentLink& link, const proto::AgentBye& bye);
+  void on_agent_message(AgentLink& link, const proto::WorkerProtocolError& error);
+  void on_worker_message(AgentLink& link, const proto::FromWorker& from, const proto::WorkerHello& hello);
+  void on_worker_message(AgentLink& link, const proto::FromWorker& from, const proto::WorkerBeat& beat);
+  void on_worker_message(AgentLink& link, const proto::FromWorker& from, const proto::CommReady& ready);
+  void on_worker_message(AgentLink& link, const proto::FromWorker& from,
+                         const proto::CheckpointCommittedReport& committed);
+  void on_worker_message(AgentLink& link, const proto::FromWorker& from,
+                         const proto::CheckpointRejectedReport& rejected);
+  void on_worker_message(AgentLink& link, const proto::FromWorker& from, const proto::WorkerBye& bye);
+  template <class StoreRequest>
+  void on_worker_message(AgentLink& link, const proto::FromWorker& from, const StoreRequest& request);
   void handle_signals();
-  json handle_control(const json& request);
+  ControlReply handle_control(const ControlRequest& request);
   void check_silence();
   void host_lost(AgentLink& link, const std::string& reason, int64_t silent_ms = -1);
 
@@ -182,6 +214,7 @@ class RunDriver {
   int64_t last_checkpoint_step_ = -1;
   std::string last_state_name_;
   std::map<int, json> exit_tails_;  ///< rank → its last output lines, for the failure summary
+  std::map<std::string, int> protocol_errors_;  ///< sender → messages of it that could not be parsed
 };
 
 // ---- setup ------------------------------------------------------------------------------------
@@ -287,14 +320,24 @@ void RunDriver::pump_links() {
     for (const std::string& text : split(diagnostics, '\n')) {
       if (!trim(text).empty()) log_->info("agent {}: {}", host, text);
     }
-    Result<std::vector<json>> messages = link->receive(clock_.monotonic_ms());
-    if (!messages) {
-      host_lost(*link, messages.error().message);
+    Result<AgentLink::Received> received = link->receive(clock_.monotonic_ms());
+    if (!received) {
+      host_lost(*link, received.error().message);
       continue;
     }
-    for (const json& message : *messages) {
-      handle_frame(*link, message);
+    for (const std::string& problem : received->bad_frames) {
+      agent_protocol_error(*link, problem);
       if (link->lost) break;
+    }
+    for (const json& frame : received->messages) {
+      if (link->lost) break;
+      // The one place an agent's frame becomes a typed message; nothing below reads raw JSON.
+      Result<proto::AgentMessage> message = proto::parse_agent_message(frame);
+      if (!message) {
+        agent_protocol_error(*link, message.error().message);
+        continue;
+      }
+      std::visit([&](const auto& typed) { on_agent_message(*link, typed); }, *message);
     }
     if (!link->lost && link->connection().closed()) {
       host_lost(*link, "agent connection closed: " + link->connection().close_reason());
@@ -330,156 +373,220 @@ void RunDriver::check_silence() {
   }
 }
 
-void RunDriver::handle_frame(AgentLink& link, const json& message) {
-  const std::string type = message.value("type", "");
-  int gen = message.value("gen", -1);
-  int rank = message.value("rank", -1);
-  if (type == msg::kHello) {
-    if (message.value("protocol", 0) != proto::kProtocolVersion) {
-      host_lost(link, "agent speaks protocol " + std::to_string(message.value("protocol", 0)) +
-                          ", this dtrain speaks " + std::to_string(proto::kProtocolVersion) +
-                          "; install dtrain " + kVersion + " there");
-      return;
-    }
-    link.connected = true;
-    link.facts = message.value("facts", json::object());
-    // A local agent shares our clock: a one-round-trip estimate would only add noise.
-    if (!link.connection().local_pid()) {
-      link.measure_offset(message.value("agent_time_ms", clock_.wall_ms()), clock_.wall_ms());
-    }
-    // A ping now measures the clock offset from a true round trip (refine_offset) before any
-    // failure has to be ordered across hosts.
-    link.send({{"type", msg::kPing}, {"id", next_request_id_++}, {"supervisor_time_ms", clock_.wall_ms()}});
-    (void)write_file_atomic(run_.host_facts_path(link.host()),
-                            json{{"host", link.host()}, {"agent_pid", message.value("pid", 0)},
-                                 {"version", message.value("version", "")},
-                                 {"clock_offset_ms", link.offset_ms()}, {"facts", link.facts}}
-                                .dump(2));
-    record({{"ev", "host.connected"}, {"host", link.host()}, {"agent_pid", message.value("pid", 0)},
-            {"version", message.value("version", "")}, {"clock_offset_ms", link.offset_ms()}});
-    json facts = {{"ev", "host.facts"}, {"host", link.host()}};
-    for (const char* key : {"hostname", "os", "arch", "cpus", "memory_mb", "gpus"}) {
-      if (link.facts.contains(key)) facts[key] = link.facts[key];
-    }
-    record(facts);
-    feed(supervisor::HostConnected{link.host()});
-  } else if (type == msg::kStarted) {
-    feed(supervisor::WorkerStarted{gen, rank, message.value("pid", 0)});
-  } else if (type == msg::kSpawnFailed) {
-    std::string error = message.value("error", "unknown error");
-    record({{"ev", "worker.spawn_failed"}, {"rank", rank}, {"host", link.host()}, {"error", error}});
-    feed(supervisor::WorkerSpawnFailed{gen, rank, error});
-  } else if (type == msg::kExit) {
-    json event = {{"ev", "worker.exit"}, {"gen", gen}, {"rank", rank}, {"host", link.host()},
-                  {"pid", message.value("pid", 0)}};
-    const plan::RankPlan& plan = supervisor_.current_plan();
-    if (rank >= 0 && rank < static_cast<int>(plan.ranks.size())) {
-      event["local_rank"] = plan.ranks[static_cast<size_t>(rank)].local_rank;
-    }
-    std::optional<int> code;
-    std::optional<std::string> signal_name;
-    if (message.contains("signal") && !message["signal"].is_null()) {
-      signal_name = message.value("signal_name", "signal " + message["signal"].dump());
-      event["signal"] = *signal_name;
-    } else {
-      code = message.value("code", -1);
-      event["code"] = *code;
-    }
-    event["log"] = log_path(rank);
-    if (message.contains("tail")) {
-      event["tail"] = message["tail"];
-      exit_tails_[rank] = message["tail"];
-    }
-    record(event);
-    store_.forget({link.host(), rank});  // its pending waits would be answered to nobody
-    int64_t observed = link.to_supervisor_time(message.value("agent_time_ms", clock_.wall_ms()));
-    feed(supervisor::WorkerExited{gen, rank, message.value("pid", 0), code, signal_name, observed,
-                                  link.offset_uncertainty_ms()});
-  } else if (type == msg::kLog) {
-    std::string line = message.value("line", "");
-    (void)rank_logs_.append(rank, gen, line + "\n", clock_.wall_ms());
-    if (line.find("NCCL WARN") != std::string::npos) {
-      record({{"ev", "comm.warn"}, {"gen", gen}, {"rank", rank}, {"host", link.host()}, {"line", line}});
-    }
-  } else if (type == msg::kFromWorker) {
-    handle_from_worker(link, message);
-  } else if (type == msg::kSample) {
-    if (message.contains("text") && message["text"].is_string()) {
-      save_sample(gen, rank, link.host(), message.value("pid", 0), message["text"].get<std::string>());
-    } else {
-      record({{"ev", "worker.sample"}, {"rank", rank}, {"host", link.host()}, {"pid", message.value("pid", 0)},
-              {"error", message.value("error", std::string("the agent sent a sample without text"))}});
-    }
-  } else if (type == msg::kPort) {
-    if (message.value("id", int64_t{-1}) == pending_port_id_ && pending_start_) {
-      spawn_generation(message.value("port", 0));
-    }
-  } else if (type == msg::kReleased) {
-    record({{"ev", "resources.released"}, {"gen", gen}, {"host", link.host()},
-            {"killed", message.value("killed", json::array())},
-            {"remaining", message.value("remaining", 0)}, {"ms", message.value("ms", 0)}});
-    feed(supervisor::GenerationReleased{gen, link.host()});
-  } else if (type == msg::kError) {
-    log_->error("agent {}: {}", link.host(), message.value("message", ""));
-    record({{"ev", "agent.error"}, {"host", link.host()}, {"message", message.value("message", "")}});
-  } else if (type == msg::kPong) {
-    if (message.contains("supervisor_time_ms") && message.contains("agent_time_ms")) {
-      int64_t before = link.offset_ms();
-      link.refine_offset(message.value("supervisor_time_ms", int64_t{0}),
-                         message.value("agent_time_ms", int64_t{0}), clock_.wall_ms());
-      if (std::abs(link.offset_ms() - before) >= 10) {
-        log_->info("host {}: clock offset {} ms (was {} ms; measured by ping round trip)", link.host(),
-                   link.offset_ms(), before);
-      }
-    }
-  } else if (type == msg::kBye) {
-    log_->info("agent {} said bye: {}", link.host(), message.value("reason", ""));
-  } else if (type == msg::kBeat && message.contains("workers") && message["workers"].is_array()) {
-    for (const json& worker : message["workers"]) {
-      if (worker.value("state", "") == "T") {
-        feed(supervisor::WorkerStoppedSeen{worker.value("gen", -1), worker.value("rank", -1)});
-      }
-    }
+// ---- agent messages: one handler per type (proto/agent_messages.h) -----------------------------
+
+void RunDriver::agent_protocol_error(AgentLink& link, const std::string& problem) {
+  int count = ++protocol_errors_["agent " + link.host()];
+  if (count > kMaxProtocolErrorsPerSender) return;  // the host is lost already
+  record({{"ev", "protocol.error"}, {"sender", "agent"}, {"host", link.host()}, {"error", problem},
+          {"count", count}});
+  if (count >= kMaxProtocolErrorsPerSender) {
+    host_lost(link, "the agent sent " + std::to_string(count) + " messages that could not be parsed; the last: " +
+                        problem);
   }
-  // Any frame (beat, pong included) proves liveness, which receive() already noted.
 }
 
-void RunDriver::handle_from_worker(AgentLink& link, const json& message) {
-  int gen = message.value("gen", -1);
-  int rank = message.value("rank", -1);
-  const json& body = message.contains("msg") ? message["msg"] : json::object();
-  const std::string type = body.value("type", "");
-  bool current = gen == supervisor_.generation();
-  if (type == contract::wire::kBeat) {
-    if (!current || rank < 0 || rank >= static_cast<int>(metrics_.size())) return;
-    RankMetrics& metrics = metrics_[static_cast<size_t>(rank)];
-    metrics.last_beat_wall_ms = clock_.wall_ms();
-    metrics.speaks_protocol = true;
-    if (body.contains("loss") && body["loss"].is_number()) metrics.loss = body["loss"].get<double>();
-    if (body.contains("step_ms") && body["step_ms"].is_number()) metrics.step_ms = body["step_ms"].get<double>();
-    feed(supervisor::WorkerProgress{gen, rank, body.value("step", int64_t{0})});
-  } else if (type == contract::wire::kHello) {
-    if (current && rank >= 0 && rank < static_cast<int>(metrics_.size())) {
-      metrics_[static_cast<size_t>(rank)].speaks_protocol = true;
-    }
-  } else if (type == contract::wire::kKvSet || type == contract::wire::kKvGet ||
-             type == contract::wire::kKvWait || type == contract::wire::kKvAdd ||
-             type == contract::wire::kGenCheck) {
-    send_store_replies(store_.handle({link.host(), rank}, gen, body, clock_.monotonic_ms()));
-  } else if (type == contract::wire::kCommReady) {
-    if (current) feed(supervisor::WorkerCommReady{gen, rank});
-  } else if (type == contract::wire::kCkptCommitted) {
-    int64_t step = body.value("step", int64_t{-1});
-    record({{"ev", "checkpoint.committed"}, {"gen", gen}, {"rank", rank}, {"host", link.host()},
-            {"step", step}, {"bytes", body.value("bytes", int64_t{0})},
-            {"seconds", body.value("ms", 0.0) / 1000.0}});
-    last_checkpoint_step_ = std::max(last_checkpoint_step_, step);
-    feed(supervisor::CheckpointCommitted{gen, step});
-  } else if (type == contract::wire::kCkptRejected) {
-    record({{"ev", "checkpoint.rejected"}, {"gen", gen}, {"rank", rank}, {"host", link.host()},
-            {"step", body.value("step", int64_t{-1})}, {"reason", body.value("reason", "")}});
-    feed(supervisor::CheckpointRejected{gen, body.value("step", int64_t{-1})});
+void RunDriver::worker_protocol_error(AgentLink& link, std::optional<int> gen, std::optional<int> rank,
+                                      int64_t pid, const std::string& problem) {
+  // Counted per worker process of a generation: a restarted rank starts again from zero.
+  std::string sender = "worker " + link.host() + " pid " + std::to_string(pid);
+  if (gen && rank) sender += " gen " + std::to_string(*gen) + " rank " + std::to_string(*rank);
+  int count = ++protocol_errors_[sender];
+  if (count > kMaxProtocolErrorsPerSender) return;  // already failed for it; the log has enough
+  json event = {{"ev", "protocol.error"}, {"sender", "worker"}, {"host", link.host()}, {"pid", pid},
+                {"error", problem}, {"count", count}};
+  if (gen) event["gen"] = *gen;
+  if (rank) event["rank"] = *rank;
+  record(event);
+  if (count == kMaxProtocolErrorsPerSender && gen && rank) {
+    feed(supervisor::WorkerMisbehaved{*gen, *rank,
+                                      "sent " + std::to_string(count) +
+                                          " messages that could not be parsed; the last: " + problem});
   }
+}
+
+void RunDriver::on_agent_message(AgentLink& link, const proto::AgentHello& hello) {
+  if (hello.protocol != proto::kProtocolVersion) {
+    host_lost(link, "agent speaks protocol " + std::to_string(hello.protocol) + ", this dtrain speaks " +
+                        std::to_string(proto::kProtocolVersion) + "; install dtrain " + kVersion + " there");
+    return;
+  }
+  link.connected = true;
+  link.facts = hello.facts;
+  // A local agent shares our clock: a one-round-trip estimate would only add noise.
+  if (!link.connection().local_pid()) {
+    link.measure_offset(hello.agent_time_ms.value_or(clock_.wall_ms()), clock_.wall_ms());
+  }
+  // A ping now measures the clock offset from a true round trip (refine_offset) before any
+  // failure has to be ordered across hosts.
+  link.send({{"type", msg::kPing}, {"id", next_request_id_++}, {"supervisor_time_ms", clock_.wall_ms()}});
+  (void)write_file_atomic(run_.host_facts_path(link.host()),
+                          json{{"host", link.host()}, {"agent_pid", hello.pid}, {"version", hello.version},
+                               {"clock_offset_ms", link.offset_ms()}, {"facts", link.facts}}
+                              .dump(2, ' ', false, json::error_handler_t::replace));
+  record({{"ev", "host.connected"}, {"host", link.host()}, {"agent_pid", hello.pid},
+          {"version", hello.version}, {"clock_offset_ms", link.offset_ms()}});
+  json facts = {{"ev", "host.facts"}, {"host", link.host()}};
+  for (const char* key : {"hostname", "os", "arch", "cpus", "memory_mb", "gpus"}) {
+    if (link.facts.contains(key)) facts[key] = link.facts[key];
+  }
+  record(facts);
+  feed(supervisor::HostConnected{link.host()});
+}
+
+void RunDriver::on_agent_message(AgentLink&, const proto::WorkerStartedReport& started) {
+  feed(supervisor::WorkerStarted{started.gen, started.rank, static_cast<int>(started.pid)});
+}
+
+void RunDriver::on_agent_message(AgentLink& link, const proto::WorkerSpawnFailedReport& failed) {
+  record({{"ev", "worker.spawn_failed"}, {"rank", failed.rank}, {"host", link.host()}, {"error", failed.error}});
+  feed(supervisor::WorkerSpawnFailed{failed.gen, failed.rank, failed.error});
+}
+
+void RunDriver::on_agent_message(AgentLink& link, const proto::WorkerExitReport& exit) {
+  json event = {{"ev", "worker.exit"}, {"gen", exit.gen}, {"rank", exit.rank}, {"host", link.host()},
+                {"pid", exit.pid}};
+  const plan::RankPlan& plan = supervisor_.current_plan();
+  if (exit.rank < static_cast<int>(plan.ranks.size())) {
+    event["local_rank"] = plan.ranks[static_cast<size_t>(exit.rank)].local_rank;
+  }
+  std::optional<int> code;
+  std::optional<std::string> signal_name;
+  if (exit.signal) {
+    signal_name = exit.signal_name.value_or("signal " + std::to_string(*exit.signal));
+    event["signal"] = *signal_name;
+  } else {
+    code = exit.code.value_or(-1);
+    event["code"] = *code;
+  }
+  event["log"] = log_path(exit.rank);
+  event["tail"] = exit.tail;
+  exit_tails_[exit.rank] = exit.tail;
+  record(event);
+  store_.forget({link.host(), exit.rank});  // its pending waits would be answered to nobody
+  int64_t observed = link.to_supervisor_time(exit.agent_time_ms.value_or(clock_.wall_ms()));
+  feed(supervisor::WorkerExited{exit.gen, exit.rank, static_cast<int>(exit.pid), code, signal_name, observed,
+                                link.offset_uncertainty_ms()});
+}
+
+void RunDriver::on_agent_message(AgentLink& link, const proto::WorkerLogLine& log) {
+  (void)rank_logs_.append(log.rank, log.gen, log.line + "\n", clock_.wall_ms());
+  if (log.line.find("NCCL WARN") != std::string::npos) {
+    record({{"ev", "comm.warn"}, {"gen", log.gen}, {"rank", log.rank}, {"host", link.host()}, {"line", log.line}});
+  }
+}
+
+void RunDriver::on_agent_message(AgentLink& link, const proto::SampleReply& sample) {
+  if (sample.text) {
+    save_sample(sample.gen, sample.rank, link.host(), static_cast<int>(sample.pid), *sample.text);
+  } else {
+    record({{"ev", "worker.sample"}, {"rank", sample.rank}, {"host", link.host()}, {"pid", sample.pid},
+            {"error", sample.error.value_or("the agent sent a sample without text")}});
+  }
+}
+
+void RunDriver::on_agent_message(AgentLink&, const proto::PortReply& port) {
+  if (port.id == pending_port_id_ && pending_start_) spawn_generation(port.port);
+}
+
+void RunDriver::on_agent_message(AgentLink& link, const proto::Released& released) {
+  record({{"ev", "resources.released"}, {"gen", released.gen}, {"host", link.host()},
+          {"killed", released.killed}, {"remaining", released.remaining}, {"ms", released.ms}});
+  feed(supervisor::GenerationReleased{released.gen, link.host()});
+}
+
+void RunDriver::on_agent_message(AgentLink& link, const proto::AgentError& error) {
+  log_->error("agent {}: {}", link.host(), error.message);
+  record({{"ev", "agent.error"}, {"host", link.host()}, {"message", error.message}});
+}
+
+void RunDriver::on_agent_message(AgentLink& link, const proto::Pong& pong) {
+  if (!pong.supervisor_time_ms || !pong.agent_time_ms) return;
+  int64_t before = link.offset_ms();
+  link.refine_offset(*pong.supervisor_time_ms, *pong.agent_time_ms, clock_.wall_ms());
+  if (std::abs(link.offset_ms() - before) >= 10) {
+    log_->info("host {}: clock offset {} ms (was {} ms; measured by ping round trip)", link.host(),
+               link.offset_ms(), before);
+  }
+}
+
+void RunDriver::on_agent_message(AgentLink& link, const proto::AgentBye& bye) {
+  log_->info("agent {} said bye: {}", link.host(), bye.reason);
+}
+
+void RunDriver::on_agent_message(AgentLink&, const proto::AgentBeat& beat) {
+  // Any frame proves liveness (receive() noted it); a beat also says which workers are stopped.
+  for (const proto::AgentWorkerState& worker : beat.workers) {
+    if (worker.state == "T") feed(supervisor::WorkerStoppedSeen{worker.gen, worker.rank});
+  }
+}
+
+void RunDriver::on_agent_message(AgentLink& link, const proto::WorkerProtocolError& error) {
+  worker_protocol_error(link, error.gen, error.rank, error.pid,
+                        error.closed ? error.error + " (the agent closed the connection)" : error.error);
+}
+
+void RunDriver::on_agent_message(AgentLink& link, const proto::FromWorker& from) {
+  // The agent parsed the worker's line already, but an agent is a peer too: parse again.
+  Result<proto::WorkerMessage> parsed = proto::parse_worker_message(from.msg);
+  if (!parsed) {
+    worker_protocol_error(link, from.gen, from.rank, from.pid.value_or(0), parsed.error().message);
+    // A request with a usable id still gets an answer, so the worker fails fast instead of
+    // waiting out its own timeout for a reply that would never come.
+    std::optional<int64_t> id = json_int(from.msg, "id");
+    if (id) {
+      send_store_replies({{{link.host(), from.rank}, from.gen,
+                           json{{"type", contract::wire::kError}, {"id", *id}, {"error", parsed.error().message}}}});
+    }
+    return;
+  }
+  std::visit([&](const auto& typed) { on_worker_message(link, from, typed); }, *parsed);
+}
+
+// ---- worker messages, as forwarded by an agent --------------------------------------------------
+
+void RunDriver::on_worker_message(AgentLink&, const proto::FromWorker& from, const proto::WorkerBeat& beat) {
+  if (from.gen != supervisor_.generation() || from.rank >= static_cast<int>(metrics_.size())) return;
+  RankMetrics& metrics = metrics_[static_cast<size_t>(from.rank)];
+  metrics.last_beat_wall_ms = clock_.wall_ms();
+  metrics.speaks_protocol = true;
+  if (beat.loss) metrics.loss = *beat.loss;
+  if (beat.step_ms) metrics.step_ms = *beat.step_ms;
+  feed(supervisor::WorkerProgress{from.gen, from.rank, beat.step});
+}
+
+void RunDriver::on_worker_message(AgentLink&, const proto::FromWorker& from, const proto::WorkerHello&) {
+  if (from.gen == supervisor_.generation() && from.rank < static_cast<int>(metrics_.size())) {
+    metrics_[static_cast<size_t>(from.rank)].speaks_protocol = true;
+  }
+}
+
+void RunDriver::on_worker_message(AgentLink&, const proto::FromWorker& from, const proto::CommReady&) {
+  if (from.gen == supervisor_.generation()) feed(supervisor::WorkerCommReady{from.gen, from.rank});
+}
+
+void RunDriver::on_worker_message(AgentLink& link, const proto::FromWorker& from,
+                                  const proto::CheckpointCommittedReport& committed) {
+  record({{"ev", "checkpoint.committed"}, {"gen", from.gen}, {"rank", from.rank}, {"host", link.host()},
+          {"step", committed.step}, {"bytes", committed.bytes}, {"seconds", committed.ms / 1000.0}});
+  last_checkpoint_step_ = std::max(last_checkpoint_step_, committed.step);
+  feed(supervisor::CheckpointCommitted{from.gen, committed.step});
+}
+
+void RunDriver::on_worker_message(AgentLink& link, const proto::FromWorker& from,
+                                  const proto::CheckpointRejectedReport& rejected) {
+  record({{"ev", "checkpoint.rejected"}, {"gen", from.gen}, {"rank", from.rank}, {"host", link.host()},
+          {"step", rejected.step}, {"reason", rejected.reason}});
+  feed(supervisor::CheckpointRejected{from.gen, rejected.step});
+}
+
+void RunDriver::on_worker_message(AgentLink&, const proto::FromWorker&, const proto::WorkerBye&) {}
+
+template <class StoreRequest>
+void RunDriver::on_worker_message(AgentLink& link, const proto::FromWorker& from, const StoreRequest& request) {
+  // kv.set/get/wait/add and gen.check: the store answers the canonical, already checked form.
+  send_store_replies(store_.handle({link.host(), from.rank}, from.gen, proto::to_json(proto::WorkerMessage(request)),
+                                   clock_.monotonic_ms()));
 }
 
 void RunDriver::handle_signals() {
@@ -504,17 +611,15 @@ void RunDriver::handle_signals() {
   }
 }
 
-json RunDriver::handle_control(const json& request) {
-  std::string type = request.value("type", "");
-  if (type == "stop") {
-    feed(supervisor::StopRequested{"dtrain stop"});
-    return {{"type", "ok"}, {"state", supervisor::to_string(supervisor_.state())}};
+ControlReply RunDriver::handle_control(const ControlRequest& request) {
+  switch (request.type) {
+    case ControlRequestType::stop:
+      feed(supervisor::StopRequested{"dtrain stop"});
+      return {true, supervisor::to_string(supervisor_.state()), supervisor_.generation(), ""};
+    case ControlRequestType::status:
+      return {true, supervisor::to_string(supervisor_.state()), supervisor_.generation(), ""};
   }
-  if (type == "status") {
-    return {{"type", "ok"}, {"state", supervisor::to_string(supervisor_.state())},
-            {"generation", supervisor_.generation()}};
-  }
-  return {{"type", "error"}, {"error", "unknown request '" + type + "'"}};
+  return {false, "", std::nullopt, "internal bug: unhandled control request"};
 }
 
 // ---- outputs ----------------------------------------------------------------------------------
@@ -901,7 +1006,7 @@ int RunDriver::run() {
     }
     handle_signals();
     pump_links();
-    if (control_) control_->pump([this](const json& request) { return handle_control(request); });
+    if (control_) control_->pump([this](const ControlRequest& request) { return handle_control(request); });
     now = clock_.monotonic_ms();
     send_store_replies(store_.expire(now));
     check_silence();
@@ -1032,10 +1137,11 @@ int resume(const ResumeOptions& options) {
   if (!run) return refuse(run.error().message);
   Result<json> state = read_state(*run);
   if (!state) return refuse("cannot read the run's state: " + state.error().message, ExitCode::infra);
-  std::string previous_state = state->value("state", "unknown");
-  const json supervisor_info = state->value("supervisor", json::object());
-  int previous_pid = supervisor_info.value("pid", 0);
-  std::string previous_host = supervisor_info.value("hostname", "");
+  std::string previous_state = json_string(*state, "state", "unknown");
+  const json* supervisor_member = json_member(*state, "supervisor");
+  const json supervisor_info = supervisor_member && supervisor_member->is_object() ? *supervisor_member : json::object();
+  int previous_pid = static_cast<int>(json_int(supervisor_info, "pid").value_or(0));
+  std::string previous_host = json_string(supervisor_info, "hostname");
   bool terminal = is_terminal_state(previous_state);
   if (previous_state == "succeeded") {
     return refuse("run " + run->id() + " already succeeded; nothing to resume (submit the spec again for a new run)");
@@ -1088,7 +1194,7 @@ int resume(const ResumeOptions& options) {
                  run->id().c_str(), why.c_str(),
                  resume_text.c_str(), plan->world_size, plan->hosts.size(), run->path().c_str());
   }
-  int64_t submitted = state->value("submitted_at_ms", clock.wall_ms());
+  int64_t submitted = json_int(*state, "submitted_at_ms").value_or(clock.wall_ms());
   RunDriver driver(spec, std::move(plan).value(), std::move(run).value(), std::move(log).value(),
                    options.dtrain_exe, options.detach, Console(console_mode(options.detach), stderr));
   driver.resume_from(from, submitted);

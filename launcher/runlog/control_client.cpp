@@ -49,8 +49,8 @@ Result<std::string> control_socket_path(const RunDirectory& run) {
   return std::string(target, static_cast<size_t>(length));
 }
 
-Result<nlohmann::json> send_control_to(const std::string& socket_path, const nlohmann::json& request,
-                                       Millis timeout) {
+Result<ControlReply> send_control_to(const std::string& socket_path, const ControlRequest& request,
+                                     Millis timeout) {
   const std::string where = "control socket " + socket_path;
   sockaddr_un address{};
   if (socket_path.size() >= sizeof address.sun_path) {
@@ -74,7 +74,7 @@ Result<nlohmann::json> send_control_to(const std::string& socket_path, const nlo
     if (error != 0) return Error::infra(where + ": connect: " + errno_text(error));
   }
 
-  std::string out = json_compact(request) + "\n";
+  std::string out = to_line(request) + "\n";
   std::string_view pending = out;
   while (!pending.empty()) {
     // MSG_NOSIGNAL: a supervisor that hangs up must give an error, not kill us with SIGPIPE.
@@ -100,17 +100,13 @@ Result<nlohmann::json> send_control_to(const std::string& socket_path, const nlo
     }
   }
   std::string line = in.substr(0, in.find('\n'));
-  nlohmann::json reply = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (reply.is_discarded() || !reply.is_object()) {
-    return Error::infra(where + ": reply is not a JSON object: '" + line.substr(0, 200) + "'");
-  }
-  if (json_string(reply, "type") == "error") {
-    return Error::user(json_string(reply, "message", "the supervisor refused the request without a reason"));
-  }
+  Result<ControlReply> reply = parse_control_reply(line);
+  if (!reply) return Error::infra(where + ": " + reply.error().message);
+  if (!reply->ok) return Error::user(reply->message);
   return reply;
 }
 
-Result<nlohmann::json> send_control(const RunDirectory& run, const nlohmann::json& request, Millis timeout) {
+Result<ControlReply> send_control(const RunDirectory& run, const ControlRequest& request, Millis timeout) {
   Result<std::string> socket_path = control_socket_path(run);
   if (!socket_path) return socket_path.error();
   return send_control_to(*socket_path, request, timeout);

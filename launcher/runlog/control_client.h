@@ -9,6 +9,7 @@
 
 #include "launcher/base/duration.h"
 #include "launcher/base/result.h"
+#include "launcher/runlog/control_protocol.h"
 #include "launcher/runlog/run_directory.h"
 
 namespace dtrain {
@@ -17,12 +18,13 @@ namespace dtrain {
 /// is not a symlink. Error (infra) when it does not exist: no supervisor serves the run.
 Result<std::string> control_socket_path(const RunDirectory& run);
 
-/// Sends `request` over `socket_path` and returns the reply object, all within `timeout`.
-/// A reply {"type":"error","message":m} becomes an Error carrying m. Errors name the socket.
-Result<nlohmann::json> send_control_to(const std::string& socket_path, const nlohmann::json& request,
-                                       Millis timeout);
+/// Sends `request` over `socket_path` and returns the (ok) reply, all within `timeout`. A
+/// refusal {"type":"error","message":m} becomes a user Error carrying m; transport problems
+/// are infra Errors naming the socket.
+Result<ControlReply> send_control_to(const std::string& socket_path, const ControlRequest& request,
+                                     Millis timeout);
 
 /// send_control_to(control_socket_path(run), ...).
-Result<nlohmann::json> send_control(const RunDirectory& run, const nlohmann::json& request, Millis timeout);
+Result<ControlReply> send_control(const RunDirectory& run, const ControlRequest& request, Millis timeout);
 
 }  // namespace dtrain

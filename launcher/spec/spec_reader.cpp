@@ -80,7 +80,10 @@ std::string suggest(std::string_view word, const std::vector<std::string>& candi
   return "";
 }
 
-std::string single_quoted(std::string_view text) { return "'" + std::string(text) + "'"; }
+std::string single_quoted(std::string_view text) {
+  // printable(): a NUL would cut the message where C strings end (the user would see `name: '`).
+  return "'" + printable(text) + "'";
+}
 
 std::string describe(const YAML::Node& node) {
   switch (node.Type()) {

@@ -436,6 +436,23 @@ void Supervisor::on(const WorkerExited& event) {
   }
 }
 
+void Supervisor::on(const WorkerMisbehaved& event) {
+  if (event.gen != generation_ || !slot(event.rank)) return;
+  if (state_ != RunState::running && state_ != RunState::launching) return;  // already stopping
+  const plan::RankSlot* where = slot(event.rank);
+  RankStatus& rank = ranks_[static_cast<size_t>(event.rank)];
+  rank.state = RankState::failed;
+  RootCause cause;
+  cause.kind = "worker.protocol";
+  cause.host = where->host;
+  cause.rank = event.rank;
+  cause.local_rank = where->local_rank;
+  cause.pid = rank.pid;
+  cause.detail = event.detail;
+  cause.observed_ms = clock_.wall_ms();
+  handle_failure(cause, false);
+}
+
 void Supervisor::on(const WorkerProgress& event) {
   if (event.gen != generation_ || !slot(event.rank)) return;
   RankStatus& rank = ranks_[static_cast<size_t>(event.rank)];
@@ -525,7 +542,7 @@ void Supervisor::on(const StopRequested& event) {
   if (state_ == RunState::recovering) {
     ending_ = Ending::stop;
     ending_code_ = ExitCode::interrupted;
-    state_ = RunState::stopping;
+    set_state(RunState::stopping, event.reason + " during recovery");
     if (awaiting_release_.empty()) finish_stop();
     return;
   }

@@ -91,6 +91,7 @@ class Supervisor {
   void on(const CheckpointCommitted& event);
   void on(const CheckpointRejected& event);
   void on(const WorkerStoppedSeen& event);
+  void on(const WorkerMisbehaved& event);
   void on(const GenerationReleased& event);
   void on(const StopRequested& event);
   void on(const Tick& event);

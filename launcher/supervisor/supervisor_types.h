@@ -66,6 +66,9 @@ struct CheckpointRejected { int gen = 0; int64_t step = 0; };
 /// The agent saw a worker stopped (process state 'T': SIGSTOP, or a debugger). A stopped rank
 /// is the prime suspect when its peers hang waiting for it.
 struct WorkerStoppedSeen { int gen = 0; int rank = 0; };
+/// A worker kept sending messages that could not be parsed (launcher/run counts protocol
+/// errors per sender): treated as a failure of that rank, with `detail` as the root cause.
+struct WorkerMisbehaved { int gen = 0; int rank = 0; std::string detail; };
 /// A host confirmed that no process of `gen` remains there.
 struct GenerationReleased { int gen = 0; std::string host; };
 struct StopRequested { std::string reason; };
@@ -74,7 +77,7 @@ struct Tick {};
 
 using Event = std::variant<HostConnected, HostLost, WorkerStarted, WorkerSpawnFailed, WorkerExited,
                            WorkerProgress, WorkerCommReady, CheckpointCommitted, CheckpointRejected,
-                           WorkerStoppedSeen,
+                           WorkerStoppedSeen, WorkerMisbehaved,
                            GenerationReleased, StopRequested, Tick>;
 
 // ---- actions (what the driver must do) ------------------------------------------------------

@@ -104,7 +104,7 @@ TEST_CASE("hello and beats are forwarded as from_worker and to_worker reaches th
   CHECK(dtrain::test::wait_until_run_gone(session.run_id(), 5000).empty());
 }
 
-TEST_CASE("garbage or an oversized line or a missing hello closes that connection only") {
+TEST_CASE("garbage is reported and dropped; an oversized line or a missing hello closes that connection only") {
   AgentSession session(DTRAIN_EXE);
   auto hello = session.handshake();
   REQUIRE(hello);
@@ -113,12 +113,33 @@ TEST_CASE("garbage or an oversized line or a missing hello closes that connectio
   dtrain::UniqueFd no_hello = connect_to(path);
   send_line(no_hello.get(), json({{"type", "beat"}, {"step", 1}}).dump());
   CHECK(read_line(no_hello.get()) == "EOF");
+  auto unnamed = session.wait_for_type("protocol_error");
+  REQUIRE(unnamed);
+  CHECK((*unnamed)["closed"] == true);
+  CHECK_FALSE(unnamed->contains("rank"));  // no hello: nobody to name but the pid
+  CHECK((*unnamed)["pid"].get<int>() == ::getpid());
 
   dtrain::UniqueFd garbage = connect_to(path);
   send_line(garbage.get(), json({{"type", "hello"}, {"rank", 1}, {"gen", 1}, {"pid", 1}}).dump());
   REQUIRE(session.wait_for_type("from_worker"));
   send_line(garbage.get(), "this is not json {");
-  CHECK(read_line(garbage.get()) == "EOF");
+  auto reported = session.wait_for([](const json& m) { return m["type"] == "protocol_error" && m.contains("rank"); });
+  REQUIRE(reported);
+  CHECK((*reported)["rank"] == 1);
+  CHECK((*reported)["gen"] == 1);
+  CHECK((*reported)["closed"] == false);
+  CHECK((*reported)["error"] == "malformed JSON line 'this is not json {'");
+  // A wrongly typed request is answered at once with the error (nothing is forwarded), and the
+  // connection goes on working: the next good message is forwarded.
+  send_line(garbage.get(), json({{"type", "kv.get"}, {"id", 7}, {"key", 5}}).dump());
+  json refused = json::parse(read_line(garbage.get()));
+  CHECK(refused["type"] == "error");
+  CHECK(refused["id"] == 7);
+  CHECK(refused["error"] == "kv.get.key: expected a string, got 5");
+  send_line(garbage.get(), json({{"type", "beat"}, {"step", 3}}).dump());
+  auto beat = session.wait_for([](const json& m) { return m["type"] == "from_worker" && m["rank"] == 1 && m["msg"]["type"] == "beat"; });
+  REQUIRE(beat);
+  CHECK((*beat)["msg"]["step"] == 3);
 
   dtrain::UniqueFd huge = connect_to(path);
   std::string line(dtrain::contract::wire::kMaxLineBytes + 10, 'x');
@@ -134,6 +155,5 @@ TEST_CASE("garbage or an oversized line or a missing hello closes that connectio
   CHECK(session.wait_for_type("pong"));
   const std::string& diagnostics = session.diagnostics();
   CHECK(diagnostics.find("the first line must be hello") != std::string::npos);
-  CHECK(diagnostics.find("malformed JSON line 'this is not json {'") != std::string::npos);
   CHECK(diagnostics.find("exceeds the 1048576-byte limit") != std::string::npos);
 }

@@ -157,7 +157,13 @@ TEST_CASE("garbage and non-objects and a missing or non-string type are errors t
     auto decoded = decoder.next();
     REQUIRE_FALSE(decoded.ok());
     CHECK(decoded.error().message.rfind(c.expected_start, 0) == 0);
-    CHECK(decoder.failed());
+    // One bad body loses no framing: the decoder goes on with the next frame.
+    CHECK_FALSE(decoder.failed());
+    decoder.feed(encode_frame({{"type", "ping"}, {"id", 9}}));
+    auto after = decoder.next();
+    REQUIRE(after.ok());
+    REQUIRE(after->has_value());
+    CHECK((**after)["id"] == 9);
   }
 }
 

@@ -153,33 +153,41 @@ TEST_CASE("send_control writes one JSON line and returns the reply via the ctl.s
 
   {
     TinyServer server(socket_path, "{\"type\":\"ok\",\"state\":\"stopping\"}\n");
-    Result<json> reply = send_control(run, {{"type", "stop"}}, Millis(5000));
+    Result<ControlReply> reply = send_control(run, ControlRequest{ControlRequestType::stop}, Millis(5000));
     REQUIRE(reply.ok());
-    CHECK((*reply)["state"] == "stopping");
+    CHECK(reply->state == "stopping");
     CHECK(server.received() == "{\"type\":\"stop\"}\n");
   }
   ::unlink(socket_path.c_str());
   {
     TinyServer server(socket_path, "{\"type\":\"error\",\"message\":\"already stopping\"}\n");
-    Result<json> reply = send_control(run, {{"type", "stop"}}, Millis(5000));
+    Result<ControlReply> reply = send_control(run, ControlRequest{ControlRequestType::stop}, Millis(5000));
     REQUIRE_FALSE(reply.ok());
     CHECK(reply.error().message == "already stopping");
   }
   ::unlink(socket_path.c_str());
   {
+    // What a supervisor before this fix answered: the reason in "error". It must reach the user.
+    TinyServer server(socket_path, "{\"type\":\"error\",\"error\":\"unknown request 'x'\"}\n");
+    Result<ControlReply> reply = send_control(run, ControlRequest{ControlRequestType::stop}, Millis(5000));
+    REQUIRE_FALSE(reply.ok());
+    CHECK(reply.error().message == "unknown request 'x'");
+  }
+  ::unlink(socket_path.c_str());
+  {
     TinyServer server(socket_path, "");  // hangs up without answering
-    Result<json> reply = send_control(run, {{"type", "stop"}}, Millis(5000));
+    Result<ControlReply> reply = send_control(run, ControlRequest{ControlRequestType::stop}, Millis(5000));
     REQUIRE_FALSE(reply.ok());
     CHECK(reply.error().message.find("without a reply") != std::string::npos);
   }
   ::unlink(socket_path.c_str());
   // Nobody listening: an error naming the socket, quickly.
-  Result<json> refused = send_control(run, {{"type", "stop"}}, Millis(5000));
+  Result<ControlReply> refused = send_control(run, ControlRequest{ControlRequestType::stop}, Millis(5000));
   REQUIRE_FALSE(refused.ok());
   CHECK(refused.error().message.find(socket_path) != std::string::npos);
 
   ::unlink(run.ctl_link_path().c_str());
-  Result<json> no_link = send_control(run, {{"type", "stop"}}, Millis(5000));
+  Result<ControlReply> no_link = send_control(run, ControlRequest{ControlRequestType::stop}, Millis(5000));
   REQUIRE_FALSE(no_link.ok());
   CHECK(no_link.error().message.find("ctl.sock") != std::string::npos);
 }
@@ -193,7 +201,7 @@ TEST_CASE("send_control gives up at its deadline when the supervisor never answe
   std::copy(socket_path.begin(), socket_path.end(), address.sun_path);
   REQUIRE(::bind(listener.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
   REQUIRE(::listen(listener.get(), 1) == 0);  // the kernel accepts; nobody ever replies
-  Result<json> reply = send_control_to(socket_path, {{"type", "stop"}}, Millis(200));
+  Result<ControlReply> reply = send_control_to(socket_path, ControlRequest{ControlRequestType::stop}, Millis(200));
   REQUIRE_FALSE(reply.ok());
   CHECK(reply.error().message.find("no reply") != std::string::npos);
 }

@@ -1,0 +1,168 @@
+#include "launcher/proto/agent_messages.h"
+
+#include <limits>
+
+#include "launcher/base/strings.h"
+#include "launcher/proto/field_reader.h"
+#include "launcher/proto/messages.h"
+#include "launcher/proto/worker_messages.h"
+
+namespace dtrain::proto {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+constexpr size_t kMaxTailLines = 10'000;
+constexpr size_t kMaxPids = 1'000'000;
+constexpr size_t kMaxLogLineBytes = 1 << 20;
+
+template <class T>
+Result<AgentMessage> checked(FieldReader& reader, T message) {
+  if (!reader.ok()) return reader.error();
+  return AgentMessage(std::move(message));
+}
+
+int read_gen(FieldReader& reader) { return static_cast<int>(reader.integer("gen", -1, kIntMax)); }
+int read_rank(FieldReader& reader) { return static_cast<int>(reader.integer("rank", 0, kIntMax)); }
+int64_t read_pid(FieldReader& reader) { return reader.integer("pid", 0, kIntMax); }
+
+Result<AgentMessage> parse_hello(FieldReader& reader) {
+  AgentHello hello;
+  hello.protocol = static_cast<int>(reader.integer("protocol", 0, kIntMax));
+  hello.version = reader.optional_string("version", 256).value_or("");
+  hello.pid = reader.optional_integer("pid", 0, kIntMax).value_or(0);
+  hello.agent_time_ms = reader.optional_integer("agent_time_ms");
+  hello.socket = reader.optional_string("socket", 4096);
+  if (const json* facts = reader.optional_object("facts")) hello.facts = *facts;
+  return checked(reader, hello);
+}
+
+Result<AgentMessage> parse_exit(FieldReader& reader, const json& frame) {
+  WorkerExitReport exit;
+  exit.gen = read_gen(reader);
+  exit.rank = read_rank(reader);
+  exit.pid = reader.optional_integer("pid", 0, kIntMax).value_or(0);
+  std::optional<int64_t> signal = reader.optional_integer("signal", 1, 128);
+  std::optional<int64_t> code = reader.optional_integer("code", -1, 255);
+  if (signal) {
+    exit.signal = static_cast<int>(*signal);
+    exit.signal_name = reader.optional_string("signal_name", 64);
+  } else if (code) {
+    exit.code = static_cast<int>(*code);
+  } else if (reader.ok()) {
+    reader.fail("code", "expected an exit code or a signal", frame.contains("code") ? frame["code"] : json());
+  }
+  exit.agent_time_ms = reader.optional_integer("agent_time_ms");
+  exit.tail = reader.optional_string_array("tail", kMaxTailLines, kMaxLogLineBytes).value_or(std::vector<std::string>());
+  exit.killed_by_agent = reader.optional_boolean("killed_by_agent").value_or(false);
+  return checked(reader, exit);
+}
+
+Result<AgentMessage> parse_beat(FieldReader& reader) {
+  AgentBeat beat;
+  beat.agent_time_ms = reader.optional_integer("agent_time_ms");
+  beat.load1 = reader.optional_number("load1");
+  beat.mem_available_mb = reader.optional_integer("mem_available_mb");
+  if (const json* workers = reader.optional_array("workers")) {
+    for (const json& item : *workers) {
+      FieldReader worker("beat.workers[]", item);
+      AgentWorkerState state;
+      state.gen = static_cast<int>(worker.optional_integer("gen", -1, kIntMax).value_or(-1));
+      state.rank = static_cast<int>(worker.optional_integer("rank", -1, kIntMax).value_or(-1));
+      state.pid = worker.optional_integer("pid", 0, kIntMax).value_or(0);
+      state.alive = worker.optional_boolean("alive").value_or(false);
+      state.state = worker.optional_string("state", 8).value_or("");
+      if (!worker.ok()) return worker.error();
+      beat.workers.push_back(std::move(state));
+    }
+  }
+  return checked(reader, beat);
+}
+
+Result<AgentMessage> parse_sample(FieldReader& reader) {
+  SampleReply sample;
+  sample.id = reader.optional_integer("id");
+  sample.gen = static_cast<int>(reader.optional_integer("gen", -1, kIntMax).value_or(-1));
+  sample.rank = static_cast<int>(reader.optional_integer("rank", -1, kIntMax).value_or(-1));
+  sample.pid = reader.optional_integer("pid", 0, kIntMax).value_or(0);
+  // The agent caps the text at kMaxSampleTextBytes plus a note; allow a little over.
+  sample.text = reader.optional_string("text", kMaxSampleTextBytes + 4096);
+  sample.error = reader.optional_string("error", 4096);
+  return checked(reader, sample);
+}
+
+Result<AgentMessage> parse_protocol_error(FieldReader& reader) {
+  WorkerProtocolError error;
+  if (auto gen = reader.optional_integer("gen", -1, kIntMax)) error.gen = static_cast<int>(*gen);
+  if (auto rank = reader.optional_integer("rank", 0, kIntMax)) error.rank = static_cast<int>(*rank);
+  error.pid = reader.optional_integer("pid", 0, kIntMax).value_or(0);
+  error.error = reader.string("error", 4096);
+  error.closed = reader.optional_boolean("closed").value_or(false);
+  return checked(reader, error);
+}
+
+}  // namespace
+
+Result<AgentMessage> parse_agent_message(const json& frame) {
+  if (!frame.is_object()) return Error::user(std::string("frame is a JSON ") + frame.type_name() + ", not an object");
+  auto type_field = frame.find("type");
+  if (type_field == frame.end() || !type_field->is_string()) return Error::user("frame has no string \"type\"");
+  const std::string& type = type_field->get_ref<const std::string&>();
+  FieldReader reader(type, frame);
+  if (type == msg::kHello) return parse_hello(reader);
+  if (type == msg::kStarted) {
+    WorkerStartedReport started{read_gen(reader), read_rank(reader), read_pid(reader)};
+    return checked(reader, started);
+  }
+  if (type == msg::kSpawnFailed) {
+    WorkerSpawnFailedReport failed{read_gen(reader), read_rank(reader), ""};
+    failed.error = reader.optional_string("error", 4096).value_or("unknown error");
+    return checked(reader, failed);
+  }
+  if (type == msg::kExit) return parse_exit(reader, frame);
+  if (type == msg::kLog) {
+    WorkerLogLine log{read_gen(reader), read_rank(reader), "", ""};
+    log.stream = reader.optional_string("stream", 16).value_or("stdout");
+    log.line = reader.string("line", kMaxLogLineBytes);
+    return checked(reader, log);
+  }
+  if (type == msg::kFromWorker) {
+    FromWorker from{read_gen(reader), read_rank(reader), reader.optional_integer("pid", 0, kIntMax), json()};
+    if (const json* body = reader.object("msg")) from.msg = *body;
+    return checked(reader, from);
+  }
+  if (type == msg::kBeat) return parse_beat(reader);
+  if (type == msg::kPong) {
+    Pong pong{reader.optional_integer("id"), reader.optional_integer("agent_time_ms"),
+              reader.optional_integer("supervisor_time_ms")};
+    return checked(reader, pong);
+  }
+  if (type == msg::kPort) {
+    PortReply port{reader.integer("id"), static_cast<int>(reader.integer("port", 1, 65535))};
+    return checked(reader, port);
+  }
+  if (type == msg::kSample) return parse_sample(reader);
+  if (type == msg::kReleased) {
+    Released released;
+    released.gen = read_gen(reader);
+    released.killed = reader.optional_integer_array("killed", kMaxPids);
+    released.remaining = reader.optional_integer("remaining", 0).value_or(0);
+    released.ms = reader.optional_integer("ms", 0).value_or(0);
+    released.remaining_pids = reader.optional_integer_array("remaining_pids", kMaxPids);
+    return checked(reader, released);
+  }
+  if (type == msg::kError) {
+    AgentError error{reader.optional_string("message", 64 << 10).value_or(""), reader.optional_string("about", 64)};
+    return checked(reader, error);
+  }
+  if (type == msg::kBye) {
+    AgentBye bye{reader.optional_string("reason", 4096).value_or("")};
+    return checked(reader, bye);
+  }
+  if (type == msg::kProtocolError) return parse_protocol_error(reader);
+  return Error::user("unknown message type '" + printable(type, 40) + "'");
+}
+
+}  // namespace dtrain::proto

@@ -1,0 +1,90 @@
+#pragma once
+// The agent → supervisor messages (messages.h is the catalogue) as typed structs, and the one
+// parser that makes them from a decoded frame. The supervisor reads nothing an agent sent except
+// through parse_agent_message(): an agent is a peer process (another version, another host, a
+// corrupted stream), and a field of the wrong type must be a protocol error naming the host and
+// the field, never an exception in the event loop.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "launcher/base/result.h"
+
+namespace dtrain::proto {
+
+struct AgentHello {
+  int protocol = 0;
+  std::string version;
+  int64_t pid = 0;
+  std::optional<int64_t> agent_time_ms;
+  std::optional<std::string> socket;
+  nlohmann::json facts = nlohmann::json::object();  ///< checked: an object; fields read with json_access
+};
+struct WorkerStartedReport { int gen = 0; int rank = 0; int64_t pid = 0; };
+struct WorkerSpawnFailedReport { int gen = 0; int rank = 0; std::string error; };
+struct WorkerExitReport {
+  int gen = 0;
+  int rank = 0;
+  int64_t pid = 0;
+  std::optional<int> code;               ///< exactly one of code and signal is set
+  std::optional<int> signal;
+  std::optional<std::string> signal_name;
+  std::optional<int64_t> agent_time_ms;
+  std::vector<std::string> tail;
+  bool killed_by_agent = false;
+};
+struct WorkerLogLine { int gen = 0; int rank = 0; std::string stream; std::string line; };
+/// A worker-protocol message the agent forwarded. `msg` is the worker's object as the agent
+/// sent it: parse it with parse_worker_message(), so a bad one is blamed on the worker.
+struct FromWorker { int gen = 0; int rank = 0; std::optional<int64_t> pid; nlohmann::json msg; };
+struct AgentWorkerState { int gen = -1; int rank = -1; int64_t pid = 0; bool alive = false; std::string state; };
+struct AgentBeat {
+  std::optional<int64_t> agent_time_ms;
+  std::vector<AgentWorkerState> workers;
+  std::optional<double> load1;
+  std::optional<int64_t> mem_available_mb;
+};
+struct Pong { std::optional<int64_t> id; std::optional<int64_t> agent_time_ms; std::optional<int64_t> supervisor_time_ms; };
+struct PortReply { int64_t id = 0; int port = 0; };
+struct SampleReply {
+  std::optional<int64_t> id;
+  int gen = -1;
+  int rank = -1;
+  int64_t pid = 0;
+  std::optional<std::string> text;
+  std::optional<std::string> error;
+};
+struct Released {
+  int gen = 0;
+  std::vector<int64_t> killed;
+  int64_t remaining = 0;
+  int64_t ms = 0;
+  std::vector<int64_t> remaining_pids;
+};
+struct AgentError { std::string message; std::optional<std::string> about; };
+struct AgentBye { std::string reason; };
+/// The agent dropped a worker line it could not parse (worker_messages.h). gen and rank are
+/// absent when the worker had not said hello yet; pid is the peer's (SO_PEERCRED).
+struct WorkerProtocolError {
+  std::optional<int> gen;
+  std::optional<int> rank;
+  int64_t pid = 0;
+  std::string error;
+  bool closed = false;  ///< the agent closed that connection (framing lost, or no hello)
+};
+
+using AgentMessage = std::variant<AgentHello, WorkerStartedReport, WorkerSpawnFailedReport, WorkerExitReport,
+                                  WorkerLogLine, FromWorker, AgentBeat, Pong, PortReply, SampleReply,
+                                  Released, AgentError, AgentBye, WorkerProtocolError>;
+
+/// Checks one decoded frame (an object with a string "type"; frame.h guarantees that much).
+/// The Error names the message and the field: `exit.rank: expected an integer, got null`.
+/// Unknown extra fields are ignored; an unknown type is an error. Never throws.
+Result<AgentMessage> parse_agent_message(const nlohmann::json& frame);
+
+}  // namespace dtrain::proto

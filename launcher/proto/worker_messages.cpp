@@ -1,0 +1,188 @@
+#include "launcher/proto/worker_messages.h"
+
+#include <limits>
+
+#include "launcher/base/strings.h"
+#include "launcher/proto/field_reader.h"
+#include "worker/contract/wire.h"
+
+namespace dtrain::proto {
+
+namespace wire = contract::wire;
+using nlohmann::json;
+
+namespace {
+
+constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+constexpr size_t kMaxValueBytes = 1 << 20;
+
+template <class T>
+Result<WorkerMessage> checked(FieldReader& reader, T message) {
+  if (!reader.ok()) return reader.error();
+  return WorkerMessage(std::move(message));
+}
+
+}  // namespace
+
+Result<WorkerMessage> parse_worker_message(const json& message) {
+  if (!message.is_object()) {
+    return Error::user(std::string("line is a JSON ") + message.type_name() + ", not an object with a \"type\"");
+  }
+  auto type_field = message.find("type");
+  if (type_field == message.end() || !type_field->is_string()) {
+    return Error::user("line has no string \"type\"" +
+                       (type_field == message.end() ? std::string() : ", got " + describe_json_value(*type_field)));
+  }
+  const std::string& type = type_field->get_ref<const std::string&>();
+  FieldReader reader(type, message);
+  if (type == wire::kHello) {
+    WorkerHello hello;
+    hello.rank = static_cast<int>(reader.integer("rank", 0, kIntMax));
+    hello.gen = static_cast<int>(reader.integer("gen", 0, kIntMax));
+    hello.pid = reader.optional_integer("pid", 0, kIntMax);
+    return checked(reader, hello);
+  }
+  if (type == wire::kBeat) {
+    WorkerBeat beat;
+    beat.step = reader.integer("step", 0);
+    beat.loss = reader.optional_number("loss");
+    beat.step_ms = reader.optional_number("step_ms");
+    beat.comm_ms = reader.optional_number("comm_ms");
+    beat.data_ms = reader.optional_number("data_ms");
+    beat.samples = reader.optional_integer("samples", 0);
+    return checked(reader, beat);
+  }
+  if (type == wire::kKvSet) {
+    KvSetRequest set;
+    set.id = reader.integer("id");
+    set.key = reader.string("key", kMaxWorkerKeyBytes);
+    set.value = reader.string("value", kMaxValueBytes);
+    return checked(reader, set);
+  }
+  if (type == wire::kKvGet) {
+    KvGetRequest get;
+    get.id = reader.integer("id");
+    get.key = reader.string("key", kMaxWorkerKeyBytes);
+    return checked(reader, get);
+  }
+  if (type == wire::kKvWait) {
+    KvWaitRequest wait;
+    wait.id = reader.integer("id");
+    wait.keys = reader.string_array("keys", kMaxWorkerWaitKeys, kMaxWorkerKeyBytes);
+    wait.timeout_ms = reader.optional_integer("timeout_ms", 0);
+    if (reader.ok() && wait.keys.empty()) reader.fail_text("keys", "expected at least one key");
+    return checked(reader, wait);
+  }
+  if (type == wire::kKvAdd) {
+    KvAddRequest add;
+    add.id = reader.integer("id");
+    add.key = reader.string("key", kMaxWorkerKeyBytes);
+    add.delta = reader.integer("delta");
+    return checked(reader, add);
+  }
+  if (type == wire::kGenCheck) {
+    GenCheckRequest check;
+    check.id = reader.integer("id");
+    return checked(reader, check);
+  }
+  if (type == wire::kCommReady) {
+    CommReady ready;
+    ready.ms = reader.optional_number("ms");
+    return checked(reader, ready);
+  }
+  if (type == wire::kCkptCommitted) {
+    CheckpointCommittedReport committed;
+    committed.step = reader.integer("step", 0);
+    committed.bytes = reader.optional_integer("bytes", 0).value_or(0);
+    committed.ms = reader.optional_number("ms").value_or(0);
+    return checked(reader, committed);
+  }
+  if (type == wire::kCkptRejected) {
+    CheckpointRejectedReport rejected;
+    rejected.step = reader.integer("step", 0);
+    rejected.reason = reader.optional_string("reason", kMaxWorkerReasonBytes).value_or("");
+    return checked(reader, rejected);
+  }
+  if (type == wire::kBye) {
+    WorkerBye bye;
+    bye.reason = reader.optional_string("reason", kMaxWorkerReasonBytes).value_or("");
+    return checked(reader, bye);
+  }
+  return Error::user("unknown message type '" + printable(type, 40) +
+                     "'; expected hello, beat, kv.set, kv.get, kv.wait, kv.add, gen.check, comm.ready, "
+                     "ckpt.committed, ckpt.rejected or bye");
+}
+
+Result<WorkerMessage> parse_worker_line(std::string_view line) {
+  json message = json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (message.is_discarded()) {
+    return Error::user("malformed JSON line '" + printable(line, 80) + "'");
+  }
+  return parse_worker_message(message);
+}
+
+namespace {
+
+void put(json& out, const char* key, const std::optional<double>& value) {
+  if (value) out[key] = *value;
+}
+void put(json& out, const char* key, const std::optional<int64_t>& value) {
+  if (value) out[key] = *value;
+}
+
+struct ToJson {
+  json operator()(const WorkerHello& m) const {
+    json out = {{"type", wire::kHello}, {"rank", m.rank}, {"gen", m.gen}};
+    put(out, "pid", m.pid);
+    return out;
+  }
+  json operator()(const WorkerBeat& m) const {
+    json out = {{"type", wire::kBeat}, {"step", m.step}};
+    put(out, "loss", m.loss);
+    put(out, "step_ms", m.step_ms);
+    put(out, "comm_ms", m.comm_ms);
+    put(out, "data_ms", m.data_ms);
+    put(out, "samples", m.samples);
+    return out;
+  }
+  json operator()(const KvSetRequest& m) const {
+    return {{"type", wire::kKvSet}, {"id", m.id}, {"key", m.key}, {"value", m.value}};
+  }
+  json operator()(const KvGetRequest& m) const { return {{"type", wire::kKvGet}, {"id", m.id}, {"key", m.key}}; }
+  json operator()(const KvWaitRequest& m) const {
+    json out = {{"type", wire::kKvWait}, {"id", m.id}, {"keys", m.keys}};
+    put(out, "timeout_ms", m.timeout_ms);
+    return out;
+  }
+  json operator()(const KvAddRequest& m) const {
+    return {{"type", wire::kKvAdd}, {"id", m.id}, {"key", m.key}, {"delta", m.delta}};
+  }
+  json operator()(const GenCheckRequest& m) const { return {{"type", wire::kGenCheck}, {"id", m.id}}; }
+  json operator()(const CommReady& m) const {
+    json out = {{"type", wire::kCommReady}};
+    put(out, "ms", m.ms);
+    return out;
+  }
+  json operator()(const CheckpointCommittedReport& m) const {
+    return {{"type", wire::kCkptCommitted}, {"step", m.step}, {"bytes", m.bytes}, {"ms", m.ms}};
+  }
+  json operator()(const CheckpointRejectedReport& m) const {
+    return {{"type", wire::kCkptRejected}, {"step", m.step}, {"reason", m.reason}};
+  }
+  json operator()(const WorkerBye& m) const { return {{"type", wire::kBye}, {"reason", m.reason}}; }
+};
+
+}  // namespace
+
+json to_json(const WorkerMessage& message) { return std::visit(ToJson{}, message); }
+
+const char* type_of(const WorkerMessage& message) {
+  static constexpr const char* kNames[] = {wire::kHello,    wire::kBeat,      wire::kKvSet,
+                                           wire::kKvGet,    wire::kKvWait,    wire::kKvAdd,
+                                           wire::kGenCheck, wire::kCommReady, wire::kCkptCommitted,
+                                           wire::kCkptRejected, wire::kBye};
+  static_assert(std::size(kNames) == std::variant_size_v<WorkerMessage>);
+  return kNames[message.index()];
+}
+
+}  // namespace dtrain::proto

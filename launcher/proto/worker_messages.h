@@ -1,0 +1,67 @@
+#pragma once
+// The worker → agent messages of the worker protocol (worker/contract/wire.h) as typed structs,
+// and the one parser that makes them from a line a worker wrote. A worker is untrusted: a user
+// script, any language, possibly buggy. The agent parses every line here before forwarding it,
+// and the supervisor parses again what an agent forwards (an agent is a peer too), so a field of
+// the wrong type is a protocol error naming the field, never an exception in the loop.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "launcher/base/result.h"
+
+namespace dtrain::proto {
+
+/// Limits of what a worker may send (beyond the line limit, kMaxLineBytes in wire.h).
+inline constexpr size_t kMaxWorkerKeyBytes = 512;
+inline constexpr size_t kMaxWorkerWaitKeys = 10'000;
+inline constexpr size_t kMaxWorkerReasonBytes = 4096;
+
+struct WorkerHello {
+  int rank = 0;
+  int gen = 0;
+  std::optional<int64_t> pid;  ///< what the worker says; the agent trusts SO_PEERCRED instead
+};
+struct WorkerBeat {
+  int64_t step = 0;
+  std::optional<double> loss, step_ms, comm_ms, data_ms;
+  std::optional<int64_t> samples;
+};
+struct KvSetRequest { int64_t id = 0; std::string key; std::string value; };
+struct KvGetRequest { int64_t id = 0; std::string key; };
+struct KvWaitRequest { int64_t id = 0; std::vector<std::string> keys; std::optional<int64_t> timeout_ms; };
+struct KvAddRequest { int64_t id = 0; std::string key; int64_t delta = 0; };
+struct GenCheckRequest { int64_t id = 0; };
+struct CommReady { std::optional<double> ms; };
+struct CheckpointCommittedReport { int64_t step = 0; int64_t bytes = 0; double ms = 0; };
+struct CheckpointRejectedReport { int64_t step = 0; std::string reason; };
+struct WorkerBye { std::string reason; };
+
+using WorkerMessage = std::variant<WorkerHello, WorkerBeat, KvSetRequest, KvGetRequest, KvWaitRequest,
+                                   KvAddRequest, GenCheckRequest, CommReady, CheckpointCommittedReport,
+                                   CheckpointRejectedReport, WorkerBye>;
+
+/// Checks one decoded message: an object with a known string "type" and every field of the
+/// right type and range. The Error names the message and the field:
+/// `beat.step: expected an integer, got null`. Unknown extra fields are ignored (a newer worker
+/// may send more). Never throws.
+Result<WorkerMessage> parse_worker_message(const nlohmann::json& message);
+
+/// The same from one line (without its '\n'): malformed JSON is an error with an excerpt whose
+/// control bytes are escaped.
+Result<WorkerMessage> parse_worker_line(std::string_view line);
+
+/// The canonical JSON of a message (what the agent forwards): only the known fields, "type"
+/// first. parse_worker_message(to_json(m)) gives m back.
+nlohmann::json to_json(const WorkerMessage& message);
+
+/// The wire "type" of a message.
+const char* type_of(const WorkerMessage& message);
+
+}  // namespace dtrain::proto
