@@ -276,3 +276,11 @@ TEST_CASE("bytes YAML does not allow are refused with their place, not read leni
   std::string spec = dir.write("job.yaml", "version: 1\nworker:\n  command: [x]\n  env_file: latin1.env\n");
   CHECK(contains(only_error(load_job_spec(spec)), "latin1.env:2:7: worker.env_file: the value of CITY is not valid UTF-8 (byte 0xf6)"));
 }
+
+TEST_CASE("control bytes in a value are shown escaped, so the message is never cut at a NUL") {
+  std::string error = only_error(std::string("version: 1\nname: \"a\\0b\\e[31m\"\n") + kWorker);
+  CHECK(error == "job.yaml:2:7: name: 'a\\x00b\\x1b[31m' may hold only letters, digits, '.', '_' and '-' (at most 64); "
+                 "write e.g. bert-large");
+  CHECK(error.find('\0') == std::string::npos);
+  CHECK(contains(only_error("version: 1\n\"hear\\tbeat\": 1\n" + kWorker), "unknown key 'hear\\x09beat'"));
+}
