@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <unordered_set>
 
 #include "fuzz/fuzz_check.h"
 #include "fuzz/host_invariants.h"
@@ -38,9 +39,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto parsed = spec::parse_host_expression(hosts_line);
   if (!parsed) return 0;
   std::vector<spec::HostEntry> hosts;
+  std::unordered_set<std::string> names;
   for (spec::HostEntry& host : *parsed) {
-    bool listed = std::any_of(hosts.begin(), hosts.end(), [&](const spec::HostEntry& other) { return other.name == host.name; });
-    if (listed) continue;
+    if (!names.insert(host.name).second) continue;
     if (host.slots == 0) host.slots = 2;
     hosts.push_back(std::move(host));
   }

@@ -6,6 +6,8 @@
 #include <charconv>
 #include <cstdio>
 #include <set>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "launcher/base/strings.h"
 #include "launcher/spec/spec_loader.h"
@@ -366,10 +368,18 @@ Result<std::vector<HostEntry>> apply_include_exclude(std::vector<HostEntry> host
   auto items = parse_filter(including ? include : exclude, what);
   if (!items) return items.error();
 
+  // Filter items by host name: scanning every item for every host made a filter over the largest
+  // hostlist (65536 hosts) take the loader many seconds (found by fuzz/host_filters).
+  std::unordered_map<std::string, std::vector<const FilterItem*>> items_by_host;
+  for (const FilterItem& item : *items) items_by_host[item.name].push_back(&item);
   std::vector<std::string> known;
-  for (const HostEntry& host : hosts) known.push_back(host.name);
+  std::unordered_set<std::string> known_names;
+  for (const HostEntry& host : hosts) {
+    known.push_back(host.name);
+    known_names.insert(host.name);
+  }
   for (const FilterItem& item : *items) {
-    if (std::find(known.begin(), known.end(), item.name) == known.end()) {
+    if (!known_names.count(item.name)) {
       std::string hint = closest_match(item.name, known);
       return Error::user(std::string(what) + ": unknown host " + single_quoted(item.name) +
                          (hint.empty() ? "" : "; did you mean " + single_quoted(hint) + "?") +
@@ -381,11 +391,12 @@ Result<std::vector<HostEntry>> apply_include_exclude(std::vector<HostEntry> host
   for (HostEntry& host : hosts) {
     bool named = false, whole = false;
     std::set<int> listed;
-    for (const FilterItem& item : *items) {
-      if (item.name != host.name) continue;
-      named = true;
-      if (item.slots.empty()) whole = true;
-      listed.insert(item.slots.begin(), item.slots.end());
+    if (auto found = items_by_host.find(host.name); found != items_by_host.end()) {
+      for (const FilterItem* item : found->second) {
+        named = true;
+        if (item->slots.empty()) whole = true;
+        listed.insert(item->slots.begin(), item->slots.end());
+      }
     }
     std::vector<int> available = available_slots(host);
     for (int slot : listed) {
