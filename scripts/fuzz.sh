@@ -70,30 +70,46 @@ for target in $targets; do
   artifacts=$build/artifacts/$target
   log=$build/logs/$target.log
   mkdir -p "$work" "$artifacts" "$build/logs"
-  options=(-max_total_time="$seconds" -max_len="$(max_len "$target")" -timeout=10 -rss_limit_mb=2048
-           -artifact_prefix="$artifacts/" -print_final_stats=1)
+  # -timeout: a unit that takes 30 s is a bug even on a loaded machine (10 s gave false alarms
+  # while other builds ran).
+  options=(-max_len="$(max_len "$target")" -timeout=30 -rss_limit_mb=2048 -artifact_prefix="$artifacts/"
+           -print_final_stats=1)
   [ -f "$repo/fuzz/dict/$target.dict" ] && options+=(-dict="$repo/fuzz/dict/$target.dict")
   echo "fuzz.sh: $target for ${seconds}s (log: $log)"
   before=$(find "$work" -type f | wc -l)
-  set +e
-  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    "$build/fuzz/fuzz_$target" "${options[@]}" "$work" "$repo/fuzz/corpus/$target" >"$log" 2>&1
-  code=$?
-  set -e
-  stat() { sed -n "s/^stat::$1: *//p" "$log" | tail -1; }
-  execs=$(stat number_of_executed_units)
-  rate=$(stat average_exec_per_sec)
-  coverage=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | sed 's/cov: //')
-  features=$(grep -o 'ft: [0-9]*' "$log" | tail -1 | sed 's/ft: //')
+  : >"$log"
+  # libFuzzer stops at the first crash; start it again (the crash is kept as an artifact) until
+  # the time is up, so one bug does not end the campaign. At most 20 starts.
+  started=$SECONDS
+  execs=0 starts=0 code=0
+  while remaining=$((seconds - (SECONDS - started))); [ "$remaining" -gt 0 ] && [ "$starts" -lt 20 ]; do
+    starts=$((starts + 1))
+    set +e
+    ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+      "$build/fuzz/fuzz_$target" "${options[@]}" -max_total_time="$remaining" "$work" "$repo/fuzz/corpus/$target" \
+      >"$log.run" 2>&1
+    code=$?
+    set -e
+    cat "$log.run" >>"$log"
+    run_execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log.run" | tail -1 || true)
+    execs=$((execs + ${run_execs:-0}))
+    [ "$code" -eq 0 ] && break
+  done
+  rm -f "$log.run"
+  elapsed=$((SECONDS - started))
+  rate=$(( execs / (elapsed > 0 ? elapsed : 1) ))
+  # (|| true: grep finds nothing in the log of a target that failed to start)
+  coverage=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | sed 's/cov: //' || true)
+  features=$(grep -o 'ft: [0-9]*' "$log" | tail -1 | sed 's/ft: //' || true)
   added=$(( $(find "$work" -type f | wc -l) - before ))
-  crashes=$(find "$artifacts" -type f \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' -o -name 'oom-*' \) | sort)
+  crashes=$(grep -o "Test unit written to [^ ]*" "$log" | sed 's/Test unit written to //' | sort -u || true)
   if [ -n "$crashes" ] || [ "$code" -ne 0 ]; then
     status=1
-    found="crashes: ${crashes:-exit $code, see $log}"
+    found="findings: $(tr '\n' ' ' <<<"${crashes:-exit $code, see $log}")"
   else
-    found="crashes: none"
+    found="findings: none"
   fi
-  line="fuzz: $target: ${seconds}s, ${execs:-?} execs, ${rate:-?} execs/s, cov ${coverage:-?} ft ${features:-?}, +$added corpus inputs, $(tr '\n' ' ' <<<"$found")"
+  line="fuzz: $target: ${elapsed}s, $execs execs, $rate execs/s, cov ${coverage:-?} ft ${features:-?}, +$added corpus inputs, $starts start(s), $found"
   echo "$line"
   echo "$(date -u +%FT%TZ) $line" >>"$build/fuzz-summary.txt"
 done
