@@ -7,6 +7,7 @@
 
 #include "launcher/base/clock.h"
 #include "launcher/base/fd.h"
+#include "launcher/runlog/event_log.h"
 #include "launcher/runlog/json_access.h"
 #include "launcher/runlog/run_state.h"
 
@@ -53,16 +54,8 @@ Status LiveRun::poll() {
 Result<json> LiveRun::state() const { return read_state(directory_); }
 
 Status LiveRun::append(const json& event) const {
-  std::string line = format_event_line(event, SystemClock().wall_ms()) + "\n";
-  UniqueFd fd(::open(directory_.events_path().c_str(), O_WRONLY | O_APPEND | O_CLOEXEC));
-  if (!fd.valid()) return Error::infra(directory_.events_path() + ": cannot append: " + errno_text(errno));
-  // One write(2): O_APPEND places the whole line at the end, between the supervisor's lines.
-  ssize_t written = ::write(fd.get(), line.data(), line.size());
-  if (written != static_cast<ssize_t>(line.size())) {
-    return Error::infra(directory_.events_path() + ": short append (" + std::to_string(written) + " of " +
-                        std::to_string(line.size()) + " bytes): " + errno_text(errno));
-  }
-  return {};
+  // Whole lines or nothing, between the supervisor's own lines (event_log.h).
+  return EventLog::append_to(directory_.events_path(), event, SystemClock().wall_ms());
 }
 
 std::string LiveRun::checkpoint_dir() const {

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <charconv>
 
 #include <nlohmann/json.hpp>
@@ -13,6 +14,7 @@
 #include "launcher/base/strings.h"
 #include "launcher/spec/spec_loader.h"
 #include "launcher/transport/ssh_exec.h"
+#include "launcher/runlog/json_access.h"
 
 namespace dtrain::drill {
 
@@ -107,8 +109,9 @@ std::optional<int> RunHosts::agent_pid(const std::string& host) const {
   Result<std::string> text = read_file(directory_.host_facts_path(host));
   if (!text) return std::nullopt;
   nlohmann::json facts = nlohmann::json::parse(*text, nullptr, false);
-  int pid = facts.is_object() ? facts.value("agent_pid", 0) : 0;
-  return pid > 1 ? std::optional<int>(pid) : std::nullopt;
+  // A hand-edited or half-written hosts/<host>.json must not throw: read the pid checked.
+  int64_t pid = json_int(facts, "agent_pid").value_or(0);
+  return pid > 1 && pid <= INT32_MAX ? std::optional<int>(static_cast<int>(pid)) : std::nullopt;
 }
 
 Result<CommandOutput> RunHosts::shell(const std::string& host, const std::string& command, Millis timeout) const {

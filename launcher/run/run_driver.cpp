@@ -1163,7 +1163,10 @@ int resume(const ResumeOptions& options) {
   Result<plan::RankPlan> plan = plan::make_plan(spec);
   if (!plan) return refuse(run->spec_path() + ": " + plan.error().message);
 
-  Result<std::vector<json>> events = read_events(run->events_path());
+  // A corrupt line (a full disk, a hand edit) is skipped with a warning; the rest still counts.
+  Result<std::vector<json>> events = read_events(run->events_path(), [](const std::string& warning) {
+    std::fprintf(stderr, "dtrain resume: warning: %s\n", warning.c_str());
+  });
   if (!events) return refuse("cannot read the run log: " + events.error().message, ExitCode::infra);
   supervisor::ResumeFrom from = resume_point(*state, *events);
   int64_t started_wall = clock.wall_ms();

@@ -181,6 +181,12 @@ Result<EventLog> EventLog::open_existing(const std::string& path) {
   return EventLog(path, std::move(fd));
 }
 
+Status EventLog::append_to(const std::string& path, const nlohmann::json& event, int64_t wall_ms) {
+  UniqueFd fd(::open(path.c_str(), O_RDWR | O_APPEND | O_CLOEXEC));
+  if (!fd.valid()) return Error::infra(path + ": cannot append: " + errno_text(errno));
+  return EventLog(path, std::move(fd)).append(event, wall_ms);
+}
+
 Status EventLog::append(const nlohmann::json& event, int64_t wall_ms) {
   const nlohmann::json* name = json_member(event, "ev");
   if (!name || !name->is_string()) {

@@ -36,6 +36,11 @@ class EventLog {
   /// starts on a line of its own.
   static Result<EventLog> open_existing(const std::string& path);
 
+  /// Appends one event to the live log of a run whose supervisor is writing it too (a drill's
+  /// drill.injected): the same whole-line-or-nothing append, without open_existing()'s header
+  /// check and cut of a final partial line (that line may be the supervisor's, being written).
+  static Status append_to(const std::string& path, const nlohmann::json& event, int64_t wall_ms);
+
   /// Writes `event` (an object with a string "ev") as one line, with "ts" =
   /// format_timestamp_utc(wall_ms) as its first key (a "ts" in `event` is replaced).
   /// On a failed or short write the file is truncated back to its last newline and the error
