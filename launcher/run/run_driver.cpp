@@ -380,6 +380,10 @@ void RunDriver::agent_protocol_error(AgentLink& link, const std::string& problem
   if (count > kMaxProtocolErrorsPerSender) return;  // the host is lost already
   record({{"ev", "protocol.error"}, {"sender", "agent"}, {"host", link.host()}, {"error", problem},
           {"count", count}});
+  if (count == 1) {
+    console_.line(clock_.wall_ms(), "warning: the agent on " + link.host() +
+                                        " sent a message that could not be parsed: " + problem);
+  }
   if (count >= kMaxProtocolErrorsPerSender) {
     host_lost(link, "the agent sent " + std::to_string(count) + " messages that could not be parsed; the last: " +
                         problem);
@@ -398,6 +402,12 @@ void RunDriver::worker_protocol_error(AgentLink& link, std::optional<int> gen, s
   if (gen) event["gen"] = *gen;
   if (rank) event["rank"] = *rank;
   record(event);
+  if (count == 1) {
+    console_.line(clock_.wall_ms(), "warning: " + (rank ? "rank " + std::to_string(*rank) + " " : std::string()) +
+                                        "on " + link.host() + " (pid " + std::to_string(pid) +
+                                        ") sent a message that could not be parsed: " + problem +
+                                        " (dropped; every further one is a protocol.error event)");
+  }
   if (count == kMaxProtocolErrorsPerSender && gen && rank) {
     feed(supervisor::WorkerMisbehaved{*gen, *rank,
                                       "sent " + std::to_string(count) +
