@@ -927,7 +927,10 @@ void RunDriver::print_summary(const supervisor::FinishRun& finish) {
   record(summary);
   if (console_.mode() == Console::Mode::quiet) return;
   console_.finish();
-  std::string duration = format_duration(Millis((clock_.wall_ms() - submitted_wall_ms_) / 100 * 100));
+  // Rounded to 100 ms past a second; a run that ended at once shows its real milliseconds,
+  // not "0ms".
+  int64_t elapsed_ms = std::max<int64_t>(1, clock_.wall_ms() - submitted_wall_ms_);
+  std::string duration = format_duration(Millis(elapsed_ms < 1000 ? elapsed_ms : elapsed_ms / 100 * 100));
   std::FILE* out = finish.exit_code == ExitCode::ok ? stdout : stderr;
   std::fprintf(out, "dtrain: run %s %s after %s (exit %d)\n", run_.id().c_str(),
                supervisor::to_string(finish.state), duration.c_str(), to_int(finish.exit_code));

@@ -74,6 +74,11 @@ struct ElasticSettings {
   int max_restarts = 0;          ///< 0: the first failure ends the job
   Millis restart_window{3'600'000};
   int exclude_after = 2;
+  /// Consecutive generations without progress that end the run as a crash loop.
+  int crash_loop_after = 3;
+  /// A generation whose progress cannot be known (no step reported, no checkpoint committed)
+  /// counts as progress when it ran at least this long. 0: 2 × heartbeat.hang_timeout.
+  Millis progress_window{0};
 
   bool operator==(const ElasticSettings&) const = default;
 };

@@ -158,7 +158,8 @@ void read_batch(DiagnosticSink& sink, const Section& root, BatchSettings& batch)
 }
 
 void read_elastic(DiagnosticSink& sink, const Section& root, int host_count, ElasticSettings& elastic) {
-  Section e(sink, root.get("elastic"), "elastic", {"min_hosts", "max_restarts", "restart_window", "exclude_after"});
+  Section e(sink, root.get("elastic"), "elastic", {"min_hosts", "max_restarts", "restart_window", "exclude_after",
+                                                       "crash_loop_after", "progress_window"});
   if (auto v = read_int(sink, e.get("min_hosts"), e.path("min_hosts"), 0, kMaxCount)) {
     if (*v > host_count && host_count > 0) {
       sink.error(*e.get("min_hosts"), e.path("min_hosts"),
@@ -171,6 +172,12 @@ void read_elastic(DiagnosticSink& sink, const Section& root, int host_count, Ela
   if (auto v = read_int(sink, e.get("max_restarts"), e.path("max_restarts"), 0, kMaxCount)) elastic.max_restarts = *v;
   if (auto v = read_duration(sink, e.get("restart_window"), e.path("restart_window"), Millis(1))) elastic.restart_window = *v;
   if (auto v = read_int(sink, e.get("exclude_after"), e.path("exclude_after"), 1, kMaxCount)) elastic.exclude_after = *v;
+  if (auto v = read_int(sink, e.get("crash_loop_after"), e.path("crash_loop_after"), 1, kMaxCount)) {
+    elastic.crash_loop_after = *v;
+  }
+  if (auto v = read_duration(sink, e.get("progress_window"), e.path("progress_window"), Millis(1))) {
+    elastic.progress_window = *v;
+  }
 }
 
 // interval < timeout < hang_timeout: an agent must miss several beats before it is declared

@@ -103,6 +103,8 @@ std::string to_yaml(const JobSpec& spec) {
   out << YAML::Key << "max_restarts" << YAML::Value << spec.elastic.max_restarts;
   duration_value(out, "restart_window", spec.elastic.restart_window);
   out << YAML::Key << "exclude_after" << YAML::Value << spec.elastic.exclude_after;
+  out << YAML::Key << "crash_loop_after" << YAML::Value << spec.elastic.crash_loop_after;
+  if (spec.elastic.progress_window.count() > 0) duration_value(out, "progress_window", spec.elastic.progress_window);
   out << YAML::EndMap;
 
   out << YAML::Key << "heartbeat" << YAML::Value << YAML::BeginMap;

@@ -53,7 +53,7 @@ std::vector<Action> Supervisor::resume_from(const ResumeFrom& from) {
   nlohmann::json detected = cause_json(cause);
   detected["ev"] = "failure.detected";
   detected["detected_by"] = "dtrain resume";
-  incidents_.push_back(detected);
+  add_incident(detected);
   record(detected);
 
   int64_t now = clock_.monotonic_ms();
@@ -75,6 +75,12 @@ void Supervisor::set_state(RunState next, const std::string& why) {
   if (next == state_) return;
   state_ = next;
   record({{"ev", "run.state"}, {"state", to_string(next)}, {"why", why}});
+}
+
+void Supervisor::add_incident(nlohmann::json incident) {
+  // Each incident names its own generation: the summary lists them in order.
+  if (generation_ >= 0 && !incident.contains("gen")) incident["gen"] = generation_;
+  incidents_.push_back(std::move(incident));
 }
 
 void Supervisor::record(nlohmann::json event) {
@@ -101,6 +107,23 @@ int64_t Supervisor::newest_step() const {
   return newest;
 }
 
+Millis Supervisor::progress_window() const {
+  return spec_.elastic.progress_window.count() > 0 ? spec_.elastic.progress_window : 2 * spec_.heartbeat.hang_timeout;
+}
+
+bool Supervisor::generation_made_progress() {
+  // Steps: any rank of this generation reported one (a worker of the protocol, or instrumented).
+  bool steps_known = std::any_of(ranks_.begin(), ranks_.end(), [](const RankStatus& r) { return r.step >= 0; });
+  steps_reported_ = steps_known;
+  if (steps_known && newest_step() > generation_start_step_) return true;
+  if (latest_checkpoint_step_ > generation_start_checkpoint_) return true;
+  if (steps_known) return false;
+  // Neither can be known (a script that does not speak the worker protocol and wrote no
+  // checkpoint through it): a generation that ran long enough is taken to have trained.
+  int64_t ended = recovery_ && recovery_->detected_ms > 0 ? recovery_->detected_ms : clock_.monotonic_ms();
+  return ended - generation_started_ms_ >= progress_window().count();
+}
+
 bool Supervisor::restart_budget_left() {
   int64_t now = clock_.monotonic_ms();
   int64_t window = spec_.elastic.restart_window.count();
@@ -122,6 +145,7 @@ void Supervisor::start_generation(plan::RankPlan next_plan) {
   ending_ = Ending::none;
   int64_t resume_step = generation_ == 0 ? -1 : latest_checkpoint_step_;
   generation_start_step_ = resume_step;
+  generation_start_checkpoint_ = latest_checkpoint_step_;
   set_state(RunState::launching, generation_ == 0 ? "all hosts connected" : "recovery");
   nlohmann::json plan_event = {{"ev", "plan.generation"}, {"gen", generation_},
                                {"world_size", plan_.world_size}, {"data", plan_.data},
@@ -181,16 +205,19 @@ void Supervisor::finish_stop() {
   recovery_->released_ms = clock_.monotonic_ms();
   // Beats are rate-limited, so a committed checkpoint can be newer than the newest beat.
   recovery_->last_step = std::max({recovery_->last_step, newest_step(), latest_checkpoint_step_});
-  if (newest_step() <= generation_start_step_) ++generations_without_progress_;
-  else generations_without_progress_ = 0;
-  if (generations_without_progress_ >= 3) {
-    record({{"ev", "failure.crash_loop"},
-            {"generations", generations_without_progress_},
-            {"detail", "no step progress across 3 consecutive generations"}});
+  if (generation_made_progress()) generations_without_progress_ = 0;
+  else ++generations_without_progress_;
+  int crash_loop_after = spec_.elastic.crash_loop_after;
+  if (generations_without_progress_ >= crash_loop_after) {
+    std::string detail = "no progress across " + std::to_string(generations_without_progress_) +
+                         " consecutive generations (no step advanced, no checkpoint committed" +
+                         (steps_reported_ ? "" : ", none ran " + format_duration(progress_window()) + " or longer") +
+                         "; elastic.crash_loop_after " + std::to_string(crash_loop_after) + ")";
+    record({{"ev", "failure.crash_loop"}, {"generations", generations_without_progress_}, {"detail", detail}});
     ending_ = Ending::fail;
     ending_code_ = ExitCode::crash_loop;
-    give_up_reason_ = "crash loop: no step progress across 3 consecutive generations";
-    set_state(RunState::failed, "crash loop: no step progress across 3 consecutive generations");
+    give_up_reason_ = "crash loop: " + detail;
+    set_state(RunState::failed, give_up_reason_);
     out_.push_back(FinishRun{RunState::failed, ExitCode::crash_loop});
     return;
   }
@@ -218,7 +245,7 @@ void Supervisor::handle_failure(RootCause cause, bool host_lost) {
   nlohmann::json detected = cause_json(cause);
   detected["ev"] = "failure.detected";
   if (cause.observed_ms > 0) detected["latency_ms"] = std::max<int64_t>(0, now_wall - cause.observed_ms);
-  incidents_.push_back(detected);
+  add_incident(detected);
   record(detected);
 
   bool membership_change = false;
@@ -226,14 +253,24 @@ void Supervisor::handle_failure(RootCause cause, bool host_lost) {
     excluded_.insert(cause.host);
     membership_change = true;
   } else if (!cause.host.empty() && spec_.elastic.exclude_after > 0 &&
-             ++host_failures_[cause.host] >= spec_.elastic.exclude_after &&
-             spec_.elastic.min_hosts > 0) {
-    excluded_.insert(cause.host);
-    membership_change = true;
-    record({{"ev", "host.excluded"}, {"host", cause.host},
-            {"failures", host_failures_[cause.host]},
-            {"detail", "failed " + std::to_string(host_failures_[cause.host]) +
-                           " times (elastic.exclude_after)"}});
+             ++host_failures_[cause.host] >= spec_.elastic.exclude_after) {
+    // Exclude the host when the job can go on without it (an idle spare takes its place, or
+    // elastic.min_hosts allows the smaller world); otherwise restart in place and say why not.
+    std::vector<std::string> without(excluded_.begin(), excluded_.end());
+    without.push_back(cause.host);
+    std::string detail = "failed " + std::to_string(host_failures_[cause.host]) + " times (elastic.exclude_after " +
+                         std::to_string(spec_.elastic.exclude_after) + ")";
+    if (Result<plan::RankPlan> next = plan::make_plan(spec_, without); next) {
+      excluded_.insert(cause.host);
+      membership_change = true;
+      record({{"ev", "host.excluded"}, {"host", cause.host}, {"failures", host_failures_[cause.host]},
+              {"detail", detail}});
+    } else if (!exclusion_refused_.count(cause.host)) {
+      exclusion_refused_.insert(cause.host);
+      record({{"ev", "host.exclusion_skipped"}, {"host", cause.host}, {"failures", host_failures_[cause.host]},
+              {"detail", detail + " but the job cannot go on without it: " + next.error().message +
+                             "; restarting in place"}});
+    }
   }
 
   bool recover = false;
@@ -251,8 +288,10 @@ void Supervisor::handle_failure(RootCause cause, bool host_lost) {
     recover = true;
     ++restarts_;
   } else {
-    give_up_reason_ = "restart budget spent: elastic.max_restarts=" +
-                      std::to_string(spec_.elastic.max_restarts) + " within elastic.restart_window";
+    give_up_reason_ = spec_.elastic.max_restarts == 0
+                          ? "no restarts allowed (elastic.max_restarts is 0; set it to recover from failures)"
+                          : "restart budget spent: elastic.max_restarts=" + std::to_string(spec_.elastic.max_restarts) +
+                                " within elastic.restart_window " + format_duration(spec_.elastic.restart_window);
     record({{"ev", "failure.budget_exhausted"},
             {"max_restarts", spec_.elastic.max_restarts},
             {"restart_window_ms", spec_.elastic.restart_window.count()}});
@@ -325,7 +364,7 @@ void Supervisor::on(const HostLost& event) {
       }
       root_cause_ = cause;
       give_up_reason_ = next.error().message;
-      incidents_.push_back(cause_json(cause));
+      add_incident(cause_json(cause));
       record({{"ev", "failure.detected"}, {"kind", "host.lost"}, {"host", event.host},
               {"detail", event.reason}});
       stop_generation(Ending::fail, ExitCode::infra);
@@ -381,7 +420,7 @@ void Supervisor::on(const WorkerSpawnFailed& event) {
     root_cause_ = cause;
     nlohmann::json detected = cause_json(cause);
     detected["ev"] = "failure.detected";
-    incidents_.push_back(detected);
+    add_incident(detected);
     record(detected);
     stop_generation(Ending::fail, ExitCode::job_failed);
   }

@@ -106,6 +106,12 @@ class Supervisor {
   void handle_failure(RootCause cause, bool host_lost);
   bool restart_budget_left();
   int64_t newest_step() const;
+  /// Whether the generation being ended made progress (elastic.crash_loop_after counts those
+  /// that did not): its step advanced, a newer checkpoint was committed, or — when neither can
+  /// be known — it ran at least progress_window().
+  bool generation_made_progress();
+  Millis progress_window() const;
+  void add_incident(nlohmann::json incident);
   std::vector<std::string> live_hosts() const;
   const plan::RankSlot* slot(int rank) const;
 
@@ -141,6 +147,9 @@ class Supervisor {
   int64_t latest_checkpoint_step_ = -1;
   std::set<int64_t> committed_steps_;  ///< minus the ones found damaged
   int generations_without_progress_ = 0;
+  int64_t generation_start_checkpoint_ = -1;  ///< newest committed step when this generation started
+  bool steps_reported_ = false;
+  std::set<std::string> exclusion_refused_;   ///< hosts past exclude_after that no plan can spare               ///< the last generation judged had reported steps
   int64_t generation_start_step_ = -1;
 };
 

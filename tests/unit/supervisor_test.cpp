@@ -555,3 +555,123 @@ TEST_CASE("ranks that never beat are exempt from hang detection, and the run log
   auto later = h.feed(Tick{});
   CHECK(!has_event(later, "worker.hang"));
 }
+
+TEST_CASE("a script that reports no steps but runs longer than progress_window is not a crash loop") {
+  // The issue's scenario: a plain script killed three times, each time after training a while.
+  spec::JobSpec spec = make_spec(1, 2);
+  spec.elastic.max_restarts = 10;
+  Harness h(spec);
+  h.connect_all();
+  for (int gen = 0; gen < 4; ++gen) {
+    h.start_all(gen);
+    h.clock.advance_ms(45000);  // > 2 × hang_timeout (40 s): the default progress_window
+    h.feed(h.exit_code(gen, 1, 137));
+    CHECK(of_type<FinishRun>(h.release_all(gen)).empty());
+  }
+  CHECK(h.supervisor->generation() == 4);
+  // Every incident names its own generation.
+  const auto& incidents = h.supervisor->incidents();
+  REQUIRE(incidents.size() == 4);
+  for (int gen = 0; gen < 4; ++gen) CHECK(incidents[static_cast<size_t>(gen)]["gen"] == gen);
+}
+
+TEST_CASE("crash_loop_after and progress_window decide when short generations without steps end the run") {
+  spec::JobSpec spec = make_spec(1, 1);
+  spec.elastic.max_restarts = 10;
+  spec.elastic.crash_loop_after = 2;
+  spec.elastic.progress_window = Millis(10000);
+  Harness h(spec);
+  h.connect_all();
+  std::vector<Action> last;
+  int gen = 0;
+  for (; gen < 5; ++gen) {
+    h.start_all(gen);
+    h.clock.advance_ms(9000);  // shorter than the window: no progress can be seen
+    h.feed(h.exit_code(gen, 0, 1));
+    last = h.release_all(gen);
+    if (!of_type<FinishRun>(last).empty()) break;
+  }
+  CHECK(gen == 1);
+  auto finish = of_type<FinishRun>(last);
+  REQUIRE(finish.size() == 1);
+  CHECK(finish[0].exit_code == ExitCode::crash_loop);
+  CHECK(h.supervisor->give_up_reason().find("no progress across 2 consecutive generations") != std::string::npos);
+  CHECK(h.supervisor->give_up_reason().find("elastic.crash_loop_after 2") != std::string::npos);
+}
+
+TEST_CASE("a newer committed checkpoint is progress even when no step was reported") {
+  spec::JobSpec spec = make_spec(1, 1);
+  spec.elastic.max_restarts = 10;
+  Harness h(spec);
+  h.connect_all();
+  for (int gen = 0; gen < 4; ++gen) {
+    h.start_all(gen);
+    h.feed(CheckpointCommitted{gen, 10 * (gen + 1)});
+    h.feed(h.exit_code(gen, 0, 1));
+    CHECK(of_type<FinishRun>(h.release_all(gen)).empty());
+  }
+}
+
+TEST_CASE("reported steps that do not advance stay a crash loop, however long the generation ran") {
+  spec::JobSpec spec = make_spec(1, 1);
+  spec.elastic.max_restarts = 10;
+  Harness h(spec);
+  h.connect_all();
+  std::vector<FinishRun> finish;
+  for (int gen = 0; gen < 5 && finish.empty(); ++gen) {
+    h.start_all(gen);
+    if (gen == 0) h.feed(CheckpointCommitted{0, 5});
+    h.feed(WorkerProgress{gen, 0, 5});  // every later generation resumes at 5 and never gets past it
+    h.clock.advance_ms(100000);
+    h.feed(h.exit_code(gen, 0, 1));
+    finish = of_type<FinishRun>(h.release_all(gen));
+  }
+  REQUIRE(finish.size() == 1);
+  CHECK(finish[0].exit_code == ExitCode::crash_loop);
+}
+
+TEST_CASE("exclude_after excludes a failing host even without min_hosts when an idle spare takes it") {
+  spec::JobSpec spec = make_spec(2, 1);
+  spec::HostEntry spare;
+  spare.name = "spare1";
+  spare.slots = 1;
+  spec.spares.push_back(spare);
+  spec.elastic.max_restarts = 10;
+  spec.elastic.exclude_after = 2;
+  Harness h(spec);
+  h.connect_all();
+  h.feed(HostConnected{"spare1"});
+  for (int gen = 0; gen < 2; ++gen) {
+    h.start_all(gen);
+    h.clock.advance_ms(45000);
+    auto actions = h.feed(h.exit_code(gen, 1, 1));  // rank 1 lives on h2
+    CHECK(has_event(actions, "host.excluded") == (gen == 1));
+    h.release_all(gen);
+  }
+  std::vector<std::string> hosts;
+  for (const plan::PlanHost& host : h.supervisor->current_plan().hosts) hosts.push_back(host.entry.name);
+  CHECK(hosts == std::vector<std::string>{"h1", "spare1"});
+}
+
+TEST_CASE("exclude_after without a spare or min_hosts restarts in place and says why it did not exclude") {
+  spec::JobSpec spec = make_spec(2, 1);
+  spec.elastic.max_restarts = 10;
+  spec.elastic.exclude_after = 1;
+  Harness h(spec);
+  h.connect_all();
+  h.start_all(0);
+  auto actions = h.feed(h.exit_code(0, 1, 1));
+  CHECK_FALSE(has_event(actions, "host.excluded"));
+  CHECK(has_event(actions, "host.exclusion_skipped"));
+  h.release_all(0);
+  CHECK(h.supervisor->generation() == 1);
+  CHECK(h.supervisor->current_plan().hosts.size() == 2);
+}
+
+TEST_CASE("a job without restarts says so instead of 'restart budget spent'") {
+  Harness h(make_spec(1, 1));
+  h.connect_all();
+  h.start_all(0);
+  h.feed(h.exit_code(0, 0, 3));
+  CHECK(h.supervisor->give_up_reason().rfind("no restarts allowed", 0) == 0);
+}
