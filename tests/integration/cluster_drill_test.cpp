@@ -118,7 +118,8 @@ TEST_CASE("partition-host drill through the switch port: graded a pass, the heal
   job.write_spec(trainer_job("dpart"), 50);
   start_and_train(job);
   std::string victim = cluster.host(2).name;
-  std::string script = "DTRAIN_TESTCLUSTER_PREFIX=" + cluster.prefix() + " " + DTRAIN_SOURCE_DIR + "/scripts/testcluster.sh";
+  std::string script = "DTRAIN_TESTCLUSTER_PREFIX=" + cluster.prefix() + " " +
+                       dtrain::shell_quote(std::string(DTRAIN_SOURCE_DIR) + "/scripts/testcluster.sh");
 
   CommandOutput drill = dtrain_in_ctl(cluster, job, {"drill", job.run_id(), "--fault", "partition-host:" + victim,
                                                      "--cut-command", script + " partition {host}",

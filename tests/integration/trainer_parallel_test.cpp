@@ -10,6 +10,7 @@
 #include <fstream>
 #include <regex>
 
+#include "launcher/base/strings.h"
 #include "tests/integration/fake_agent.h"
 #include "tests/skip.h"
 
@@ -175,11 +176,13 @@ TEST_CASE("trainer: a commit from a stale generation is refused: no manifest, th
 TEST_CASE("trainer: outside dtrain it refuses with the fix and --standalone trains alone") {
   TempDir dirs;
   std::string out = dirs.path() + "/out.txt";
-  int rc = std::system(("env -i " + kTrainer + " --steps 3 > " + out + " 2>&1").c_str());
+  // Quoted: the checkout's path may hold spaces.
+  const std::string trainer = dtrain::shell_quote(kTrainer), to_out = " > " + dtrain::shell_quote(out) + " 2>&1";
+  int rc = std::system(("env -i " + trainer + " --steps 3" + to_out).c_str());
   CHECK(WEXITSTATUS(rc) == 2);
   CHECK(dtrain::testing::read_text(out).find("not running under dtrain") != std::string::npos);
   CHECK(dtrain::testing::read_text(out).find("--standalone") != std::string::npos);
-  rc = std::system(("env -i " + kTrainer + " --steps 3 --standalone > " + out + " 2>&1").c_str());
+  rc = std::system(("env -i " + trainer + " --steps 3 --standalone" + to_out).c_str());
   CHECK(WEXITSTATUS(rc) == 0);
   CHECK(dtrain::testing::read_text(out).find("final step=3") != std::string::npos);
 }
