@@ -243,3 +243,44 @@ TEST_CASE("a stopped run is continued by dtrain resume without a failure, and en
   CHECK(final_line(read_text(dir + "/ranks/0.log")) == expected);
   CHECK(processes_of_run(run_id).empty());
 }
+
+TEST_CASE("a script that reports no steps, killed three times after training a while, is no crash loop") {
+  // A worker that never speaks the worker protocol: its progress can only be told by how long
+  // each generation ran (elastic.progress_window). Each generation runs past the window before
+  // rank 1 is killed; the fourth one finishes.
+  DtrainEnv env;
+  std::string spec = env.write_spec(
+      "plain.yaml",
+      "version: 1\nname: plain\nslots_per_host: 2\n"
+      "worker:\n  command: [/bin/sh, -c, 'if [ \"$TORCHELASTIC_RESTART_COUNT\" -ge 3 ]; then exit 0; fi; exec sleep 60']\n"
+      "elastic: {max_restarts: 10, progress_window: 1s}\n"
+      "heartbeat: {interval: 200ms, timeout: 2s, hang_timeout: 3s}\nstop_grace: 1s\n");
+  DtrainProcess run = env.start({"submit", spec});
+  std::string dir = only_run_dir(env);
+  REQUIRE(!dir.empty());
+  for (int gen = 0; gen < 3; ++gen) {
+    int victim = 0;
+    int64_t started_at = 0;
+    REQUIRE(wait_until([&] {
+      for (const auto& event : events_named(read_events(dir + "/events.jsonl"), "worker.started")) {
+        if (event.value("gen", -1) == gen && event.value("rank", -1) == 1) victim = event.value("pid", 0);
+      }
+      if (victim > 0 && started_at == 0) started_at = now_ms();
+      return victim > 0;
+    }, 30000));
+    // Past the 1 s window by the harness's own clock (the supervisor's starts earlier still).
+    wait_until([&] { return now_ms() - started_at >= 1500; }, 5000);
+    REQUIRE(::kill(victim, SIGKILL) == 0);
+  }
+  REQUIRE(run.wait(60000));
+  CHECK(run.exit_code == 0);
+  auto events = read_events(dir + "/events.jsonl");
+  CHECK(events_named(events, "failure.crash_loop").empty());
+  CHECK(events_named(events, "failure.detected").size() == 3);
+  CHECK(events_named(events, "plan.generation").size() == 4);
+  auto finished = events_named(events, "run.finished");
+  REQUIRE(finished.size() == 1);
+  REQUIRE(finished[0]["incidents"].size() == 3);
+  for (int gen = 0; gen < 3; ++gen) CHECK(finished[0]["incidents"][static_cast<size_t>(gen)]["gen"] == gen);
+  CHECK(processes_of_run(run_id_of(dir)).empty());
+}
