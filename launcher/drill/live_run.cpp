@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <thread>
 
 #include "launcher/base/clock.h"
 #include "launcher/base/fd.h"
@@ -14,6 +16,11 @@
 namespace dtrain::drill {
 
 using nlohmann::json;
+
+namespace {
+/// How long LiveRun::open waits for a just-submitted run's first state.json.
+constexpr std::chrono::seconds kStateAppearsWithin{10};
+}  // namespace
 
 std::string not_live_reason(const json& state) {
   std::string name = json_string(state, "state", "unknown");
@@ -34,6 +41,13 @@ std::string not_live_reason(const json& state) {
 Result<LiveRun> LiveRun::open(std::string_view id_or_prefix) {
   Result<RunDirectory> directory = RunDirectory::open(id_or_prefix);
   if (!directory) return Error::user(directory.error().message);
+  // `dtrain submit --detach` returns once the run directory exists; state.json follows within
+  // moments. A drill started right after it waits for that instead of calling the run dead.
+  const auto deadline = std::chrono::steady_clock::now() + kStateAppearsWithin;
+  while (::access(directory->state_path().c_str(), F_OK) != 0 && errno == ENOENT &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
   Result<json> state = read_state(*directory);
   if (!state) return Error::user("run " + directory->id() + ": " + state.error().message);
   if (std::string reason = not_live_reason(*state); !reason.empty()) {

@@ -18,7 +18,8 @@ class LiveRun {
  public:
   /// Opens a run by id or unique prefix. Errors (user): no such run, or one that has ended or
   /// whose supervisor is gone ("run X has ended (succeeded); drill a running run, or use
-  /// --spec"): a drill needs someone to recover.
+  /// --spec"): a drill needs someone to recover. A run submitted a moment ago (no state.json
+  /// yet) is waited for, up to 10 s.
   static Result<LiveRun> open(std::string_view id_or_prefix);
 
   const RunDirectory& directory() const { return directory_; }

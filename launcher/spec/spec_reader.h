@@ -92,7 +92,10 @@ void refuse_passwords(DiagnosticSink& sink, const YAML::Node& root);
 
 /// `path` relative to `base_dir` unless absolute; "." or "" as base_dir leaves it as written.
 std::string resolve_path(const std::string& base_dir, const std::string& path);
-/// The whole file; a missing or unreadable file is a user error naming it and why.
+/// Largest spec, hostfile or env_file read_text_file() accepts.
+inline constexpr size_t kMaxTextFileBytes = 16 << 20;
+/// The whole file; a missing or unreadable file, a directory, a device or a file over
+/// kMaxTextFileBytes is a user error naming it and why.
 Result<std::string> read_text_file(const std::string& path);
 
 }  // namespace dtrain::spec

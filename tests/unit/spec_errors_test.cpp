@@ -81,7 +81,7 @@ TEST_CASE("unknown keys get 'did you mean' at every level") {
         "job.yaml:3:15: hosts[0].slot: unknown key 'slot'; did you mean 'slots'?");
   CHECK(only_error("version: 1\nelastic: {zzzzzz: 1}\n" + kWorker) ==
         "job.yaml:2:11: elastic.zzzzzz: unknown key 'zzzzzz'; known keys here: min_hosts, max_restarts, "
-        "restart_window, exclude_after");
+        "restart_window, exclude_after, crash_loop_after, progress_window");
 }
 
 TEST_CASE("a key given twice is an error at the second") {
@@ -283,4 +283,17 @@ TEST_CASE("control bytes in a value are shown escaped, so the message is never c
                  "write e.g. bert-large");
   CHECK(error.find('\0') == std::string::npos);
   CHECK(contains(only_error("version: 1\n\"hear\\tbeat\": 1\n" + kWorker), "unknown key 'hear\\x09beat'"));
+}
+
+TEST_CASE("an env_file or spec that is a device or too large is refused, never read without end") {
+  CHECK(contains(only_error(load_job_spec("/dev/zero")), "'/dev/zero' is a device, not a file"));
+  TempDir dir;
+  std::string big = dir.path + "/big.yaml";
+  {
+    std::ofstream out(big);
+    std::string line(1 << 20, '#');
+    for (int i = 0; i < 17; ++i) out << line << "\n";
+  }
+  CHECK(contains(only_error(load_job_spec(big)), "is larger than 16 MiB"));
+  CHECK(contains(only_error("version: 1\nworker:\n  command: [x]\n  env_file: /dev/zero\n"), "is a device, not a file"));
 }
