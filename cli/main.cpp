@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <exception>
+#include <string_view>
 
 #include "cli/commands.h"
 #include "launcher/base/exit_code.h"
@@ -9,6 +10,7 @@
 
 int main(int argc, char** argv) {
   using namespace dtrain;
+  if (argc >= 2 && std::string_view(argv[1]) == "run") return cli::run_command_main(argc - 2, argv + 2);
   CLI::App app{"dtrain: launch and supervise distributed training jobs", "dtrain"};
   app.set_version_flag("--version", std::string("dtrain ") + kVersion);
   app.require_subcommand(1);
@@ -16,6 +18,7 @@ int main(int argc, char** argv) {
   cli::add_validate_command(app, context);
   cli::add_plan_command(app, context);
   cli::add_submit_command(app, context);
+  cli::add_run_command(app, context);
   cli::add_resume_command(app, context);
   cli::add_status_command(app, context);
   cli::add_logs_command(app, context);

@@ -1080,7 +1080,9 @@ Console::Mode console_mode(bool detached) {
 
 int submit(const SubmitOptions& options) {
   SystemClock clock;
-  spec::LoadResult loaded = spec::load_job_spec(options.spec_path, options.overrides);
+  spec::LoadResult loaded =
+      options.spec_text ? spec::parse_job_spec(*options.spec_text, options.spec_path, absolute_path("."), options.overrides)
+                        : spec::load_job_spec(options.spec_path, options.overrides);
   if (!loaded.ok()) {
     std::fprintf(stderr, "%s\n", loaded.message().c_str());
     return to_int(ExitCode::usage);
@@ -1109,7 +1111,7 @@ int submit(const SubmitOptions& options) {
   json hosts = json::array();
   for (const spec::HostEntry& host : spec.hosts) hosts.push_back(host.name);
   (void)events->append({{"ev", "run.submitted"}, {"run_id", run_id}, {"name", spec.name},
-                        {"spec", absolute_path(options.spec_path)}, {"hosts", hosts},
+                        {"spec", options.spec_text ? run->spec_path() : absolute_path(options.spec_path)}, {"hosts", hosts},
                         {"world_size", plan->world_size}, {"dtrain_version", kVersion},
                         {"supervisor_pid", ::getpid()}, {"supervisor_host", this_hostname()},
                         {"detached", options.detach}},

@@ -3,6 +3,7 @@
 // run the supervisor's event loop until the run ends. The only place where transport, proto,
 // supervisor, run log and store meet.
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,10 @@ namespace dtrain::run {
 
 struct SubmitOptions {
   std::string spec_path;
+  /// `dtrain run`: the spec as YAML text built from its command line, loaded by the same
+  /// loader instead of reading `spec_path`, which then only names it in messages. Relative
+  /// paths in it resolve against the working directory.
+  std::optional<std::string> spec_text;
   std::vector<spec::Override> overrides;
   bool detach = false;        ///< print the run id and go on in the background
   std::string dtrain_exe;     ///< absolute path of this dtrain binary (agents run it)
