@@ -146,6 +146,18 @@ TEST_CASE("dtrain run -m module and --no-python follow torchrun") {
   check_nothing_left(run_id_of(dir));
 }
 
+TEST_CASE("dtrain run --hostfile: a relative hostfile, its slots= winning over -n for its host") {
+  DtrainEnv env;
+  write_text(env.dir.path + "/train.py", kArgvScript);
+  write_text(env.dir.path + "/hosts.txt", "# one host\nlocalhost slots=3\n");
+  DtrainProcess process = env.run({"run", "--hostfile", "hosts.txt", "-n", "2", "train.py"});
+  std::string dir = only_run_dir(env);
+  CHECK_MESSAGE(process.exit_code == 0, process.err());
+  CHECK(read_text(dir + "/ranks/2.log").find("rank 2 of 3") != std::string::npos);
+  CHECK(read_text(dir + "/spec.yaml").find(R"({name: "localhost", slots: 3})") != std::string::npos);
+  check_nothing_left(run_id_of(dir));
+}
+
 TEST_CASE("a failing script ends dtrain run like dtrain submit: exit 1 with the root cause") {
   DtrainEnv env;
   write_text(env.dir.path + "/fail.py",
