@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 extern char** environ;
@@ -22,6 +23,16 @@ struct ChildFailure {
   int error_number;
 };
 
+// The directory of the dtrain binary this agent runs (symlinks resolved); "" when unknown.
+std::string own_directory() {
+  char path[4096];
+  ssize_t length = ::readlink("/proc/self/exe", path, sizeof path - 1);
+  if (length <= 0) return "";
+  std::string exe(path, static_cast<size_t>(length));
+  size_t slash = exe.rfind('/');
+  return slash == std::string::npos || slash == 0 ? "" : exe.substr(0, slash);
+}
+
 std::vector<std::string> build_environment(const WorkerLaunch& launch) {
   std::map<std::string, std::string> merged;
   for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
@@ -30,6 +41,10 @@ std::vector<std::string> build_environment(const WorkerLaunch& launch) {
     merged[std::string(*entry, static_cast<size_t>(equals - *entry))] = equals + 1;
   }
   for (const auto& [name, value] : launch.env) merged[name] = value;
+  auto requested = launch.env.find("PATH");
+  merged["PATH"] = worker_search_path(own_directory(),
+                                      requested == launch.env.end() ? nullptr : &requested->second,
+                                      std::getenv("PATH"));
   std::vector<std::string> flat;
   for (const auto& [name, value] : merged) flat.push_back(name + "=" + value);
   return flat;
@@ -73,6 +88,15 @@ std::vector<std::string> build_environment(const WorkerLaunch& launch) {
 }
 
 }  // namespace
+
+std::string worker_search_path(const std::string& dtrain_dir, const std::string* requested_path,
+                               const char* agent_path) {
+  std::string base = requested_path ? *requested_path
+                     : agent_path && *agent_path ? std::string(agent_path)
+                                                 : "/usr/local/bin:/usr/bin:/bin";
+  if (dtrain_dir.empty()) return base;
+  return base.empty() ? dtrain_dir : dtrain_dir + ":" + base;
+}
 
 WorkerProcess::WorkerProcess(WorkerLaunch launch, pid_t pid, UniqueFd out, UniqueFd err)
     : launch_(std::move(launch)),

@@ -30,6 +30,14 @@ struct WorkerLaunch {
   size_t log_tail_lines = 20;
 };
 
+/// The worker's PATH: `dtrain_dir` (the directory of the dtrain running this agent, where
+/// dtrain-train lies beside it) first, then the base: the PATH the spawn asked for (the spec's
+/// worker.env), else this agent's own PATH on its host (so remote workers keep the host's
+/// conda, modules and the like, not the launch node's), else /usr/local/bin:/usr/bin:/bin.
+/// Pure, for tests.
+std::string worker_search_path(const std::string& dtrain_dir, const std::string* requested_path,
+                               const char* agent_path);
+
 /// Receives each complete output line: (stream "stdout"|"stderr", line).
 using LineSink = std::function<void(const char* stream, std::string line)>;
 

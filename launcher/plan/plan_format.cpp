@@ -99,15 +99,12 @@ std::string to_text(const RankPlan& plan) {
     text += "\n";
   }
 
-  // The physical slot column appears only when an include filter made it differ from LOCAL_RANK.
-  bool show_slot = std::any_of(plan.ranks.begin(), plan.ranks.end(),
-                               [](const RankSlot& slot) { return slot.slot != slot.local_rank; });
-  text += "rank  " + pad_right("host", host_width) + "  local" + (show_slot ? "  slot" : "") +
-          "   dp   pp   tp\n";
+  // device: the physical slot (DTRAIN_DEVICE, the GPU index nvidia-smi shows); it differs from
+  // LOCAL_RANK when hosts[].only_slots chose slots.
+  text += "rank  " + pad_right("host", host_width) + "  local  device   dp   pp   tp\n";
   for (const RankSlot& slot : plan.ranks) {
     text += pad_left(str(slot.rank), 4) + "  " + pad_right(slot.host, host_width) + "  " +
-            pad_left(str(slot.local_rank), 5) +
-            (show_slot ? "  " + pad_left(str(slot.slot), 4) : "") + "  " +
+            pad_left(str(slot.local_rank), 5) + "  " + pad_left(str(slot.slot), 6) + "  " +
             pad_left(str(slot.dp), 3) + "  " + pad_left(str(slot.pp), 3) + "  " +
             pad_left(str(slot.tp), 3) + "\n";
   }

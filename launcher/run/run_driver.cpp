@@ -3,7 +3,10 @@
 
 #include "launcher/run/run_driver.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -75,9 +78,25 @@ std::string absolute_path(const std::string& path) {
   return std::string(cwd) + "/" + path;
 }
 
-std::string directory_of(const std::string& path) {
-  size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? "." : path.substr(0, slash);
+/// True when `name` resolves to an address that is not loopback (127/8, ::1): one that another
+/// host could use. Debian maps a machine's own name to 127.0.1.1 in /etc/hosts.
+bool resolves_beyond_loopback(const std::string& name) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(name.c_str(), nullptr, &hints, &found) != 0) return false;
+  bool routable = false;
+  for (addrinfo* entry = found; entry != nullptr && !routable; entry = entry->ai_next) {
+    if (entry->ai_family == AF_INET) {
+      uint32_t address = ntohl(reinterpret_cast<const sockaddr_in*>(entry->ai_addr)->sin_addr.s_addr);
+      routable = (address >> 24) != 127;
+    } else if (entry->ai_family == AF_INET6) {
+      routable = !IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6*>(entry->ai_addr)->sin6_addr);
+    }
+  }
+  ::freeaddrinfo(found);
+  return routable;
 }
 
 std::string this_hostname() {
@@ -173,6 +192,7 @@ class RunDriver {
   void capture_sample(const supervisor::CaptureSample& sample);
   void save_sample(int gen, int rank, const std::string& host, int pid, const std::string& text);
   void spawn_generation(int port);
+  MasterAddressFacts master_address_facts(const plan::RankPlan& plan);
   void record(json event);
   void write_state(bool force);
   void show_status();
@@ -197,6 +217,7 @@ class RunDriver {
   std::map<std::string, std::unique_ptr<AgentLink>> links_;
   std::vector<RankMetrics> metrics_;
   std::optional<supervisor::StartGeneration> pending_start_;
+  std::optional<MasterAddressFacts> launch_node_facts_;  ///< looked up once, when first needed
   int64_t pending_port_id_ = 0;
   int64_t next_request_id_ = 1;
   std::optional<supervisor::FinishRun> finished_;
@@ -508,6 +529,13 @@ void RunDriver::on_agent_message(AgentLink& link, const proto::Released& release
 void RunDriver::on_agent_message(AgentLink& link, const proto::AgentError& error) {
   log_->error("agent {}: {}", link.host(), error.message);
   record({{"ev", "agent.error"}, {"host", link.host()}, {"message", error.message}});
+  // A launch step the agent could not do ends the generation now rather than at its deadline.
+  if (error.about == msg::kReservePort && pending_start_ &&
+      pending_start_->plan.ranks.at(0).host == link.host()) {
+    int gen = pending_start_->gen;
+    pending_start_.reset();
+    feed(supervisor::LaunchStepFailed{gen, link.host(), "port reservation", error.message});
+  }
 }
 
 void RunDriver::on_agent_message(AgentLink& link, const proto::Pong& pong) {
@@ -745,14 +773,13 @@ void RunDriver::spawn_generation(int port) {
   supervisor::StartGeneration start = *pending_start_;
   pending_start_.reset();
   const plan::RankPlan& plan = start.plan;
-  const spec::HostEntry& rank0 = plan.hosts.at(static_cast<size_t>(plan.ranks.at(0).host_index)).entry;
 
   GenerationContext context;
   context.run_id = run_.id();
   context.generation = start.gen;
   context.restart_count = start.restart_count;
   context.resume_step = start.resume_step;
-  context.master_addr = rank0.is_local() && plan.hosts.size() == 1 ? "127.0.0.1" : rank0.name;
+  context.master_addr = master_address(spec_, plan, master_address_facts(plan));
   context.master_port = port;
   bool all_have_gpus = true;
   for (const plan::PlanHost& host : plan.hosts) {
@@ -767,19 +794,21 @@ void RunDriver::spawn_generation(int port) {
                     : all_have_gpus                                ? "nccl"
                                                                    : "gloo";
   context.checkpoint_dir = spec_.checkpoint.dir.empty() ? run_.path() + "/checkpoints" : spec_.checkpoint.dir;
-  context.extra_path = directory_of(dtrain_exe_);
   context.omp_threads_set = std::getenv(contract::env::kOmpNumThreads) != nullptr;
   EnvMap common = common_worker_env(spec_, plan, context);
   std::string workdir = spec_.worker.workdir;
 
   for (const plan::PlanHost& host : plan.hosts) {
+    auto link = links_.find(host.entry.name);
+    bool host_has_gpus = link != links_.end() && link->second->facts.contains("gpus") &&
+                         link->second->facts["gpus"].is_array() && !link->second->facts["gpus"].empty();
     json workers = json::array();
     for (int rank : host.ranks) {
       const plan::RankSlot& slot = plan.ranks.at(static_cast<size_t>(rank));
-      workers.push_back({{"rank", rank}, {"local_rank", slot.local_rank},
-                         {"env", rank_worker_env(plan, slot)}});
+      EnvMap env = rank_worker_env(plan, slot);
+      env.merge(device_worker_env(spec_, plan, slot, context.backend == "nccl" || host_has_gpus));
+      workers.push_back({{"rank", rank}, {"local_rank", slot.local_rank}, {"env", env}});
     }
-    auto link = links_.find(host.entry.name);
     if (link == links_.end() || link->second->lost) continue;
     link->second->send({{"type", msg::kSpawn}, {"gen", start.gen}, {"argv", spec_.worker.command},
                         {"workdir", workdir}, {"env", common}, {"workers", workers},
@@ -788,6 +817,32 @@ void RunDriver::spawn_generation(int port) {
   record({{"ev", "generation.spawned"}, {"gen", start.gen}, {"master_addr", context.master_addr},
           {"master_port", port}, {"backend", context.backend}, {"resume_step", start.resume_step},
           {"checkpoint_dir", context.checkpoint_dir}});
+  feed(supervisor::GenerationSpawned{start.gen});
+}
+
+MasterAddressFacts RunDriver::master_address_facts(const plan::RankPlan& plan) {
+  bool remote_hosts = std::any_of(plan.hosts.begin(), plan.hosts.end(),
+                                  [](const plan::PlanHost& host) { return !host.entry.is_local(); });
+  bool rank0_local = plan.hosts.at(static_cast<size_t>(plan.ranks.at(0).host_index)).entry.is_local();
+  if (!remote_hosts || !rank0_local) return {};  // master_address() needs no facts then
+  if (!launch_node_facts_) {
+    // Once per run: a name lookup (usually /etc/hosts) is too slow to repeat on the loop.
+    MasterAddressFacts facts;
+    facts.launch_hostname = this_hostname();
+    facts.launch_hostname_routable = !facts.launch_hostname.empty() && resolves_beyond_loopback(facts.launch_hostname);
+    launch_node_facts_ = facts;
+  }
+  MasterAddressFacts facts = *launch_node_facts_;
+  for (const plan::PlanHost& host : plan.hosts) {
+    auto link = links_.find(host.entry.name);
+    if (host.entry.is_local() || link == links_.end() || link->second->lost) continue;
+    facts.ssh_source_address = link->second->connection().local_address();
+    if (!facts.ssh_source_address.empty()) break;
+  }
+  log_->info("MASTER_ADDR facts: hostname {} ({}), ssh source address {}", facts.launch_hostname,
+             facts.launch_hostname_routable ? "resolves beyond loopback" : "does not resolve beyond loopback",
+             facts.ssh_source_address.empty() ? "unknown" : facts.ssh_source_address);
+  return facts;
 }
 
 void RunDriver::write_state(bool force) {

@@ -1,6 +1,7 @@
 #include "launcher/run/worker_env.h"
 
-#include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "worker/contract/env.h"
 
@@ -41,12 +42,9 @@ EnvMap common_worker_env(const spec::JobSpec& spec, const plan::RankPlan& plan,
   set(env::kCkptKeep, spec.checkpoint.keep);
   set(env::kResumeStep, context.resume_step);
   set(env::kHeartbeatIntervalMs, static_cast<long long>(spec.heartbeat.interval.count()));
-  if (!context.extra_path.empty()) {
-    std::string path = spec.worker.env.count("PATH") ? spec.worker.env.at("PATH")
-                       : std::getenv("PATH")         ? std::getenv("PATH")
-                                                     : "/usr/local/bin:/usr/bin:/bin";
-    vars["PATH"] = context.extra_path + ":" + path;
-  }
+  // PATH is not set here: each host's agent builds it from its own environment (the host's
+  // PATH, conda, modules) with its dtrain's directory in front (launcher/agent/worker_process.h,
+  // worker_search_path). A PATH from the spec's worker.env passes through as the base.
   return vars;
 }
 
@@ -62,6 +60,43 @@ EnvMap rank_worker_env(const plan::RankPlan& plan, const plan::RankSlot& slot) {
   vars[env::kTpRank] = std::to_string(slot.tp);
   vars[env::kPpRank] = std::to_string(slot.pp);
   return vars;
+}
+
+EnvMap device_worker_env(const spec::JobSpec& spec, const plan::RankPlan& plan, const plan::RankSlot& slot,
+                         bool visible_devices) {
+  EnvMap vars;
+  vars[env::kDevice] = std::to_string(slot.slot);
+  if (!visible_devices || spec.worker.env.count(env::kCudaVisibleDevices)) return vars;
+  const plan::PlanHost& host = plan.hosts.at(static_cast<size_t>(slot.host_index));
+  // Ordered by LOCAL_RANK, so that position i is the GPU of the host's local rank i.
+  std::vector<int> devices(host.ranks.size(), -1);
+  for (int rank : host.ranks) {
+    const plan::RankSlot& peer = plan.ranks.at(static_cast<size_t>(rank));
+    if (peer.local_rank >= 0 && peer.local_rank < static_cast<int>(devices.size())) {
+      devices[static_cast<size_t>(peer.local_rank)] = peer.slot;
+    }
+  }
+  std::string list;
+  for (int device : devices) {
+    if (device < 0) continue;
+    list += (list.empty() ? "" : ",") + std::to_string(device);
+  }
+  vars[env::kCudaVisibleDevices] = list;
+  return vars;
+}
+
+std::string master_address(const spec::JobSpec& spec, const plan::RankPlan& plan, const MasterAddressFacts& facts) {
+  if (auto user = spec.worker.env.find(env::kMasterAddr); user != spec.worker.env.end() && !user->second.empty()) {
+    return user->second;
+  }
+  const spec::HostEntry& rank0 = plan.hosts.at(static_cast<size_t>(plan.ranks.at(0).host_index)).entry;
+  bool remote_hosts = false;
+  for (const plan::PlanHost& host : plan.hosts) remote_hosts = remote_hosts || !host.entry.is_local();
+  if (!rank0.is_local()) return rank0.name;
+  if (!remote_hosts) return "127.0.0.1";
+  if (facts.launch_hostname_routable && !facts.launch_hostname.empty()) return facts.launch_hostname;
+  if (!facts.ssh_source_address.empty()) return facts.ssh_source_address;
+  return facts.launch_hostname.empty() ? "127.0.0.1" : facts.launch_hostname;
 }
 
 }  // namespace dtrain::run

@@ -21,7 +21,6 @@ struct GenerationContext {
   int master_port = 0;
   std::string backend;       ///< "gloo" or "nccl" (auto already resolved)
   std::string checkpoint_dir;
-  std::string extra_path;    ///< prepended to PATH (directory of dtrain, where dtrain-train lives)
   bool omp_threads_set = false;  ///< OMP_NUM_THREADS already set by the user
 };
 
@@ -31,5 +30,34 @@ EnvMap common_worker_env(const spec::JobSpec& spec, const plan::RankPlan& plan,
 
 /// Variables of one rank (RANK, LOCAL_RANK, GROUP_RANK, DTRAIN_DP_RANK, ...).
 EnvMap rank_worker_env(const plan::RankPlan& plan, const plan::RankSlot& slot);
+
+/// Device variables of one rank. DTRAIN_DEVICE is always its physical slot (GPU index as
+/// nvidia-smi numbers it; hosts[].only_slots honoured). CUDA_VISIBLE_DEVICES lists the physical
+/// slots its host uses, in LOCAL_RANK order, so that cuda:LOCAL_RANK is the rank's own GPU (what
+/// an unmodified torchrun script selects) and a GPU left out of only_slots is invisible. It is
+/// set only when `visible_devices` (backend nccl, or the host reported GPUs: a CPU-only host
+/// gets no CUDA noise) and never when the spec's worker.env sets it (the user's choice wins).
+EnvMap device_worker_env(const spec::JobSpec& spec, const plan::RankPlan& plan, const plan::RankSlot& slot,
+                         bool visible_devices);
+
+/// What master_address() decides from: facts of the launch node and the run.
+struct MasterAddressFacts {
+  std::string launch_hostname;          ///< gethostname() of the launch node
+  /// True when launch_hostname resolves to an address other than loopback (Debian maps its own
+  /// name to 127.0.1.1 in /etc/hosts: useless to another host).
+  bool launch_hostname_routable = false;
+  /// The local address of the SSH connection to the first remote host (getsockname): an
+  /// address of ours that host has proven it can reach. "" when unknown.
+  std::string ssh_source_address;
+};
+
+/// MASTER_ADDR: an address every host of the plan can reach rank 0's host by.
+///  - every rank on the launch node: 127.0.0.1;
+///  - rank 0 on a remote host: its name as the spec lists it (we reached it by that name);
+///  - rank 0 on the launch node with remote hosts taking part: the launch node's hostname when it
+///    resolves to a non-loopback address, else the SSH connection's source address, else the
+///    hostname anyway (never "localhost").
+/// The spec's worker.env MASTER_ADDR, when set, wins (for NAT or a dedicated network).
+std::string master_address(const spec::JobSpec& spec, const plan::RankPlan& plan, const MasterAddressFacts& facts);
 
 }  // namespace dtrain::run

@@ -142,6 +142,7 @@ void Supervisor::start_generation(plan::RankPlan next_plan) {
   comm_ready_count_ = 0;
   hang_exemption_recorded_ = false;
   generation_started_ms_ = clock_.monotonic_ms();
+  generation_spawned_ms_ = 0;
   ending_ = Ending::none;
   int64_t resume_step = generation_ == 0 ? -1 : latest_checkpoint_step_;
   generation_start_step_ = resume_step;
@@ -602,6 +603,10 @@ void Supervisor::on(const Tick&) {
     finish_stop();
     return;
   }
+  if (state_ == RunState::launching) {
+    check_launch_deadline(now);
+    return;
+  }
   if (state_ != RunState::running) return;
   int64_t hang_timeout = spec_.heartbeat.hang_timeout.count();
   // Workers that never speak the worker protocol have no step to watch: say so once, so that an
@@ -654,6 +659,63 @@ void Supervisor::on(const Tick&) {
     handle_failure(cause, false);
     return;
   }
+}
+
+// ---- launch deadlines -------------------------------------------------------------------------
+
+Millis Supervisor::launch_deadline() const {
+  // A live agent answers a port reservation and reports `started` within moments of the
+  // request (fork + exec); one that is silent longer than heartbeat.timeout would be lost
+  // anyway. Twice that leaves room for a loaded host without letting a launch hang for ever.
+  return 2 * spec_.heartbeat.timeout;
+}
+
+void Supervisor::on(const GenerationSpawned& event) {
+  if (event.gen != generation_ || state_ != RunState::launching) return;
+  generation_spawned_ms_ = clock_.monotonic_ms();
+}
+
+void Supervisor::on(const LaunchStepFailed& event) {
+  if (event.gen != generation_ || state_ != RunState::launching) return;
+  RootCause cause;
+  cause.kind = "agent.error";
+  cause.host = event.host;
+  cause.detail = event.step + " failed on " + event.host + ": " + event.detail;
+  cause.observed_ms = clock_.wall_ms();
+  handle_failure(cause, false);
+}
+
+void Supervisor::check_launch_deadline(int64_t now) {
+  int64_t deadline = launch_deadline().count();
+  std::string limit = format_duration(launch_deadline()) + " (2 × heartbeat.timeout)";
+  RootCause cause;
+  cause.kind = "launch.timeout";
+  if (generation_spawned_ms_ == 0) {
+    if (now - generation_started_ms_ <= deadline) return;
+    // Nothing was spawned: rank 0's host never answered the port reservation.
+    cause.host = plan_.ranks.empty() ? "" : plan_.ranks.front().host;
+    cause.detail = "port reservation: no reply from " + cause.host + " within " + limit +
+                   "; generation " + std::to_string(generation_) + " was not spawned";
+    cause.observed_ms = clock_.wall_ms() - (now - generation_started_ms_ - deadline);
+  } else {
+    if (now - generation_spawned_ms_ <= deadline) return;
+    // Blame the first host (in plan order) with a rank that never reported `started`.
+    std::vector<int> missing;
+    for (size_t i = 0; i < ranks_.size(); ++i) {
+      if (ranks_[i].state != RankState::starting) continue;
+      if (missing.empty()) cause.host = plan_.ranks[i].host;
+      if (plan_.ranks[i].host == cause.host) missing.push_back(static_cast<int>(i));
+    }
+    if (missing.empty()) return;  // every rank reported; the transition to running is pending
+    std::string ranks;
+    for (int rank : missing) ranks += (ranks.empty() ? "" : ",") + std::to_string(rank);
+    cause.rank = missing.front();
+    cause.local_rank = plan_.ranks[static_cast<size_t>(cause.rank)].local_rank;
+    cause.detail = "spawn → started: rank" + std::string(missing.size() > 1 ? "s " : " ") + ranks + " on " +
+                   cause.host + " not started within " + limit;
+    cause.observed_ms = clock_.wall_ms() - (now - generation_spawned_ms_ - deadline);
+  }
+  handle_failure(cause, false);
 }
 
 }  // namespace dtrain::supervisor

@@ -8,6 +8,7 @@
 //   connecting --all hosts connected-------------------------> launching (StartGeneration 0)
 //   connecting --host lost-----------------------------------> stopping → failed (exit 3)
 //   launching  --all workers started-------------------------> running
+//   launching  --a launch step past its deadline or failed---> (a failure, as below)
 //   launching/running --failure, budget left-----------------> recovering (StopGeneration)
 //   launching/running --failure, no budget-------------------> stopping (StopGeneration) → failed
 //   running    --every worker exited 0-----------------------> stopping (StopGeneration) → succeeded
@@ -20,7 +21,9 @@
 // elastic.max_restarts within elastic.restart_window; a lost host is excluded and the plan is
 // rebuilt without it (spare or shrink, if elastic.min_hosts allows) — membership changes do not
 // use the budget. Three consecutive generations without step progress end the run as a crash
-// loop.
+// loop. Every launch step has a deadline, launch_deadline() (2 × heartbeat.timeout): rank 0's
+// port reply, then every worker's `started`; one missed is a failure of kind launch.timeout
+// naming the host and the step.
 
 #include <map>
 #include <optional>
@@ -95,6 +98,11 @@ class Supervisor {
   void on(const GenerationReleased& event);
   void on(const StopRequested& event);
   void on(const Tick& event);
+  void on(const GenerationSpawned& event);
+  void on(const LaunchStepFailed& event);
+  /// Fails the launching generation when a launch step is past launch_deadline().
+  void check_launch_deadline(int64_t now);
+  Millis launch_deadline() const;
 
   void start_when_all_connected();
   void set_state(RunState next, const std::string& why);
@@ -130,6 +138,7 @@ class Supervisor {
   int comm_ready_count_ = 0;
   bool hang_exemption_recorded_ = false;  ///< this generation's "not watched for hangs" event
   int64_t generation_started_ms_ = 0;
+  int64_t generation_spawned_ms_ = 0;     ///< monotonic; 0 until GenerationSpawned
 
   Ending ending_ = Ending::none;
   ExitCode ending_code_ = ExitCode::ok;

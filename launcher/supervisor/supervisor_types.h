@@ -74,11 +74,18 @@ struct GenerationReleased { int gen = 0; std::string host; };
 struct StopRequested { std::string reason; };
 /// Time passed (the driver sends one at least every heartbeat interval).
 struct Tick {};
+/// Rank 0's host answered the port reservation and the driver sent `spawn` for generation
+/// `gen` to every host of its plan: the launch deadline now waits for every `started`.
+struct GenerationSpawned { int gen = 0; };
+/// A launch step of generation `gen` failed on `host`: its agent answered it with an error
+/// (`step` "port reservation": reserve_port found no free port). Ends the generation with a
+/// failure of kind agent.error.
+struct LaunchStepFailed { int gen = 0; std::string host; std::string step; std::string detail; };
 
 using Event = std::variant<HostConnected, HostLost, WorkerStarted, WorkerSpawnFailed, WorkerExited,
                            WorkerProgress, WorkerCommReady, CheckpointCommitted, CheckpointRejected,
                            WorkerStoppedSeen, WorkerMisbehaved,
-                           GenerationReleased, StopRequested, Tick>;
+                           GenerationReleased, StopRequested, Tick, GenerationSpawned, LaunchStepFailed>;
 
 // ---- actions (what the driver must do) ------------------------------------------------------
 
@@ -119,7 +126,7 @@ struct RankStatus {
 
 /// The first failure by time: what `dtrain status` and the end-of-run summary lead with.
 struct RootCause {
-  std::string kind;   ///< "worker.exit", "worker.spawn", "host.lost"
+  std::string kind;   ///< "worker.exit", "worker.spawn", "host.lost", "launch.timeout", "agent.error"
   std::string host;
   int rank = -1;
   int local_rank = -1;

@@ -183,6 +183,19 @@ std::string SshConnection::describe() const {
          (info_.address.empty() ? target_.host + ":" + std::to_string(target_.port) : info_.address) + ")";
 }
 
+std::string SshConnection::local_address() const {
+  if (socket_fd_ < 0 || phase_ == SshPhase::connecting || phase_ == SshPhase::queued) return {};
+  sockaddr_storage address{};
+  socklen_t length = sizeof address;
+  if (::getsockname(socket_fd_, reinterpret_cast<sockaddr*>(&address), &length) != 0) return {};
+  char text[INET6_ADDRSTRLEN] = {};
+  const void* raw = address.ss_family == AF_INET6
+                        ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(&address)->sin6_addr)
+                        : static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(&address)->sin_addr);
+  if (::inet_ntop(address.ss_family, raw, text, sizeof text) == nullptr) return {};
+  return text;
+}
+
 std::optional<int> SshConnection::exit_code() const {
   if (channel_role_ != ChannelRole::agent || !channel_) return std::nullopt;
   return channel_->exit_code();

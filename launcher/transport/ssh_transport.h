@@ -94,6 +94,7 @@ class SshConnection final : public AgentConnection {
   void shutdown(int grace_ms) override;
   std::optional<pid_t> local_pid() const override { return std::nullopt; }
   std::string describe() const override;
+  std::string local_address() const override;
 
   SshPhase phase() const { return phase_; }
   const SshConnectInfo& info() const { return info_; }

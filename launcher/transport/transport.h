@@ -50,6 +50,11 @@ class AgentConnection {
   /// The local agent's pid (local transport only).
   virtual std::optional<pid_t> local_pid() const = 0;
 
+  /// The address of this machine that the connection leaves from (ssh: getsockname of its TCP
+  /// socket): one the far host has proven it can reach us at. "" when none (local, not yet
+  /// connected).
+  virtual std::string local_address() const { return ""; }
+
   /// "localhost (local agent pid 1234)" / "gpu01 (ssh root@10.0.0.2:22)" — for messages.
   virtual std::string describe() const = 0;
 };

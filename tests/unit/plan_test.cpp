@@ -245,8 +245,8 @@ TEST_CASE("to_text shows hosts, batch arithmetic, the rank table and groups") {
   CHECK(text.rfind("hosts: 2 (gpu01 4/4 slots, gpu02 4/4 slots)\n", 0) == 0);
   CHECK(text.find("world 8 = data 2 × pipeline 2 × tensor 2; global batch 64 = micro 8 × data 2 × "
                   "grad_accum 4\n") != std::string::npos);
-  CHECK(text.find("rank  host   local   dp   pp   tp\n") != std::string::npos);
-  CHECK(text.find("   6  gpu02      2    1    1    0\n") != std::string::npos);
+  CHECK(text.find("rank  host   local  device   dp   pp   tp\n") != std::string::npos);
+  CHECK(text.find("   6  gpu02      2       2    1    1    0\n") != std::string::npos);
   CHECK(text.find("tensor groups: [0,1] [2,3] [4,5] [6,7]\n") != std::string::npos);
   CHECK(text.find("data groups: [0,2] [1,3] [4,6] [5,7]\n") != std::string::npos);
   CHECK(text.find("notes:") == std::string::npos);

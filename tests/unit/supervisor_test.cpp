@@ -675,3 +675,97 @@ TEST_CASE("a job without restarts says so instead of 'restart budget spent'") {
   h.feed(h.exit_code(0, 0, 3));
   CHECK(h.supervisor->give_up_reason().rfind("no restarts allowed", 0) == 0);
 }
+
+// ---- launch deadlines: every launch step ends in a clear failure, never `launching` for ever ----
+
+namespace {
+
+const RecordEvent* find_event(const std::vector<Action>& actions, const std::string& name) {
+  for (const Action& action : actions) {
+    if (const RecordEvent* record = std::get_if<RecordEvent>(&action); record && record->event.value("ev", "") == name) {
+      return record;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("launch deadline: no port reply from rank 0's host within 2 x heartbeat.timeout fails the generation") {
+  spec::JobSpec spec = make_spec(2, 1);
+  spec.elastic.max_restarts = 1;
+  Harness h(spec);
+  h.connect_all();
+  REQUIRE(h.supervisor->state() == RunState::launching);
+  h.clock.advance_ms(10000);  // exactly 2 x heartbeat.timeout: not yet
+  CHECK(h.feed(Tick{}).empty());
+  h.clock.advance_ms(1);
+  auto actions = h.feed(Tick{});
+  const RecordEvent* detected = find_event(actions, "failure.detected");
+  REQUIRE(detected != nullptr);
+  CHECK(detected->event["kind"] == "launch.timeout");
+  CHECK(detected->event["host"] == "h1");
+  CHECK(detected->event["gen"] == 0);
+  std::string detail = detected->event["detail"];
+  CHECK(detail.find("port reservation") != std::string::npos);
+  CHECK(detail.find("heartbeat.timeout") != std::string::npos);
+  // Budget left: a restart of the generation, not a run stuck in launching.
+  CHECK(h.supervisor->state() == RunState::recovering);
+  REQUIRE(of_type<StopGeneration>(actions).size() == 1);
+  auto next = of_type<StartGeneration>(h.release_all(0));
+  REQUIRE(next.size() == 1);
+  CHECK(next[0].gen == 1);
+  CHECK(h.supervisor->root_cause()->kind == "launch.timeout");
+}
+
+TEST_CASE("launch deadline: ranks that never report started are named with their host, and the run fails without budget") {
+  Harness h(make_spec(2, 2));
+  h.connect_all();
+  h.feed(GenerationSpawned{0});
+  h.clock.advance_ms(6000);
+  h.feed(WorkerStarted{0, 0, 1000});
+  h.feed(WorkerStarted{0, 1, 1001});
+  h.feed(WorkerStarted{0, 3, 1003});
+  CHECK(h.feed(Tick{}).empty());
+  h.clock.advance_ms(4001);  // 10001 ms after the spawn; the port wait before it does not count
+  auto actions = h.feed(Tick{});
+  const RecordEvent* detected = find_event(actions, "failure.detected");
+  REQUIRE(detected != nullptr);
+  CHECK(detected->event["kind"] == "launch.timeout");
+  CHECK(detected->event["host"] == "h2");
+  CHECK(detected->event["rank"] == 2);
+  CHECK(detected->event["detail"] == "spawn → started: rank 2 on h2 not started within 10s (2 × heartbeat.timeout)");
+  CHECK(h.supervisor->state() == RunState::stopping);  // max_restarts 0
+  auto finish = of_type<FinishRun>(h.release_all(0));
+  REQUIRE(finish.size() == 1);
+  CHECK(finish[0].state == RunState::failed);
+}
+
+TEST_CASE("launch deadline: the port wait and the spawn wait each get their own deadline") {
+  Harness h(make_spec(1, 1));
+  h.connect_all();
+  h.clock.advance_ms(9000);
+  CHECK(h.feed(Tick{}).empty());
+  h.feed(GenerationSpawned{0});
+  h.clock.advance_ms(9000);  // 18 s since the start, 9 s since the spawn
+  CHECK(h.feed(Tick{}).empty());
+  h.start_all(0);
+  CHECK(h.supervisor->state() == RunState::running);
+  h.clock.advance_ms(60000);
+  CHECK(!find_event(h.feed(Tick{}), "failure.detected"));
+}
+
+TEST_CASE("a port reservation the agent answers with an error ends the generation at once as agent.error") {
+  Harness h(make_spec(2, 1));
+  h.connect_all();
+  CHECK(h.feed(LaunchStepFailed{1, "h1", "port reservation", "stale"}).empty());  // another generation
+  auto actions = h.feed(LaunchStepFailed{0, "h1", "port reservation", "cannot find a free TCP port: EADDRINUSE"});
+  const RecordEvent* detected = find_event(actions, "failure.detected");
+  REQUIRE(detected != nullptr);
+  CHECK(detected->event["kind"] == "agent.error");
+  CHECK(detected->event["host"] == "h1");
+  CHECK(detected->event["detail"] ==
+        "port reservation failed on h1: cannot find a free TCP port: EADDRINUSE");
+  CHECK(h.supervisor->state() == RunState::stopping);
+  CHECK(has_event(actions, "failure.budget_exhausted"));
+}

@@ -21,12 +21,22 @@ inline constexpr const char* kRestartCount = "TORCHELASTIC_RESTART_COUNT";
 inline constexpr const char* kMaxRestarts = "TORCHELASTIC_MAX_RESTARTS";
 inline constexpr const char* kRunIdTorch = "TORCHELASTIC_RUN_ID";
 inline constexpr const char* kOmpNumThreads = "OMP_NUM_THREADS";   ///< "1" unless the user set it
+/// The physical slots (GPU indices) the worker's host uses, in LOCAL_RANK order ("0,2" with
+/// only_slots [0, 2]), so that cuda:LOCAL_RANK is the worker's own GPU, as under torchrun with
+/// one visible device per local rank. Set when the backend is nccl or the host reported GPUs;
+/// never when the spec's worker.env sets it (then the user's value is left as it is).
+inline constexpr const char* kCudaVisibleDevices = "CUDA_VISIBLE_DEVICES";
 
 // --- dtrain's own ------------------------------------------------------------------------------
 inline constexpr const char* kRunId = "DTRAIN_RUN_ID";
 inline constexpr const char* kGeneration = "DTRAIN_GENERATION";
 inline constexpr const char* kAgentSocket = "DTRAIN_AGENT_SOCKET";   ///< unix socket of the worker protocol
 inline constexpr const char* kBackend = "DTRAIN_BACKEND";            ///< "gloo" or "nccl"
+/// The worker's physical slot: its GPU index as nvidia-smi numbers it (only_slots[LOCAL_RANK]
+/// when the host lists only_slots, else LOCAL_RANK). Set on every host, CPU-only ones too. The
+/// CUDA ordinal inside the process is its position in CUDA_VISIBLE_DEVICES (= LOCAL_RANK when
+/// dtrain set that variable).
+inline constexpr const char* kDevice = "DTRAIN_DEVICE";
 inline constexpr const char* kDpRank = "DTRAIN_DP_RANK";
 inline constexpr const char* kDpSize = "DTRAIN_DP_SIZE";
 inline constexpr const char* kTpRank = "DTRAIN_TP_RANK";

@@ -2,11 +2,16 @@
 // operations polled against a deadline, so a dead peer becomes ncclCommAbort plus an Error
 // instead of a GPU kernel spinning forever.
 #include "worker/runtime/communicators.h"
+#include "worker/runtime/cuda_device.h"
+#include "worker/contract/env.h"
 
 #if DTRAIN_HAVE_CUDA
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <string>
 #include <thread>
 
 #include <cuda_runtime.h>
@@ -145,7 +150,14 @@ Result<std::unique_ptr<Communicator>> make_nccl_communicator(KvClient& kv, const
                  std::string(error == cudaSuccess ? "0 devices" : cudaGetErrorString(error)) +
                  "); use worker.backend: gloo"};
   }
-  int device = topology.local_rank % devices;
+  // DTRAIN_DEVICE names the physical slot the plan gave this rank (only_slots honoured);
+  // cuda_ordinal maps it through CUDA_VISIBLE_DEVICES to the index CUDA uses here.
+  auto env_value = [](const char* name) -> std::optional<std::string> {
+    const char* value = std::getenv(name);
+    return value ? std::optional<std::string>(value) : std::nullopt;
+  };
+  int device = cuda_ordinal(env_value(contract::env::kDevice), env_value(contract::env::kCudaVisibleDevices),
+                            topology.local_rank, devices);
   if (cudaError_t error = cudaSetDevice(device); error != cudaSuccess) {
     return Error{"cudaSetDevice(" + std::to_string(device) + "): " + cudaGetErrorString(error)};
   }
