@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <memory>
@@ -27,6 +28,7 @@
 #include "launcher/agent/host_facts.h"
 #include "launcher/agent/kill_operation.h"
 #include "launcher/agent/outbox.h"
+#include "launcher/agent/worker_files.h"
 #include "launcher/agent/process_tree.h"
 #include "launcher/agent/worker_process.h"
 #include "launcher/agent/worker_socket.h"
@@ -122,6 +124,8 @@ class Agent {
   void on_sample(const json& message);
 
   void spawn_one(const WorkerLaunch& launch);
+  void open_worker_files();
+  void add_worker_files(WorkerLaunch& launch, bool instrument);
   void send_beat(int64_t now);
   void send_error(json message);
   void protocol_error(const std::string& what);
@@ -140,6 +144,7 @@ class Agent {
   bool input_open_ = true;
   std::optional<Config> config_;
   std::unique_ptr<WorkerSocketServer> sockets_;
+  std::optional<WorkerFiles> files_;  ///< bootstrap + error files; absent if they could not be made
   std::map<pid_t, std::unique_ptr<WorkerProcess>> workers_;
   std::vector<KillOperation> kills_;
   int64_t started_ms_ = 0;
@@ -342,6 +347,12 @@ void Agent::reap_children() {
     exit["agent_time_ms"] = agent_time_ms();
     exit["tail"] = worker.tail();
     exit["killed_by_agent"] = worker.signalled_by_agent;
+    if (files_) {
+      std::optional<json> error = take_error_record(files_->error_file(worker.gen(), worker.rank()),
+                                                    proto::kMaxErrorFileBytes);
+      bool failed = !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+      if (error && failed) exit["error"] = std::move(*error);
+    }
     out_.send(exit);
     workers_.erase(it);
   }
@@ -405,6 +416,7 @@ void Agent::on_config(const json& message) {
     return begin_fence(sockets.error().message, ExitCode::infra);
   }
   sockets_ = std::move(*sockets);
+  open_worker_files();
   json facts = collect_host_facts(kNvidiaSmiTimeoutMs);
   out_.send({{"type", proto::msg::kHello},
              {"protocol", proto::kProtocolVersion},
@@ -424,6 +436,11 @@ void Agent::on_spawn(const json& message) {
   WorkerLaunch common;
   common.gen = static_cast<int>(fields.integer("gen"));
   if (fields.has("workdir")) common.workdir = fields.string("workdir");
+  bool instrument = false;
+  if (fields.has("instrument")) {
+    if (message["instrument"].is_boolean()) instrument = message["instrument"].get<bool>();
+    else fields.note("instrument", "a boolean");
+  }
   if (fields.has("log_tail_lines")) {
     common.log_tail_lines = static_cast<size_t>(
         std::clamp<int64_t>(fields.integer("log_tail_lines"), 0, kMaxTailLines));
@@ -453,8 +470,38 @@ void Agent::on_spawn(const json& message) {
     for (const auto& [name, value] : *common_env) launch.env[name] = value;
     for (const auto& [name, value] : *worker_env) launch.env[name] = value;
     launch.env[contract::env::kAgentSocket] = sockets_->path();
+    add_worker_files(launch, instrument);
     spawn_one(launch);
   }
+}
+
+// Next to the socket: `<runtime dir>/<host>.files`. Without it the workers still run (no
+// bootstrap, no error file): a full /tmp must not stop training, but it is said once here.
+void Agent::open_worker_files() {
+  std::string socket = sockets_->path();
+  std::string stem = socket.size() > 5 && socket.compare(socket.size() - 5, 5, ".sock") == 0
+                         ? socket.substr(0, socket.size() - 5) : socket;
+  auto files = WorkerFiles::create(stem + ".files");
+  if (!files) {
+    std::fprintf(stderr, "%s: %s; workers run without dtrain's Python bootstrap and error files\n",
+                 who().c_str(), files.error().message.c_str());
+    return;
+  }
+  files_.emplace(std::move(*files));
+}
+
+// TORCHELASTIC_ERROR_FILE per rank, as torchrun sets it (torch's @record and the bootstrap write
+// it; reap_children reads it), and the bootstrap first on PYTHONPATH when instrumenting.
+void Agent::add_worker_files(WorkerLaunch& launch, bool instrument) {
+  if (!files_) return;
+  std::string error_file = files_->error_file(launch.gen, launch.rank);
+  ::unlink(error_file.c_str());  // a record left by an earlier worker is not this one's
+  launch.env["TORCHELASTIC_ERROR_FILE"] = error_file;
+  if (!instrument) return;
+  auto given = launch.env.find("PYTHONPATH");
+  const char* inherited = std::getenv("PYTHONPATH");
+  launch.env["PYTHONPATH"] = prepend_python_path(
+      files_->python_path(), given != launch.env.end() ? given->second : inherited ? inherited : "");
 }
 
 void Agent::spawn_one(const WorkerLaunch& launch) {
@@ -631,6 +678,7 @@ void Agent::finish_fence(int64_t now) {
                summary.c_str());
   out_.send({{"type", proto::msg::kBye}, {"reason", *fence_reason_}, {"killed", released["killed"]}});
   out_.flush_until(now_ms() + kLastWordsMs);
+  files_.reset();    // before the socket: the runtime dir is removed once it is empty
   sockets_.reset();  // removes the socket and the runtime dir
   done_ = true;
 }

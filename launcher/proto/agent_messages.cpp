@@ -17,6 +17,7 @@ constexpr int64_t kIntMax = std::numeric_limits<int>::max();
 constexpr size_t kMaxTailLines = 10'000;
 constexpr size_t kMaxPids = 1'000'000;
 constexpr size_t kMaxLogLineBytes = 1 << 20;
+constexpr size_t kMaxErrorTextBytes = kMaxErrorFileBytes;
 
 template <class T>
 Result<AgentMessage> checked(FieldReader& reader, T message) {
@@ -39,6 +40,23 @@ Result<AgentMessage> parse_hello(FieldReader& reader) {
   return checked(reader, hello);
 }
 
+// exit.error: the agent made it from a file the worker wrote, so it is checked like the rest.
+std::optional<WorkerErrorRecord> read_error_record(FieldReader& reader) {
+  const json* error = reader.optional_object("error");
+  if (error == nullptr || !reader.ok()) return std::nullopt;
+  FieldReader fields("exit.error", *error);
+  WorkerErrorRecord record;
+  record.type = fields.optional_string("type", 256);
+  record.message = fields.string("message", kMaxErrorTextBytes);
+  record.traceback = fields.optional_string("traceback", kMaxErrorTextBytes);
+  record.timestamp = fields.optional_integer("timestamp", 0);
+  if (!fields.ok()) {
+    reader.fail_text("error", fields.error().message);
+    return std::nullopt;
+  }
+  return record;
+}
+
 Result<AgentMessage> parse_exit(FieldReader& reader, const json& frame) {
   WorkerExitReport exit;
   exit.gen = read_gen(reader);
@@ -57,6 +75,7 @@ Result<AgentMessage> parse_exit(FieldReader& reader, const json& frame) {
   exit.agent_time_ms = reader.optional_integer("agent_time_ms");
   exit.tail = reader.optional_string_array("tail", kMaxTailLines, kMaxLogLineBytes).value_or(std::vector<std::string>());
   exit.killed_by_agent = reader.optional_boolean("killed_by_agent").value_or(false);
+  exit.error = read_error_record(reader);
   return checked(reader, exit);
 }
 

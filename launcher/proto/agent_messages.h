@@ -27,6 +27,14 @@ struct AgentHello {
 };
 struct WorkerStartedReport { int gen = 0; int rank = 0; int64_t pid = 0; };
 struct WorkerSpawnFailedReport { int gen = 0; int rank = 0; std::string error; };
+/// A worker's structured error (exit.error): what the agent read from the rank's
+/// TORCHELASTIC_ERROR_FILE (torch's @record, or dtrain's Python bootstrap) after it failed.
+struct WorkerErrorRecord {
+  std::optional<std::string> type;       ///< "ValueError" (absent when the record has no "Type: ")
+  std::string message;                   ///< the text after "Type: ", or the whole message
+  std::optional<std::string> traceback;  ///< Python's formatted traceback
+  std::optional<int64_t> timestamp;      ///< unix seconds, the worker's clock
+};
 struct WorkerExitReport {
   int gen = 0;
   int rank = 0;
@@ -37,6 +45,7 @@ struct WorkerExitReport {
   std::optional<int64_t> agent_time_ms;
   std::vector<std::string> tail;
   bool killed_by_agent = false;
+  std::optional<WorkerErrorRecord> error;
 };
 struct WorkerLogLine { int gen = 0; int rank = 0; std::string stream; std::string line; };
 /// A worker-protocol message the agent forwarded. `msg` is the worker's object as the agent

@@ -16,8 +16,11 @@
 //           {about:"config"}, exit 3): another user's directory could hold a planted socket.
 //           hello.socket reports the path it chose.
 //   spawn   {gen, argv:[..], workdir, env:{K:V} (common to all), workers:[{rank, local_rank,
-//            env:{K:V}}], log_tail_lines}
-//           The agent adds DTRAIN_AGENT_SOCKET itself. Workers start in their own process group.
+//            env:{K:V}}], log_tail_lines, instrument?}
+//           The agent adds DTRAIN_AGENT_SOCKET itself, and TORCHELASTIC_ERROR_FILE (per rank, in
+//           its runtime directory, as torchrun does). instrument (default false): put the
+//           agent's Python bootstrap (worker/python/bootstrap) first on PYTHONPATH, before the
+//           PYTHONPATH the worker would otherwise get. Workers start in their own process group.
 //   kill    {gen, signal:"TERM"|"KILL", grace_ms}
 //           TERM every worker group of `gen`, KILL whatever remains after grace_ms, then answer
 //           released. gen -1: every generation. Each TERM is followed by SIGCONT, so a stopped
@@ -66,6 +69,11 @@
 //   exit.local_rank
 //   exit.killed_by_agent    true when a kill or fence signalled this worker: not a crash
 //   exit.core_dumped        present (true) when the kernel wrote a core
+//   exit.error              {type?, message, traceback?, timestamp?}: for a worker that exited
+//                           non-zero or by a signal, the error record it left in its
+//                           TORCHELASTIC_ERROR_FILE (torch's @record format, also written by
+//                           dtrain's Python bootstrap), read with checks, at most
+//                           kMaxErrorFileBytes. type is split off "Type: message".
 //   from_worker.pid         the connected peer's pid as SO_PEERCRED reports it
 //   beat.workers[].gen, beat.workers[].state   state: /proc letter (R, S, D, T = stopped, Z)
 //   pong.supervisor_time_ms echoed from the ping, for round-trip and clock-offset measurement
@@ -102,6 +110,10 @@ inline constexpr int kProtocolVersion = 1;
 /// Largest sample.text an agent sends: a gdb backtrace of every thread of a big process can be
 /// megabytes, and a frame must stay far below kMaxFrameBytes.
 inline constexpr unsigned long kMaxSampleTextBytes = 256 << 10;
+
+/// Largest TORCHELASTIC_ERROR_FILE the agent reads (a longer one is not parsed): the file is
+/// written by the worker, and its traceback travels in the exit frame.
+inline constexpr unsigned long kMaxErrorFileBytes = 64 << 10;
 
 namespace msg {
 inline constexpr const char* kConfig = "config";

@@ -493,11 +493,21 @@ void RunDriver::on_agent_message(AgentLink& link, const proto::WorkerExitReport&
   event["log"] = log_path(exit.rank);
   event["tail"] = exit.tail;
   exit_tails_[exit.rank] = exit.tail;
+  supervisor::WorkerExited exited{exit.gen, exit.rank, static_cast<int>(exit.pid), code, signal_name, 0,
+                                  link.offset_uncertainty_ms()};
+  if (exit.error) {  // the rank's TORCHELASTIC_ERROR_FILE: the exception, not just the exit code
+    event["error"] = {{"message", exit.error->message}};
+    if (exit.error->type) event["error"]["type"] = *exit.error->type;
+    if (exit.error->traceback) event["error"]["traceback"] = *exit.error->traceback;
+    if (exit.error->timestamp) event["error"]["timestamp"] = *exit.error->timestamp;
+    exited.error_type = exit.error->type;
+    exited.error_message = exit.error->message;
+    exited.traceback = exit.error->traceback;
+  }
   record(event);
   store_.forget({link.host(), exit.rank});  // its pending waits would be answered to nobody
-  int64_t observed = link.to_supervisor_time(exit.agent_time_ms.value_or(clock_.wall_ms()));
-  feed(supervisor::WorkerExited{exit.gen, exit.rank, static_cast<int>(exit.pid), code, signal_name, observed,
-                                link.offset_uncertainty_ms()});
+  exited.observed_ms = link.to_supervisor_time(exit.agent_time_ms.value_or(clock_.wall_ms()));
+  feed(exited);
 }
 
 void RunDriver::on_agent_message(AgentLink& link, const proto::WorkerLogLine& log) {
@@ -812,7 +822,7 @@ void RunDriver::spawn_generation(int port) {
     if (link == links_.end() || link->second->lost) continue;
     link->second->send({{"type", msg::kSpawn}, {"gen", start.gen}, {"argv", spec_.worker.command},
                         {"workdir", workdir}, {"env", common}, {"workers", workers},
-                        {"log_tail_lines", 20}});
+                        {"log_tail_lines", 20}, {"instrument", spec_.worker.instrument}});
   }
   record({{"ev", "generation.spawned"}, {"gen", start.gen}, {"master_addr", context.master_addr},
           {"master_port", port}, {"backend", context.backend}, {"resume_step", start.resume_step},
@@ -899,6 +909,7 @@ void RunDriver::write_state(bool force) {
     if (cause->pid) root_cause["pid"] = cause->pid;
     if (cause->code) root_cause["code"] = *cause->code;
     if (cause->signal) root_cause["signal"] = *cause->signal;
+    if (cause->traceback) root_cause["traceback"] = *cause->traceback;
   }
   json state = {
       {"version", kRunStateVersion}, {"run_id", run_.id()}, {"name", spec_.name},
@@ -968,6 +979,25 @@ void RunDriver::show_status() {
   console_.status(clock_.monotonic_ms(), clock_.wall_ms(), status);
 }
 
+// The traceback from the rank's error file, its last lines (the innermost frames and the
+// exception): the whole one is in events.jsonl (failure.detected) and state.json.
+static void print_traceback(std::FILE* out, const std::string& traceback) {
+  constexpr size_t kShownLines = 12;
+  std::vector<std::string> lines;
+  size_t start = 0;
+  while (start < traceback.size()) {
+    size_t end = traceback.find('\n', start);
+    if (end == std::string::npos) end = traceback.size();
+    lines.push_back(traceback.substr(start, end - start));
+    start = end + 1;
+  }
+  std::fprintf(out, "  traceback (from its error file):\n");
+  if (lines.size() > kShownLines) std::fprintf(out, "    ...\n");
+  for (size_t i = lines.size() > kShownLines ? lines.size() - kShownLines : 0; i < lines.size(); ++i) {
+    std::fprintf(out, "    %s\n", lines[i].c_str());
+  }
+}
+
 void RunDriver::print_summary(const supervisor::FinishRun& finish) {
   json summary = {{"ev", "run.finished"}, {"state", supervisor::to_string(finish.state)},
                   {"exit_code", to_int(finish.exit_code)}, {"restarts", supervisor_.restarts()},
@@ -977,6 +1007,7 @@ void RunDriver::print_summary(const supervisor::FinishRun& finish) {
   if (const auto& cause = supervisor_.root_cause()) {
     summary["root_cause"] = {{"kind", cause->kind}, {"host", cause->host}, {"rank", cause->rank},
                              {"detail", cause->detail}};
+    if (cause->traceback) summary["root_cause"]["traceback"] = *cause->traceback;
   }
   if (!supervisor_.give_up_reason().empty()) summary["reason"] = supervisor_.give_up_reason();
   record(summary);
@@ -995,6 +1026,7 @@ void RunDriver::print_summary(const supervisor::FinishRun& finish) {
       std::fprintf(out, "rank %d (local rank %d) on host %s, pid %d: %s\n", cause->rank,
                    cause->local_rank, cause->host.c_str(), cause->pid, cause->detail.c_str());
       std::fprintf(out, "  log: %s\n", log_path(cause->rank).c_str());
+      if (cause->traceback) print_traceback(out, *cause->traceback);
       auto tail = exit_tails_.find(cause->rank);
       if (tail != exit_tails_.end() && tail->second.is_array() && !tail->second.empty()) {
         std::fprintf(out, "  last output:\n");

@@ -50,6 +50,9 @@ struct WorkerSettings {
   std::map<std::string, std::string> env;     ///< merged over env_file
   std::string env_file;                       ///< KEY=VALUE lines, resolved relative to the spec
   Backend backend = Backend::auto_select;
+  /// worker.instrument: put dtrain's Python bootstrap first on the workers' PYTHONPATH (beats
+  /// from torch optimizer steps, error records for uncaught exceptions). off: PYTHONPATH as given.
+  bool instrument = true;
 
   bool operator==(const WorkerSettings&) const = default;
 };

@@ -117,13 +117,16 @@ void read_worker(DiagnosticSink& sink, const Section& root, const std::string& b
     sink.error_at(sink.file(), 0, 0, "worker", "the spec has no worker section; add worker: {command: [python3, train.py]}");
     return;
   }
-  Section w(sink, node, "worker", {"command", "workdir", "env", "env_file", "backend"});
+  Section w(sink, node, "worker", {"command", "workdir", "env", "env_file", "backend", "instrument"});
   if (!w.node()) return;  // not a mapping: reported
   read_command(sink, w, worker.command);
   if (auto v = read_string(sink, w.get("workdir"), w.path("workdir"))) worker.workdir = *v;
   read_env(sink, w, base_dir, worker);
   if (auto v = read_choice(sink, w.get("backend"), w.path("backend"), {"auto", "gloo", "nccl"})) {
     worker.backend = *v == "gloo" ? Backend::gloo : *v == "nccl" ? Backend::nccl : Backend::auto_select;
+  }
+  if (auto v = read_choice(sink, w.get("instrument"), w.path("instrument"), {"on", "off", "true", "false"})) {
+    worker.instrument = *v == "on" || *v == "true";
   }
 }
 

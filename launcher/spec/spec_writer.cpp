@@ -81,6 +81,7 @@ std::string to_yaml(const JobSpec& spec) {
   for (const auto& [name, value] : spec.worker.env) string_value(out, name.c_str(), value);
   out << YAML::EndMap;
   out << YAML::Key << "backend" << YAML::Value << to_string(spec.worker.backend);
+  out << YAML::Key << "instrument" << YAML::Value << (spec.worker.instrument ? "on" : "off");
   out << YAML::EndMap;
 
   out << YAML::Key << "parallelism" << YAML::Value << YAML::BeginMap;

@@ -18,6 +18,7 @@ nlohmann::json cause_json(const RootCause& cause) {
   if (cause.pid > 0) json["pid"] = cause.pid;
   if (cause.code) json["code"] = *cause.code;
   if (cause.signal) json["signal"] = *cause.signal;
+  if (cause.traceback) json["traceback"] = *cause.traceback;
   return json;
 }
 
@@ -456,6 +457,12 @@ void Supervisor::on(const WorkerExited& event) {
   cause.signal = event.signal;
   cause.detail = event.signal ? "killed by " + *event.signal
                               : "exit code " + std::to_string(event.code.value_or(-1));
+  // The exception the worker recorded says more than its exit status (which stays in
+  // code/signal): "ValueError: bad batch".
+  if (event.error_message) {
+    cause.detail = event.error_type ? *event.error_type + ": " + *event.error_message : *event.error_message;
+    cause.traceback = event.traceback;
+  }
   cause.observed_ms = event.observed_ms;
 
   if (state_ == RunState::running || state_ == RunState::launching) {

@@ -55,6 +55,10 @@ struct WorkerExited {
   /// How far observed_ms may be off (the clock offset's uncertainty): an exit is only ordered
   /// before another event when it is earlier by more than this.
   int64_t observed_uncertainty_ms = 0;
+  /// The exception the worker left in its TORCHELASTIC_ERROR_FILE (exit.error), if any.
+  std::optional<std::string> error_type;     ///< "ValueError"
+  std::optional<std::string> error_message;  ///< "bad batch"
+  std::optional<std::string> traceback;
 };
 /// A worker's heartbeat carried a step.
 struct WorkerProgress { int gen = 0; int rank = 0; int64_t step = 0; };
@@ -133,7 +137,9 @@ struct RootCause {
   int pid = 0;
   std::optional<int> code;
   std::optional<std::string> signal;
-  std::string detail;  ///< "exit code 3", "killed by SIGKILL", the spawn error, the loss reason
+  std::string detail;  ///< "exit code 3", "killed by SIGKILL", the spawn error, the loss reason,
+                       ///< or, from the rank's error file, "ValueError: bad batch"
+  std::optional<std::string> traceback;  ///< from the rank's error file
   int64_t observed_ms = 0;
 };
 

@@ -48,6 +48,10 @@ import time
 __all__ = ["Worker", "DtrainError"]  # DtrainStore too, on demand (it needs torch)
 
 
+# Set once the script itself connects (Worker.from_env()): the bootstrap then stops beating.
+_script_worker_created = False
+
+
 class DtrainError(RuntimeError):
     """A failure talking to the dtrain agent or the store (the message says which)."""
 
@@ -108,8 +112,13 @@ class Worker:
         self._store = None
 
     @classmethod
-    def from_env(cls):
-        """Connects to $DTRAIN_AGENT_SOCKET and says hello {rank, gen, pid}."""
+    def from_env(cls, _instrument=False):
+        """Connects to $DTRAIN_AGENT_SOCKET and says hello {rank, gen, pid}. (_instrument: the
+        connection of dtrain's bootstrap, sitecustomize.py; any other one is the script's own,
+        and from then on the script's beats are the rank's and the bootstrap sends none.)"""
+        global _script_worker_created
+        if not _instrument:
+            _script_worker_created = True
         path = os.environ.get("DTRAIN_AGENT_SOCKET", "")
         if not path:
             raise DtrainError("not running under dtrain: DTRAIN_AGENT_SOCKET is unset; "

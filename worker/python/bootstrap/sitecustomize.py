@@ -1,0 +1,280 @@
+"""dtrain's bootstrap for unmodified Python workers (standard library only).
+
+The dtrain agent writes this file (with dtrain_worker.py) into its runtime directory and puts
+that directory first on each worker's PYTHONPATH, unless the spec says `worker.instrument: off`.
+Python imports `sitecustomize` at startup, so this runs before the user's script, the way
+ddtrace-run and coverage.py's subprocess support start. It:
+
+  1. runs the user's own sitecustomize afterwards, if one exists further on sys.path (or the
+     distribution's, e.g. Debian's /etc/python3.x/sitecustomize.py);
+  2. only when the script imports torch (an import hook on `torch.optim`; torch itself is never
+     imported from here), counts optimizer steps and sends beats with the step count and the
+     step time (the time between two steps) over the worker protocol, rate-limited by
+     dtrain_worker's beat(). torch >= 2.0 has the global
+     torch.optim.optimizer.register_optimizer_step_post_hook; torch 1.13 has no step hook, so
+     there each optimizer class's step() is wrapped on its first instantiation;
+  3. writes torchrun-compatible error records: for a script that dies of an uncaught exception
+     without torch's @record, a sys.excepthook writes the same JSON that
+     torch.distributed.elastic.multiprocessing.errors.record writes to $TORCHELASTIC_ERROR_FILE
+     (which the agent sets per rank): {"message": {"message": "<Type>: <text>", "extraInfo":
+     {"py_callstack": "<traceback>", "timestamp": "<unix seconds>"}}}.
+
+It must never break a script: any error inside the bootstrap is written once to stderr
+("dtrain bootstrap: ...; instrumentation disabled") and turns it off. Only the first Python
+process of a worker is instrumented: child processes that inherit PYTHONPATH (DataLoader
+workers, subprocesses, forks) stay passive, so they neither beat for the rank nor overwrite its
+error record. A script that talks to dtrain itself (dtrain_worker.Worker.from_env()) owns the
+rank's beats: the bootstrap then stops sending its own.
+"""
+
+import os
+import sys
+
+_OWNER_VARIABLE = "DTRAIN_INSTRUMENTED_PID"
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_state = {"disabled": False, "connection": None, "owner_pid": None}
+
+
+def _disable(what, error):
+    """Logs the bootstrap's own failure once and turns instrumentation off for this process."""
+    if _state["disabled"]:
+        return
+    _state["disabled"] = True
+    try:
+        sys.stderr.write("dtrain bootstrap: %s: %s: %s; instrumentation disabled (the script runs "
+                         "as usual; `worker.instrument: off` in the spec turns the bootstrap off)\n"
+                         % (what, type(error).__name__, error))
+        sys.stderr.flush()
+    except Exception:
+        pass
+
+
+def _is_owner():
+    """True in the worker process the agent started (pid unchanged across exec), not in its
+    children: they inherit the variable with another pid in it."""
+    return not _state["disabled"] and _state["owner_pid"] == os.getpid()
+
+
+# --- progress: optimizer steps as beats --------------------------------------------------------
+
+class _StepCounter:
+    """Counts optimizer steps (the largest count of any one optimizer, so a script with a
+    generator and a discriminator optimizer does not count double) and beats."""
+
+    def __init__(self):
+        import time
+        self._monotonic = time.monotonic
+        self._counts = {}
+        self._step = 0
+        self._last_step_time = None
+
+    def on_step(self, optimizer):
+        if not _is_owner():
+            return
+        try:
+            key = id(optimizer)
+            count = self._counts.get(key, 0) + 1
+            self._counts[key] = count
+            if count <= self._step:
+                return
+            self._step = count
+            now = self._monotonic()
+            step_ms = None if self._last_step_time is None else (now - self._last_step_time) * 1000.0
+            self._last_step_time = now
+            worker = _connection()
+            if worker is not None:
+                worker.beat(self._step, step_ms=step_ms)
+        except Exception as error:
+            _disable("sending a beat", error)
+
+
+def _connection():
+    """The bootstrap's worker-protocol connection, made at the first step (not at startup: a
+    script that closes its fds or forks early must find nothing of ours open). None when the
+    script speaks the protocol itself or dtrain's socket is not set."""
+    import dtrain_worker
+    if getattr(dtrain_worker, "_script_worker_created", False):
+        worker = _state["connection"]
+        if worker is not None:
+            _state["connection"] = None
+            worker.close("script speaks the worker protocol")
+        return None
+    if _state["connection"] is None:
+        if not os.environ.get("DTRAIN_AGENT_SOCKET"):
+            return None
+        _state["connection"] = dtrain_worker.Worker.from_env(_instrument=True)
+        import atexit
+        atexit.register(_close_connection)
+    return _state["connection"]
+
+
+def _close_connection():
+    worker = _state["connection"]
+    _state["connection"] = None
+    if worker is not None and _is_owner():
+        try:
+            worker.close()
+        except Exception:
+            pass  # the agent is gone: nothing to flush to
+
+
+def _hook_optimizers(optimizer_module):
+    """Installs the step hook; optimizer_module is torch.optim.optimizer."""
+    counter = _StepCounter()
+    register = getattr(optimizer_module, "register_optimizer_step_post_hook", None)
+    if register is not None:  # torch >= 2.0: one global hook for every optimizer
+        register(lambda optimizer, args, kwargs: counter.on_step(optimizer))
+        return
+    # torch 1.13: no hook; wrap each Optimizer subclass's step() when it is first instantiated
+    # (subclasses override step, so wrapping Optimizer.step alone would see nothing).
+    base = optimizer_module.Optimizer
+    original_init = base.__init__
+
+    def wrap_step(cls):
+        step = cls.__dict__.get("step")
+        if step is None or getattr(step, "_dtrain_wrapped", False):
+            return
+
+        def wrapped_step(self, *args, **kwargs):
+            result = step(self, *args, **kwargs)
+            counter.on_step(self)
+            return result
+
+        wrapped_step._dtrain_wrapped = True
+        for attribute in ("__name__", "__qualname__", "__doc__", "__wrapped__"):
+            if hasattr(step, attribute):
+                try:
+                    setattr(wrapped_step, attribute, getattr(step, attribute))
+                except Exception:
+                    pass
+        if getattr(step, "hooked", False):
+            wrapped_step.hooked = True  # torch's profiler marker: do not wrap twice
+        setattr(cls, "step", wrapped_step)
+
+    def init(self, *args, **kwargs):
+        if not _state["disabled"]:
+            try:
+                # The most derived class that defines step() is the one called.
+                for cls in type(self).__mro__:
+                    if "step" in cls.__dict__ and cls is not base:
+                        wrap_step(cls)
+                        break
+            except Exception as error:
+                _disable("wrapping %s.step" % type(self).__name__, error)
+        original_init(self, *args, **kwargs)
+
+    base.__init__ = init
+
+
+class _TorchOptimWatcher:
+    """A meta-path finder that waits for `torch.optim.optimizer` to be imported (torch imports
+    it while `import torch` runs) and hooks it once executed. It imports nothing itself."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != "torch.optim.optimizer" or _state["disabled"]:
+            return None
+        try:
+            import importlib.machinery
+            spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+            if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+                return None
+            loader = spec.loader
+            original_exec = loader.exec_module
+
+            def exec_module(module):
+                original_exec(module)
+                if _is_owner():
+                    try:
+                        _hook_optimizers(module)
+                    except Exception as error:
+                        _disable("hooking torch optimizer steps", error)
+
+            loader.exec_module = exec_module
+            return spec
+        except Exception as error:
+            _disable("watching for torch", error)
+            return None
+
+
+# --- root causes: torchrun's error file -----------------------------------------------------------
+
+def _write_error_record(kind, value, traceback_object):
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE", "")
+    if not path or os.path.exists(path):  # torch's @record wrote it already: keep theirs
+        return
+    import json
+    import time
+    import traceback
+    record = {"message": {
+        "message": "%s: %s" % (kind.__name__, value),
+        "extraInfo": {
+            "py_callstack": "".join(traceback.format_exception(kind, value, traceback_object)),
+            "timestamp": str(int(time.time())),
+        },
+    }}
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as out:
+        json.dump(record, out)
+
+
+def _install_excepthook():
+    previous = sys.excepthook
+
+    def excepthook(kind, value, traceback_object):
+        if _is_owner() and not issubclass(kind, KeyboardInterrupt):
+            try:
+                _write_error_record(kind, value, traceback_object)
+            except Exception as error:
+                _disable("writing $TORCHELASTIC_ERROR_FILE", error)
+        previous(kind, value, traceback_object)
+
+    sys.excepthook = excepthook
+
+
+# --- the user's own sitecustomize -----------------------------------------------------------------
+
+def _run_next_sitecustomize():
+    """Finds and runs the sitecustomize that this one shadows, as Python would have."""
+    import importlib.machinery
+    import importlib.util
+    here = os.path.realpath(_HERE)
+    rest = [entry for entry in sys.path if os.path.realpath(entry or os.curdir) != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    ours = sys.modules.get("sitecustomize")
+    sys.modules["sitecustomize"] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as error:
+        # What site.py does with a failing sitecustomize: report, go on.
+        sys.modules["sitecustomize"] = ours
+        sys.stderr.write("Error in sitecustomize (%s); set PYTHONVERBOSE for traceback:\n%s: %s\n"
+                         % (spec.origin, type(error).__name__, error))
+
+
+def _start():
+    owner = os.environ.get(_OWNER_VARIABLE)
+    if owner is None:
+        os.environ[_OWNER_VARIABLE] = str(os.getpid())
+        _state["owner_pid"] = os.getpid()
+    elif owner == str(os.getpid()):
+        _state["owner_pid"] = os.getpid()  # re-exec of the same process (os.execv)
+    if _state["owner_pid"] is None:
+        return
+    _install_excepthook()
+    sys.meta_path.insert(0, _TorchOptimWatcher())
+    if "torch.optim.optimizer" in sys.modules:  # imported by something even earlier
+        _hook_optimizers(sys.modules["torch.optim.optimizer"])
+
+
+try:
+    _start()
+except Exception as _error:
+    _disable("starting", _error)
+
+try:
+    _run_next_sitecustomize()
+except Exception as _error:
+    _disable("looking for the next sitecustomize", _error)
