@@ -341,6 +341,13 @@ void print_run_text(const RunDirectory& run, const json& state, bool alive, cons
                             : json_string(*cause, "kind", "failure") + " on " + json_string(*cause, "host", "?");
     print_field(failed ? "root cause" : "last failure", where + ": " + json_string(*cause, "message", "?"));
     if (std::string log = json_string(*cause, "log"); !log.empty()) print_field("", "log: " + log);
+    // From the rank's TORCHELASTIC_ERROR_FILE: its innermost frames (the whole one: state.json).
+    if (std::string traceback = json_string(*cause, "traceback"); !traceback.empty()) {
+      std::vector<std::string> lines = split(traceback, '\n');
+      while (!lines.empty() && lines.back().empty()) lines.pop_back();
+      print_field("", "traceback (last lines):");
+      for (size_t i = lines.size() > 6 ? lines.size() - 6 : 0; i < lines.size(); ++i) print_field("", "  " + printable(lines[i], 300));
+    }
   }
   if (const json* recovery = json_member(state, "last_recovery"); recovery && recovery->is_object()) {
     print_field("recovery", recovery_text(*recovery));

@@ -65,6 +65,10 @@ TEST_CASE("bootstrap: an uncaught ValueError is the root cause, with its traceba
     if (exit["rank"] == 1 && exit.contains("error")) exit_has_error = exit["error"]["type"] == "ValueError";
   }
   CHECK(exit_has_error);
+  DtrainProcess status = env.run({"status", run_id_of(dir)});
+  INFO("dtrain status:\n" << status.out());
+  CHECK(status.out().find("ValueError: bad batch") != std::string::npos);
+  CHECK(status.out().find("train.py\", line 3, in load_batch") != std::string::npos);
   check_nothing_left(run_id_of(dir));
 }
 
