@@ -493,8 +493,13 @@ void RunDriver::on_agent_message(AgentLink& link, const proto::WorkerExitReport&
   event["log"] = log_path(exit.rank);
   event["tail"] = exit.tail;
   exit_tails_[exit.rank] = exit.tail;
-  supervisor::WorkerExited exited{exit.gen, exit.rank, static_cast<int>(exit.pid), code, signal_name, 0,
-                                  link.offset_uncertainty_ms()};
+  supervisor::WorkerExited exited;
+  exited.gen = exit.gen;
+  exited.rank = exit.rank;
+  exited.pid = static_cast<int>(exit.pid);
+  exited.code = code;
+  exited.signal = signal_name;
+  exited.observed_uncertainty_ms = link.offset_uncertainty_ms();
   if (exit.error) {  // the rank's TORCHELASTIC_ERROR_FILE: the exception, not just the exit code
     event["error"] = {{"message", exit.error->message}};
     if (exit.error->type) event["error"]["type"] = *exit.error->type;

@@ -515,7 +515,10 @@ TEST_CASE("recovery phases include rendezvous when every rank reports comm.ready
   h.feed(WorkerProgress{0, 0, 10});
   h.feed(WorkerProgress{0, 1, 10});
   h.feed(CheckpointCommitted{0, 10});
-  h.feed(WorkerExited{0, 1, 1001, std::nullopt, std::string("SIGKILL"), h.clock.wall_ms(), 0});
+  WorkerExited killed = h.exit_code(0, 1, 0);
+  killed.code = std::nullopt;
+  killed.signal = "SIGKILL";
+  h.feed(killed);
   h.clock.advance_ms(100);
   h.release_all(0);
   h.clock.advance_ms(50);
