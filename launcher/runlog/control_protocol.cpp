@@ -35,7 +35,8 @@ Result<ControlReply> parse_control_reply(std::string_view line) {
   if (type == "ok") {
     out.ok = true;
     out.state = json_string(reply, "state");
-    if (std::optional<int64_t> generation = json_int(reply, "generation")) out.generation = static_cast<int>(*generation);
+    std::optional<int64_t> generation = json_int(reply, "generation");
+    if (generation && *generation >= -1 && *generation <= INT32_MAX) out.generation = static_cast<int>(*generation);
     return out;
   }
   if (type == "error") {

@@ -24,9 +24,16 @@ inline std::optional<int64_t> json_int(const nlohmann::json& object, std::string
   const nlohmann::json* member = json_member(object, key);
   if (!member) return std::nullopt;
   if (member->is_number_integer()) return member->get<int64_t>();
-  if (member->is_number_unsigned()) return static_cast<int64_t>(member->get<uint64_t>());
+  if (member->is_number_unsigned()) {
+    uint64_t value = member->get<uint64_t>();
+    if (value > static_cast<uint64_t>(INT64_MAX)) return std::nullopt;
+    return static_cast<int64_t>(value);
+  }
   if (member->is_number_float()) {
     double value = member->get<double>();
+    // Range first: converting a double outside int64's range is undefined behaviour (found by
+    // fuzz/control_request: a reply's "generation" of 9.18e20).
+    if (!(value >= -9.0e18 && value <= 9.0e18)) return std::nullopt;
     if (value == static_cast<double>(static_cast<int64_t>(value))) return static_cast<int64_t>(value);
   }
   return std::nullopt;
