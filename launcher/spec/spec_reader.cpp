@@ -134,12 +134,26 @@ const YAML::Node* Section::get(const std::string& key) const {
 
 std::string Section::path(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
 
+namespace {
+
+// DEL (0x7f) reaches a value through a YAML escape ("\x7f") or --set, but yaml-cpp writes it
+// back raw, which YAML does not allow: the run's spec.yaml would not load again on resume.
+// Refuse it where the user can fix it (found by fuzz/spec_loader).
+bool refuse_delete_byte(DiagnosticSink& sink, const YAML::Node& node, const std::string& key) {
+  if (node.Scalar().find('\x7f') == std::string::npos) return false;
+  sink.error(node, key, single_quoted(node.Scalar()) + " holds the control byte 0x7f (DEL); remove it");
+  return true;
+}
+
+}  // namespace
+
 std::optional<std::string> read_string(DiagnosticSink& sink, const YAML::Node* node, const std::string& key) {
   if (node == nullptr) return std::nullopt;
   if (!node->IsScalar()) {
     sink.error(*node, key, "expected a string, got " + describe(*node));
     return std::nullopt;
   }
+  if (refuse_delete_byte(sink, *node, key)) return std::nullopt;
   return node->Scalar();
 }
 
@@ -193,7 +207,10 @@ std::optional<std::string> read_choice(DiagnosticSink& sink, const YAML::Node* n
 std::optional<std::vector<std::string>> read_string_list(DiagnosticSink& sink, const YAML::Node* node,
                                                          const std::string& key, bool allow_single) {
   if (node == nullptr) return std::nullopt;
-  if (allow_single && node->IsScalar()) return std::vector<std::string>{node->Scalar()};
+  if (allow_single && node->IsScalar()) {
+    if (refuse_delete_byte(sink, *node, key)) return std::nullopt;
+    return std::vector<std::string>{node->Scalar()};
+  }
   if (!node->IsSequence()) {
     sink.error(*node, key, "expected a list of strings, got " + describe(*node));
     return std::nullopt;
@@ -204,6 +221,10 @@ std::optional<std::vector<std::string>> read_string_list(DiagnosticSink& sink, c
     YAML::Node item = (*node)[i];
     if (!item.IsScalar()) {
       sink.error(item, key + "[" + std::to_string(i) + "]", "expected a string, got " + describe(item));
+      ok = false;
+      continue;
+    }
+    if (refuse_delete_byte(sink, item, key + "[" + std::to_string(i) + "]")) {
       ok = false;
       continue;
     }

@@ -86,6 +86,8 @@ void read_env(DiagnosticSink& sink, const Section& worker, const std::string& ba
           sink.error(name, key, single_quoted(text) + " is not an environment variable name; use letters, digits and '_'");
         } else if (!value.IsScalar()) {
           sink.error(value, key, "expected a string value, got " + describe(value) + "; write \"\" for an empty value");
+        } else if (value.Scalar().find('\x7f') != std::string::npos) {
+          sink.error(value, key, single_quoted(value.Scalar()) + " holds the control byte 0x7f (DEL); remove it");
         } else {
           settings.env[text] = value.Scalar();
         }

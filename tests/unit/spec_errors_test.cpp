@@ -297,3 +297,10 @@ TEST_CASE("an env_file or spec that is a device or too large is refused, never r
   CHECK(contains(only_error(load_job_spec(big)), "is larger than 16 MiB"));
   CHECK(contains(only_error("version: 1\nworker:\n  command: [x]\n  env_file: /dev/zero\n"), "is a device, not a file"));
 }
+
+TEST_CASE("a DEL byte in a value (a YAML escape or --set) is refused: spec.yaml could not be read back") {
+  CHECK(contains(only_error("version: 1\nworker:\n  command: [\"py\\x7fthon3\"]\n"), "holds the control byte 0x7f (DEL)"));
+  CHECK(contains(only_error("version: 1\n" + kWorker, {{"worker.command", "[py\x7fthon3, x.py]"}}),
+                 "holds the control byte 0x7f (DEL)"));
+  CHECK(contains(only_error("version: 1\n" + kWorker + "  env: {A: \"x\\x7f\"}\n"), "worker.env.A"));
+}
