@@ -151,18 +151,25 @@ class FakeAgent {
       std::map<std::string, std::string> env = worker_env(rank, world_size);
       for (const auto& [key, value] : extra) env[key] = value;
       std::string log = log_path(rank);
+      // Everything the child needs is built before fork: this process has threads (the agent
+      // loop), and a malloc in the child can deadlock on a lock another thread held at fork
+      // (it did under ASan: the worker never started). The child only opens, dups and execs.
+      env.emplace("PATH", "/usr/bin:/bin");
+      std::vector<std::string> env_lines;
+      for (const auto& [key, value] : env) env_lines.push_back(key + "=" + value);
+      std::vector<char*> envp;
+      for (std::string& line : env_lines) envp.push_back(line.data());
+      envp.push_back(nullptr);
+      std::vector<std::string> argv_copy = argv;
+      std::vector<char*> args;
+      for (std::string& arg : argv_copy) args.push_back(arg.data());
+      args.push_back(nullptr);
       pid_t pid = ::fork();
       if (pid == 0) {
         int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
         ::dup2(fd, 1);
         ::dup2(fd, 2);
-        ::clearenv();
-        ::setenv("PATH", "/usr/bin:/bin", 1);
-        for (const auto& [key, value] : env) ::setenv(key.c_str(), value.c_str(), 1);
-        std::vector<char*> args;
-        for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
-        args.push_back(nullptr);
-        ::execv(args[0], args.data());
+        ::execve(args[0], args.data(), envp.data());
         ::_exit(127);
       }
       pids_[rank] = pid;
