@@ -89,6 +89,20 @@ void Supervisor::record(nlohmann::json event) {
   out_.push_back(RecordEvent{std::move(event)});
 }
 
+RootCause Supervisor::rank_cause(std::string kind, int rank, std::string detail) const {
+  // The one place a rank's root cause is filled: where it ran, its pid, observed now.
+  const plan::RankSlot* where = slot(rank);
+  RootCause cause;
+  cause.kind = std::move(kind);
+  cause.host = where ? where->host : "";
+  cause.rank = rank;
+  cause.local_rank = where ? where->local_rank : -1;
+  cause.pid = rank >= 0 && rank < static_cast<int>(ranks_.size()) ? ranks_[static_cast<size_t>(rank)].pid : 0;
+  cause.detail = std::move(detail);
+  cause.observed_ms = clock_.wall_ms();
+  return cause;
+}
+
 const plan::RankSlot* Supervisor::slot(int rank) const {
   if (rank < 0 || rank >= static_cast<int>(plan_.ranks.size())) return nullptr;
   return &plan_.ranks[static_cast<size_t>(rank)];
@@ -409,14 +423,8 @@ void Supervisor::on(const WorkerStarted& event) {
 void Supervisor::on(const WorkerSpawnFailed& event) {
   if (event.gen != generation_ || !slot(event.rank)) return;
   ranks_[static_cast<size_t>(event.rank)].state = RankState::failed;
-  const plan::RankSlot* where = slot(event.rank);
-  RootCause cause;
-  cause.kind = "worker.spawn";
-  cause.host = where->host;
-  cause.rank = event.rank;
-  cause.local_rank = where->local_rank;
-  cause.detail = event.error;
-  cause.observed_ms = clock_.wall_ms();
+  RootCause cause = rank_cause("worker.spawn", event.rank, event.error);
+  cause.pid = 0;  // it never ran
   if (state_ == RunState::launching || state_ == RunState::running) {
     // A command that cannot start will not start next time either: give up at once.
     root_cause_ = cause;
@@ -431,7 +439,6 @@ void Supervisor::on(const WorkerSpawnFailed& event) {
 void Supervisor::on(const WorkerExited& event) {
   if (event.gen != generation_ || !slot(event.rank)) return;
   RankStatus& rank = ranks_[static_cast<size_t>(event.rank)];
-  const plan::RankSlot* where = slot(event.rank);
   rank.exit_code = event.code;
   rank.exit_signal = event.signal;
   bool clean = event.code && *event.code == 0 && !event.signal;
@@ -447,16 +454,12 @@ void Supervisor::on(const WorkerExited& event) {
     return;
   }
 
-  RootCause cause;
-  cause.kind = "worker.exit";
-  cause.host = where->host;
-  cause.rank = event.rank;
-  cause.local_rank = where->local_rank;
+  RootCause cause = rank_cause("worker.exit", event.rank,
+                               event.signal ? "killed by " + *event.signal
+                                            : "exit code " + std::to_string(event.code.value_or(-1)));
   cause.pid = event.pid;
   cause.code = event.signal ? std::nullopt : event.code;
   cause.signal = event.signal;
-  cause.detail = event.signal ? "killed by " + *event.signal
-                              : "exit code " + std::to_string(event.code.value_or(-1));
   // The exception the worker recorded says more than its exit status (which stays in
   // code/signal): "ValueError: bad batch".
   if (event.error_message) {
@@ -486,18 +489,8 @@ void Supervisor::on(const WorkerExited& event) {
 void Supervisor::on(const WorkerMisbehaved& event) {
   if (event.gen != generation_ || !slot(event.rank)) return;
   if (state_ != RunState::running && state_ != RunState::launching) return;  // already stopping
-  const plan::RankSlot* where = slot(event.rank);
-  RankStatus& rank = ranks_[static_cast<size_t>(event.rank)];
-  rank.state = RankState::failed;
-  RootCause cause;
-  cause.kind = "worker.protocol";
-  cause.host = where->host;
-  cause.rank = event.rank;
-  cause.local_rank = where->local_rank;
-  cause.pid = rank.pid;
-  cause.detail = event.detail;
-  cause.observed_ms = clock_.wall_ms();
-  handle_failure(cause, false);
+  ranks_[static_cast<size_t>(event.rank)].state = RankState::failed;
+  handle_failure(rank_cause("worker.protocol", event.rank, event.detail), false);
 }
 
 void Supervisor::on(const WorkerProgress& event) {
@@ -654,14 +647,9 @@ void Supervisor::on(const Tick&) {
             {"pid", rank.pid}, {"step", rank.step},
             {"silent_ms", now - rank.step_changed_ms}});
     out_.push_back(CaptureSample{generation_, static_cast<int>(i), where.host, rank.pid});
-    RootCause cause;
-    cause.kind = "worker.hang";
-    cause.host = where.host;
-    cause.rank = static_cast<int>(i);
-    cause.local_rank = where.local_rank;
-    cause.pid = rank.pid;
-    cause.detail = "no step progress for " + std::to_string((now - rank.step_changed_ms) / 1000) +
-                   "s at step " + std::to_string(rank.step);
+    RootCause cause = rank_cause("worker.hang", static_cast<int>(i),
+                                 "no step progress for " + std::to_string((now - rank.step_changed_ms) / 1000) +
+                                     "s at step " + std::to_string(rank.step));
     cause.observed_ms = clock_.wall_ms() - (now - rank.step_changed_ms - hang_timeout);
     handle_failure(cause, false);
     return;

@@ -120,6 +120,9 @@ class Supervisor {
   bool generation_made_progress();
   Millis progress_window() const;
   void add_incident(nlohmann::json incident);
+  /// A RootCause of `kind` for `rank` of this generation: its host, local rank and pid from the
+  /// plan and its status, observed now (callers adjust pid, code, signal or time).
+  RootCause rank_cause(std::string kind, int rank, std::string detail) const;
   std::vector<std::string> live_hosts() const;
   const plan::RankSlot* slot(int rank) const;
 

@@ -127,8 +127,13 @@ Result<json> AgentConnection::request(json message, Millis timeout) {
   (void)answered;
   json reply = std::move(replies_[id]);
   replies_.erase(id);
-  if (reply.value("type", "") == wire::kError) {
-    return Error{reply.value("error", type + ": the store refused the request")};
+  // A reply is read with type checks: a field of the wrong type is an error naming it, never
+  // a json exception that would end the worker.
+  auto type_field = reply.find("type");
+  if (type_field != reply.end() && type_field->is_string() && *type_field == wire::kError) {
+    auto error = reply.find("error");
+    return Error{error != reply.end() && error->is_string() ? error->get<std::string>()
+                                                            : type + ": the store refused the request"};
   }
   return reply;
 }
@@ -196,7 +201,8 @@ Result<std::vector<std::string>> AgentKv::wait(const std::vector<std::string>& k
   if (!reply) return reply.error();
   const json& values = (*reply)["values"];
   if (!values.is_array() || values.size() != keys.size()) {
-    return Error{"kv.wait: malformed reply from the agent: " + reply->dump()};
+    return Error{"kv.wait: malformed reply from the agent: " +
+                 reply->dump(-1, ' ', false, json::error_handler_t::replace)};
   }
   std::vector<std::string> out;
   for (const json& value : values) out.push_back(value.is_string() ? value.get<std::string>() : "");
@@ -206,7 +212,11 @@ Result<std::vector<std::string>> AgentKv::wait(const std::vector<std::string>& k
 Result<bool> AgentKv::generation_is_current() {
   Result<json> reply = connection_->request({{"type", wire::kGenCheck}}, kRequestTimeout);
   if (!reply) return reply.error();
-  return reply->value("current", false);
+  auto current = reply->find("current");
+  if (current == reply->end() || !current->is_boolean()) {
+    return Error{"gen.check: malformed reply from the agent (no boolean \"current\")"};
+  }
+  return current->get<bool>();
 }
 
 }  // namespace dtrain::worker
