@@ -24,6 +24,10 @@ Result<WorkerMessage> checked(FieldReader& reader, T message) {
 
 }  // namespace
 
+const char* to_string(WorkerPhase phase) {
+  return phase == WorkerPhase::checkpoint ? wire::kPhaseCheckpoint : wire::kPhaseTrain;
+}
+
 Result<WorkerMessage> parse_worker_message(const json& message) {
   if (!message.is_object()) {
     return Error::user(std::string("line is a JSON ") + message.type_name() + ", not an object with a \"type\"");
@@ -50,6 +54,11 @@ Result<WorkerMessage> parse_worker_message(const json& message) {
     beat.comm_ms = reader.optional_number("comm_ms");
     beat.data_ms = reader.optional_number("data_ms");
     beat.samples = reader.optional_integer("samples", 0);
+    if (auto phase = reader.optional_string("phase", 64)) {
+      if (*phase == wire::kPhaseTrain) beat.phase = WorkerPhase::train;
+      else if (*phase == wire::kPhaseCheckpoint) beat.phase = WorkerPhase::checkpoint;
+      else reader.fail("phase", "expected \"train\" or \"checkpoint\"", *message.find("phase"));
+    }
     return checked(reader, beat);
   }
   if (type == wire::kKvSet) {
@@ -143,6 +152,7 @@ struct ToJson {
     put(out, "comm_ms", m.comm_ms);
     put(out, "data_ms", m.data_ms);
     put(out, "samples", m.samples);
+    if (m.phase) out["phase"] = to_string(*m.phase);
     return out;
   }
   json operator()(const KvSetRequest& m) const {

@@ -28,10 +28,15 @@ struct WorkerHello {
   int gen = 0;
   std::optional<int64_t> pid;  ///< what the worker says; the agent trusts SO_PEERCRED instead
 };
+/// What a rank is doing, from the beat that says so on (wire.h: "phase").
+enum class WorkerPhase { train, checkpoint };
+const char* to_string(WorkerPhase phase);
+
 struct WorkerBeat {
   int64_t step = 0;
   std::optional<double> loss, step_ms, comm_ms, data_ms;
   std::optional<int64_t> samples;
+  std::optional<WorkerPhase> phase;  ///< nullopt: unchanged
 };
 struct KvSetRequest { int64_t id = 0; std::string key; std::string value; };
 struct KvGetRequest { int64_t id = 0; std::string key; };

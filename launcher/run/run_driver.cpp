@@ -605,7 +605,9 @@ void RunDriver::on_worker_message(AgentLink&, const proto::FromWorker& from, con
   metrics.speaks_protocol = true;
   if (beat.loss) metrics.loss = *beat.loss;
   if (beat.step_ms) metrics.step_ms = *beat.step_ms;
-  feed(supervisor::WorkerProgress{from.gen, from.rank, beat.step});
+  std::optional<bool> in_checkpoint;
+  if (beat.phase) in_checkpoint = *beat.phase == proto::WorkerPhase::checkpoint;
+  feed(supervisor::WorkerProgress{from.gen, from.rank, beat.step, in_checkpoint});
 }
 
 void RunDriver::on_worker_message(AgentLink&, const proto::FromWorker& from, const proto::WorkerHello&) {

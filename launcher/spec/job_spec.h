@@ -2,6 +2,7 @@
 // JobSpec: the job as the user described it (YAML schema version 1, man/dtrain-spec.5), after
 // parsing, defaults and validation. Everything downstream (plan, run, agents) reads only this.
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <string>
@@ -90,6 +91,15 @@ struct HeartbeatSettings {
   Millis interval{1'000};
   Millis timeout{10'000};
   Millis hang_timeout{60'000};
+  /// A rank in a checkpoint save (a beat with phase "checkpoint") is hung only after this long.
+  /// 0: 10 minutes, or hang_timeout when that is longer. See checkpoint_hang_timeout().
+  Millis checkpoint_timeout{0};
+
+  /// checkpoint_timeout with its default applied.
+  Millis checkpoint_hang_timeout() const {
+    if (checkpoint_timeout.count() > 0) return checkpoint_timeout;
+    return std::max(hang_timeout, Millis(600'000));
+  }
 
   bool operator==(const HeartbeatSettings&) const = default;
 };

@@ -188,7 +188,7 @@ void read_elastic(DiagnosticSink& sink, const Section& root, int host_count, Ela
 // interval < timeout < hang_timeout: an agent must miss several beats before it is declared
 // lost, and a hang can only be told from a lost host if it is detected later.
 void read_heartbeat(DiagnosticSink& sink, const Section& root, HeartbeatSettings& heartbeat) {
-  Section h(sink, root.get("heartbeat"), "heartbeat", {"interval", "timeout", "hang_timeout"});
+  Section h(sink, root.get("heartbeat"), "heartbeat", {"interval", "timeout", "hang_timeout", "checkpoint_timeout"});
   bool ok = true;
   auto read = [&](const char* key, Millis& out) {
     if (auto v = read_duration(sink, h.get(key), h.path(key), Millis(1))) out = *v;
@@ -197,7 +197,15 @@ void read_heartbeat(DiagnosticSink& sink, const Section& root, HeartbeatSettings
   read("interval", heartbeat.interval);
   read("timeout", heartbeat.timeout);
   read("hang_timeout", heartbeat.hang_timeout);
+  read("checkpoint_timeout", heartbeat.checkpoint_timeout);
   if (!ok) return;
+  if (heartbeat.checkpoint_timeout.count() > 0 && heartbeat.checkpoint_timeout < heartbeat.hang_timeout) {
+    sink.error(*h.get("checkpoint_timeout"), h.path("checkpoint_timeout"),
+               "checkpoint_timeout '" + format_duration(heartbeat.checkpoint_timeout) +
+                   "' is shorter than hang_timeout '" + format_duration(heartbeat.hang_timeout) +
+                   "': a rank in a checkpoint save would get less time than one training; make it at least '" +
+                   format_duration(heartbeat.hang_timeout) + "' or remove it (default: 10m)");
+  }
   std::string values = "interval '" + format_duration(heartbeat.interval) + "', timeout '" +
                        format_duration(heartbeat.timeout) + "', hang_timeout '" +
                        format_duration(heartbeat.hang_timeout) + "'";

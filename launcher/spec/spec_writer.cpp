@@ -112,6 +112,9 @@ std::string to_yaml(const JobSpec& spec) {
   duration_value(out, "interval", spec.heartbeat.interval);
   duration_value(out, "timeout", spec.heartbeat.timeout);
   duration_value(out, "hang_timeout", spec.heartbeat.hang_timeout);
+  if (spec.heartbeat.checkpoint_timeout.count() > 0) {
+    duration_value(out, "checkpoint_timeout", spec.heartbeat.checkpoint_timeout);
+  }
   out << YAML::EndMap;
 
   out << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap;

@@ -156,6 +156,7 @@ void Supervisor::start_generation(plan::RankPlan next_plan) {
   started_count_ = 0;
   comm_ready_count_ = 0;
   hang_exemption_recorded_ = false;
+  save_ended_ms_ = 0;
   generation_started_ms_ = clock_.monotonic_ms();
   generation_spawned_ms_ = 0;
   ending_ = Ending::none;
@@ -501,6 +502,11 @@ void Supervisor::on(const WorkerProgress& event) {
     rank.step = event.step;
     rank.step_changed_ms = now;
   }
+  if (event.in_checkpoint && *event.in_checkpoint != rank.in_checkpoint) {
+    rank.in_checkpoint = *event.in_checkpoint;
+    rank.phase_changed_ms = now;
+    if (!rank.in_checkpoint) save_ended_ms_ = now;
+  }
   if (!recovery_ || !recovery_->started_ms) return;
   if (event.step <= recovery_->resume_step) return;
   // First step of the new generation: the recovery is complete.
@@ -627,13 +633,36 @@ void Supervisor::on(const Tick&) {
   // When one rank stalls, its peers soon block in the next collective and stall too. Blame a
   // rank the agent saw stopped first; then the one that stalled first — lowest step, then the
   // oldest step change (beats are rate-limited, so steps alone can mislead).
+  // A rank in a checkpoint save holds its peers the same way: while one saves, only the saver is
+  // watched, with heartbeat.checkpoint_timeout, and when a save ends every rank's clock restarts.
+  // A saver seen stopped (SIGSTOP, a debugger) is not saving: it gets hang_timeout.
+  int64_t checkpoint_timeout = spec_.heartbeat.checkpoint_hang_timeout().count();
+  auto saving = [](const RankStatus& r) { return r.in_checkpoint && !r.seen_stopped; };
+  bool any_saving = std::any_of(ranks_.begin(), ranks_.end(), [&](const RankStatus& r) {
+    return r.state == RankState::running && saving(r);
+  });
+  auto quiet_since = [&](const RankStatus& r) {
+    return std::max({r.step_changed_ms, r.phase_changed_ms, save_ended_ms_});
+  };
+  // Once one rank is past its limit, the blame goes to the most suspicious rank among those
+  // silent almost as long: beats are rate-limited, so the rank that stopped may have beaten a
+  // moment after a peer that it then blocked, and crosses the limit a tick later.
+  auto limit_of = [&](const RankStatus& r) { return saving(r) ? checkpoint_timeout : hang_timeout; };
+  auto watched = [&](const RankStatus& r) {
+    return r.state == RankState::running && r.step >= 0 && (!any_saving || saving(r));
+  };
+  int64_t most_overdue_ms = 0;  // how long ago the first rank went past its limit
+  for (const RankStatus& r : ranks_) {
+    if (watched(r)) most_overdue_ms = std::max(most_overdue_ms, now - quiet_since(r) - limit_of(r));
+  }
+  bool any_past = most_overdue_ms > 0;
+  int64_t slack = 2 * spec_.heartbeat.interval.count();
   std::optional<size_t> hung;
-  for (size_t i = 0; i < ranks_.size(); ++i) {
+  for (size_t i = 0; i < ranks_.size() && any_past; ++i) {
     const RankStatus& rank = ranks_[i];
-    if (rank.state != RankState::running || rank.step < 0) continue;
-    if (now - rank.step_changed_ms <= hang_timeout) continue;
-    auto suspicion = [](const RankStatus& r) {
-      return std::make_tuple(!r.seen_stopped, r.step, r.step_changed_ms);
+    if (!watched(rank) || now - quiet_since(rank) <= limit_of(rank) - slack) continue;
+    auto suspicion = [&](const RankStatus& r) {
+      return std::make_tuple(!r.seen_stopped, r.step, quiet_since(r));
     };
     if (!hung || suspicion(rank) < suspicion(ranks_[*hung])) {
       hung = i;
@@ -643,14 +672,20 @@ void Supervisor::on(const Tick&) {
     size_t i = *hung;
     RankStatus& rank = ranks_[i];
     const plan::RankSlot& where = plan_.ranks[i];
+    bool in_save = saving(rank);
+    int64_t silent_ms = now - quiet_since(rank);
+    int64_t limit = limit_of(rank);
     record({{"ev", "worker.hang"}, {"rank", static_cast<int>(i)}, {"host", where.host},
-            {"pid", rank.pid}, {"step", rank.step},
-            {"silent_ms", now - rank.step_changed_ms}});
+            {"pid", rank.pid}, {"step", rank.step}, {"phase", in_save ? "checkpoint" : "train"},
+            {"silent_ms", silent_ms}});
     out_.push_back(CaptureSample{generation_, static_cast<int>(i), where.host, rank.pid});
-    RootCause cause = rank_cause("worker.hang", static_cast<int>(i),
-                                 "no step progress for " + std::to_string((now - rank.step_changed_ms) / 1000) +
-                                     "s at step " + std::to_string(rank.step));
-    cause.observed_ms = clock_.wall_ms() - (now - rank.step_changed_ms - hang_timeout);
+    std::string detail = in_save ? "checkpoint save at step " + std::to_string(rank.step) + " still running after " +
+                                       std::to_string(silent_ms / 1000) + "s (heartbeat.checkpoint_timeout " +
+                                       format_duration(Millis(limit)) + ")"
+                                 : "no step progress for " + std::to_string(silent_ms / 1000) + "s at step " +
+                                       std::to_string(rank.step);
+    RootCause cause = rank_cause("worker.hang", static_cast<int>(i), detail);
+    cause.observed_ms = clock_.wall_ms() - most_overdue_ms;
     handle_failure(cause, false);
     return;
   }

@@ -61,7 +61,9 @@ struct WorkerExited {
   std::optional<std::string> traceback;
 };
 /// A worker's heartbeat carried a step.
-struct WorkerProgress { int gen = 0; int rank = 0; int64_t step = 0; };
+/// A worker's beat: its step, and whether it is in a checkpoint save from now on (nullopt:
+/// unchanged; wire.h "phase").
+struct WorkerProgress { int gen = 0; int rank = 0; int64_t step = 0; std::optional<bool> in_checkpoint; };
 /// A worker's communicator is up (worker protocol comm.ready): its rendezvous is done.
 struct WorkerCommReady { int gen = 0; int rank = 0; };
 struct CheckpointCommitted { int gen = 0; int64_t step = 0; };
@@ -123,6 +125,8 @@ struct RankStatus {
   int64_t step = -1;                 ///< newest step reported; -1 before the first beat
   int64_t step_changed_ms = 0;       ///< monotonic time of the last step change
   bool seen_stopped = false;         ///< the agent reported process state 'T' (stopped)
+  bool in_checkpoint = false;        ///< its last phase was "checkpoint" (a save in progress)
+  int64_t phase_changed_ms = 0;      ///< monotonic time it entered or left a save
   bool comm_ready = false;           ///< its communicator is up (comm.ready)
   std::optional<int> exit_code;
   std::optional<std::string> exit_signal;

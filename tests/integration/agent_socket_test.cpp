@@ -104,7 +104,7 @@ TEST_CASE("hello and beats are forwarded as from_worker and to_worker reaches th
   CHECK(dtrain::test::wait_until_run_gone(session.run_id(), 5000).empty());
 }
 
-TEST_CASE("garbage is reported and dropped; an oversized line or a missing hello closes that connection only") {
+TEST_CASE("garbage is reported and dropped — an oversized line or a missing hello closes that connection only") {
   AgentSession session(DTRAIN_EXE);
   auto hello = session.handshake();
   REQUIRE(hello);

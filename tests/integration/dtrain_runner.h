@@ -147,6 +147,23 @@ struct DtrainEnv {
   }
 };
 
+/// The newest run directory to appear under DTRAIN_HOME (waits up to 20 s for the first).
+inline std::string only_run_dir(DtrainEnv& env) {
+  std::string dir;
+  wait_until([&] { auto dirs = env.run_dirs(); if (dirs.empty()) return false; dir = dirs[0]; return true; }, 20000);
+  return dir;
+}
+
+/// A rank's field in state.json (pid, step), or 0 when the file or the field is not there yet.
+inline int64_t rank_field(const std::string& run_dir, int rank, const char* field) {
+  nlohmann::json state = nlohmann::json::parse(read_text(run_dir + "/state.json"), nullptr, false);
+  if (!state.is_object() || !state["ranks"].is_array() || state["ranks"].size() <= static_cast<size_t>(rank)) return 0;
+  const auto& value = state["ranks"][static_cast<size_t>(rank)][field];
+  return value.is_number_integer() ? value.get<int64_t>() : 0;
+}
+
+inline int rank_pid(const std::string& run_dir, int rank) { return static_cast<int>(rank_field(run_dir, rank, "pid")); }
+
 /// Every event of an events.jsonl, header excluded.
 inline std::vector<nlohmann::json> read_events(const std::string& path) {
   std::vector<nlohmann::json> events;

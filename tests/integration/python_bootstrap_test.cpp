@@ -94,7 +94,7 @@ TEST_CASE("bootstrap: torch's own @record file wins over the bootstrap's, and a 
   check_nothing_left(run_id_of(dir));
 }
 
-TEST_CASE("bootstrap: the user's sitecustomize still runs; instrument: off leaves PYTHONPATH alone") {
+TEST_CASE("bootstrap: the user's sitecustomize still runs — instrument: off leaves PYTHONPATH alone") {
   DtrainEnv env;
   std::string user = env.dir.path + "/usersite";
   ::mkdir(user.c_str(), 0700);
@@ -231,5 +231,153 @@ TEST_CASE("bootstrap: an unmodified torch script's optimizer steps show up as be
   INFO("rank 0 log:\n" << read_text(dir + "/ranks/0.log"));
   CHECK(read_text(dir + "/ranks/0.log").find("dtrain bootstrap") == std::string::npos);
   CHECK(state_of(dir).dump().find("\"step\":30") != std::string::npos);
+  check_nothing_left(run_id_of(dir));
+}
+
+namespace {
+
+/// A stand-in torch with torch.save (sleeps $SAVE_SECONDS, as a save to slow storage would) and
+/// a torch-1.13-shaped torch.optim; returns the directory to put on PYTHONPATH.
+std::string write_torch_with_save(const std::string& root) {
+  std::string fake = root + "/savetorch";
+  ::mkdir(fake.c_str(), 0700);
+  ::mkdir((fake + "/torch").c_str(), 0700);
+  ::mkdir((fake + "/torch/optim").c_str(), 0700);
+  // As in torch 1.13: `from .serialization import save` comes before torch.optim is imported.
+  write_text(fake + "/torch/__init__.py", "from .serialization import save\nfrom . import optim\n");
+  write_text(fake + "/torch/serialization.py",
+             "import os, time\n"
+             "def save(obj, path):\n"
+             "    time.sleep(float(os.environ['SAVE_SECONDS']))\n"
+             "    with open(path, 'w') as f:\n"
+             "        f.write(repr(obj))\n");
+  write_text(fake + "/torch/optim/__init__.py", "from .optimizer import Optimizer\nfrom .sgd import SGD\n");
+  write_text(fake + "/torch/optim/optimizer.py",
+             "class Optimizer:\n"
+             "    def __init__(self, params, defaults):\n"
+             "        self.param_groups = [{'params': list(params)}]\n");
+  write_text(fake + "/torch/optim/sgd.py",
+             "from .optimizer import Optimizer\n"
+             "class SGD(Optimizer):\n"
+             "    def __init__(self, params, lr):\n"
+             "        super().__init__(params, {'lr': lr})\n"
+             "    def step(self, closure=None):\n"
+             "        pass\n");
+  return fake;
+}
+
+/// Rank 0 saves at step 10 with torch.save; rank 1 waits for the save as a collective would.
+std::string write_saving_script(const std::string& root) {
+  std::string script = root + "/save_train.py";
+  write_text(script,
+             "import os, time, torch\n"
+             "marker = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'saved-' + os.environ['DTRAIN_RUN_ID'])\n"
+             "opt = torch.optim.SGD([1.0], lr=0.1)\n"
+             "for step in range(1, 21):\n"
+             "    opt.step()\n"
+             "    time.sleep(0.05)\n"
+             "    if step == 10:\n"
+             "        if os.environ['RANK'] == '0':\n"
+             "            torch.save({'step': step}, marker + '.pt')\n"
+             "            open(marker, 'w').close()\n"
+             "        else:\n"
+             "            while not os.path.exists(marker):\n"
+             "                time.sleep(0.05)\n"
+             "print('trained to step', step, flush=True)\n");
+  return script;
+}
+
+std::string saving_spec(const std::string& name, const std::string& script, const std::string& fake,
+                        const std::string& save_seconds, const std::string& checkpoint_timeout) {
+  return "version: 1\nname: " + name + "\nslots_per_host: 2\n"
+         "worker:\n  command: [/usr/bin/python3, '" + script + "']\n"
+         "  env: {PYTHONPATH: '" + fake + "', SAVE_SECONDS: '" + save_seconds + "'}\n"
+         "heartbeat: {interval: 200ms, timeout: 1s, hang_timeout: 2s, checkpoint_timeout: " +
+         checkpoint_timeout + "}\nstop_grace: 2s\n";
+}
+
+}  // namespace
+
+TEST_CASE("bootstrap: a torch.save longer than hang_timeout is a checkpoint phase, not a hang of the saver or its peers") {
+  DtrainEnv env;
+  std::string fake = write_torch_with_save(env.dir.path);
+  std::string script = write_saving_script(env.dir.path);
+  // The save takes 5 s, hang_timeout is 2 s: without phases rank 1 (waiting for the save) and
+  // rank 0 (saving) would both be silent past it.
+  DtrainProcess process =
+      env.run({"submit", env.write_spec("slow.yaml", saving_spec("slow", script, fake, "5", "30s"))});
+  std::string dir = env.run_dirs().at(0);
+  INFO("stderr:\n" << process.err() << "\nrank 0 log:\n" << read_text(dir + "/ranks/0.log"));
+  CHECK(process.exit_code == 0);
+  auto events = read_events(dir + "/events.jsonl");
+  CHECK(events_named(events, "worker.hang").empty());
+  CHECK(read_text(dir + "/ranks/1.log").find("trained to step 20") != std::string::npos);
+  CHECK(read_text(dir + "/ranks/0.log").find("dtrain bootstrap") == std::string::npos);
+  check_nothing_left(run_id_of(dir));
+}
+
+TEST_CASE("bootstrap: a torch.save past heartbeat.checkpoint_timeout is a hang of the saving rank, named as a save") {
+  DtrainEnv env;
+  std::string fake = write_torch_with_save(env.dir.path);
+  std::string script = write_saving_script(env.dir.path);
+  DtrainProcess process =
+      env.run({"submit", env.write_spec("stuck.yaml", saving_spec("stuck", script, fake, "120", "3s"))});
+  std::string dir = env.run_dirs().at(0);
+  INFO("stderr:\n" << process.err());
+  CHECK(process.exit_code == 1);
+  auto hangs = events_named(read_events(dir + "/events.jsonl"), "worker.hang");
+  REQUIRE(hangs.size() == 1);
+  CHECK(hangs[0]["rank"] == 0);
+  CHECK(hangs[0]["phase"] == "checkpoint");
+  CHECK(hangs[0]["step"] == 10);
+  CHECK(hangs[0]["silent_ms"].get<int64_t>() >= 3000);
+  nlohmann::json cause = state_of(dir)["root_cause"];
+  CHECK(cause["kind"] == "worker.hang");
+  CHECK(cause["message"].get<std::string>().find("checkpoint save at step 10 still running") != std::string::npos);
+  check_nothing_left(run_id_of(dir));
+}
+
+TEST_CASE("bootstrap: a SIGSTOPped rank of an unmodified torch DDP script is found hung, sampled and recovered (python3-torch)") {
+  if (std::system("/usr/bin/python3 -c 'import torch.distributed' >/dev/null 2>&1") != 0) {
+    dtrain::testing::skip_test("/usr/bin/python3 cannot import torch (apt-get install python3-torch)");
+  }
+  DtrainEnv env;
+  std::string script = env.dir.path + "/ddp.py";
+  write_text(script,
+             "import os, time, torch, torch.distributed as dist\n"
+             "dist.init_process_group('gloo')\n"
+             "torch.manual_seed(0)\n"
+             "model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(16, 1))\n"
+             "opt = torch.optim.SGD(model.parameters(), lr=0.01)\n"
+             "for step in range(150):\n"
+             "    opt.zero_grad()\n"
+             "    model(torch.randn(8, 16)).pow(2).mean().backward()\n"
+             "    opt.step()\n"
+             "    time.sleep(0.02)\n"
+             "print('finished generation', os.environ['DTRAIN_GENERATION'], flush=True)\n");
+  DtrainProcess run = env.start(
+      {"submit", env.write_spec("ddp.yaml", "version: 1\nname: ddp\nslots_per_host: 2\n"
+                                            "worker:\n  command: [/usr/bin/python3, '" + script + "']\n"
+                                            "elastic: {max_restarts: 1}\n"
+                                            "heartbeat: {interval: 200ms, timeout: 2s, hang_timeout: 4s}\n"
+                                            "stop_grace: 2s\n")});
+  std::string dir = only_run_dir(env);
+  REQUIRE(!dir.empty());
+  REQUIRE(wait_until([&] { return rank_field(dir, 1, "step") >= 20; }, 90000));
+  int victim = rank_pid(dir, 1);
+  REQUIRE(victim > 0);
+  REQUIRE(::kill(victim, SIGSTOP) == 0);
+  REQUIRE(run.wait(180000));
+  INFO("stderr:\n" << run.err());
+  CHECK(run.exit_code == 0);
+  auto events = read_events(dir + "/events.jsonl");
+  auto hangs = events_named(events, "worker.hang");
+  REQUIRE(hangs.size() == 1);
+  CHECK(hangs[0]["rank"] == 1);
+  CHECK(hangs[0]["step"].get<int64_t>() >= 20);
+  CHECK(events_named(events, "worker.sample").size() == 1);
+  CHECK(events_named(events, "recovery.completed").size() == 1);
+  CHECK(read_text(dir + "/ranks/1.log").find("finished generation 1") != std::string::npos);
+  CHECK(process_gone(victim));
   check_nothing_left(run_id_of(dir));
 }

@@ -37,24 +37,11 @@ std::string uninterrupted_final_line(int steps) {
   return final_line(read_text(env.run_dirs().at(0) + "/ranks/0.log"));
 }
 
-int rank_pid(const std::string& run_dir, int rank) {
-  nlohmann::json state = nlohmann::json::parse(read_text(run_dir + "/state.json"), nullptr, false);
-  if (!state.is_object() || !state["ranks"].is_array() || state["ranks"].size() <= static_cast<size_t>(rank)) return 0;
-  const auto& pid = state["ranks"][static_cast<size_t>(rank)]["pid"];
-  return pid.is_number() ? pid.get<int>() : 0;
-}
-
 bool checkpoint_committed_at_least(const std::string& run_dir, int step) {
   for (const auto& event : events_named(read_events(run_dir + "/events.jsonl"), "checkpoint.committed")) {
     if (event.value("step", 0) >= step) return true;
   }
   return false;
-}
-
-std::string only_run_dir(DtrainEnv& env) {
-  std::string dir;
-  wait_until([&] { auto dirs = env.run_dirs(); if (dirs.empty()) return false; dir = dirs[0]; return true; }, 20000);
-  return dir;
 }
 
 }  // namespace
@@ -107,9 +94,10 @@ TEST_CASE("a stopped worker is detected by its heartbeats, sampled, and the run 
   auto hangs = events_named(events, "worker.hang");
   REQUIRE(hangs.size() == 1);
   CHECK(hangs[0]["rank"] == 1);
-  // The supervisor's own measure: silent past hang_timeout (3s), noticed within one heartbeat
+  // The supervisor's own measure: silent about hang_timeout (3s; the stopped rank may have
+  // beaten up to two intervals after the peer that crossed first), noticed within one heartbeat
   // interval (200ms) plus its 100ms tick.
-  CHECK(hangs[0]["silent_ms"].get<int>() > 3000);
+  CHECK(hangs[0]["silent_ms"].get<int>() > 3000 - 2 * 200);
   CHECK(hangs[0]["silent_ms"].get<int>() <= 3000 + 200 + 100 + 200);
   auto samples = events_named(events, "worker.sample");
   REQUIRE(samples.size() == 1);

@@ -47,12 +47,6 @@ unbuffered = "-u" in getattr(sys, "orig_argv", [])
 print("argv %r rank %s of %s unbuffered %s" % (sys.argv[1:], os.environ["RANK"], os.environ["WORLD_SIZE"], unbuffered), flush=True)
 )";
 
-std::string only_run_dir(DtrainEnv& env) {
-  std::vector<std::string> dirs = env.run_dirs();
-  REQUIRE(dirs.size() == 1);
-  return dirs[0];
-}
-
 }  // namespace
 
 TEST_CASE("dtrain run -n 4 -- python3 train.py: four workers with torchrun's environment, spec kept") {

@@ -105,7 +105,7 @@ TEST_CASE("error record: whatever else a worker leaves there is no record, and n
   CHECK_FALSE(take_error_record(dir.path + "/l.json", 1 << 16).has_value());
 }
 
-TEST_CASE("exit.error: parsed with checks; a mistyped field is a protocol error naming it") {
+TEST_CASE("exit.error: parsed with checks — a mistyped field is a protocol error naming it") {
   json exit = {{"type", "exit"}, {"gen", 0}, {"rank", 1}, {"pid", 2}, {"code", 1},
                {"error", {{"type", "ValueError"}, {"message", "bad batch"}, {"traceback", "tb"}, {"timestamp", 5}}}};
   auto parsed = dtrain::proto::parse_agent_message(exit);

@@ -114,6 +114,39 @@ TEST_CASE("checkpoint: the committing rank reports ckpt.committed with step, byt
   CHECK(found);
 }
 
+TEST_CASE("checkpoint: a synchronous save is framed by checkpoint and train phase beats with the newest step") {
+  ScratchDir scratch;
+  auto worker = Worker::standalone();
+  Metrics metrics;
+  metrics.loss = 0.25;
+  worker->beat(6, metrics);
+  worker->beat(7, metrics);  // rate-limited: unsent until the save flushes it
+  Checkpointer checkpointer(*worker, {scratch.path});
+  REQUIRE(checkpointer.save(7, "abc").ok());
+  std::vector<std::string> kinds;
+  for (const std::string& line : worker->sent_lines()) {
+    if (contains(line, "\"phase\":\"checkpoint\"")) {
+      CHECK(contains(line, "\"step\":7"));
+      CHECK(contains(line, "\"loss\":0.25"));  // the unsent beat's metrics went out with it
+      kinds.push_back("enter");
+    } else if (contains(line, "\"phase\":\"train\"")) {
+      CHECK(contains(line, "\"step\":7"));
+      kinds.push_back("leave");
+    } else if (contains(line, "\"ckpt.committed\"")) {
+      kinds.push_back("committed");
+    }
+  }
+  CHECK(kinds == std::vector<std::string>{"enter", "committed", "leave"});
+}
+
+TEST_CASE("checkpoint: no phase beat before the first step beat (nothing to watch yet)") {
+  ScratchDir scratch;
+  auto worker = Worker::standalone();
+  Checkpointer checkpointer(*worker, {scratch.path});
+  REQUIRE(checkpointer.save(1, "abc").ok());
+  for (const std::string& line : worker->sent_lines()) CHECK_FALSE(contains(line, "\"phase\""));
+}
+
 TEST_CASE("checkpoint: discovery skips a flipped byte, a truncated shard and a missing manifest, saying why") {
   ScratchDir scratch;
   REQUIRE(save_steps(scratch.path, {10, 20, 30, 40}, 10).ok());
@@ -201,7 +234,7 @@ TEST_CASE("checkpoint: only the newest `keep` complete steps stay") {
   CHECK(entries == 3);  // no temp or half-deleted leftovers
 }
 
-TEST_CASE("checkpoint: prune counts only steps that verify; a corrupt newest step with keep 1 keeps the last good one") {
+TEST_CASE("checkpoint: prune counts only steps that verify — a corrupt newest step with keep 1 keeps the last good one") {
   ScratchDir scratch;
   REQUIRE(save_steps(scratch.path, {10, 20}, 3).ok());
   flip_byte(shard_path(scratch.path, 20), 3);  // step 20 has its manifest but does not verify

@@ -121,7 +121,7 @@ TEST_CASE("drill.yaml partition: commands, the firewall opt-in, and every mistak
             "did you mean 'method'?") != std::string::npos);
 }
 
-TEST_CASE("cut and heal commands get the host name; a hostile one is quoted") {
+TEST_CASE("cut and heal commands get the host name — a hostile one is quoted") {
   CHECK(expand_host_command("testcluster.sh partition {host}", "dt-h2") == "testcluster.sh partition dt-h2");
   CHECK(expand_host_command("a {host} b {host}", "gpu01.example") == "a gpu01.example b gpu01.example");
   CHECK(expand_host_command("down {host}", "x; rm -rf /") == "down 'x; rm -rf /'");
@@ -292,7 +292,7 @@ const CheckResult* find_check(const FaultVerdict& verdict, const std::string& na
 
 }  // namespace
 
-TEST_CASE("kill-host passes when the host is lost and left out; the lost host owes no release") {
+TEST_CASE("kill-host passes when the host is lost and left out — the lost host owes no release") {
   GradeContext context;
   context.final_state = "running";
   context.extra_checks = {{"nothing left on h3", true, "gone"}};

@@ -24,7 +24,7 @@ std::vector<json> valid_worker_messages() {
   return {
       {{"type", "hello"}, {"rank", 3}, {"gen", 1}, {"pid", 4242}},
       {{"type", "beat"}, {"step", 17}, {"loss", 0.5}, {"step_ms", 12.5}, {"comm_ms", 1.25}, {"data_ms", 2.5},
-       {"samples", 64}},
+       {"samples", 64}, {"phase", "checkpoint"}},
       {{"type", "kv.set"}, {"id", 1}, {"key", "gloo/0"}, {"value", "abcd"}},
       {{"type", "kv.get"}, {"id", 2}, {"key", "gloo/0"}},
       {{"type", "kv.wait"}, {"id", 3}, {"keys", {"a", "b"}}, {"timeout_ms", 1000}},
@@ -53,7 +53,7 @@ std::vector<json> wrong_values_for(const json& good) {
 /// Fields whose null means "absent" (optional ones); a null there is accepted.
 bool optional_field(const std::string& type, const std::string& key) {
   static const std::vector<std::string> optional = {
-      "hello.pid", "beat.loss", "beat.step_ms", "beat.comm_ms", "beat.data_ms", "beat.samples",
+      "hello.pid", "beat.loss", "beat.step_ms", "beat.comm_ms", "beat.data_ms", "beat.samples", "beat.phase",
       "kv.wait.timeout_ms", "comm.ready.ms", "ckpt.committed.bytes", "ckpt.committed.ms",
       "ckpt.rejected.reason", "bye.reason"};
   return std::find(optional.begin(), optional.end(), type + "." + key) != optional.end();
@@ -94,7 +94,7 @@ TEST_CASE("every field of every worker message, wrongly typed, is an error namin
   CHECK(cases > 60);
 }
 
-TEST_CASE("a required worker field that is missing is an error; optional ones may be absent") {
+TEST_CASE("a required worker field that is missing is an error — optional ones may be absent") {
   Result<WorkerMessage> no_step = parse_worker_message({{"type", "beat"}});
   REQUIRE_FALSE(no_step.ok());
   CHECK(no_step.error().message == "beat.step: missing (expected an integer)");
@@ -102,6 +102,19 @@ TEST_CASE("a required worker field that is missing is an error; optional ones ma
   CHECK(parse_worker_message({{"type", "beat"}, {"step", 3}, {"loss", nullptr}}).ok());  // a NaN loss, as C++ dumps it
   CHECK(parse_worker_message({{"type", "bye"}}).ok());
   CHECK_FALSE(parse_worker_message({{"type", "kv.get"}, {"key", "k"}}).ok());  // a request needs its id
+}
+
+TEST_CASE("a beat's phase is train or checkpoint — anything else is refused with the field named") {
+  Result<WorkerMessage> saving = parse_worker_line(R"({"type":"beat","step":4,"phase":"checkpoint"})");
+  REQUIRE(saving.ok());
+  CHECK(std::get<WorkerBeat>(*saving).phase == WorkerPhase::checkpoint);
+  Result<WorkerMessage> training = parse_worker_line(R"({"type":"beat","step":4,"phase":"train"})");
+  REQUIRE(training.ok());
+  CHECK(std::get<WorkerBeat>(*training).phase == WorkerPhase::train);
+  CHECK_FALSE(std::get<WorkerBeat>(*parse_worker_line(R"({"type":"beat","step":4})")).phase);
+  Result<WorkerMessage> unknown = parse_worker_line(R"({"type":"beat","step":4,"phase":"eval"})");
+  REQUIRE_FALSE(unknown.ok());
+  CHECK(unknown.error().message.rfind("beat.phase: expected \"train\" or \"checkpoint\"", 0) == 0);
 }
 
 TEST_CASE("the exact null beat of the bug report is an error, not an exception") {

@@ -131,7 +131,7 @@ TEST_CASE("parse_event_line accepts what the writer writes and names the field i
   }
 }
 
-TEST_CASE("every field readers look up, wrongly typed, gets its line skipped with a warning; other lines stay") {
+TEST_CASE("every field readers look up, wrongly typed, gets its line skipped with a warning — other lines stay") {
   // The fields that status, logs, resume and drill read by name, each with a value of another
   // type. nlohmann's value() would throw on any of them ("internal bug" in dtrain status).
   struct Case {

@@ -142,6 +142,13 @@ TEST_CASE("heartbeat timeouts must nest: interval < timeout < hang_timeout") {
         "interval '20s', timeout '10s', hang_timeout '1m'; make timeout longer than interval (several beats, e.g. '200s')");
 }
 
+TEST_CASE("heartbeat.checkpoint_timeout may not be shorter than hang_timeout") {
+  CHECK(only_error("version: 1\nheartbeat:\n  hang_timeout: 5m\n  checkpoint_timeout: 2m\n" + kWorker) ==
+        "job.yaml:4:23: heartbeat.checkpoint_timeout: checkpoint_timeout '2m' is shorter than hang_timeout '5m': a "
+        "rank in a checkpoint save would get less time than one training; make it at least '5m' or remove it "
+        "(default: 10m)");
+}
+
 TEST_CASE("passwords are refused anywhere in the spec, but not as env variable names") {
   const std::string fix = "passwords are not accepted; use an SSH key (ssh.identity) or ssh-agent";
   CHECK(only_error("version: 1\nssh:\n  password: hunter2\n" + kWorker) == "job.yaml:3:3: ssh.password: " + fix);

@@ -231,7 +231,7 @@ TEST_CASE("to_yaml writes a resolved spec that parses back to an equal JobSpec")
                                "parallelism: {tensor: 2, data: auto}\n"
                                "batch: {global: 64}\n"
                                "elastic: {min_hosts: 2, max_restarts: 4, restart_window: 90s}\n"
-                               "heartbeat: {interval: 250ms, timeout: 3s, hang_timeout: 1h}\n"
+                               "heartbeat: {interval: 250ms, timeout: 3s, hang_timeout: 1h, checkpoint_timeout: 2h}\n"
                                "checkpoint: {dir: ckpt, interval_steps: 10}\n"
                                "stop_grace: 0ms\n");
   LoadResult first = load_job_spec(path);
@@ -250,6 +250,7 @@ TEST_CASE("to_yaml writes a resolved spec that parses back to an equal JobSpec")
   CHECK(expected.worker == second.spec->worker);
   CHECK(expected == *second.spec);
   CHECK(second.spec->hosts[2].only_slots == std::vector<int>{1});
+  CHECK(second.spec->heartbeat.checkpoint_timeout == Millis(7200000));
   CHECK(second.spec->worker.env.at("FROM_FILE") == "1");
   CHECK(to_yaml(*second.spec) == yaml);
 }

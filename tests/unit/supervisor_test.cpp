@@ -189,9 +189,9 @@ TEST_CASE("with max_restarts a failure restarts in place from the newest checkpo
   Harness h(spec);
   h.connect_all();
   h.start_all(0);
-  h.feed(WorkerProgress{0, 0, 10});
+  h.feed(WorkerProgress{0, 0, 10, {}});
   h.feed(CheckpointCommitted{0, 20});
-  h.feed(WorkerProgress{0, 0, 27});
+  h.feed(WorkerProgress{0, 0, 27, {}});
   auto actions = h.feed(h.exit_code(0, 1, 1));
   CHECK(has_event(actions, "recovery.started"));
   CHECK(h.supervisor->state() == RunState::recovering);
@@ -202,7 +202,7 @@ TEST_CASE("with max_restarts a failure restarts in place from the newest checkpo
   CHECK(starts[0].restart_count == 1);
   h.start_all(1);
   h.clock.advance_ms(400);
-  auto completed = h.feed(WorkerProgress{1, 0, 21});
+  auto completed = h.feed(WorkerProgress{1, 0, 21, {}});
   REQUIRE(has_event(completed, "recovery.completed"));
   const nlohmann::json& recovery = h.supervisor->last_recovery();
   CHECK(recovery["steps_lost"] == 7);
@@ -216,11 +216,11 @@ TEST_CASE("restarts are bounded by max_restarts") {
   Harness h(spec);
   h.connect_all();
   h.start_all(0);
-  h.feed(WorkerProgress{0, 0, 5});
+  h.feed(WorkerProgress{0, 0, 5, {}});
   h.feed(h.exit_code(0, 0, 1));
   REQUIRE(of_type<StartGeneration>(h.release_all(0)).size() == 1);
   h.start_all(1);
-  h.feed(WorkerProgress{1, 0, 9});
+  h.feed(WorkerProgress{1, 0, 9, {}});
   auto actions = h.feed(h.exit_code(1, 0, 1));
   CHECK(has_event(actions, "failure.budget_exhausted"));
   auto finish = of_type<FinishRun>(h.release_all(1));
@@ -248,10 +248,10 @@ TEST_CASE("a worker whose step stops advancing for hang_timeout is a failure") {
   Harness h(make_spec(1, 2));
   h.connect_all();
   h.start_all(0);
-  h.feed(WorkerProgress{0, 0, 1});
-  h.feed(WorkerProgress{0, 1, 1});
+  h.feed(WorkerProgress{0, 0, 1, {}});
+  h.feed(WorkerProgress{0, 1, 1, {}});
   h.clock.advance_ms(15000);
-  h.feed(WorkerProgress{0, 0, 2});
+  h.feed(WorkerProgress{0, 0, 2, {}});
   CHECK(of_type<StopGeneration>(h.feed(Tick{})).empty());
   h.clock.advance_ms(5001);  // rank 1 silent for 20.001 s
   auto actions = h.feed(Tick{});
@@ -344,10 +344,10 @@ TEST_CASE("when every rank stalls, the one that stopped first is blamed for the 
   Harness h(make_spec(1, 3));
   h.connect_all();
   h.start_all(0);
-  h.feed(WorkerProgress{0, 1, 40});   // rank 1 stopped reporting at step 40
+  h.feed(WorkerProgress{0, 1, 40, {}});   // rank 1 stopped reporting at step 40
   h.clock.advance_ms(300);
-  h.feed(WorkerProgress{0, 0, 41});   // its peers got one step further, then blocked
-  h.feed(WorkerProgress{0, 2, 41});
+  h.feed(WorkerProgress{0, 0, 41, {}});   // its peers got one step further, then blocked
+  h.feed(WorkerProgress{0, 2, 41, {}});
   h.clock.advance_ms(21000);
   auto actions = h.feed(Tick{});
   REQUIRE(h.supervisor->root_cause());
@@ -359,13 +359,94 @@ TEST_CASE("a rank the agent saw stopped is blamed for a hang before ranks at a l
   Harness h(make_spec(1, 2));
   h.connect_all();
   h.start_all(0);
-  h.feed(WorkerProgress{0, 0, 40});
-  h.feed(WorkerProgress{0, 1, 45});  // its last beat went out just before SIGSTOP
+  h.feed(WorkerProgress{0, 0, 40, {}});
+  h.feed(WorkerProgress{0, 1, 45, {}});  // its last beat went out just before SIGSTOP
   h.feed(WorkerStoppedSeen{0, 1});
   h.clock.advance_ms(21000);
   h.feed(Tick{});
   REQUIRE(h.supervisor->root_cause());
   CHECK(h.supervisor->root_cause()->rank == 1);
+}
+
+TEST_CASE("a stopped rank whose last beat came just after its blocked peer's is blamed, not the peer") {
+  Harness h(make_spec(1, 2));
+  h.connect_all();
+  h.start_all(0);
+  h.feed(WorkerProgress{0, 0, 34, {}});
+  h.clock.advance_ms(150);
+  h.feed(WorkerProgress{0, 1, 34, {}});  // rank 1's beat of the same step came 150 ms later,
+  h.feed(WorkerStoppedSeen{0, 1});       // then it was stopped and rank 0 blocked on it
+  h.clock.advance_ms(19900);             // rank 0 is past hang_timeout (20 s); rank 1 not quite
+  h.feed(Tick{});
+  REQUIRE(h.supervisor->root_cause());
+  CHECK(h.supervisor->root_cause()->rank == 1);
+}
+
+TEST_CASE("a rank in a checkpoint save gets heartbeat.checkpoint_timeout, and its waiting peers are not hung") {
+  spec::JobSpec spec = make_spec(1, 2);
+  spec.heartbeat.checkpoint_timeout = Millis(60000);
+  Harness h(spec);
+  h.connect_all();
+  h.start_all(0);
+  h.feed(WorkerProgress{0, 0, 20, true});  // rank 0 starts saving at step 20
+  h.feed(WorkerProgress{0, 1, 20, {}});        // rank 1 goes on and blocks in the next collective
+  h.clock.advance_ms(50000);               // far past hang_timeout (20 s), within 60 s
+  h.feed(Tick{});
+  CHECK_FALSE(h.supervisor->root_cause());
+  h.feed(WorkerProgress{0, 0, 20, false});  // the save ends
+  h.clock.advance_ms(15000);                // both ranks' clocks restarted at the end of the save
+  h.feed(Tick{});
+  CHECK_FALSE(h.supervisor->root_cause());
+  h.feed(WorkerProgress{0, 0, 21, {}});
+  h.feed(WorkerProgress{0, 1, 21, {}});
+  CHECK(h.supervisor->state() == RunState::running);
+}
+
+TEST_CASE("a checkpoint save longer than heartbeat.checkpoint_timeout is a hang of the saving rank") {
+  spec::JobSpec spec = make_spec(1, 2);
+  spec.heartbeat.checkpoint_timeout = Millis(60000);
+  Harness h(spec);
+  h.connect_all();
+  h.start_all(0);
+  h.feed(WorkerProgress{0, 1, 20, {}});
+  h.feed(WorkerProgress{0, 0, 20, true});
+  h.clock.advance_ms(61000);
+  auto actions = h.feed(Tick{});
+  REQUIRE(h.supervisor->root_cause());
+  CHECK(h.supervisor->root_cause()->kind == "worker.hang");
+  CHECK(h.supervisor->root_cause()->rank == 0);
+  CHECK(h.supervisor->root_cause()->detail.find("checkpoint save at step 20") != std::string::npos);
+  CHECK(h.supervisor->root_cause()->detail.find("heartbeat.checkpoint_timeout") != std::string::npos);
+  bool phase_recorded = false;
+  for (const RecordEvent& event : of_type<RecordEvent>(actions)) {
+    if (event.event.value("ev", "") == "worker.hang") phase_recorded = event.event.value("phase", "") == "checkpoint";
+  }
+  CHECK(phase_recorded);
+}
+
+TEST_CASE("a rank stopped in the middle of a save is hung after hang_timeout, not checkpoint_timeout") {
+  spec::JobSpec spec = make_spec(1, 2);
+  spec.heartbeat.checkpoint_timeout = Millis(600000);
+  Harness h(spec);
+  h.connect_all();
+  h.start_all(0);
+  h.feed(WorkerProgress{0, 1, 20, {}});
+  h.feed(WorkerProgress{0, 0, 20, true});
+  h.feed(WorkerStoppedSeen{0, 0});
+  h.clock.advance_ms(21000);
+  h.feed(Tick{});
+  REQUIRE(h.supervisor->root_cause());
+  CHECK(h.supervisor->root_cause()->rank == 0);
+  CHECK(h.supervisor->root_cause()->detail.find("no step progress") != std::string::npos);
+}
+
+TEST_CASE("heartbeat.checkpoint_timeout defaults to 10 minutes, or hang_timeout when longer") {
+  spec::HeartbeatSettings heartbeat;
+  CHECK(heartbeat.checkpoint_hang_timeout() == Millis(600000));
+  heartbeat.hang_timeout = Millis(900000);
+  CHECK(heartbeat.checkpoint_hang_timeout() == Millis(900000));
+  heartbeat.checkpoint_timeout = Millis(1200000);
+  CHECK(heartbeat.checkpoint_hang_timeout() == Millis(1200000));
 }
 
 TEST_CASE("fewer hosts than elastic.min_hosts: the run fails with exit 5 and says why") {
@@ -413,14 +494,14 @@ TEST_CASE("steps lost count a committed checkpoint newer than the last beat") {
   Harness h(spec);
   h.connect_all();
   h.start_all(0);
-  for (int rank = 0; rank < 3; ++rank) h.feed(WorkerProgress{0, rank, 143});
+  for (int rank = 0; rank < 3; ++rank) h.feed(WorkerProgress{0, rank, 143, {}});
   h.feed(CheckpointCommitted{0, 150});
   h.feed(HostLost{"h3", "channel closed"});
   h.release_all(0);
   h.start_all(1);
   std::vector<Action> actions;
   for (int rank = 0; rank < 2; ++rank) {
-    auto more = h.feed(WorkerProgress{1, rank, 151});
+    auto more = h.feed(WorkerProgress{1, rank, 151, {}});
     actions.insert(actions.end(), more.begin(), more.end());
   }
   bool found = false;
@@ -480,8 +561,8 @@ TEST_CASE("resume_from: generations go on, workers resume from the newest checkp
   CHECK(started[0].resume_step == 100);
   h.start_all(4);
   h.clock.advance_ms(700);
-  CHECK(!has_event(h.feed(WorkerProgress{4, 0, 100}), "recovery.completed"));
-  auto progress = h.feed(WorkerProgress{4, 0, 101});
+  CHECK(!has_event(h.feed(WorkerProgress{4, 0, 100, {}}), "recovery.completed"));
+  auto progress = h.feed(WorkerProgress{4, 0, 101, {}});
   REQUIRE(has_event(progress, "recovery.completed"));
   const nlohmann::json& completed = h.supervisor->last_recovery();
   CHECK(completed["kind"] == "supervisor.lost");
@@ -512,8 +593,8 @@ TEST_CASE("recovery phases include rendezvous when every rank reports comm.ready
   Harness h(spec);
   h.connect_all();
   h.start_all(0);
-  h.feed(WorkerProgress{0, 0, 10});
-  h.feed(WorkerProgress{0, 1, 10});
+  h.feed(WorkerProgress{0, 0, 10, {}});
+  h.feed(WorkerProgress{0, 1, 10, {}});
   h.feed(CheckpointCommitted{0, 10});
   WorkerExited killed = h.exit_code(0, 1, 0);
   killed.code = std::nullopt;
@@ -529,7 +610,7 @@ TEST_CASE("recovery phases include rendezvous when every rank reports comm.ready
   h.clock.advance_ms(200);
   CHECK(has_event(h.feed(WorkerCommReady{1, 1}), "comm.ready"));
   h.clock.advance_ms(40);
-  REQUIRE(has_event(h.feed(WorkerProgress{1, 0, 11}), "recovery.completed"));
+  REQUIRE(has_event(h.feed(WorkerProgress{1, 0, 11, {}}), "recovery.completed"));
   const nlohmann::json& phases = h.supervisor->last_recovery()["phases"];
   CHECK(phases["rendezvous_ms"] == 500);
   CHECK(phases["first_step_ms"] == 40);
@@ -541,10 +622,10 @@ TEST_CASE("ranks that never beat are exempt from hang detection, and the run log
   Harness h(spec);
   h.connect_all();
   h.start_all(0);
-  h.feed(WorkerProgress{0, 0, 5});  // rank 0 speaks the protocol, rank 1 never does
+  h.feed(WorkerProgress{0, 0, 5, {}});  // rank 0 speaks the protocol, rank 1 never does
   h.clock.advance_ms(2000);
   CHECK(!has_event(h.feed(Tick{}), "hang_detection.off"));
-  h.feed(WorkerProgress{0, 0, 6});
+  h.feed(WorkerProgress{0, 0, 6, {}});
   h.clock.advance_ms(1500);
   auto actions = h.feed(Tick{});
   REQUIRE(has_event(actions, "hang_detection.off"));
@@ -554,7 +635,7 @@ TEST_CASE("ranks that never beat are exempt from hang detection, and the run log
   h.clock.advance_ms(100);
   CHECK(!has_event(h.feed(Tick{}), "hang_detection.off"));
   h.clock.advance_ms(60000);  // rank 1 silent for a minute: not a hang, it has no step
-  h.feed(WorkerProgress{0, 0, 7});
+  h.feed(WorkerProgress{0, 0, 7, {}});
   auto later = h.feed(Tick{});
   CHECK(!has_event(later, "worker.hang"));
 }
@@ -624,7 +705,7 @@ TEST_CASE("reported steps that do not advance stay a crash loop, however long th
   for (int gen = 0; gen < 5 && finish.empty(); ++gen) {
     h.start_all(gen);
     if (gen == 0) h.feed(CheckpointCommitted{0, 5});
-    h.feed(WorkerProgress{gen, 0, 5});  // every later generation resumes at 5 and never gets past it
+    h.feed(WorkerProgress{gen, 0, 5, {}});  // every later generation resumes at 5 and never gets past it
     h.clock.advance_ms(100000);
     h.feed(h.exit_code(gen, 0, 1));
     finish = of_type<FinishRun>(h.release_all(gen));

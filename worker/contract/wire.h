@@ -6,7 +6,8 @@
 //
 // worker → agent
 //   {"type":"hello","rank":R,"gen":G,"pid":P}                     first line, always
-//   {"type":"beat","step":S,"loss":L?,"step_ms":..?,"comm_ms":..?,"data_ms":..?,"samples":..?}
+//   {"type":"beat","step":S,"loss":L?,"step_ms":..?,"comm_ms":..?,"data_ms":..?,"samples":..?,
+//    "phase":"train"|"checkpoint"?}                               phase: see below
 //   {"type":"kv.set","id":N,"key":K,"value":V}                    V: string (hex for binary)
 //   {"type":"kv.get","id":N,"key":K}
 //   {"type":"kv.wait","id":N,"keys":[K...],"timeout_ms":T}
@@ -32,10 +33,19 @@
 // does not affect the beat rate limit, so the first step's beat still goes out at once.
 // Workers that never send it (plain scripts) are fine; the phase is then unknown.
 //
+// phase says what the rank is doing from this beat on (absent: unchanged; at the start of a
+// generation: "train"). A worker sends {"phase":"checkpoint"} as it starts a synchronous
+// checkpoint save and {"phase":"train"} when the save returns, each at once (not rate-limited).
+// While a rank is in "checkpoint", it is hung only after heartbeat.checkpoint_timeout, and its
+// peers (blocked in the next collective, waiting for it) are not hung at all.
+//
 // Keys are per generation: the supervisor prefixes them with the generation, so a key written
 // by generation g is invisible to g+1, and a write from a stale generation is refused.
 
 namespace dtrain::contract::wire {
+
+inline constexpr const char* kPhaseTrain = "train";
+inline constexpr const char* kPhaseCheckpoint = "checkpoint";
 
 inline constexpr unsigned long kMaxLineBytes = 1 << 20;
 

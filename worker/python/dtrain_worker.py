@@ -11,6 +11,11 @@ Use it from a PyTorch (or any Python) training script started by `dtrain submit`
         w.beat(step, loss=loss, step_ms=ms, samples=batch)
     w.close()                          # flushes the newest beat, says bye
 
+Around a synchronous checkpoint save that may take longer than heartbeat.hang_timeout:
+
+    with w.saving_checkpoint():        # phase "checkpoint": heartbeat.checkpoint_timeout applies
+        torch.save(state, path)
+
 The protocol (worker/contract/wire.h): newline-delimited JSON over a unix stream socket;
 requests carry an "id" and the reply with the same id answers them. Beats are rate-limited to
 DTRAIN_HEARTBEAT_INTERVAL_MS; the first beat and beats with final=True are always sent.
@@ -37,6 +42,7 @@ compare_set and wait; delete_key, num_keys and check never reach Python):
 The whole module stays importable without torch; DtrainStore is created on first use.
 """
 
+import contextlib
 import json
 import math
 import os
@@ -101,6 +107,7 @@ class Worker:
         self.generation = generation
         self._interval = heartbeat_interval_ms / 1000.0
         self._last_beat = None
+        self._last_step = None
         self._unsent = None
         self._closed = False
         self._created = time.monotonic()
@@ -152,6 +159,7 @@ class Worker:
             value = int(value) if key == "samples" else float(value)
             if math.isfinite(value):
                 message[key] = value
+        self._last_step = int(step)
         now = time.monotonic()
         if final or self._last_beat is None or now - self._last_beat >= self._interval:
             self._last_beat = now
@@ -159,6 +167,28 @@ class Worker:
             self._send(message)
         else:
             self._unsent = message
+
+    def set_checkpoint_phase(self, saving):
+        """Says at once that this rank enters (True) or leaves (False) a synchronous checkpoint
+        save: a beat with the newest step and "phase". While it saves, dtrain allows
+        heartbeat.checkpoint_timeout instead of hang_timeout, and does not take its peers, who
+        wait for it in the next collective, for hung. Nothing is sent before the first beat."""
+        if self._last_step is None or self._closed:
+            return
+        message = dict(self._unsent) if self._unsent is not None else {"type": "beat", "step": self._last_step}
+        message["phase"] = "checkpoint" if saving else "train"
+        self._unsent = None
+        self._last_beat = time.monotonic()
+        self._send(message)
+
+    @contextlib.contextmanager
+    def saving_checkpoint(self):
+        """`with w.saving_checkpoint(): torch.save(...)`: set_checkpoint_phase around a save."""
+        self.set_checkpoint_phase(True)
+        try:
+            yield self
+        finally:
+            self.set_checkpoint_phase(False)
 
     # --- communicator up ------------------------------------------------------------------
     def comm_ready(self, ms=None):

@@ -177,7 +177,13 @@ Status Checkpointer::wait() {
 Status Checkpointer::save(int64_t step, std::string payload) {
   if (options_.dir.empty()) return Error{"checkpoint: no directory (DTRAIN_CKPT_DIR is unset)"};
   if (Status previous = wait(); !previous) return previous;
-  if (!options_.async) return save_now(step, payload);
+  if (!options_.async) {
+    // A synchronous save may outlast heartbeat.hang_timeout (slow storage, a big model): say so.
+    worker_.set_checkpoint_phase(true);
+    Status saved = save_now(step, payload);
+    worker_.set_checkpoint_phase(false);
+    return saved;
+  }
   background_->pending = std::async(std::launch::async, [this, step, snapshot = std::move(payload)] {
     return save_now(step, snapshot);
   });

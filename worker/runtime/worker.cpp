@@ -113,6 +113,7 @@ struct Worker::Beats {
   std::mutex mutex;
   bool sent_any = false;
   int64_t last_sent_ms = 0;
+  int64_t last_step = -1;
   std::optional<std::pair<int64_t, Metrics>> unsent;
 };
 
@@ -200,6 +201,7 @@ void Worker::beat(int64_t step, const Metrics& metrics, bool final_step) {
   int64_t now = monotonic_ms();
   {
     std::lock_guard lock(beats_->mutex);
+    beats_->last_step = step;
     bool due = !beats_->sent_any || final_step ||
                now - beats_->last_sent_ms >= settings_.heartbeat_interval_ms;
     if (!due) {
@@ -211,6 +213,22 @@ void Worker::beat(int64_t step, const Metrics& metrics, bool final_step) {
     beats_->unsent.reset();
   }
   send_line(beat_message(step, metrics).dump());
+}
+
+void Worker::set_checkpoint_phase(bool saving) {
+  json message;
+  {
+    std::lock_guard lock(beats_->mutex);
+    if (beats_->last_step < 0) return;
+    // The newest unsent beat goes out with the phase, so that its metrics are not lost.
+    message = beats_->unsent ? beat_message(beats_->unsent->first, beats_->unsent->second)
+                             : beat_message(beats_->last_step, Metrics{});
+    beats_->unsent.reset();
+    beats_->sent_any = true;
+    beats_->last_sent_ms = monotonic_ms();
+  }
+  message["phase"] = saving ? wire::kPhaseCheckpoint : wire::kPhaseTrain;
+  send_line(message.dump());
 }
 
 void Worker::report_checkpoint_committed(int64_t step, int64_t bytes, int64_t ms) {

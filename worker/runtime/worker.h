@@ -199,6 +199,12 @@ class Worker {
   /// always sent; the newest unsent beat is flushed by bye().
   void beat(int64_t step, const Metrics& metrics, bool final_step = false);
 
+  /// Says at once (not rate-limited) that this rank enters (true) or leaves (false) a
+  /// synchronous checkpoint save, as a beat with the newest step and "phase" (wire.h): while
+  /// it saves, the supervisor allows heartbeat.checkpoint_timeout instead of hang_timeout.
+  /// Checkpointer::save calls it; nothing is sent before the first beat (no step to watch yet).
+  void set_checkpoint_phase(bool saving);
+
   KvClient& kv() { return *kv_; }
 
   /// Connects the collectives of this generation: Gloo or NCCL by DTRAIN_BACKEND ("" = NCCL when

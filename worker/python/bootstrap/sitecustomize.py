@@ -13,7 +13,11 @@ ddtrace-run and coverage.py's subprocess support start. It:
      dtrain_worker's beat(). torch >= 2.0 has the global
      torch.optim.optimizer.register_optimizer_step_post_hook; torch 1.13 has no step hook, so
      there each optimizer class's step() is wrapped on its first instantiation;
-  3. writes torchrun-compatible error records: for a script that dies of an uncaught exception
+  3. marks checkpoint saves: torch.save (and torch.distributed.checkpoint's save and
+     save_state_dict, where the torch version has them) are wrapped so that, once the script
+     has made a step, the rank says phase "checkpoint" as a save starts and "train" as it
+     returns; dtrain then allows heartbeat.checkpoint_timeout for it instead of hang_timeout;
+  4. writes torchrun-compatible error records: for a script that dies of an uncaught exception
      without torch's @record, a sys.excepthook writes the same JSON that
      torch.distributed.elastic.multiprocessing.errors.record writes to $TORCHELASTIC_ERROR_FILE
      (which the agent sets per rank): {"message": {"message": "<Type>: <text>", "extraInfo":
@@ -32,7 +36,7 @@ import sys
 
 _OWNER_VARIABLE = "DTRAIN_INSTRUMENTED_PID"
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_state = {"disabled": False, "connection": None, "owner_pid": None}
+_state = {"disabled": False, "connection": None, "owner_pid": None, "save_depth": 0}
 
 
 def _disable(what, error):
@@ -166,12 +170,86 @@ def _hook_optimizers(optimizer_module):
     base.__init__ = init
 
 
+# --- phases: checkpoint saves ---------------------------------------------------------------------
+
+def _say_phase(saving):
+    """Sends the phase on the bootstrap's connection, which exists once a step was beaten."""
+    import dtrain_worker
+    worker = _state["connection"]
+    if worker is None or getattr(dtrain_worker, "_script_worker_created", False):
+        return  # no step yet (nothing is watched), or the script speaks for itself
+    worker.set_checkpoint_phase(saving)
+
+
+def _wrap_save(function):
+    """function, wrapped to say phase "checkpoint" while it runs (outermost call only: a
+    torch.distributed.checkpoint save may call torch.save)."""
+    if getattr(function, "_dtrain_wrapped", False):
+        return function
+
+    def save(*args, **kwargs):
+        outermost = _is_owner() and _state["save_depth"] == 0
+        _state["save_depth"] += 1
+        try:
+            if outermost:
+                try:
+                    _say_phase(True)
+                except Exception as error:
+                    _disable("marking a checkpoint save", error)
+                    outermost = False
+            return function(*args, **kwargs)
+        finally:
+            _state["save_depth"] -= 1
+            if outermost and not _state["disabled"]:
+                try:
+                    _say_phase(False)
+                except Exception as error:
+                    _disable("marking the end of a checkpoint save", error)
+
+    save._dtrain_wrapped = True
+    for attribute in ("__name__", "__qualname__", "__doc__", "__module__"):
+        try:
+            setattr(save, attribute, getattr(function, attribute))
+        except Exception:
+            pass
+    save.__wrapped__ = function
+    return save
+
+
+def _hook_module_saves(module, names):
+    for name in names:
+        function = getattr(module, name, None)
+        if callable(function):
+            setattr(module, name, _wrap_save(function))
+
+
+def _hook_torch_save(_optimizer_module):
+    """torch.save, wrapped where scripts find it: torch.save and torch.serialization.save.
+    `import torch` has bound both by the time it imports torch.optim."""
+    for name in ("torch", "torch.serialization"):
+        module = sys.modules.get(name)
+        if module is not None:
+            _hook_module_saves(module, ("save",))
+
+
+def _hook_distributed_checkpoint(module):
+    _hook_module_saves(module, ("save", "save_state_dict"))
+
+
+# Modules to hook once torch imports them: name → what to do with the executed module.
+_HOOKS = {
+    "torch.optim.optimizer": (_hook_optimizers, _hook_torch_save),
+    "torch.distributed.checkpoint": (_hook_distributed_checkpoint,),
+}
+
+
 class _TorchOptimWatcher:
-    """A meta-path finder that waits for `torch.optim.optimizer` to be imported (torch imports
-    it while `import torch` runs) and hooks it once executed. It imports nothing itself."""
+    """A meta-path finder that waits for the modules of _HOOKS to be imported (torch imports
+    torch.optim.optimizer while `import torch` runs) and hooks each once executed. It imports
+    nothing itself."""
 
     def find_spec(self, fullname, path, target=None):
-        if fullname != "torch.optim.optimizer" or _state["disabled"]:
+        if fullname not in _HOOKS or _state["disabled"]:
             return None
         try:
             import importlib.machinery
@@ -184,15 +262,16 @@ class _TorchOptimWatcher:
             def exec_module(module):
                 original_exec(module)
                 if _is_owner():
-                    try:
-                        _hook_optimizers(module)
-                    except Exception as error:
-                        _disable("hooking torch optimizer steps", error)
+                    for hook in _HOOKS[fullname]:
+                        try:
+                            hook(module)
+                        except Exception as error:
+                            _disable("hooking %s (%s)" % (fullname, hook.__name__), error)
 
             loader.exec_module = exec_module
             return spec
         except Exception as error:
-            _disable("watching for torch", error)
+            _disable("watching for %s" % fullname, error)
             return None
 
 
@@ -265,8 +344,10 @@ def _start():
         return
     _install_excepthook()
     sys.meta_path.insert(0, _TorchOptimWatcher())
-    if "torch.optim.optimizer" in sys.modules:  # imported by something even earlier
-        _hook_optimizers(sys.modules["torch.optim.optimizer"])
+    for name, hooks in _HOOKS.items():
+        if name in sys.modules:  # imported by something even earlier
+            for hook in hooks:
+                hook(sys.modules[name])
 
 
 try:
