@@ -9,6 +9,10 @@
 
 #include "launcher/spec/spec_loader.h"
 
+namespace dtrain::transport {
+class Transport;
+}
+
 namespace dtrain::run {
 
 struct SubmitOptions {
@@ -20,6 +24,9 @@ struct SubmitOptions {
   std::vector<spec::Override> overrides;
   bool detach = false;        ///< print the run id and go on in the background
   std::string dtrain_exe;     ///< absolute path of this dtrain binary (agents run it)
+  /// Every host's agent through this transport instead of local/ssh (driver tests, dtrain-sim:
+  /// transport::FakeCluster). Not owned; must outlive submit().
+  transport::Transport* transport = nullptr;
 };
 
 /// Runs a job to its end; returns the process exit code (launcher/base/exit_code.h). With

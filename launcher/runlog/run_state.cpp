@@ -14,12 +14,15 @@ bool is_terminal_state(std::string_view state) {
   return state == "succeeded" || state == "failed" || state == "stopped";
 }
 
-Status write_state(const RunDirectory& run, const nlohmann::json& state) {
+Status write_state(const RunDirectory& run, const nlohmann::json& state) { return write_state_file(run.state_path(), state); }
+
+Status write_state_file(const std::string& path, const nlohmann::json& state) {
   if (!state.is_object()) return Error::internal("write_state: state is not a JSON object");
-  nlohmann::json copy = state;
-  if (!copy.contains("version")) copy["version"] = kRunStateVersion;
-  return write_file_atomic(run.state_path(),
-                           copy.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  std::string text = state.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (!state.contains("version")) {  // added in front, without copying the whole snapshot
+    text.insert(1, "\n  \"version\": " + std::to_string(kRunStateVersion) + (state.empty() ? "" : ","));
+  }
+  return write_file_atomic(path, text + "\n");
 }
 
 Result<nlohmann::json> read_state(const RunDirectory& run) { return read_state_file(run.state_path()); }

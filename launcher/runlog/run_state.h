@@ -49,6 +49,7 @@ bool is_terminal_state(std::string_view state);
 /// Writes state.json atomically (temp file, fsync, rename): a reader sees the old or the new
 /// snapshot, never half of one. Adds "version" when `state` lacks it. `state` must be an object.
 Status write_state(const RunDirectory& run, const nlohmann::json& state);
+Status write_state_file(const std::string& path, const nlohmann::json& state);
 
 /// Reads and checks state.json: must be a JSON object with "version" 1 (a newer version is an
 /// error that says to upgrade dtrain). Missing file, bad JSON: errors naming the path.

@@ -1,0 +1,225 @@
+// dtrain-sim: the real supervisor and driver (run::submit) over a simulated cluster
+// (transport::FakeCluster: N hosts × M ranks that beat at the spec's interval, in this process),
+// to measure what one supervisor costs at sizes no test machine has. It injects one fault, lets
+// the run recover, ends it, and prints what it measured as one JSON object on stdout:
+//
+//   dtrain-sim --hosts 2048 --slots 8 --interval 1s --steady 20s --fault host-loss
+//
+// supervisor_cpu_percent: the process's CPU time minus the simulation thread's, over the steady
+// window (every rank beating, before the fault), in % of one core. peak_rss_mb: the whole
+// process (the simulation's share is small: a few words per rank). The recovery timings come
+// from the run's own events.jsonl.
+
+#include <sys/resource.h>
+#include <sys/time.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "launcher/base/clock.h"
+#include "launcher/base/duration.h"
+#include "launcher/run/run_driver.h"
+#include "launcher/transport/fake_transport.h"
+
+using namespace dtrain;
+using nlohmann::json;
+
+namespace {
+
+double process_cpu_seconds() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
+double peak_rss_mb() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;
+}
+
+void raise_open_file_limit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &limit);
+  }
+}
+
+/// Waits until `condition` holds or `timeout_ms` passes; false on timeout.
+template <class Condition>
+bool wait_for(Condition condition, int64_t timeout_ms) {
+  SystemClock clock;
+  int64_t deadline = clock.monotonic_ms() + timeout_ms;
+  while (!condition()) {
+    if (clock.monotonic_ms() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+int64_t parse_ts_ms(const std::string& ts) {
+  // 2026-12-01T18:29:31.541Z
+  std::tm tm{};
+  int ms = 0;
+  if (std::sscanf(ts.c_str(), "%d-%d-%dT%d:%d:%d.%dZ", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
+                  &tm.tm_min, &tm.tm_sec, &ms) != 7) {
+    return 0;
+  }
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  return static_cast<int64_t>(::timegm(&tm)) * 1000 + ms;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"dtrain-sim: the real supervisor over a simulated cluster (in-process agents)"};
+  int hosts = 16;
+  int slots = 8;
+  std::string interval_text = "1s";
+  std::string steady_text = "10s";
+  std::string fault = "host-loss";
+  std::string home;
+  app.add_option("--hosts", hosts, "simulated hosts")->check(CLI::Range(1, 65536));
+  app.add_option("--slots", slots, "ranks per host")->check(CLI::Range(1, 64));
+  app.add_option("--interval", interval_text, "heartbeat.interval of the spec (every rank beats once per interval)");
+  app.add_option("--steady", steady_text, "how long every rank beats before the fault (the measured window)");
+  app.add_option("--fault", fault, "host-loss, partition, crash, hang or none")
+      ->check(CLI::IsMember({"host-loss", "partition", "crash", "hang", "none"}));
+  app.add_option("--home", home, "DTRAIN_HOME for the run log (default: a new directory under /tmp)");
+  CLI11_PARSE(app, argc, argv);
+
+  Result<Millis> interval = parse_duration(interval_text);
+  Result<Millis> steady = parse_duration(steady_text);
+  if (!interval || !steady) {
+    std::fprintf(stderr, "dtrain-sim: --interval/--steady: %s\n",
+                 (!interval ? interval.error() : steady.error()).message.c_str());
+    return 2;
+  }
+  if (home.empty()) {
+    char pattern[] = "/tmp/dtrain-sim-XXXXXX";
+    if (!::mkdtemp(pattern)) return 3;
+    home = pattern;
+  }
+  ::setenv("DTRAIN_HOME", home.c_str(), 1);
+  raise_open_file_limit();
+
+  int64_t interval_ms = interval->count();
+  char width[16];
+  std::snprintf(width, sizeof width, "%05d", hosts);
+  std::string spec =
+      "version: 1\nname: sim\nslots_per_host: " + std::to_string(slots) +
+      "\nhosts: ['sim[00001-" + width + "]']\n"
+      "worker: {command: [/simulated/train]}\n"
+      "elastic: {min_hosts: 1, max_restarts: 3}\n"
+      "heartbeat: {interval: " + std::to_string(interval_ms) + "ms, timeout: " + std::to_string(10 * interval_ms) +
+      "ms, hang_timeout: " + std::to_string(30 * interval_ms) + "ms}\nstop_grace: 2s\n";
+
+  transport::FakeClusterOptions options;
+  options.step_ms = interval_ms;
+  transport::FakeCluster cluster(options);
+  run::SubmitOptions submit;
+  submit.spec_path = "sim.yaml";
+  submit.spec_text = spec;
+  submit.transport = &cluster.transport();
+
+  SystemClock clock;
+  json result = {{"hosts", hosts}, {"slots", slots}, {"ranks", hosts * slots}, {"interval_ms", interval_ms},
+                 {"fault", fault}};
+  std::atomic<bool> harness_failed{false};
+  std::thread harness([&] {
+    // Steady: every rank started and beating (the simulated step counts beats).
+    if (!wait_for([&] { return cluster.newest_step() >= 3; }, 600'000)) {
+      harness_failed = true;
+      cluster.finish_all();
+      return;
+    }
+    double cpu0 = process_cpu_seconds() - cluster.simulation_cpu_seconds();
+    int64_t t0 = clock.monotonic_ms();
+    int64_t sent0 = cluster.frames_sent();
+    std::this_thread::sleep_for(*steady);
+    double cpu1 = process_cpu_seconds() - cluster.simulation_cpu_seconds();
+    int64_t t1 = clock.monotonic_ms();
+    double seconds = static_cast<double>(t1 - t0) / 1000.0;
+    result["steady_seconds"] = seconds;
+    result["supervisor_cpu_percent"] = 100.0 * (cpu1 - cpu0) / seconds;
+    result["frames_per_second"] = static_cast<double>(cluster.frames_sent() - sent0) / seconds;
+    result["simulation_cpu_seconds"] = cluster.simulation_cpu_seconds();
+    char victim_name[32];
+    std::snprintf(victim_name, sizeof victim_name, "sim%05d", hosts / 2 + 1);
+    std::string victim = victim_name;
+    int generation_before = cluster.newest_generation();
+    if (fault == "host-loss") cluster.kill_host(victim);
+    else if (fault == "partition") cluster.partition_host(victim);
+    else if (fault == "crash") cluster.crash_rank(hosts * slots / 2, 1);
+    else if (fault == "hang") cluster.hang_rank(hosts * slots / 2);
+    if (fault != "none") {
+      result["victim"] = fault == "host-loss" || fault == "partition" ? victim : "rank " + std::to_string(hosts * slots / 2);
+      bool recovered = wait_for(
+          [&] { return cluster.newest_generation() > generation_before && cluster.newest_step() >= 3; }, 600'000);
+      result["recovered"] = recovered;
+    }
+    cluster.finish_all();
+  });
+
+  int64_t started = clock.monotonic_ms();
+  int code = run::submit(submit);
+  harness.join();
+  result["exit_code"] = code;
+  result["run_seconds"] = static_cast<double>(clock.monotonic_ms() - started) / 1000.0;
+  result["peak_rss_mb"] = peak_rss_mb();
+  result["harness_failed"] = harness_failed.load();
+
+  // The run's own record: events written, and the recovery's timeline.
+  std::string runs = home + "/runs";
+  std::string run_dir;
+  for (const auto& entry : std::filesystem::directory_iterator(runs)) run_dir = entry.path().string();
+  result["run_dir"] = run_dir;
+  std::ifstream events(run_dir + "/events.jsonl");
+  std::string line;
+  int64_t count = 0, first_ms = 0, last_ms = 0, lost_ms = 0, decided_ms = 0, spawned_ms = 0, completed_ms = 0;
+  int64_t hosts_lost = 0, running_ms = 0;
+  while (std::getline(events, line)) {
+    json event = json::parse(line, nullptr, false);
+    if (!event.is_object() || !event.contains("ev")) continue;
+    ++count;
+    int64_t ts = parse_ts_ms(event.value("ts", ""));
+    if (!first_ms) first_ms = ts;
+    last_ms = ts;
+    std::string name = event.value("ev", "");
+    if (name == "host.lost") ++hosts_lost;
+    if (!running_ms && name == "run.state" && event.value("state", "") == "running") running_ms = ts;
+    if (!lost_ms && name == "failure.detected") lost_ms = ts;
+    if (lost_ms && !decided_ms && name == "recovery.started") decided_ms = ts;
+    if (lost_ms && !spawned_ms && name == "generation.spawned" && event.value("gen", 0) >= 1) spawned_ms = ts;
+    if (lost_ms && !completed_ms && name == "recovery.completed") completed_ms = ts;
+  }
+  result["events"] = count;
+  // Every host lost that the harness did not kill: the supervisor's own slowness (a stalled loop
+  // stops reading beats and sending pings). Should be 0, or 1 for --fault host-loss/partition.
+  result["hosts_lost"] = hosts_lost;
+  result["submit_to_running_ms"] = running_ms ? running_ms - first_ms : -1;
+  result["events_per_second"] = last_ms > first_ms ? 1000.0 * static_cast<double>(count) / static_cast<double>(last_ms - first_ms) : 0.0;
+  result["events_jsonl_bytes"] = std::filesystem::exists(run_dir + "/events.jsonl")
+                                     ? static_cast<int64_t>(std::filesystem::file_size(run_dir + "/events.jsonl"))
+                                     : 0;
+  if (lost_ms) {
+    result["detected_to_decision_ms"] = decided_ms ? decided_ms - lost_ms : -1;
+    result["detected_to_spawn_ms"] = spawned_ms ? spawned_ms - lost_ms : -1;
+    result["detected_to_first_step_ms"] = completed_ms ? completed_ms - lost_ms : -1;
+  }
+  std::printf("%s\n", result.dump().c_str());
+  return code;
+}

@@ -1,0 +1,494 @@
+#include "launcher/transport/fake_transport.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "launcher/base/clock.h"
+#include "launcher/base/fd.h"
+#include "launcher/proto/frame.h"
+#include "launcher/proto/messages.h"
+
+namespace dtrain::transport {
+
+using nlohmann::json;
+namespace msg = proto::msg;
+
+namespace {
+
+constexpr size_t kReadChunk = 64 << 10;
+
+/// The driver's end of a simulated agent's socketpair: a plain non-blocking byte stream.
+class FakeAgentConnection final : public AgentConnection {
+ public:
+  FakeAgentConnection(std::string host, UniqueFd fd) : host_(std::move(host)), fd_(std::move(fd)) {}
+
+  std::vector<pollfd> poll_fds() const override {
+    if (!fd_.valid() || closed_) return {};
+    return {pollfd{fd_.get(), static_cast<short>(POLLIN | (outgoing_.empty() ? 0 : POLLOUT)), 0}};
+  }
+
+  void pump() override {
+    if (!fd_.valid() || closed_) return;
+    write_queued();
+    char buffer[kReadChunk];
+    for (;;) {
+      ssize_t got = ::recv(fd_.get(), buffer, sizeof buffer, 0);
+      if (got > 0) {
+        received_.append(buffer, static_cast<size_t>(got));
+        continue;
+      }
+      if (got == 0) close_with("simulated host gone");
+      else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) close_with(std::strerror(errno));
+      break;
+    }
+  }
+
+  void send(std::string bytes) override {
+    if (closed_ || input_closed_) return;
+    outgoing_ += bytes;
+    write_queued();
+  }
+
+  std::string take_received() override { return std::exchange(received_, {}); }
+  std::string take_diagnostics() override { return {}; }
+  bool closed() const override { return closed_; }
+  std::string close_reason() const override { return reason_; }
+
+  void close_input() override {
+    write_queued();
+    input_closed_ = true;
+    if (fd_.valid()) ::shutdown(fd_.get(), SHUT_WR);
+  }
+
+  void shutdown(int) override {
+    if (!fd_.valid()) return;
+    close_input();
+    fd_.reset();
+    if (!closed_) close_with("shut down");
+  }
+
+  std::optional<pid_t> local_pid() const override { return std::nullopt; }
+  std::string describe() const override { return host_ + " (simulated agent)"; }
+
+ private:
+  void write_queued() {
+    while (!outgoing_.empty() && fd_.valid()) {
+      ssize_t wrote = ::send(fd_.get(), outgoing_.data(), outgoing_.size(), MSG_NOSIGNAL);
+      if (wrote > 0) {
+        outgoing_.erase(0, static_cast<size_t>(wrote));
+        continue;
+      }
+      if (wrote < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+      close_with(std::string("send: ") + std::strerror(errno));
+      return;
+    }
+  }
+  void close_with(std::string reason) {
+    if (closed_) return;
+    closed_ = true;
+    reason_ = std::move(reason);
+  }
+
+  std::string host_;
+  UniqueFd fd_;
+  std::string outgoing_, received_, reason_;
+  bool closed_ = false;
+  bool input_closed_ = false;
+};
+
+struct SimWorker {
+  int gen = 0;
+  int rank = 0;
+  int local_rank = 0;
+  int64_t pid = 0;
+  int64_t step = 0;
+  bool hung = false;
+};
+
+struct SimAgent {
+  std::string host;
+  int index = 0;
+  UniqueFd fd;
+  proto::FrameDecoder decoder;
+  std::string outgoing;
+  bool configured = false;
+  bool partitioned = false;
+  bool closing = false;  ///< flush what is queued, then close
+  int64_t interval_ms = 1000;
+  int64_t next_beat_ms = 0;
+  std::vector<SimWorker> workers;
+};
+
+}  // namespace
+
+struct FakeCluster::Simulation {
+  FakeClusterOptions options;
+  SystemClock clock;
+  std::mutex mutex;                                  // guards commands and new_agents
+  std::vector<std::function<void()>> commands;       // run on the simulation thread
+  std::vector<std::unique_ptr<SimAgent>> new_agents;
+  UniqueFd wake_read, wake_write;
+  std::atomic<bool> stopping{false};
+  std::atomic<int64_t> newest_step{0};
+  std::atomic<int> newest_generation{-1};
+  std::atomic<int64_t> sent{0}, received{0};
+  std::atomic<int64_t> cpu_ns{0};
+  std::vector<std::unique_ptr<SimAgent>> agents;  // simulation thread only
+  int next_index = 0;
+  int64_t next_pid = 100000;
+  std::thread thread;
+
+  void post(std::function<void()> command) {
+    {
+      std::lock_guard lock(mutex);
+      commands.push_back(std::move(command));
+    }
+    wake();
+  }
+  void wake() {
+    char byte = 1;
+    [[maybe_unused]] ssize_t ignored = ::write(wake_write.get(), &byte, 1);
+  }
+
+  void emit(SimAgent& agent, const json& message) {
+    if (agent.partitioned || !agent.fd.valid()) return;
+    agent.outgoing += proto::encode_frame(message);
+    ++sent;
+  }
+
+  void flush(SimAgent& agent) {
+    while (!agent.outgoing.empty() && agent.fd.valid() && !agent.partitioned) {
+      ssize_t wrote = ::send(agent.fd.get(), agent.outgoing.data(), agent.outgoing.size(), MSG_NOSIGNAL);
+      if (wrote > 0) {
+        agent.outgoing.erase(0, static_cast<size_t>(wrote));
+        continue;
+      }
+      if (wrote < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+      agent.fd.reset();  // the driver closed its end
+      return;
+    }
+    if (agent.closing && agent.outgoing.empty()) agent.fd.reset();
+  }
+
+  json worker_exit(const SimWorker& worker, int64_t now_wall) {
+    return {{"type", msg::kExit}, {"gen", worker.gen}, {"rank", worker.rank}, {"local_rank", worker.local_rank},
+            {"pid", worker.pid}, {"agent_time_ms", now_wall}, {"tail", json::array()}};
+  }
+
+  /// Kills the workers of `gen` (-1: all) as the agent's kill does: exits, then released.
+  json kill_workers(SimAgent& agent, int gen, int64_t now_wall) {
+    json killed = json::array();
+    std::vector<SimWorker> kept;
+    for (const SimWorker& worker : agent.workers) {
+      if (gen != -1 && worker.gen != gen) {
+        kept.push_back(worker);
+        continue;
+      }
+      json exit = worker_exit(worker, now_wall);
+      exit["signal"] = 15;
+      exit["signal_name"] = "SIGTERM";
+      exit["killed_by_agent"] = true;
+      emit(agent, exit);
+      killed.push_back(worker.pid);
+    }
+    agent.workers = std::move(kept);
+    return killed;
+  }
+
+  void on_frame(SimAgent& agent, const json& frame, int64_t now) {
+    ++received;
+    const std::string type = frame.value("type", "");
+    int64_t wall = clock.wall_ms();
+    if (type == msg::kConfig) {
+      agent.configured = true;
+      agent.interval_ms = std::max<int64_t>(1, frame.value("heartbeat_interval_ms", int64_t{1000}));
+      // Agents beat at their own phases, spread over the interval as real ones are.
+      agent.next_beat_ms = now + (agent.index * 7919) % agent.interval_ms;
+      json gpus = json::array();
+      for (int i = 0; i < options.gpus_per_host; ++i) {
+        gpus.push_back({{"index", i}, {"name", "Simulated GPU"}, {"uuid", "GPU-sim-" + agent.host + "-" + std::to_string(i)}});
+      }
+      emit(agent, {{"type", msg::kHello}, {"protocol", proto::kProtocolVersion}, {"version", "simulated"},
+                   {"host", agent.host}, {"pid", 1000 + agent.index}, {"agent_time_ms", wall},
+                   {"socket", "/simulated/" + agent.host + "/agent.sock"},
+                   {"facts", {{"hostname", agent.host}, {"os", "Linux (simulated)"}, {"arch", "x86_64"},
+                              {"cpus", 96}, {"memory_mb", 2'000'000}, {"gpus", gpus}}}});
+    } else if (type == msg::kPing) {
+      emit(agent, {{"type", msg::kPong}, {"id", frame.value("id", int64_t{0})}, {"agent_time_ms", wall},
+                   {"supervisor_time_ms", frame.value("supervisor_time_ms", int64_t{0})}});
+    } else if (type == msg::kReservePort) {
+      emit(agent, {{"type", msg::kPort}, {"id", frame.value("id", int64_t{0})}, {"port", 29500}});
+    } else if (type == msg::kSpawn) {
+      int gen = frame.value("gen", 0);
+      newest_generation = std::max(newest_generation.load(), gen);
+      if (gen >= newest_generation) newest_step = 0;
+      const json& workers = frame.contains("workers") ? frame["workers"] : json::array();
+      for (const json& entry : workers) {
+        SimWorker worker;
+        worker.gen = gen;
+        worker.rank = entry.value("rank", 0);
+        worker.local_rank = entry.value("local_rank", 0);
+        worker.pid = next_pid++;
+        agent.workers.push_back(worker);
+        emit(agent, {{"type", msg::kStarted}, {"gen", gen}, {"rank", worker.rank}, {"local_rank", worker.local_rank},
+                     {"pid", worker.pid}, {"agent_time_ms", wall}});
+        emit(agent, {{"type", msg::kFromWorker}, {"gen", gen}, {"rank", worker.rank}, {"pid", worker.pid},
+                     {"msg", {{"type", "hello"}, {"rank", worker.rank}, {"gen", gen}, {"pid", worker.pid}}}});
+      }
+    } else if (type == msg::kKill) {
+      int gen = frame.value("gen", -1);
+      json killed = kill_workers(agent, gen, wall);
+      emit(agent, {{"type", msg::kReleased}, {"gen", gen}, {"killed", killed}, {"remaining", 0}, {"ms", 1}});
+    } else if (type == msg::kSample) {
+      emit(agent, {{"type", msg::kSample}, {"id", frame.value("id", int64_t{0})}, {"gen", frame.value("gen", -1)},
+                   {"rank", frame.value("rank", -1)}, {"pid", frame.value("pid", int64_t{0})},
+                   {"text", "simulated worker on " + agent.host + "\nState:\tT (stopped)\n"}});
+    } else if (type == msg::kFence) {
+      fence(agent, frame.value("reason", "fence"), wall);
+    }
+    // to_worker: simulated workers use no store.
+  }
+
+  void fence(SimAgent& agent, const std::string& reason, int64_t wall) {
+    json killed = kill_workers(agent, -1, wall);
+    emit(agent, {{"type", msg::kBye}, {"reason", reason}, {"killed", killed}});
+    agent.closing = true;
+  }
+
+  void beat(SimAgent& agent, int64_t wall) {
+    json states = json::array();
+    for (SimWorker& worker : agent.workers) {
+      states.push_back({{"gen", worker.gen}, {"rank", worker.rank}, {"pid", worker.pid}, {"alive", true},
+                        {"state", worker.hung ? "T" : "S"}});
+      if (worker.hung) continue;
+      ++worker.step;
+      if (worker.gen == newest_generation && worker.step > newest_step) newest_step = worker.step;
+      emit(agent, {{"type", msg::kFromWorker}, {"gen", worker.gen}, {"rank", worker.rank}, {"pid", worker.pid},
+                   {"msg", {{"type", "beat"}, {"step", worker.step}, {"step_ms", options.step_ms}}}});
+    }
+    emit(agent, {{"type", msg::kBeat}, {"agent_time_ms", wall}, {"workers", std::move(states)}, {"load1", 0.5},
+                 {"mem_available_mb", 1'000'000}});
+  }
+
+  void read_from(SimAgent& agent, int64_t now) {
+    char buffer[kReadChunk];
+    for (;;) {
+      ssize_t got = ::recv(agent.fd.get(), buffer, sizeof buffer, 0);
+      if (got > 0) {
+        agent.decoder.feed(std::string_view(buffer, static_cast<size_t>(got)));
+        continue;
+      }
+      if (got == 0) {  // the driver closed its end: a real agent fences on stdin EOF
+        fence(agent, "stdin closed", clock.wall_ms());
+        return;
+      }
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) agent.fd.reset();
+      break;
+    }
+    for (;;) {
+      Result<std::optional<json>> next = agent.decoder.next();
+      if (!next) {
+        if (agent.decoder.failed()) agent.fd.reset();
+        if (agent.decoder.failed()) return;
+        continue;
+      }
+      if (!next->has_value()) break;
+      on_frame(agent, **next, now);
+      if (!agent.fd.valid()) return;
+    }
+  }
+
+  SimWorker* find_rank(int rank, SimAgent** owner) {
+    for (auto& agent : agents) {
+      for (SimWorker& worker : agent->workers) {
+        if (worker.rank == rank && worker.gen == newest_generation) {
+          *owner = agent.get();
+          return &worker;
+        }
+      }
+    }
+    return nullptr;
+  }
+
+  void run() {
+    while (!stopping) {
+      {
+        std::vector<std::function<void()>> todo;
+        {
+          std::lock_guard lock(mutex);
+          todo.swap(commands);
+          for (auto& agent : new_agents) agents.push_back(std::move(agent));
+          new_agents.clear();
+        }
+        for (auto& command : todo) command();
+      }
+      std::erase_if(agents, [](const std::unique_ptr<SimAgent>& agent) { return !agent->fd.valid(); });
+
+      int64_t now = clock.monotonic_ms();
+      int64_t wall = clock.wall_ms();
+      int64_t next_timer = now + 100;
+      for (auto& agent : agents) {
+        if (!agent->configured || agent->partitioned || agent->closing) continue;
+        if (now >= agent->next_beat_ms) {
+          beat(*agent, wall);
+          agent->next_beat_ms += agent->interval_ms;
+          if (agent->next_beat_ms <= now) agent->next_beat_ms = now + agent->interval_ms;
+        }
+        next_timer = std::min(next_timer, agent->next_beat_ms);
+      }
+      std::vector<pollfd> fds;
+      fds.reserve(agents.size() + 1);
+      for (auto& agent : agents) {
+        flush(*agent);
+        short events = 0;
+        if (agent->fd.valid() && !agent->partitioned) events = static_cast<short>(POLLIN | (agent->outgoing.empty() ? 0 : POLLOUT));
+        fds.push_back({agent->fd.valid() ? agent->fd.get() : -1, events, 0});
+      }
+      fds.push_back({wake_read.get(), POLLIN, 0});
+      int timeout = static_cast<int>(std::max<int64_t>(0, next_timer - clock.monotonic_ms()));
+      int ready = ::poll(fds.data(), fds.size(), timeout);
+      if (ready > 0 && (fds.back().revents & POLLIN)) {
+        char drain[256];
+        while (::read(wake_read.get(), drain, sizeof drain) > 0) {
+        }
+      }
+      now = clock.monotonic_ms();
+      for (size_t i = 0; ready > 0 && i < agents.size(); ++i) {
+        SimAgent& agent = *agents[i];
+        if (!agent.fd.valid()) continue;
+        if (agent.partitioned) {
+          if (fds[i].revents & (POLLHUP | POLLERR)) agent.fd.reset();  // the driver gave up on it
+          continue;
+        }
+        if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) read_from(agent, now);
+        if (agent.fd.valid()) flush(agent);
+      }
+      timespec cpu{};
+      ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
+      cpu_ns = static_cast<int64_t>(cpu.tv_sec) * 1'000'000'000 + cpu.tv_nsec;
+    }
+  }
+};
+
+namespace {
+
+class FakeTransportImpl final : public Transport {
+ public:
+  explicit FakeTransportImpl(FakeCluster::Simulation& simulation) : simulation_(simulation) {}
+
+  Result<std::unique_ptr<AgentConnection>> start_agent(const AgentTarget& target) override {
+    int pair[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, pair) != 0) {
+      return Error::infra("simulated agent for " + target.host + ": socketpair: " + std::strerror(errno) +
+                          " (raise the open-file limit: ulimit -n)");
+    }
+    auto agent = std::make_unique<SimAgent>();
+    agent->host = target.host;
+    agent->fd = UniqueFd(pair[1]);
+    {
+      std::lock_guard lock(simulation_.mutex);
+      agent->index = simulation_.next_index++;
+      simulation_.new_agents.push_back(std::move(agent));
+    }
+    simulation_.wake();
+    return std::unique_ptr<AgentConnection>(std::make_unique<FakeAgentConnection>(target.host, UniqueFd(pair[0])));
+  }
+
+ private:
+  FakeCluster::Simulation& simulation_;
+};
+
+}  // namespace
+
+FakeCluster::FakeCluster(FakeClusterOptions options) : simulation_(std::make_unique<Simulation>()) {
+  simulation_->options = options;
+  int pipe_fds[2];
+  if (::pipe2(pipe_fds, O_CLOEXEC | O_NONBLOCK) == 0) {
+    simulation_->wake_read = UniqueFd(pipe_fds[0]);
+    simulation_->wake_write = UniqueFd(pipe_fds[1]);
+  }
+  transport_ = std::make_unique<FakeTransportImpl>(*simulation_);
+  simulation_->thread = std::thread([simulation = simulation_.get()] { simulation->run(); });
+}
+
+FakeCluster::~FakeCluster() {
+  simulation_->stopping = true;
+  simulation_->wake();
+  if (simulation_->thread.joinable()) simulation_->thread.join();
+}
+
+Transport& FakeCluster::transport() { return *transport_; }
+
+void FakeCluster::kill_host(const std::string& host) {
+  simulation_->post([simulation = simulation_.get(), host] {
+    for (auto& agent : simulation->agents) {
+      if (agent->host == host) agent->fd.reset();  // agent and workers gone at once: EOF
+    }
+  });
+}
+
+void FakeCluster::partition_host(const std::string& host) {
+  simulation_->post([simulation = simulation_.get(), host] {
+    for (auto& agent : simulation->agents) {
+      if (agent->host == host) agent->partitioned = true;
+    }
+  });
+}
+
+void FakeCluster::crash_rank(int rank, int code) {
+  simulation_->post([simulation = simulation_.get(), rank, code] {
+    SimAgent* agent = nullptr;
+    SimWorker* worker = simulation->find_rank(rank, &agent);
+    if (!worker) return;
+    json exit = simulation->worker_exit(*worker, simulation->clock.wall_ms());
+    exit["code"] = code;
+    exit["tail"] = json::array({"simulated crash of rank " + std::to_string(rank)});
+    simulation->emit(*agent, exit);
+    std::erase_if(agent->workers, [&](const SimWorker& w) { return w.pid == exit["pid"].get<int64_t>(); });
+  });
+}
+
+void FakeCluster::hang_rank(int rank) {
+  simulation_->post([simulation = simulation_.get(), rank] {
+    SimAgent* agent = nullptr;
+    if (SimWorker* worker = simulation->find_rank(rank, &agent)) worker->hung = true;
+  });
+}
+
+void FakeCluster::finish_all() {
+  simulation_->post([simulation = simulation_.get()] {
+    int64_t wall = simulation->clock.wall_ms();
+    for (auto& agent : simulation->agents) {
+      for (const SimWorker& worker : agent->workers) {
+        json exit = simulation->worker_exit(worker, wall);
+        exit["code"] = 0;
+        simulation->emit(*agent, exit);
+      }
+      agent->workers.clear();
+    }
+  });
+}
+
+int64_t FakeCluster::newest_step() const { return simulation_->newest_step; }
+int FakeCluster::newest_generation() const { return simulation_->newest_generation; }
+double FakeCluster::simulation_cpu_seconds() const { return static_cast<double>(simulation_->cpu_ns) / 1e9; }
+int64_t FakeCluster::frames_sent() const { return simulation_->sent; }
+int64_t FakeCluster::frames_received() const { return simulation_->received; }
+
+}  // namespace dtrain::transport

@@ -1,0 +1,70 @@
+#pragma once
+// FakeTransport: simulated agents in this process, for driver tests and `dtrain-sim`. Each host's
+// agent is a state machine on one background thread that speaks the real agent protocol
+// (proto/messages.h, length-prefixed JSON frames) over a socketpair, so the driver reads, decodes
+// and parses exactly what it would from `dtrain agent` — only the processes are missing. Its
+// workers are simulated too: they start at once, say hello, beat with a rising step every
+// heartbeat interval, and exit when told (finish_all) or killed.
+//
+// Faults are injected from any thread and act on the simulation thread:
+//   kill_host       the agent and its workers vanish (the connection closes: EOF at once)
+//   partition_host  the agent goes silent both ways (the driver must notice by heartbeats)
+//   crash_rank      a worker exits with a code
+//   hang_rank       a worker stops beating (alive, as a SIGSTOPped one; the agent reports 'T')
+//
+// One thread serves every host: 2,048 hosts × 8 ranks beating once a second is ~18,000 frames a
+// second, which one thread writes easily; the driver's share of the CPU is the process's minus
+// simulation_cpu_seconds().
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "launcher/transport/transport.h"
+
+namespace dtrain::transport {
+
+struct FakeClusterOptions {
+  int gpus_per_host = 8;           ///< hello.facts.gpus of every simulated host
+  int64_t step_ms = 1000;          ///< simulated time per training step (step_ms in beats)
+  /// How long a simulated agent takes to answer a spawn with `started` (fork + exec).
+  int64_t spawn_delay_ms = 0;
+};
+
+class FakeCluster {
+ public:
+  explicit FakeCluster(FakeClusterOptions options = {});
+  ~FakeCluster();  ///< stops the simulation thread; open connections see EOF
+  FakeCluster(const FakeCluster&) = delete;
+  FakeCluster& operator=(const FakeCluster&) = delete;
+
+  /// The transport that starts this cluster's agents (one per AgentTarget::host).
+  Transport& transport();
+
+  void kill_host(const std::string& host);
+  void partition_host(const std::string& host);
+  /// `rank` is the global rank of the current generation; exits with `code`.
+  void crash_rank(int rank, int code);
+  void hang_rank(int rank);
+  /// Every live worker exits 0 (the job is done).
+  void finish_all();
+
+  /// The newest step any worker of the newest generation has beaten (0 before the first beat).
+  int64_t newest_step() const;
+  /// The newest generation any agent was asked to spawn (-1 before the first spawn).
+  int newest_generation() const;
+  /// CPU time the simulation thread has used (CLOCK_THREAD_CPUTIME_ID), in seconds.
+  double simulation_cpu_seconds() const;
+  /// Frames the simulated agents have sent and received.
+  int64_t frames_sent() const;
+  int64_t frames_received() const;
+
+  struct Simulation;  ///< the simulation thread's state (fake_transport.cpp)
+
+ private:
+  std::unique_ptr<Simulation> simulation_;
+  std::unique_ptr<Transport> transport_;
+};
+
+}  // namespace dtrain::transport

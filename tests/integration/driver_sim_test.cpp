@@ -1,0 +1,127 @@
+// The real driver and supervisor (run::submit) over simulated agents (transport::FakeCluster):
+// host loss, partition, hang and crash reach the same recovery paths as with real processes,
+// without any process or network. The run log is real (events.jsonl, state.json), in a
+// temporary DTRAIN_HOME.
+
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <thread>
+
+#include "launcher/run/run_driver.h"
+#include "launcher/transport/fake_transport.h"
+#include "tests/integration/dtrain_runner.h"
+
+using namespace dtrain;
+using namespace dtrain::testing;
+
+namespace {
+
+std::string sim_spec(int hosts, int slots, const std::string& extra) {
+  return "version: 1\nname: sim\nslots_per_host: " + std::to_string(slots) + "\nhosts: ['sim[1-" +
+         std::to_string(hosts) + "]']\nworker: {command: [/simulated/train]}\n" +
+         "heartbeat: {interval: 100ms, timeout: 1s, hang_timeout: 2s}\nstop_grace: 1s\n" + extra;
+}
+
+/// One simulated run: submit on this thread, `inject` on another once every rank beats; the
+/// workers finish once the generation after the fault has stepped.
+struct SimRun {
+  TempDir home;
+  transport::FakeCluster cluster;
+  int exit_code = -1;
+  bool recovered = false;
+
+  int submit(const std::string& spec, const std::function<void(transport::FakeCluster&)>& inject) {
+    ::setenv("DTRAIN_HOME", home.path.c_str(), 1);
+    run::SubmitOptions options;
+    options.spec_path = "sim.yaml";
+    options.spec_text = spec;
+    options.transport = &cluster.transport();
+    std::atomic<bool> ended{false};
+    std::thread harness([&] {
+      if (!wait_until([&] { return ended || cluster.newest_step() >= 3; }, 30000) || ended) return cluster.finish_all();
+      int before = cluster.newest_generation();
+      inject(cluster);
+      wait_until([&] { return ended || (cluster.newest_generation() > before && cluster.newest_step() >= 3); }, 30000);
+      recovered = !ended && cluster.newest_generation() > before;
+      cluster.finish_all();
+    });
+    exit_code = run::submit(options);
+    ended = true;
+    harness.join();
+    ::unsetenv("DTRAIN_HOME");
+    return exit_code;
+  }
+
+  std::string run_dir() const {
+    std::string runs = home.path + "/runs";
+    for (const auto& entry : std::filesystem::directory_iterator(runs)) return entry.path().string();
+    return "";
+  }
+  std::vector<nlohmann::json> events() const { return read_events(run_dir() + "/events.jsonl"); }
+};
+
+}  // namespace
+
+TEST_CASE("simulated cluster: a host that dies is replaced by the spare, world size kept, run succeeds") {
+  SimRun sim;
+  std::string spec = sim_spec(4, 2, "spares: [spare1]\nelastic: {max_restarts: 2}\n");
+  CHECK(sim.submit(spec, [](transport::FakeCluster& cluster) { cluster.kill_host("sim3"); }) == 0);
+  CHECK(sim.recovered);
+  auto events = sim.events();
+  auto lost = events_named(events, "host.lost");
+  REQUIRE(lost.size() == 1);
+  CHECK(lost[0]["host"] == "sim3");
+  auto completed = events_named(events, "recovery.completed");
+  REQUIRE(completed.size() == 1);
+  CHECK(completed[0]["world_size"] == 8);
+  auto generations = events_named(events, "plan.generation");
+  REQUIRE(generations.size() == 2);
+  CHECK(generations[1].dump().find("spare1") != std::string::npos);
+  CHECK(generations[1].dump().find("\"sim3\"") == std::string::npos);
+  nlohmann::json state = nlohmann::json::parse(read_text(sim.run_dir() + "/state.json"));
+  CHECK(state["state"] == "succeeded");
+}
+
+TEST_CASE("simulated cluster: a partitioned host is lost to silence after heartbeat.timeout and the job shrinks") {
+  SimRun sim;
+  std::string spec = sim_spec(4, 2, "elastic: {max_restarts: 2, min_hosts: 3}\n");
+  CHECK(sim.submit(spec, [](transport::FakeCluster& cluster) { cluster.partition_host("sim2"); }) == 0);
+  CHECK(sim.recovered);
+  auto events = sim.events();
+  auto lost = events_named(events, "host.lost");
+  REQUIRE(lost.size() == 1);
+  CHECK(lost[0]["host"] == "sim2");
+  CHECK(lost[0]["silent_ms"].get<int64_t>() > 1000);  // heartbeat.timeout, by its own measure
+  auto completed = events_named(events, "recovery.completed");
+  REQUIRE(completed.size() == 1);
+  CHECK(completed[0]["world_size"] == 6);
+}
+
+TEST_CASE("simulated cluster: a rank that stops beating is hung, sampled and restarted") {
+  SimRun sim;
+  std::string spec = sim_spec(3, 2, "elastic: {max_restarts: 1}\n");
+  CHECK(sim.submit(spec, [](transport::FakeCluster& cluster) { cluster.hang_rank(3); }) == 0);
+  CHECK(sim.recovered);
+  auto events = sim.events();
+  auto hangs = events_named(events, "worker.hang");
+  REQUIRE(hangs.size() == 1);
+  CHECK(hangs[0]["rank"] == 3);
+  auto samples = events_named(events, "worker.sample");
+  REQUIRE(samples.size() == 1);
+  CHECK(read_text(samples[0]["path"].get<std::string>()).find("State:\tT (stopped)") != std::string::npos);
+}
+
+TEST_CASE("simulated cluster: a crash past elastic.max_restarts ends the run with the rank's root cause") {
+  SimRun sim;
+  std::string spec = sim_spec(2, 2, "");  // no restarts allowed
+  CHECK(sim.submit(spec, [](transport::FakeCluster& cluster) { cluster.crash_rank(2, 7); }) == 1);
+  CHECK_FALSE(sim.recovered);
+  nlohmann::json state = nlohmann::json::parse(read_text(sim.run_dir() + "/state.json"));
+  CHECK(state["state"] == "failed");
+  CHECK(state["root_cause"]["rank"] == 2);
+  CHECK(state["root_cause"]["code"] == 7);
+}
