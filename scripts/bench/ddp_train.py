@@ -18,13 +18,20 @@ Checkpoint directory: --ckpt-dir, else $DTRAIN_CKPT_DIR (set by dtrain), else ./
 --dtrain-store (opt-in): when DTRAIN_AGENT_SOCKET is set (running under `dtrain submit`), the
 process group rendezvouses through dtrain's KV store (worker/python/dtrain_worker.py,
 Worker.init_process_group(use_dtrain_store=True): no TCPStore, no MASTER_PORT) and says
-comm.ready; otherwise (torchrun, or no flag) it is the usual init_method="env://".
+comm.ready, and beats its steps itself (a script that connects to dtrain owns its rank's beats,
+so the bootstrap sends none); otherwise (torchrun, or no flag) it is the usual
+init_method="env://".
+
+--pg-timeout SECONDS: the process group's timeout (init_process_group(timeout=...)), after which
+a collective that waits for a missing (e.g. SIGSTOPped) rank raises; without it, torch's
+default (30 min).
 """
 import time
 
 EXEC_T = time.time()  # before anything slow: when the launcher's part ended and ours began
 
 import argparse  # noqa: E402
+import datetime  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 
@@ -46,6 +53,8 @@ def parse_args():
                         help="seconds to sleep per step (to pace a very fast model)")
     parser.add_argument("--dtrain-store", action="store_true",
                         help="under dtrain, rendezvous through dtrain's store instead of env://")
+    parser.add_argument("--pg-timeout", type=float, default=0,
+                        help="process-group timeout in seconds (0: torch's default, 30 min)")
     return parser.parse_args()
 
 
@@ -114,10 +123,11 @@ def main():
         steps_log.write("imported " + mark % (rank, time.time(), restart_id(), os.getpid()))
     torch.set_num_threads(1)
     worker = dtrain_worker_or_none(args)
+    group_options = {"timeout": datetime.timedelta(seconds=args.pg_timeout)} if args.pg_timeout > 0 else {}
     if worker is not None:
-        worker.init_process_group(barrier=False, use_dtrain_store=True, backend="gloo")
+        worker.init_process_group(barrier=False, use_dtrain_store=True, backend="gloo", **group_options)
     else:
-        dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world)
+        dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world, **group_options)
     if steps_log:
         steps_log.write("joined " + mark % (rank, time.time(), restart_id(), os.getpid()))
     torch.manual_seed(0)
@@ -152,6 +162,8 @@ def main():
         if steps_log:
             steps_log.write("step %d t=%.6f restart=%s pid=%d loss=%.4f\n" %
                             (step, time.time(), restart_id(), os.getpid(), loss.item()))
+        if worker is not None:
+            worker.beat(step)  # rate-limited by the worker client
         if step % args.ckpt_every == 0:
             if rank == 0:
                 save_checkpoint(ckpt_dir, step, model, optimizer)

@@ -1,25 +1,37 @@
 #!/usr/bin/env python3
-"""Recovery benchmark: kill -9 one worker of a running 4-worker job, time kill -> first
-resumed training step.
+"""Recovery benchmark: kill -9 or SIGSTOP one worker of a running 4-worker job, time the fault
+-> first resumed training step.
 
   recovery.py --dtrain BUILD/cli/dtrain [--reps 5] [--cases trainer,ddp-dtrain,ddp-torchrun]
-              (more cases: ddp-dtrain-store)
+              (more cases: ddp-dtrain-store) [--faults kill,stop]
+              [--hang-timeout 5] [--pg-timeout 20]
               [--kill-at 110] [--run-timeout 240] [--torch-python /usr/bin/python3]
 
 Cases:
   trainer        dtrain-train (the reference trainer) on 4 local workers under dtrain, Gloo,
                  checkpoint every 20 steps; timings from dtrain's own events (failure.detected,
-                 recovery.completed) against the harness's kill time.
+                 recovery.completed) against the harness's fault time.
   ddp-dtrain     scripts/bench/ddp_train.py (plain PyTorch DDP, Gloo, CPU, checkpoint every 20
-  ddp-torchrun   steps) under dtrain and under torchrun --max_restarts=3 --monitor_interval=0.1;
-                 both timed from the script's own step log (wall clock, same machine).
+  ddp-torchrun   steps) under dtrain (instrumented: the bootstrap's beats are its steps) and under
+                 torchrun --max_restarts=3 --monitor_interval=0.1; both timed from the script's
+                 own step log (wall clock, same machine).
   ddp-dtrain-store  the same script with --dtrain-store under dtrain: its process group
                  rendezvouses through dtrain's KV store (over the agent's unix socket) instead
                  of a TCPStore that rank 0 opens at MASTER_PORT (torch 1.13's TCPStore client
-                 retries a refused connect only once a second). Not in the default --cases.
-Rank 1 is killed once rank 0 has logged step >= --kill-at. Every case prints its repetitions and
-a median; every job is waited for (or stopped) and its processes checked gone before the next.
-Standard library only; the DDP cases need torch importable by --torch-python (skipped if not).
+                 retries a refused connect only once a second); the script then beats itself.
+                 Not in the default --cases.
+Faults (--faults, default both), injected into rank 1 once rank 0 has logged step >= --kill-at:
+  kill           SIGKILL.
+  stop           SIGSTOP: the rank hangs, alive. dtrain finds it by its beats after
+                 heartbeat.hang_timeout (--hang-timeout, written into the spec), samples it and
+                 restarts the generation; torchrun has no hang detection: the other ranks block in
+                 Gloo until the process group's timeout (--pg-timeout, given to ddp_train.py under
+                 both launchers; 0 = torch's default, 30 min) raises, they exit, and torchrun
+                 restarts the group (closing the stopped rank: SIGTERM, 30 s, SIGKILL).
+Every case prints its repetitions and medians per fault. Every job is waited for or stopped (a
+stopped rank gets SIGCONT first), and every worker process it started is checked gone (killed by
+pid, and reported, if not) before the next. Standard library only; the DDP cases need torch
+importable by --torch-python (skipped if not).
 """
 import argparse
 import datetime
@@ -128,10 +140,58 @@ class Job:
         return self.proc.returncode
 
 
+
+# --- faults --------------------------------------------------------------------------------------
+
+FAULT_SIGNALS = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP}
+FAULT_NAMES = {"kill": "kill -9", "stop": "SIGSTOP"}
+
+
+def is_worker_process(pid, marker):
+    """Whether pid is still one of our workers (its command line names `marker`), so that a
+    recycled pid of someone else is never signalled."""
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as cmdline:
+            return marker.encode() in cmdline.read()
+    except OSError:
+        return False
+
+
+def finish(job, first_signal, victim, worker_pids, marker):
+    """Ends a job, whatever state the repetition left it in: a stopped victim gets SIGCONT first
+    (a stopped process keeps TERM pending and would outlive the launcher's grace), then the
+    launcher's session is stopped; then every worker process the job ever started must be gone:
+    one that is not is killed by pid and reported. Returns (exit code, the pids left over)."""
+    if victim and is_worker_process(victim, marker):
+        try:
+            os.kill(victim, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    code = job.stop(first_signal)
+    # The launcher's own stop path ends its workers; give a worker that is being reaped a moment.
+    left = []
+    try:
+        wait_for(lambda: not [pid for pid in worker_pids() if pid_alive(pid) and is_worker_process(pid, marker)],
+                 10, "the job's workers exiting")
+    except TimeoutError:
+        left = [pid for pid in worker_pids() if pid_alive(pid) and is_worker_process(pid, marker)]
+        for pid in left:
+            for sig in (signal.SIGCONT, signal.SIGKILL):
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+        print("# LEFT OVER after the job ended: worker pids %s (killed now)" % left)
+    return code, left
+
+
 # --- the DDP script: one step log for both launchers -------------------------------------------
 
+DDP_MARKER = "ddp_train.py"
+
+
 def read_step_log(mark_dir):
-    """[(kind, step or rank, t, restart)] from ddp_train.py's step log."""
+    """[(kind, step or rank, t, restart, pid)] from ddp_train.py's step log."""
     entries = []
     try:
         with open(os.path.join(mark_dir, "steps.log")) as lines:
@@ -140,10 +200,16 @@ def read_step_log(mark_dir):
                 if len(fields) < 4 or not line.endswith("\n"):
                     continue
                 values = dict(field.split("=", 1) for field in fields[2:] if "=" in field)
-                entries.append((fields[0], int(fields[1]), float(values["t"]), values["restart"]))
+                entries.append((fields[0], int(fields[1]), float(values["t"]), values["restart"],
+                                int(values.get("pid", 0))))
     except FileNotFoundError:
         pass
     return entries
+
+
+def ddp_worker_pids(mark_dir):
+    """Every worker process of the job so far: each rank's every start logs "exec ... pid=P"."""
+    return lambda: sorted({entry[4] for entry in read_step_log(mark_dir) if entry[0] == "exec" and entry[4]})
 
 
 def read_pid(mark_dir, rank):
@@ -155,12 +221,33 @@ def read_pid(mark_dir, rank):
 
 
 def ddp_args(args, work):
-    return [DDP_SCRIPT, "--steps", str(args.kill_at + 40), "--ckpt-every", "20",
+    argv = [DDP_SCRIPT, "--steps", str(args.kill_at + 40), "--ckpt-every", "20",
             "--ckpt-dir", os.path.join(work, "ckpt"), "--mark-dir", os.path.join(work, "mark")]
+    if args.pg_timeout > 0:  # 0: torch's default process-group timeout (30 min)
+        argv += ["--pg-timeout", "%g" % args.pg_timeout]
+    return argv
 
 
-def kill_and_time_ddp(args, work, job):
-    """Kills rank 1 at step >= kill_at; returns the timings seen in the step log."""
+class ExitWatch:
+    """When the old generation's processes went: the first of the victim's peers, and the victim
+    (for a hang, these show who ended the generation and when). Polled with the step log."""
+
+    def __init__(self, victim, peers, fault_t):
+        self.victim, self.peers, self.fault_t = victim, peers, fault_t
+        self.peer_gone_s = None
+        self.victim_gone_s = None
+
+    def poll(self):
+        now = time.time() - self.fault_t
+        if self.peer_gone_s is None and any(pid and not pid_alive(pid) for pid in self.peers):
+            self.peer_gone_s = now
+        if self.victim_gone_s is None and not pid_alive(self.victim):
+            self.victim_gone_s = now
+
+
+def fault_and_time_ddp(args, work, job, fault, injected):
+    """Sends `fault` to rank 1 at step >= kill_at; returns the timings seen in the step log.
+    `injected` (a dict) gets the victim's pid as soon as it is signalled, for the cleanup."""
     mark = os.path.join(work, "mark")
 
     def reached():
@@ -168,56 +255,62 @@ def kill_and_time_ddp(args, work, job):
         return steps[-1] if steps and steps[-1][1] >= args.kill_at else None
 
     last = wait_for(reached, args.run_timeout, "rank 0 reaching step %d" % args.kill_at)
-    victim = read_pid(mark, 1)
     pids = [read_pid(mark, rank) for rank in range(4)]
-    kill_t = time.time()
-    os.kill(victim, signal.SIGKILL)
-    restart_at_kill = last[3]
+    victim = pids[1]
+    fault_t = time.time()
+    os.kill(victim, FAULT_SIGNALS[fault])
+    injected["victim"] = victim
+    restart_at_fault = last[3]
+    exits = ExitWatch(victim, [pid for rank, pid in enumerate(pids) if rank != 1], fault_t)
 
     def resumed():
-        for kind, step, t, restart in read_step_log(mark):
-            if kind == "step" and restart != restart_at_kill:
+        exits.poll()
+        for kind, step, t, restart, _ in read_step_log(mark):
+            if kind == "step" and restart != restart_at_fault:
                 return (step, t)
         if job.proc.poll() is not None:
             raise RuntimeError("the launcher exited (code %s) before a resumed step" % job.proc.returncode)
         return None
 
-    first_step, first_t = wait_for(resumed, args.run_timeout, "first step after the restart")
+    first_step, first_t = wait_for(resumed, args.run_timeout, "first step after the restart (not recovered)")
     entries = read_step_log(mark)
-    execs = [e[2] for e in entries if e[0] == "exec" and e[3] != restart_at_kill]
-    before = [e[1] for e in entries if e[0] == "step" and e[3] == restart_at_kill]
-    resume = [e for e in entries if e[0] == "resume" and e[3] != restart_at_kill]
+    execs = [e[2] for e in entries if e[0] == "exec" and e[3] != restart_at_fault]
+    before = [e[1] for e in entries if e[0] == "step" and e[3] == restart_at_fault]
+    resume = [e for e in entries if e[0] == "resume" and e[3] != restart_at_fault]
     resume_step = resume[0][1] if resume else first_step - 1
     # The launcher's part ends when the last new worker runs the script; the rest (importing
     # torch, rendezvous, loading the checkpoint, one step) is the script's and the same for both.
-    respawn_s = max(execs) - kill_t if len(execs) >= 4 else None
+    respawn_s = max(execs) - fault_t if len(execs) >= 4 else None
     # Rank 0's own phases after the restart: interpreter start -> torch imported -> rendezvous
     # (init_process_group) done -> first step (which includes loading the checkpoint).
     def rank0(kind):
-        stamps = [e[2] for e in entries if e[0] == kind and e[1] == 0 and e[3] != restart_at_kill]
+        stamps = [e[2] for e in entries if e[0] == kind and e[1] == 0 and e[3] != restart_at_fault]
         return stamps[0] if stamps else None
     exec0, imported0, joined0 = rank0("exec"), rank0("imported"), rank0("joined")
     script = {}
     if None not in (exec0, imported0, joined0):
         script = {"import_s": imported0 - exec0, "rendezvous_s": joined0 - imported0, "to_step_s": first_t - joined0}
-    return {"kill_t": kill_t, "kill_to_step_s": first_t - kill_t, "kill_to_respawn_s": respawn_s,
-            "last_step": max(before),
-            "resume_step": resume_step, "steps_lost": max(before) - resume_step, "old_pids": pids,
+    return {"fault_t": fault_t, "fault_to_step_s": first_t - fault_t, "fault_to_respawn_s": respawn_s,
+            "peer_gone_s": exits.peer_gone_s, "victim_gone_s": exits.victim_gone_s,
+            "last_step": max(before), "resume_step": resume_step, "steps_lost": max(before) - resume_step,
             "script": script}
 
 
-def run_ddp_torchrun(args, work):
+def run_ddp_torchrun(args, work, fault):
     log_dir = os.path.join(work, "torchrun-logs")
     argv = ["torchrun", "--nproc_per_node=4", "--max_restarts=3", "--monitor_interval=0.1",
             "--redirects=1", "--tee=1", "--log_dir=" + log_dir, "--master_port=%d" % free_port()] + ddp_args(args, work)
     env = dict(os.environ)
     job = Job(argv, work, env, os.path.join(work, "torchrun.out"))
+    injected = {}
     try:
-        result = kill_and_time_ddp(args, work, job)
-        code = job.wait(args.run_timeout)
+        result = fault_and_time_ddp(args, work, job, fault, injected)
+        job.wait(args.run_timeout)
     finally:
-        code = job.stop(signal.SIGTERM)
+        code, left = finish(job, signal.SIGTERM, injected.get("victim"),
+                            ddp_worker_pids(os.path.join(work, "mark")), DDP_MARKER)
     result["exit"] = code
+    result["left_over"] = left
     return result
 
 
@@ -237,19 +330,29 @@ def only_run_dir(home):
     return wait_for(found, 30, "run directory under " + runs)
 
 
-def dtrain_detection(run_dir, kill_t):
+def dtrain_detection(run_dir, fault_t):
     events = read_events(run_dir)
     detected = first_event(events, "failure.detected")
+    hang = first_event(events, "worker.hang")
     completed = first_event(events, "recovery.completed")
     out = {}
     if detected:
         out["detect_latency_ms"] = detected.get("latency_ms")
-        out["kill_to_detected_ms"] = (parse_ts(detected["ts"]) - kill_t) * 1000
+        out["fault_to_detected_ms"] = (parse_ts(detected["ts"]) - fault_t) * 1000
+        out["detected_kind"] = detected.get("kind")
+    if hang:
+        # The rank blamed and the step it last beat: under the bootstrap, an unmodified script's
+        # optimizer steps are its beats, so a step here means the beats found the hang.
+        out["fault_to_hang_ms"] = (parse_ts(hang["ts"]) - fault_t) * 1000
+        out["hang"] = {key: hang.get(key) for key in ("rank", "step", "phase", "silent_ms")}
+    off = first_event(events, "hang_detection.off")
+    if off:
+        out["hang_detection_off"] = off.get("ranks")
     if completed:
         out["phases"] = completed.get("phases", {})
         out["steps_lost_event"] = completed.get("steps_lost")
         out["resume_step_event"] = completed.get("resume_step")
-        out["kill_to_completed_s"] = parse_ts(completed["ts"]) - kill_t
+        out["fault_to_completed_s"] = parse_ts(completed["ts"]) - fault_t
     return out
 
 
@@ -273,30 +376,37 @@ def event_timeline(run_dir, detected_gen=0):
             "spawn_ms": (running - spawned) * 1000}
 
 
-def write_spec(path, name, command, extra=""):
+def write_spec(path, name, command, hang_timeout_s, extra=""):
+    # Timeouts must nest (interval < timeout < hang_timeout); the host-silence timeout does not
+    # matter on one host, so it sits halfway.
     quoted = ", ".join(json.dumps(part) for part in command)
     with open(path, "w") as spec:
         spec.write("version: 1\nname: %s\nslots_per_host: 4\n" % name)
         spec.write("worker:\n  command: [%s]\n  backend: gloo\n" % quoted)
         spec.write("elastic: {max_restarts: 3}\n")
-        spec.write("heartbeat: {interval: 500ms, timeout: 5s, hang_timeout: 60s}\n")
+        spec.write("heartbeat: {interval: 500ms, timeout: %dms, hang_timeout: %dms}\n" %
+                   (hang_timeout_s * 500, hang_timeout_s * 1000))
         spec.write("stop_grace: 5s\n" + extra)
 
 
-def run_ddp_dtrain(args, work, script_flags=()):
+def run_ddp_dtrain(args, work, fault, script_flags=()):
     home = os.path.join(work, "home")
     os.makedirs(home)
     spec = os.path.join(work, "ddp.yaml")
-    write_spec(spec, "bench-ddp", [args.torch_python] + ddp_args(args, work) + list(script_flags))
+    # No `worker.instrument` line: the default (on) puts the bootstrap in front of the script.
+    write_spec(spec, "bench-ddp", [args.torch_python] + ddp_args(args, work) + list(script_flags), args.hang_timeout)
     job = Job([args.dtrain, "submit", spec], work, dtrain_env(home), os.path.join(work, "dtrain.out"))
+    injected = {}
     try:
         run_dir = only_run_dir(home)
-        result = kill_and_time_ddp(args, work, job)
+        result = fault_and_time_ddp(args, work, job, fault, injected)
         job.wait(args.run_timeout)
     finally:
-        code = job.stop(signal.SIGINT)
+        code, left = finish(job, signal.SIGINT, injected.get("victim"),
+                            ddp_worker_pids(os.path.join(work, "mark")), DDP_MARKER)
     result["exit"] = code
-    result.update(dtrain_detection(run_dir, result["kill_t"]))
+    result["left_over"] = left
+    result.update(dtrain_detection(run_dir, result["fault_t"]))
     result.setdefault("phases", event_timeline(run_dir))
     return result
 
@@ -342,7 +452,12 @@ def last_step_of_generation(run_dir, generation):
     return last
 
 
-def run_trainer(args, work):
+def trainer_worker_pids(run_dir):
+    """The pids of every generation's workers, from the worker.started events."""
+    return lambda: sorted({e.get("pid") for e in read_events(run_dir) if e["ev"] == "worker.started" and e.get("pid")})
+
+
+def run_trainer(args, work, fault):
     home = os.path.join(work, "home")
     os.makedirs(home)
     spec = os.path.join(work, "trainer.yaml")
@@ -351,9 +466,11 @@ def run_trainer(args, work):
     # the restart; the restart cost does not depend on the model size.
     write_spec(spec, "bench-trainer",
                [dtrain_train, "--steps", str(args.kill_at + 200), "--hidden", "256", "--layers", "3",
-                "--log-every", "1"],
+                "--log-every", "1"], args.hang_timeout,
                "batch: {global: 64, micro: 8}\ncheckpoint: {interval_steps: 20, keep: 3}\n")
     job = Job([args.dtrain, "submit", spec], work, dtrain_env(home), os.path.join(work, "dtrain.out"))
+    injected = {}
+    run_dir = None
     try:
         run_dir = only_run_dir(home)
 
@@ -364,19 +481,21 @@ def run_trainer(args, work):
             if not state or not isinstance(state.get("ranks"), list) or len(state["ranks"]) < 4:
                 return None
             pid = state["ranks"][1].get("pid")
-            return (pid, state["ranks"]) if pid and last_logged_step(run_dir) >= args.kill_at else None
+            return pid if pid and last_logged_step(run_dir) >= args.kill_at else None
 
-        pid, ranks = wait_for(victim, args.run_timeout, "every rank reaching step %d" % args.kill_at)
-        kill_t = time.time()
-        os.kill(pid, signal.SIGKILL)
+        pid = wait_for(victim, args.run_timeout, "every rank reaching step %d" % args.kill_at)
+        fault_t = time.time()
+        os.kill(pid, FAULT_SIGNALS[fault])
+        injected["victim"] = pid
         wait_for(lambda: first_event(read_events(run_dir), "recovery.completed"), args.run_timeout,
-                 "recovery.completed")
+                 "recovery.completed (not recovered)")
         job.wait(args.run_timeout)
     finally:
-        code = job.stop(signal.SIGINT)
-    result = {"exit": code, "kill_t": kill_t, "old_pids": [rank.get("pid") for rank in ranks]}
-    result.update(dtrain_detection(run_dir, kill_t))
-    result["kill_to_step_s"] = result.get("kill_to_completed_s")
+        pids = trainer_worker_pids(run_dir) if run_dir else (lambda: [])
+        code, left = finish(job, signal.SIGINT, injected.get("victim"), pids, "dtrain-train")
+    result = {"exit": code, "fault_t": fault_t, "left_over": left}
+    result.update(dtrain_detection(run_dir, fault_t))
+    result["fault_to_step_s"] = result.get("fault_to_completed_s")
     # steps_lost from rank 0's own lines: the event's last_step is the newest heartbeat, which
     # lags the real step by up to one heartbeat interval.
     last_before = last_step_of_generation(run_dir, 0)
@@ -384,7 +503,7 @@ def run_trainer(args, work):
         result["steps_lost"] = last_before - max(0, result["resume_step_event"])
     restarted = [parse_ts(e["ts"]) for e in read_events(run_dir) if e["ev"] == "worker.started" and e.get("gen", 0) >= 1]
     if len(restarted) >= 4:
-        result["kill_to_respawn_s"] = max(restarted[:4]) - kill_t
+        result["fault_to_respawn_s"] = max(restarted[:4]) - fault_t
     result.setdefault("steps_lost", result.get("steps_lost_event"))
     return result
 
@@ -394,7 +513,7 @@ CASES = {
     "ddp-dtrain": ("dtrain + ddp_train.py", run_ddp_dtrain),
     "ddp-torchrun": ("torchrun + ddp_train.py", run_ddp_torchrun),
     "ddp-dtrain-store": ("dtrain + ddp_train.py --dtrain-store",
-                         lambda args, work: run_ddp_dtrain(args, work, ["--dtrain-store"])),
+                         lambda args, work, fault: run_ddp_dtrain(args, work, fault, ["--dtrain-store"])),
 }
 
 
@@ -407,18 +526,49 @@ def load():
         return text.read().split()[0]
 
 
+def row_note(case, fault, result):
+    """What a row needs said beside its numbers: leftovers, and for a hang under dtrain, whether
+    dtrain's hang detection (the beats) is what found it, and which rank it blamed."""
+    notes = []
+    if result.get("left_over"):
+        notes.append("LEFT OVER: %s" % result["left_over"])
+    if fault == "stop" and case != "ddp-torchrun":
+        hang = result.get("hang")
+        if not hang:
+            notes.append("no worker.hang (detected: %s)" % result.get("detected_kind"))
+            # Said hang_timeout after a generation starts for ranks that have not beaten yet
+            # (importing torch can take longer); only worth showing when no hang was found.
+            if result.get("hang_detection_off"):
+                notes.append("hang_detection.off for ranks %s" % result["hang_detection_off"])
+        else:
+            notes.append("worker.hang rank %s step %s" % (hang.get("rank"), hang.get("step")))
+            if hang.get("rank") != 1:
+                notes.append("BLAMED THE WRONG RANK")
+    return ("  " + "; ".join(notes)) if notes else ""
+
+
+ROW = "%-36s %-7s %3s %5s %10s %10s %9s %9s %6s %9s %9s %7s %6s %6s %7s %6s %4s %4s"
+
+
 def main():
-    parser = argparse.ArgumentParser(description="kill -9 one worker; time kill -> first resumed step")
+    parser = argparse.ArgumentParser(description="kill -9 or SIGSTOP one worker; time the fault -> first resumed step")
     parser.add_argument("--dtrain", required=True, help="path of the built dtrain (dtrain-train next to it)")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--cases", default="trainer,ddp-dtrain,ddp-torchrun")
+    parser.add_argument("--faults", default="kill,stop", help="kill (SIGKILL) and/or stop (SIGSTOP) of rank 1")
+    parser.add_argument("--hang-timeout", type=int, default=5,
+                        help="dtrain's heartbeat.hang_timeout in the specs the harness writes (seconds, >= 2)")
+    parser.add_argument("--pg-timeout", type=float, default=20,
+                        help="ddp_train.py --pg-timeout under both launchers (seconds; 0: torch's default, 30 min)")
     parser.add_argument("--kill-at", type=int, default=110)
     parser.add_argument("--run-timeout", type=float, default=240, help="seconds per wait inside one repetition")
     parser.add_argument("--torch-python", default="/usr/bin/python3")
     parser.add_argument("--keep", action="store_true", help="keep the work directories (logs, run dirs)")
     args = parser.parse_args()
     args.dtrain = os.path.abspath(args.dtrain)
-    # A time limit (timeout(1)) ends us with SIGTERM: unwind so that every Job.stop() runs and
+    if args.hang_timeout < 2:
+        parser.error("--hang-timeout: at least 2 s (heartbeat interval 500ms < timeout < hang_timeout)")
+    # A time limit (timeout(1)) ends us with SIGTERM: unwind so that every finish() runs and
     # no launcher or worker of ours is left behind in its own session.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
@@ -426,6 +576,10 @@ def main():
     for case in cases:
         if case not in CASES:
             parser.error("--cases: unknown case '%s' (known: %s)" % (case, ", ".join(CASES)))
+    faults = [f for f in args.faults.split(",") if f]
+    for fault in faults:
+        if fault not in FAULT_SIGNALS:
+            parser.error("--faults: unknown fault '%s' (known: %s)" % (fault, ", ".join(FAULT_SIGNALS)))
     has_torch = subprocess.run([args.torch_python, "-c", "import torch"], capture_output=True).returncode == 0
     if not has_torch and any(c.startswith("ddp") for c in cases):
         print("# skipping the DDP cases: '%s -c \"import torch\"' fails (apt-get install python3-torch)" % args.torch_python)
@@ -434,64 +588,76 @@ def main():
         print("# skipping ddp-torchrun: no torchrun on PATH")
         cases.remove("ddp-torchrun")
 
-    print("# recovery: kill -9 of rank 1 of 4 (Gloo, CPU) at step >= %d; checkpoint every 20 steps; "
-          "%d repetitions; machine: %d cpus" % (args.kill_at, args.reps, os.cpu_count()))
-    print("%-36s %3s %5s %12s %13s %10s %10s %8s %8s %8s %8s %8s %6s %6s" %
-          ("case", "rep", "load", "kill->step_s", "kill->exec_s", "detect_ms", "k->det_ms", "stop_ms", "replan",
-           "spawn", "1st_step", "total", "lost", "exit"))
+    print("# recovery: %s of rank 1 of 4 (Gloo, CPU) at step >= %d; checkpoint every 20 steps; "
+          "%d repetitions; machine: %d cpus; load %s" % (" / ".join(FAULT_NAMES[f] for f in faults), args.kill_at,
+                                                        args.reps, os.cpu_count(), " ".join(open("/proc/loadavg").read().split()[:3])))
+    print("# dtrain: heartbeat interval 500ms, hang_timeout %ds, instrumented (the bootstrap's beats); ddp_train.py "
+          "under both launchers: %s" % (args.hang_timeout, "--pg-timeout %gs" % args.pg_timeout if args.pg_timeout > 0
+                                        else "torch's default process-group timeout (30 min)"))
+    print("# f->: from the fault; step: first resumed step; exec: the last new worker running; hang/det: dtrain's "
+          "worker.hang / failure.detected; peer/victim: the first old peer / the victim gone; "
+          "stop..total: dtrain's recovery phases (ms)")
+    print(ROW % ("case", "fault", "rep", "load", "f->step_s", "f->exec_s", "f->hang", "f->det", "det_ms", "peer_s",
+                 "victim_s", "stop", "replan", "spawn", "1st", "total", "lost", "exit"))
     summary = {}
     failures = 0
-    # Repetitions outer, cases inner: a change in the machine's load hits every case alike.
+    # Repetitions outer, cases and faults inner: a change in the machine's load hits all alike.
+    # Every other repetition runs them in reverse order, so that load that rises or falls within
+    # a repetition (other jobs on a shared machine) does not always favour the same case.
+    runs = [(case, fault) for case in cases for fault in faults]
     for rep in range(1, args.reps + 1):
-        for case in cases:
+        for case, fault in (runs if rep % 2 else list(reversed(runs))):
             label, run = CASES[case]
             work = tempfile.mkdtemp(prefix="dtrain-bench-recovery-")
             load_before = load()
             try:
-                result = run(args, work)
+                result = run(args, work, fault)
             except (RuntimeError, TimeoutError, OSError) as failure:
-                print("%-36s %3d %5s  failed: %s (logs in %s)" % (label, rep, load_before, failure, work))
+                print("%-36s %-7s %3d %5s  failed: %s (logs in %s)" % (label, FAULT_NAMES[fault], rep, load_before,
+                                                                      failure, work))
+                sys.stdout.flush()
                 failures += 1
                 continue
-            left = [pid for pid in result.get("old_pids", []) if pid and pid_alive(pid)]
             phases = result.get("phases", {})
-            print("%-36s %3d %5s %12.2f %13s %10s %10s %8s %8s %8s %8s %8s %6s %6s%s" %
-                  (label, rep, load_before, result["kill_to_step_s"], fmt(result.get("kill_to_respawn_s"), "%.2f"),
-                   fmt(result.get("detect_latency_ms")),
-                   fmt(result.get("kill_to_detected_ms")), fmt(phases.get("stop_ms")), fmt(phases.get("replan_ms")),
-                   fmt(phases.get("spawn_ms")), fmt(phases.get("first_step_ms")), fmt(phases.get("total_ms")),
-                   fmt(result.get("steps_lost"), "%d"), result.get("exit"),
-                   "  LEFT OVER: %s" % left if left else ""))
+            print(ROW % (label, FAULT_NAMES[fault], rep, load_before, fmt(result.get("fault_to_step_s"), "%.2f"),
+                         fmt(result.get("fault_to_respawn_s"), "%.2f"), fmt(result.get("fault_to_hang_ms")),
+                         fmt(result.get("fault_to_detected_ms")), fmt(result.get("detect_latency_ms")),
+                         fmt(result.get("peer_gone_s"), "%.2f"), fmt(result.get("victim_gone_s"), "%.2f"),
+                         fmt(phases.get("stop_ms")), fmt(phases.get("replan_ms")), fmt(phases.get("spawn_ms")),
+                         fmt(phases.get("first_step_ms")), fmt(phases.get("total_ms")),
+                         fmt(result.get("steps_lost"), "%d"), result.get("exit")) + row_note(case, fault, result))
             sys.stdout.flush()
-            summary.setdefault(label, []).append(result)
+            summary.setdefault((label, FAULT_NAMES[fault]), []).append(result)
             if not args.keep:
                 shutil.rmtree(work, ignore_errors=True)
     print()
-    print("# medians")
-    print("%-36s %5s %13s %13s %13s %10s %8s %8s %7s" % ("case", "runs", "kill->step_s", "kill->exec_s",
-                                                        "k->detect_ms", "detect_ms", "stop_ms", "spawn_ms",
-                                                        "lost"))
-    for label, results in summary.items():
+    print("# medians; load now %s" % " ".join(open("/proc/loadavg").read().split()[:3]))
+    print("%-36s %-7s %4s %10s %10s %9s %9s %7s %7s %9s %7s %7s %5s" % (
+        "case", "fault", "runs", "f->step_s", "f->exec_s", "f->hang", "f->det", "det_ms", "peer_s", "victim_s",
+        "stop", "spawn", "lost"))
+    for (label, fault_name), results in summary.items():
         def median(get, pattern="%.0f"):
             values = [v for v in (get(r) for r in results) if v is not None]
             return fmt(statistics.median(values) if values else None, pattern)
-        print("%-36s %5d %13s %13s %13s %10s %8s %8s %7s" % (
-            label, len(results), median(lambda r: r.get("kill_to_step_s"), "%.2f"),
-            median(lambda r: r.get("kill_to_respawn_s"), "%.2f"), median(lambda r: r.get("kill_to_detected_ms")),
-            median(lambda r: r.get("detect_latency_ms")), median(lambda r: r.get("phases", {}).get("stop_ms")),
-            median(lambda r: r.get("phases", {}).get("spawn_ms")), median(lambda r: r.get("steps_lost"))))
-    ddp = {label: results for label, results in summary.items() if any(r.get("script") for r in results)}
+        print("%-36s %-7s %4d %10s %10s %9s %9s %7s %7s %9s %7s %7s %5s" % (
+            label, fault_name, len(results), median(lambda r: r.get("fault_to_step_s"), "%.2f"),
+            median(lambda r: r.get("fault_to_respawn_s"), "%.2f"), median(lambda r: r.get("fault_to_hang_ms")),
+            median(lambda r: r.get("fault_to_detected_ms")), median(lambda r: r.get("detect_latency_ms")),
+            median(lambda r: r.get("peer_gone_s"), "%.2f"), median(lambda r: r.get("victim_gone_s"), "%.2f"),
+            median(lambda r: r.get("phases", {}).get("stop_ms")), median(lambda r: r.get("phases", {}).get("spawn_ms")),
+            median(lambda r: r.get("steps_lost"))))
+    ddp = {key: results for key, results in summary.items() if any(r.get("script") for r in results)}
     if ddp:
         print()
         print("# the DDP script's own restart phases (rank 0, medians, s): interpreter start -> torch imported"
               " -> init_process_group done -> first step")
-        print("%-36s %10s %13s %10s" % ("case", "import_s", "rendezvous_s", "to_step_s"))
-        for label, results in ddp.items():
+        print("%-36s %-7s %10s %13s %10s" % ("case", "fault", "import_s", "rendezvous_s", "to_step_s"))
+        for (label, fault_name), results in ddp.items():
             def script_median(key):
                 values = [r["script"][key] for r in results if key in r.get("script", {})]
                 return fmt(statistics.median(values) if values else None, "%.2f")
-            print("%-36s %10s %13s %10s" % (label, script_median("import_s"), script_median("rendezvous_s"),
-                                            script_median("to_step_s")))
+            print("%-36s %-7s %10s %13s %10s" % (label, fault_name, script_median("import_s"),
+                                                 script_median("rendezvous_s"), script_median("to_step_s")))
     return 1 if failures else 0
 
 
