@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,7 @@
 #include "launcher/proto/frame.h"
 #include "launcher/proto/messages.h"
 #include "worker/contract/env.h"
+#include "worker/contract/wire.h"
 
 namespace dtrain::agent {
 namespace {
@@ -58,6 +60,7 @@ struct Config {
   std::string runtime_dir;
   int64_t heartbeat_interval_ms = 0;
   int64_t heartbeat_timeout_ms = 0;
+  bool batch_beats = false;  ///< worker beats ride on the agent's beat (messages.h)
 };
 
 // Field access that turns a missing or mistyped field into a message for protocol_error().
@@ -127,6 +130,11 @@ class Agent {
   void open_worker_files();
   void add_worker_files(WorkerLaunch& launch, bool instrument);
   void send_beat(int64_t now);
+  /// A worker's message to the supervisor: at once as from_worker, except (with batch_beats)
+  /// a beat after the worker's first one without a phase, which waits for the agent's next beat
+  /// (newest wins). Anything else the worker sends first flushes its held beat, so its order holds.
+  void forward_from_worker(int gen, int rank, pid_t pid, json message);
+  void flush_held_beat(int gen, int rank);
   void send_error(json message);
   void protocol_error(const std::string& what);
   void begin_fence(std::string reason, ExitCode code);
@@ -146,6 +154,8 @@ class Agent {
   std::unique_ptr<WorkerSocketServer> sockets_;
   std::optional<WorkerFiles> files_;  ///< bootstrap + error files; absent if they could not be made
   std::map<pid_t, std::unique_ptr<WorkerProcess>> workers_;
+  std::map<std::pair<int, int>, std::pair<pid_t, json>> held_beats_;  ///< (gen, rank) → newest beat
+  std::set<std::pair<int, int>> beaten_;  ///< (gen, rank) of live workers whose first beat went out
   std::vector<KillOperation> kills_;
   int64_t started_ms_ = 0;
   int64_t last_frame_ms_ = 0;
@@ -232,8 +242,7 @@ void Agent::poll_and_dispatch() {
         sockets_->on_ready(
             fd, revents,
             [this](int gen, int rank, pid_t peer_pid, json message) {
-              out_.send({{"type", proto::msg::kFromWorker}, {"gen", gen}, {"rank", rank},
-                         {"pid", peer_pid}, {"msg", std::move(message)}});
+              forward_from_worker(gen, rank, peer_pid, std::move(message));
             },
             [this](const WorkerLineProblem& problem) {
               json report = {{"type", proto::msg::kProtocolError}, {"pid", problem.peer_pid},
@@ -338,6 +347,8 @@ void Agent::reap_children() {
       out_.send({{"type", proto::msg::kLog}, {"gen", worker.gen()}, {"rank", worker.rank()},
                  {"stream", stream}, {"line", std::move(line)}});
     });
+    flush_held_beat(worker.gen(), worker.rank());  // its last step before its exit
+    beaten_.erase({worker.gen(), worker.rank()});
     json exit = describe_wait_status(status);
     exit["type"] = proto::msg::kExit;
     exit["gen"] = worker.gen();
@@ -400,6 +411,8 @@ void Agent::on_config(const json& message) {
   config.heartbeat_interval_ms = fields.integer("heartbeat_interval_ms");
   config.heartbeat_timeout_ms = fields.integer("heartbeat_timeout_ms");
   if (!fields.problem.empty()) return protocol_error(fields.problem);
+  auto batch = message.find("batch_beats");
+  config.batch_beats = batch != message.end() && batch->is_boolean() && batch->get<bool>();
   if (protocol != proto::kProtocolVersion) {
     send_error({{"message", "agent speaks protocol " + std::to_string(proto::kProtocolVersion) +
                                 " (dtrain " + kVersion + "), the supervisor " +
@@ -622,6 +635,27 @@ void Agent::on_sample(const json& message) {
   out_.flush_some();
 }
 
+void Agent::forward_from_worker(int gen, int rank, pid_t pid, json message) {
+  std::pair<int, int> key{gen, rank};
+  auto type = message.find("type");
+  bool beat = type != message.end() && type->is_string() && *type == contract::wire::kBeat;
+  if (beat && config_ && config_->batch_beats && !message.contains("phase") && beaten_.count(key)) {
+    held_beats_[key] = {pid, std::move(message)};
+    return;
+  }
+  flush_held_beat(gen, rank);
+  if (beat) beaten_.insert(key);
+  out_.send({{"type", proto::msg::kFromWorker}, {"gen", gen}, {"rank", rank}, {"pid", pid}, {"msg", std::move(message)}});
+}
+
+void Agent::flush_held_beat(int gen, int rank) {
+  auto held = held_beats_.find({gen, rank});
+  if (held == held_beats_.end()) return;
+  out_.send({{"type", proto::msg::kFromWorker}, {"gen", gen}, {"rank", rank}, {"pid", held->second.first},
+             {"msg", std::move(held->second.second)}});
+  held_beats_.erase(held);
+}
+
 void Agent::send_beat(int64_t) {
   json workers = json::array();
   for (const auto& [pid, worker] : workers_) {
@@ -632,11 +666,20 @@ void Agent::send_beat(int64_t) {
                        {"alive", state.has_value() && *state != 'Z'},
                        {"state", std::string(1, state.value_or('?'))}});
   }
-  out_.send({{"type", proto::msg::kBeat},
-             {"agent_time_ms", agent_time_ms()},
-             {"workers", std::move(workers)},
-             {"load1", load_average_1m()},
-             {"mem_available_mb", memory_available_mb()}});
+  json beat = {{"type", proto::msg::kBeat},
+               {"agent_time_ms", agent_time_ms()},
+               {"workers", std::move(workers)},
+               {"load1", load_average_1m()},
+               {"mem_available_mb", memory_available_mb()}};
+  if (!held_beats_.empty()) {
+    json worker_beats = json::array();
+    for (auto& [key, held] : held_beats_) {
+      worker_beats.push_back({{"gen", key.first}, {"rank", key.second}, {"pid", held.first}, {"msg", std::move(held.second)}});
+    }
+    held_beats_.clear();
+    beat["worker_beats"] = std::move(worker_beats);
+  }
+  out_.send(beat);
 }
 
 void Agent::send_error(json message) {

@@ -97,6 +97,15 @@ Result<AgentMessage> parse_beat(FieldReader& reader) {
       beat.workers.push_back(std::move(state));
     }
   }
+  if (const json* held = reader.optional_array("worker_beats")) {
+    for (const json& item : *held) {
+      FieldReader entry("beat.worker_beats[]", item);
+      FromWorker from{read_gen(entry), read_rank(entry), entry.optional_integer("pid", 0, kIntMax), json()};
+      if (const json* body = entry.object("msg")) from.msg = *body;
+      if (!entry.ok()) return entry.error();
+      beat.worker_beats.push_back(std::move(from));
+    }
+  }
   return checked(reader, beat);
 }
 

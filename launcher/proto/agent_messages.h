@@ -57,6 +57,8 @@ struct AgentBeat {
   std::vector<AgentWorkerState> workers;
   std::optional<double> load1;
   std::optional<int64_t> mem_available_mb;
+  /// Worker beats held for this beat (config batch_beats), each as a from_worker would carry it.
+  std::vector<FromWorker> worker_beats;
 };
 struct Pong { std::optional<int64_t> id; std::optional<int64_t> agent_time_ms; std::optional<int64_t> supervisor_time_ms; };
 struct PortReply { int64_t id = 0; int port = 0; };

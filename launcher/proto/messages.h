@@ -7,7 +7,9 @@
 //
 // supervisor → agent
 //   config  {protocol, run_id, host, runtime_dir, heartbeat_interval_ms, heartbeat_timeout_ms,
-//            supervisor_time_ms}
+//            supervisor_time_ms, batch_beats?}
+//           batch_beats (default false): see beat.worker_beats; an agent that does not know it
+//           ignores it and forwards every beat, which the supervisor reads just as well.
 //           runtime_dir: names the run's worker-socket directory, e.g. /tmp/dtrain-0/3fa2c1d0;
 //           the agent takes only its last component (the run's short id, [A-Za-z0-9._-], at
 //           most 64 bytes) and derives the base itself from its own uid: $XDG_RUNTIME_DIR/dtrain
@@ -46,8 +48,13 @@
 //   exit    {gen, rank, pid, code?|signal?, signal_name?, agent_time_ms, tail:[last lines]}
 //   log     {gen, rank, stream:"stdout"|"stderr", line}
 //   from_worker {gen, rank, msg:{..}}  every worker-protocol message (hello, beat, kv.*, ...)
-//   beat    {agent_time_ms, workers:[{rank, pid, alive}], load1, mem_available_mb}
-//           every heartbeat_interval_ms
+//   beat    {agent_time_ms, workers:[{rank, pid, alive}], load1, mem_available_mb,
+//            worker_beats?:[{gen, rank, pid, msg}]}
+//           every heartbeat_interval_ms. worker_beats: with config batch_beats, a worker's beats
+//           after its first one (without a phase) are not forwarded one by one as from_worker:
+//           the newest of each worker since the last agent beat rides here. A worker's other
+//           messages, and its exit, first flush its held beat as from_worker, so order holds.
+//           At thousands of ranks this turns one frame per rank per interval into one per host.
 //   pong    {id, agent_time_ms}
 //   port    {id, port}
 //   sample  {id, gen, rank, pid, text}   or   {id, gen, rank, pid, error}

@@ -39,6 +39,7 @@
 #include "launcher/run/agent_link.h"
 #include "launcher/run/console.h"
 #include "launcher/run/control_socket.h"
+#include "launcher/run/fd_watcher.h"
 #include "launcher/run/resume_point.h"
 #include "launcher/run/worker_env.h"
 #include "launcher/runlog/event_log.h"
@@ -317,7 +318,8 @@ void RunDriver::start_agents() {
                 {"runtime_dir", run_.runtime_dir()},
                 {"heartbeat_interval_ms", spec_.heartbeat.interval.count()},
                 {"heartbeat_timeout_ms", spec_.heartbeat.timeout.count()},
-                {"supervisor_time_ms", clock_.wall_ms()}});
+                {"supervisor_time_ms", clock_.wall_ms()},
+                {"batch_beats", true}});
     log_->info("host {}: starting agent ({})", host.name, link->connection().describe());
     links_[host.name] = std::move(link);
   }
@@ -585,11 +587,12 @@ void RunDriver::on_agent_message(AgentLink& link, const proto::AgentBye& bye) {
   log_->info("agent {} said bye: {}", link.host(), bye.reason);
 }
 
-void RunDriver::on_agent_message(AgentLink&, const proto::AgentBeat& beat) {
+void RunDriver::on_agent_message(AgentLink& link, const proto::AgentBeat& beat) {
   // Any frame proves liveness (receive() noted it); a beat also says which workers are stopped.
   for (const proto::AgentWorkerState& worker : beat.workers) {
     if (worker.state == "T") feed(supervisor::WorkerStoppedSeen{worker.gen, worker.rank});
   }
+  for (const proto::FromWorker& held : beat.worker_beats) on_agent_message(link, held);
 }
 
 void RunDriver::on_agent_message(AgentLink& link, const proto::WorkerProtocolError& error) {
@@ -1118,9 +1121,13 @@ int RunDriver::run() {
   start_agents();
 
   std::vector<AgentLink*> all_links;
-  for (auto& [host, link] : links_) all_links.push_back(link.get());
+  std::vector<AgentLink*> periodic_links;  // pumped every 100 ms whether or not an fd is ready
+  for (auto& [host, link] : links_) {
+    all_links.push_back(link.get());
+    if (link->connection().needs_periodic_pump()) periodic_links.push_back(link.get());
+  }
+  FdWatcher link_watcher;
   std::vector<pollfd> fds;
-  std::vector<AgentLink*> owners;  // owners[i]: the link of fds[i]
   std::vector<AgentLink*> ready_links;
   // With hundreds of hosts a frame arrives every few microseconds, and a wakeup per frame costs
   // a poll of every fd: wakeups are spaced (1 ms per 100 hosts, at most 20 ms) so that each
@@ -1132,16 +1139,15 @@ int RunDriver::run() {
       int64_t since = clock_.monotonic_ms() - last_wakeup_ms;
       if (since < min_wakeup_spacing_ms) std::this_thread::sleep_for(Millis(min_wakeup_spacing_ms - since));
     }
-    fds.clear();
-    owners.clear();
+    // Agent links through the epoll-backed watcher (a wait costs O(ready)); the signal pipe and
+    // control sockets, with the watcher's fd, through poll.
+    link_watcher.begin();
     for (AgentLink* link : all_links) {
       if (link->lost) continue;
-      for (pollfd fd : link->connection().poll_fds()) {
-        fds.push_back(fd);
-        owners.push_back(link);
-      }
+      for (pollfd fd : link->connection().poll_fds()) link_watcher.watch(fd.fd, fd.events, link);
     }
-    size_t link_fds = fds.size();
+    fds.clear();
+    fds.push_back({link_watcher.end_round(), POLLIN, 0});
     if (signal_read_.valid()) fds.push_back({signal_read_.get(), POLLIN, 0});
     if (control_) control_->add_poll_fds(fds);
 
@@ -1156,21 +1162,20 @@ int RunDriver::run() {
     }
     last_wakeup_ms = clock_.monotonic_ms();
     handle_signals();
-    // Only the links with something to do, and every link every 100 ms (SSH sessions keep their
-    // own deadlines; a connection may close without an fd event): a pump is a system call or
-    // more, and at thousands of hosts pumping them all on every wakeup was most of the CPU.
+    // Only the links with something to do, and every 100 ms the ones whose transport needs it
+    // (SSH sessions keep their own deadlines): a pump is a system call or more, and at
+    // thousands of hosts pumping them all on every wakeup was most of the loop's CPU.
     now = clock_.monotonic_ms();
-    if (now - last_full_pump_ms_ >= 100) {
+    ready_links.clear();
+    if (ready > 0 && (fds[0].revents & POLLIN)) {
+      for (const FdWatcher::Ready& event : link_watcher.collect()) ready_links.push_back(static_cast<AgentLink*>(event.owner));
+      std::sort(ready_links.begin(), ready_links.end());  // a link with two ready fds: pumped once
+      ready_links.erase(std::unique(ready_links.begin(), ready_links.end()), ready_links.end());
+    }
+    pump_links(ready_links);
+    if (now - last_full_pump_ms_ >= 100) {  // a second pump of a link just pumped finds nothing
       last_full_pump_ms_ = now;
-      pump_links(all_links);
-    } else if (ready > 0) {
-      ready_links.clear();
-      for (size_t i = 0; i < link_fds; ++i) {
-        if (fds[i].revents != 0 && (ready_links.empty() || ready_links.back() != owners[i])) {
-          ready_links.push_back(owners[i]);
-        }
-      }
-      pump_links(ready_links);
+      pump_links(periodic_links);
     }
     if (control_) control_->pump([this](const ControlRequest& request) { return handle_control(request); });
     now = clock_.monotonic_ms();

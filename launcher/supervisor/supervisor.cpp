@@ -156,6 +156,7 @@ void Supervisor::start_generation(plan::RankPlan next_plan) {
   started_count_ = 0;
   comm_ready_count_ = 0;
   hang_exemption_recorded_ = false;
+  unwatched_ranks_.clear();
   save_ended_ms_ = 0;
   generation_started_ms_ = clock_.monotonic_ms();
   generation_spawned_ms_ = 0;
@@ -624,10 +625,26 @@ void Supervisor::on(const Tick&) {
       if (ranks_[i].state == RankState::running && ranks_[i].step < 0) silent.push_back(static_cast<int>(i));
     }
     if (!silent.empty()) {
+      for (const auto& rank : silent) unwatched_ranks_.push_back(rank.get<int>());
       record({{"ev", "hang_detection.off"}, {"ranks", silent},
               {"detail", "no heartbeat with a step from these ranks within heartbeat.hang_timeout (they do not "
-                         "speak the worker protocol): until they do, they are not watched for hangs; exits "
-                         "and host loss are still detected"}});
+                         "speak the worker protocol, or have not made a step yet: a slow import, a long data "
+                         "load): until they do, they are not watched for hangs; exits and host loss are "
+                         "still detected"}});
+    }
+  }
+  // Ranks named there that have beaten since are watched now: say so, once, for all of them.
+  if (!unwatched_ranks_.empty()) {
+    nlohmann::json watched = nlohmann::json::array();
+    std::erase_if(unwatched_ranks_, [&](int rank) {
+      bool beating = slot(rank) && ranks_[static_cast<size_t>(rank)].step >= 0;
+      if (beating) watched.push_back(rank);
+      return beating;
+    });
+    if (!watched.empty()) {
+      record({{"ev", "hang_detection.on"}, {"ranks", watched},
+              {"after_ms", now - generation_started_ms_},
+              {"detail", "these ranks beat with a step now: they are watched for hangs from here on"}});
     }
   }
   // When one rank stalls, its peers soon block in the next collective and stall too. Blame a

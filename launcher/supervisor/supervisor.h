@@ -140,6 +140,7 @@ class Supervisor {
   int started_count_ = 0;
   int comm_ready_count_ = 0;
   bool hang_exemption_recorded_ = false;  ///< this generation's "not watched for hangs" event
+  std::vector<int> unwatched_ranks_;       ///< named in it and not heard since (hang_detection.on)
   int64_t generation_started_ms_ = 0;
   int64_t save_ended_ms_ = 0;  ///< this generation's last end of a checkpoint save (any rank)
   int64_t generation_spawned_ms_ = 0;     ///< monotonic; 0 until GenerationSpawned

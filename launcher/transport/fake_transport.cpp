@@ -84,6 +84,7 @@ class FakeAgentConnection final : public AgentConnection {
   }
 
   std::optional<pid_t> local_pid() const override { return std::nullopt; }
+  bool needs_periodic_pump() const override { return false; }  // a socketpair: readiness is all
   std::string describe() const override { return host_ + " (simulated agent)"; }
 
  private:
@@ -128,6 +129,7 @@ struct SimAgent {
   proto::FrameDecoder decoder;
   std::string outgoing;
   bool configured = false;
+  bool batch_beats = false;  ///< config batch_beats: later worker beats ride on the agent's beat
   bool partitioned = false;
   bool closing = false;  ///< flush what is queued, then close
   int64_t interval_ms = 1000;
@@ -217,6 +219,7 @@ struct FakeCluster::Simulation {
     int64_t wall = clock.wall_ms();
     if (type == msg::kConfig) {
       agent.configured = true;
+      agent.batch_beats = frame.value("batch_beats", false);
       agent.interval_ms = std::max<int64_t>(1, frame.value("heartbeat_interval_ms", int64_t{1000}));
       // Agents beat at their own phases, spread over the interval as real ones are.
       agent.next_beat_ms = now + (agent.index * 7919) % agent.interval_ms;
@@ -271,19 +274,30 @@ struct FakeCluster::Simulation {
     agent.closing = true;
   }
 
+  /// The agent's beat, with each worker's beat as the real agent sends it: the first one at
+  /// once as from_worker, later ones (with batch_beats) inside the agent's beat.
   void beat(SimAgent& agent, int64_t wall) {
     json states = json::array();
+    json held = json::array();
     for (SimWorker& worker : agent.workers) {
       states.push_back({{"gen", worker.gen}, {"rank", worker.rank}, {"pid", worker.pid}, {"alive", true},
                         {"state", worker.hung ? "T" : "S"}});
       if (worker.hung) continue;
       ++worker.step;
       if (worker.gen == newest_generation && worker.step > newest_step) newest_step = worker.step;
-      emit(agent, {{"type", msg::kFromWorker}, {"gen", worker.gen}, {"rank", worker.rank}, {"pid", worker.pid},
-                   {"msg", {{"type", "beat"}, {"step", worker.step}, {"step_ms", options.step_ms}}}});
+      json message = {{"type", "beat"}, {"step", worker.step}, {"step_ms", options.step_ms}};
+      json from = {{"gen", worker.gen}, {"rank", worker.rank}, {"pid", worker.pid}, {"msg", std::move(message)}};
+      if (agent.batch_beats && worker.step > 1) {
+        held.push_back(std::move(from));
+      } else {
+        from["type"] = msg::kFromWorker;
+        emit(agent, from);
+      }
     }
-    emit(agent, {{"type", msg::kBeat}, {"agent_time_ms", wall}, {"workers", std::move(states)}, {"load1", 0.5},
-                 {"mem_available_mb", 1'000'000}});
+    json beat = {{"type", msg::kBeat}, {"agent_time_ms", wall}, {"workers", std::move(states)}, {"load1", 0.5},
+                 {"mem_available_mb", 1'000'000}};
+    if (!held.empty()) beat["worker_beats"] = std::move(held);
+    emit(agent, beat);
   }
 
   void read_from(SimAgent& agent, int64_t now) {

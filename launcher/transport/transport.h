@@ -50,6 +50,11 @@ class AgentConnection {
   /// The local agent's pid (local transport only).
   virtual std::optional<pid_t> local_pid() const = 0;
 
+  /// True when pump() must run every ~100 ms even without an fd event (SSH: libssh2's own
+  /// deadlines and keepalives; local: an agent that closed its output but lingers). False when
+  /// fd readiness says everything, which spares a system call per host per pump at scale.
+  virtual bool needs_periodic_pump() const { return true; }
+
   /// The address of this machine that the connection leaves from (ssh: getsockname of its TCP
   /// socket): one the far host has proven it can reach us at. "" when none (local, not yet
   /// connected).

@@ -8,12 +8,12 @@
 #   --build DIR    build directory (default: build-release); the benchmark targets are built
 #                  there first (Release recommended: cmake -DCMAKE_BUILD_TYPE=Release)
 #   --no-build     use the binaries already in DIR
-#   --budget S     total seconds for all benchmarks (default 2400); each gets what is left
+#   --budget S     total seconds for all benchmarks (default 3600); each gets what is left
 #   --quick        fewer repetitions (3 for recovery/launch/checkpoint, 2 for step time)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-build=$repo/build-release budget=2400 quick=0 build_first=1
+build=$repo/build-release budget=3600 quick=0 build_first=1
 while [ $# -gt 0 ]; do
   case $1 in
     --build) build=$2; shift 2 ;;
@@ -29,7 +29,7 @@ if [ $build_first -eq 1 ]; then
   if [ ! -f "$build/build.ninja" ] && [ ! -f "$build/Makefile" ]; then
     cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null || exit 1
   fi
-  cmake --build "$build" --target dtrain dtrain-train dtrain-bench-allreduce dtrain-bench-checkpoint >/dev/null ||
+  cmake --build "$build" --target dtrain dtrain-sim dtrain-train dtrain-bench-allreduce dtrain-bench-checkpoint >/dev/null ||
     { echo "run_all.sh: build failed in $build" >&2; exit 1; }
 fi
 
@@ -60,8 +60,10 @@ run() {  # name limit_seconds command...
 }
 
 echo "# dtrain benchmarks: $(uname -srm), $(nproc) cpus, $(git -C "$repo" rev-parse --short HEAD 2>/dev/null)"
-run recovery 1800 python3 "$here/recovery.py" --dtrain "$build/cli/dtrain" --reps "$reps" \
-  --cases trainer,ddp-dtrain,ddp-dtrain-store,ddp-torchrun --torch-python /usr/bin/python3
+# A torchrun SIGSTOP repetition alone takes ~60 s (process-group timeout, then its 30 s TERM grace).
+run recovery 2400 python3 "$here/recovery.py" --dtrain "$build/cli/dtrain" --reps "$reps" \
+  --cases trainer,ddp-dtrain,ddp-dtrain-store,ddp-torchrun --faults kill,stop --torch-python /usr/bin/python3
+run sim 900 python3 "$here/sim.py" --build "$build" --reps "$reps"
 run host_loss 900 python3 "$here/host_loss.py" --dtrain "$build/cli/dtrain" --reps "$reps"
 run launch 600 "$here/launch.sh" "$build/cli/dtrain" --reps "$reps"
 run allreduce 600 "$here/allreduce.sh" "$build" --reps "$reps"

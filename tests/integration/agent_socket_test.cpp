@@ -9,7 +9,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "launcher/base/fd.h"
 #include "worker/contract/wire.h"
@@ -156,4 +158,56 @@ TEST_CASE("garbage is reported and dropped — an oversized line or a missing he
   const std::string& diagnostics = session.diagnostics();
   CHECK(diagnostics.find("the first line must be hello") != std::string::npos);
   CHECK(diagnostics.find("exceeds the 1048576-byte limit") != std::string::npos);
+}
+
+TEST_CASE("batch_beats: a worker's first beat goes at once, later ones ride on the agent's beat, the last before its exit") {
+  AgentSession session(DTRAIN_EXE);
+  auto hello = session.handshake({{"batch_beats", true}, {"heartbeat_interval_ms", 200}});
+  REQUIRE(hello);
+  // The worker's own process connects (so the agent sees its pid), beats 1..6 quickly, says
+  // ckpt.committed, beats 7, and exits.
+  std::string script =
+      "import json, os, socket, time\n"
+      "s = socket.socket(socket.AF_UNIX); s.connect(os.environ['DTRAIN_AGENT_SOCKET'])\n"
+      "def send(m): s.sendall((json.dumps(m) + '\\n').encode())\n"
+      "send({'type': 'hello', 'rank': 0, 'gen': 2, 'pid': os.getpid()})\n"
+      "for step in range(1, 7):\n"
+      "    send({'type': 'beat', 'step': step}); time.sleep(0.1)\n"
+      "send({'type': 'ckpt.committed', 'step': 6, 'bytes': 1, 'ms': 1})\n"
+      "send({'type': 'beat', 'step': 7}); time.sleep(0.05)\n";
+  session.send(spawn_message(2, {0}, {"/usr/bin/python3", "-c", script}, session.run_id()));
+  REQUIRE(session.wait_for_type("exit", 20'000));
+  // The worker's steps in the order the supervisor sees them: from_worker beats, and beats
+  // inside the agent's beat frames.
+  std::vector<int> steps;
+  int first_beat_frame = -1, exit_frame = -1, committed_frame = -1, batched = 0;
+  const auto& history = session.history();
+  for (size_t i = 0; i < history.size(); ++i) {
+    const json& message = history[i];
+    if (message["type"] == "from_worker" && message["msg"]["type"] == "beat") {
+      steps.push_back(message["msg"]["step"]);
+      if (first_beat_frame < 0) first_beat_frame = static_cast<int>(i);
+    } else if (message["type"] == "from_worker" && message["msg"]["type"] == "ckpt.committed") {
+      committed_frame = static_cast<int>(i);
+      CHECK(steps.back() == 6);  // the held beat 6 was flushed before it
+    } else if (message["type"] == "beat" && message.contains("worker_beats")) {
+      for (const json& held : message["worker_beats"]) {
+        CHECK(held["gen"] == 2);
+        CHECK(held["msg"]["type"] == "beat");
+        steps.push_back(held["msg"]["step"]);
+        ++batched;
+      }
+    } else if (message["type"] == "exit") {
+      exit_frame = static_cast<int>(i);
+    }
+  }
+  INFO("steps as seen: " << json(steps).dump());
+  REQUIRE(!steps.empty());
+  CHECK(steps.front() == 1);
+  CHECK(history[static_cast<size_t>(first_beat_frame)]["msg"]["step"] == 1);  // the first at once
+  CHECK(batched >= 1);                                  // later ones rode on agent beats
+  CHECK(std::is_sorted(steps.begin(), steps.end()));    // order kept
+  CHECK(steps.back() == 7);                             // the last beat arrived
+  CHECK(committed_frame > 0);
+  CHECK(exit_frame > committed_frame);
 }

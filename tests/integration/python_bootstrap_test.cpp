@@ -381,3 +381,54 @@ TEST_CASE("bootstrap: a SIGSTOPped rank of an unmodified torch DDP script is fou
   CHECK(process_gone(victim));
   check_nothing_left(run_id_of(dir));
 }
+
+TEST_CASE("bootstrap: a script that closes every fd under the bootstrap's connection keeps running, uninstrumented") {
+  DtrainEnv env;
+  std::string fake = write_torch_with_save(env.dir.path);
+  std::string script = env.dir.path + "/closer.py";
+  write_text(script,
+             "import os, time, torch\n"
+             "opt = torch.optim.SGD([1.0], lr=0.1)\n"
+             "for step in range(1, 31):\n"
+             "    opt.step()\n"
+             "    time.sleep(0.02)\n"
+             "    if step == 10:\n"
+             "        os.closerange(3, 65536)  # the bootstrap's socket goes too\n"
+             "print('finished all 30 steps', flush=True)\n");
+  DtrainProcess process = env.run(
+      {"submit", env.write_spec("closer.yaml", spec_for("closer", 2, script, "  env: {PYTHONPATH: '" + fake +
+                                                                                 "', SAVE_SECONDS: '0'}\n"))});
+  std::string dir = env.run_dirs().at(0);
+  std::string log = read_text(dir + "/ranks/0.log");
+  INFO("stderr:\n" << process.err() << "\nrank 0 log:\n" << log);
+  CHECK(process.exit_code == 0);
+  CHECK(log.find("finished all 30 steps") != std::string::npos);
+  CHECK(log.find("Traceback") == std::string::npos);
+  size_t first = log.find("dtrain bootstrap:");
+  REQUIRE(first != std::string::npos);  // said once, then silent
+  CHECK(log.find("instrumentation disabled") != std::string::npos);
+  CHECK(log.find("dtrain bootstrap:", first + 1) == std::string::npos);
+  check_nothing_left(run_id_of(dir));
+}
+
+TEST_CASE("bootstrap: a sitecustomize that exits while Python starts fails the rank as plain Python would, traceback shown") {
+  DtrainEnv env;
+  std::string user = env.dir.path + "/usersite";
+  ::mkdir(user.c_str(), 0700);
+  write_text(user + "/sitecustomize.py", "import sys\nsys.exit(3)\n");
+  std::string script = env.dir.path + "/never.py";
+  write_text(script, "print('the script ran', flush=True)\n");
+  DtrainProcess process = env.run(
+      {"submit", env.write_spec("exits.yaml", spec_for("exits", 2, script, "  env: {PYTHONPATH: '" + user + "'}\n"))});
+  std::string dir = env.run_dirs().at(0);
+  INFO("stderr:\n" << process.err());
+  CHECK(process.exit_code == 1);
+  nlohmann::json cause = state_of(dir)["root_cause"];
+  // Python itself turns a SystemExit while importing site into "Fatal Python error" and exit 1
+  // (the same without dtrain); the bootstrap adds nothing and hides nothing.
+  CHECK(cause["code"] == 1);
+  CHECK(process.err().find("sys.exit(3)") != std::string::npos);
+  CHECK(read_text(dir + "/ranks/0.log").find("Fatal Python error") != std::string::npos);
+  CHECK(read_text(dir + "/ranks/0.log").find("the script ran") == std::string::npos);
+  check_nothing_left(run_id_of(dir));
+}

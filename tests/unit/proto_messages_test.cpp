@@ -158,7 +158,8 @@ std::vector<json> valid_agent_messages() {
        {"tail", {"a", "b"}}, {"killed_by_agent", false}},
       {{"type", "log"}, {"gen", 0}, {"rank", 1}, {"stream", "stdout"}, {"line", "hi"}},
       {{"type", "from_worker"}, {"gen", 0}, {"rank", 1}, {"pid", 20}, {"msg", {{"type", "beat"}, {"step", 1}}}},
-      {{"type", "beat"}, {"agent_time_ms", 9}, {"workers", json::array()}, {"load1", 0.5}, {"mem_available_mb", 100}},
+      {{"type", "beat"}, {"agent_time_ms", 9}, {"workers", json::array()}, {"load1", 0.5}, {"mem_available_mb", 100},
+       {"worker_beats", {{{"gen", 0}, {"rank", 1}, {"pid", 20}, {"msg", {{"type", "beat"}, {"step", 2}}}}}}},
       {{"type", "pong"}, {"id", 1}, {"agent_time_ms", 2}, {"supervisor_time_ms", 3}},
       {{"type", "port"}, {"id", 1}, {"port", 29500}},
       {{"type", "sample"}, {"id", 1}, {"gen", 0}, {"rank", 1}, {"pid", 20}, {"text", "stack"}},
@@ -177,6 +178,23 @@ TEST_CASE("every valid agent message parses") {
     CAPTURE(message.dump());
     CHECK(parse_agent_message(message).ok());
   }
+}
+
+TEST_CASE("an agent beat's held worker beats parse as from_worker entries; a bad entry names its field") {
+  Result<AgentMessage> parsed = parse_agent_message(valid_agent_messages()[6]);
+  REQUIRE(parsed.ok());
+  const AgentBeat& beat = std::get<AgentBeat>(*parsed);
+  REQUIRE(beat.worker_beats.size() == 1);
+  CHECK(beat.worker_beats[0].rank == 1);
+  CHECK(beat.worker_beats[0].pid == 20);
+  CHECK(beat.worker_beats[0].msg["step"] == 2);
+  json bad = valid_agent_messages()[6];
+  bad["worker_beats"][0]["rank"] = "one";
+  Result<AgentMessage> refused = parse_agent_message(bad);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().message.rfind("beat.worker_beats[].rank:", 0) == 0);
+  bad["worker_beats"] = json::array({json::array()});
+  CHECK_FALSE(parse_agent_message(bad).ok());
 }
 
 TEST_CASE("every field of every agent message, wrongly typed, is an error naming message and field") {

@@ -638,6 +638,15 @@ TEST_CASE("ranks that never beat are exempt from hang detection, and the run log
   h.feed(WorkerProgress{0, 0, 7, {}});
   auto later = h.feed(Tick{});
   CHECK(!has_event(later, "worker.hang"));
+  CHECK(!has_event(later, "hang_detection.on"));
+  // A slow starter (an import longer than hang_timeout) beats at last: it is watched from now on.
+  h.feed(WorkerProgress{0, 1, 1, {}});
+  auto watched = h.feed(Tick{});
+  REQUIRE(has_event(watched, "hang_detection.on"));
+  for (const RecordEvent& event : of_type<RecordEvent>(watched)) {
+    if (event.event["ev"] == "hang_detection.on") CHECK(event.event["ranks"] == nlohmann::json::array({1}));
+  }
+  CHECK(!has_event(h.feed(Tick{}), "hang_detection.on"));  // said once
 }
 
 TEST_CASE("a script that reports no steps but runs longer than progress_window is not a crash loop") {
