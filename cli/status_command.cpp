@@ -405,16 +405,16 @@ int show_run(const std::string& id, bool as_json, int event_count) {
     auto warn = [&skipped](const std::string& warning) {
       if (++skipped <= kWarningsShown) std::fprintf(stderr, "dtrain status: warning: %s\n", warning.c_str());
     };
-    Result<std::vector<json>> all = read_events(run->events_path(), warn);
+    // From the end of the file: a run of 16,384 ranks writes millions of events.
+    Result<std::vector<json>> last = read_last_events(run->events_path(), static_cast<size_t>(event_count), warn);
     if (skipped > kWarningsShown) {
       std::fprintf(stderr, "dtrain status: warning: %d more corrupt lines skipped in %s\n",
                    skipped - kWarningsShown, run->events_path().c_str());
     }
-    if (all) {
-      size_t keep = std::min(all->size(), static_cast<size_t>(event_count));
-      events.assign(all->end() - static_cast<std::ptrdiff_t>(keep), all->end());
+    if (last) {
+      events = std::move(*last);
     } else {
-      events_error = all.error().message;
+      events_error = last.error().message;
     }
   }
   // The plan of the generation state.json names; before generation 0 starts there is none.

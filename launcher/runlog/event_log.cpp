@@ -1,6 +1,8 @@
 #include "launcher/runlog/event_log.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <iterator>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -233,6 +235,70 @@ Result<std::vector<nlohmann::json>> read_events(const std::string& path, const E
     for (nlohmann::json& event : *batch) events.push_back(std::move(event));
   }
   return events;
+}
+
+Result<std::vector<nlohmann::json>> read_last_events(const std::string& path, size_t count,
+                                                     const EventWarningSink& on_warning) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return Error::infra(path + ": " + errno_text(errno));
+  struct stat info {};
+  if (::fstat(fd.get(), &info) != 0) return Error::infra(path + ": " + errno_text(errno));
+  auto read_at = [&](off_t offset, size_t size) -> Result<std::string> {
+    std::string bytes(size, '\0');
+    ssize_t got = ::pread(fd.get(), bytes.data(), size, offset);
+    if (got < 0) return Error::infra(path + ": " + errno_text(errno));
+    bytes.resize(static_cast<size_t>(got));
+    return bytes;
+  };
+  auto size = static_cast<size_t>(info.st_size);
+  if (size == 0) return std::vector<nlohmann::json>{};  // created, header not written yet
+  Result<std::string> head = read_at(0, std::min<size_t>(size, 4096));
+  if (!head) return head.error();
+  size_t header_end = head->find('\n');
+  if (header_end == std::string::npos) return std::vector<nlohmann::json>{};  // header being written
+  if (Status header = check_header(path, std::string_view(*head).substr(0, header_end)); !header) {
+    return header.error();
+  }
+  // The last `window` bytes, doubled until they hold `count` events or reach the header: a
+  // line cut at the window's start is not parsed, and each round re-reads at most as much as
+  // the final one.
+  size_t body_start = header_end + 1;
+  for (size_t window = 64 << 10;; window *= 2) {
+    size_t start = size > body_start + window ? size - window : body_start;
+    Result<std::string> text = read_at(static_cast<off_t>(start), size - start);
+    if (!text) return text.error();
+    size_t last_newline = text->rfind('\n');
+    text->resize(last_newline == std::string::npos ? 0 : last_newline + 1);  // a writer mid-line
+    size_t first = 0;
+    if (start > body_start) {  // the window's first line may be cut: skip to the next one
+      size_t newline = text->find('\n');
+      first = newline == std::string::npos ? text->size() : newline + 1;
+    }
+    std::vector<std::string_view> lines;
+    for (size_t at = first; at < text->size();) {
+      size_t newline = text->find('\n', at);
+      lines.emplace_back(text->data() + at, newline - at);
+      at = newline + 1;
+    }
+    std::vector<nlohmann::json> newest_first;
+    std::vector<std::string> warnings;
+    for (auto line = lines.rbegin(); line != lines.rend() && newest_first.size() < count; ++line) {
+      if (line->find_first_not_of(" \t\r") == std::string_view::npos) continue;
+      Result<EventRecord> record = parse_event_line(*line);
+      if (record) {
+        newest_first.push_back(std::move(record->event));
+      } else {
+        warnings.push_back(path + ": skipped a corrupt line near the end (" + record.error().message + "): '" +
+                           shown_line(*line) + "'");
+      }
+    }
+    if (newest_first.size() < count && start > body_start) continue;  // look further back
+    if (on_warning) {
+      for (auto warning = warnings.rbegin(); warning != warnings.rend(); ++warning) on_warning(*warning);
+    }
+    return std::vector<nlohmann::json>(std::make_move_iterator(newest_first.rbegin()),
+                                       std::make_move_iterator(newest_first.rend()));
+  }
 }
 
 Result<std::vector<nlohmann::json>> EventFollower::poll() {

@@ -91,6 +91,14 @@ std::string format_event_line(const nlohmann::json& event, int64_t wall_ms);
 Result<std::vector<nlohmann::json>> read_events(const std::string& path,
                                                 const EventWarningSink& on_warning = nullptr);
 
+/// The newest `count` events of the log at `path`, oldest first, read from the end of the file
+/// (the header is checked too): `dtrain status` of a run with millions of events costs what the
+/// last few cost. Bad lines among those read are skipped and reported ("<path>: skipped a
+/// corrupt line near the end ..."); a truncated final line is skipped silently. Errors as
+/// read_events().
+Result<std::vector<nlohmann::json>> read_last_events(const std::string& path, size_t count,
+                                                     const EventWarningSink& on_warning = nullptr);
+
 /// Reads events as they are appended, for `--follow` and `status` refreshes.
 class EventFollower {
  public:

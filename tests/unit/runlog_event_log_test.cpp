@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <fcntl.h>
 #include <filesystem>
@@ -340,4 +342,55 @@ TEST_CASE("read_tail_lines returns the last complete lines and where they end") 
   LineFollower follower(path, tail->complete_end);
   CHECK(follower.poll()->empty());
   CHECK(follower.take_partial() == "partial");
+}
+
+TEST_CASE("read_last_events: the newest N of a log much larger than its read window, as read_events ends") {
+  TempDir dir;
+  std::string path = dir.path + "/events.jsonl";
+  {
+    Result<EventLog> log = EventLog::create(path, "big", kWall);
+    REQUIRE(log.ok());
+    // ~300 KB: several 64 KiB windows, and lines that straddle window starts.
+    for (int i = 0; i < 3000; ++i) {
+      REQUIRE(log->append({{"ev", "worker.beat"}, {"rank", i}, {"detail", std::string(static_cast<size_t>(i % 97), 'x')}},
+                          kWall + i).ok());
+    }
+  }
+  Result<std::vector<json>> all = read_events(path);
+  REQUIRE(all.ok());
+  for (size_t count : {size_t{1}, size_t{10}, size_t{999}, size_t{2999}, size_t{3000}, size_t{5000}}) {
+    CAPTURE(count);
+    Result<std::vector<json>> last = read_last_events(path, count);
+    REQUIRE(last.ok());
+    size_t expected = std::min(count, all->size());
+    REQUIRE(last->size() == expected);
+    CHECK(std::equal(last->begin(), last->end(), all->end() - static_cast<std::ptrdiff_t>(expected)));
+  }
+  // A corrupt line near the end is skipped with a warning, a writer's partial last line silently.
+  append_raw(path, "{not json}\n{\"ts\":\"x\",\"ev\":\"after\"}\n{\"ts\":\"2026-1");
+  std::vector<std::string> warnings;
+  Result<std::vector<json>> last = read_last_events(path, 2, [&](const std::string& w) { warnings.push_back(w); });
+  REQUIRE(last.ok());
+  REQUIRE(last->size() == 2);
+  CHECK((*last)[0]["rank"] == 2999);
+  CHECK((*last)[1]["ev"] == "after");
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0].find("skipped a corrupt line near the end") != std::string::npos);
+}
+
+TEST_CASE("read_last_events: a header-only or empty log has no events; a foreign file is an error") {
+  TempDir dir;
+  std::string path = dir.path + "/events.jsonl";
+  REQUIRE(EventLog::create(path, "r", kWall).ok());
+  Result<std::vector<json>> none = read_last_events(path, 10);
+  REQUIRE(none.ok());
+  CHECK(none->empty());
+  std::string foreign = dir.path + "/other.jsonl";
+  {
+    std::FILE* file = std::fopen(foreign.c_str(), "w");
+    std::fputs("{\"something\":1}\n{\"ts\":\"x\",\"ev\":\"a\"}\n", file);
+    std::fclose(file);
+  }
+  CHECK_FALSE(read_last_events(foreign, 10).ok());
+  CHECK_FALSE(read_last_events(dir.path + "/missing.jsonl", 10).ok());
 }
