@@ -159,6 +159,20 @@ class RunDriver {
   // ---- inputs
   /// Moves bytes on each of `links` and handles the frames that arrived.
   void pump_links(const std::vector<AgentLink*>& links);
+  /// NCCL WARN lines of one rank, counted within a window (on_agent_message(WorkerLogLine)).
+  struct CommWarnWindow {
+    int64_t started_ms = 0;  ///< 0: no window open
+    int64_t repeated = 0;
+    int gen = 0;
+    std::string host;
+    std::string last_line;
+  };
+  static constexpr int64_t kCommWarnWindowMs = 10'000;
+  static constexpr size_t kMetricsDetailRanks = 64;
+  static constexpr uint64_t kMetricsMaxBytes = 64ull << 20;
+  void flush_comm_warn(int rank, CommWarnWindow& window);
+  /// Records the counts of windows that ended (all: every open one, at the end of the run).
+  void flush_comm_warns(bool all);
   void agent_protocol_error(AgentLink& link, const std::string& problem);
   void worker_protocol_error(AgentLink& link, std::optional<int> gen, std::optional<int> rank, int64_t pid,
                              const std::string& problem);
@@ -246,6 +260,7 @@ class RunDriver {
   int64_t last_metrics_ms_ = 0;
   int64_t last_tick_ms_ = 0;
   int64_t last_full_pump_ms_ = 0;
+  std::map<int, CommWarnWindow> comm_warns_;  ///< by rank
   static constexpr int64_t kStateWriteSpacingMs = 500;
   int64_t state_write_spacing_ms_ = kStateWriteSpacingMs;
   int64_t last_checkpoint_step_ = -1;
@@ -537,8 +552,40 @@ void RunDriver::on_agent_message(AgentLink& link, const proto::WorkerExitReport&
 
 void RunDriver::on_agent_message(AgentLink& link, const proto::WorkerLogLine& log) {
   (void)rank_logs_.append(log.rank, log.gen, log.line + "\n", clock_.wall_ms());
-  if (log.line.find("NCCL WARN") != std::string::npos) {
-    record({{"ev", "comm.warn"}, {"gen", log.gen}, {"rank", log.rank}, {"host", link.host()}, {"line", log.line}});
+  if (log.line.find("NCCL WARN") == std::string::npos) return;
+  // The first warning of a rank is an event at once; its repeats within kCommWarnWindowMs are
+  // counted into one event at the window's end (flush_comm_warns): a communicator in trouble
+  // can print thousands a second, on every rank.
+  int64_t now = clock_.monotonic_ms();
+  CommWarnWindow& window = comm_warns_[log.rank];
+  if (window.started_ms != 0 && now - window.started_ms < kCommWarnWindowMs) {
+    ++window.repeated;
+    window.gen = log.gen;
+    window.host = link.host();
+    window.last_line = log.line;
+    return;
+  }
+  flush_comm_warn(log.rank, window);
+  window = CommWarnWindow{now, 0, log.gen, link.host(), ""};
+  record({{"ev", "comm.warn"}, {"gen", log.gen}, {"rank", log.rank}, {"host", link.host()}, {"line", log.line}});
+}
+
+void RunDriver::flush_comm_warn(int rank, CommWarnWindow& window) {
+  if (window.repeated > 0) {
+    record({{"ev", "comm.warn"}, {"gen", window.gen}, {"rank", rank}, {"host", window.host},
+            {"line", window.last_line}, {"repeated", window.repeated},
+            {"window_s", static_cast<double>(kCommWarnWindowMs) / 1000.0},
+            {"detail", std::to_string(window.repeated) + " more NCCL WARN lines from this rank within " +
+                           format_duration(Millis(kCommWarnWindowMs)) + "; the last is shown (all are in its log)"}});
+  }
+  window.started_ms = 0;
+  window.repeated = 0;
+}
+
+void RunDriver::flush_comm_warns(bool all) {
+  int64_t now = clock_.monotonic_ms();
+  for (auto& [rank, window] : comm_warns_) {
+    if (window.started_ms != 0 && (all || now - window.started_ms >= kCommWarnWindowMs)) flush_comm_warn(rank, window);
   }
 }
 
@@ -970,28 +1017,80 @@ void RunDriver::flush_state() {
   if (Status written = state_writer_.flush(); !written) log_->error("state.json: {}", written.error().message);
 }
 
-/// metrics.jsonl: one line per sample of every rank's progress (step, loss, step time), every
-/// 5 s while workers report and once at the end, for plots and `dtrain report`.
+/// metrics.jsonl: every 5 s while workers report, and once at the end. Up to kMetricsDetailRanks
+/// ranks, each rank's step, loss and step time; beyond that a summary (ranks reporting, min /
+/// median / max of step, step time and loss) and only the ranks that stand out — lagging more
+/// than one step behind the newest, or stepping 1.5 × slower than the median — at most
+/// kMetricsDetailRanks of them, worst first: every rank every 5 s is ~1 MB at 16,384 ranks.
+/// At kMetricsMaxBytes the file becomes metrics.1.jsonl (replacing an older one).
 void RunDriver::write_metrics(bool force) {
   int64_t now = clock_.monotonic_ms();
   if (!force && now - last_metrics_ms_ < 5000) return;
-  json ranks = json::array();
+  struct Sample {
+    int rank;
+    int64_t step;
+    std::optional<double> step_ms, loss;
+  };
+  std::vector<Sample> samples;
   const auto& statuses = supervisor_.ranks();
   for (size_t i = 0; i < statuses.size() && i < metrics_.size(); ++i) {
     if (statuses[i].step < 0) continue;
-    json rank = {{"rank", static_cast<int>(i)}, {"step", statuses[i].step}};
-    if (metrics_[i].loss) rank["loss"] = *metrics_[i].loss;
-    if (metrics_[i].step_ms) rank["step_ms"] = *metrics_[i].step_ms;
-    ranks.push_back(rank);
+    samples.push_back({static_cast<int>(i), statuses[i].step, metrics_[i].step_ms, metrics_[i].loss});
   }
-  if (ranks.empty()) return;
+  if (samples.empty()) return;
   last_metrics_ms_ = now;
-  json line = {{"ts", format_timestamp_utc(clock_.wall_ms())}, {"gen", supervisor_.generation()},
-               {"ranks", ranks}};
-  std::string text = line.dump() + "\n";
-  UniqueFd fd(::open((run_.path() + "/metrics.jsonl").c_str(),
-                     O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
-  if (fd.valid()) (void)write_all(fd.get(), text);
+  auto entry = [](const Sample& sample) {
+    json rank = {{"rank", sample.rank}, {"step", sample.step}};
+    if (sample.loss) rank["loss"] = *sample.loss;
+    if (sample.step_ms) rank["step_ms"] = *sample.step_ms;
+    return rank;
+  };
+  json line = {{"ts", format_timestamp_utc(clock_.wall_ms())}, {"gen", supervisor_.generation()}};
+  if (statuses.size() <= kMetricsDetailRanks) {  // by world size: one format for the whole run
+    json ranks = json::array();
+    for (const Sample& sample : samples) ranks.push_back(entry(sample));
+    line["ranks"] = std::move(ranks);
+  } else {
+    auto spread = [](std::vector<double> values) -> json {
+      if (values.empty()) return nullptr;
+      std::sort(values.begin(), values.end());
+      return {{"min", values.front()}, {"median", values[values.size() / 2]}, {"max", values.back()}};
+    };
+    std::vector<double> steps, step_times, losses;
+    for (const Sample& sample : samples) {
+      steps.push_back(static_cast<double>(sample.step));
+      if (sample.step_ms) step_times.push_back(*sample.step_ms);
+      if (sample.loss) losses.push_back(*sample.loss);
+    }
+    json step_spread = spread(steps);
+    json time_spread = spread(step_times);
+    line["ranks_reporting"] = samples.size();
+    line["step"] = step_spread;
+    line["step_ms"] = time_spread;
+    line["loss"] = spread(losses);
+    double newest = step_spread["max"].get<double>();
+    double median_ms = time_spread.is_null() ? 0.0 : time_spread["median"].get<double>();
+    std::vector<Sample> outliers;
+    for (const Sample& sample : samples) {
+      bool lagging = static_cast<double>(sample.step) < newest - 1;
+      bool slow = median_ms > 0 && sample.step_ms && *sample.step_ms > 1.5 * median_ms;
+      if (lagging || slow) outliers.push_back(sample);
+    }
+    std::sort(outliers.begin(), outliers.end(), [](const Sample& a, const Sample& b) {
+      return std::make_pair(a.step, -a.step_ms.value_or(0)) < std::make_pair(b.step, -b.step_ms.value_or(0));
+    });
+    line["outliers_total"] = outliers.size();
+    json shown = json::array();
+    for (size_t i = 0; i < outliers.size() && i < kMetricsDetailRanks; ++i) shown.push_back(entry(outliers[i]));
+    line["outliers"] = std::move(shown);
+  }
+  std::string path = run_.path() + "/metrics.jsonl";
+  struct stat info {};
+  if (::stat(path.c_str(), &info) == 0 && static_cast<uint64_t>(info.st_size) >= kMetricsMaxBytes) {
+    (void)::rename(path.c_str(), (run_.path() + "/metrics.1.jsonl").c_str());
+  }
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+  if (fd.valid()) (void)write_all(fd.get(), line.dump() + "\n");
 }
 
 void RunDriver::show_status() {
@@ -1183,6 +1282,7 @@ int RunDriver::run() {
     if (now - last_tick_ms_ >= 100) {  // silences and ticks count in seconds: 10 looks a second
       last_tick_ms_ = now;
       check_silence();
+      flush_comm_warns(false);
       feed(supervisor::Tick{});
     }
     show_status();
@@ -1191,6 +1291,7 @@ int RunDriver::run() {
   }
 
   supervisor::FinishRun finish = finished_.value_or(supervisor::FinishRun{RunState::failed, ExitCode::internal});
+  flush_comm_warns(true);
   write_metrics(true);
   shut_down_agents();
   print_summary(finish);

@@ -47,6 +47,7 @@ std::vector<StoreReply> KvStore::begin_generation(int gen, int64_t /*now_ms*/) {
   }
   waits_.clear();
   values_.clear();
+  total_bytes_ = 0;
   generation_ = gen;
   return replies;
 }
@@ -123,7 +124,9 @@ std::vector<StoreReply> KvStore::handle_set(const Requester& from, int gen, cons
                             std::to_string(kMaxKeys) + " keys (the limit) in generation " +
                             std::to_string(gen))};
   }
-  values_[key_text] = value_text;
+  if (std::optional<std::string> full = put(key_text, value_text)) {
+    return {error_reply(from, gen, id, "kv.set " + quote_key(key_text) + ": " + *full)};
+  }
   std::vector<StoreReply> replies{{from, gen, json{{"type", "kv.ok"}, {"id", id}}}};
   for (StoreReply& done : complete_ready_waits()) replies.push_back(std::move(done));
   return replies;
@@ -165,10 +168,26 @@ std::vector<StoreReply> KvStore::handle_add(const Requester& from, int gen, cons
   if (__builtin_add_overflow(total, step, &total)) {
     return {error_reply(from, gen, id, "kv.add " + quote_key(key_text) + ": the sum overflows 64 bits")};
   }
-  values_[key_text] = std::to_string(total);
+  if (std::optional<std::string> full = put(key_text, std::to_string(total))) {
+    return {error_reply(from, gen, id, "kv.add " + quote_key(key_text) + ": " + *full)};
+  }
   std::vector<StoreReply> replies{{from, gen, json{{"type", "kv.value"}, {"id", id}, {"value", values_[key_text]}}}};
   for (StoreReply& done : complete_ready_waits()) replies.push_back(std::move(done));
   return replies;
+}
+
+std::optional<std::string> KvStore::put(const std::string& key, std::string value) {
+  auto found = values_.find(key);
+  size_t old_bytes = found == values_.end() ? 0 : key.size() + found->second.size();
+  size_t new_total = total_bytes_ - old_bytes + key.size() + value.size();
+  if (new_total > max_total_bytes_) {
+    return "the store would hold " + std::to_string(new_total) + " bytes of keys and values in generation " +
+           std::to_string(generation_) + ", over its limit of " + std::to_string(max_total_bytes_) +
+           "; keep rendezvous data small (large state belongs in checkpoints or files)";
+  }
+  total_bytes_ = new_total;
+  values_[key] = std::move(value);
+  return std::nullopt;
 }
 
 std::vector<StoreReply> KvStore::handle_wait(const Requester& from, int gen, const json& id,

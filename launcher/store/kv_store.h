@@ -40,6 +40,8 @@ inline constexpr size_t kMaxKeyBytes = 512;
 inline constexpr size_t kMaxValueBytes = 1 << 20;
 inline constexpr size_t kMaxKeys = 100'000;
 inline constexpr size_t kMaxWaitKeys = 10'000;
+/// Keys and values of one generation together: without it, kMaxKeys × kMaxValueBytes is 100 GB.
+inline constexpr size_t kMaxTotalBytes = 256 << 20;
 /// A kv.wait without "timeout_ms" waits this long.
 inline constexpr int64_t kDefaultWaitTimeoutMs = 30'000;
 /// Longer timeouts are clamped to this (a day): a wait must end some day.
@@ -47,6 +49,9 @@ inline constexpr int64_t kMaxWaitTimeoutMs = 86'400'000;
 
 class KvStore {
  public:
+  /// `max_total_bytes`: the cap on keys + values of a generation (tests use a small one).
+  explicit KvStore(size_t max_total_bytes = kMaxTotalBytes) : max_total_bytes_(max_total_bytes) {}
+
   /// Makes `gen` current. Keys of older generations are dropped; waits still pending from them
   /// are failed, and those error replies are RETURNED HERE (not by expire()). A `gen` that is
   /// not newer than the current one changes nothing and returns no replies.
@@ -75,6 +80,8 @@ class KvStore {
   int current_generation() const { return generation_; }
   /// Number of keys of the current generation.
   size_t size() const { return values_.size(); }
+  /// Bytes of its keys and values.
+  size_t total_bytes() const { return total_bytes_; }
   /// Number of waits not yet answered.
   size_t pending_waits() const { return waits_.size(); }
 
@@ -99,6 +106,11 @@ class KvStore {
   std::vector<StoreReply> complete_ready_waits();
   std::vector<StoreReply> expire_one(const Wait& wait) const;
 
+  /// Stores `value` under `key` if the total stays within the cap; else the error text.
+  std::optional<std::string> put(const std::string& key, std::string value);
+
+  size_t max_total_bytes_;
+  size_t total_bytes_ = 0;
   int generation_ = -1;
   std::map<std::string, std::string> values_;
   std::vector<Wait> waits_;  // in arrival order, so replies are deterministic

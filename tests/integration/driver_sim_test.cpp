@@ -125,3 +125,24 @@ TEST_CASE("simulated cluster: a crash past elastic.max_restarts ends the run wit
   CHECK(state["root_cause"]["rank"] == 2);
   CHECK(state["root_cause"]["code"] == 7);
 }
+
+TEST_CASE("simulated cluster: past 64 ranks metrics.jsonl holds a summary and the ranks that lag, not every rank") {
+  SimRun sim;
+  // 20 hosts × 8 = 160 ranks; a hang_timeout long enough for a metrics sample to see the lag.
+  std::string spec = "version: 1\nname: sim\nslots_per_host: 8\nhosts: ['sim[1-20]']\n"
+                     "worker: {command: [/simulated/train]}\n"
+                     "heartbeat: {interval: 100ms, timeout: 1s, hang_timeout: 60s}\nstop_grace: 1s\n";
+  CHECK(sim.submit(spec, [&](transport::FakeCluster& cluster) {
+    cluster.hang_rank(77);
+    // Two metrics samples (every 5 s) after the hang, then the job ends.
+    std::string path = sim.run_dir() + "/metrics.jsonl";
+    wait_until([&] { return read_text(path).find("\"outliers\":[{\"rank\":77") != std::string::npos; }, 20000);
+    cluster.finish_all();
+  }) == 0);
+  std::string metrics = read_text(sim.run_dir() + "/metrics.jsonl");
+  INFO(metrics.substr(0, 2000));
+  CHECK(metrics.find("\"ranks_reporting\":160") != std::string::npos);
+  CHECK(metrics.find("\"outliers\":[{\"rank\":77") != std::string::npos);
+  CHECK(metrics.find("\"outliers_total\":1") != std::string::npos);
+  CHECK(metrics.find("\"ranks\":[") == std::string::npos);  // no per-rank list at this size
+}

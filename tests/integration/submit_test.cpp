@@ -268,3 +268,25 @@ TEST_CASE("a Python worker using worker/python/dtrain_worker.py beats and the su
     CHECK(rank["last_beat_ms"].is_number());
   }
 }
+
+TEST_CASE("a burst of NCCL WARN lines is one event at once and one with the count, every line in the log") {
+  DtrainEnv env;
+  std::string spec = env.write_spec(
+      "warn.yaml", spec_with_command("warn", 2,
+                                     "[/bin/sh, -c, 'if [ $RANK = 1 ]; then i=0; while [ $i -lt 300 ]; do "
+                                     "echo \"gpu01:1:2 [0] NCCL WARN NET/Socket : peer closed $i\"; i=$((i+1)); done; fi']"));
+  DtrainProcess process = env.run({"submit", spec});
+  CHECK(process.exit_code == 0);
+  std::string dir = env.run_dirs().at(0);
+  auto warns = events_named(read_events(dir + "/events.jsonl"), "comm.warn");
+  REQUIRE(warns.size() == 2);
+  CHECK(warns[0]["rank"] == 1);
+  CHECK(warns[0]["line"].get<std::string>().find("peer closed 0") != std::string::npos);
+  CHECK_FALSE(warns[0].contains("repeated"));
+  CHECK(warns[1]["repeated"] == 299);
+  CHECK(warns[1]["line"].get<std::string>().find("peer closed 299") != std::string::npos);
+  std::string log = read_text(dir + "/ranks/1.log");
+  CHECK(log.find("peer closed 0\n") != std::string::npos);
+  CHECK(log.find("peer closed 299\n") != std::string::npos);
+  check_nothing_left(run_id_of(dir));
+}

@@ -180,7 +180,7 @@ TEST_CASE("every valid agent message parses") {
   }
 }
 
-TEST_CASE("an agent beat's held worker beats parse as from_worker entries; a bad entry names its field") {
+TEST_CASE("an agent beat's held worker beats parse as from_worker entries, a bad entry names its field") {
   Result<AgentMessage> parsed = parse_agent_message(valid_agent_messages()[6]);
   REQUIRE(parsed.ok());
   const AgentBeat& beat = std::get<AgentBeat>(*parsed);

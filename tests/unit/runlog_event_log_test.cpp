@@ -378,7 +378,7 @@ TEST_CASE("read_last_events: the newest N of a log much larger than its read win
   CHECK(warnings[0].find("skipped a corrupt line near the end") != std::string::npos);
 }
 
-TEST_CASE("read_last_events: a header-only or empty log has no events; a foreign file is an error") {
+TEST_CASE("read_last_events: a header-only or empty log has no events, a foreign file is an error") {
   TempDir dir;
   std::string path = dir.path + "/events.jsonl";
   REQUIRE(EventLog::create(path, "r", kWall).ok());

@@ -245,3 +245,27 @@ TEST_CASE("store: kv.add is atomic, starts from 0, wakes waiters, and refuses no
   CHECK(contains(error_of(store.handle(kRank0, 1, {{"type", "kv.add"}, {"id", 10}, {"key", "count"}, {"delta", 1}}, 0)[0]),
                  "stale generation 1"));
 }
+
+TEST_CASE("store: keys and values together are capped, overwriting counts the old value out, a new generation starts empty") {
+  KvStore store(100);
+  store.begin_generation(1, 0);
+  CHECK(store.handle(kRank0, 1, set_request(1, "a", std::string(40, 'x')), 0)[0].msg["type"] == "kv.ok");
+  CHECK(store.handle(kRank0, 1, set_request(2, "b", std::string(40, 'y')), 0)[0].msg["type"] == "kv.ok");
+  CHECK(store.total_bytes() == 82);
+  auto full = store.handle(kRank1, 1, set_request(3, "c", std::string(40, 'z')), 0);
+  REQUIRE(full.size() == 1);
+  std::string error = error_of(full[0]);
+  CHECK(contains(error, "kv.set 'c': the store would hold 123 bytes"));
+  CHECK(contains(error, "over its limit of 100"));
+  CHECK(store.handle(kRank1, 1, get_request(4, "c"), 0)[0].msg["value"].is_null());  // nothing stored
+  // Replacing a value with a smaller one frees room.
+  CHECK(store.handle(kRank0, 1, set_request(5, "a", "1"), 0)[0].msg["type"] == "kv.ok");
+  CHECK(store.total_bytes() == 43);
+  CHECK(store.handle(kRank1, 1, set_request(6, "c", std::string(40, 'z')), 0)[0].msg["type"] == "kv.ok");
+  // kv.add is held to the same cap.
+  json add = {{"type", "kv.add"}, {"id", 7}, {"key", std::string(60, 'k')}, {"delta", 1}};
+  CHECK(contains(error_of(store.handle(kRank0, 1, add, 0)[0]), "over its limit of 100"));
+  store.begin_generation(2, 0);
+  CHECK(store.total_bytes() == 0);
+  CHECK(store.handle(kRank0, 2, set_request(8, "d", std::string(90, 'w')), 0)[0].msg["type"] == "kv.ok");
+}
