@@ -37,7 +37,7 @@ Result<AgentMessage> parse_hello(FieldReader& reader) {
   hello.agent_time_ms = reader.optional_integer("agent_time_ms");
   hello.socket = reader.optional_string("socket", 4096);
   if (const json* facts = reader.optional_object("facts")) hello.facts = *facts;
-  return checked(reader, hello);
+  return checked(reader, std::move(hello));
 }
 
 // exit.error: the agent made it from a file the worker wrote, so it is checked like the rest.
@@ -76,7 +76,7 @@ Result<AgentMessage> parse_exit(FieldReader& reader, const json& frame) {
   exit.tail = reader.optional_string_array("tail", kMaxTailLines, kMaxLogLineBytes).value_or(std::vector<std::string>());
   exit.killed_by_agent = reader.optional_boolean("killed_by_agent").value_or(false);
   exit.error = read_error_record(reader);
-  return checked(reader, exit);
+  return checked(reader, std::move(exit));
 }
 
 Result<AgentMessage> parse_beat(FieldReader& reader) {
@@ -106,7 +106,7 @@ Result<AgentMessage> parse_beat(FieldReader& reader) {
       beat.worker_beats.push_back(std::move(from));
     }
   }
-  return checked(reader, beat);
+  return checked(reader, std::move(beat));
 }
 
 Result<AgentMessage> parse_sample(FieldReader& reader) {
@@ -118,7 +118,7 @@ Result<AgentMessage> parse_sample(FieldReader& reader) {
   // The agent caps the text at kMaxSampleTextBytes plus a note; allow a little over.
   sample.text = reader.optional_string("text", kMaxSampleTextBytes + 4096);
   sample.error = reader.optional_string("error", 4096);
-  return checked(reader, sample);
+  return checked(reader, std::move(sample));
 }
 
 Result<AgentMessage> parse_protocol_error(FieldReader& reader) {
@@ -128,7 +128,7 @@ Result<AgentMessage> parse_protocol_error(FieldReader& reader) {
   error.pid = reader.optional_integer("pid", 0, kIntMax).value_or(0);
   error.error = reader.string("error", 4096);
   error.closed = reader.optional_boolean("closed").value_or(false);
-  return checked(reader, error);
+  return checked(reader, std::move(error));
 }
 
 }  // namespace
@@ -142,34 +142,34 @@ Result<AgentMessage> parse_agent_message(const json& frame) {
   if (type == msg::kHello) return parse_hello(reader);
   if (type == msg::kStarted) {
     WorkerStartedReport started{read_gen(reader), read_rank(reader), read_pid(reader)};
-    return checked(reader, started);
+    return checked(reader, std::move(started));
   }
   if (type == msg::kSpawnFailed) {
     WorkerSpawnFailedReport failed{read_gen(reader), read_rank(reader), ""};
     failed.error = reader.optional_string("error", 4096).value_or("unknown error");
-    return checked(reader, failed);
+    return checked(reader, std::move(failed));
   }
   if (type == msg::kExit) return parse_exit(reader, frame);
   if (type == msg::kLog) {
     WorkerLogLine log{read_gen(reader), read_rank(reader), "", ""};
     log.stream = reader.optional_string("stream", 16).value_or("stdout");
     log.line = reader.string("line", kMaxLogLineBytes);
-    return checked(reader, log);
+    return checked(reader, std::move(log));
   }
   if (type == msg::kFromWorker) {
     FromWorker from{read_gen(reader), read_rank(reader), reader.optional_integer("pid", 0, kIntMax), json()};
     if (const json* body = reader.object("msg")) from.msg = *body;
-    return checked(reader, from);
+    return checked(reader, std::move(from));
   }
   if (type == msg::kBeat) return parse_beat(reader);
   if (type == msg::kPong) {
     Pong pong{reader.optional_integer("id"), reader.optional_integer("agent_time_ms"),
               reader.optional_integer("supervisor_time_ms")};
-    return checked(reader, pong);
+    return checked(reader, std::move(pong));
   }
   if (type == msg::kPort) {
     PortReply port{reader.integer("id"), static_cast<int>(reader.integer("port", 1, 65535))};
-    return checked(reader, port);
+    return checked(reader, std::move(port));
   }
   if (type == msg::kSample) return parse_sample(reader);
   if (type == msg::kReleased) {
@@ -179,15 +179,15 @@ Result<AgentMessage> parse_agent_message(const json& frame) {
     released.remaining = reader.optional_integer("remaining", 0).value_or(0);
     released.ms = reader.optional_integer("ms", 0).value_or(0);
     released.remaining_pids = reader.optional_integer_array("remaining_pids", kMaxPids);
-    return checked(reader, released);
+    return checked(reader, std::move(released));
   }
   if (type == msg::kError) {
     AgentError error{reader.optional_string("message", 64 << 10).value_or(""), reader.optional_string("about", 64)};
-    return checked(reader, error);
+    return checked(reader, std::move(error));
   }
   if (type == msg::kBye) {
     AgentBye bye{reader.optional_string("reason", 4096).value_or("")};
-    return checked(reader, bye);
+    return checked(reader, std::move(bye));
   }
   if (type == msg::kProtocolError) return parse_protocol_error(reader);
   return Error::user("unknown message type '" + printable(type, 40) + "'");

@@ -44,7 +44,7 @@ Result<WorkerMessage> parse_worker_message(const json& message) {
     hello.rank = static_cast<int>(reader.integer("rank", 0, kIntMax));
     hello.gen = static_cast<int>(reader.integer("gen", 0, kIntMax));
     hello.pid = reader.optional_integer("pid", 0, kIntMax);
-    return checked(reader, hello);
+    return checked(reader, std::move(hello));
   }
   if (type == wire::kBeat) {
     WorkerBeat beat;
@@ -59,20 +59,20 @@ Result<WorkerMessage> parse_worker_message(const json& message) {
       else if (*phase == wire::kPhaseCheckpoint) beat.phase = WorkerPhase::checkpoint;
       else reader.fail("phase", "expected \"train\" or \"checkpoint\"", *message.find("phase"));
     }
-    return checked(reader, beat);
+    return checked(reader, std::move(beat));
   }
   if (type == wire::kKvSet) {
     KvSetRequest set;
     set.id = reader.integer("id");
     set.key = reader.string("key", kMaxWorkerKeyBytes);
     set.value = reader.string("value", kMaxValueBytes);
-    return checked(reader, set);
+    return checked(reader, std::move(set));
   }
   if (type == wire::kKvGet) {
     KvGetRequest get;
     get.id = reader.integer("id");
     get.key = reader.string("key", kMaxWorkerKeyBytes);
-    return checked(reader, get);
+    return checked(reader, std::move(get));
   }
   if (type == wire::kKvWait) {
     KvWaitRequest wait;
@@ -80,42 +80,42 @@ Result<WorkerMessage> parse_worker_message(const json& message) {
     wait.keys = reader.string_array("keys", kMaxWorkerWaitKeys, kMaxWorkerKeyBytes);
     wait.timeout_ms = reader.optional_integer("timeout_ms", 0);
     if (reader.ok() && wait.keys.empty()) reader.fail_text("keys", "expected at least one key");
-    return checked(reader, wait);
+    return checked(reader, std::move(wait));
   }
   if (type == wire::kKvAdd) {
     KvAddRequest add;
     add.id = reader.integer("id");
     add.key = reader.string("key", kMaxWorkerKeyBytes);
     add.delta = reader.integer("delta");
-    return checked(reader, add);
+    return checked(reader, std::move(add));
   }
   if (type == wire::kGenCheck) {
     GenCheckRequest check;
     check.id = reader.integer("id");
-    return checked(reader, check);
+    return checked(reader, std::move(check));
   }
   if (type == wire::kCommReady) {
     CommReady ready;
     ready.ms = reader.optional_number("ms");
-    return checked(reader, ready);
+    return checked(reader, std::move(ready));
   }
   if (type == wire::kCkptCommitted) {
     CheckpointCommittedReport committed;
     committed.step = reader.integer("step", 0);
     committed.bytes = reader.optional_integer("bytes", 0).value_or(0);
     committed.ms = reader.optional_number("ms").value_or(0);
-    return checked(reader, committed);
+    return checked(reader, std::move(committed));
   }
   if (type == wire::kCkptRejected) {
     CheckpointRejectedReport rejected;
     rejected.step = reader.integer("step", 0);
     rejected.reason = reader.optional_string("reason", kMaxWorkerReasonBytes).value_or("");
-    return checked(reader, rejected);
+    return checked(reader, std::move(rejected));
   }
   if (type == wire::kBye) {
     WorkerBye bye;
     bye.reason = reader.optional_string("reason", kMaxWorkerReasonBytes).value_or("");
-    return checked(reader, bye);
+    return checked(reader, std::move(bye));
   }
   return Error::user("unknown message type '" + printable(type, 40) +
                      "'; expected hello, beat, kv.set, kv.get, kv.wait, kv.add, gen.check, comm.ready, "
