@@ -18,7 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "launcher/drill/run_hosts.h"
+#include "launcher/hosts/run_hosts.h"
 #include "launcher/base/clock.h"
 #include "launcher/base/exit_code.h"
 #include "launcher/base/strings.h"
@@ -120,7 +120,7 @@ void check_locally(HostReport& report, const std::string& script, const Clock& c
 }
 
 transport::SshOptions ssh_options(const spec::JobSpec& job, const std::string& script) {
-  transport::SshOptions options = drill::ssh_options_for(job);
+  transport::SshOptions options = hosts::ssh_options_for(job);
   options.remote_dtrain.clear();
   options.remote_command = "exec /bin/sh -c " + shell_quote(script);
   return options;

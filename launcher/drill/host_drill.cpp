@@ -9,13 +9,15 @@
 
 #include "launcher/base/clock.h"
 #include "launcher/base/strings.h"
-#include "launcher/drill/child_process.h"
+#include "launcher/base/child_process.h"
 #include "launcher/drill/partition.h"
-#include "launcher/drill/run_hosts.h"
+#include "launcher/hosts/run_hosts.h"
 #include "launcher/drill/run_processes.h"
 #include "launcher/runlog/json_access.h"
 
 namespace dtrain::drill {
+
+using hosts::RunHosts;
 
 using nlohmann::json;
 

@@ -9,12 +9,15 @@
 #include "launcher/base/clock.h"
 #include "launcher/drill/host_drill.h"
 #include "launcher/drill/injector.h"
-#include "launcher/drill/run_hosts.h"
+#include "launcher/hosts/run_hosts.h"
 #include "launcher/drill/run_processes.h"
 #include "launcher/runlog/json_access.h"
 #include "launcher/runlog/run_state.h"
 
 namespace dtrain::drill {
+
+using hosts::RunHosts;
+using hosts::this_host_name;
 
 using nlohmann::json;
 

@@ -7,7 +7,7 @@
 
 #include "launcher/base/clock.h"
 #include "launcher/base/strings.h"
-#include "launcher/drill/child_process.h"
+#include "launcher/base/child_process.h"
 #include "launcher/drill/drill_history.h"
 #include "launcher/drill/injector.h"
 #include "launcher/drill/run_processes.h"

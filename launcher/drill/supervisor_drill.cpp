@@ -10,14 +10,17 @@
 
 #include "launcher/base/clock.h"
 #include "launcher/base/strings.h"
-#include "launcher/drill/child_process.h"
+#include "launcher/base/child_process.h"
 #include "launcher/drill/host_drill.h"
 #include "launcher/drill/injector.h"
-#include "launcher/drill/run_hosts.h"
+#include "launcher/hosts/run_hosts.h"
 #include "launcher/drill/run_processes.h"
 #include "launcher/runlog/json_access.h"
 
 namespace dtrain::drill {
+
+using hosts::RunHosts;
+using hosts::this_host_name;
 
 using nlohmann::json;
 

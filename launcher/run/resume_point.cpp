@@ -15,7 +15,7 @@
 #include "launcher/base/duration.h"
 #include "launcher/base/fd.h"
 #include "launcher/base/strings.h"
-#include "launcher/drill/run_hosts.h"
+#include "launcher/hosts/run_hosts.h"
 #include "launcher/runlog/run_state.h"
 
 namespace dtrain::run {
@@ -55,7 +55,7 @@ std::vector<int> local_agent_pids(const RunDirectory& run, const spec::JobSpec& 
 /// silence rule has made every agent fence, so a host that cannot be asked is waited out.
 void wait_for_remote_agents(const RunDirectory& run, const std::string& run_id, int64_t fenced_by) {
   SystemClock clock;
-  Result<drill::RunHosts> hosts = drill::RunHosts::open(run);
+  Result<hosts::RunHosts> hosts = hosts::RunHosts::open(run);
   std::map<std::string, int> pending;  // host → old agent pid
   if (hosts) {
     for (const std::string& name : hosts->names()) {

@@ -31,7 +31,7 @@
 #include "launcher/base/fd.h"
 #include "launcher/base/strings.h"
 #include "launcher/base/version.h"
-#include "launcher/drill/run_hosts.h"
+#include "launcher/hosts/run_hosts.h"
 #include "launcher/plan/rank_plan.h"
 #include "launcher/proto/agent_messages.h"
 #include "launcher/proto/messages.h"
@@ -342,7 +342,7 @@ void RunDriver::start_agents() {
 
 transport::SshTransport& RunDriver::ssh() {
   if (!ssh_transport_) {
-    transport::SshOptions options = drill::ssh_options_for(spec_);
+    transport::SshOptions options = hosts::ssh_options_for(spec_);
     ssh_transport_ = std::make_unique<transport::SshTransport>(options);
     if (spec_.ssh.host_key_policy == spec::HostKeyPolicy::insecure) {
       record({{"ev", "ssh.insecure"}, {"detail", "ssh.host_key_policy is insecure: host keys are not checked"}});

@@ -13,15 +13,6 @@ bool HostEntry::is_local() const {
   return name == buffer;
 }
 
-const char* to_string(HostKeyPolicy policy) {
-  switch (policy) {
-    case HostKeyPolicy::strict: return "strict";
-    case HostKeyPolicy::accept_new: return "accept-new";
-    case HostKeyPolicy::insecure: return "insecure";
-  }
-  return "strict";
-}
-
 const char* to_string(Backend backend) {
   switch (backend) {
     case Backend::auto_select: return "auto";

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "launcher/base/duration.h"
+#include "launcher/base/host_key_policy.h"
 
 namespace dtrain::spec {
 
@@ -29,7 +30,8 @@ struct HostEntry {
   bool operator==(const HostEntry&) const = default;
 };
 
-enum class HostKeyPolicy { strict, accept_new, insecure };
+using dtrain::HostKeyPolicy;  // launcher/base/host_key_policy.h, shared with the transport
+using dtrain::to_string;
 enum class Backend { auto_select, gloo, nccl };
 
 struct SshSettings {
@@ -133,7 +135,6 @@ struct JobSpec {
   bool operator==(const JobSpec&) const = default;
 };
 
-const char* to_string(HostKeyPolicy policy);
 const char* to_string(Backend backend);
 
 }  // namespace dtrain::spec

@@ -24,15 +24,6 @@
 
 namespace dtrain::transport {
 
-const char* to_string(HostKeyPolicy policy) {
-  switch (policy) {
-    case HostKeyPolicy::strict: return "strict";
-    case HostKeyPolicy::accept_new: return "accept-new";
-    case HostKeyPolicy::insecure: return "insecure";
-  }
-  return "?";
-}
-
 const char* to_string(SshPhase phase) {
   switch (phase) {
     case SshPhase::queued: return "queued";

@@ -14,6 +14,7 @@
 
 #include "launcher/base/clock.h"
 #include "launcher/base/duration.h"
+#include "launcher/base/host_key_policy.h"
 #include "launcher/transport/ssh_channel.h"
 #include "launcher/transport/transport.h"
 
@@ -22,12 +23,9 @@ struct libssh2_agent_publickey;
 
 namespace dtrain::transport {
 
-/// What to do with a host key (spec: ssh.host_key_policy).
-enum class HostKeyPolicy {
-  strict,      ///< the key must already be in known_hosts (default)
-  accept_new,  ///< record unknown keys, refuse changed ones (OpenSSH's StrictHostKeyChecking=accept-new)
-  insecure,    ///< no check at all; warned at every connection
-};
+/// What to do with a host key (spec: ssh.host_key_policy): launcher/base/host_key_policy.h.
+using dtrain::HostKeyPolicy;
+using dtrain::to_string;
 
 struct SshOptions {
   std::string user;                         ///< targets without a user; empty: the current user
@@ -54,7 +52,6 @@ struct SshOptions {
   const Clock* clock = nullptr;             ///< nullptr: a SystemClock
 };
 
-const char* to_string(HostKeyPolicy policy);
 
 enum class SshPhase { queued, connecting, handshake, authenticating, probing, uploading, starting, running, closed };
 const char* to_string(SshPhase phase);

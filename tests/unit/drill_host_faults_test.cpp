@@ -21,15 +21,16 @@
 
 #include "launcher/base/clock.h"
 #include "launcher/base/fd.h"
-#include "launcher/drill/child_process.h"
+#include "launcher/base/child_process.h"
 #include "launcher/drill/fault.h"
 #include "launcher/drill/grading.h"
 #include "launcher/drill/partition.h"
-#include "launcher/drill/run_hosts.h"
+#include "launcher/hosts/run_hosts.h"
 #include "launcher/spec/drill_spec.h"
 
 using namespace dtrain;
 using namespace dtrain::drill;
+using dtrain::hosts::still_running_script;
 using nlohmann::json;
 
 namespace {

@@ -1,6 +1,6 @@
 #pragma once
-// Running a short-lived command (the drill's own `dtrain submit --detach`) to its end with its
-// output captured. The child is owned: killed and reaped if it outlives its timeout.
+// Running a short-lived command to its end with its output captured (drills: their own
+// `dtrain submit --detach`, cut/heal commands; hosts: a shell on a local host). The child is owned: killed and reaped if it outlives its timeout.
 
 #include <string>
 #include <vector>
@@ -8,7 +8,7 @@
 #include "launcher/base/duration.h"
 #include "launcher/base/result.h"
 
-namespace dtrain::drill {
+namespace dtrain {
 
 struct CommandOutput {
   int exit_code = -1;  ///< the exit status, or 128 + signal
@@ -20,4 +20,4 @@ struct CommandOutput {
 /// stderr. Past `timeout` the child is SIGKILLed and the result is an error (infra).
 Result<CommandOutput> run_command(const std::vector<std::string>& argv, Millis timeout);
 
-}  // namespace dtrain::drill
+}  // namespace dtrain

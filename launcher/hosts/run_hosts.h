@@ -10,12 +10,12 @@
 
 #include "launcher/base/duration.h"
 #include "launcher/base/result.h"
-#include "launcher/drill/child_process.h"
+#include "launcher/base/child_process.h"
 #include "launcher/runlog/run_directory.h"
 #include "launcher/spec/job_spec.h"
 #include "launcher/transport/ssh_transport.h"
 
-namespace dtrain::drill {
+namespace dtrain::hosts {
 
 /// The job spec's ssh: section as transport options (user, port, keys, known_hosts, host-key
 /// policy, connect timeout, max_parallel). The one mapping from spec to transport, for every
@@ -64,4 +64,4 @@ std::string this_host_name();
 /// The shell script still_running() runs (exposed for unit tests): prints one pid per line.
 std::string still_running_script(const std::vector<int>& pids, const std::string& run_id);
 
-}  // namespace dtrain::drill
+}  // namespace dtrain::hosts

@@ -1,4 +1,4 @@
-#include "launcher/drill/run_hosts.h"
+#include "launcher/hosts/run_hosts.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -16,7 +16,7 @@
 #include "launcher/transport/ssh_exec.h"
 #include "launcher/runlog/json_access.h"
 
-namespace dtrain::drill {
+namespace dtrain::hosts {
 
 namespace {
 
@@ -45,10 +45,7 @@ transport::SshOptions ssh_options_for(const spec::JobSpec& job) {
   options.port = job.ssh.port;
   options.identity_files = job.ssh.identity;
   options.known_hosts = job.ssh.known_hosts;
-  options.host_key_policy = job.ssh.host_key_policy == spec::HostKeyPolicy::strict ? transport::HostKeyPolicy::strict
-                            : job.ssh.host_key_policy == spec::HostKeyPolicy::accept_new
-                                ? transport::HostKeyPolicy::accept_new
-                                : transport::HostKeyPolicy::insecure;
+  options.host_key_policy = job.ssh.host_key_policy;
   options.connect_timeout = job.ssh.connect_timeout;
   options.max_parallel = job.ssh.max_parallel;
   options.remote_dtrain = job.ssh.remote_dtrain;
@@ -177,4 +174,4 @@ Result<std::vector<int>> RunHosts::still_running(const std::string& host, const 
   return parse_pids(ran->out);
 }
 
-}  // namespace dtrain::drill
+}  // namespace dtrain::hosts

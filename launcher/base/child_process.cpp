@@ -1,4 +1,4 @@
-#include "launcher/drill/child_process.h"
+#include "launcher/base/child_process.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -11,7 +11,7 @@
 
 #include "launcher/base/fd.h"
 
-namespace dtrain::drill {
+namespace dtrain {
 
 namespace {
 
@@ -93,4 +93,4 @@ Result<CommandOutput> run_command(const std::vector<std::string>& argv, Millis t
   return output;
 }
 
-}  // namespace dtrain::drill
+}  // namespace dtrain
