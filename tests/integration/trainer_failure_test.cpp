@@ -47,7 +47,8 @@ TEST_CASE("trainer: SIGKILL of one rank makes the others fail fast, naming the o
   MESSAGE("survivors exited " << dtrain::testing::steady_ms() - killed_at << " ms after the SIGKILL");
   CHECK(dtrain::testing::steady_ms() - killed_at < 60'000);
   // The first survivor to notice names the dead rank (the other may instead see that survivor
-  // exit, and name it).
+  // exit, and name it). Seen to fail rarely under load (neither names rank 2): the logs say how.
+  INFO("rank 0 log:\n" << agent.log(0) << "\nrank 1 log:\n" << agent.log(1));
   CHECK((agent.log(0).find("peer rank 2 is gone") != std::string::npos ||
          agent.log(1).find("peer rank 2 is gone") != std::string::npos));
 }
