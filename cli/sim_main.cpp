@@ -1,5 +1,5 @@
 // dtrain-sim: the real supervisor and driver (run::submit) over a simulated cluster
-// (transport::FakeCluster: N hosts × M ranks that beat at the spec's interval, in this process),
+// (run::FakeCluster: N hosts × M ranks that beat at the spec's interval, in this process),
 // to measure what one supervisor costs at sizes no test machine has. It injects one fault, lets
 // the run recover, ends it, and prints what it measured as one JSON object on stdout:
 //
@@ -19,7 +19,6 @@
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <thread>
 
@@ -29,7 +28,8 @@
 #include "launcher/base/clock.h"
 #include "launcher/base/duration.h"
 #include "launcher/run/run_driver.h"
-#include "launcher/transport/fake_transport.h"
+#include "launcher/runlog/event_log.h"
+#include "launcher/run/fake_cluster.h"
 
 using namespace dtrain;
 using nlohmann::json;
@@ -127,9 +127,9 @@ int main(int argc, char** argv) {
       "heartbeat: {interval: " + std::to_string(interval_ms) + "ms, timeout: " + std::to_string(10 * interval_ms) +
       "ms, hang_timeout: " + std::to_string(30 * interval_ms) + "ms}\nstop_grace: 2s\n";
 
-  transport::FakeClusterOptions options;
+  run::FakeClusterOptions options;
   options.step_ms = interval_ms;
-  transport::FakeCluster cluster(options);
+  run::FakeCluster cluster(options);
   run::SubmitOptions submit;
   submit.spec_path = "sim.yaml";
   submit.spec_text = spec;
@@ -187,13 +187,15 @@ int main(int argc, char** argv) {
   std::string run_dir;
   for (const auto& entry : std::filesystem::directory_iterator(runs)) run_dir = entry.path().string();
   result["run_dir"] = run_dir;
-  std::ifstream events(run_dir + "/events.jsonl");
-  std::string line;
+  // read_events checks each line's fields (parse_event_line): value() below cannot throw.
+  Result<std::vector<json>> events = read_events(run_dir + "/events.jsonl");
+  if (!events) {
+    std::fprintf(stderr, "dtrain-sim: %s\n", events.error().message.c_str());
+    return 3;
+  }
   int64_t count = 0, first_ms = 0, last_ms = 0, lost_ms = 0, decided_ms = 0, spawned_ms = 0, completed_ms = 0;
   int64_t hosts_lost = 0, running_ms = 0;
-  while (std::getline(events, line)) {
-    json event = json::parse(line, nullptr, false);
-    if (!event.is_object() || !event.contains("ev")) continue;
+  for (const json& event : *events) {
     ++count;
     int64_t ts = parse_ts_ms(event.value("ts", ""));
     if (!first_ms) first_ms = ts;

@@ -25,7 +25,7 @@ struct SubmitOptions {
   bool detach = false;        ///< print the run id and go on in the background
   std::string dtrain_exe;     ///< absolute path of this dtrain binary (agents run it)
   /// Every host's agent through this transport instead of local/ssh (driver tests, dtrain-sim:
-  /// transport::FakeCluster). Not owned; must outlive submit().
+  /// run::FakeCluster). Not owned; must outlive submit().
   transport::Transport* transport = nullptr;
 };
 

@@ -1,7 +1,7 @@
 #pragma once
 // How the supervisor reaches one host's agent. An interface so that tests can fake it
-// (FakeTransport in tests) and so that `local` (child process over pipes) and `ssh` (libssh2
-// channel) are interchangeable: the supervisor's one event loop polls every connection's fds
+// (run::FakeCluster: simulated agents for driver tests and dtrain-sim) and so that `local`
+// (child process over pipes) and `ssh` (libssh2 channel) are interchangeable: the supervisor's one event loop polls every connection's fds
 // and pumps them; no thread per host.
 
 #include <poll.h>

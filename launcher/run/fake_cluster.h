@@ -1,5 +1,5 @@
 #pragma once
-// FakeTransport: simulated agents in this process, for driver tests and `dtrain-sim`. Each host's
+// FakeCluster: simulated agents in this process, reached through its transport(), for driver tests and `dtrain-sim`. Each host's
 // agent is a state machine on one background thread that speaks the real agent protocol
 // (proto/messages.h, length-prefixed JSON frames) over a socketpair, so the driver reads, decodes
 // and parses exactly what it would from `dtrain agent` — only the processes are missing. Its
@@ -23,7 +23,7 @@
 
 #include "launcher/transport/transport.h"
 
-namespace dtrain::transport {
+namespace dtrain::run {
 
 struct FakeClusterOptions {
   int gpus_per_host = 8;           ///< hello.facts.gpus of every simulated host
@@ -40,7 +40,7 @@ class FakeCluster {
   FakeCluster& operator=(const FakeCluster&) = delete;
 
   /// The transport that starts this cluster's agents (one per AgentTarget::host).
-  Transport& transport();
+  transport::Transport& transport();
 
   void kill_host(const std::string& host);
   void partition_host(const std::string& host);
@@ -60,11 +60,11 @@ class FakeCluster {
   int64_t frames_sent() const;
   int64_t frames_received() const;
 
-  struct Simulation;  ///< the simulation thread's state (fake_transport.cpp)
+  struct Simulation;  ///< the simulation thread's state (fake_cluster.cpp)
 
  private:
   std::unique_ptr<Simulation> simulation_;
-  std::unique_ptr<Transport> transport_;
+  std::unique_ptr<transport::Transport> transport_;
 };
 
-}  // namespace dtrain::transport
+}  // namespace dtrain::run

@@ -1,4 +1,4 @@
-#include "launcher/transport/fake_transport.h"
+#include "launcher/run/fake_cluster.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -23,8 +23,13 @@
 #include "launcher/base/fd.h"
 #include "launcher/proto/frame.h"
 #include "launcher/proto/messages.h"
+#include "launcher/runlog/json_access.h"
 
-namespace dtrain::transport {
+namespace dtrain::run {
+
+using transport::AgentConnection;
+using transport::AgentTarget;
+using transport::Transport;
 
 using nlohmann::json;
 namespace msg = proto::msg;
@@ -215,12 +220,12 @@ struct FakeCluster::Simulation {
 
   void on_frame(SimAgent& agent, const json& frame, int64_t now) {
     ++received;
-    const std::string type = frame.value("type", "");
+    const std::string type = json_string(frame, "type");
     int64_t wall = clock.wall_ms();
     if (type == msg::kConfig) {
       agent.configured = true;
-      agent.batch_beats = frame.value("batch_beats", false);
-      agent.interval_ms = std::max<int64_t>(1, frame.value("heartbeat_interval_ms", int64_t{1000}));
+      agent.batch_beats = json_bool(frame, "batch_beats");
+      agent.interval_ms = std::max<int64_t>(1, json_int(frame, "heartbeat_interval_ms").value_or(1000));
       // Agents beat at their own phases, spread over the interval as real ones are.
       agent.next_beat_ms = now + (agent.index * 7919) % agent.interval_ms;
       json gpus = json::array();
@@ -233,20 +238,20 @@ struct FakeCluster::Simulation {
                    {"facts", {{"hostname", agent.host}, {"os", "Linux (simulated)"}, {"arch", "x86_64"},
                               {"cpus", 96}, {"memory_mb", 2'000'000}, {"gpus", gpus}}}});
     } else if (type == msg::kPing) {
-      emit(agent, {{"type", msg::kPong}, {"id", frame.value("id", int64_t{0})}, {"agent_time_ms", wall},
-                   {"supervisor_time_ms", frame.value("supervisor_time_ms", int64_t{0})}});
+      emit(agent, {{"type", msg::kPong}, {"id", json_int(frame, "id").value_or(0)}, {"agent_time_ms", wall},
+                   {"supervisor_time_ms", json_int(frame, "supervisor_time_ms").value_or(0)}});
     } else if (type == msg::kReservePort) {
-      emit(agent, {{"type", msg::kPort}, {"id", frame.value("id", int64_t{0})}, {"port", 29500}});
+      emit(agent, {{"type", msg::kPort}, {"id", json_int(frame, "id").value_or(0)}, {"port", 29500}});
     } else if (type == msg::kSpawn) {
-      int gen = frame.value("gen", 0);
+      int gen = static_cast<int>(json_int(frame, "gen").value_or(0));
       newest_generation = std::max(newest_generation.load(), gen);
       if (gen >= newest_generation) newest_step = 0;
-      const json& workers = frame.contains("workers") ? frame["workers"] : json::array();
-      for (const json& entry : workers) {
+      const json* workers = json_member(frame, "workers");
+      for (const json& entry : workers && workers->is_array() ? *workers : json::array()) {
         SimWorker worker;
         worker.gen = gen;
-        worker.rank = entry.value("rank", 0);
-        worker.local_rank = entry.value("local_rank", 0);
+        worker.rank = static_cast<int>(json_int(entry, "rank").value_or(0));
+        worker.local_rank = static_cast<int>(json_int(entry, "local_rank").value_or(0));
         worker.pid = next_pid++;
         agent.workers.push_back(worker);
         emit(agent, {{"type", msg::kStarted}, {"gen", gen}, {"rank", worker.rank}, {"local_rank", worker.local_rank},
@@ -255,15 +260,15 @@ struct FakeCluster::Simulation {
                      {"msg", {{"type", "hello"}, {"rank", worker.rank}, {"gen", gen}, {"pid", worker.pid}}}});
       }
     } else if (type == msg::kKill) {
-      int gen = frame.value("gen", -1);
+      int gen = static_cast<int>(json_int(frame, "gen").value_or(-1));
       json killed = kill_workers(agent, gen, wall);
       emit(agent, {{"type", msg::kReleased}, {"gen", gen}, {"killed", killed}, {"remaining", 0}, {"ms", 1}});
     } else if (type == msg::kSample) {
-      emit(agent, {{"type", msg::kSample}, {"id", frame.value("id", int64_t{0})}, {"gen", frame.value("gen", -1)},
-                   {"rank", frame.value("rank", -1)}, {"pid", frame.value("pid", int64_t{0})},
+      emit(agent, {{"type", msg::kSample}, {"id", json_int(frame, "id").value_or(0)}, {"gen", json_int(frame, "gen").value_or(-1)},
+                   {"rank", json_int(frame, "rank").value_or(-1)}, {"pid", json_int(frame, "pid").value_or(0)},
                    {"text", "simulated worker on " + agent.host + "\nState:\tT (stopped)\n"}});
     } else if (type == msg::kFence) {
-      fence(agent, frame.value("reason", "fence"), wall);
+      fence(agent, json_string(frame, "reason", "fence"), wall);
     }
     // to_worker: simulated workers use no store.
   }
@@ -505,4 +510,4 @@ double FakeCluster::simulation_cpu_seconds() const { return static_cast<double>(
 int64_t FakeCluster::frames_sent() const { return simulation_->sent; }
 int64_t FakeCluster::frames_received() const { return simulation_->received; }
 
-}  // namespace dtrain::transport
+}  // namespace dtrain::run
