@@ -39,4 +39,12 @@ constexpr int kSkipExitCode = 77;
   std::_Exit(kSkipExitCode);
 }
 
+/// Skips the test (exit 77, reported as skipped) unless /usr/bin/python3 can import `module`
+/// (python3-torch for "torch.optim", "torch.distributed").
+inline void require_python_module(const std::string& module) {
+  if (std::system(("/usr/bin/python3 -c 'import " + module + "' >/dev/null 2>&1").c_str()) != 0) {
+    skip_test("/usr/bin/python3 cannot import " + module + " (apt-get install python3-torch)");
+  }
+}
+
 }  // namespace dtrain::testing

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
 #include "tests/integration/support/process_probe.h"
@@ -191,6 +192,12 @@ inline std::vector<nlohmann::json> events_named(const std::vector<nlohmann::json
 /// worker and every descendant of one, wherever it was reparented. One implementation for all
 /// integration tests: support/process_probe's.
 using dtrain::test::processes_of_run;
+
+/// Checks (doctest CHECK) that no process of run `run_id` is left, waiting up to 5 s.
+inline void check_nothing_left(const std::string& run_id) {
+  bool gone = wait_until([&] { return processes_of_run(run_id).empty(); }, 5000);
+  CHECK_MESSAGE(gone, "processes of run " << run_id << " survive: " << processes_of_run(run_id).size());
+}
 
 /// True when `pid` does not exist (or is a zombie nobody will run again).
 inline bool process_gone(int pid) {

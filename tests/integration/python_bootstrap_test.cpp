@@ -21,11 +21,6 @@ std::string spec_for(const std::string& name, int slots, const std::string& scri
          "heartbeat: {interval: 200ms, timeout: 3s, hang_timeout: 60s}\nstop_grace: 2s\n";
 }
 
-void check_nothing_left(const std::string& run_id) {
-  bool gone = wait_until([&] { return processes_of_run(run_id).empty(); }, 5000);
-  CHECK_MESSAGE(gone, "processes of run " << run_id << " survive: " << processes_of_run(run_id).size());
-}
-
 nlohmann::json state_of(const std::string& dir) { return nlohmann::json::parse(read_text(dir + "/state.json")); }
 
 }  // namespace
@@ -210,9 +205,7 @@ TEST_CASE("bootstrap: a script that prints binary garbage and forks a daemon dur
 }
 
 TEST_CASE("bootstrap: an unmodified torch script's optimizer steps show up as beats (python3-torch)") {
-  if (std::system("/usr/bin/python3 -c 'import torch.optim' >/dev/null 2>&1") != 0) {
-    dtrain::testing::skip_test("/usr/bin/python3 cannot import torch (apt-get install python3-torch)");
-  }
+  require_python_module("torch.optim");
   DtrainEnv env;
   std::string script = env.dir.path + "/train.py";
   write_text(script,
@@ -338,9 +331,7 @@ TEST_CASE("bootstrap: a torch.save past heartbeat.checkpoint_timeout is a hang o
 }
 
 TEST_CASE("bootstrap: a SIGSTOPped rank of an unmodified torch DDP script is found hung, sampled and recovered (python3-torch)") {
-  if (std::system("/usr/bin/python3 -c 'import torch.distributed' >/dev/null 2>&1") != 0) {
-    dtrain::testing::skip_test("/usr/bin/python3 cannot import torch (apt-get install python3-torch)");
-  }
+  require_python_module("torch.distributed");
   DtrainEnv env;
   std::string script = env.dir.path + "/ddp.py";
   write_text(script,

@@ -114,9 +114,7 @@ w.close()
 }
 
 TEST_CASE("python client: DtrainStore keeps bytes, adds atomically across ranks, and names what it cannot do") {
-  if (std::system("/usr/bin/python3 -c 'import torch.distributed' >/dev/null 2>&1") != 0) {
-    dtrain::testing::skip_test("/usr/bin/python3 cannot import torch.distributed (apt-get install python3-torch)");
-  }
+  dtrain::testing::require_python_module("torch.distributed");
   FakeAgent agent;
   std::string script = agent.dir() + "/store.py";
   std::ofstream(script) << R"(

@@ -13,11 +13,6 @@ using namespace dtrain::testing;
 
 namespace {
 
-void check_nothing_left(const std::string& run_id) {
-  bool gone = wait_until([&] { return processes_of_run(run_id).empty(); }, 5000);
-  CHECK_MESSAGE(gone, "processes of run " << run_id << " survive: " << processes_of_run(run_id).size());
-}
-
 // A plain Python script (no torch) that checks the torchrun environment a DDP script reads and
 // fails loudly when any of it is missing or inconsistent.
 constexpr const char* kEnvCheckScript = R"(import os, sys

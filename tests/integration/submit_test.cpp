@@ -18,11 +18,6 @@ std::string spec_with_command(const std::string& name, int slots, const std::str
          "heartbeat: {interval: 200ms, timeout: 3s, hang_timeout: 60s}\nstop_grace: 2s\n";
 }
 
-void check_nothing_left(const std::string& run_id) {
-  bool gone = wait_until([&] { return processes_of_run(run_id).empty(); }, 5000);
-  CHECK_MESSAGE(gone, "processes of run " << run_id << " survive: " << processes_of_run(run_id).size());
-}
-
 }  // namespace
 
 TEST_CASE("a job whose workers all exit 0 succeeds and logs the expected event sequence") {
