@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Checkpoint write throughput: the worker runtime's Checkpointer (CRC32C, temp file, fsync,
-# rename, directory fsync, manifest) vs `dd if=/dev/zero bs=1M count=N conv=fsync`, same sizes,
-# same directory, interleaved repetitions; medians.
+# rename, directory fsync, manifest, pruning the step before) vs
+# `dd if=/dev/zero bs=1M count=N conv=fsync`, same sizes, same directory, interleaved
+# repetitions; medians. Each checkpoint figure is one steady-state save (the tool saves once
+# untimed first, so the timed save also verifies what it keeps and deletes the older step).
 #
 #   scripts/bench/checkpoint.sh BUILD_DIR [--dir DIR (default /tmp)] [--sizes-mib 16,64,256] [--reps 5]
 set -euo pipefail
-[ $# -ge 1 ] || { sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 build=$1
 shift
 dir=/tmp sizes=16,64,256 reps=5
@@ -31,7 +33,9 @@ for size in ${sizes//,/ }; do
   ckpt_s=() dd_s=() crc=()
   for _ in $(seq 1 "$reps"); do
     # "checkpoint SIZE median_s min_s MB/s crc32c_MB/s" for one save
-    read -r _ _ seconds _ _ crc_rate < <("$tool" --dir "$work" --sizes-mib "$size" --reps 1)
+    output=$("$tool" --dir "$work" --sizes-mib "$size" --reps 1)
+    crc_implementation=$(sed -n 's/^# crc32c: //p' <<<"$output")
+    read -r _ _ seconds _ _ crc_rate < <(grep '^checkpoint ' <<<"$output")
     ckpt_s+=("$seconds")
     crc+=("$crc_rate")
     start=$(date +%s.%N)
@@ -46,4 +50,5 @@ for size in ${sizes//,/ }; do
   printf '%8s  %12.1f  %12.1f  %8.2f  %14.3f  %14.0f\n' "$size" "$(echo "$bytes / $c / 1000000" | bc -l)" \
     "$(echo "$bytes / $d / 1000000" | bc -l)" "$(echo "$d / $c" | bc -l)" "$c" "$(printf '%s\n' "${crc[@]}" | median)"
 done
+echo "# crc32c implementation: $crc_implementation"
 echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -6,9 +6,13 @@
 //   dtrain-bench-checkpoint --dir DIR   (writes DIR/dtrain-bench-checkpoint-PID/, then removes it)
 //   [--sizes-mib 16,64,256] [--reps 3]
 //
-// Prints one line per size: "checkpoint SIZE_MiB median_s min_s median_MB/s crc32c_MB/s"
-// (MB = 10^6 bytes); the last figure is crc32c() alone over the same payload, in memory, so that
-// a gap to dd can be told apart into checksum and I/O.
+// Each size is saved once untimed first, so that every timed save is a steady-state one, as in
+// training: it also prunes (verifies what it keeps, deletes the step before it).
+//
+// Prints "# crc32c: sse4.2" (the implementation in use: sse4.2, armv8-crc or table), then one
+// line per size: "checkpoint SIZE_MiB median_s min_s median_MB/s crc32c_MB/s" (MB = 10^6
+// bytes); the last figure is crc32c() alone over the same payload, in memory, so that a gap to
+// dd can be told apart into checksum and I/O.
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +25,7 @@
 #include <vector>
 
 #include "worker/bench/options.h"
+#include "worker/runtime/crc32c.h"
 #include "worker/runtime/worker.h"
 
 int main(int argc, char** argv) {
@@ -33,6 +38,10 @@ int main(int argc, char** argv) {
   parser.int_list("--sizes-mib", sizes_mib);
   parser.integer("--reps", reps);
   if (int code = parser.parse(argc, argv); code >= 0) return code;
+  if (reps < 1) {
+    std::fprintf(stderr, "dtrain-bench-checkpoint: --reps must be at least 1\n");
+    return 2;
+  }
   if (dir.empty()) {
     std::fprintf(stderr, "dtrain-bench-checkpoint: --dir is required (a directory on the disk to measure; "
                          "a temporary subdirectory is written there and removed)\n");
@@ -54,6 +63,7 @@ int main(int argc, char** argv) {
   options.keep = 1;  // pruning the previous step is part of every save, as in training
   worker::Checkpointer checkpointer(*worker, options);
 
+  std::printf("# crc32c: %s\n", worker::crc32c_impl::implementation_name());
   std::mt19937_64 random(42);
   int64_t step = 0;
   for (int size_mib : sizes_mib) {
@@ -64,7 +74,7 @@ int main(int argc, char** argv) {
       std::memcpy(&payload[i], &word, 8);
     }
     std::vector<double> seconds;
-    for (int rep = 0; rep < reps; ++rep) {
+    for (int rep = 0; rep <= reps; ++rep) {
       std::string copy = payload;  // save() takes ownership; the copy is not timed
       auto start = std::chrono::steady_clock::now();
       worker::Status saved = checkpointer.save(++step, std::move(copy));
@@ -73,7 +83,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "dtrain-bench-checkpoint: %s\n", saved.error().message.c_str());
         return 1;
       }
-      seconds.push_back(elapsed);
+      if (rep > 0) seconds.push_back(elapsed);  // rep 0 only leaves a step behind to prune
     }
     std::sort(seconds.begin(), seconds.end());
     double median = seconds[seconds.size() / 2];
