@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <string>
 #include <thread>
 #include <utility>
@@ -13,6 +14,7 @@
 
 #include "tests/unit/file_size_limit.h"
 #include "worker/runtime/checkpoint_files.h"
+#include "worker/runtime/crc32c.h"
 #include "worker/runtime/worker.h"
 
 using namespace dtrain::worker;
@@ -61,17 +63,6 @@ Status save_steps(const std::string& dir, std::initializer_list<int64_t> steps, 
 }
 
 }  // namespace
-
-TEST_CASE("crc32c matches the published check values") {
-  CHECK(crc32c("123456789", 9) == 0xE3069283u);
-  CHECK(crc32c("", 0) == 0u);
-  std::string zeros(32, '\0');
-  CHECK(crc32c(zeros.data(), zeros.size()) == 0x8A9136AAu);  // RFC 3720 B.4
-  std::string ones(32, '\xff');
-  CHECK(crc32c(ones.data(), ones.size()) == 0x62A8AB43u);
-  // Chaining two halves gives the CRC of the whole.
-  CHECK(crc32c("56789", 5, crc32c("1234", 4)) == 0xE3069283u);
-}
 
 TEST_CASE("checkpoint: a saved step has its shard and manifest, restores its payload and is latest") {
   ScratchDir scratch;
@@ -281,8 +272,17 @@ TEST_CASE("checkpoint: a manifest with wrongly typed fields is rejected, not thr
 TEST_CASE("checkpoint: a save that fails mid-write (as on a full disk) leaves no temp file and the good step") {
   ScratchDir scratch;
   REQUIRE(save_steps(scratch.path, {10}, 1).ok());
+  // A small shard is written by the saving thread; a large one by a second thread while the
+  // first computes its CRC: both must fail the same way.
+  size_t payload_bytes = 100000;
+  uint64_t limit_bytes = 1000;
+  SUBCASE("small shard, one thread") {}
+  SUBCASE("large shard, written while checksummed") {
+    payload_bytes = (size_t{12} << 20) + 3;
+    limit_bytes = uint64_t{5} << 20;
+  }
   {
-    dtrain::testing::FileSizeLimit limit(1000);
+    dtrain::testing::FileSizeLimit limit(limit_bytes);
     Settings settings;
     settings.generation = 1;
     auto worker = Worker::standalone(settings);
@@ -290,7 +290,7 @@ TEST_CASE("checkpoint: a save that fails mid-write (as on a full disk) leaves no
     options.dir = scratch.path;
     options.keep = 1;
     Checkpointer checkpointer(*worker, options);
-    Status saved = checkpointer.save(20, std::string(100000, 's'));
+    Status saved = checkpointer.save(20, std::string(payload_bytes, 's'));
     if (saved.ok()) saved = checkpointer.wait();
     REQUIRE_FALSE(saved.ok());
     CHECK(contains(saved.error().message, "checkpoint step-20"));
@@ -303,6 +303,36 @@ TEST_CASE("checkpoint: a save that fails mid-write (as on a full disk) leaves no
   CHECK_FALSE(fs::exists(scratch.path + "/step-20/MANIFEST.json"));
   CHECK(*latest_complete(scratch.path).latest == 10);
   CHECK(read_shard(scratch.path, 10, 0, 0).value() == "state at step 10");
+}
+
+TEST_CASE("checkpoint: a large shard (written in pieces while checksummed) restores bit for bit and its CRC is the portable one") {
+  ScratchDir scratch;
+  // Not a multiple of the 1 MiB write pieces, past several 8 MiB writeback ranges.
+  std::string payload((size_t{19} << 20) + 5, '\0');
+  std::mt19937_64 random(7);
+  for (char& byte : payload) byte = static_cast<char>(random());
+  {
+    Settings settings;
+    settings.generation = 1;
+    auto worker = Worker::standalone(settings);
+    CheckpointOptions options;
+    options.dir = scratch.path;
+    Checkpointer checkpointer(*worker, options);
+    REQUIRE(checkpointer.save(30, payload).ok());
+  }
+  CHECK(fs::file_size(shard_path(scratch.path, 30)) == ckpt::kHeaderSize + payload.size());
+  CHECK(read_shard(scratch.path, 30, 0, 0).value() == payload);
+  std::ifstream shard(shard_path(scratch.path, 30), std::ios::binary);
+  std::string header(ckpt::kHeaderSize, '\0');
+  shard.read(header.data(), static_cast<std::streamsize>(header.size()));
+  Result<ckpt::ShardHeader> decoded = ckpt::decode_header(header);
+  REQUIRE(decoded.ok());
+  CHECK(decoded->payload_crc == crc32c_impl::portable(payload.data(), payload.size()));
+
+  flip_byte(shard_path(scratch.path, 30), 3 << 20);  // in a piece well after the first
+  Status verified = verify_checkpoint(scratch.path, 30);
+  REQUIRE_FALSE(verified.ok());
+  CHECK(contains(verified.error().message, "CRC mismatch"));
 }
 
 TEST_CASE("checkpoint: a commit from a stale generation is refused and writes no manifest") {
