@@ -78,7 +78,8 @@ TEST_CASE("trainer: 1, 2 and 4 ranks at one global batch follow the same loss cu
     CHECK(std::abs(loss_at(four, step) - loss_at(one, step)) <= 2e-4);
   }
   CHECK(f1.loss < 0.6 * loss_at(one, 1));  // it learns
-  CHECK(four.find("world 4 (dp 4), backend gloo, global batch 64 = 4 x micro 8 x accum 2") != std::string::npos);
+  CHECK(four.find("world 4 (dp 4 x pp 1 x tp 1), backend gloo, global batch 64 = 4 x micro 8 x accum 2") !=
+        std::string::npos);
 }
 
 TEST_CASE("trainer: stopped at a checkpoint and resumed, 2 ranks end bit-identical to an uninterrupted run") {

@@ -21,6 +21,8 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/address.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <gloo/types.h>
 
 #include "worker/runtime/communicators.h"
 
@@ -29,25 +31,29 @@ namespace {
 
 constexpr const char* kKeyPrefix = "gloo/";
 constexpr const char* kEndpointsPrefix = "gloo-endpoints/";
+// Gloo's own algorithms use slot prefixes 0x01-0x08 (gloo/types.h); point to point has its own.
+constexpr uint8_t kPointToPointSlotPrefix = 0x70;
 
-/// gloo::rendezvous::Store over our KV store. Values are hex so that any byte survives JSON.
+/// gloo::rendezvous::Store over our KV store, in the namespace of one group (each group's
+/// context rendezvouses separately). Values are hex so that any byte survives JSON.
 class KvGlooStore final : public gloo::rendezvous::Store {
  public:
-  KvGlooStore(KvClient& kv, Millis timeout) : kv_(kv), timeout_(timeout) {}
+  KvGlooStore(KvClient& kv, const std::string& group_key, Millis timeout)
+      : kv_(kv), prefix_(kKeyPrefix + group_key), timeout_(timeout) {}
 
   void set(const std::string& key, const std::vector<char>& data) override {
-    Status status = kv_.set(kKeyPrefix + key, to_hex(data));
+    Status status = kv_.set(prefix_ + key, to_hex(data));
     if (!status) throw gloo::IoException("rendezvous store: " + status.error().message);
   }
   std::vector<char> get(const std::string& key) override {
-    Result<std::vector<std::string>> values = kv_.wait({kKeyPrefix + key}, timeout_);
+    Result<std::vector<std::string>> values = kv_.wait({prefix_ + key}, timeout_);
     if (!values) throw gloo::IoException("rendezvous store: " + values.error().message);
     return from_hex((*values)[0]);
   }
   void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
   void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
     std::vector<std::string> prefixed;
-    for (const std::string& key : keys) prefixed.push_back(kKeyPrefix + key);
+    for (const std::string& key : keys) prefixed.push_back(prefix_ + key);
     Result<std::vector<std::string>> values = kv_.wait(prefixed, timeout);
     if (!values) throw gloo::IoException("rendezvous store: " + values.error().message);
   }
@@ -74,6 +80,7 @@ class KvGlooStore final : public gloo::rendezvous::Store {
 
  private:
   KvClient& kv_;
+  std::string prefix_;
   Millis timeout_;
 };
 
@@ -104,8 +111,12 @@ std::string local_address_toward(const std::string& master_addr) {
 
 class GlooCommunicator final : public Communicator {
  public:
-  GlooCommunicator(std::shared_ptr<gloo::rendezvous::Context> context, KvClient& kv)
-      : context_(std::move(context)), kv_(kv) {}
+  GlooCommunicator(std::shared_ptr<gloo::rendezvous::Context> context, KvClient& kv, CommGroup group)
+      : context_(std::move(context)),
+        kv_(kv),
+        group_(std::move(group)),
+        sent_(group_.ranks.size(), 0),
+        received_(group_.ranks.size(), 0) {}
 
   const char* backend() const override { return "gloo"; }
   int rank() const override { return context_->rank; }
@@ -151,9 +162,34 @@ class GlooCommunicator final : public Communicator {
       gloo::barrier(options);
     });
   }
+  Status send_recv(const void* send_data, size_t send_bytes, int send_to, void* recv_data, size_t recv_bytes,
+                   int recv_from, Millis timeout) override {
+    std::string what = describe_send_recv(group_, send_bytes, send_to, recv_bytes, recv_from);
+    return run(what, timeout, [&] {
+      std::unique_ptr<gloo::transport::UnboundBuffer> outgoing, incoming;
+      // Gloo takes a mutable pointer for either direction; a send only reads it.
+      if (send_to != kNoPeer) {
+        outgoing = context_->createUnboundBuffer(const_cast<void*>(send_data), send_bytes);
+        outgoing->send(send_to, slot(rank(), send_to, sent_.at(static_cast<size_t>(send_to))++));
+      }
+      if (recv_from != kNoPeer) {
+        incoming = context_->createUnboundBuffer(recv_data, recv_bytes);
+        incoming->recv(recv_from, slot(recv_from, rank(), received_.at(static_cast<size_t>(recv_from))++));
+      }
+      if (incoming && !incoming->waitRecv(timeout)) throw gloo::IoException("receive aborted");
+      if (outgoing && !outgoing->waitSend(timeout)) throw gloo::IoException("send aborted");
+    });
+  }
 
  private:
   uint32_t next_tag() { return tag_++; }
+  int global(int index) const { return group_.ranks.at(static_cast<size_t>(index)); }
+
+  /// The slot of the `sequence`-th message from index `from` to index `to`: both ends count
+  /// their messages per peer and direction, so they compute the same slot without talking.
+  static uint64_t slot(int from, int to, uint32_t sequence) {
+    return gloo::Slot::build(kPointToPointSlotPrefix, (sequence << 1) | (from < to ? 0u : 1u));
+  }
 
   template <class Operation>
   Status run(const std::string& what, Millis timeout, Operation operation) {
@@ -170,14 +206,17 @@ class GlooCommunicator final : public Communicator {
 
   /// Names the peer when Gloo's message carries its address, else the whole group.
   std::string describe_failure(const std::string& what, Millis timeout, const std::string& cause) const {
-    std::string message = "gloo " + what + " failed on rank " + std::to_string(rank()) + " of " +
-                          std::to_string(size()) + ": ";
+    std::string message = "gloo " + what + " failed on rank " + std::to_string(global(rank()));
+    message += group_.name.empty() ? " of " + std::to_string(size())
+                                   : " (index " + std::to_string(rank()) + " of " + std::to_string(size()) +
+                                         " in its " + group_.name + ")";
+    message += ": ";
     if (std::optional<int> peer = peer_named_in(cause)) {
       return message + "peer rank " + std::to_string(*peer) + " is gone (crashed or killed?): " + cause;
     }
     std::string peers;
     for (int i = 0; i < size(); ++i) {
-      if (i != rank()) peers += (peers.empty() ? "" : ",") + std::to_string(i);
+      if (i != rank()) peers += (peers.empty() ? "" : ",") + std::to_string(global(i));
     }
     bool timed_out = cause.find("imed out") != std::string::npos || cause.find("imeout") != std::string::npos;
     if (timed_out) {
@@ -187,7 +226,7 @@ class GlooCommunicator final : public Communicator {
     return message + "peer ranks " + peers + ": " + cause;
   }
 
-  /// The rank whose published endpoints include the address in Gloo's message, if any.
+  /// The (global) rank whose published endpoints include the address in Gloo's message, if any.
   std::optional<int> peer_named_in(const std::string& cause) const {
     static const std::regex address_pattern(R"((\[[0-9.]+\]:)([0-9]+))");
     std::smatch match;
@@ -199,16 +238,21 @@ class GlooCommunicator final : public Communicator {
     std::string as_swapped = match[1].str() + std::to_string(swapped) + " ";
     for (int peer = 0; peer < size(); ++peer) {
       if (peer == rank()) continue;
-      Result<std::optional<std::string>> endpoints = kv_.get(kEndpointsPrefix + std::to_string(peer));
+      Result<std::optional<std::string>> endpoints = kv_.get(kEndpointsPrefix + std::to_string(global(peer)));
       if (!endpoints || !endpoints->has_value()) continue;
       const std::string& list = **endpoints;
-      if (list.find(as_printed) != std::string::npos || list.find(as_swapped) != std::string::npos) return peer;
+      if (list.find(as_printed) != std::string::npos || list.find(as_swapped) != std::string::npos) {
+        return global(peer);
+      }
     }
     return std::nullopt;
   }
 
   std::shared_ptr<gloo::rendezvous::Context> context_;
   KvClient& kv_;
+  CommGroup group_;
+  std::vector<uint32_t> sent_;      // messages sent to / received from each index
+  std::vector<uint32_t> received_;
   uint32_t tag_ = 0;
   bool broken_ = false;
   std::string broken_reason_;
@@ -244,11 +288,36 @@ std::unique_ptr<Communicator> make_solo_communicator() {
     Status allreduce_sum(double*, size_t, Millis) override { return {}; }
     Status broadcast(void*, size_t, int, Millis) override { return {}; }
     Status barrier(Millis) override { return {}; }
+    Status send_recv(const void*, size_t, int send_to, void*, size_t, int recv_from, Millis) override {
+      if (send_to == kNoPeer && recv_from == kNoPeer) return {};
+      return Error{"internal bug: send/recv with a peer in a group of one"};
+    }
   };
   return std::make_unique<Solo>();
 }
 
-Result<std::unique_ptr<Communicator>> make_gloo_communicator(KvClient& kv, const Topology& topology,
+CommGroup world_group(const Topology& topology) {
+  CommGroup world;
+  world.store_key = "world/";
+  for (int rank = 0; rank < topology.world_size; ++rank) world.ranks.push_back(rank);
+  world.index = topology.rank;
+  return world;
+}
+
+std::string describe_send_recv(const CommGroup& group, size_t send_bytes, int send_to, size_t recv_bytes,
+                               int recv_from) {
+  std::string what = "send/recv(";
+  if (send_to != Communicator::kNoPeer) {
+    what += std::to_string(send_bytes) + " bytes to rank " + std::to_string(group.ranks.at(static_cast<size_t>(send_to)));
+  }
+  if (recv_from != Communicator::kNoPeer) {
+    what += std::string(send_to != Communicator::kNoPeer ? ", " : "") + std::to_string(recv_bytes) +
+            " bytes from rank " + std::to_string(group.ranks.at(static_cast<size_t>(recv_from)));
+  }
+  return what + ")";
+}
+
+Result<std::unique_ptr<Communicator>> make_gloo_communicator(KvClient& kv, const CommGroup& group,
                                                              const Settings& settings, Millis timeout) {
   // Gloo writes to peer sockets with plain write(2): when a peer dies mid-collective, the default
   // SIGPIPE would kill this rank silently instead of letting Gloo raise the IoException that we
@@ -263,17 +332,19 @@ Result<std::unique_ptr<Communicator>> make_gloo_communicator(KvClient& kv, const
   try {
     gloo::transport::tcp::attr attr(host.c_str());
     auto device = gloo::transport::tcp::CreateDevice(attr);
-    auto context = std::make_shared<gloo::rendezvous::Context>(topology.rank, topology.world_size);
+    auto context = std::make_shared<gloo::rendezvous::Context>(group.index, group.size());
     context->setTimeout(timeout);
-    KvGlooStore store(kv, timeout);
+    KvGlooStore store(kv, group.store_key, timeout);
     context->connectFullMesh(store, device);
-    // Best effort: without it errors name the whole group instead of the peer.
-    (void)kv.set(kEndpointsPrefix + std::to_string(topology.rank), local_endpoints());
-    return std::unique_ptr<Communicator>(std::make_unique<GlooCommunicator>(context, kv));
+    // Best effort: without it errors name the whole group instead of the peer. A process in
+    // several groups republishes a superset (every socket it has) after each.
+    (void)kv.set(kEndpointsPrefix + std::to_string(group.global_rank()), local_endpoints());
+    return std::unique_ptr<Communicator>(std::make_unique<GlooCommunicator>(context, kv, group));
   } catch (const std::exception& failure) {
-    return Error{"gloo rendezvous of rank " + std::to_string(topology.rank) + " of " +
-                 std::to_string(topology.world_size) + " (listening on " + host + ", timeout " +
-                 std::to_string(timeout.count()) + "ms) failed: " + failure.what()};
+    std::string where = group.name.empty() ? "" : " in its " + group.name;
+    return Error{"gloo rendezvous of rank " + std::to_string(group.global_rank()) + where + " (index " +
+                 std::to_string(group.index) + " of " + std::to_string(group.size()) + ", listening on " + host +
+                 ", timeout " + std::to_string(timeout.count()) + "ms) failed: " + failure.what()};
   }
 }
 

@@ -20,7 +20,7 @@
 namespace dtrain::worker {
 namespace {
 
-constexpr const char* kUniqueIdKey = "nccl/unique_id";
+constexpr const char* kUniqueIdKey = "nccl/unique_id/";
 
 std::string to_hex(const void* data, size_t size) {
   static const char* digits = "0123456789abcdef";
@@ -46,8 +46,9 @@ using Clock = std::chrono::steady_clock;
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(ncclComm_t comm, cudaStream_t stream, int rank, int size, float* scratch)
-      : comm_(comm), stream_(stream), rank_(rank), size_(size), scratch_(scratch) {}
+  NcclCommunicator(ncclComm_t comm, cudaStream_t stream, CommGroup group, float* scratch)
+      : comm_(comm), stream_(stream), group_(std::move(group)), rank_(group_.index), size_(group_.size()),
+        scratch_(scratch) {}
   ~NcclCommunicator() override {
     if (comm_ != nullptr) {
       if (broken_) {
@@ -79,6 +80,21 @@ class NcclCommunicator final : public Communicator {
   Status barrier(Millis timeout) override {
     return run("barrier", timeout,
                [&] { return ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_); });
+  }
+  Status send_recv(const void* send_data, size_t send_bytes, int send_to, void* recv_data, size_t recv_bytes,
+                   int recv_from, Millis timeout) override {
+    std::string what = describe_send_recv(group_, send_bytes, send_to, recv_bytes, recv_from);
+    return run(what, timeout, [&] {
+      // One group: NCCL posts both before waiting for either (no send/recv ordering deadlock).
+      ncclResult_t first_error = ncclGroupStart();
+      auto keep_first = [&](ncclResult_t result) {
+        if (first_error == ncclSuccess || first_error == ncclInProgress) first_error = result;
+      };
+      if (send_to != kNoPeer) keep_first(ncclSend(send_data, send_bytes, ncclUint8, send_to, comm_, stream_));
+      if (recv_from != kNoPeer) keep_first(ncclRecv(recv_data, recv_bytes, ncclUint8, recv_from, comm_, stream_));
+      ncclResult_t ended = ncclGroupEnd();
+      return first_error == ncclSuccess || first_error == ncclInProgress ? ended : first_error;
+    });
   }
   void abort() override {
     if (comm_ != nullptr) ncclCommAbort(comm_);
@@ -115,20 +131,26 @@ class NcclCommunicator final : public Communicator {
     }
   }
 
+  int global(int index) const { return group_.ranks.at(static_cast<size_t>(index)); }
+
   Status fail(const std::string& what, const std::string& cause) {
     broken_ = true;
     ncclCommAbort(comm_);
     comm_ = nullptr;
     std::string peers;
     for (int i = 0; i < size_; ++i) {
-      if (i != rank_) peers += (peers.empty() ? "" : ",") + std::to_string(i);
+      if (i != rank_) peers += (peers.empty() ? "" : ",") + std::to_string(global(i));
     }
-    return Error{"nccl " + what + " failed on rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
-                 " (peer ranks " + peers + "): " + cause + "; communicator aborted"};
+    std::string where = group_.name.empty() ? " of " + std::to_string(size_)
+                                            : " (index " + std::to_string(rank_) + " of " + std::to_string(size_) +
+                                                  " in its " + group_.name + ")";
+    return Error{"nccl " + what + " failed on rank " + std::to_string(global(rank_)) + where + " (peer ranks " +
+                 peers + "): " + cause + "; communicator aborted"};
   }
 
   ncclComm_t comm_;
   cudaStream_t stream_;
+  CommGroup group_;
   int rank_;
   int size_;
   float* scratch_;
@@ -142,8 +164,8 @@ bool nccl_usable() {
   return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
 }
 
-Result<std::unique_ptr<Communicator>> make_nccl_communicator(KvClient& kv, const Topology& topology,
-                                                             const Settings& /*settings*/, Millis timeout) {
+Result<std::unique_ptr<Communicator>> make_nccl_communicator(KvClient& kv, const CommGroup& group,
+                                                             const Topology& topology, Millis timeout) {
   int devices = 0;
   if (cudaError_t error = cudaGetDeviceCount(&devices); error != cudaSuccess || devices == 0) {
     return Error{"DTRAIN_BACKEND=nccl but no CUDA device is usable on this host (" +
@@ -162,13 +184,14 @@ Result<std::unique_ptr<Communicator>> make_nccl_communicator(KvClient& kv, const
     return Error{"cudaSetDevice(" + std::to_string(device) + "): " + cudaGetErrorString(error)};
   }
   ncclUniqueId id;
-  if (topology.rank == 0) {
+  std::string id_key = kUniqueIdKey + group.store_key;
+  if (group.index == 0) {
     if (ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) {
       return Error{std::string("ncclGetUniqueId: ") + ncclGetErrorString(r)};
     }
-    if (Status set = kv.set(kUniqueIdKey, to_hex(&id, sizeof(id))); !set) return set.error();
+    if (Status set = kv.set(id_key, to_hex(&id, sizeof(id))); !set) return set.error();
   } else {
-    Result<std::vector<std::string>> value = kv.wait({kUniqueIdKey}, timeout);
+    Result<std::vector<std::string>> value = kv.wait({id_key}, timeout);
     if (!value) return Error{"nccl rendezvous: " + value.error().message};
     if (!from_hex((*value)[0], &id, sizeof(id))) return Error{"nccl rendezvous: malformed unique id in the store"};
   }
@@ -176,26 +199,29 @@ Result<std::unique_ptr<Communicator>> make_nccl_communicator(KvClient& kv, const
   config.blocking = 0;
   ncclComm_t comm = nullptr;
   auto deadline = Clock::now() + timeout;
-  ncclResult_t result = ncclCommInitRankConfig(&comm, topology.world_size, id, topology.rank, &config);
+  ncclResult_t result = ncclCommInitRankConfig(&comm, group.size(), id, group.index, &config);
+  std::string who = "rank " + std::to_string(topology.rank) +
+                    (group.name.empty() ? "" : " in its " + group.name) + " (index " + std::to_string(group.index) +
+                    " of " + std::to_string(group.size()) + ")";
   while (result == ncclInProgress) {
     if (Clock::now() > deadline) {
       ncclCommAbort(comm);
-      return Error{"nccl init of rank " + std::to_string(topology.rank) + " of " + std::to_string(topology.world_size) +
-                   " timed out after " + std::to_string(timeout.count()) + "ms (a peer never joined)"};
+      return Error{"nccl init of " + who + " timed out after " + std::to_string(timeout.count()) +
+                   "ms (a peer never joined)"};
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
     ncclCommGetAsyncError(comm, &result);
   }
   if (result != ncclSuccess) {
     if (comm != nullptr) ncclCommAbort(comm);
-    return Error{"nccl init of rank " + std::to_string(topology.rank) + ": " + ncclGetErrorString(result)};
+    return Error{"nccl init of " + who + ": " + ncclGetErrorString(result)};
   }
   cudaStream_t stream = nullptr;
   cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
   float* scratch = nullptr;
   cudaMalloc(&scratch, sizeof(float));
   return std::unique_ptr<Communicator>(
-      std::make_unique<NcclCommunicator>(comm, stream, topology.rank, topology.world_size, scratch));
+      std::make_unique<NcclCommunicator>(comm, stream, group, scratch));
 }
 
 }  // namespace dtrain::worker
@@ -206,7 +232,7 @@ namespace dtrain::worker {
 
 bool nccl_usable() { return false; }
 
-Result<std::unique_ptr<Communicator>> make_nccl_communicator(KvClient&, const Topology&, const Settings&, Millis) {
+Result<std::unique_ptr<Communicator>> make_nccl_communicator(KvClient&, const CommGroup&, const Topology&, Millis) {
   return Error{"DTRAIN_BACKEND=nccl, but this build has no CUDA/NCCL (configured without them); "
                "use worker.backend: gloo, or rebuild with -DDTRAIN_CUDA=ON"};
 }

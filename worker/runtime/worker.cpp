@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <tuple>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -61,12 +62,13 @@ Status read_contract(Topology& topology, Settings& settings) {
   topology.local_world_size = static_cast<int>(read(env::kLocalWorldSize, 1, 1));
   topology.tp_size = static_cast<int>(read(env::kTpSize, 1, 1));
   topology.pp_size = static_cast<int>(read(env::kPpSize, 1, 1));
-  // Ranks are ordered TP fastest, then PP, then DP (launcher/plan): derive what is not set.
+  // The launcher sets every coordinate; what is not set is derived as launcher/plan orders
+  // ranks: TP fastest, then DP, then PP (rank = (pp * dp_size + dp) * tp_size + tp).
   int model = topology.tp_size * topology.pp_size;
   topology.dp_size = static_cast<int>(read(env::kDpSize, std::max(1, topology.world_size / model), 1));
   topology.tp_rank = static_cast<int>(read(env::kTpRank, topology.rank % topology.tp_size, 0));
-  topology.pp_rank = static_cast<int>(read(env::kPpRank, (topology.rank / topology.tp_size) % topology.pp_size, 0));
-  topology.dp_rank = static_cast<int>(read(env::kDpRank, topology.rank / model, 0));
+  topology.dp_rank = static_cast<int>(read(env::kDpRank, (topology.rank / topology.tp_size) % topology.dp_size, 0));
+  topology.pp_rank = static_cast<int>(read(env::kPpRank, topology.rank / (topology.tp_size * topology.dp_size), 0));
   if (status.ok() && topology.rank >= topology.world_size) {
     status = Error{"RANK=" + std::to_string(topology.rank) + " is not below WORLD_SIZE=" +
                    std::to_string(topology.world_size)};
@@ -257,15 +259,17 @@ std::vector<std::string> Worker::sent_lines() const {
   return recorded_->lines;
 }
 
+Result<std::unique_ptr<Communicator>> Worker::connect_group(const CommGroup& group, Millis timeout) {
+  if (group.size() == 1) return make_solo_communicator();
+  std::string backend = settings_.backend;
+  if (backend.empty()) backend = nccl_usable() ? "nccl" : "gloo";
+  if (backend == "nccl") return make_nccl_communicator(*kv_, group, topology_, timeout);
+  return make_gloo_communicator(*kv_, group, settings_, timeout);
+}
+
 Result<std::unique_ptr<Communicator>> Worker::connect(Millis timeout) {
   int64_t started = monotonic_ms();
-  Result<std::unique_ptr<Communicator>> communicator = [&]() -> Result<std::unique_ptr<Communicator>> {
-    if (topology_.world_size == 1) return make_solo_communicator();
-    std::string backend = settings_.backend;
-    if (backend.empty()) backend = nccl_usable() ? "nccl" : "gloo";
-    if (backend == "nccl") return make_nccl_communicator(*kv_, topology_, settings_, timeout);
-    return make_gloo_communicator(*kv_, topology_, settings_, timeout);
-  }();
+  Result<std::unique_ptr<Communicator>> communicator = connect_group(world_group(topology_), timeout);
   // Every back end returns only once init is complete (Gloo: full mesh connected; NCCL: the
   // non-blocking init polled to ncclSuccess), so "ready" here means a collective could run. A
   // world of one says it too: the supervisor waits for every rank's comm.ready.
@@ -275,6 +279,74 @@ Result<std::unique_ptr<Communicator>> Worker::connect(Millis timeout) {
 
 void Worker::report_comm_ready(int64_t init_ms) {
   send_line(json{{"type", wire::kCommReady}, {"ms", init_ms}}.dump());
+}
+
+}  // namespace dtrain::worker
+
+namespace dtrain::worker {
+namespace {
+
+std::string coordinate_key(int tp, int pp, int dp) {
+  return "layout/tp" + std::to_string(tp) + "-pp" + std::to_string(pp) + "-dp" + std::to_string(dp);
+}
+
+}  // namespace
+
+Result<ParallelGroups> Worker::connect_groups(Millis timeout) {
+  int64_t started = monotonic_ms();
+  const Topology& me = topology_;
+  // Who sits where: every rank publishes its coordinates, then reads those of its groups.
+  if (me.world_size > 1) {
+    if (Status set = kv_->set(coordinate_key(me.tp_rank, me.pp_rank, me.dp_rank), std::to_string(me.rank)); !set) {
+      return Error{"publishing this rank's parallel coordinates: " + set.error().message};
+    }
+  }
+  auto group_of = [&](const char* name, const std::string& id, int size, int index,
+                      auto coordinates_of) -> Result<CommGroup> {
+    CommGroup group{name, std::string(name) + "/" + id + "/", {}, index};
+    if (size == 1) {
+      group.ranks = {me.rank};
+      return group;
+    }
+    std::vector<std::string> keys;
+    for (int i = 0; i < size; ++i) {
+      auto [tp, pp, dp] = coordinates_of(i);
+      keys.push_back(coordinate_key(tp, pp, dp));
+    }
+    Result<std::vector<std::string>> ranks = kv_->wait(keys, timeout);
+    if (!ranks) return Error{"the ranks of this rank's " + std::string(name) + ": " + ranks.error().message};
+    for (const std::string& rank : *ranks) group.ranks.push_back(std::atoi(rank.c_str()));
+    return group;
+  };
+  std::string tp_id = "pp" + std::to_string(me.pp_rank) + "-dp" + std::to_string(me.dp_rank);
+  std::string pp_id = "tp" + std::to_string(me.tp_rank) + "-dp" + std::to_string(me.dp_rank);
+  std::string dp_id = "tp" + std::to_string(me.tp_rank) + "-pp" + std::to_string(me.pp_rank);
+  Result<CommGroup> tensor = group_of("tensor-parallel group", tp_id, me.tp_size, me.tp_rank,
+                                      [&](int i) { return std::tuple{i, me.pp_rank, me.dp_rank}; });
+  if (!tensor) return tensor.error();
+  Result<CommGroup> pipeline = group_of("pipeline-parallel group", pp_id, me.pp_size, me.pp_rank,
+                                        [&](int i) { return std::tuple{me.tp_rank, i, me.dp_rank}; });
+  if (!pipeline) return pipeline.error();
+  Result<CommGroup> data = group_of("data-parallel group", dp_id, me.dp_size, me.dp_rank,
+                                    [&](int i) { return std::tuple{me.tp_rank, me.pp_rank, i}; });
+  if (!data) return data.error();
+  // In a job without model parallelism the data-parallel group is the world: its messages
+  // then read like a world communicator's ("rank 1 of 4").
+  if (me.tp_size * me.pp_size == 1) data->name.clear();
+
+  ParallelGroups groups;
+  // The same order on every rank: a rank in two groups must not wait in one for a peer that
+  // waits for it in the other.
+  for (auto [group, out, ranks] : {std::tuple{&*tensor, &groups.tensor, &groups.tensor_ranks},
+                                   std::tuple{&*pipeline, &groups.pipeline, &groups.pipeline_ranks},
+                                   std::tuple{&*data, &groups.data, &groups.data_ranks}}) {
+    Result<std::unique_ptr<Communicator>> connected = connect_group(*group, timeout);
+    if (!connected) return connected.error();
+    *out = std::move(*connected);
+    *ranks = group->ranks;
+  }
+  report_comm_ready(monotonic_ms() - started);
+  return groups;
 }
 
 }  // namespace dtrain::worker

@@ -161,13 +161,43 @@ class Communicator {
   /// Copies `bytes` at `data` from `root` to every rank.
   virtual Status broadcast(void* data, size_t bytes, int root, Millis timeout) = 0;
   virtual Status barrier(Millis timeout) = 0;
+  /// Point to point: sends `send_bytes` at `send_data` to rank `send_to` and receives
+  /// `recv_bytes` into `recv_data` from rank `recv_from`. Both are posted before either is
+  /// waited for, so two neighbours that exchange in both directions (a pipeline's activations
+  /// one way, gradients the other) cannot deadlock. kNoPeer skips that half. A rank's n-th send
+  /// to a peer is that peer's n-th receive from it; their byte counts must agree. For NCCL,
+  /// both buffers must be device memory.
+  virtual Status send_recv(const void* send_data, size_t send_bytes, int send_to, void* recv_data,
+                           size_t recv_bytes, int recv_from, Millis timeout) = 0;
+  Status send(const void* data, size_t bytes, int to, Millis timeout) {
+    return send_recv(data, bytes, to, nullptr, 0, kNoPeer, timeout);
+  }
+  Status recv(void* data, size_t bytes, int from, Millis timeout) {
+    return send_recv(nullptr, 0, kNoPeer, data, bytes, from, timeout);
+  }
   /// Tears the communicator down without waiting for peers (ncclCommAbort); used on stop.
   virtual void abort() {}
+
+  static constexpr int kNoPeer = -1;
+};
+
+/// A rank's communicators for hybrid parallelism, one per group it belongs to. In each group a
+/// rank's index is its coordinate on that axis: tp_rank in `tensor`, pp_rank in `pipeline`
+/// (so the pipeline neighbours are pp_rank - 1 and pp_rank + 1), dp_rank in `data`. A group of
+/// one is a communicator whose collectives do nothing.
+struct ParallelGroups {
+  std::unique_ptr<Communicator> tensor;    ///< same (pp, dp): the layers' split halves
+  std::unique_ptr<Communicator> pipeline;  ///< same (tp, dp): the stages of one replica
+  std::unique_ptr<Communicator> data;      ///< same (tp, pp): the replicas of one shard
+  std::vector<int> tensor_ranks;           ///< global ranks of each group, by index
+  std::vector<int> pipeline_ranks;
+  std::vector<int> data_ranks;
 };
 
 // --- the worker ----------------------------------------------------------------------------------
 
 class AgentConnection;
+struct CommGroup;
 
 /// One training process's link to dtrain: identity, heartbeats, the KV store, collectives.
 class Worker {
@@ -213,6 +243,12 @@ class Worker {
   /// connect() need do nothing more.
   Result<std::unique_ptr<Communicator>> connect(Millis timeout);
 
+  /// Connects this rank's tensor-, pipeline- and data-parallel groups instead of one world
+  /// communicator (same back-end choice as connect()). Membership comes from the store: every
+  /// rank publishes its (tp, pp, dp) coordinates, so the groups follow the launcher's plan
+  /// whatever its rank order. Reports comm.ready once, when all three are up.
+  Result<ParallelGroups> connect_groups(Millis timeout);
+
   /// comm.ready {ms}: this rank's communicator is initialised and the first collective could
   /// run; `init_ms` is how long that took. The supervisor ends the recovery's "rendezvous" phase
   /// when every rank has said it. Only for programs that build their own communicator: connect()
@@ -234,6 +270,7 @@ class Worker {
  private:
   Worker() = default;
   void send_line(const std::string& line);
+  Result<std::unique_ptr<Communicator>> connect_group(const CommGroup& group, Millis timeout);
 
   Topology topology_;
   Settings settings_;

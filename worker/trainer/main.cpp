@@ -1,6 +1,7 @@
 // dtrain-train: the reference trainer. An MLP learns a fixed random teacher's labels on
-// synthetic data, data parallel over the ranks dtrain starts, with checkpoints and heartbeats
-// through libdtrain_worker. Same global batch ⇒ same loss curve for any number of ranks.
+// synthetic data, in the plan's hybrid layout (tensor × pipeline × data parallel, see
+// layout.h and pipeline.h), with checkpoints and heartbeats through libdtrain_worker. Same
+// global batch ⇒ the same loss curve for any layout, up to float summation order.
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -10,9 +11,11 @@
 
 #include "worker/runtime/worker.h"
 #include "worker/trainer/data.h"
+#include "worker/trainer/layout.h"
 #include "worker/trainer/model.h"
 #include "worker/trainer/optimizer.h"
 #include "worker/trainer/options.h"
+#include "worker/trainer/pipeline.h"
 #include "worker/trainer/staging.h"
 #include "worker/trainer/train_state.h"
 
@@ -27,32 +30,90 @@ double ms_since(Clock::time_point start) {
 }
 
 /// How the global batch is split: each DP rank takes global/dp consecutive sample indices of
-/// every global batch, in `accum` micro-batches of `micro`.
+/// every global batch, in `accum` micro-batches of `micro` (the pipeline's micro-batches).
 struct BatchPlan {
   int global = 0;
   int micro = 0;
   int accum = 0;
+  bool derived = false;  ///< neither the spec nor --global-batch chose it
 };
+
+constexpr int kDefaultGlobalBatch = 64;
 
 worker::Result<BatchPlan> plan_batch(const Options& options, const worker::Settings& settings, int dp_size) {
   BatchPlan plan;
-  plan.global = settings.global_batch > 0 ? settings.global_batch : options.global_batch;
   plan.micro = settings.micro_batch > 0 ? settings.micro_batch : options.micro_batch;
-  plan.accum = settings.grad_accum > 0 ? settings.grad_accum : plan.global / (dp_size * plan.micro);
-  if (plan.accum < 1 || static_cast<int64_t>(dp_size) * plan.micro * plan.accum != plan.global) {
+  int per_step = dp_size * plan.micro;
+  if (settings.global_batch > 0 || options.global_batch > 0) {
+    plan.global = settings.global_batch > 0 ? settings.global_batch : options.global_batch;
+    // The plan's grad_accum counts only when the spec set the batch (else it says 1).
+    plan.accum = settings.global_batch > 0 && settings.grad_accum > 0 ? settings.grad_accum : plan.global / per_step;
+  } else {
+    // No batch anywhere: the multiple of data x micro nearest the default, so that any
+    // number of ranks runs (64 does not split over 3 replicas of 8).
+    plan.accum = std::max(1, (kDefaultGlobalBatch + per_step / 2) / per_step);
+    plan.global = per_step * plan.accum;
+    plan.derived = true;
+  }
+  if (plan.accum < 1 || static_cast<int64_t>(per_step) * plan.accum != plan.global) {
     return worker::Error{"dtrain-train: global batch " + std::to_string(plan.global) + " is not data-parallel size " +
                          std::to_string(dp_size) + " x micro batch " + std::to_string(plan.micro) +
                          " x grad accumulation " + std::to_string(plan.accum) +
-                         "; choose batch.global as a multiple of dp x batch.micro"};
+                         "; choose batch.global (or --global-batch) as a multiple of dp x batch.micro = " +
+                         std::to_string(per_step)};
   }
   return plan;
 }
 
-int fail(worker::Worker& worker, worker::Communicator* comm, const std::string& message) {
+void abort_groups(worker::ParallelGroups* groups) {
+  if (groups == nullptr) return;
+  for (auto* comm : {groups->tensor.get(), groups->pipeline.get(), groups->data.get()}) {
+    if (comm != nullptr) comm->abort();
+  }
+}
+
+int fail(worker::Worker& worker, worker::ParallelGroups* groups, const std::string& message) {
   std::fprintf(stderr, "dtrain-train: rank %d: %s\n", worker.topology().rank, message.c_str());
-  if (comm != nullptr) comm->abort();
+  abort_groups(groups);
   worker.bye("error");
   return 1;
+}
+
+/// A resume at another tensor or pipeline size would load shards of other layers: refuse it
+/// before restore() reads a shard that does not fit (or does not exist). Shard tp0-pp0 exists in
+/// every layout; when it cannot be read, restore() reports why.
+std::optional<worker::Error> refuse_other_layout(const std::string& dir, int64_t resume_step,
+                                                 const ModelLayout& layout) {
+  if (dir.empty()) return std::nullopt;
+  std::optional<int64_t> step = resume_step >= 0 ? std::optional<int64_t>(resume_step) : worker::latest_complete(dir).latest;
+  if (!step) return std::nullopt;
+  worker::Result<std::string> payload = worker::read_shard(dir, *step, 0, 0);
+  if (!payload) return std::nullopt;
+  worker::Result<TrainState> saved = decode_state(*payload, layout.widths);
+  if (!saved) return std::nullopt;
+  return layout_refusal(*saved, layout.tensor, layout.pipeline, *step, dir);
+}
+
+/// Mean timings over the steps after the first (which includes connection warm-up).
+struct TimingTotals {
+  int steps = 0;
+  double step_ms = 0, pipeline_ms = 0, pipeline_wait_ms = 0, tensor_ms = 0, data_parallel_ms = 0;
+};
+
+void print_timing(const TimingTotals& totals, const worker::Topology& topology, const BatchPlan& batch) {
+  if (totals.steps == 0) return;
+  double n = totals.steps;
+  std::printf("dtrain-train: timing over %d steps: step %.2f ms, %.0f samples/s; per step: pipeline wait %.2f ms, "
+              "tensor allreduce %.2f ms, data-parallel allreduce %.2f ms\n",
+              totals.steps, totals.step_ms / n, batch.global * 1000.0 / (totals.step_ms / n),
+              totals.pipeline_wait_ms / n, totals.tensor_ms / n, totals.data_parallel_ms / n);
+  if (topology.pp_size > 1) {
+    int p = topology.pp_size, m = batch.accum;
+    std::printf("dtrain-train: pipeline stage %d of %d: idle %.1f%% of the schedule (1F1B bubble (p-1)/(m+p-1) = "
+                "%d/%d = %.1f%%)\n",
+                topology.pp_rank, p, 100.0 * totals.pipeline_wait_ms / totals.pipeline_ms, p - 1, m + p - 1,
+                100.0 * (p - 1) / (m + p - 1));
+  }
 }
 
 int run(const Options& options) {
@@ -65,17 +126,27 @@ int run(const Options& options) {
   const worker::Topology& topology = worker.topology();
   const worker::Settings& settings = worker.settings();
   auto batch = plan_batch(options, settings, topology.dp_size);
-  if (!batch) {
-    std::fprintf(stderr, "%s\n", batch.error().message.c_str());
+  std::vector<int> widths{options.inputs};
+  for (int l = 0; l < options.layers; ++l) widths.push_back(options.hidden);
+  widths.push_back(options.classes);
+  auto layout = plan_model(widths, topology.tp_size, topology.pp_size);
+  if (!batch || !layout) {
+    std::fprintf(stderr, "%s\n", (!batch ? batch.error() : layout.error()).message.c_str());
     worker.bye("error");
     return 2;
   }
+  if (batch->derived && topology.rank == 0) {
+    std::printf("dtrain-train: no batch in the spec or flags: global batch %d = data %d x micro %d x accum %d "
+                "(the multiple of data x micro nearest %d; set batch.global to choose)\n",
+                batch->global, topology.dp_size, batch->micro, batch->accum, kDefaultGlobalBatch);
+    std::fflush(stdout);
+  }
   Millis timeout(options.comm_timeout_ms);
-  auto connected = worker.connect(timeout);
+  auto connected = worker.connect_groups(timeout);
   if (!connected) return fail(worker, nullptr, connected.error().message);
-  worker::Communicator& comm = **connected;
+  worker::ParallelGroups& groups = *connected;
 
-  Mlp model(options.inputs, options.hidden, options.layers, options.classes, options.seed);
+  MlpShard model(*layout, topology.pp_rank, topology.tp_rank, options.seed);
   SgdMomentum optimizer(model.parameter_count(), options.lr, options.momentum);
   SyntheticData data(options.inputs, options.classes, options.data_seed);
 
@@ -86,75 +157,106 @@ int run(const Options& options) {
   worker::Checkpointer checkpointer(worker, ckpt_options);
 
   int64_t first_step = 1;
+  if (auto refusal = refuse_other_layout(ckpt_options.dir, settings.resume_step, *layout)) {
+    return fail(worker, &groups, refusal->message);
+  }
   auto restored = checkpointer.restore(settings.resume_step);
-  if (!restored) return fail(worker, &comm, restored.error().message);
+  if (!restored) return fail(worker, &groups, restored.error().message);
   if (restored->has_value()) {
-    auto state = decode_state((*restored)->payload, model.widths());
-    if (!state) return fail(worker, &comm, "checkpoint step-" + std::to_string((*restored)->step) + ": " + state.error().message);
+    std::string where = "checkpoint step-" + std::to_string((*restored)->step);
+    auto state = decode_state((*restored)->payload, widths);
+    if (!state) return fail(worker, &groups, where + ": " + state.error().message);
+    if (auto refusal = layout_refusal(*state, layout->tensor, layout->pipeline, (*restored)->step, ckpt_options.dir)) {
+      return fail(worker, &groups, refusal->message);
+    }
+    if (state->tp_rank != topology.tp_rank || state->pp_rank != topology.pp_rank ||
+        state->params.size() != model.parameter_count()) {
+      return fail(worker, &groups, where + ": shard of tp " + std::to_string(state->tp_rank) + " pp " +
+                                       std::to_string(state->pp_rank) + " with " + std::to_string(state->params.size()) +
+                                       " parameters, expected tp " + std::to_string(topology.tp_rank) + " pp " +
+                                       std::to_string(topology.pp_rank) + " with " +
+                                       std::to_string(model.parameter_count()) + " (misplaced shard?)");
+    }
     model.params() = std::move(state->params);
     optimizer.velocity() = std::move(state->velocity);
     first_step = state->step + 1;
     std::printf("dtrain-train: resumed from checkpoint step-%" PRId64 " in %s\n", state->step, ckpt_options.dir.c_str());
   }
   size_t count = model.parameter_count();
-  auto staging = Staging::create(comm, (count + 1) * sizeof(double));
-  if (!staging) return fail(worker, &comm, staging.error().message);
-  // Every rank computed or loaded the same parameters; broadcasting rank 0's makes that a fact.
-  if (auto sent = (*staging)->broadcast(model.params().data(), model.parameter_count() * sizeof(float), 0, timeout); !sent) {
-    return fail(worker, &comm, sent.error().message);
+  size_t activations = static_cast<size_t>(batch->micro) * std::max(options.hidden, std::max(options.inputs, options.classes));
+  auto data_staging = Staging::create(*groups.data, (count + 1) * sizeof(double));
+  auto tensor_staging = Staging::create(*groups.tensor, activations * sizeof(double));
+  auto pipeline_staging = Staging::create(*groups.pipeline, PipelineStep::max_message(*layout, batch->micro) * sizeof(double));
+  for (auto* staging : {&data_staging, &tensor_staging, &pipeline_staging}) {
+    if (!*staging) return fail(worker, &groups, staging->error().message);
+  }
+  // The replicas of a shard computed or loaded the same parameters; broadcasting replica 0's
+  // makes that a fact.
+  if (auto sent = (*data_staging)->broadcast(model.params().data(), count * sizeof(float), 0, timeout); !sent) {
+    return fail(worker, &groups, sent.error().message);
+  }
+  const char* backend = "solo";  // the groups' back end: any of them that is not a group of one
+  for (auto* comm : {groups.data.get(), groups.pipeline.get(), groups.tensor.get()}) {
+    if (std::string(comm->backend()) != "solo") backend = comm->backend();
   }
   if (topology.rank == 0) {
-    std::printf("dtrain-train: world %d (dp %d), backend %s, global batch %d = %d x micro %d x accum %d, %zu parameters\n",
-                topology.world_size, topology.dp_size, comm.backend(), batch->global, topology.dp_size,
-                batch->micro, batch->accum, model.parameter_count());
+    std::printf("dtrain-train: world %d (dp %d x pp %d x tp %d), backend %s, global batch %d = %d x micro %d x accum %d, "
+                "%zu parameters on rank 0; %s\n",
+                topology.world_size, topology.dp_size, topology.pp_size, topology.tp_size, backend,
+                batch->global, topology.dp_size, batch->micro, batch->accum, count, layout->describe().c_str());
   }
   std::fflush(stdout);
 
+  PipelineStep pipeline(model, *layout, topology, **pipeline_staging, **tensor_staging, data, batch->micro,
+                        batch->accum, timeout);
   std::vector<double> grad(count + 1);  // last slot: the batch's loss sum, reduced with the gradients
-  std::vector<double> x(options.inputs);
-  // TP/PP peers of a DP rank replicate its work (the reference trainer does not split layers),
-  // so the reduced sums count each sample tp*pp times.
-  double divisor = static_cast<double>(batch->global) * topology.tp_size * topology.pp_size;
   double loss = 0;
-  int64_t step = first_step - 1;
-  for (step = first_step; step <= options.steps; ++step) {
+  TimingTotals totals;
+  for (int64_t step = first_step; step <= options.steps; ++step) {
     Clock::time_point started = Clock::now();
     std::fill(grad.begin(), grad.end(), 0.0);
-    double data_ms = 0;
-    uint64_t base = static_cast<uint64_t>(step - 1) * batch->global +
-                    static_cast<uint64_t>(topology.dp_rank) * (batch->global / topology.dp_size);
-    for (int micro = 0; micro < batch->accum; ++micro) {
-      for (int k = 0; k < batch->micro; ++k) {
-        Clock::time_point fetch = Clock::now();
-        int label = data.sample(base + static_cast<uint64_t>(micro) * batch->micro + k, x.data());
-        data_ms += ms_since(fetch);
-        grad[count] += model.accumulate(x.data(), label, grad.data());
-      }
+    StepTimes times;
+    uint64_t first_sample = static_cast<uint64_t>(step - 1) * batch->global +
+                            static_cast<uint64_t>(topology.dp_rank) * (batch->global / topology.dp_size);
+    if (auto ran = pipeline.run(first_sample, grad.data(), times); !ran) {
+      return fail(worker, &groups, "step " + std::to_string(step) + ": " + ran.error().message);
     }
+    double pipeline_ms = ms_since(started);
     Clock::time_point reduce = Clock::now();
-    if (auto reduced = (*staging)->allreduce_sum(grad.data(), grad.size(), timeout); !reduced) {
-      return fail(worker, &comm, "step " + std::to_string(step) + ": " + reduced.error().message);
+    if (auto reduced = (*data_staging)->allreduce_sum(grad.data(), grad.size(), timeout); !reduced) {
+      return fail(worker, &groups, "step " + std::to_string(step) + ": " + reduced.error().message);
     }
-    double comm_ms = ms_since(reduce);
-    for (double& value : grad) value /= divisor;
+    double data_parallel_ms = ms_since(reduce);
+    for (double& value : grad) value /= batch->global;
     loss = grad[count];
     optimizer.step(model.params(), grad.data());
     double step_ms = ms_since(started);
+    if (step > first_step) {
+      totals.steps += 1;
+      totals.step_ms += step_ms;
+      totals.pipeline_ms += pipeline_ms;
+      totals.pipeline_wait_ms += times.pipeline_wait_ms;
+      totals.tensor_ms += times.tensor_ms;
+      totals.data_parallel_ms += data_parallel_ms;
+    }
     bool last = step == options.steps;
-    worker.beat(step, {loss, step_ms, comm_ms, data_ms, batch->global}, last);
+    double comm_ms = times.pipeline_wait_ms + times.tensor_ms + data_parallel_ms;
+    worker.beat(step, {loss, step_ms, comm_ms, times.data_ms, batch->global}, last);
     if (options.log_every > 0 && (step % options.log_every == 0 || step == first_step || last)) {
       std::printf("step %" PRId64 " loss %.4f step_ms %.1f\n", step, loss, step_ms);
       std::fflush(stdout);
     }
     if (ckpt_interval > 0 && !ckpt_options.dir.empty() && step % ckpt_interval == 0) {
-      TrainState state{model.widths(), step, step * batch->global, model.params(), optimizer.velocity()};
+      TrainState state{widths, topology.tp_size, topology.pp_size, topology.tp_rank, topology.pp_rank,
+                       step, step * batch->global, model.params(), optimizer.velocity()};
       if (auto saved = checkpointer.save(step, encode_state(state)); !saved) {
-        return fail(worker, &comm, saved.error().message);
+        return fail(worker, &groups, saved.error().message);
       }
     }
   }
-  if (auto saved = checkpointer.wait(); !saved) return fail(worker, &comm, saved.error().message);
-  std::printf("dtrain-train: final step=%d loss=%.6f checksum=%016" PRIx64 "\n", options.steps, loss, model.checksum());
+  if (auto saved = checkpointer.wait(); !saved) return fail(worker, &groups, saved.error().message);
+  print_timing(totals, topology, *batch);
+  std::printf("dtrain-train: final step=%d loss=%.10f checksum=%016" PRIx64 "\n", options.steps, loss, model.checksum());
   std::fflush(stdout);
   worker.bye("finished");
   return 0;

@@ -27,9 +27,12 @@ const char* usage() {
          "                    [--global-batch N] [--micro-batch N] [--log-every N]\n"
          "                    [--ckpt-dir DIR] [--ckpt-interval N] [--ckpt-async]\n"
          "                    [--comm-timeout-ms N] [--standalone]\n"
-         "Trains an MLP classifier on deterministic synthetic data, data parallel over the\n"
-         "ranks dtrain starts. DTRAIN_GLOBAL_BATCH, DTRAIN_MICRO_BATCH, DTRAIN_CKPT_DIR and\n"
-         "DTRAIN_CKPT_INTERVAL override the batch and checkpoint flags when set.\n";
+         "Trains an MLP classifier on deterministic synthetic data over the ranks dtrain starts,\n"
+         "in the plan's layout: tensor parallel (pairs of layers split column/row, Megatron-style),\n"
+         "pipeline parallel (stages of whole pairs, 1F1B micro-batch schedule) and data parallel\n"
+         "on top. DTRAIN_GLOBAL_BATCH, DTRAIN_MICRO_BATCH, DTRAIN_CKPT_DIR and DTRAIN_CKPT_INTERVAL\n"
+         "override the batch and checkpoint flags when set. With no batch from the spec or\n"
+         "--global-batch, the global batch is the multiple of data x micro batch nearest 64.\n";
 }
 
 worker::Result<Options> parse_options(const std::vector<std::string>& args) {

@@ -18,7 +18,7 @@ struct Options {
   double momentum = 0.9;
   uint64_t seed = 1;           ///< student initialisation
   uint64_t data_seed = 1234;   ///< inputs and the teacher that labels them
-  int global_batch = 64;       ///< used when DTRAIN_GLOBAL_BATCH is unset
+  int global_batch = 0;        ///< used when DTRAIN_GLOBAL_BATCH is unset; 0: derived (near 64)
   int micro_batch = 8;         ///< used when DTRAIN_MICRO_BATCH is unset
   int log_every = 20;
   bool standalone = false;

@@ -13,15 +13,15 @@ worker::Result<std::unique_ptr<Staging>> Staging::create(worker::Communicator& c
   void* device = nullptr;
   if (std::string(comm.backend()) == "nccl") {
 #if DTRAIN_HAVE_CUDA
-    if (cudaError_t error = cudaMalloc(&device, max_bytes); error != cudaSuccess) {
-      return worker::Error{"cudaMalloc(" + std::to_string(max_bytes) + "): " + cudaGetErrorString(error)};
+    if (cudaError_t error = cudaMalloc(&device, 2 * max_bytes); error != cudaSuccess) {
+      return worker::Error{"cudaMalloc(" + std::to_string(2 * max_bytes) + "): " + cudaGetErrorString(error)};
     }
 #else
     (void)max_bytes;
     return worker::Error{"internal bug: an NCCL communicator in a build without CUDA"};
 #endif
   }
-  return std::unique_ptr<Staging>(new Staging(comm, device));
+  return std::unique_ptr<Staging>(new Staging(comm, device, max_bytes));
 }
 
 Staging::~Staging() {
@@ -54,6 +54,30 @@ worker::Status Staging::broadcast(void* host, size_t bytes, int root, worker::Mi
   if (auto sent = comm_.broadcast(device_, bytes, root, timeout); !sent) return sent;
   if (cudaError_t e = cudaMemcpy(host, device_, bytes, cudaMemcpyDeviceToHost); e != cudaSuccess) {
     return worker::Error{std::string("cudaMemcpy to host: ") + cudaGetErrorString(e)};
+  }
+#endif
+  return {};
+}
+
+worker::Status Staging::send_recv(const double* send, size_t send_count, int send_to, double* recv, size_t recv_count,
+                                  int recv_from, worker::Millis timeout) {
+  size_t send_bytes = send_count * sizeof(double), recv_bytes = recv_count * sizeof(double);
+  if (device_ == nullptr) return comm_.send_recv(send, send_bytes, send_to, recv, recv_bytes, recv_from, timeout);
+#if DTRAIN_HAVE_CUDA
+  char* device_send = static_cast<char*>(device_);
+  char* device_recv = device_send + max_bytes_;
+  if (send_to != worker::Communicator::kNoPeer) {
+    if (cudaError_t e = cudaMemcpy(device_send, send, send_bytes, cudaMemcpyHostToDevice); e != cudaSuccess) {
+      return worker::Error{std::string("cudaMemcpy to device: ") + cudaGetErrorString(e)};
+    }
+  }
+  if (auto done = comm_.send_recv(device_send, send_bytes, send_to, device_recv, recv_bytes, recv_from, timeout); !done) {
+    return done;
+  }
+  if (recv_from != worker::Communicator::kNoPeer) {
+    if (cudaError_t e = cudaMemcpy(recv, device_recv, recv_bytes, cudaMemcpyDeviceToHost); e != cudaSuccess) {
+      return worker::Error{std::string("cudaMemcpy to host: ") + cudaGetErrorString(e)};
+    }
   }
 #endif
   return {};

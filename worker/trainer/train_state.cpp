@@ -5,7 +5,9 @@
 namespace dtrain::trainer {
 namespace {
 
-constexpr char kMagic[8] = {'D', 'T', 'R', 'N', 'M', 'L', 'P', '1'};
+constexpr char kMagic[8] = {'D', 'T', 'R', 'N', 'M', 'L', 'P', '2'};
+// The format before hybrid parallelism: no layout, the whole model in one shard.
+constexpr char kMagicUnsharded[8] = {'D', 'T', 'R', 'N', 'M', 'L', 'P', '1'};
 
 template <class T>
 void append(std::string& out, const T& value) {
@@ -24,6 +26,7 @@ std::string encode_state(const TrainState& state) {
   std::string out(kMagic, sizeof(kMagic));
   append<uint32_t>(out, static_cast<uint32_t>(state.widths.size()));
   for (int width : state.widths) append<int32_t>(out, width);
+  for (int value : {state.tensor, state.pipeline, state.tp_rank, state.pp_rank}) append<int32_t>(out, value);
   append(out, state.step);
   append(out, state.samples_seen);
   append<uint64_t>(out, state.params.size());
@@ -42,7 +45,10 @@ worker::Result<TrainState> decode_state(const std::string& payload, const std::v
   };
   char magic[8];
   uint32_t layers = 0;
-  if (!take(magic, sizeof(magic)) || std::memcmp(magic, kMagic, sizeof(kMagic)) != 0 || !take(&layers, 4) || layers > 1000) {
+  bool read = take(magic, sizeof(magic));
+  bool sharded = read && std::memcmp(magic, kMagic, sizeof(kMagic)) == 0;
+  bool unsharded = read && std::memcmp(magic, kMagicUnsharded, sizeof(kMagicUnsharded)) == 0;
+  if (!(sharded || unsharded) || !take(&layers, 4) || layers > 1000) {
     return worker::Error{"checkpoint payload is not a dtrain-train state"};
   }
   TrainState state;
@@ -50,6 +56,13 @@ worker::Result<TrainState> decode_state(const std::string& payload, const std::v
     int32_t width = 0;
     if (!take(&width, 4)) return worker::Error{"checkpoint payload is truncated"};
     state.widths.push_back(width);
+  }
+  if (sharded) {
+    for (int* value : {&state.tensor, &state.pipeline, &state.tp_rank, &state.pp_rank}) {
+      int32_t stored = 0;
+      if (!take(&stored, 4)) return worker::Error{"checkpoint payload is truncated"};
+      *value = stored;
+    }
   }
   if (state.widths != widths) {
     return worker::Error{"checkpoint holds a model of shape " + shape_text(state.widths) + " but the flags ask for " +
@@ -65,6 +78,18 @@ worker::Result<TrainState> decode_state(const std::string& payload, const std::v
   (void)take(state.params.data(), count * sizeof(float));
   (void)take(state.velocity.data(), count * sizeof(float));
   return state;
+}
+
+std::optional<worker::Error> layout_refusal(const TrainState& saved, int tensor, int pipeline, int64_t step,
+                                            const std::string& dir) {
+  if (saved.tensor == tensor && saved.pipeline == pipeline) return std::nullopt;
+  auto layout = [](int t, int p) { return "tensor " + std::to_string(t) + " x pipeline " + std::to_string(p); };
+  return worker::Error{"checkpoint step-" + std::to_string(step) + " in '" + dir + "' was written by a job of " +
+                       layout(saved.tensor, saved.pipeline) + ", but this job runs " + layout(tensor, pipeline) +
+                       "; dtrain-train cannot reshard across tensor or pipeline parallelism (only the data size "
+                       "may change): resume with parallelism.tensor: " + std::to_string(saved.tensor) +
+                       " and parallelism.pipeline: " + std::to_string(saved.pipeline) +
+                       ", or use another checkpoint dir"};
 }
 
 }  // namespace dtrain::trainer
