@@ -256,7 +256,7 @@ int run(const Options& options) {
   }
   if (auto saved = checkpointer.wait(); !saved) return fail(worker, &groups, saved.error().message);
   print_timing(totals, topology, *batch);
-  std::printf("dtrain-train: final step=%d loss=%.10f checksum=%016" PRIx64 "\n", options.steps, loss, model.checksum());
+  std::printf("dtrain-train: final step=%d loss=%.15f checksum=%016" PRIx64 "\n", options.steps, loss, model.checksum());
   std::fflush(stdout);
   worker.bye("finished");
   return 0;
