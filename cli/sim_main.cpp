@@ -133,7 +133,7 @@ int main(int argc, char** argv) {
   run::SubmitOptions submit;
   submit.spec_path = "sim.yaml";
   submit.spec_text = spec;
-  submit.transport = &cluster.transport();
+  submit.seams.transport = &cluster.transport();
 
   SystemClock clock;
   json result = {{"hosts", hosts}, {"slots", slots}, {"ranks", hosts * slots}, {"interval_ms", interval_ms},

@@ -16,6 +16,13 @@ int64_t SystemClock::wall_ms() const {
   return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
 }
 
+ScaledClock::ScaledClock(int64_t speed)
+    : speed_(speed < 1 ? 1 : speed), start_monotonic_(real_.monotonic_ms()), start_wall_(real_.wall_ms()) {}
+
+int64_t ScaledClock::monotonic_ms() const { return start_monotonic_ + (real_.monotonic_ms() - start_monotonic_) * speed_; }
+
+int64_t ScaledClock::wall_ms() const { return start_wall_ + (real_.monotonic_ms() - start_monotonic_) * speed_; }
+
 std::string format_timestamp_utc(int64_t wall_ms) {
   std::time_t seconds = static_cast<std::time_t>(wall_ms / 1000);
   std::tm utc{};

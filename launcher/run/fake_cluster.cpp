@@ -125,6 +125,7 @@ struct SimWorker {
   int64_t pid = 0;
   int64_t step = 0;
   bool hung = false;
+  bool saving = false;  ///< in a checkpoint save: beats say phase "checkpoint" and the step stands
 };
 
 struct SimAgent {
@@ -138,6 +139,8 @@ struct SimAgent {
   bool partitioned = false;
   bool closing = false;  ///< flush what is queued, then close
   int64_t interval_ms = 1000;
+  int64_t timeout_ms = 10'000;    ///< config heartbeat_timeout_ms: silence from the driver that fences
+  int64_t last_heard_ms = 0;      ///< the driver's last frame (monotonic)
   int64_t next_beat_ms = 0;
   std::vector<SimWorker> workers;
 };
@@ -146,7 +149,9 @@ struct SimAgent {
 
 struct FakeCluster::Simulation {
   FakeClusterOptions options;
-  SystemClock clock;
+  SystemClock system_clock;
+  const Clock* clock_ptr = &system_clock;  ///< FakeClusterOptions::clock when given
+  const Clock& clock_() const { return *clock_ptr; }
   std::mutex mutex;                                  // guards commands and new_agents
   std::vector<std::function<void()>> commands;       // run on the simulation thread
   std::vector<std::unique_ptr<SimAgent>> new_agents;
@@ -156,6 +161,8 @@ struct FakeCluster::Simulation {
   std::atomic<int> newest_generation{-1};
   std::atomic<int64_t> sent{0}, received{0};
   std::atomic<int64_t> cpu_ns{0};
+  std::atomic<int> silence_fences{0};
+  std::atomic<int64_t> longest_silence_ms{0};  ///< longest gap between the driver's frames to one agent
   std::vector<std::unique_ptr<SimAgent>> agents;  // simulation thread only
   int next_index = 0;
   int64_t next_pid = 100000;
@@ -221,11 +228,12 @@ struct FakeCluster::Simulation {
   void on_frame(SimAgent& agent, const json& frame, int64_t now) {
     ++received;
     const std::string type = json_string(frame, "type");
-    int64_t wall = clock.wall_ms();
+    int64_t wall = clock_().wall_ms();
     if (type == msg::kConfig) {
       agent.configured = true;
       agent.batch_beats = json_bool(frame, "batch_beats");
       agent.interval_ms = std::max<int64_t>(1, json_int(frame, "heartbeat_interval_ms").value_or(1000));
+      agent.timeout_ms = std::max<int64_t>(1, json_int(frame, "heartbeat_timeout_ms").value_or(10'000));
       // Agents beat at their own phases, spread over the interval as real ones are.
       agent.next_beat_ms = now + (agent.index * 7919) % agent.interval_ms;
       json gpus = json::array();
@@ -288,9 +296,10 @@ struct FakeCluster::Simulation {
       states.push_back({{"gen", worker.gen}, {"rank", worker.rank}, {"pid", worker.pid}, {"alive", true},
                         {"state", worker.hung ? "T" : "S"}});
       if (worker.hung) continue;
-      ++worker.step;
+      if (!worker.saving) ++worker.step;
       if (worker.gen == newest_generation && worker.step > newest_step) newest_step = worker.step;
-      json message = {{"type", "beat"}, {"step", worker.step}, {"step_ms", options.step_ms}};
+      json message = {{"type", "beat"}, {"step", worker.step}, {"step_ms", options.step_ms},
+                      {"phase", worker.saving ? "checkpoint" : "train"}};
       json from = {{"gen", worker.gen}, {"rank", worker.rank}, {"pid", worker.pid}, {"msg", std::move(message)}};
       if (agent.batch_beats && worker.step > 1) {
         held.push_back(std::move(from));
@@ -311,10 +320,12 @@ struct FakeCluster::Simulation {
       ssize_t got = ::recv(agent.fd.get(), buffer, sizeof buffer, 0);
       if (got > 0) {
         agent.decoder.feed(std::string_view(buffer, static_cast<size_t>(got)));
+        if (agent.last_heard_ms != 0) longest_silence_ms = std::max(longest_silence_ms.load(), now - agent.last_heard_ms);
+        agent.last_heard_ms = now;
         continue;
       }
       if (got == 0) {  // the driver closed its end: a real agent fences on stdin EOF
-        fence(agent, "stdin closed", clock.wall_ms());
+        fence(agent, "stdin closed", clock_().wall_ms());
         return;
       }
       if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) agent.fd.reset();
@@ -359,11 +370,18 @@ struct FakeCluster::Simulation {
       }
       std::erase_if(agents, [](const std::unique_ptr<SimAgent>& agent) { return !agent->fd.valid(); });
 
-      int64_t now = clock.monotonic_ms();
-      int64_t wall = clock.wall_ms();
+      int64_t now = clock_().monotonic_ms();
+      int64_t wall = clock_().wall_ms();
       int64_t next_timer = now + 100;
       for (auto& agent : agents) {
         if (!agent->configured || agent->partitioned || agent->closing) continue;
+        if (now - agent->last_heard_ms >= agent->timeout_ms) {
+          // As the real agent does (Agent::check_timers): a supervisor silent this long is gone.
+          ++silence_fences;
+          fence(*agent, "supervisor silent for " + std::to_string(agent->timeout_ms) + "ms", wall);
+          continue;
+        }
+        next_timer = std::min(next_timer, agent->last_heard_ms + agent->timeout_ms);
         if (now >= agent->next_beat_ms) {
           beat(*agent, wall);
           agent->next_beat_ms += agent->interval_ms;
@@ -380,14 +398,14 @@ struct FakeCluster::Simulation {
         fds.push_back({agent->fd.valid() ? agent->fd.get() : -1, events, 0});
       }
       fds.push_back({wake_read.get(), POLLIN, 0});
-      int timeout = static_cast<int>(std::max<int64_t>(0, next_timer - clock.monotonic_ms()));
+      int timeout = static_cast<int>(clock_().real_ms(std::max<int64_t>(0, next_timer - clock_().monotonic_ms())));
       int ready = ::poll(fds.data(), fds.size(), timeout);
       if (ready > 0 && (fds.back().revents & POLLIN)) {
         char drain[256];
         while (::read(wake_read.get(), drain, sizeof drain) > 0) {
         }
       }
-      now = clock.monotonic_ms();
+      now = clock_().monotonic_ms();
       for (size_t i = 0; ready > 0 && i < agents.size(); ++i) {
         SimAgent& agent = *agents[i];
         if (!agent.fd.valid()) continue;
@@ -437,6 +455,7 @@ class FakeTransportImpl final : public Transport {
 
 FakeCluster::FakeCluster(FakeClusterOptions options) : simulation_(std::make_unique<Simulation>()) {
   simulation_->options = options;
+  if (options.clock) simulation_->clock_ptr = options.clock;
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC | O_NONBLOCK) == 0) {
     simulation_->wake_read = UniqueFd(pipe_fds[0]);
@@ -475,7 +494,7 @@ void FakeCluster::crash_rank(int rank, int code) {
     SimAgent* agent = nullptr;
     SimWorker* worker = simulation->find_rank(rank, &agent);
     if (!worker) return;
-    json exit = simulation->worker_exit(*worker, simulation->clock.wall_ms());
+    json exit = simulation->worker_exit(*worker, simulation->clock_().wall_ms());
     exit["code"] = code;
     exit["tail"] = json::array({"simulated crash of rank " + std::to_string(rank)});
     simulation->emit(*agent, exit);
@@ -490,9 +509,16 @@ void FakeCluster::hang_rank(int rank) {
   });
 }
 
+void FakeCluster::set_saving(int rank, bool saving) {
+  simulation_->post([simulation = simulation_.get(), rank, saving] {
+    SimAgent* agent = nullptr;
+    if (SimWorker* worker = simulation->find_rank(rank, &agent)) worker->saving = saving;
+  });
+}
+
 void FakeCluster::finish_all() {
   simulation_->post([simulation = simulation_.get()] {
-    int64_t wall = simulation->clock.wall_ms();
+    int64_t wall = simulation->clock_().wall_ms();
     for (auto& agent : simulation->agents) {
       for (const SimWorker& worker : agent->workers) {
         json exit = simulation->worker_exit(worker, wall);
@@ -507,6 +533,8 @@ void FakeCluster::finish_all() {
 int64_t FakeCluster::newest_step() const { return simulation_->newest_step; }
 int FakeCluster::newest_generation() const { return simulation_->newest_generation; }
 double FakeCluster::simulation_cpu_seconds() const { return static_cast<double>(simulation_->cpu_ns) / 1e9; }
+int FakeCluster::silence_fences() const { return simulation_->silence_fences; }
+int64_t FakeCluster::longest_driver_silence_ms() const { return simulation_->longest_silence_ms; }
 int64_t FakeCluster::frames_sent() const { return simulation_->sent; }
 int64_t FakeCluster::frames_received() const { return simulation_->received; }
 

@@ -11,6 +11,7 @@
 //   partition_host  the agent goes silent both ways (the driver must notice by heartbeats)
 //   crash_rank      a worker exits with a code
 //   hang_rank       a worker stops beating (alive, as a SIGSTOPped one; the agent reports 'T')
+//   set_saving      a worker is in a checkpoint save (phase "checkpoint", no step progress)
 //
 // One thread serves every host: 2,048 hosts × 8 ranks beating once a second is ~18,000 frames a
 // second, which one thread writes easily; the driver's share of the CPU is the process's minus
@@ -21,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/base/clock.h"
 #include "launcher/transport/transport.h"
 
 namespace dtrain::run {
@@ -30,6 +32,9 @@ struct FakeClusterOptions {
   int64_t step_ms = 1000;          ///< simulated time per training step (step_ms in beats)
   /// How long a simulated agent takes to answer a spawn with `started` (fork + exec).
   int64_t spawn_delay_ms = 0;
+  /// The simulation's time (not owned): the driver's ScaledClock in tests of long timeouts.
+  /// Null: the system clock.
+  const Clock* clock = nullptr;
 };
 
 class FakeCluster {
@@ -47,6 +52,9 @@ class FakeCluster {
   /// `rank` is the global rank of the current generation; exits with `code`.
   void crash_rank(int rank, int code);
   void hang_rank(int rank);
+  /// A worker begins (true) or ends (false) a checkpoint save: while saving it beats with phase
+  /// "checkpoint" and its step does not advance, as a rank in torch.save does.
+  void set_saving(int rank, bool saving);
   /// Every live worker exits 0 (the job is done).
   void finish_all();
 
@@ -56,6 +64,11 @@ class FakeCluster {
   int newest_generation() const;
   /// CPU time the simulation thread has used (CLOCK_THREAD_CPUTIME_ID), in seconds.
   double simulation_cpu_seconds() const;
+  /// Agents that fenced themselves because the driver was silent for heartbeat.timeout (as a
+  /// real agent does): a driver that keeps its pings going leaves this at 0.
+  int silence_fences() const;
+  /// The longest gap between two of the driver's frames to any one agent, in ms.
+  int64_t longest_driver_silence_ms() const;
   /// Frames the simulated agents have sent and received.
   int64_t frames_sent() const;
   int64_t frames_received() const;

@@ -1,19 +1,35 @@
 #pragma once
-// `dtrain submit`: load the spec, plan, create the run directory, start one agent per host and
-// run the supervisor's event loop until the run ends. The only place where transport, proto,
-// supervisor, run log and store meet.
+// `dtrain submit` and `dtrain resume`: the run module's public face. Load the spec, plan, create
+// the run directory, start one agent per host and run the supervisor's event loop (driver.h)
+// until the run ends. The only module where transport, proto, supervisor, run log and store meet.
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "launcher/spec/spec_loader.h"
 
+namespace dtrain {
+class Clock;
+}
 namespace dtrain::transport {
 class Transport;
 }
 
 namespace dtrain::run {
+
+/// Where a driver meets the world, replaceable by tests and dtrain-sim. Defaults: the real thing.
+struct DriverSeams {
+  /// The supervisor's and driver's clock (not owned; must outlive the run). Null: the system
+  /// clock. A test with a FakeClock moves time past heartbeat and hang deadlines at once.
+  const Clock* clock = nullptr;
+  /// Every host's agent through this transport instead of local/ssh (run::FakeCluster). Not
+  /// owned; must outlive the run.
+  transport::Transport* transport = nullptr;
+  /// Runs on the run log's writer thread before each write (a test stalls the file system).
+  std::function<void()> before_runlog_write;
+};
 
 struct SubmitOptions {
   std::string spec_path;
@@ -24,9 +40,7 @@ struct SubmitOptions {
   std::vector<spec::Override> overrides;
   bool detach = false;        ///< print the run id and go on in the background
   std::string dtrain_exe;     ///< absolute path of this dtrain binary (agents run it)
-  /// Every host's agent through this transport instead of local/ssh (driver tests, dtrain-sim:
-  /// run::FakeCluster). Not owned; must outlive submit().
-  transport::Transport* transport = nullptr;
+  DriverSeams seams;
 };
 
 /// Runs a job to its end; returns the process exit code (launcher/base/exit_code.h). With

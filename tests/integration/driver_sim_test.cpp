@@ -11,63 +11,31 @@
 #include <functional>
 #include <thread>
 
-#include "launcher/run/run_driver.h"
-#include "launcher/run/fake_cluster.h"
-#include "tests/integration/dtrain_runner.h"
+#include "tests/integration/sim_run.h"
 
 using namespace dtrain;
 using namespace dtrain::testing;
 
 namespace {
 
-std::string sim_spec(int hosts, int slots, const std::string& extra) {
-  return "version: 1\nname: sim\nslots_per_host: " + std::to_string(slots) + "\nhosts: ['sim[1-" +
-         std::to_string(hosts) + "]']\nworker: {command: [/simulated/train]}\n" +
-         "heartbeat: {interval: 100ms, timeout: 1s, hang_timeout: 2s}\nstop_grace: 1s\n" + extra;
-}
-
-/// One simulated run: submit on this thread, `inject` on another once every rank beats; the
-/// workers finish once the generation after the fault has stepped.
-struct SimRun {
-  TempDir home;
-  run::FakeCluster cluster;
-  int exit_code = -1;
+/// `inject` once every rank beats; the workers finish once the generation after the fault has
+/// stepped. `recovered`: a new generation started and stepped.
+struct SimRecovery : SimRun {
   bool recovered = false;
-
   int submit(const std::string& spec, const std::function<void(run::FakeCluster&)>& inject) {
-    ::setenv("DTRAIN_HOME", home.path.c_str(), 1);
-    run::SubmitOptions options;
-    options.spec_path = "sim.yaml";
-    options.spec_text = spec;
-    options.transport = &cluster.transport();
-    std::atomic<bool> ended{false};
-    std::thread harness([&] {
-      if (!wait_until([&] { return ended || cluster.newest_step() >= 3; }, 30000) || ended) return cluster.finish_all();
+    return run(spec, [&](run::FakeCluster& cluster, const std::atomic<bool>& ended) {
       int before = cluster.newest_generation();
       inject(cluster);
       wait_until([&] { return ended || (cluster.newest_generation() > before && cluster.newest_step() >= 3); }, 30000);
       recovered = !ended && cluster.newest_generation() > before;
-      cluster.finish_all();
     });
-    exit_code = run::submit(options);
-    ended = true;
-    harness.join();
-    ::unsetenv("DTRAIN_HOME");
-    return exit_code;
   }
-
-  std::string run_dir() const {
-    std::string runs = home.path + "/runs";
-    for (const auto& entry : std::filesystem::directory_iterator(runs)) return entry.path().string();
-    return "";
-  }
-  std::vector<nlohmann::json> events() const { return read_events(run_dir() + "/events.jsonl"); }
 };
 
 }  // namespace
 
 TEST_CASE("simulated cluster: a host that dies is replaced by the spare, world size kept, run succeeds") {
-  SimRun sim;
+  SimRecovery sim;
   std::string spec = sim_spec(4, 2, "spares: [spare1]\nelastic: {max_restarts: 2}\n");
   CHECK(sim.submit(spec, [](run::FakeCluster& cluster) { cluster.kill_host("sim3"); }) == 0);
   CHECK(sim.recovered);
@@ -87,7 +55,7 @@ TEST_CASE("simulated cluster: a host that dies is replaced by the spare, world s
 }
 
 TEST_CASE("simulated cluster: a partitioned host is lost to silence after heartbeat.timeout and the job shrinks") {
-  SimRun sim;
+  SimRecovery sim;
   std::string spec = sim_spec(4, 2, "elastic: {max_restarts: 2, min_hosts: 3}\n");
   CHECK(sim.submit(spec, [](run::FakeCluster& cluster) { cluster.partition_host("sim2"); }) == 0);
   CHECK(sim.recovered);
@@ -102,7 +70,7 @@ TEST_CASE("simulated cluster: a partitioned host is lost to silence after heartb
 }
 
 TEST_CASE("simulated cluster: a rank that stops beating is hung, sampled and restarted") {
-  SimRun sim;
+  SimRecovery sim;
   std::string spec = sim_spec(3, 2, "elastic: {max_restarts: 1}\n");
   CHECK(sim.submit(spec, [](run::FakeCluster& cluster) { cluster.hang_rank(3); }) == 0);
   CHECK(sim.recovered);
@@ -116,7 +84,7 @@ TEST_CASE("simulated cluster: a rank that stops beating is hung, sampled and res
 }
 
 TEST_CASE("simulated cluster: a crash past elastic.max_restarts ends the run with the rank's root cause") {
-  SimRun sim;
+  SimRecovery sim;
   std::string spec = sim_spec(2, 2, "");  // no restarts allowed
   CHECK(sim.submit(spec, [](run::FakeCluster& cluster) { cluster.crash_rank(2, 7); }) == 1);
   CHECK_FALSE(sim.recovered);
@@ -127,7 +95,7 @@ TEST_CASE("simulated cluster: a crash past elastic.max_restarts ends the run wit
 }
 
 TEST_CASE("simulated cluster: past 64 ranks metrics.jsonl holds a summary and the ranks that lag, not every rank") {
-  SimRun sim;
+  SimRecovery sim;
   // 20 hosts × 8 = 160 ranks; a hang_timeout long enough for a metrics sample to see the lag.
   std::string spec = "version: 1\nname: sim\nslots_per_host: 8\nhosts: ['sim[1-20]']\n"
                      "worker: {command: [/simulated/train]}\n"

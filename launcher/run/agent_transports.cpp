@@ -1,0 +1,41 @@
+#include "launcher/run/agent_transports.h"
+
+#include "launcher/hosts/run_hosts.h"
+
+namespace dtrain::run {
+
+AgentTransports::AgentTransports(const spec::JobSpec& spec, std::string dtrain_exe, transport::Transport* injected,
+                                 std::function<void(const std::string&)> warn)
+    : spec_(spec), dtrain_exe_(std::move(dtrain_exe)), injected_(injected), warn_(std::move(warn)) {}
+
+transport::AgentTarget AgentTransports::target_for(const spec::HostEntry& host) const {
+  transport::AgentTarget target;
+  target.host = host.name;
+  target.user = host.user.empty() ? spec_.ssh.user : host.user;
+  target.port = host.port ? host.port : spec_.ssh.port;
+  target.dtrain_path = dtrain_exe_;
+  if (!host.is_local()) {
+    target.dtrain_path = spec_.ssh.remote_dtrain;  // empty: provision this binary there
+    target.port = host.port;
+  }
+  return target;
+}
+
+Result<std::unique_ptr<transport::AgentConnection>> AgentTransports::start_agent(const spec::HostEntry& host) {
+  transport::AgentTarget target = target_for(host);
+  if (injected_) return injected_->start_agent(target);
+  if (host.is_local()) return local_.start_agent(target);
+  return ssh().start_agent(target);
+}
+
+transport::SshTransport& AgentTransports::ssh() {
+  if (!ssh_) {
+    ssh_ = std::make_unique<transport::SshTransport>(hosts::ssh_options_for(spec_));
+    if (spec_.ssh.host_key_policy == spec::HostKeyPolicy::insecure) {
+      warn_("ssh.host_key_policy is insecure: host keys are not checked");
+    }
+  }
+  return *ssh_;
+}
+
+}  // namespace dtrain::run

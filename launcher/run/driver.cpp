@@ -1,0 +1,352 @@
+// RunDriver's loop: waiting on every agent link, the signal pipe and the control socket;
+// pumping what is ready; silences, pings and the supervisor's clock tick. See driver.h for the
+// other parts.
+
+#include "launcher/run/driver.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <thread>
+
+#include "launcher/base/exit_code.h"
+#include "launcher/base/strings.h"
+#include "launcher/base/version.h"
+#include "launcher/proto/messages.h"
+#include "launcher/run/fd_watcher.h"
+
+namespace dtrain::run {
+
+namespace {
+
+namespace msg = proto::msg;
+using supervisor::RunState;
+
+// Signals become bytes on a pipe so that the loop handles them like any other input.
+int g_signal_pipe_write = -1;
+
+void on_signal(int signal_number) {
+  if (g_signal_pipe_write >= 0) {
+    unsigned char byte = static_cast<unsigned char>(signal_number);
+    [[maybe_unused]] ssize_t ignored = ::write(g_signal_pipe_write, &byte, 1);
+  }
+}
+
+
+}  // namespace
+
+RunDriver::RunDriver(spec::JobSpec spec, plan::RankPlan plan, RunDirectory run, EventLog events, std::string dtrain_exe,
+                     bool detached, Console console, const DriverSeams& seams)
+    : clock_(seams.clock ? *seams.clock : system_clock_),
+      spec_(std::move(spec)),
+      run_(std::move(run)),
+      recorder_(run_, std::move(events), console, clock_, seams.before_runlog_write),
+      dtrain_exe_(std::move(dtrain_exe)),
+      detached_(detached),
+      supervisor_(spec_, plan, clock_),
+      transports_(spec_, dtrain_exe_, seams.transport,
+                  [this](const std::string& warning) {
+                    record({{"ev", "ssh.insecure"}, {"detail", warning}});
+                    recorder_.console_line("warning: " + warning);
+                  }),
+      submitted_wall_ms_(clock_.wall_ms()),
+      hostname_(this_hostname()) {}
+
+void RunDriver::resume_from(const supervisor::ResumeFrom& from, int64_t submitted_wall_ms) {
+  resumed_ = true;
+  submitted_wall_ms_ = submitted_wall_ms;
+  resumed_wall_ms_ = clock_.wall_ms();
+  pending_resume_ = from;
+  last_checkpoint_step_ = from.committed_steps.empty() ? -1 : from.committed_steps.back();
+}
+
+std::string this_hostname() {
+  char name[256] = {};
+  ::gethostname(name, sizeof name - 1);
+  return name;
+}
+
+std::string absolute_path(const std::string& path) {
+  if (path.empty() || path[0] == '/') return path;
+  char cwd[PATH_MAX];
+  if (!::getcwd(cwd, sizeof cwd)) return path;
+  return std::string(cwd) + "/" + path;
+}
+
+// ---- setup / teardown ---------------------------------------------------------------------------
+
+void RunDriver::install_signal_handlers() {
+  if (Result<Pipe> pipe = make_pipe()) {
+    signal_read_ = std::move(pipe->read_end);
+    signal_write_ = std::move(pipe->write_end);
+    (void)set_nonblocking(signal_read_.get());
+    (void)set_nonblocking(signal_write_.get());
+    g_signal_pipe_write = signal_write_.get();
+  }
+  struct sigaction action {};
+  action.sa_handler = on_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  ::sigaction(SIGINT, &action, nullptr);
+  ::sigaction(SIGTERM, &action, nullptr);
+  ::sigaction(SIGHUP, &action, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+}
+
+void RunDriver::start_agents() {
+  std::vector<spec::HostEntry> hosts = spec_.hosts;
+  hosts.insert(hosts.end(), spec_.spares.begin(), spec_.spares.end());
+  for (const spec::HostEntry& host : hosts) {
+    Result<std::unique_ptr<transport::AgentConnection>> connection = transports_.start_agent(host);
+    if (!connection) {
+      record({{"ev", "host.failed"}, {"host", host.name}, {"error", connection.error().message}});
+      feed(supervisor::HostLost{host.name, connection.error().message});
+      continue;
+    }
+    auto link = std::make_unique<AgentLink>(host.name, std::move(connection).value(),
+                                            clock_.monotonic_ms(), clock_.wall_ms());
+    link->send({{"type", msg::kConfig},
+                {"protocol", proto::kProtocolVersion},
+                {"run_id", run_.id()},
+                {"host", host.name},
+                {"runtime_dir", run_.runtime_dir()},
+                {"heartbeat_interval_ms", spec_.heartbeat.interval.count()},
+                {"heartbeat_timeout_ms", spec_.heartbeat.timeout.count()},
+                {"supervisor_time_ms", clock_.wall_ms()},
+                {"batch_beats", true}});
+    log().info("host {}: starting agent ({})", host.name, link->connection().describe());
+    links_[host.name] = std::move(link);
+  }
+}
+
+void RunDriver::shut_down_agents() {
+  for (auto& [host, link] : links_) {
+    if (!link->connection().closed()) link->send({{"type", msg::kFence}, {"reason", "run finished"}});
+    link->connection().pump();
+    link->connection().close_input();
+  }
+  for (auto& [host, link] : links_) {
+    link->connection().shutdown(static_cast<int>(std::min<int64_t>(spec_.stop_grace.count(), 5000)));
+    std::string diagnostics = link->connection().take_diagnostics();
+    if (!diagnostics.empty()) log().info("agent {}: {}", host, std::string(trim(diagnostics)));
+  }
+}
+
+// ---- inputs -----------------------------------------------------------------------------------
+
+void RunDriver::pump_links(const std::vector<AgentLink*>& links) {
+  for (AgentLink* link : links) {
+    if (link->lost) continue;
+    const std::string& host = link->host();
+    link->connection().pump();
+    std::string diagnostics = link->connection().take_diagnostics();
+    for (const std::string& text : split(diagnostics, '\n')) {
+      if (!trim(text).empty()) log().info("agent {}: {}", host, text);
+    }
+    Result<AgentLink::Received> received = link->receive(clock_.monotonic_ms());
+    if (!received) {
+      host_lost(*link, received.error().message);
+      continue;
+    }
+    for (const std::string& problem : received->bad_frames) {
+      agent_protocol_error(*link, problem);
+      if (link->lost) break;
+    }
+    for (const nlohmann::json& frame : received->messages) {
+      if (link->lost) break;
+      route_frame(*link, frame);
+    }
+    if (!link->lost && link->connection().closed()) {
+      host_lost(*link, "agent connection closed: " + link->connection().close_reason());
+    }
+  }
+}
+
+void RunDriver::host_lost(AgentLink& link, const std::string& reason, int64_t silent_ms) {
+  if (link.lost) return;
+  link.lost = true;
+  log().warn("host {} lost: {}", link.host(), reason);
+  link.connection().shutdown(0);
+  feed(supervisor::HostLost{link.host(), reason, silent_ms});
+}
+
+void RunDriver::check_silence() {
+  int64_t now = clock_.monotonic_ms();
+  int64_t timeout = spec_.heartbeat.timeout.count();
+  for (auto& [host, link] : links_) {
+    if (link->lost || now - link->last_heard_ms() <= timeout) continue;
+    // An SSH connection still being set up (or provisioning) has its own deadlines.
+    if (!link->connected && !link->connection().local_pid()) continue;
+    host_lost(*link, "nothing received for " + format_duration(Millis(now - link->last_heard_ms())) +
+                         " (heartbeat.timeout " + format_duration(spec_.heartbeat.timeout) + ")",
+              now - link->last_heard_ms());
+  }
+}
+
+void RunDriver::send_pings_when_due() {
+  int64_t now = clock_.monotonic_ms();
+  if (now - last_ping_ms_ < spec_.heartbeat.interval.count()) return;
+  last_ping_ms_ = now;
+  for (auto& [host, link] : links_) {
+    if (!link->lost) link->send({{"type", msg::kPing}, {"id", next_request_id_++}, {"supervisor_time_ms", clock_.wall_ms()}});
+  }
+}
+
+void RunDriver::handle_signals() {
+  std::string bytes;
+  bool would_block = false;
+  while (read_some(signal_read_.get(), bytes, &would_block) && !would_block && !bytes.empty()) {
+    if (bytes.size() > 64) break;
+  }
+  for (unsigned char byte : bytes) {
+    ++signals_seen_;
+    std::string name = byte == SIGINT ? "SIGINT" : byte == SIGTERM ? "SIGTERM" : "SIGHUP";
+    if (signals_seen_ == 1) {
+      recorder_.console_line("received " + name + ": stopping the run (again to force)");
+      feed(supervisor::StopRequested{"received " + name});
+    } else if (signals_seen_ == 2) {
+      // The user insists: skip the grace period.
+      recorder_.console_line("received " + name + " again: killing workers now");
+      for (auto& [host, link] : links_) {
+        if (!link->lost) link->send({{"type", msg::kKill}, {"gen", -1}, {"signal", "KILL"}, {"grace_ms", 0}});
+      }
+    }
+  }
+}
+
+ControlReply RunDriver::handle_control(const ControlRequest& request) {
+  switch (request.type) {
+    case ControlRequestType::stop:
+      feed(supervisor::StopRequested{"dtrain stop"});
+      return {true, supervisor::to_string(supervisor_.state()), supervisor_.generation(), ""};
+    case ControlRequestType::status:
+      return {true, supervisor::to_string(supervisor_.state()), supervisor_.generation(), ""};
+  }
+  return {false, "", std::nullopt, "internal bug: unhandled control request"};
+}
+
+// ---- the loop ---------------------------------------------------------------------------------
+
+int RunDriver::run() {
+  if (Status opened = recorder_.open(); !opened) {
+    std::fprintf(stderr, "dtrain: %s\n", opened.error().message.c_str());
+    return to_int(ExitCode::infra);
+  }
+  install_signal_handlers();
+  if (Result<std::string> made = run_.create_runtime_dir(); !made) {
+    std::fprintf(stderr, "dtrain: %s\n", made.error().message.c_str());
+    return to_int(ExitCode::infra);
+  }
+  if (Result<ControlSocket> control = ControlSocket::open(run_.runtime_dir() + "/ctl.sock")) {
+    control_.emplace(std::move(control).value());
+    if (Status linked = run_.link_control_socket(run_.runtime_dir() + "/ctl.sock"); !linked) {
+      log().warn("ctl.sock link: {}", linked.error().message);
+    }
+  } else {
+    log().warn("control socket unavailable: {}", control.error().message);
+  }
+  log().info("dtrain {} supervising run {} (pid {})", kVersion, run_.id(), ::getpid());
+  write_state(true);
+  recorder_.flush();  // `dtrain resume` must find this supervisor's pid before any worker starts
+  if (pending_resume_) {
+    for (const supervisor::Action& action : supervisor_.resume_from(*pending_resume_)) perform(action);
+    pending_resume_.reset();
+  }
+  start_agents();
+
+  std::vector<AgentLink*> all_links;
+  std::vector<AgentLink*> periodic_links;  // pumped every 100 ms whether or not an fd is ready
+  for (auto& [host, link] : links_) {
+    all_links.push_back(link.get());
+    if (link->connection().needs_periodic_pump()) periodic_links.push_back(link.get());
+  }
+  FdWatcher link_watcher;
+  std::vector<pollfd> fds;
+  std::vector<AgentLink*> ready_links;
+  // With hundreds of hosts a frame arrives every few microseconds, and a wakeup per frame costs
+  // a poll of every fd: wakeups are spaced (1 ms per 100 hosts, at most 20 ms) so that each
+  // handles a batch. Small jobs (under 100 hosts) are not delayed at all.
+  const int64_t min_wakeup_spacing_ms = std::min<int64_t>(20, static_cast<int64_t>(all_links.size()) / 100);
+  int64_t last_wakeup_ms = 0;
+  while (!finished_) {
+    if (min_wakeup_spacing_ms > 0) {
+      int64_t since = clock_.monotonic_ms() - last_wakeup_ms;
+      if (since < min_wakeup_spacing_ms) std::this_thread::sleep_for(Millis(clock_.real_ms(min_wakeup_spacing_ms - since)));
+    }
+    // Agent links through the epoll-backed watcher (a wait costs O(ready)); the signal pipe and
+    // control sockets, with the watcher's fd, through poll.
+    link_watcher.begin();
+    for (AgentLink* link : all_links) {
+      if (link->lost) continue;
+      for (pollfd fd : link->connection().poll_fds()) link_watcher.watch(fd.fd, fd.events, link);
+    }
+    fds.clear();
+    fds.push_back({link_watcher.end_round(), POLLIN, 0});
+    if (signal_read_.valid()) fds.push_back({signal_read_.get(), POLLIN, 0});
+    if (control_) control_->add_poll_fds(fds);
+
+    int64_t now = clock_.monotonic_ms();
+    // SSH connections must be pumped at least every ~100 ms for their own deadlines.
+    int64_t timeout = std::min<int64_t>(spec_.heartbeat.interval.count(), 100);
+    // Pings keep their own deadline: a wait never outlasts the next one.
+    timeout = std::min(timeout, std::max<int64_t>(0, last_ping_ms_ + spec_.heartbeat.interval.count() - now));
+    if (auto deadline = store_.next_deadline_ms()) timeout = std::min(timeout, std::max<int64_t>(0, *deadline - now));
+    int ready = ::poll(fds.data(), fds.size(), static_cast<int>(clock_.real_ms(timeout)));
+    if (ready < 0 && errno != EINTR) {
+      log().error("poll: {}", errno_text(errno));
+      break;
+    }
+    last_wakeup_ms = clock_.monotonic_ms();
+    handle_signals();
+    // Only the links with something to do, and every 100 ms the ones whose transport needs it
+    // (SSH sessions keep their own deadlines): a pump is a system call or more, and at
+    // thousands of hosts pumping them all on every wakeup was most of the loop's CPU.
+    now = clock_.monotonic_ms();
+    ready_links.clear();
+    if (ready > 0 && (fds[0].revents & POLLIN)) {
+      for (const FdWatcher::Ready& event : link_watcher.collect()) ready_links.push_back(static_cast<AgentLink*>(event.owner));
+      std::sort(ready_links.begin(), ready_links.end());  // a link with two ready fds: pumped once
+      ready_links.erase(std::unique(ready_links.begin(), ready_links.end()), ready_links.end());
+    }
+    pump_links(ready_links);
+    if (now - last_full_pump_ms_ >= 100) {  // a second pump of a link just pumped finds nothing
+      last_full_pump_ms_ = now;
+      pump_links(periodic_links);
+    }
+    // Before anything slower: pings are what keeps every agent from fencing itself.
+    send_pings_when_due();
+    if (control_) control_->pump([this](const ControlRequest& request) { return handle_control(request); });
+    now = clock_.monotonic_ms();
+    send_store_replies(store_.expire(now));
+    if (now - last_tick_ms_ >= 100) {  // silences and ticks count in seconds: 10 looks a second
+      last_tick_ms_ = now;
+      check_silence();
+      flush_comm_warns(false);
+      feed(supervisor::Tick{});
+    }
+    show_status();
+    write_metrics(false);
+    write_state(false);
+  }
+
+  supervisor::FinishRun finish = finished_.value_or(supervisor::FinishRun{RunState::failed, ExitCode::internal});
+  flush_comm_warns(true);
+  write_metrics(true);
+  shut_down_agents();
+  print_summary(finish);
+  write_state(true);
+  recorder_.flush();
+  run_.unlink_control_socket();
+  control_.reset();
+  ::rmdir(run_.runtime_dir().c_str());
+  g_signal_pipe_write = -1;
+  return to_int(finish.exit_code);
+}
+
+}  // namespace dtrain::run

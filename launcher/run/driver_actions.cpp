@@ -1,0 +1,198 @@
+// Supervisor Actions → frames to agents: starting a generation (port, then spawn), stopping
+// one, sampling a hung worker, answering store requests.
+
+#include <netdb.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "launcher/proto/messages.h"
+#include "launcher/run/driver.h"
+#include "worker/contract/env.h"
+
+namespace dtrain::run {
+
+namespace {
+
+namespace msg = proto::msg;
+using nlohmann::json;
+
+/// True when `name` resolves to an address that is not loopback (127/8, ::1): one that another
+/// host could use. Debian maps a machine's own name to 127.0.1.1 in /etc/hosts.
+bool resolves_beyond_loopback(const std::string& name) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(name.c_str(), nullptr, &hints, &found) != 0) return false;
+  bool routable = false;
+  for (addrinfo* entry = found; entry != nullptr && !routable; entry = entry->ai_next) {
+    if (entry->ai_family == AF_INET) {
+      uint32_t address = ntohl(reinterpret_cast<const sockaddr_in*>(entry->ai_addr)->sin_addr.s_addr);
+      routable = (address >> 24) != 127;
+    } else if (entry->ai_family == AF_INET6) {
+      routable = !IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6*>(entry->ai_addr)->sin6_addr);
+    }
+  }
+  ::freeaddrinfo(found);
+  return routable;
+}
+
+}  // namespace
+
+void RunDriver::feed(const supervisor::Event& event) {
+  std::vector<supervisor::Action> actions = supervisor_.on_event(event);
+  for (const supervisor::Action& action : actions) perform(action);
+}
+
+void RunDriver::perform(const supervisor::Action& action) {
+  if (const auto* event = std::get_if<supervisor::RecordEvent>(&action)) {
+    record(event->event);
+    // At once when the run's state changed, else at most every 500 ms (the loop catches up):
+    // one write per event was O(ranks) per event — O(ranks²) fsync'd bytes for one generation.
+    write_state(false);
+  } else if (const auto* start = std::get_if<supervisor::StartGeneration>(&action)) {
+    start_generation(*start);
+  } else if (const auto* stop = std::get_if<supervisor::StopGeneration>(&action)) {
+    stop_generation(*stop);
+  } else if (const auto* sample = std::get_if<supervisor::CaptureSample>(&action)) {
+    capture_sample(*sample);
+  } else if (const auto* finish = std::get_if<supervisor::FinishRun>(&action)) {
+    finished_ = *finish;
+  }
+}
+
+void RunDriver::stop_generation(const supervisor::StopGeneration& stop) {
+  pending_start_.reset();
+  for (const std::string& host : stop.hosts) {
+    auto link = links_.find(host);
+    if (link == links_.end() || link->second->lost) {
+      feed(supervisor::GenerationReleased{stop.gen, host});
+      continue;
+    }
+    link->second->send({{"type", msg::kKill}, {"gen", stop.gen}, {"signal", "TERM"},
+                        {"grace_ms", stop.grace_ms}});
+  }
+}
+
+void RunDriver::capture_sample(const supervisor::CaptureSample& sample) {
+  // Bounded so that neither we nor the agent look silent (the agent also caps it at its
+  // heartbeat timeout / 2).
+  Millis gdb_timeout(std::clamp<int64_t>(spec_.heartbeat.timeout.count() / 2, 500, 5000));
+  auto link = links_.find(sample.host);
+  if (link == links_.end() || link->second->lost) {
+    record({{"ev", "worker.sample"}, {"rank", sample.rank}, {"host", sample.host}, {"pid", sample.pid},
+            {"error", "host " + sample.host + " is not connected; no sample"}});
+    return;
+  }
+  // Every host's agent samples its own worker, the launch node's too: the supervisor's loop never
+  // blocks on gdb. Sent before the kill; the agent handles frames in order, so it samples the
+  // hung process before it stops it. Its answer is a sample frame (handle_frame).
+  link->second->send({{"type", msg::kSample}, {"id", next_request_id_++}, {"gen", sample.gen},
+                      {"rank", sample.rank}, {"pid", sample.pid}, {"timeout_ms", gdb_timeout.count()}});
+}
+
+void RunDriver::send_store_replies(const std::vector<store::StoreReply>& replies) {
+  for (const store::StoreReply& reply : replies) {
+    auto target = links_.find(reply.to.host);
+    if (target == links_.end() || target->second->lost) continue;
+    target->second->send({{"type", msg::kToWorker}, {"gen", reply.gen}, {"rank", reply.to.rank},
+                          {"msg", reply.msg}});
+  }
+}
+
+void RunDriver::start_generation(const supervisor::StartGeneration& start) {
+  send_store_replies(store_.begin_generation(start.gen, clock_.monotonic_ms()));
+  metrics_.assign(start.plan.ranks.size(), RankMetrics{});
+  recorder_.write_file(run_.plan_path(start.gen), plan::to_json(start.plan).dump(2));
+  log().info("generation {} plan:\n{}", start.gen, plan::to_text(start.plan));
+  pending_start_ = start;
+  const std::string& rank0_host = start.plan.ranks.at(0).host;
+  auto link = links_.find(rank0_host);
+  if (link == links_.end() || link->second->lost) {
+    feed(supervisor::HostLost{rank0_host, "not connected when generation " + std::to_string(start.gen) + " started"});
+    return;
+  }
+  pending_port_id_ = next_request_id_++;
+  link->second->send({{"type", msg::kReservePort}, {"id", pending_port_id_}});
+}
+
+void RunDriver::spawn_generation(int port) {
+  supervisor::StartGeneration start = *pending_start_;
+  pending_start_.reset();
+  const plan::RankPlan& plan = start.plan;
+
+  GenerationContext context;
+  context.run_id = run_.id();
+  context.generation = start.gen;
+  context.restart_count = start.restart_count;
+  context.resume_step = start.resume_step;
+  context.master_addr = master_address(spec_, plan, master_address_facts(plan));
+  context.master_port = port;
+  bool all_have_gpus = true;
+  for (const plan::PlanHost& host : plan.hosts) {
+    auto link = links_.find(host.entry.name);
+    if (link == links_.end() || !link->second->facts.contains("gpus") ||
+        link->second->facts["gpus"].empty()) {
+      all_have_gpus = false;
+    }
+  }
+  context.backend = spec_.worker.backend == spec::Backend::gloo   ? "gloo"
+                    : spec_.worker.backend == spec::Backend::nccl ? "nccl"
+                    : all_have_gpus                                ? "nccl"
+                                                                   : "gloo";
+  context.checkpoint_dir = spec_.checkpoint.dir.empty() ? run_.path() + "/checkpoints" : spec_.checkpoint.dir;
+  context.omp_threads_set = std::getenv(contract::env::kOmpNumThreads) != nullptr;
+  EnvMap common = common_worker_env(spec_, plan, context);
+  std::string workdir = spec_.worker.workdir;
+
+  for (const plan::PlanHost& host : plan.hosts) {
+    auto link = links_.find(host.entry.name);
+    bool host_has_gpus = link != links_.end() && link->second->facts.contains("gpus") &&
+                         link->second->facts["gpus"].is_array() && !link->second->facts["gpus"].empty();
+    json workers = json::array();
+    for (int rank : host.ranks) {
+      const plan::RankSlot& slot = plan.ranks.at(static_cast<size_t>(rank));
+      EnvMap env = rank_worker_env(plan, slot);
+      env.merge(device_worker_env(spec_, plan, slot, context.backend == "nccl" || host_has_gpus));
+      workers.push_back({{"rank", rank}, {"local_rank", slot.local_rank}, {"env", env}});
+    }
+    if (link == links_.end() || link->second->lost) continue;
+    link->second->send({{"type", msg::kSpawn}, {"gen", start.gen}, {"argv", spec_.worker.command},
+                        {"workdir", workdir}, {"env", common}, {"workers", workers},
+                        {"log_tail_lines", 20}, {"instrument", spec_.worker.instrument}});
+  }
+  record({{"ev", "generation.spawned"}, {"gen", start.gen}, {"master_addr", context.master_addr},
+          {"master_port", port}, {"backend", context.backend}, {"resume_step", start.resume_step},
+          {"checkpoint_dir", context.checkpoint_dir}});
+  feed(supervisor::GenerationSpawned{start.gen});
+}
+
+MasterAddressFacts RunDriver::master_address_facts(const plan::RankPlan& plan) {
+  bool remote_hosts = std::any_of(plan.hosts.begin(), plan.hosts.end(),
+                                  [](const plan::PlanHost& host) { return !host.entry.is_local(); });
+  bool rank0_local = plan.hosts.at(static_cast<size_t>(plan.ranks.at(0).host_index)).entry.is_local();
+  if (!remote_hosts || !rank0_local) return {};  // master_address() needs no facts then
+  if (!launch_node_facts_) {
+    // Once per run: a name lookup (usually /etc/hosts) is too slow to repeat on the loop.
+    MasterAddressFacts facts;
+    facts.launch_hostname = this_hostname();
+    facts.launch_hostname_routable = !facts.launch_hostname.empty() && resolves_beyond_loopback(facts.launch_hostname);
+    launch_node_facts_ = facts;
+  }
+  MasterAddressFacts facts = *launch_node_facts_;
+  for (const plan::PlanHost& host : plan.hosts) {
+    auto link = links_.find(host.entry.name);
+    if (host.entry.is_local() || link == links_.end() || link->second->lost) continue;
+    facts.ssh_source_address = link->second->connection().local_address();
+    if (!facts.ssh_source_address.empty()) break;
+  }
+  log().info("MASTER_ADDR facts: hostname {} ({}), ssh source address {}", facts.launch_hostname,
+             facts.launch_hostname_routable ? "resolves beyond loopback" : "does not resolve beyond loopback",
+             facts.ssh_source_address.empty() ? "unknown" : facts.ssh_source_address);
+  return facts;
+}
+
+}  // namespace dtrain::run

@@ -1,0 +1,314 @@
+// Frame → typed message → supervisor Event: the driver's routing. Every agent frame is parsed
+// once (proto::parse_agent_message) and dispatched by type to one handler; a worker's message
+// forwarded by an agent is parsed again (an agent is a peer too) and dispatched the same way.
+// Nothing below reads raw JSON; a frame that does not parse is a protocol.error event naming
+// its sender, and only a flood of them fails that sender.
+
+#include <cmath>
+
+#include "launcher/base/strings.h"
+#include "launcher/base/version.h"
+#include "launcher/proto/messages.h"
+#include "launcher/run/driver.h"
+#include "launcher/runlog/json_access.h"
+#include "worker/contract/wire.h"
+
+namespace dtrain::run {
+
+namespace msg = proto::msg;
+using nlohmann::json;
+
+void RunDriver::route_frame(AgentLink& link, const json& frame) {
+  Result<proto::AgentMessage> message = proto::parse_agent_message(frame);
+  if (!message) {
+    agent_protocol_error(link, message.error().message);
+    return;
+  }
+  std::visit([&](const auto& typed) { on_agent_message(link, typed); }, *message);
+}
+
+void RunDriver::agent_protocol_error(AgentLink& link, const std::string& problem) {
+  int count = ++protocol_errors_["agent " + link.host()];
+  if (count > kMaxProtocolErrorsPerSender) return;  // the host is lost already
+  record({{"ev", "protocol.error"}, {"sender", "agent"}, {"host", link.host()}, {"error", problem},
+          {"count", count}});
+  if (count == 1) {
+    recorder_.console_line("warning: the agent on " + link.host() +
+                                        " sent a message that could not be parsed: " + problem);
+  }
+  if (count >= kMaxProtocolErrorsPerSender) {
+    host_lost(link, "the agent sent " + std::to_string(count) + " messages that could not be parsed; the last: " +
+                        problem);
+  }
+}
+
+void RunDriver::worker_protocol_error(AgentLink& link, std::optional<int> gen, std::optional<int> rank,
+                                      int64_t pid, const std::string& problem) {
+  // Counted per worker process of a generation: a restarted rank starts again from zero.
+  std::string sender = "worker " + link.host() + " pid " + std::to_string(pid);
+  if (gen && rank) sender += " gen " + std::to_string(*gen) + " rank " + std::to_string(*rank);
+  int count = ++protocol_errors_[sender];
+  if (count > kMaxProtocolErrorsPerSender) return;  // already failed for it; the log has enough
+  json event = {{"ev", "protocol.error"}, {"sender", "worker"}, {"host", link.host()}, {"pid", pid},
+                {"error", problem}, {"count", count}};
+  if (gen) event["gen"] = *gen;
+  if (rank) event["rank"] = *rank;
+  record(event);
+  if (count == 1) {
+    recorder_.console_line("warning: " + (rank ? "rank " + std::to_string(*rank) + " " : std::string()) +
+                                        "on " + link.host() + " (pid " + std::to_string(pid) +
+                                        ") sent a message that could not be parsed: " + problem +
+                                        " (dropped; every further one is a protocol.error event)");
+  }
+  if (count == kMaxProtocolErrorsPerSender && gen && rank) {
+    feed(supervisor::WorkerMisbehaved{*gen, *rank,
+                                      "sent " + std::to_string(count) +
+                                          " messages that could not be parsed; the last: " + problem});
+  }
+}
+
+void RunDriver::on_agent_message(AgentLink& link, const proto::AgentHello& hello) {
+  if (hello.protocol != proto::kProtocolVersion) {
+    host_lost(link, "agent speaks protocol " + std::to_string(hello.protocol) + ", this dtrain speaks " +
+                        std::to_string(proto::kProtocolVersion) + "; install dtrain " + kVersion + " there");
+    return;
+  }
+  link.connected = true;
+  link.facts = hello.facts;
+  // A local agent shares our clock: a one-round-trip estimate would only add noise.
+  if (!link.connection().local_pid()) {
+    link.measure_offset(hello.agent_time_ms.value_or(clock_.wall_ms()), clock_.wall_ms());
+  }
+  // A ping now measures the clock offset from a true round trip (refine_offset) before any
+  // failure has to be ordered across hosts.
+  link.send({{"type", msg::kPing}, {"id", next_request_id_++}, {"supervisor_time_ms", clock_.wall_ms()}});
+  recorder_.write_file(run_.host_facts_path(link.host()),
+                       json{{"host", link.host()}, {"agent_pid", hello.pid}, {"version", hello.version},
+                               {"clock_offset_ms", link.offset_ms()}, {"facts", link.facts}}
+                              .dump(2, ' ', false, json::error_handler_t::replace));
+  record({{"ev", "host.connected"}, {"host", link.host()}, {"agent_pid", hello.pid},
+          {"version", hello.version}, {"clock_offset_ms", link.offset_ms()}});
+  json facts = {{"ev", "host.facts"}, {"host", link.host()}};
+  for (const char* key : {"hostname", "os", "arch", "cpus", "memory_mb", "gpus"}) {
+    if (link.facts.contains(key)) facts[key] = link.facts[key];
+  }
+  record(facts);
+  feed(supervisor::HostConnected{link.host()});
+}
+
+void RunDriver::on_agent_message(AgentLink&, const proto::WorkerStartedReport& started) {
+  feed(supervisor::WorkerStarted{started.gen, started.rank, static_cast<int>(started.pid)});
+}
+
+void RunDriver::on_agent_message(AgentLink& link, const proto::WorkerSpawnFailedReport& failed) {
+  record({{"ev", "worker.spawn_failed"}, {"rank", failed.rank}, {"host", link.host()}, {"error", failed.error}});
+  feed(supervisor::WorkerSpawnFailed{failed.gen, failed.rank, failed.error});
+}
+
+void RunDriver::on_agent_message(AgentLink& link, const proto::WorkerExitReport& exit) {
+  json event = {{"ev", "worker.exit"}, {"gen", exit.gen}, {"rank", exit.rank}, {"host", link.host()},
+                {"pid", exit.pid}};
+  const plan::RankPlan& plan = supervisor_.current_plan();
+  if (exit.rank < static_cast<int>(plan.ranks.size())) {
+    event["local_rank"] = plan.ranks[static_cast<size_t>(exit.rank)].local_rank;
+  }
+  std::optional<int> code;
+  std::optional<std::string> signal_name;
+  if (exit.signal) {
+    signal_name = exit.signal_name.value_or("signal " + std::to_string(*exit.signal));
+    event["signal"] = *signal_name;
+  } else {
+    code = exit.code.value_or(-1);
+    event["code"] = *code;
+  }
+  event["log"] = log_path(exit.rank);
+  event["tail"] = exit.tail;
+  exit_tails_[exit.rank] = exit.tail;
+  supervisor::WorkerExited exited;
+  exited.gen = exit.gen;
+  exited.rank = exit.rank;
+  exited.pid = static_cast<int>(exit.pid);
+  exited.code = code;
+  exited.signal = signal_name;
+  exited.observed_uncertainty_ms = link.offset_uncertainty_ms();
+  if (exit.error) {  // the rank's TORCHELASTIC_ERROR_FILE: the exception, not just the exit code
+    event["error"] = {{"message", exit.error->message}};
+    if (exit.error->type) event["error"]["type"] = *exit.error->type;
+    if (exit.error->traceback) event["error"]["traceback"] = *exit.error->traceback;
+    if (exit.error->timestamp) event["error"]["timestamp"] = *exit.error->timestamp;
+    exited.error_type = exit.error->type;
+    exited.error_message = exit.error->message;
+    exited.traceback = exit.error->traceback;
+  }
+  record(event);
+  store_.forget({link.host(), exit.rank});  // its pending waits would be answered to nobody
+  exited.observed_ms = link.to_supervisor_time(exit.agent_time_ms.value_or(clock_.wall_ms()));
+  feed(exited);
+}
+
+void RunDriver::on_agent_message(AgentLink& link, const proto::WorkerLogLine& log) {
+  recorder_.rank_output(log.rank, log.gen, log.line + "\n");
+  if (log.line.find("NCCL WARN") == std::string::npos) return;
+  // The first warning of a rank is an event at once; its repeats within kCommWarnWindowMs are
+  // counted into one event at the window's end (flush_comm_warns): a communicator in trouble
+  // can print thousands a second, on every rank.
+  int64_t now = clock_.monotonic_ms();
+  CommWarnWindow& window = comm_warns_[log.rank];
+  if (window.started_ms != 0 && now - window.started_ms < kCommWarnWindowMs) {
+    ++window.repeated;
+    window.gen = log.gen;
+    window.host = link.host();
+    window.last_line = log.line;
+    return;
+  }
+  flush_comm_warn(log.rank, window);
+  window = CommWarnWindow{now, 0, log.gen, link.host(), ""};
+  record({{"ev", "comm.warn"}, {"gen", log.gen}, {"rank", log.rank}, {"host", link.host()}, {"line", log.line}});
+}
+
+void RunDriver::flush_comm_warn(int rank, CommWarnWindow& window) {
+  if (window.repeated > 0) {
+    record({{"ev", "comm.warn"}, {"gen", window.gen}, {"rank", rank}, {"host", window.host},
+            {"line", window.last_line}, {"repeated", window.repeated},
+            {"window_s", static_cast<double>(kCommWarnWindowMs) / 1000.0},
+            {"detail", std::to_string(window.repeated) + " more NCCL WARN lines from this rank within " +
+                           format_duration(Millis(kCommWarnWindowMs)) + "; the last is shown (all are in its log)"}});
+  }
+  window.started_ms = 0;
+  window.repeated = 0;
+}
+
+void RunDriver::flush_comm_warns(bool all) {
+  int64_t now = clock_.monotonic_ms();
+  for (auto& [rank, window] : comm_warns_) {
+    if (window.started_ms != 0 && (all || now - window.started_ms >= kCommWarnWindowMs)) flush_comm_warn(rank, window);
+  }
+}
+
+void RunDriver::on_agent_message(AgentLink& link, const proto::SampleReply& sample) {
+  if (sample.text) {
+    // samples/gen<g>-rank<r>.txt, then the event naming it (or the write's error).
+    recorder_.write_file_then_record(
+        run_.path() + "/samples/gen" + std::to_string(sample.gen) + "-rank" + std::to_string(sample.rank) + ".txt",
+        *sample.text, {{"ev", "worker.sample"}, {"rank", sample.rank}, {"host", link.host()}, {"pid", sample.pid}});
+  } else {
+    record({{"ev", "worker.sample"}, {"rank", sample.rank}, {"host", link.host()}, {"pid", sample.pid},
+            {"error", sample.error.value_or("the agent sent a sample without text")}});
+  }
+}
+
+void RunDriver::on_agent_message(AgentLink&, const proto::PortReply& port) {
+  if (port.id == pending_port_id_ && pending_start_) spawn_generation(port.port);
+}
+
+void RunDriver::on_agent_message(AgentLink& link, const proto::Released& released) {
+  record({{"ev", "resources.released"}, {"gen", released.gen}, {"host", link.host()},
+          {"killed", released.killed}, {"remaining", released.remaining}, {"ms", released.ms}});
+  feed(supervisor::GenerationReleased{released.gen, link.host()});
+}
+
+void RunDriver::on_agent_message(AgentLink& link, const proto::AgentError& error) {
+  log().error("agent {}: {}", link.host(), error.message);
+  record({{"ev", "agent.error"}, {"host", link.host()}, {"message", error.message}});
+  // A launch step the agent could not do ends the generation now rather than at its deadline.
+  if (error.about == msg::kReservePort && pending_start_ &&
+      pending_start_->plan.ranks.at(0).host == link.host()) {
+    int gen = pending_start_->gen;
+    pending_start_.reset();
+    feed(supervisor::LaunchStepFailed{gen, link.host(), "port reservation", error.message});
+  }
+}
+
+void RunDriver::on_agent_message(AgentLink& link, const proto::Pong& pong) {
+  if (!pong.supervisor_time_ms || !pong.agent_time_ms) return;
+  int64_t before = link.offset_ms();
+  link.refine_offset(*pong.supervisor_time_ms, *pong.agent_time_ms, clock_.wall_ms());
+  if (std::abs(link.offset_ms() - before) >= 10) {
+    log().info("host {}: clock offset {} ms (was {} ms; measured by ping round trip)", link.host(),
+               link.offset_ms(), before);
+  }
+}
+
+void RunDriver::on_agent_message(AgentLink& link, const proto::AgentBye& bye) {
+  log().info("agent {} said bye: {}", link.host(), bye.reason);
+}
+
+void RunDriver::on_agent_message(AgentLink& link, const proto::AgentBeat& beat) {
+  // Any frame proves liveness (receive() noted it); a beat also says which workers are stopped.
+  for (const proto::AgentWorkerState& worker : beat.workers) {
+    if (worker.state == "T") feed(supervisor::WorkerStoppedSeen{worker.gen, worker.rank});
+  }
+  for (const proto::FromWorker& held : beat.worker_beats) on_agent_message(link, held);
+}
+
+void RunDriver::on_agent_message(AgentLink& link, const proto::WorkerProtocolError& error) {
+  worker_protocol_error(link, error.gen, error.rank, error.pid,
+                        error.closed ? error.error + " (the agent closed the connection)" : error.error);
+}
+
+void RunDriver::on_agent_message(AgentLink& link, const proto::FromWorker& from) {
+  // The agent parsed the worker's line already, but an agent is a peer too: parse again.
+  Result<proto::WorkerMessage> parsed = proto::parse_worker_message(from.msg);
+  if (!parsed) {
+    worker_protocol_error(link, from.gen, from.rank, from.pid.value_or(0), parsed.error().message);
+    // A request with a usable id still gets an answer, so the worker fails fast instead of
+    // waiting out its own timeout for a reply that would never come.
+    std::optional<int64_t> id = json_int(from.msg, "id");
+    if (id) {
+      send_store_replies({{{link.host(), from.rank}, from.gen,
+                           json{{"type", contract::wire::kError}, {"id", *id}, {"error", parsed.error().message}}}});
+    }
+    return;
+  }
+  std::visit([&](const auto& typed) { on_worker_message(link, from, typed); }, *parsed);
+}
+
+// ---- worker messages, as forwarded by an agent --------------------------------------------------
+
+void RunDriver::on_worker_message(AgentLink&, const proto::FromWorker& from, const proto::WorkerBeat& beat) {
+  if (from.gen != supervisor_.generation() || from.rank >= static_cast<int>(metrics_.size())) return;
+  RankMetrics& metrics = metrics_[static_cast<size_t>(from.rank)];
+  metrics.last_beat_wall_ms = clock_.wall_ms();
+  metrics.speaks_protocol = true;
+  if (beat.loss) metrics.loss = *beat.loss;
+  if (beat.step_ms) metrics.step_ms = *beat.step_ms;
+  std::optional<bool> in_checkpoint;
+  if (beat.phase) in_checkpoint = *beat.phase == proto::WorkerPhase::checkpoint;
+  feed(supervisor::WorkerProgress{from.gen, from.rank, beat.step, in_checkpoint});
+}
+
+void RunDriver::on_worker_message(AgentLink&, const proto::FromWorker& from, const proto::WorkerHello&) {
+  if (from.gen == supervisor_.generation() && from.rank < static_cast<int>(metrics_.size())) {
+    metrics_[static_cast<size_t>(from.rank)].speaks_protocol = true;
+  }
+}
+
+void RunDriver::on_worker_message(AgentLink&, const proto::FromWorker& from, const proto::CommReady&) {
+  if (from.gen == supervisor_.generation()) feed(supervisor::WorkerCommReady{from.gen, from.rank});
+}
+
+void RunDriver::on_worker_message(AgentLink& link, const proto::FromWorker& from,
+                                  const proto::CheckpointCommittedReport& committed) {
+  record({{"ev", "checkpoint.committed"}, {"gen", from.gen}, {"rank", from.rank}, {"host", link.host()},
+          {"step", committed.step}, {"bytes", committed.bytes}, {"seconds", committed.ms / 1000.0}});
+  last_checkpoint_step_ = std::max(last_checkpoint_step_, committed.step);
+  feed(supervisor::CheckpointCommitted{from.gen, committed.step});
+}
+
+void RunDriver::on_worker_message(AgentLink& link, const proto::FromWorker& from,
+                                  const proto::CheckpointRejectedReport& rejected) {
+  record({{"ev", "checkpoint.rejected"}, {"gen", from.gen}, {"rank", from.rank}, {"host", link.host()},
+          {"step", rejected.step}, {"reason", rejected.reason}});
+  feed(supervisor::CheckpointRejected{from.gen, rejected.step});
+}
+
+void RunDriver::on_worker_message(AgentLink&, const proto::FromWorker&, const proto::WorkerBye&) {}
+
+template <class StoreRequest>
+void RunDriver::on_worker_message(AgentLink& link, const proto::FromWorker& from, const StoreRequest& request) {
+  // kv.set/get/wait/add and gen.check: the store answers the canonical, already checked form.
+  send_store_replies(store_.handle({link.host(), from.rank}, from.gen, proto::to_json(proto::WorkerMessage(request)),
+                                   clock_.monotonic_ms()));
+}
+
+}  // namespace dtrain::run

@@ -1,0 +1,187 @@
+// What the driver shows of a run while it runs: state.json (for `dtrain status`), metrics.jsonl
+// and the console's live status — each built from the supervisor's view and handed to the
+// recorder, which writes it off the loop.
+
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "launcher/base/exit_code.h"
+#include "launcher/runlog/run_state.h"
+#include "launcher/run/driver.h"
+
+namespace dtrain::run {
+
+using nlohmann::json;
+
+void RunDriver::write_state(bool force) {
+  int64_t now = clock_.monotonic_ms();
+  std::string state_name = supervisor::to_string(supervisor_.state());
+  if (!force && state_name == last_state_name_ && now - last_state_write_ms_ < state_write_spacing_ms_) return;
+  last_state_write_ms_ = now;
+  last_state_name_ = state_name;
+
+  const plan::RankPlan& plan = supervisor_.current_plan();
+  json hosts = json::array();
+  std::vector<spec::HostEntry> all_hosts = spec_.hosts;
+  all_hosts.insert(all_hosts.end(), spec_.spares.begin(), spec_.spares.end());
+  for (const spec::HostEntry& host : all_hosts) {
+    std::string host_state = "connecting";
+    auto link = links_.find(host.name);
+    if (supervisor_.excluded_hosts().count(host.name)) host_state = "excluded";
+    else if (link == links_.end() || link->second->lost) host_state = "lost";
+    else if (link->second->connected) host_state = "connected";
+    json entry = {{"name", host.name}, {"state", host_state}, {"spare", host.spare}};
+    if (link != links_.end() && link->second->connection().local_pid()) {
+      entry["agent_pid"] = *link->second->connection().local_pid();
+    }
+    hosts.push_back(entry);
+  }
+  json ranks = json::array();
+  const auto& statuses = supervisor_.ranks();
+  for (size_t i = 0; i < statuses.size() && i < plan.ranks.size(); ++i) {
+    const supervisor::RankStatus& status = statuses[i];
+    const plan::RankSlot& slot = plan.ranks[i];
+    json rank = {{"rank", slot.rank}, {"host", slot.host}, {"local_rank", slot.local_rank},
+                 {"dp", slot.dp}, {"pp", slot.pp}, {"tp", slot.tp},
+                 {"pid", status.pid ? json(status.pid) : json(nullptr)},
+                 {"state", supervisor::to_string(status.state)},
+                 {"step", status.step >= 0 ? json(status.step) : json(nullptr)},
+                 {"last_beat_ms", nullptr}, {"loss", nullptr}, {"exit", nullptr}};
+    if (i < metrics_.size()) {
+      if (metrics_[i].last_beat_wall_ms) rank["last_beat_ms"] = metrics_[i].last_beat_wall_ms;
+      if (metrics_[i].loss) rank["loss"] = *metrics_[i].loss;
+      if (metrics_[i].step_ms) rank["step_ms"] = *metrics_[i].step_ms;
+    }
+    if (status.exit_signal) rank["exit"] = {{"signal", *status.exit_signal}};
+    else if (status.exit_code) rank["exit"] = {{"code", *status.exit_code}};
+    ranks.push_back(rank);
+  }
+  json root_cause = nullptr;
+  if (const auto& cause = supervisor_.root_cause()) {
+    root_cause = {{"kind", cause->kind}, {"host", cause->host}, {"message", cause->detail}};
+    if (cause->rank >= 0) {
+      root_cause["rank"] = cause->rank;
+      root_cause["local_rank"] = cause->local_rank;
+      root_cause["log"] = log_path(cause->rank);
+    }
+    if (cause->pid) root_cause["pid"] = cause->pid;
+    if (cause->code) root_cause["code"] = *cause->code;
+    if (cause->signal) root_cause["signal"] = *cause->signal;
+    if (cause->traceback) root_cause["traceback"] = *cause->traceback;
+  }
+  json state = {
+      {"version", kRunStateVersion}, {"run_id", run_.id()}, {"name", spec_.name},
+      {"tenant", spec_.tenant.empty() ? json(nullptr) : json(spec_.tenant)},
+      {"state", state_name},
+      {"exit_code", finished_ ? json(to_int(finished_->exit_code)) : json(nullptr)},
+      {"generation", std::max(0, supervisor_.generation())}, {"world_size", plan.world_size},
+      {"restarts", supervisor_.restarts()}, {"hosts", hosts},
+      {"excluded_hosts", json(std::vector<std::string>(supervisor_.excluded_hosts().begin(),
+                                                       supervisor_.excluded_hosts().end()))},
+      {"supervisor", {{"pid", ::getpid()}, {"hostname", hostname_},
+                      {"started_at_ms", resumed_ ? resumed_wall_ms_ : submitted_wall_ms_},
+                      {"proc_start_ticks", current_process_start_ticks()}}},
+      {"submitted_at_ms", submitted_wall_ms_},
+      {"resumed_at_ms", resumed_ ? json(resumed_wall_ms_) : json(nullptr)},
+      {"finished_at_ms", finished_ ? json(clock_.wall_ms()) : json(nullptr)},
+      {"updated_at_ms", clock_.wall_ms()},
+      {"ranks", ranks},
+      {"last_recovery", supervisor_.last_recovery().is_null() ? json(nullptr) : supervisor_.last_recovery()},
+      {"last_checkpoint_step", last_checkpoint_step_ >= 0 ? json(last_checkpoint_step_) : json(nullptr)},
+      {"root_cause", root_cause}, {"spec_path", run_.spec_path()}, {"detached", detached_}};
+  recorder_.state(std::move(state));
+  // Building the snapshot is O(ranks) on the loop: at most ~2% of the loop's time goes to it.
+  state_write_spacing_ms_ = std::max<int64_t>(kStateWriteSpacingMs, 50 * (clock_.monotonic_ms() - now));
+}
+
+/// metrics.jsonl: every 5 s while workers report, and once at the end. Up to kMetricsDetailRanks
+/// ranks, each rank's step, loss and step time; beyond that a summary (ranks reporting, min /
+/// median / max of step, step time and loss) and only the ranks that stand out — lagging more
+/// than one step behind the newest, or stepping 1.5 × slower than the median — at most
+/// kMetricsDetailRanks of them, worst first: every rank every 5 s is ~1 MB at 16,384 ranks.
+/// At RunRecorder::kMetricsMaxBytes the file becomes metrics.1.jsonl (replacing an older one).
+void RunDriver::write_metrics(bool force) {
+  int64_t now = clock_.monotonic_ms();
+  if (!force && now - last_metrics_ms_ < 5000) return;
+  struct Sample {
+    int rank;
+    int64_t step;
+    std::optional<double> step_ms, loss;
+  };
+  std::vector<Sample> samples;
+  const auto& statuses = supervisor_.ranks();
+  for (size_t i = 0; i < statuses.size() && i < metrics_.size(); ++i) {
+    if (statuses[i].step < 0) continue;
+    samples.push_back({static_cast<int>(i), statuses[i].step, metrics_[i].step_ms, metrics_[i].loss});
+  }
+  if (samples.empty()) return;
+  last_metrics_ms_ = now;
+  auto entry = [](const Sample& sample) {
+    json rank = {{"rank", sample.rank}, {"step", sample.step}};
+    if (sample.loss) rank["loss"] = *sample.loss;
+    if (sample.step_ms) rank["step_ms"] = *sample.step_ms;
+    return rank;
+  };
+  json line = {{"ts", format_timestamp_utc(clock_.wall_ms())}, {"gen", supervisor_.generation()}};
+  if (statuses.size() <= kMetricsDetailRanks) {  // by world size: one format for the whole run
+    json ranks = json::array();
+    for (const Sample& sample : samples) ranks.push_back(entry(sample));
+    line["ranks"] = std::move(ranks);
+  } else {
+    auto spread = [](std::vector<double> values) -> json {
+      if (values.empty()) return nullptr;
+      std::sort(values.begin(), values.end());
+      return {{"min", values.front()}, {"median", values[values.size() / 2]}, {"max", values.back()}};
+    };
+    std::vector<double> steps, step_times, losses;
+    for (const Sample& sample : samples) {
+      steps.push_back(static_cast<double>(sample.step));
+      if (sample.step_ms) step_times.push_back(*sample.step_ms);
+      if (sample.loss) losses.push_back(*sample.loss);
+    }
+    json step_spread = spread(steps);
+    json time_spread = spread(step_times);
+    line["ranks_reporting"] = samples.size();
+    line["step"] = step_spread;
+    line["step_ms"] = time_spread;
+    line["loss"] = spread(losses);
+    double newest = step_spread["max"].get<double>();
+    double median_ms = time_spread.is_null() ? 0.0 : time_spread["median"].get<double>();
+    std::vector<Sample> outliers;
+    for (const Sample& sample : samples) {
+      bool lagging = static_cast<double>(sample.step) < newest - 1;
+      bool slow = median_ms > 0 && sample.step_ms && *sample.step_ms > 1.5 * median_ms;
+      if (lagging || slow) outliers.push_back(sample);
+    }
+    std::sort(outliers.begin(), outliers.end(), [](const Sample& a, const Sample& b) {
+      return std::make_pair(a.step, -a.step_ms.value_or(0)) < std::make_pair(b.step, -b.step_ms.value_or(0));
+    });
+    line["outliers_total"] = outliers.size();
+    json shown = json::array();
+    for (size_t i = 0; i < outliers.size() && i < kMetricsDetailRanks; ++i) shown.push_back(entry(outliers[i]));
+    line["outliers"] = std::move(shown);
+  }
+  recorder_.metrics(std::move(line));
+}
+
+void RunDriver::show_status() {
+  ConsoleStatus status;
+  status.state = supervisor::to_string(supervisor_.state());
+  status.generation = std::max(0, supervisor_.generation());
+  status.world_size = supervisor_.current_plan().world_size;
+  for (size_t i = 0; i < supervisor_.ranks().size(); ++i) {
+    const supervisor::RankStatus& rank = supervisor_.ranks()[i];
+    if (rank.state == supervisor::RankState::running) ++status.workers_running;
+    if (rank.step > status.step) {
+      status.step = rank.step;
+      if (i < metrics_.size() && metrics_[i].loss) {
+        status.loss = *metrics_[i].loss;
+        status.has_loss = true;
+      }
+    }
+  }
+  recorder_.console_status(std::move(status));
+}
+
+}  // namespace dtrain::run

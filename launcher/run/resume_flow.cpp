@@ -1,0 +1,107 @@
+// `dtrain resume RUN`: check that the run may be resumed (exists, did not succeed, no live
+// supervisor), wait out the old agents' fence, find the newest complete checkpoint and the hosts,
+// and run a driver from there in the same run directory.
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <thread>
+
+#include "launcher/base/exit_code.h"
+#include "launcher/base/strings.h"
+#include "launcher/base/version.h"
+#include "launcher/run/driver.h"
+#include "launcher/run/resume_point.h"
+#include "launcher/runlog/json_access.h"
+#include "launcher/runlog/run_state.h"
+
+namespace dtrain::run {
+
+using nlohmann::json;
+
+
+namespace {
+
+int refuse(const std::string& message, ExitCode code = ExitCode::usage) {
+  std::fprintf(stderr, "dtrain resume: %s\n", message.c_str());
+  return to_int(code);
+}
+
+}  // namespace
+
+int resume(const ResumeOptions& options) {
+  SystemClock clock;
+  Result<RunDirectory> run = RunDirectory::open(options.run);
+  if (!run) return refuse(run.error().message);
+  Result<json> state = read_state(*run);
+  if (!state) return refuse("cannot read the run's state: " + state.error().message, ExitCode::infra);
+  std::string previous_state = json_string(*state, "state", "unknown");
+  const json* supervisor_member = json_member(*state, "supervisor");
+  const json supervisor_info = supervisor_member && supervisor_member->is_object() ? *supervisor_member : json::object();
+  int previous_pid = static_cast<int>(json_int(supervisor_info, "pid").value_or(0));
+  std::string previous_host = json_string(supervisor_info, "hostname");
+  bool terminal = is_terminal_state(previous_state);
+  if (previous_state == "succeeded") {
+    return refuse("run " + run->id() + " already succeeded; nothing to resume (submit the spec again for a new run)");
+  }
+  if (!terminal && supervisor_alive(*state)) {
+    if (!previous_host.empty() && previous_host != this_hostname()) {
+      return refuse("run " + run->id() + " is supervised from host " + previous_host + " (pid " +
+                    std::to_string(previous_pid) + "); whether it still runs can only be checked there: "
+                    "run `dtrain resume " + run->id() + "` on " + previous_host);
+    }
+    return refuse("run " + run->id() + " is still supervised by pid " + std::to_string(previous_pid) +
+                  " (state " + previous_state + "); nothing to resume. `dtrain stop " + run->id() +
+                  "` ends it");
+  }
+
+  spec::LoadResult loaded = spec::load_job_spec(run->spec_path(), {});
+  if (!loaded.ok()) return refuse("the run's saved spec cannot be loaded:\n" + loaded.message());
+  spec::JobSpec spec = std::move(*loaded.spec);
+  Result<plan::RankPlan> plan = plan::make_plan(spec);
+  if (!plan) return refuse(run->spec_path() + ": " + plan.error().message);
+
+  // A corrupt line (a full disk, a hand edit) is skipped with a warning; the rest still counts.
+  Result<std::vector<json>> events = read_events(run->events_path(), [](const std::string& warning) {
+    std::fprintf(stderr, "dtrain resume: warning: %s\n", warning.c_str());
+  });
+  if (!events) return refuse("cannot read the run log: " + events.error().message, ExitCode::infra);
+  supervisor::ResumeFrom from = resume_point(*state, *events);
+  int64_t started_wall = clock.wall_ms();
+  if (from.supervisor_lost) {
+    if (Status gone = wait_until_old_agents_gone(*run, spec, from.last_seen_wall_ms); !gone) {
+      return refuse(gone.error().message, ExitCode::infra);
+    }
+  }
+  from.waited_ms = clock.wall_ms() - started_wall;
+
+  Result<EventLog> log = EventLog::open_existing(run->events_path());
+  if (!log) return refuse(log.error().message, ExitCode::infra);
+  int64_t resume_step = from.committed_steps.empty() ? -1 : from.committed_steps.back();
+  (void)log->append({{"ev", "run.resumed"}, {"previous_state", previous_state},
+                     {"previous_supervisor_pid", previous_pid}, {"previous_supervisor_host", previous_host},
+                     {"waited_ms", from.waited_ms}, {"resume_step", resume_step},
+                     {"gen", from.last_generation + 1}, {"supervisor_pid", ::getpid()},
+                     {"supervisor_host", this_hostname()}, {"dtrain_version", kVersion},
+                     {"detached", options.detach}},
+                    clock.wall_ms());
+  std::string resume_text = resume_step >= 0 ? "checkpoint step " + std::to_string(resume_step) : "the start (no checkpoint)";
+  if (options.detach) {
+    if (std::optional<int> parent_exit = detach(run->id(), ("resumed from " + resume_text).c_str())) return *parent_exit;
+  } else {
+    std::string why = terminal ? "it had " + previous_state
+                               : "its supervisor, pid " + std::to_string(previous_pid) + " on " + previous_host + ", died";
+    std::fprintf(stderr, "dtrain: resuming run %s (%s) from %s · %d workers on %zu host(s) · run log %s\n",
+                 run->id().c_str(), why.c_str(),
+                 resume_text.c_str(), plan->world_size, plan->hosts.size(), run->path().c_str());
+  }
+  int64_t submitted = json_int(*state, "submitted_at_ms").value_or(clock.wall_ms());
+  RunDriver driver(spec, std::move(plan).value(), std::move(run).value(), std::move(log).value(),
+                   options.dtrain_exe, options.detach, Console(console_mode(options.detach), stderr), DriverSeams{});
+  driver.resume_from(from, submitted);
+  int code = driver.run();
+  if (options.detach) std::_Exit(code);
+  return code;
+}
+
+}  // namespace dtrain::run

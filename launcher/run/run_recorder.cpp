@@ -1,0 +1,144 @@
+#include "launcher/run/run_recorder.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+
+#include <spdlog/async.h>
+#include <spdlog/async_logger.h>
+#include <spdlog/sinks/basic_file_sink.h>
+
+#include "launcher/base/fd.h"
+
+namespace dtrain::run {
+
+using nlohmann::json;
+
+RunRecorder::RunRecorder(const RunDirectory& run, EventLog events, Console console, const Clock& clock,
+                         RunLogWriter::BeforeWrite before_write)
+    : run_(run),
+      clock_(clock),
+      events_(std::move(events)),
+      rank_logs_(run.ranks_dir()),
+      console_(console),
+      console_mode_(console.mode()),
+      state_writer_(run.state_path()),
+      writer_(64ull << 20, std::move(before_write), [this](uint64_t bytes, uint64_t writes) {
+        // On the writer thread, in order with the writes.
+        json event = {{"ev", "runlog.dropped"}, {"bytes", bytes}, {"writes", writes},
+                      {"detail", "the run directory's file system fell behind; " + std::to_string(bytes) +
+                                     " bytes of rank output were not written to ranks/*.log"}};
+        if (Status written = events_.append(event, clock_.wall_ms()); !written && log_) {
+          log_->error("events.jsonl: {}", written.error().message);
+        }
+      }) {}
+
+RunRecorder::~RunRecorder() { writer_.flush(); }
+
+Status RunRecorder::open() {
+  try {
+    auto sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(run_.supervisor_log_path());
+    // One background thread for the process's async loggers; a full queue drops the oldest
+    // diagnostics rather than blocking the loop.
+    if (!spdlog::thread_pool()) spdlog::init_thread_pool(8192, 1);
+    log_ = std::make_shared<spdlog::async_logger>("supervisor", sink, spdlog::thread_pool(),
+                                                  spdlog::async_overflow_policy::overrun_oldest);
+    log_->set_pattern("%Y-%m-%dT%H:%M:%S.%eZ %^%l%$ %v", spdlog::pattern_time_type::utc);
+    log_->flush_on(spdlog::level::info);
+  } catch (const spdlog::spdlog_ex& error) {
+    return Error::infra(run_.supervisor_log_path() + ": " + error.what());
+  }
+  ::chmod(run_.supervisor_log_path().c_str(), 0600);
+  return {};
+}
+
+void RunRecorder::record(json event) {
+  int64_t wall = clock_.wall_ms();
+  std::string name = event.value("ev", "");
+  if (name == "run.state") {
+    console_line(event.value("state", "") + ": " + event.value("why", ""));
+  } else if (name == "failure.detected") {
+    console_line("failure: " + event.value("kind", "") + " on " + event.value("host", "") +
+                 (event.contains("rank") ? " rank " + std::to_string(event.value("rank", -1)) : "") + ": " +
+                 event.value("detail", ""));
+  }
+  json copy = event;
+  copy.erase("ev");
+  copy.erase("tail");
+  log_->info("{} {}", name, copy.dump(-1, ' ', false, json::error_handler_t::replace));
+  uint64_t bytes = 256;
+  writer_.post([this, event = std::move(event), wall] {
+    if (Status written = events_.append(event, wall); !written) log_->error("events.jsonl: {}", written.error().message);
+  }, bytes);
+}
+
+void RunRecorder::write_file_then_record(std::string path, std::string text, json event) {
+  uint64_t bytes = text.size();
+  writer_.post([this, path = std::move(path), text = std::move(text), event = std::move(event)]() mutable {
+    (void)make_directories(path.substr(0, path.rfind('/')), 0700);  // samples/ appears with the first sample
+    if (Status written = write_file_atomic(path, text); !written) {
+      event["error"] = written.error().message;
+    } else {
+      event["path"] = path;
+      event["bytes"] = text.size();
+    }
+    if (Status appended = events_.append(event, clock_.wall_ms()); !appended) {
+      log_->error("events.jsonl: {}", appended.error().message);
+    }
+  }, bytes);
+}
+
+void RunRecorder::write_file(std::string path, std::string text) {
+  uint64_t bytes = text.size();
+  writer_.post([this, path = std::move(path), text = std::move(text)] {
+    if (Status written = write_file_atomic(path, text); !written) log_->error("{}", written.error().message);
+  }, bytes);
+}
+
+void RunRecorder::rank_output(int rank, int generation, std::string text) {
+  int64_t wall = clock_.wall_ms();
+  uint64_t bytes = text.size();
+  writer_.post_droppable([this, rank, generation, text = std::move(text), wall] {
+    if (Status written = rank_logs_.append(rank, generation, text, wall); !written) {
+      log_->error("rank {} log: {}", rank, written.error().message);
+    }
+  }, bytes);
+}
+
+void RunRecorder::metrics(json line) {
+  std::string text = line.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+  uint64_t bytes = text.size();
+  writer_.post([this, text = std::move(text)] {
+    std::string path = run_.path() + "/metrics.jsonl";
+    struct stat info {};
+    if (::stat(path.c_str(), &info) == 0 && static_cast<uint64_t>(info.st_size) >= kMetricsMaxBytes) {
+      (void)::rename(path.c_str(), (run_.path() + "/metrics.1.jsonl").c_str());
+    }
+    UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+    if (fd.valid()) (void)write_all(fd.get(), text);
+  }, bytes);
+}
+
+void RunRecorder::console_line(std::string text) {
+  if (console_mode_ == Console::Mode::quiet) return;
+  int64_t wall = clock_.wall_ms();
+  uint64_t bytes = text.size();
+  writer_.post([this, text = std::move(text), wall] { console_.line(wall, text); }, bytes);
+}
+
+void RunRecorder::console_status(ConsoleStatus status) {
+  if (console_mode_ == Console::Mode::quiet) return;
+  int64_t now = clock_.monotonic_ms(), wall = clock_.wall_ms();
+  // Skipped while the writer is behind: the next status supersedes this one anyway.
+  if (writer_.queued() > 0) return;
+  writer_.post([this, status = std::move(status), now, wall] { console_.status(now, wall, status); });
+}
+
+void RunRecorder::flush() {
+  writer_.flush();
+  if (Status written = state_writer_.flush(); !written) log_->error("state.json: {}", written.error().message);
+  log_->flush();
+}
+
+}  // namespace dtrain::run

@@ -1,0 +1,80 @@
+#pragma once
+// RunRecorder: where the driver's record of a run goes — events.jsonl, supervisor.log,
+// ranks/<r>.log, metrics.jsonl, plans, samples, state.json and the console. The driver hands it
+// whole records; nothing here runs on the event loop's time: files are written by a
+// RunLogWriter thread (in order), state.json by a StateWriter (latest wins), supervisor.log by
+// spdlog's async logger, and the console on the writer thread (a terminal held by Ctrl-S or a
+// full stderr pipe must not stop the loop either). Notable events (run.state,
+// failure.detected) also become console lines: the console observes the one event stream.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/logger.h>
+
+#include "launcher/base/clock.h"
+#include "launcher/base/result.h"
+#include "launcher/run/console.h"
+#include "launcher/runlog/event_log.h"
+#include "launcher/runlog/rank_logs.h"
+#include "launcher/runlog/run_directory.h"
+#include "launcher/runlog/run_log_writer.h"
+#include "launcher/runlog/state_writer.h"
+
+namespace dtrain::run {
+
+class RunRecorder {
+ public:
+  /// `run` must outlive the recorder. `before_write`: see RunLogWriter (tests stall it).
+  RunRecorder(const RunDirectory& run, EventLog events, Console console, const Clock& clock,
+              RunLogWriter::BeforeWrite before_write = {});
+  ~RunRecorder();  ///< writes what is queued
+
+  /// Opens supervisor.log (0600). Call once before anything is recorded.
+  Status open();
+
+  /// Appends `event` (an object with "ev") to events.jsonl, stamped now, and to supervisor.log.
+  void record(nlohmann::json event);
+  /// Writes `text` to `path` (its directory made 0700 if missing) atomically, then records `event` with "path" and "bytes" — or with
+  /// "error" when the write failed.
+  void write_file_then_record(std::string path, std::string text, nlohmann::json event);
+  /// Writes `text` to `path` atomically; a failure goes to supervisor.log.
+  void write_file(std::string path, std::string text);
+  /// A rank's output (whole lines, or a chunk the next call continues). Dropped, and counted in
+  /// a runlog.dropped event, while the writer is more than its bound behind.
+  void rank_output(int rank, int generation, std::string text);
+  /// One metrics.jsonl line; the file becomes metrics.1.jsonl at `kMetricsMaxBytes`.
+  void metrics(nlohmann::json line);
+  /// state.json: the newest snapshot wins.
+  void state(nlohmann::json snapshot) { state_writer_.submit(std::move(snapshot)); }
+
+  void console_line(std::string text);
+  void console_status(ConsoleStatus status);
+  Console::Mode console_mode() const { return console_mode_; }
+
+  /// supervisor.log (spdlog async: the caller only formats).
+  spdlog::logger& log() { return *log_; }
+
+  /// Waits until everything recorded so far is written (state.json included). The console is
+  /// then idle: the caller may print to stdout/stderr directly (the end-of-run summary).
+  void flush();
+  /// Ends the live status line (call after flush(), before printing a summary).
+  void finish_console() { console_.finish(); }
+
+  static constexpr uint64_t kMetricsMaxBytes = 64ull << 20;
+
+ private:
+  const RunDirectory& run_;
+  const Clock& clock_;
+  EventLog events_;        ///< used on the writer thread only
+  RankLogs rank_logs_;     ///< used on the writer thread only
+  Console console_;        ///< used on the writer thread only (and after flush())
+  Console::Mode console_mode_;
+  std::shared_ptr<spdlog::logger> log_;
+  StateWriter state_writer_;
+  RunLogWriter writer_;    ///< last: its thread stops (draining the queue) before the rest goes
+};
+
+}  // namespace dtrain::run

@@ -1,0 +1,103 @@
+// `dtrain submit`: load and check the spec, plan, create the run directory and its first
+// events, go to the background when asked, and run a driver to the end.
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "launcher/base/exit_code.h"
+#include "launcher/base/strings.h"
+#include "launcher/base/version.h"
+#include "launcher/run/driver.h"
+
+namespace dtrain::run {
+
+using nlohmann::json;
+
+/// Forks the supervisor into the background. In the parent: prints the run id and returns the
+/// exit code for it; in the child (new session, stdio on /dev/null): returns nullopt.
+std::optional<int> detach(const std::string& run_id, const char* what) {
+  std::fflush(stdout);
+  pid_t child = ::fork();
+  if (child < 0) {
+    std::fprintf(stderr, "dtrain: fork: %s\n", errno_text(errno).c_str());
+    return to_int(ExitCode::infra);
+  }
+  if (child > 0) {
+    std::printf("%s\n", run_id.c_str());
+    std::fprintf(stderr, "dtrain: run %s %s in the background (supervisor pid %d)\n"
+                         "  dtrain status %s · dtrain logs %s --follow · dtrain stop %s\n",
+                 run_id.c_str(), what, child, run_id.c_str(), run_id.c_str(), run_id.c_str());
+    return to_int(ExitCode::ok);
+  }
+  ::setsid();
+  int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (null_fd >= 0) {
+    ::dup2(null_fd, STDIN_FILENO);
+    ::dup2(null_fd, STDOUT_FILENO);
+    ::dup2(null_fd, STDERR_FILENO);
+    ::close(null_fd);
+  }
+  return std::nullopt;
+}
+
+Console::Mode console_mode(bool detached) {
+  if (detached) return Console::Mode::quiet;
+  return ::isatty(STDERR_FILENO) ? Console::Mode::terminal : Console::Mode::plain;
+}
+
+int submit(const SubmitOptions& options) {
+  SystemClock clock;
+  spec::LoadResult loaded =
+      options.spec_text ? spec::parse_job_spec(*options.spec_text, options.spec_path, absolute_path("."), options.overrides)
+                        : spec::load_job_spec(options.spec_path, options.overrides);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "%s\n", loaded.message().c_str());
+    return to_int(ExitCode::usage);
+  }
+  spec::JobSpec spec = std::move(*loaded.spec);
+  if (spec.worker.workdir.empty()) spec.worker.workdir = absolute_path(".");
+  if (!spec.checkpoint.dir.empty()) spec.checkpoint.dir = absolute_path(spec.checkpoint.dir);
+  Result<plan::RankPlan> plan = plan::make_plan(spec);
+  if (!plan) {
+    std::fprintf(stderr, "%s: %s\n", options.spec_path.c_str(), plan.error().message.c_str());
+    return to_int(ExitCode::usage);
+  }
+
+  std::string run_id = make_run_id(spec.name.empty() ? "job" : spec.name, clock.wall_ms());
+  Result<RunDirectory> run = RunDirectory::create(run_id);
+  if (!run) {
+    std::fprintf(stderr, "dtrain: %s\n", run.error().message.c_str());
+    return to_int(ExitCode::infra);
+  }
+  Result<EventLog> events = EventLog::create(run->events_path(), run_id, clock.wall_ms());
+  if (!events) {
+    std::fprintf(stderr, "dtrain: %s\n", events.error().message.c_str());
+    return to_int(ExitCode::infra);
+  }
+  (void)write_file_atomic(run->spec_path(), spec::to_yaml(spec));
+  json hosts = json::array();
+  for (const spec::HostEntry& host : spec.hosts) hosts.push_back(host.name);
+  (void)events->append({{"ev", "run.submitted"}, {"run_id", run_id}, {"name", spec.name},
+                        {"spec", options.spec_text ? run->spec_path() : absolute_path(options.spec_path)}, {"hosts", hosts},
+                        {"world_size", plan->world_size}, {"dtrain_version", kVersion},
+                        {"supervisor_pid", ::getpid()}, {"supervisor_host", this_hostname()},
+                        {"detached", options.detach}},
+                       clock.wall_ms());
+
+  if (options.detach) {
+    if (std::optional<int> parent_exit = detach(run_id, "started")) return *parent_exit;
+  } else {
+    std::fprintf(stderr, "dtrain: run %s · %d workers on %zu host(s) · run log %s\n", run_id.c_str(),
+                 plan->world_size, plan->hosts.size(), run->path().c_str());
+  }
+
+  RunDriver driver(spec, std::move(plan).value(), std::move(run).value(), std::move(events).value(),
+                   options.dtrain_exe, options.detach, Console(console_mode(options.detach), stderr), options.seams);
+  int code = driver.run();
+  if (options.detach) std::_Exit(code);
+  return code;
+}
+
+}  // namespace dtrain::run

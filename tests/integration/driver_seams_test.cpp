@@ -1,0 +1,107 @@
+// The driver through its seams: a stalled run-log file system (RunLogWriter's hook) and a clock
+// that runs fast (ScaledClock, shared with the simulated agents), over run::FakeCluster. What
+// end-to-end tests cannot reach in their time: a $DTRAIN_HOME that hangs for longer than
+// heartbeat.timeout, and the default 30 s / 10 min timeouts.
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+
+#include "launcher/base/clock.h"
+#include "tests/integration/sim_run.h"
+
+using namespace dtrain;
+using namespace dtrain::testing;
+
+TEST_CASE("a run-log file system stalled for 3 x heartbeat.timeout: pings go on, no agent fences, nothing is lost") {
+  SimRun sim;
+  // Every write of the run log (events.jsonl, ranks/*.log, metrics, plans) blocks while the
+  // stall lasts, as on a hung NFS server.
+  std::atomic<int64_t> stall_until_ms{0};
+  std::atomic<int> stalled_writes{0};
+  SystemClock real;
+  sim.seams.before_runlog_write = [&] {
+    if (real.monotonic_ms() >= stall_until_ms) return;
+    ++stalled_writes;
+    while (real.monotonic_ms() < stall_until_ms) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  };
+  int64_t step_at_stall = 0, step_after_stall = 0;
+  std::string spec = sim_spec(3, 2, "elastic: {max_restarts: 1}\n", "{interval: 100ms, timeout: 1s, hang_timeout: 10s}");
+  CHECK(sim.run(spec, [&](run::FakeCluster& cluster, const std::atomic<bool>& ended) {
+    step_at_stall = cluster.newest_step();
+    stall_until_ms = real.monotonic_ms() + 3000;
+    // A crash during the stall: its events must queue, not block the loop's handling of it.
+    cluster.crash_rank(1, 3);
+    wait_until([&] { return ended.load() || real.monotonic_ms() >= stall_until_ms + 500; }, 10000);
+    step_after_stall = cluster.newest_step();
+  }) == 0);
+  CHECK(stalled_writes > 0);
+  CHECK(sim.cluster.silence_fences() == 0);
+  CHECK(sim.cluster.longest_driver_silence_ms() < 1000);  // heartbeat.timeout
+  auto events = sim.events();
+  CHECK(events_named(events, "host.lost").empty());
+  // The crash was handled during the stall (recovered, the new generation stepped) and every
+  // event of it reached events.jsonl afterwards, in order.
+  CHECK(step_after_stall >= 1);
+  REQUIRE(events_named(events, "failure.detected").size() == 1);
+  CHECK(events_named(events, "failure.detected")[0]["rank"] == 1);
+  CHECK(events_named(events, "recovery.completed").size() == 1);
+  REQUIRE(!events.empty());
+  CHECK(events.back()["ev"] == "run.finished");
+  INFO("step at the stall's start " << step_at_stall);
+}
+
+TEST_CASE("default heartbeat.timeout (10 s) and hang_timeout (60 s) on a 50x clock: a partitioned host is lost by its silence") {
+  SimRun sim(50);
+  std::string spec = sim_spec(3, 1, "elastic: {max_restarts: 1, min_hosts: 2}\n", "{}");
+  CHECK(sim.run(spec, [&](run::FakeCluster& cluster, const std::atomic<bool>& ended) {
+    int before = cluster.newest_generation();
+    cluster.partition_host("sim3");
+    wait_until([&] { return ended.load() || (cluster.newest_generation() > before && cluster.newest_step() >= 3); }, 20000);
+  }) == 0);
+  auto lost = events_named(sim.events(), "host.lost");
+  REQUIRE(lost.size() == 1);
+  CHECK(lost[0]["host"] == "sim3");
+  int64_t silent = lost[0]["silent_ms"].get<int64_t>();
+  CHECK(silent >= 10'000);
+  CHECK(silent < 20'000);
+  CHECK(sim.cluster.silence_fences() == 0);  // the survivors heard their pings all along
+}
+
+TEST_CASE("a checkpoint save longer than hang_timeout but within checkpoint_timeout is not a hang (50x clock)") {
+  SimRun sim(50);
+  const ScaledClock& clock = sim.clock;
+  // hang_timeout 20 s, checkpoint_timeout 2 min: a 60 s save is fine.
+  std::string spec = sim_spec(2, 1, "", "{interval: 1s, timeout: 10s, hang_timeout: 20s, checkpoint_timeout: 2m}");
+  CHECK(sim.run(spec, [&](run::FakeCluster& cluster, const std::atomic<bool>& ended) {
+    cluster.set_saving(0, true);
+    int64_t until = clock.monotonic_ms() + 60'000;
+    wait_until([&] { return ended.load() || clock.monotonic_ms() >= until; }, 20000);
+    cluster.set_saving(0, false);
+    int64_t step = cluster.newest_step();
+    wait_until([&] { return ended.load() || cluster.newest_step() >= step + 3; }, 20000);
+  }) == 0);
+  auto events = sim.events();
+  CHECK(events_named(events, "worker.hang").empty());
+  CHECK(events_named(events, "failure.detected").empty());
+}
+
+TEST_CASE("a checkpoint save past checkpoint_timeout is a hang of that rank, named as a save (50x clock)") {
+  SimRun sim(50);
+  const ScaledClock& clock = sim.clock;
+  std::string spec = sim_spec(2, 1, "", "{interval: 1s, timeout: 10s, hang_timeout: 20s, checkpoint_timeout: 1m}");
+  int64_t save_started = 0;
+  CHECK(sim.run(spec, [&](run::FakeCluster& cluster, const std::atomic<bool>& ended) {
+    save_started = clock.monotonic_ms();
+    cluster.set_saving(1, true);
+    wait_until([&] { return ended.load(); }, 30000);
+  }) != 0);
+  auto hangs = events_named(sim.events(), "worker.hang");
+  REQUIRE(hangs.size() == 1);
+  INFO(hangs[0].dump());
+  CHECK(hangs[0]["rank"] == 1);
+  CHECK(hangs[0].dump().find("checkpoint") != std::string::npos);
+  auto failures = events_named(sim.events(), "failure.detected");
+  REQUIRE(!failures.empty());
+  CHECK(failures[0]["detail"].get<std::string>().find("checkpoint_timeout") != std::string::npos);
+}
