@@ -1,30 +1,87 @@
 #!/usr/bin/env bash
 # Checkpoint write throughput: the worker runtime's Checkpointer (CRC32C, temp file, fsync,
-# rename, directory fsync, manifest, pruning the step before) vs
-# `dd if=/dev/zero bs=1M count=N conv=fsync`, same sizes, same directory, interleaved
-# repetitions; medians. Each checkpoint figure is one steady-state save (the tool saves once
-# untimed first, so the timed save also verifies what it keeps and deletes the older step).
+# rename, directory fsync, manifest) vs `dd if=/dev/zero bs=1M count=N conv=fsync`, same sizes,
+# same directory, interleaved repetitions; medians. Each checkpoint figure is one steady-state
+# save (the tool saves once untimed first, so the timed save has an older step to prune; pruning
+# itself runs after save() returns, and the next save waits for it).
 #
 #   scripts/bench/checkpoint.sh BUILD_DIR [--dir DIR (default /tmp)] [--sizes-mib 16,64,256] [--reps 5]
+#   scripts/bench/checkpoint.sh BUILD_DIR --stall [--dir DIR] [--steps 61] [--interval 5]
+#                               [--model '--hidden 1024 --layers 4']
+#
+# --stall: how long the training loop stops per save. dtrain-train --standalone runs three
+# times (no checkpoints; synchronous saves; --ckpt-async), every step logged and timestamped as
+# its line arrives. The gap between the lines of steps N and N+1, less step N+1's own step_ms,
+# is what the loop did between the two steps: beat and log, plus the save when N is a multiple
+# of --interval. Stall per save = median gap after a save step - median gap after the others.
 set -euo pipefail
-[ $# -ge 1 ] || { sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 build=$1
 shift
-dir=/tmp sizes=16,64,256 reps=5
+dir=/tmp sizes=16,64,256 reps=5 stall=0 steps=61 interval=5 model='--hidden 1024 --layers 4'
 while [ $# -gt 0 ]; do
   case $1 in
     --dir) dir=$2; shift 2 ;;
     --sizes-mib) sizes=$2; shift 2 ;;
     --reps) reps=$2; shift 2 ;;
+    --stall) stall=1; shift ;;
+    --steps) steps=$2; shift 2 ;;
+    --interval) interval=$2; shift 2 ;;
+    --model) model=$2; shift 2 ;;
     *) echo "checkpoint.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
+median() { sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
+
+if ((stall)); then
+  trainer=$build/cli/dtrain-train
+  [ -x "$trainer" ] || { echo "checkpoint.sh: no $trainer; build it: cmake --build $build --target dtrain-train" >&2; exit 2; }
+  work=$(mktemp -d "$dir/dtrain-bench-stall-XXXXXX")
+  trap 'rm -rf "$work"' EXIT
+  echo "# training stall per save: dtrain-train --standalone $model --steps $steps, a save every $interval steps, at $dir"
+  echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) cpus)"
+  printf '%-6s  %12s  %14s  %14s  %12s  %10s  %10s  %8s\n' mode step_ms gap_plain_ms gap_save_ms stall_ms stall/step ckpt_MB wall_s
+  for mode in none sync async; do
+    ckpt=()
+    case $mode in
+      sync) ckpt=(--ckpt-dir "$work/$mode" --ckpt-interval "$interval") ;;
+      async) ckpt=(--ckpt-dir "$work/$mode" --ckpt-interval "$interval" --ckpt-async) ;;
+    esac
+    start=$EPOCHREALTIME
+    # shellcheck disable=SC2086
+    "$trainer" --standalone $model --steps "$steps" --log-every 1 "${ckpt[@]}" |
+      while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done >"$work/$mode.log"
+    wall=$(echo "$EPOCHREALTIME - $start" | bc -l)
+    bytes=0
+    [ "$mode" = none ] || bytes=$(find "$work/$mode" -name 'shard-*.bin' -printf '%s\n' | sort -g | tail -1)
+    # "<time> step N loss L step_ms S": gap after step N-1 = time(N) - time(N-1) - step_ms(N).
+    awk -v interval="$interval" -v mode="$mode" '
+      $2 == "step" { t = $1; n = $3; ms = $7
+        if (n > 1 && previous_n == n - 1) {
+          gap = (t - previous_t) * 1000 - ms
+          if (mode != "none" && (n - 1) % interval == 0) print "save", gap; else print "plain", gap
+        }
+        if (n > 1) print "step", ms
+        previous_t = t; previous_n = n }' "$work/$mode.log" >"$work/$mode.gaps"
+    step_ms=$(awk '$1 == "step" {print $2}' "$work/$mode.gaps" | median)
+    plain=$(awk '$1 == "plain" {print $2}' "$work/$mode.gaps" | median)
+    if [ "$mode" = none ]; then
+      printf '%-6s  %12.1f  %14.2f  %14s  %12s  %10s  %10s  %8.1f\n' "$mode" "$step_ms" "$plain" - - - - "$wall"
+    else
+      saved=$(awk '$1 == "save" {print $2}' "$work/$mode.gaps" | median)
+      printf '%-6s  %12.1f  %14.2f  %14.2f  %12.2f  %9.1f%%  %10.1f  %8.1f\n' "$mode" "$step_ms" "$plain" "$saved" \
+        "$(echo "$saved - $plain" | bc -l)" "$(echo "100 * ($saved - $plain) / $step_ms" | bc -l)" \
+        "$(echo "$bytes / 1000000" | bc -l)" "$wall"
+    fi
+  done
+  echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+  exit 0
+fi
+
 tool=$build/worker/bench/dtrain-bench-checkpoint
 [ -x "$tool" ] || { echo "checkpoint.sh: no $tool; build it: cmake --build $build --target dtrain-bench-checkpoint" >&2; exit 2; }
 work=$(mktemp -d "$dir/dtrain-bench-disk-XXXXXX")
 trap 'rm -rf "$work"' EXIT
-
-median() { sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 
 echo "# checkpoint write: $(df -hT "$dir" | awk 'NR==2 {print $1 " (" $2 ")"}') at $dir; median of $reps; MB = 10^6 bytes"
 echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) cpus)"
