@@ -6,11 +6,13 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "tests/integration/dtrain_runner.h"
+#include "tests/skip.h"
 
 using namespace dtrain::testing;
 
@@ -168,4 +170,29 @@ TEST_CASE("hybrid: with no batch in the spec, 2 and 6 ranks train and the first 
     std::string first_line = log.substr(0, log.find('\n'));
     CHECK(first_line.find("dtrain-train: no batch in the spec or flags: " + std::string(expected)) != std::string::npos);
   }
+}
+
+// Last in this file: a skip ends the process (tests/skip.h).
+TEST_CASE("hybrid: TP 2 x PP 2 on NCCL matches Gloo's final loss within 1e-5 (skips without 4 GPUs)") {
+  int gpus = 0;
+  {
+    FILE* listing = ::popen("nvidia-smi -L 2>/dev/null", "r");
+    char line[512];
+    while (listing != nullptr && std::fgets(line, sizeof(line), listing) != nullptr) {
+      if (std::string(line).rfind("GPU ", 0) == 0) ++gpus;
+    }
+    if (listing != nullptr) ::pclose(listing);
+  }
+  // One GPU per rank: NCCL refuses two ranks of a communicator on one device.
+  if (gpus < 4) skip_test("this test needs 4 CUDA GPUs on this host; nvidia-smi lists " + std::to_string(gpus));
+  std::string batch = "batch: {global: 64, micro: 4}\n";
+  std::string gloo_yaml = spec("gloo", {2, 2, 4}, 60, batch);
+  std::string nccl_yaml = gloo_yaml;
+  nccl_yaml.replace(nccl_yaml.find("backend: gloo"), 13, "backend: nccl");
+  double gloo = final_loss(train(gloo_yaml, 4).finals[0]);
+  Finished nccl = train(nccl_yaml, 4);
+  CHECK(nccl.logs[0].find("backend nccl") != std::string::npos);
+  double relative = std::abs(final_loss(nccl.finals[0]) - gloo) / gloo;
+  MESSAGE("TP 2 x PP 2 on NCCL: relative difference from Gloo " << relative);
+  CHECK(relative <= 1e-5);
 }
