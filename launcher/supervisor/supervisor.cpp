@@ -1,5 +1,7 @@
 #include "launcher/supervisor/supervisor.h"
 
+#include "launcher/supervisor/recovery_decision.h"
+
 #include "launcher/base/duration.h"
 
 #include <algorithm>
@@ -139,15 +141,6 @@ bool Supervisor::generation_made_progress() {
   return ended - generation_started_ms_ >= progress_window().count();
 }
 
-bool Supervisor::restart_budget_left() {
-  int64_t now = clock_.monotonic_ms();
-  int64_t window = spec_.elastic.restart_window.count();
-  std::erase_if(failure_times_ms_, [&](int64_t t) { return window > 0 && now - t > window; });
-  if (static_cast<int>(failure_times_ms_.size()) >= spec_.elastic.max_restarts) return false;
-  failure_times_ms_.push_back(now);
-  return true;
-}
-
 void Supervisor::start_generation(plan::RankPlan next_plan) {
   ++generation_;
   plan_ = std::move(next_plan);
@@ -180,14 +173,15 @@ void Supervisor::start_generation(plan::RankPlan next_plan) {
   out_.push_back(StartGeneration{generation_, plan_, resume_step, restarts_});
 }
 
-void Supervisor::stop_generation(Ending ending, ExitCode exit_code) {
+void Supervisor::stop_generation(Ending ending, ExitCode exit_code, const std::string& decision) {
   ending_ = ending;
   ending_code_ = exit_code;
-  set_state(ending == Ending::recover ? RunState::recovering : RunState::stopping,
-            ending == Ending::succeed  ? "every worker exited 0"
-            : ending == Ending::stop   ? "stop requested"
-            : ending == Ending::recover ? "failure detected; restarting"
-                                        : "failure detected; giving up");
+  std::string why = ending == Ending::succeed  ? "every worker exited 0"
+                    : ending == Ending::stop   ? "stop requested"
+                    : ending == Ending::recover ? "failure detected; restarting"
+                                                : "failure detected; giving up";
+  if (!decision.empty()) why += " (" + decision + ")";
+  set_state(ending == Ending::recover ? RunState::recovering : RunState::stopping, why);
   std::vector<std::string> hosts = live_hosts();
   awaiting_release_ = std::set<std::string>(hosts.begin(), hosts.end());
   stop_sent_ms_ = clock_.monotonic_ms();
@@ -266,58 +260,43 @@ void Supervisor::handle_failure(RootCause cause, bool host_lost) {
   add_incident(detected);
   record(detected);
 
-  bool membership_change = false;
-  if (host_lost) {
+  // Facts for the policy's one decision (recovery_decision.h); the rest is carrying it out.
+  FailureFacts facts{cause.host, host_lost, 0, plan_.world_size};
+  if (!host_lost && !cause.host.empty()) facts.host_failures = ++host_failures_[cause.host];
+  int64_t now = clock_.monotonic_ms();
+  int64_t window = spec_.elastic.restart_window.count();
+  std::erase_if(failure_times_ms_, [&](int64_t t) { return window > 0 && now - t > window; });
+  RecoveryDecision decision =
+      decide_recovery(facts, FailureHistory{excluded_, static_cast<int>(failure_times_ms_.size())}, spec_);
+
+  if (decision.exclude_host) {
     excluded_.insert(cause.host);
-    membership_change = true;
-  } else if (!cause.host.empty() && spec_.elastic.exclude_after > 0 &&
-             ++host_failures_[cause.host] >= spec_.elastic.exclude_after) {
-    // Exclude the host when the job can go on without it (an idle spare takes its place, or
-    // elastic.min_hosts allows the smaller world); otherwise restart in place and say why not.
-    std::vector<std::string> without(excluded_.begin(), excluded_.end());
-    without.push_back(cause.host);
-    std::string detail = "failed " + std::to_string(host_failures_[cause.host]) + " times (elastic.exclude_after " +
-                         std::to_string(spec_.elastic.exclude_after) + ")";
-    if (Result<plan::RankPlan> next = plan::make_plan(spec_, without); next) {
-      excluded_.insert(cause.host);
-      membership_change = true;
-      record({{"ev", "host.excluded"}, {"host", cause.host}, {"failures", host_failures_[cause.host]},
-              {"detail", detail}});
-    } else if (!exclusion_refused_.count(cause.host)) {
-      exclusion_refused_.insert(cause.host);
-      record({{"ev", "host.exclusion_skipped"}, {"host", cause.host}, {"failures", host_failures_[cause.host]},
-              {"detail", detail + " but the job cannot go on without it: " + next.error().message +
-                             "; restarting in place"}});
+    if (!host_lost) {
+      record({{"ev", "host.excluded"}, {"host", cause.host}, {"failures", facts.host_failures},
+              {"detail", decision.why}});
     }
   }
-
-  bool recover = false;
-  ExitCode give_up_code = ExitCode::job_failed;
-  if (membership_change) {
-    std::vector<std::string> without(excluded_.begin(), excluded_.end());
-    Result<plan::RankPlan> next = plan::make_plan(spec_, without);
-    recover = next.ok();
-    if (!recover) {
-      give_up_code = ExitCode::hosts_lost;
-      give_up_reason_ = next.error().message;
-      record({{"ev", "failure.unrecoverable"}, {"detail", next.error().message}});
-    }
-  } else if (restart_budget_left()) {
-    recover = true;
-    ++restarts_;
-  } else {
-    give_up_reason_ = spec_.elastic.max_restarts == 0
-                          ? "no restarts allowed (elastic.max_restarts is 0; set it to recover from failures)"
-                          : "restart budget spent: elastic.max_restarts=" + std::to_string(spec_.elastic.max_restarts) +
-                                " within elastic.restart_window " + format_duration(spec_.elastic.restart_window);
-    record({{"ev", "failure.budget_exhausted"},
-            {"max_restarts", spec_.elastic.max_restarts},
-            {"restart_window_ms", spec_.elastic.restart_window.count()}});
+  if (decision.exclusion_refused && exclusion_refused_.insert(cause.host).second) {
+    record({{"ev", "host.exclusion_skipped"}, {"host", cause.host}, {"failures", facts.host_failures},
+            {"detail", decision.why}});
   }
-
-  if (!recover) {
-    stop_generation(Ending::fail, give_up_code);
+  bool membership_change = decision.action == RecoveryAction::replace || decision.action == RecoveryAction::shrink;
+  if (decision.action == RecoveryAction::give_up) {
+    give_up_reason_ = decision.why;
+    if (decision.exit_code == ExitCode::hosts_lost) {
+      record({{"ev", "failure.unrecoverable"}, {"detail", decision.why}});
+    } else {
+      record({{"ev", "failure.budget_exhausted"},
+              {"max_restarts", spec_.elastic.max_restarts},
+              {"restart_window_ms", spec_.elastic.restart_window.count()},
+              {"detail", decision.why}});
+    }
+    stop_generation(Ending::fail, decision.exit_code, decision.why);
     return;
+  }
+  if (decision.action == RecoveryAction::restart) {
+    failure_times_ms_.push_back(now);
+    ++restarts_;
   }
   PendingRecovery pending;
   pending.cause = cause;
@@ -327,9 +306,9 @@ void Supervisor::handle_failure(RootCause cause, bool host_lost) {
   recovery_ = pending;
   nlohmann::json started = {{"ev", "recovery.started"}, {"cause", cause_json(cause)},
                             {"restarts", restarts_},
-                            {"action", membership_change ? "replan" : "restart"}};
+                            {"action", to_string(decision.action)}, {"why", decision.why}};
   record(started);
-  stop_generation(Ending::recover, ExitCode::job_failed);
+  stop_generation(Ending::recover, ExitCode::job_failed, decision.why);
 }
 
 // ---- events ---------------------------------------------------------------------------------

@@ -108,11 +108,12 @@ class Supervisor {
   void set_state(RunState next, const std::string& why);
   void record(nlohmann::json event);
   void start_generation(plan::RankPlan plan);
-  void stop_generation(Ending ending, ExitCode exit_code);
+  /// `decision`: the recovery decision's why, shown with the state change.
+  void stop_generation(Ending ending, ExitCode exit_code, const std::string& decision = "");
   void finish_stop();
-  /// A failure of the running generation: decide restart, replan or give up.
+  /// A failure of the running generation: gathers the facts for decide_recovery() (restart,
+  /// replace, shrink or give up) and carries its decision out.
   void handle_failure(RootCause cause, bool host_lost);
-  bool restart_budget_left();
   int64_t newest_step() const;
   /// Whether the generation being ended made progress (elastic.crash_loop_after counts those
   /// that did not): its step advanced, a newer checkpoint was committed, or — when neither can
