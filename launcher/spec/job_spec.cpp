@@ -13,6 +13,15 @@ bool HostEntry::is_local() const {
   return name == buffer;
 }
 
+const char* to_string(TransportKind transport) {
+  switch (transport) {
+    case TransportKind::auto_select: return "auto";
+    case TransportKind::ssh: return "ssh";
+    case TransportKind::srun: return "srun";
+  }
+  return "auto";
+}
+
 const char* to_string(Backend backend) {
   switch (backend) {
     case Backend::auto_select: return "auto";

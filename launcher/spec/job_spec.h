@@ -33,6 +33,10 @@ struct HostEntry {
 using dtrain::HostKeyPolicy;  // launcher/base/host_key_policy.h, shared with the transport
 using dtrain::to_string;
 enum class Backend { auto_select, gloo, nccl };
+/// How agents are started (`transport:`): auto (this machine through a pipe, other hosts over
+/// SSH), ssh (the same), or srun (one Slurm job step with a task on every host; needs an
+/// allocation). `hosts: slurm` makes srun the default.
+enum class TransportKind { auto_select, ssh, srun };
 
 struct SshSettings {
   std::string user;              ///< empty: the current user
@@ -110,6 +114,9 @@ struct CheckpointSettings {
   std::string dir;               ///< empty: <run dir>/checkpoints
   int interval_steps = 0;        ///< 0: no checkpoints
   int keep = 3;
+  /// Inside a Slurm allocation: ask every worker for a checkpoint (ckpt.request) this long
+  /// before the job's time limit. 0: only when Slurm signals USR1 (sbatch --signal=B:USR1@T).
+  Millis before_walltime{0};
 
   bool operator==(const CheckpointSettings&) const = default;
 };
@@ -122,6 +129,7 @@ struct JobSpec {
   std::vector<HostEntry> spares;
   int slots_per_host = 1;
   SshSettings ssh;
+  TransportKind transport = TransportKind::auto_select;
   WorkerSettings worker;
   Parallelism parallelism;
   BatchSettings batch;
@@ -136,5 +144,6 @@ struct JobSpec {
 };
 
 const char* to_string(Backend backend);
+const char* to_string(TransportKind transport);
 
 }  // namespace dtrain::spec

@@ -6,6 +6,7 @@
 
 #include "launcher/base/strings.h"
 #include "launcher/spec/hostlist.h"
+#include "launcher/spec/slurm_allocation.h"
 
 namespace dtrain::spec {
 namespace {
@@ -173,7 +174,22 @@ void read_hosts(DiagnosticSink& sink, const Section& root, const std::string& ba
   const YAML::Node* hosts_node = root.get("hosts");
   const YAML::Node* hostfile_node = root.get("hostfile");
   std::vector<ListedHost> listed;
-  if (hosts_node != nullptr) {
+  // `hosts: slurm` (the scalar; a host named slurm is `hosts: [slurm]`): the allocation's nodes.
+  const bool from_slurm = hosts_node != nullptr && hosts_node->IsScalar() && hosts_node->Scalar() == "slurm";
+  if (from_slurm) {
+    int slots_per_host = root.get("slots_per_host") != nullptr ? spec.slots_per_host : 0;
+    Result<SlurmAllocation> allocation = read_slurm_allocation(process_environment(), slots_per_host);
+    if (!allocation) {
+      sink.error(*hosts_node, "hosts", allocation.error().message);
+    } else {
+      for (HostEntry& host : allocation->hosts) {
+        listed.push_back({std::move(host), sink.locate(*hosts_node, "hosts")});
+      }
+    }
+    if (hostfile_node != nullptr) {
+      sink.error(*hostfile_node, "hostfile", "hosts and hostfile are both set; use one of them");
+    }
+  } else if (hosts_node != nullptr) {
     read_host_list(sink, *hosts_node, "hosts", listed);
     if (hostfile_node != nullptr) {
       sink.error(*hostfile_node, "hostfile", "hosts and hostfile are both set; use one of them");
@@ -213,6 +229,19 @@ void read_hosts(DiagnosticSink& sink, const Section& root, const std::string& ba
     }
   }
   spec.hosts = std::move(hosts);
+
+  if (auto transport = read_choice(sink, root.get("transport"), "transport", {"auto", "ssh", "srun"})) {
+    spec.transport = *transport == "srun" ? TransportKind::srun
+                     : *transport == "ssh" ? TransportKind::ssh
+                                           : TransportKind::auto_select;
+  }
+  if (from_slurm && spec.transport == TransportKind::auto_select) spec.transport = TransportKind::srun;
+  if (spec.transport == TransportKind::srun && !in_slurm_allocation(process_environment())) {
+    sink.error(root.get("transport") != nullptr ? *root.get("transport") : *hosts_node, "transport",
+               "transport: srun starts the agents as a Slurm job step, but this is not inside a Slurm "
+               "allocation (SLURM_JOB_ID is not set); run dtrain in an salloc shell or an sbatch script, "
+               "or use transport: ssh");
+  }
 
   if (const YAML::Node* spares_node = root.get("spares")) {
     std::vector<ListedHost> spares;

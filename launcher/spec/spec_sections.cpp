@@ -227,10 +227,13 @@ void read_heartbeat(DiagnosticSink& sink, const Section& root, HeartbeatSettings
 }
 
 void read_checkpoint(DiagnosticSink& sink, const Section& root, CheckpointSettings& checkpoint) {
-  Section c(sink, root.get("checkpoint"), "checkpoint", {"dir", "interval_steps", "keep"});
+  Section c(sink, root.get("checkpoint"), "checkpoint", {"dir", "interval_steps", "keep", "before_walltime"});
   if (auto v = read_string(sink, c.get("dir"), c.path("dir"))) checkpoint.dir = *v;
   if (auto v = read_int(sink, c.get("interval_steps"), c.path("interval_steps"), 0, INT_MAX)) checkpoint.interval_steps = *v;
   if (auto v = read_int(sink, c.get("keep"), c.path("keep"), 1, kMaxCount)) checkpoint.keep = *v;
+  if (auto v = read_duration(sink, c.get("before_walltime"), c.path("before_walltime"), Millis(0))) {
+    checkpoint.before_walltime = *v;
+  }
 }
 
 }  // namespace
@@ -238,7 +241,7 @@ void read_checkpoint(DiagnosticSink& sink, const Section& root, CheckpointSettin
 void read_spec_body(DiagnosticSink& sink, const YAML::Node& root_node, const std::string& base_dir, JobSpec& spec) {
   Section root(sink, &root_node, "",
                {"version", "name", "tenant", "hosts", "hostfile", "include", "exclude", "slots_per_host", "spares",
-                "ssh", "worker", "parallelism", "batch", "elastic", "heartbeat", "checkpoint", "stop_grace"});
+                "ssh", "transport", "worker", "parallelism", "batch", "elastic", "heartbeat", "checkpoint", "stop_grace"});
   read_label(sink, root.get("name"), "name", spec.name);
   read_label(sink, root.get("tenant"), "tenant", spec.tenant);
   if (auto v = read_int(sink, root.get("slots_per_host"), "slots_per_host", 1, kMaxCount)) spec.slots_per_host = *v;

@@ -68,6 +68,10 @@ std::string to_yaml(const JobSpec& spec) {
   string_value(out, "remote_dtrain", spec.ssh.remote_dtrain);
   out << YAML::EndMap;
 
+  if (spec.transport != TransportKind::auto_select) {
+    out << YAML::Key << "transport" << YAML::Value << to_string(spec.transport);
+  }
+
   // env_file is not written: its variables are already merged into env, and the file may be
   // gone by the time someone reads the run directory.
   out << YAML::Key << "worker" << YAML::Value << YAML::BeginMap;
@@ -121,6 +125,9 @@ std::string to_yaml(const JobSpec& spec) {
   string_value(out, "dir", spec.checkpoint.dir);
   out << YAML::Key << "interval_steps" << YAML::Value << spec.checkpoint.interval_steps;
   out << YAML::Key << "keep" << YAML::Value << spec.checkpoint.keep;
+  if (spec.checkpoint.before_walltime.count() > 0) {
+    duration_value(out, "before_walltime", spec.checkpoint.before_walltime);
+  }
   out << YAML::EndMap;
 
   duration_value(out, "stop_grace", spec.stop_grace);
