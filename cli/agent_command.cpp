@@ -4,13 +4,20 @@
 
 #include "cli/commands.h"
 #include "launcher/agent/agent.h"
+#include "launcher/transport/srun_transport.h"
 
 namespace dtrain::cli {
 
 void add_agent_command(CLI::App& app, CommandContext& context) {
-  app.add_subcommand("agent", "per-host agent, started by the supervisor (internal)")
-      ->group("")
-      ->callback([&context] { context.exit_code = agent::run_agent(0, 1); });
+  CLI::App* agent = app.add_subcommand("agent", "per-host agent, started by the supervisor (internal)");
+  agent->group("");
+  // --srun: one task of the supervisor's srun step; stdin/stdout carry every host's lines
+  // (launcher/transport/srun_transport.h), this node's are relayed to the agent.
+  static bool srun = false;
+  agent->add_flag("--srun", srun, "started as a task of an srun step (transport: srun)");
+  agent->callback([&context] {
+    context.exit_code = srun ? transport::run_srun_agent_relay(agent::run_agent) : agent::run_agent(0, 1);
+  });
 }
 
 }  // namespace dtrain::cli

@@ -24,6 +24,7 @@ transport::AgentTarget AgentTransports::target_for(const spec::HostEntry& host) 
 Result<std::unique_ptr<transport::AgentConnection>> AgentTransports::start_agent(const spec::HostEntry& host) {
   transport::AgentTarget target = target_for(host);
   if (injected_) return injected_->start_agent(target);
+  if (spec_.transport == spec::TransportKind::srun) return srun().start_agent(target);
   if (host.is_local()) return local_.start_agent(target);
   return ssh().start_agent(target);
 }
@@ -36,6 +37,20 @@ transport::SshTransport& AgentTransports::ssh() {
     }
   }
   return *ssh_;
+}
+
+// One srun step for every host and spare: agents start as its tasks, this machine's included (so
+// that Slurm's cgroups and accounting cover every worker). The nodes run this very binary: on a
+// Slurm cluster it sits on a shared file system (or ssh.remote_dtrain says where it is).
+transport::SrunTransport& AgentTransports::srun() {
+  if (!srun_) {
+    transport::SrunOptions options;
+    for (const spec::HostEntry& host : spec_.hosts) options.hosts.push_back(host.name);
+    for (const spec::HostEntry& host : spec_.spares) options.hosts.push_back(host.name);
+    options.dtrain_path = spec_.ssh.remote_dtrain.empty() ? dtrain_exe_ : spec_.ssh.remote_dtrain;
+    srun_ = std::make_unique<transport::SrunTransport>(std::move(options));
+  }
+  return *srun_;
 }
 
 }  // namespace dtrain::run

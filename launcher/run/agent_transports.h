@@ -11,6 +11,7 @@
 #include "launcher/spec/job_spec.h"
 #include "launcher/transport/local_transport.h"
 #include "launcher/transport/ssh_transport.h"
+#include "launcher/transport/srun_transport.h"
 #include "launcher/transport/transport.h"
 
 namespace dtrain::run {
@@ -27,12 +28,14 @@ class AgentTransports {
 
  private:
   transport::AgentTarget target_for(const spec::HostEntry& host) const;
+  transport::SrunTransport& srun();
   transport::SshTransport& ssh();
 
   const spec::JobSpec& spec_;
   std::string dtrain_exe_;
   transport::Transport* injected_;
   std::function<void(const std::string&)> warn_;
+  std::unique_ptr<transport::SrunTransport> srun_;  ///< transport: srun (one step for every host)
   transport::LocalTransport local_;
   std::unique_ptr<transport::SshTransport> ssh_;  ///< made when the first remote host needs it
 };

@@ -1,0 +1,545 @@
+#include "launcher/transport/srun_transport.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstring>
+#include <condition_variable>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "launcher/base/fd.h"
+#include "launcher/base/strings.h"
+#include "launcher/transport/ssh_digest.h"
+
+namespace dtrain::transport {
+namespace {
+
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string wait_status_text(int status) {
+  if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return std::string("killed by ") + sigabbrev_np(WTERMSIG(status));
+  return "ended (status " + std::to_string(status) + ")";
+}
+
+// `<host> <base64>\n` lines for `bytes`, kSrunChunkBytes at a time.
+std::string encode_lines(const std::string& host, std::string_view bytes) {
+  std::string lines;
+  for (size_t offset = 0; offset < bytes.size(); offset += kSrunChunkBytes) {
+    lines += host;
+    lines += ' ';
+    lines += base64_encode(bytes.substr(offset, kSrunChunkBytes));
+    lines += '\n';
+  }
+  return lines;
+}
+
+std::string end_line(const std::string& host) { return host + " .\n"; }
+
+// Splits complete lines off the front of `buffer`; a partial last line stays.
+template <typename OnLine>
+void for_each_line(std::string& buffer, OnLine on_line) {
+  size_t start = 0;
+  for (size_t newline; (newline = buffer.find('\n', start)) != std::string::npos; start = newline + 1) {
+    on_line(std::string_view(buffer).substr(start, newline - start));
+  }
+  buffer.erase(0, start);
+}
+
+void signal_eventfd(int fd) {
+  uint64_t one = 1;
+  ssize_t ignored = ::write(fd, &one, sizeof one);
+  (void)ignored;
+}
+
+}  // namespace
+
+std::vector<std::string> srun_step_argv(const SrunOptions& options, const std::vector<std::string>& hosts) {
+  std::string count = std::to_string(hosts.size());
+  std::vector<std::string> argv{options.srun,
+                                "--nodes=" + count,
+                                "--ntasks=" + count,
+                                "--ntasks-per-node=1",
+                                "--nodelist=" + join(hosts, ","),
+                                // A lost node or a failed agent ends that host's task only: the
+                                // supervisor decides what the run does without it.
+                                "--no-kill",
+                                "--kill-on-bad-exit=0",
+                                // Beside the batch step and any other step; the whole node's
+                                // CPUs (and, by Slurm's default for steps, its GPUs) for the
+                                // workers the agent starts.
+                                "--overlap",
+                                "--whole",
+                                "--cpu-bind=none",
+                                "--mpi=none",
+                                "--job-name=dtrain-agents",
+                                // stdin to every task (each agent keeps its own lines).
+                                "--input=all",
+                                "--quiet"};
+  argv.insert(argv.end(), options.extra_args.begin(), options.extra_args.end());
+  argv.push_back(options.dtrain_path);
+  argv.push_back("agent");
+  argv.push_back("--srun");
+  return argv;
+}
+
+/// One running `srun` step and the demultiplexed streams of its hosts. Shared by the hosts'
+/// connections; a thread moves srun's stdio.
+class SrunStep {
+ public:
+  static Result<std::shared_ptr<SrunStep>> launch(const SrunOptions& options, std::vector<std::string> hosts);
+  ~SrunStep();
+
+  bool has(const std::string& host) const { return hosts_.count(host) > 0; }
+  int wake_fd(const std::string& host) const { return hosts_.at(host).wake.get(); }
+  void clear_wake(const std::string& host) {
+    uint64_t count = 0;
+    ssize_t ignored = ::read(hosts_.at(host).wake.get(), &count, sizeof count);
+    (void)ignored;
+  }
+  void send(const std::string& host, std::string_view bytes);
+  void close_input(const std::string& host);
+  std::string take_received(const std::string& host);
+  std::string take_diagnostics(const std::string& host);
+  bool closed(const std::string& host) const;
+  std::string close_reason(const std::string& host) const;
+  /// Waits up to grace_ms for `host`'s stream to end (its agent fenced and exited).
+  void wait_closed(const std::string& host, int grace_ms);
+  pid_t pid() const { return pid_; }
+  size_t size() const { return hosts_.size(); }
+
+ private:
+  struct HostStream {
+    UniqueFd wake;             // eventfd: readable when something arrived or the stream ended
+    std::string received;
+    std::string diagnostics;
+    bool input_closed = false;
+    bool ended = false;
+    std::string reason;
+  };
+
+  SrunStep() = default;
+  void run_io();
+  void on_stdout_line(std::string_view line);
+  void on_stderr_line(std::string_view line);
+  void end_host(HostStream& stream, std::string reason);  // mutex held
+  void queue(std::string lines);                          // mutex held
+
+  std::map<std::string, HostStream> hosts_;
+  std::string first_host_;  // general srun diagnostics go to its log
+  pid_t pid_ = -1;
+  UniqueFd stdin_, stdout_, stderr_, wake_io_;
+  mutable std::mutex mutex_;
+  std::string outgoing_;
+  bool close_stdin_ = false;
+  bool stopping_ = false;
+  std::string last_error_;  // srun's last stderr line, for the close reason
+  std::thread io_;
+};
+
+Result<std::shared_ptr<SrunStep>> SrunStep::launch(const SrunOptions& options, std::vector<std::string> hosts) {
+  std::shared_ptr<SrunStep> step(new SrunStep());
+  for (const std::string& host : hosts) {
+    int fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (fd < 0) return Error::infra("srun transport: eventfd: " + errno_text(errno));
+    step->hosts_[host].wake.reset(fd);
+  }
+  step->first_host_ = hosts.front();
+  int wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake < 0) return Error::infra("srun transport: eventfd: " + errno_text(errno));
+  step->wake_io_.reset(wake);
+
+  std::vector<std::string> args = srun_step_argv(options, hosts);
+  Result<Pipe> input = make_pipe();
+  Result<Pipe> output = make_pipe();
+  Result<Pipe> errors = make_pipe();
+  Result<Pipe> report = make_pipe();
+  for (auto* pipe : {&input, &output, &errors, &report}) {
+    if (!*pipe) return Error::infra("starting srun: " + pipe->error().message);
+  }
+  std::vector<char*> argv;
+  for (std::string& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  pid_t parent = ::getpid();
+  pid_t pid = ::fork();
+  if (pid < 0) return Error::infra("starting srun: fork: " + errno_text(errno));
+  if (pid == 0) {
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::signal(SIGPIPE, SIG_DFL);
+    // Its own group: a terminal's Ctrl-C goes to dtrain, which ends the step itself. SIGTERM
+    // when the supervisor dies: srun then ends the step's tasks (the agents fence anyway).
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) ::_exit(127);
+    ::dup2(input->read_end.get(), STDIN_FILENO);
+    ::dup2(output->write_end.get(), STDOUT_FILENO);
+    ::dup2(errors->write_end.get(), STDERR_FILENO);
+    ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
+    ::execvp(argv[0], argv.data());
+    int error_number = errno;
+    ssize_t ignored = ::write(report->write_end.get(), &error_number, sizeof error_number);
+    (void)ignored;
+    ::_exit(127);
+  }
+  input->read_end.reset();
+  output->write_end.reset();
+  errors->write_end.reset();
+  report->write_end.reset();
+  int error_number = 0;
+  ssize_t got;
+  do {
+    got = ::read(report->read_end.get(), &error_number, sizeof error_number);
+  } while (got < 0 && errno == EINTR);
+  if (got == static_cast<ssize_t>(sizeof error_number)) {
+    while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    return Error::infra("cannot run '" + options.srun + "' (transport: srun): " + errno_text(error_number) +
+                        "; is Slurm's srun on PATH?");
+  }
+  step->pid_ = pid;
+  step->stdin_ = std::move(input->write_end);
+  step->stdout_ = std::move(output->read_end);
+  step->stderr_ = std::move(errors->read_end);
+  for (int fd : {step->stdin_.get(), step->stdout_.get(), step->stderr_.get()}) (void)set_nonblocking(fd);
+  step->io_ = std::thread([raw = step.get()] { raw->run_io(); });
+  return step;
+}
+
+SrunStep::~SrunStep() {
+  {
+    std::lock_guard lock(mutex_);
+    for (auto& [host, stream] : hosts_) {
+      if (!stream.input_closed) {
+        stream.input_closed = true;
+        queue(end_line(host));
+      }
+    }
+    close_stdin_ = true;
+  }
+  signal_eventfd(wake_io_.get());
+  // The agents fence on their EOF and exit; srun then ends by itself. Past the grace, SIGTERM
+  // (srun cancels the step's tasks), then SIGKILL.
+  auto reaped_within = [this](int64_t ms) {
+    int64_t deadline = now_ms() + ms;
+    while (now_ms() < deadline) {
+      {
+        std::lock_guard lock(mutex_);
+        if (pid_ < 0) return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  };
+  if (!reaped_within(5000)) {
+    ::kill(pid_, SIGTERM);
+    if (!reaped_within(3000)) ::kill(pid_, SIGKILL);
+  }
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  signal_eventfd(wake_io_.get());
+  if (io_.joinable()) io_.join();
+}
+
+void SrunStep::queue(std::string lines) {
+  if (close_stdin_ && outgoing_.empty() && !stdin_.valid()) return;
+  outgoing_ += lines;
+}
+
+void SrunStep::send(const std::string& host, std::string_view bytes) {
+  {
+    std::lock_guard lock(mutex_);
+    HostStream& stream = hosts_.at(host);
+    if (stream.input_closed || stream.ended) return;
+    queue(encode_lines(host, bytes));
+  }
+  signal_eventfd(wake_io_.get());
+}
+
+void SrunStep::close_input(const std::string& host) {
+  {
+    std::lock_guard lock(mutex_);
+    HostStream& stream = hosts_.at(host);
+    if (stream.input_closed) return;
+    stream.input_closed = true;
+    queue(end_line(host));
+    // Every agent's input ended: srun's stdin is no longer needed.
+    close_stdin_ = std::all_of(hosts_.begin(), hosts_.end(), [](const auto& entry) { return entry.second.input_closed; });
+  }
+  signal_eventfd(wake_io_.get());
+}
+
+std::string SrunStep::take_received(const std::string& host) {
+  std::lock_guard lock(mutex_);
+  return std::exchange(hosts_.at(host).received, {});
+}
+
+std::string SrunStep::take_diagnostics(const std::string& host) {
+  std::lock_guard lock(mutex_);
+  return std::exchange(hosts_.at(host).diagnostics, {});
+}
+
+bool SrunStep::closed(const std::string& host) const {
+  std::lock_guard lock(mutex_);
+  return hosts_.at(host).ended;
+}
+
+std::string SrunStep::close_reason(const std::string& host) const {
+  std::lock_guard lock(mutex_);
+  return hosts_.at(host).reason;
+}
+
+void SrunStep::wait_closed(const std::string& host, int grace_ms) {
+  int64_t deadline = now_ms() + std::max(grace_ms, 0);
+  while (!closed(host) && now_ms() < deadline) {
+    pollfd fd{wake_fd(host), POLLIN, 0};
+    ::poll(&fd, 1, static_cast<int>(std::min<int64_t>(50, deadline - now_ms())));
+    clear_wake(host);
+  }
+}
+
+void SrunStep::end_host(HostStream& stream, std::string reason) {
+  if (stream.ended) return;
+  stream.ended = true;
+  stream.reason = std::move(reason);
+  signal_eventfd(stream.wake.get());
+}
+
+void SrunStep::on_stdout_line(std::string_view line) {
+  size_t space = line.find(' ');
+  if (space == std::string_view::npos) return;
+  auto found = hosts_.find(std::string(line.substr(0, space)));
+  if (found == hosts_.end()) return;  // not ours: a task's stray output, never protocol bytes
+  HostStream& stream = found->second;
+  std::string_view payload = line.substr(space + 1);
+  if (payload == ".") {
+    end_host(stream, "agent closed its output");
+    return;
+  }
+  std::string bytes;
+  if (!base64_decode(payload, bytes)) {
+    // A cut line would corrupt the stream: end it, as a broken SSH channel would be.
+    end_host(stream, "the srun step delivered a damaged line for this host");
+    return;
+  }
+  stream.received += bytes;
+  signal_eventfd(stream.wake.get());
+}
+
+// srun reports a task that ended or a node that failed as "srun: error: <node>: task 3: Exited
+// with exit code 1" / "...: Killed" / "srun: error: Node failure on <node>".
+void SrunStep::on_stderr_line(std::string_view line) {
+  std::string text(trim(line));
+  if (text.empty()) return;
+  last_error_ = text;
+  for (auto& [host, stream] : hosts_) {
+    if (text.find(" " + host + ": task ") != std::string::npos ||
+        text.find("Node failure on " + host) != std::string::npos) {
+      stream.diagnostics += text + "\n";
+      end_host(stream, text);
+      return;
+    }
+  }
+  hosts_.at(first_host_).diagnostics += text + "\n";
+}
+
+void SrunStep::run_io() {
+  std::string out_buffer, err_buffer;
+  std::string to_write;
+  for (;;) {
+    bool want_write = false;
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_) break;
+      to_write += std::exchange(outgoing_, {});
+      want_write = !to_write.empty() && stdin_.valid();
+      if (to_write.empty() && close_stdin_) stdin_.reset();
+    }
+    std::vector<pollfd> fds{{wake_io_.get(), POLLIN, 0}};
+    if (stdout_.valid()) fds.push_back({stdout_.get(), POLLIN, 0});
+    if (stderr_.valid()) fds.push_back({stderr_.get(), POLLIN, 0});
+    if (want_write) fds.push_back({stdin_.get(), POLLOUT, 0});
+    bool exiting = !stdout_.valid() && !stderr_.valid();
+    ::poll(fds.data(), fds.size(), exiting ? 20 : 200);
+    uint64_t count = 0;
+    ssize_t ignored = ::read(wake_io_.get(), &count, sizeof count);
+    (void)ignored;
+
+    std::lock_guard lock(mutex_);
+    while (!to_write.empty() && stdin_.valid()) {
+      ssize_t n = ::write(stdin_.get(), to_write.data(), to_write.size());
+      if (n > 0) {
+        to_write.erase(0, static_cast<size_t>(n));
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        break;
+      } else {  // EPIPE: srun is gone; its exit tells the rest
+        to_write.clear();
+        stdin_.reset();
+      }
+    }
+    if (!stdin_.valid()) to_write.clear();
+    for (auto [fd, buffer, is_stdout] : {std::tuple{&stdout_, &out_buffer, true}, std::tuple{&stderr_, &err_buffer, false}}) {
+      while (fd->valid()) {
+        bool would_block = false;
+        Result<size_t> got = read_some(fd->get(), *buffer, &would_block);
+        if (got && would_block) break;
+        if (got && *got > 0) continue;
+        fd->reset();
+      }
+      if (is_stdout) {
+        for_each_line(*buffer, [this](std::string_view line) { on_stdout_line(line); });
+      } else {
+        for_each_line(*buffer, [this](std::string_view line) { on_stderr_line(line); });
+      }
+    }
+    if (!stdout_.valid() && !stderr_.valid() && pid_ > 0) {
+      // Both outputs ended: srun is exiting. Never block here (the driver's loop takes this
+      // mutex); the next round, 20 ms on, tries again.
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) != pid_) continue;
+      std::string reason = "the srun step " + wait_status_text(status);
+      if (!last_error_.empty()) reason += " (" + last_error_ + ")";
+      for (auto& [host, stream] : hosts_) end_host(stream, reason);
+      pid_ = -1;
+    }
+  }
+}
+
+namespace {
+
+/// One host's agent in a step.
+class SrunAgentConnection final : public AgentConnection {
+ public:
+  SrunAgentConnection(std::shared_ptr<SrunStep> step, std::string host)
+      : step_(std::move(step)), host_(std::move(host)) {}
+  ~SrunAgentConnection() override { shutdown(5000); }
+
+  std::vector<pollfd> poll_fds() const override { return {{step_->wake_fd(host_), POLLIN, 0}}; }
+  void pump() override { step_->clear_wake(host_); }
+  void send(std::string bytes) override { step_->send(host_, bytes); }
+  std::string take_received() override { return step_->take_received(host_); }
+  std::string take_diagnostics() override { return step_->take_diagnostics(host_); }
+  bool closed() const override { return step_->closed(host_); }
+  std::string close_reason() const override { return step_->close_reason(host_); }
+  void close_input() override { step_->close_input(host_); }
+  void shutdown(int grace_ms) override {
+    if (shut_down_) return;
+    shut_down_ = true;
+    step_->close_input(host_);
+    step_->wait_closed(host_, grace_ms);
+  }
+  std::optional<pid_t> local_pid() const override { return std::nullopt; }
+  bool needs_periodic_pump() const override { return false; }  // the eventfd says everything
+  std::string describe() const override {
+    return host_ + " (srun step of " + std::to_string(step_->size()) + " host" + (step_->size() == 1 ? "" : "s") +
+           ", srun pid " + std::to_string(step_->pid()) + ")";
+  }
+
+ private:
+  std::shared_ptr<SrunStep> step_;
+  std::string host_;
+  bool shut_down_ = false;
+};
+
+}  // namespace
+
+SrunTransport::SrunTransport(SrunOptions options) : options_(std::move(options)) {}
+SrunTransport::~SrunTransport() = default;
+
+Result<std::unique_ptr<AgentConnection>> SrunTransport::start_agent(const AgentTarget& target) {
+  bool in_first = std::find(options_.hosts.begin(), options_.hosts.end(), target.host) != options_.hosts.end() &&
+                  std::find(handed_out_.begin(), handed_out_.end(), target.host) == handed_out_.end();
+  std::shared_ptr<SrunStep> step;
+  if (in_first) {
+    if (!first_step_) {
+      Result<std::shared_ptr<SrunStep>> launched = SrunStep::launch(options_, options_.hosts);
+      if (!launched) return launched.error();
+      first_step_ = std::move(*launched);
+    }
+    step = first_step_;
+    handed_out_.push_back(target.host);
+  } else {
+    Result<std::shared_ptr<SrunStep>> launched = SrunStep::launch(options_, {target.host});
+    if (!launched) return launched.error();
+    step = std::move(*launched);
+  }
+  return std::unique_ptr<AgentConnection>(new SrunAgentConnection(std::move(step), target.host));
+}
+
+// ---- the agent's side -------------------------------------------------------------------------
+
+int run_srun_agent_relay(const std::function<int(int input_fd, int output_fd)>& run_agent) {
+  std::string node;
+  if (const char* name = std::getenv("SLURMD_NODENAME"); name != nullptr && *name != '\0') {
+    node = name;
+  } else {
+    char buffer[HOST_NAME_MAX + 1] = {};
+    if (::gethostname(buffer, sizeof buffer - 1) == 0) node = buffer;
+  }
+  Result<Pipe> to_agent = make_pipe();
+  Result<Pipe> from_agent = make_pipe();
+  if (!to_agent || !from_agent) {
+    std::fprintf(stderr, "dtrain agent --srun: pipe: %s\n",
+                 (!to_agent ? to_agent.error() : from_agent.error()).message.c_str());
+    return 1;
+  }
+  // stdin → the agent: this node's lines, decoded. EOF (or our "." line) closes the agent's
+  // input, which makes it fence, as a closed SSH channel would. Detached: it may sit in read()
+  // when the agent is done.
+  int agent_input = to_agent->write_end.release();
+  std::thread([agent_input, node] {
+    UniqueFd input(agent_input);
+    std::string buffer;
+    bool ended = false;
+    while (!ended) {
+      Result<size_t> got = read_some(STDIN_FILENO, buffer);
+      if (!got || *got == 0) break;
+      for_each_line(buffer, [&](std::string_view line) {
+        if (ended || line.size() <= node.size() || line.substr(0, node.size()) != node || line[node.size()] != ' ') {
+          return;
+        }
+        std::string_view payload = line.substr(node.size() + 1);
+        std::string bytes;
+        if (payload == "." || !base64_decode(payload, bytes) || !write_all(input.get(), bytes)) ended = true;
+      });
+    }
+  }).detach();
+  // The agent → stdout, as lines; "." when its output ends.
+  UniqueFd agent_output(from_agent->read_end.release());
+  std::thread output_relay([&agent_output, node] {
+    std::string chunk;
+    for (;;) {
+      chunk.clear();
+      Result<size_t> got = read_some(agent_output.get(), chunk);
+      if (!got || *got == 0) break;
+      if (!write_all(STDOUT_FILENO, encode_lines(node, chunk))) return;
+    }
+    (void)write_all(STDOUT_FILENO, end_line(node));
+  });
+  int code = run_agent(to_agent->read_end.get(), from_agent->write_end.get());
+  from_agent->write_end.reset();
+  output_relay.join();
+  return code;
+}
+
+}  // namespace dtrain::transport
