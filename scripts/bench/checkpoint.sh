@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Checkpoint write throughput: the worker runtime's Checkpointer (CRC32C, temp file, fsync,
 # rename, directory fsync, manifest) vs `dd if=/dev/zero bs=1M count=N conv=fsync`, same sizes,
-# same directory, interleaved repetitions; medians. Each checkpoint figure is one steady-state
-# save (the tool saves once untimed first, so the timed save has an older step to prune; pruning
-# itself runs after save() returns, and the next save waits for it).
+# same directory, interleaved repetitions (each goes first every other time); medians, then
+# every repetition's time (this disk's times vary a lot with the load). Each checkpoint figure
+# is one steady-state save (the tool saves once untimed first, so the timed save has an older
+# step to prune; pruning itself runs after save() returns, and the next save waits for it).
 #
 #   scripts/bench/checkpoint.sh BUILD_DIR [--dir DIR (default /tmp)] [--sizes-mib 16,64,256] [--reps 5]
 #   scripts/bench/checkpoint.sh BUILD_DIR --stall [--dir DIR] [--steps 61] [--interval 5]
@@ -15,7 +16,7 @@
 # is what the loop did between the two steps: beat and log, plus the save when N is a multiple
 # of --interval. Stall per save = median gap after a save step - median gap after the others.
 set -euo pipefail
-[ $# -ge 1 ] || { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 build=$1
 shift
 dir=/tmp sizes=16,64,256 reps=5 stall=0 steps=61 interval=5 model='--hidden 1024 --layers 4'
@@ -86,26 +87,38 @@ trap 'rm -rf "$work"' EXIT
 echo "# checkpoint write: $(df -hT "$dir" | awk 'NR==2 {print $1 " (" $2 ")"}') at $dir; median of $reps; MB = 10^6 bytes"
 echo "# load before: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) cpus)"
 printf '%8s  %12s  %12s  %8s  %14s  %14s\n' size_MiB ckpt_MB/s dd_MB/s ckpt/dd ckpt_median_s crc32c_MB/s
+run_checkpoint() {
+  # "checkpoint SIZE median_s min_s MB/s crc32c_MB/s" for one save
+  local output seconds crc_rate
+  output=$("$tool" --dir "$work" --sizes-mib "$size" --reps 1)
+  crc_implementation=$(sed -n 's/^# crc32c: //p' <<<"$output")
+  read -r _ _ seconds _ _ crc_rate < <(grep '^checkpoint ' <<<"$output")
+  ckpt_s+=("$seconds")
+  crc+=("$crc_rate")
+}
+run_dd() {
+  local start end
+  start=$EPOCHREALTIME
+  dd if=/dev/zero of="$work/dd.bin" bs=1M count="$size" conv=fsync status=none
+  end=$EPOCHREALTIME
+  dd_s+=("$(echo "$end - $start" | bc -l)")
+  rm -f "$work/dd.bin"
+}
+raw=
 for size in ${sizes//,/ }; do
   ckpt_s=() dd_s=() crc=()
-  for _ in $(seq 1 "$reps"); do
-    # "checkpoint SIZE median_s min_s MB/s crc32c_MB/s" for one save
-    output=$("$tool" --dir "$work" --sizes-mib "$size" --reps 1)
-    crc_implementation=$(sed -n 's/^# crc32c: //p' <<<"$output")
-    read -r _ _ seconds _ _ crc_rate < <(grep '^checkpoint ' <<<"$output")
-    ckpt_s+=("$seconds")
-    crc+=("$crc_rate")
-    start=$(date +%s.%N)
-    dd if=/dev/zero of="$work/dd.bin" bs=1M count="$size" conv=fsync status=none
-    end=$(date +%s.%N)
-    dd_s+=("$(echo "$end - $start" | bc -l)")
-    rm -f "$work/dd.bin"
+  for rep in $(seq 1 "$reps"); do
+    # Each goes first every other time: what the disk still does after one (writeback, the
+    # discards of deleted files) then weighs on both alike.
+    if ((rep % 2)); then run_checkpoint; run_dd; else run_dd; run_checkpoint; fi
   done
   c=$(printf '%s\n' "${ckpt_s[@]}" | median)
   d=$(printf '%s\n' "${dd_s[@]}" | median)
   bytes=$((size * 1048576))
   printf '%8s  %12.1f  %12.1f  %8.2f  %14.3f  %14.0f\n' "$size" "$(echo "$bytes / $c / 1000000" | bc -l)" \
     "$(echo "$bytes / $d / 1000000" | bc -l)" "$(echo "$d / $c" | bc -l)" "$c" "$(printf '%s\n' "${crc[@]}" | median)"
+  raw="$raw# $size MiB, each repetition (s): checkpoint ${ckpt_s[*]}; dd $(printf '%.3f ' "${dd_s[@]}")"$'\n'
 done
+printf '%s' "$raw"
 echo "# crc32c implementation: $crc_implementation"
 echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"
