@@ -79,9 +79,9 @@ int fail(worker::Worker& worker, worker::ParallelGroups* groups, const std::stri
   return 1;
 }
 
-/// A resume at another tensor or pipeline size would load shards of other layers: refuse it
-/// before restore() reads a shard that does not fit (or does not exist). Shard tp0-pp0 exists in
-/// every layout; when it cannot be read, restore() reports why.
+/// Why a checkpoint could not be restored when it was written at another tensor or pipeline
+/// size: shard tp0-pp0 exists in every layout and records its layout. nullopt when that is not
+/// the reason (restore()'s own error says what is).
 std::optional<worker::Error> refuse_other_layout(const std::string& dir, int64_t resume_step,
                                                  const ModelLayout& layout) {
   if (dir.empty()) return std::nullopt;
@@ -157,11 +157,14 @@ int run(const Options& options) {
   worker::Checkpointer checkpointer(worker, ckpt_options);
 
   int64_t first_step = 1;
-  if (auto refusal = refuse_other_layout(ckpt_options.dir, settings.resume_step, *layout)) {
-    return fail(worker, &groups, refusal->message);
-  }
   auto restored = checkpointer.restore(settings.resume_step);
-  if (!restored) return fail(worker, &groups, restored.error().message);
+  if (!restored) {
+    // A rank whose (tp, pp) shard the checkpoint lacks fails here: say so when the layout is why.
+    if (auto refusal = refuse_other_layout(ckpt_options.dir, settings.resume_step, *layout)) {
+      return fail(worker, &groups, refusal->message);
+    }
+    return fail(worker, &groups, restored.error().message);
+  }
   if (restored->has_value()) {
     std::string where = "checkpoint step-" + std::to_string((*restored)->step);
     auto state = decode_state((*restored)->payload, widths);
