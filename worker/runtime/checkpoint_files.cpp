@@ -76,10 +76,10 @@ Status pwrite_all(int fd, const std::string& path, const char* data, size_t size
 }
 
 // A large payload reaches the kernel through a buffer of this size, which stays in the L2 cache.
-// Why not straight from the payload: the kernel's first read of each page of a large buffer it
-// has never read costs a fault on virtual machines with shadow paging. Measured on the ext4 test
-// VM, 256 MiB took 1.2 s to pwrite() straight from memory and 0.06 s through a 1 MiB buffer; on
-// bare metal the extra copy of a cache-sized piece costs a few percent of the write.
+// Why not straight from the payload: on the ext4 test VM, pwrite() of 256 MiB took 0.6-1.2 s
+// straight from the payload and 0.06 s through a 1 MiB buffer (the kernel's first read of each
+// page of a large user buffer is expensive there, most likely shadow paging). On bare metal the
+// extra copy of a cache-sized piece costs a few percent of the write.
 constexpr size_t kBounceBytes = size_t{1} << 20;
 // Every this many bytes the kernel is asked to start writing back what it has (sync_file_range,
 // no waiting), so that the final fsync finds most of the file already on its way to the disk
