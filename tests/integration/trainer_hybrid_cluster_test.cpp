@@ -53,6 +53,19 @@ std::vector<std::string> fault_free_finals() {
   return finals;
 }
 
+/// Runs `spec` (checkpoint every 50 steps), kills host 2 once step 50 is committed, and waits
+/// for the run to end; it must succeed.
+void run_losing_host_2(const TestCluster& cluster, ClusterJob& job, const ClusterSpec& spec) {
+  job.write_spec(spec, 50);
+  job.start();
+  REQUIRE(job.wait_exec());
+  REQUIRE(job.wait_checkpoint(50, 90000));
+  REQUIRE(cluster.kill(2).status == 0);
+  REQUIRE(job.wait(120000));
+  INFO(job.err());
+  CHECK(job.exit_code() == 0);
+}
+
 int last_generation(ClusterJob& job) {
   auto plans = job.events("plan.generation");
   return plans.empty() ? -1 : plans.back().value("gen", -1);
@@ -78,14 +91,7 @@ TEST_CASE("hybrid cluster: a lost host's (tp, pp) positions go to the spare and 
   ClusterJob job(cluster, "hyspare");
   ClusterSpec spec = hybrid_job("hyspare");
   spec.spares = {3};
-  job.write_spec(spec, 50);
-  job.start();
-  REQUIRE(job.wait_exec());
-  REQUIRE(job.wait_checkpoint(50, 90000));
-  REQUIRE(cluster.kill(2).status == 0);
-  REQUIRE(job.wait(120000));
-  INFO(job.err());
-  CHECK(job.exit_code() == 0);
+  run_losing_host_2(cluster, job, spec);
 
   int gen = last_generation(job);
   REQUIRE(gen >= 1);
@@ -118,14 +124,7 @@ TEST_CASE("hybrid cluster: without a spare the job shrinks to data 1 with the gl
   std::vector<std::string> expected = fault_free_finals();
   REQUIRE(expected.size() == 8);
   ClusterJob job(cluster, "hyshrink");
-  job.write_spec(hybrid_job("hyshrink"), 50);
-  job.start();
-  REQUIRE(job.wait_exec());
-  REQUIRE(job.wait_checkpoint(50, 90000));
-  REQUIRE(cluster.kill(2).status == 0);
-  REQUIRE(job.wait(120000));
-  INFO(job.err());
-  CHECK(job.exit_code() == 0);
+  run_losing_host_2(cluster, job, hybrid_job("hyshrink"));
 
   int gen = last_generation(job);
   REQUIRE(gen >= 1);

@@ -301,9 +301,11 @@ Result<ParallelGroups> Worker::connect_groups(Millis timeout) {
       return Error{"publishing this rank's parallel coordinates: " + set.error().message};
     }
   }
-  auto group_of = [&](const char* name, const std::string& id, int size, int index,
+  // `axis` ("tp") and `id` ("pp0-dp1": the coordinates its members share) name the group in
+  // the store.
+  auto group_of = [&](const char* name, const char* axis, const std::string& id, int size, int index,
                       auto coordinates_of) -> Result<CommGroup> {
-    CommGroup group{name, std::string(name) + "/" + id + "/", {}, index};
+    CommGroup group{name, std::string(axis) + "/" + id + "/", {}, index};
     if (size == 1) {
       group.ranks = {me.rank};
       return group;
@@ -321,13 +323,13 @@ Result<ParallelGroups> Worker::connect_groups(Millis timeout) {
   std::string tp_id = "pp" + std::to_string(me.pp_rank) + "-dp" + std::to_string(me.dp_rank);
   std::string pp_id = "tp" + std::to_string(me.tp_rank) + "-dp" + std::to_string(me.dp_rank);
   std::string dp_id = "tp" + std::to_string(me.tp_rank) + "-pp" + std::to_string(me.pp_rank);
-  Result<CommGroup> tensor = group_of("tensor-parallel group", tp_id, me.tp_size, me.tp_rank,
+  Result<CommGroup> tensor = group_of("tensor-parallel group", "tp", tp_id, me.tp_size, me.tp_rank,
                                       [&](int i) { return std::tuple{i, me.pp_rank, me.dp_rank}; });
   if (!tensor) return tensor.error();
-  Result<CommGroup> pipeline = group_of("pipeline-parallel group", pp_id, me.pp_size, me.pp_rank,
+  Result<CommGroup> pipeline = group_of("pipeline-parallel group", "pp", pp_id, me.pp_size, me.pp_rank,
                                         [&](int i) { return std::tuple{me.tp_rank, i, me.dp_rank}; });
   if (!pipeline) return pipeline.error();
-  Result<CommGroup> data = group_of("data-parallel group", dp_id, me.dp_size, me.dp_rank,
+  Result<CommGroup> data = group_of("data-parallel group", "dp", dp_id, me.dp_size, me.dp_rank,
                                     [&](int i) { return std::tuple{me.tp_rank, me.pp_rank, i}; });
   if (!data) return data.error();
   // In a job without model parallelism the data-parallel group is the world: its messages
