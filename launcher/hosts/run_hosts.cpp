@@ -49,6 +49,8 @@ transport::SshOptions ssh_options_for(const spec::JobSpec& job) {
   options.connect_timeout = job.ssh.connect_timeout;
   options.max_parallel = job.ssh.max_parallel;
   options.remote_dtrain = job.ssh.remote_dtrain;
+  options.client = job.ssh.client;
+  options.openssh_config = job.ssh.config;
   return options;
 }
 

@@ -17,9 +17,9 @@
 
 namespace dtrain::hosts {
 
-/// The job spec's ssh: section as transport options (user, port, keys, known_hosts, host-key
-/// policy, connect timeout, max_parallel). The one mapping from spec to transport, for every
-/// place that reaches the job's hosts: the driver, `dtrain hosts`, drills.
+/// The job spec's ssh: section as transport options (client, ssh_config, user, port, keys,
+/// known_hosts, host-key policy, connect timeout, max_parallel). The one mapping from spec to
+/// transport, for every place that reaches the job's hosts: the driver, `dtrain hosts`, drills.
 transport::SshOptions ssh_options_for(const spec::JobSpec& job);
 
 class RunHosts {

@@ -29,9 +29,14 @@ Result<std::unique_ptr<transport::AgentConnection>> AgentTransports::start_agent
   return ssh().start_agent(target);
 }
 
-transport::SshTransport& AgentTransports::ssh() {
+transport::Transport& AgentTransports::ssh() {
   if (!ssh_) {
-    ssh_ = std::make_unique<transport::SshTransport>(hosts::ssh_options_for(spec_));
+    transport::SshOptions options = hosts::ssh_options_for(spec_);
+    if (options.client == transport::SshClient::openssh) {
+      ssh_ = std::make_unique<transport::OpensshTransport>(std::move(options));
+    } else {
+      ssh_ = std::make_unique<transport::SshTransport>(std::move(options));
+    }
     if (spec_.ssh.host_key_policy == spec::HostKeyPolicy::insecure) {
       warn_("ssh.host_key_policy is insecure: host keys are not checked");
     }

@@ -10,6 +10,7 @@
 #include "launcher/base/result.h"
 #include "launcher/spec/job_spec.h"
 #include "launcher/transport/local_transport.h"
+#include "launcher/transport/openssh_transport.h"
 #include "launcher/transport/ssh_transport.h"
 #include "launcher/transport/srun_transport.h"
 #include "launcher/transport/transport.h"
@@ -29,7 +30,8 @@ class AgentTransports {
  private:
   transport::AgentTarget target_for(const spec::HostEntry& host) const;
   transport::SrunTransport& srun();
-  transport::SshTransport& ssh();
+  /// The remote hosts' transport, as ssh.client says: libssh2 (SshTransport) or openssh.
+  transport::Transport& ssh();
 
   const spec::JobSpec& spec_;
   std::string dtrain_exe_;
@@ -37,7 +39,7 @@ class AgentTransports {
   std::function<void(const std::string&)> warn_;
   std::unique_ptr<transport::SrunTransport> srun_;  ///< transport: srun (one step for every host)
   transport::LocalTransport local_;
-  std::unique_ptr<transport::SshTransport> ssh_;  ///< made when the first remote host needs it
+  std::unique_ptr<transport::Transport> ssh_;  ///< made when the first remote host needs it
 };
 
 }  // namespace dtrain::run

@@ -10,6 +10,7 @@
 
 #include "launcher/base/duration.h"
 #include "launcher/base/host_key_policy.h"
+#include "launcher/base/ssh_client.h"
 
 namespace dtrain::spec {
 
@@ -31,6 +32,7 @@ struct HostEntry {
 };
 
 using dtrain::HostKeyPolicy;  // launcher/base/host_key_policy.h, shared with the transport
+using dtrain::SshClient;      // launcher/base/ssh_client.h, shared with the transport
 using dtrain::to_string;
 enum class Backend { auto_select, gloo, nccl };
 /// How agents are started (`transport:`): auto (this machine through a pipe, other hosts over
@@ -47,6 +49,8 @@ struct SshSettings {
   Millis connect_timeout{10'000};
   int max_parallel = 64;
   std::string remote_dtrain;     ///< path of dtrain on the hosts; empty: provision
+  SshClient client = SshClient::libssh2;  ///< ssh.client: built-in libssh2, or the system's ssh
+  std::string config;            ///< ssh.config: `ssh -F` file (openssh); empty: ssh's own
 
   bool operator==(const SshSettings&) const = default;
 };

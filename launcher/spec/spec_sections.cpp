@@ -29,7 +29,7 @@ void read_label(DiagnosticSink& sink, const YAML::Node* node, const std::string&
 void read_ssh(DiagnosticSink& sink, const Section& root, SshSettings& ssh) {
   Section s(sink, root.get("ssh"), "ssh",
             {"user", "port", "identity", "known_hosts", "host_key_policy", "connect_timeout", "max_parallel",
-             "remote_dtrain"});
+             "remote_dtrain", "client", "config"});
   if (auto v = read_string(sink, s.get("user"), s.path("user"))) ssh.user = *v;
   if (auto v = read_int(sink, s.get("port"), s.path("port"), 1, 65535)) ssh.port = *v;
   if (auto v = read_string_list(sink, s.get("identity"), s.path("identity"), true)) ssh.identity = *v;
@@ -41,6 +41,17 @@ void read_ssh(DiagnosticSink& sink, const Section& root, SshSettings& ssh) {
   if (auto v = read_duration(sink, s.get("connect_timeout"), s.path("connect_timeout"), Millis(1))) ssh.connect_timeout = *v;
   if (auto v = read_int(sink, s.get("max_parallel"), s.path("max_parallel"), 1, kMaxCount)) ssh.max_parallel = *v;
   if (auto v = read_string(sink, s.get("remote_dtrain"), s.path("remote_dtrain"))) ssh.remote_dtrain = *v;
+  if (auto v = read_choice(sink, s.get("client"), s.path("client"), {"libssh2", "openssh"})) {
+    ssh.client = *v == "openssh" ? SshClient::openssh : SshClient::libssh2;
+  }
+  if (auto v = read_string(sink, s.get("config"), s.path("config"))) {
+    ssh.config = *v;
+    if (ssh.client != SshClient::openssh) {
+      sink.error(*s.get("config"), s.path("config"),
+                 "ssh.config is read by the system's ssh only; add ssh.client: openssh (the built-in libssh2 client "
+                 "reads no ssh_config)");
+    }
+  }
 }
 
 // "python3 train.py --lr 0.1" → "[python3, train.py, --lr, 0.1]": the list the user meant.

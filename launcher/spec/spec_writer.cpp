@@ -66,6 +66,8 @@ std::string to_yaml(const JobSpec& spec) {
   duration_value(out, "connect_timeout", spec.ssh.connect_timeout);
   out << YAML::Key << "max_parallel" << YAML::Value << spec.ssh.max_parallel;
   string_value(out, "remote_dtrain", spec.ssh.remote_dtrain);
+  out << YAML::Key << "client" << YAML::Value << to_string(spec.ssh.client);
+  if (!spec.ssh.config.empty()) string_value(out, "config", spec.ssh.config);
   out << YAML::EndMap;
 
   if (spec.transport != TransportKind::auto_select) {

@@ -1,6 +1,7 @@
 #include "launcher/transport/ssh_digest.h"
 
 #include <openssl/evp.h>
+#include <openssl/hmac.h>
 
 #include <climits>
 #include <vector>
@@ -22,6 +23,16 @@ std::string sha256_hex(std::string_view bytes) {
     out += kHex[byte & 15];
   }
   return out;
+}
+
+std::string hmac_sha1(std::string_view key, std::string_view data) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  if (!HMAC(EVP_sha1(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(data.data()),
+            data.size(), digest, &length)) {
+    return {};
+  }
+  return std::string(reinterpret_cast<const char*>(digest), length);
 }
 
 std::string base64_encode(std::string_view bytes, bool pad) {

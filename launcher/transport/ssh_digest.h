@@ -16,6 +16,10 @@ std::string sha256(std::string_view bytes);
 /// Lowercase hex of sha256(bytes), as `sha256sum` prints it. Empty only if OpenSSL fails.
 std::string sha256_hex(std::string_view bytes);
 
+/// The raw 20-byte HMAC-SHA1 of `data` under `key` (OpenSSL): what hashed known_hosts entries
+/// ("|1|salt|hash") hold for a host name. Empty only if OpenSSL fails.
+std::string hmac_sha1(std::string_view key, std::string_view data);
+
 /// Standard base64; `pad` false drops the trailing '=' (OpenSSH fingerprints).
 std::string base64_encode(std::string_view bytes, bool pad = true);
 

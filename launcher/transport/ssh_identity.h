@@ -1,7 +1,7 @@
 #pragma once
 // What an identity (private key) file holds, read without libssh2, so that the SSH transport can
 // explain instead of failing opaquely: an RSA key cannot work (libssh2 1.10 signs with SHA-1,
-// which OpenSSH 9.2 refuses), an encrypted key needs ssh-agent (dtrain never prompts).
+// which OpenSSH 9.2 refuses; ssh.client: openssh can use it), an encrypted key needs ssh-agent (dtrain never prompts).
 
 #include <string>
 
@@ -21,7 +21,8 @@ IdentityFile inspect_identity_file(const std::string& path);
 
 /// Why RSA keys are skipped, and what to do instead (one sentence, for error messages).
 inline constexpr const char* kRsaExplanation =
-    "RSA keys cannot work here: libssh2 1.10 signs with SHA-1 (ssh-rsa), which OpenSSH 8.8 and "
-    "later refuse; create an ed25519 key (ssh-keygen -t ed25519) and authorize it on the hosts";
+    "RSA keys cannot work here: the built-in client (libssh2 1.10, Debian 12) signs only with SHA-1 "
+    "(ssh-rsa; rsa-sha2-256/512 came in libssh2 1.11), which OpenSSH 8.8 and later refuse; set "
+    "ssh.client: openssh to use it, or create an ed25519 key (ssh-keygen -t ed25519) and authorize it on the hosts";
 
 }  // namespace dtrain::transport

@@ -1,15 +1,12 @@
 #include "launcher/transport/ssh_known_hosts.h"
 
 #include <fcntl.h>
-#include <libssh2.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
-#include <fstream>
-#include <memory>
 
 #include "launcher/base/fd.h"
 #include "launcher/base/strings.h"
@@ -18,130 +15,218 @@
 namespace dtrain::transport {
 namespace {
 
-struct CollectionFree {
-  void operator()(LIBSSH2_KNOWNHOSTS* hosts) const { libssh2_knownhost_free(hosts); }
-};
-using Collection = std::unique_ptr<LIBSSH2_KNOWNHOSTS, CollectionFree>;
-
-/// One usable known_hosts line, in a collection of its own so that a verdict names its line.
-struct KnownLine {
-  int number = 0;
-  bool revoked = false;
-  Collection hosts;
-};
-
-constexpr int kCandidateTypes[] = {LIBSSH2_KNOWNHOST_KEY_ED25519, LIBSSH2_KNOWNHOST_KEY_ECDSA_256,
-                                   LIBSSH2_KNOWNHOST_KEY_ECDSA_384, LIBSSH2_KNOWNHOST_KEY_ECDSA_521,
-                                   LIBSSH2_KNOWNHOST_KEY_SSHRSA};
-
-/// Reads `path`; a missing file reads as empty (nothing is known yet).
-Result<std::vector<KnownLine>> read_lines(LIBSSH2_SESSION* session, const std::string& path,
-                                          std::vector<std::string>* warnings) {
-  std::vector<KnownLine> lines;
-  if (::access(path.c_str(), F_OK) != 0 && errno == ENOENT) return lines;
-  std::ifstream in(path);
-  if (!in) return Error::user(path + ": cannot read known_hosts: " + errno_text(errno));
-  std::string text;
-  int number = 0;
-  while (std::getline(in, text)) {
-    ++number;
-    std::string_view line = trim(text);
-    if (line.empty() || line[0] == '#') continue;
-    bool revoked = false;
-    if (line[0] == '@') {
-      size_t space = line.find_first_of(" \t");
-      std::string_view marker = line.substr(0, space);
-      if (marker == "@cert-authority") continue;  // certificates are not used by dtrain
-      if (marker != "@revoked" || space == std::string_view::npos) {
-        warnings->push_back(path + ":" + std::to_string(number) + ": unknown marker '" +
-                            std::string(marker) + "'; line ignored");
-        continue;
-      }
-      revoked = true;
-      line = trim(line.substr(space));
-    }
-    Collection hosts(libssh2_knownhost_init(session));
-    if (!hosts) return Error::infra("internal bug: libssh2_knownhost_init failed");
-    if (libssh2_knownhost_readline(hosts.get(), line.data(), line.size(),
-                                   LIBSSH2_KNOWNHOST_FILE_OPENSSH) != 0) {
-      warnings->push_back(path + ":" + std::to_string(number) +
-                          ": line not understood (key type unsupported by libssh2 or a typo); "
-                          "ignored, the other lines still count");
-      continue;
-    }
-    lines.push_back({number, revoked, std::move(hosts)});
-  }
-  return lines;
+std::string lowercase(std::string_view text) {
+  std::string lower(text);
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return lower;
 }
 
-int check_line(const KnownLine& line, const std::string& name, std::string_view key, int type) {
-  return libssh2_knownhost_checkp(line.hosts.get(), name.c_str(), -1, key.data(), key.size(),
-                                  LIBSSH2_KNOWNHOST_TYPE_PLAIN | LIBSSH2_KNOWNHOST_KEYENC_RAW | type,
-                                  nullptr);
+/// Splits on runs of blanks.
+std::vector<std::string_view> fields_of(std::string_view line) {
+  std::vector<std::string_view> fields;
+  size_t at = 0;
+  while (at < line.size()) {
+    while (at < line.size() && (line[at] == ' ' || line[at] == '\t')) ++at;
+    if (at >= line.size()) break;
+    size_t end = at;
+    while (end < line.size() && line[end] != ' ' && line[end] != '\t') ++end;
+    fields.push_back(line.substr(at, end - at));
+    at = end;
+  }
+  return fields;
+}
+
+/// The type name inside a public key blob (its first SSH string), or "".
+std::string blob_type(const std::string& blob) {
+  if (blob.size() < 4) return {};
+  uint32_t length = (uint32_t(uint8_t(blob[0])) << 24) | (uint32_t(uint8_t(blob[1])) << 16) |
+                    (uint32_t(uint8_t(blob[2])) << 8) | uint32_t(uint8_t(blob[3]));
+  if (length > blob.size() - 4) return {};
+  return blob.substr(4, length);
+}
+
+/// OpenSSH's match_pattern: '*' any run, '?' any one character.
+bool wildcard_match(std::string_view text, std::string_view pattern) {
+  size_t t = 0, p = 0, star = std::string_view::npos, resume = 0;
+  while (t < text.size()) {
+    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == text[t])) {
+      ++t;
+      ++p;
+    } else if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      resume = t;
+    } else if (star != std::string_view::npos) {
+      p = star + 1;
+      t = ++resume;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+/// "|1|base64(salt)|base64(HMAC-SHA1(salt, name))".
+bool hashed_match(std::string_view entry, const std::string& name) {
+  std::string_view rest = entry.substr(3);
+  size_t bar = rest.find('|');
+  if (bar == std::string_view::npos) return false;
+  std::string salt, hash;
+  if (!base64_decode(rest.substr(0, bar), salt) || !base64_decode(rest.substr(bar + 1), hash)) return false;
+  return !hash.empty() && hmac_sha1(salt, name) == hash;
+}
+
+std::vector<KnownHostsFile> read_all(const std::vector<std::string>& files, std::vector<std::string>* warnings) {
+  std::vector<KnownHostsFile> read;
+  for (const std::string& path : files) {
+    if (path.empty()) continue;
+    Result<KnownHostsFile> file = read_known_hosts(path);
+    if (!file) {
+      if (warnings) warnings->push_back(file.error().message);
+      continue;
+    }
+    if (warnings) warnings->insert(warnings->end(), file->warnings.begin(), file->warnings.end());
+    read.push_back(std::move(*file));
+  }
+  return read;
 }
 
 }  // namespace
 
+KnownHostsFile parse_known_hosts(std::string_view text, const std::string& path) {
+  KnownHostsFile file;
+  file.path = path;
+  int number = 0;
+  for (const std::string& raw : split(std::string(text), '\n')) {
+    ++number;
+    std::string_view line = trim(raw);
+    if (line.empty() || line[0] == '#') continue;
+    auto warn = [&](const std::string& what) {
+      file.warnings.push_back(path + ":" + std::to_string(number) + ": " + what + "; line ignored, the other lines still count");
+    };
+    std::vector<std::string_view> fields = fields_of(line);
+    KnownHostEntry entry;
+    entry.line = number;
+    size_t first = 0;
+    if (fields[0][0] == '@') {
+      if (fields[0] == "@revoked") entry.marker = KnownHostMarker::revoked;
+      else if (fields[0] == "@cert-authority") entry.marker = KnownHostMarker::cert_authority;
+      else {
+        warn("unknown marker '" + std::string(fields[0]) + "'");
+        continue;
+      }
+      first = 1;
+    }
+    if (fields.size() < first + 3) {
+      warn("line not understood (expected '[marker] hosts key-type base64-key')");
+      continue;
+    }
+    entry.patterns = std::string(fields[first]);
+    entry.key_type = std::string(fields[first + 1]);
+    if (!base64_decode(fields[first + 2], entry.key_blob) || blob_type(entry.key_blob) != entry.key_type) {
+      warn("line not understood (the key is not a valid " + entry.key_type + " key: a typo, or a truncated line)");
+      continue;
+    }
+    file.entries.push_back(std::move(entry));
+  }
+  return file;
+}
+
+Result<KnownHostsFile> read_known_hosts(const std::string& path) {
+  if (::access(path.c_str(), F_OK) != 0 && errno == ENOENT) return KnownHostsFile{path, {}, {}};
+  Result<std::string> text = read_file(path);
+  if (!text) return Error::user(path + ": cannot read known_hosts: " + text.error().message);
+  return parse_known_hosts(*text, path);
+}
+
 std::string known_hosts_name(const std::string& host, int port) {
-  std::string lower = host;
-  std::transform(lower.begin(), lower.end(), lower.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  // Port -1 below makes libssh2 match this exact string; its own port handling would also
-  // accept a plain "host" entry for a non-standard port, which OpenSSH does not.
+  std::string lower = lowercase(host);
   return port == 22 ? lower : "[" + lower + "]:" + std::to_string(port);
 }
 
-Result<KnownHostCheck> check_known_host(LIBSSH2_SESSION* session, const std::string& path,
-                                        const std::string& host, int port,
-                                        std::string_view key_blob, int knownhost_key_type) {
+bool host_patterns_match(std::string_view patterns, const std::string& name) {
+  if (starts_with(patterns, "|1|")) return hashed_match(patterns, name);
+  bool matched = false;
+  for (const std::string& raw : split(std::string(patterns), ',')) {
+    std::string_view pattern = raw;
+    bool negated = !pattern.empty() && pattern[0] == '!';
+    if (negated) pattern.remove_prefix(1);
+    if (pattern.empty() || !wildcard_match(name, lowercase(pattern))) continue;
+    if (negated) return false;
+    matched = true;
+  }
+  return matched;
+}
+
+Result<KnownHostCheck> check_known_host(const std::vector<std::string>& files, const std::string& host, int port,
+                                        std::string_view key_blob, const std::string& key_type) {
   KnownHostCheck check;
-  auto lines = read_lines(session, path, &check.warnings);
-  if (!lines) return lines.error();
   std::string name = known_hosts_name(host, port);
-  int match_line = 0;
-  int mismatch_line = 0;
-  for (const KnownLine& line : *lines) {
-    int verdict = check_line(line, name, key_blob, knownhost_key_type);
-    if (line.revoked) {
-      if (verdict == LIBSSH2_KNOWNHOST_CHECK_MATCH) {
-        check.verdict = KnownHostVerdict::revoked;
-        check.line = line.number;
-        return check;
+  std::string match_file, mismatch_file;
+  int match_line = 0, mismatch_line = 0;
+  for (const KnownHostsFile& file : read_all(files, &check.warnings)) {
+    for (const KnownHostEntry& entry : file.entries) {
+      if (!host_patterns_match(entry.patterns, name)) continue;
+      bool same_key = entry.key_blob == key_blob;
+      switch (entry.marker) {
+        case KnownHostMarker::revoked:
+          if (same_key) {
+            check.verdict = KnownHostVerdict::revoked;
+            check.file = file.path;
+            check.line = entry.line;
+            return check;
+          }
+          break;
+        case KnownHostMarker::cert_authority:
+          if (check.cert_authority.empty()) check.cert_authority = file.path + ":" + std::to_string(entry.line);
+          break;
+        case KnownHostMarker::none:
+          if (same_key && !match_line) {
+            match_file = file.path;
+            match_line = entry.line;
+          } else if (!same_key && entry.key_type == key_type && !mismatch_line) {
+            mismatch_file = file.path;
+            mismatch_line = entry.line;
+          }
+          break;
       }
-      continue;
     }
-    if (verdict == LIBSSH2_KNOWNHOST_CHECK_MATCH && !match_line) match_line = line.number;
-    if (verdict == LIBSSH2_KNOWNHOST_CHECK_MISMATCH && !mismatch_line) mismatch_line = line.number;
   }
   if (match_line) {
     check.verdict = KnownHostVerdict::match;
+    check.file = match_file;
     check.line = match_line;
   } else if (mismatch_line) {
     check.verdict = KnownHostVerdict::mismatch;
+    check.file = mismatch_file;
     check.line = mismatch_line;
   }
   return check;
 }
 
-std::vector<int> known_key_types(LIBSSH2_SESSION* session, const std::string& path,
-                                 const std::string& host, int port) {
-  std::vector<std::string> ignored;
-  auto lines = read_lines(session, path, &ignored);
-  std::vector<int> types;
-  if (!lines) return types;
+std::vector<std::string> known_key_types(const std::vector<std::string>& files, const std::string& host, int port) {
+  std::vector<std::string> types;
   std::string name = known_hosts_name(host, port);
-  // A deliberately wrong key: "mismatch" then means "there is an entry of this type".
-  const std::string probe_key = "dtrain-probe";
-  for (const KnownLine& line : *lines) {
-    if (line.revoked) continue;
-    for (int type : kCandidateTypes) {
-      if (check_line(line, name, probe_key, type) == LIBSSH2_KNOWNHOST_CHECK_MISMATCH &&
-          std::find(types.begin(), types.end(), type) == types.end()) {
-        types.push_back(type);
-      }
+  for (const KnownHostsFile& file : read_all(files, nullptr)) {
+    for (const KnownHostEntry& entry : file.entries) {
+      if (entry.marker != KnownHostMarker::none || !host_patterns_match(entry.patterns, name)) continue;
+      if (std::find(types.begin(), types.end(), entry.key_type) == types.end()) types.push_back(entry.key_type);
     }
   }
   return types;
+}
+
+std::string covering_cert_authority(const std::vector<std::string>& files, const std::string& host, int port) {
+  std::string name = known_hosts_name(host, port);
+  for (const KnownHostsFile& file : read_all(files, nullptr)) {
+    for (const KnownHostEntry& entry : file.entries) {
+      if (entry.marker == KnownHostMarker::cert_authority && host_patterns_match(entry.patterns, name)) {
+        return file.path + ":" + std::to_string(entry.line);
+      }
+    }
+  }
+  return "";
 }
 
 Status append_known_host(const std::string& path, const std::string& host, int port,

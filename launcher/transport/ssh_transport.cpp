@@ -18,6 +18,7 @@
 #include "launcher/base/fd.h"
 #include "launcher/base/strings.h"
 #include "launcher/base/version.h"
+#include "launcher/transport/agent_binary.h"
 #include "launcher/transport/ssh_digest.h"
 #include "launcher/transport/ssh_identity.h"
 #include "launcher/transport/ssh_known_hosts.h"
@@ -52,23 +53,20 @@ std::string current_user() {
   return "root";
 }
 
-std::string local_os() {
-  utsname names{};
-  if (::uname(&names) != 0) return "unknown";
-  return std::string(names.sysname) + " " + names.machine;
-}
-
 struct HostKeyKind {
   int libssh2_type;
-  const char* name;     // as in known_hosts and host key algorithm lists
-  int knownhost_type;   // LIBSSH2_KNOWNHOST_KEY_*
+  const char* name;  // as in known_hosts and host key algorithm lists
 };
+// Plain keys only: libssh2 1.10 cannot check host certificates (see ssh_known_hosts.h). RSA
+// works only with ssh-rsa (SHA-1) signatures: Debian 12's libssh2 1.10.0 has no rsa-sha2-256/512
+// (they came in 1.11), and OpenSSH 8.8+ servers no longer offer ssh-rsa, so a host with only an
+// RSA key needs ssh.client: openssh.
 constexpr HostKeyKind kHostKeyKinds[] = {
-    {LIBSSH2_HOSTKEY_TYPE_ED25519, "ssh-ed25519", LIBSSH2_KNOWNHOST_KEY_ED25519},
-    {LIBSSH2_HOSTKEY_TYPE_ECDSA_256, "ecdsa-sha2-nistp256", LIBSSH2_KNOWNHOST_KEY_ECDSA_256},
-    {LIBSSH2_HOSTKEY_TYPE_ECDSA_384, "ecdsa-sha2-nistp384", LIBSSH2_KNOWNHOST_KEY_ECDSA_384},
-    {LIBSSH2_HOSTKEY_TYPE_ECDSA_521, "ecdsa-sha2-nistp521", LIBSSH2_KNOWNHOST_KEY_ECDSA_521},
-    {LIBSSH2_HOSTKEY_TYPE_RSA, "ssh-rsa", LIBSSH2_KNOWNHOST_KEY_SSHRSA},
+    {LIBSSH2_HOSTKEY_TYPE_ED25519, "ssh-ed25519"},
+    {LIBSSH2_HOSTKEY_TYPE_ECDSA_256, "ecdsa-sha2-nistp256"},
+    {LIBSSH2_HOSTKEY_TYPE_ECDSA_384, "ecdsa-sha2-nistp384"},
+    {LIBSSH2_HOSTKEY_TYPE_ECDSA_521, "ecdsa-sha2-nistp521"},
+    {LIBSSH2_HOSTKEY_TYPE_RSA, "ssh-rsa"},
 };
 
 std::string seconds_text(Millis duration) { return format_duration(duration); }
@@ -114,6 +112,8 @@ class SshShared {
     expand(options.known_hosts);
     for (std::string& path : options.identity_files) expand(path);
     if (options.known_hosts.empty()) options.known_hosts = home_directory() + "/.ssh/known_hosts";
+    known_hosts_list.push_back(options.known_hosts);
+    for (const std::string& global : options.global_known_hosts) known_hosts_list.push_back(global);
     if (options.identity_files.empty()) {
       explicit_identities = false;
       for (const char* name : {"id_ed25519", "id_ecdsa", "id_rsa"}) {
@@ -125,34 +125,16 @@ class SshShared {
 
   const Clock& clock() const { return options.clock ? *options.clock : system_clock; }
 
-  /// The binary provisioning copies, read once per transport.
-  Status load_binary() {
-    if (binary_loaded) return binary_status;
-    binary_loaded = true;
-    std::string path = options.local_binary.empty() ? "/proc/self/exe" : options.local_binary;
-    auto contents = read_file(path);
-    if (!contents) {
-      binary_status = Error::infra("cannot read the dtrain binary to copy (" + path +
-                                   "): " + contents.error().message);
-      return binary_status;
-    }
-    binary = std::make_shared<const std::string>(std::move(*contents));
-    binary_sha256 = sha256_hex(*binary);
-    if (binary_sha256.empty()) {
-      binary_status = Error::infra("cannot hash the dtrain binary to copy (" + path + "): OpenSSL's SHA-256 failed");
-    }
-    return binary_status;
-  }
+  /// Where host keys are looked up, in order: the user's file, then the global ones.
+  const std::vector<std::string>& known_hosts_files() const { return known_hosts_list; }
 
   SshOptions options;
   bool explicit_identities = true;
   SystemClock system_clock;
   int in_setup = 0;
   std::string os = local_os();
-  bool binary_loaded = false;
-  Status binary_status;
-  std::shared_ptr<const std::string> binary;
-  std::string binary_sha256;
+  AgentBinary binary{options.local_binary};
+  std::vector<std::string> known_hosts_list;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -352,9 +334,9 @@ bool SshConnection::step_handshake() {
     // Prefer the key types known_hosts already holds for this host, as OpenSSH does; else
     // ed25519 first (what OpenSSH records by default).
     std::vector<std::string> order;
-    for (int known : known_key_types(session_, shared_->options.known_hosts, target_.host, target_.port)) {
+    for (const std::string& known : known_key_types(shared_->known_hosts_files(), target_.host, target_.port)) {
       for (const HostKeyKind& kind : kHostKeyKinds) {
-        if (kind.knownhost_type == known) order.push_back(kind.name);
+        if (kind.name == known) order.push_back(kind.name);
       }
     }
     for (const HostKeyKind& kind : kHostKeyKinds) {
@@ -366,10 +348,16 @@ bool SshConnection::step_handshake() {
   int rc = libssh2_session_handshake(session_, socket_fd_);
   if (rc == LIBSSH2_ERROR_EAGAIN) return false;
   if (rc != 0) {
-    close_with(target_.host + ": SSH handshake with " + info_.address + " failed: " + libssh2_error() +
-                   "; fix: check that port " + std::to_string(target_.port) + " on " + target_.host +
-                   " is an SSH server",
-               true);
+    std::string message = target_.host + ": SSH handshake with " + info_.address + " failed: " + libssh2_error() +
+                          "; fix: check that port " + std::to_string(target_.port) + " on " + target_.host +
+                          " is an SSH server";
+    std::string authority = covering_cert_authority(shared_->known_hosts_files(), target_.host, target_.port);
+    if (rc == LIBSSH2_ERROR_KEX_FAILURE && !authority.empty()) {
+      message += "; " + authority + " trusts a certificate authority for this host: if it presents only a host "
+                 "certificate, the built-in client (libssh2 1.10, no certificate support) cannot connect: set "
+                 "ssh.client: openssh";
+    }
+    close_with(message, true);
     return true;
   }
   if (!verify_host_key()) return true;
@@ -407,14 +395,15 @@ bool SshConnection::verify_host_key() {
     close_with(target_.host + ": host key: " + presented + " of a type dtrain cannot check", true);
     return false;
   }
-  auto check = check_known_host(session_, options.known_hosts, target_.host, target_.port, blob, kind->knownhost_type);
+  auto check = check_known_host(shared_->known_hosts_files(), target_.host, target_.port, blob, kind->name);
   if (!check) {
     close_with(target_.host + ": host key: " + check.error().message, true);
     return false;
   }
   for (const std::string& warning : check->warnings) diagnostics_ += "dtrain: warning: " + warning + "\n";
-  std::string where = options.known_hosts + ":" + std::to_string(check->line);
+  std::string where = check->where();
   std::string name = known_hosts_name(target_.host, target_.port);
+  std::string files = join(shared_->known_hosts_files(), ", ");
   switch (check->verdict) {
     case KnownHostVerdict::match:
       info_.host_key_status = "known (" + where + ")";
@@ -426,14 +415,25 @@ bool SshConnection::verify_host_key() {
       return false;
     case KnownHostVerdict::mismatch:
       close_with(target_.host + ": host key changed: " + presented + ", but line " + std::to_string(check->line) +
-                     " of " + options.known_hosts + " holds a different " + info_.host_key_type + " key for '" +
+                     " of " + check->file + " holds a different " + info_.host_key_type + " key for '" +
                      name + "'; this may be an attack, or the host was reinstalled; refusing to connect; fix: "
-                     "remove line " + std::to_string(check->line) + " of " + options.known_hosts +
+                     "remove line " + std::to_string(check->line) + " of " + check->file +
                      " if the change is expected (ssh-keygen -R " + shell_quote(name) + " -f " +
-                     shell_quote(options.known_hosts) + ") and connect again",
+                     shell_quote(check->file) + ") and connect again",
                  true);
       return false;
     case KnownHostVerdict::not_found:
+      if (!check->cert_authority.empty()) {
+        // The site vouches for its hosts by certificate. Recording (or trusting) the plain key
+        // would bypass that, and libssh2 1.10 cannot check a certificate: refuse, and say who can.
+        close_with(target_.host + ": host key not verifiable here: " + presented + "; " + check->cert_authority +
+                       " trusts a certificate authority (@cert-authority) for this host, but the built-in SSH "
+                       "client (libssh2 1.10) cannot check host certificates, and no plain key for the host is in " +
+                       files + "; refusing to connect; fix: set ssh.client: openssh (the system's ssh checks the "
+                       "certificate), or add the host's key to " + options.known_hosts,
+                   true);
+        return false;
+      }
       if (options.host_key_policy == HostKeyPolicy::accept_new) {
         Status recorded = append_known_host(options.known_hosts, target_.host, target_.port, kind->name, blob);
         if (!recorded) {
@@ -445,7 +445,7 @@ bool SshConnection::verify_host_key() {
                         info_.host_key_fingerprint + " in " + options.known_hosts + " (accept-new)\n";
         return true;
       }
-      close_with(target_.host + ": host key unknown: " + presented + ", which is not in " + options.known_hosts +
+      close_with(target_.host + ": host key unknown: " + presented + ", which is not in " + files +
                      " (ssh.host_key_policy: strict); fix: check the fingerprint and add the key (ssh-keyscan -p " +
                      std::to_string(target_.port) + " " + shell_quote(target_.host) + " >> " +
                      shell_quote(options.known_hosts) + ", or connect once with ssh), or set "
@@ -608,12 +608,12 @@ void SshConnection::finish_probe() {
   info_.remote_os = probe_value(out, "os");
   remote_home_ = probe_value(out, "home");
   std::string cache_dir = remote_home_ + "/.cache/dtrain/" + options.version;
-  Status loaded = shared_->load_binary();
+  Status loaded = shared_->binary.load();
   if (!loaded) {
     close_with(target_.host + ": provisioning: " + loaded.error().message, true);
     return;
   }
-  if (probe_value(out, "cache_sha") == shared_->binary_sha256) {
+  if (probe_value(out, "cache_sha") == shared_->binary.sha256()) {
     info_.provisioning = "cached";
     start_agent_command(cache_dir + "/dtrain");
     return;
@@ -622,7 +622,7 @@ void SshConnection::finish_probe() {
   // very binary, byte for byte, like a cached copy. Otherwise the cache gets a fresh copy.
   if (probe_value(out, "path_version") == "dtrain " + options.version) {
     std::string path_bin = probe_value(out, "path_bin");
-    if (probe_value(out, "path_sha") == shared_->binary_sha256) {
+    if (probe_value(out, "path_sha") == shared_->binary.sha256()) {
       info_.provisioning = "in PATH";
       start_agent_command(path_bin);
       return;
@@ -630,7 +630,7 @@ void SshConnection::finish_probe() {
     std::string got = probe_value(out, "path_sha");
     diagnostics_ += "dtrain: " + target_.host + ": " + path_bin + " on PATH says dtrain " + options.version +
                     " but its sha256 differs from this binary's (" + (got.empty() ? std::string("unknown") : got) +
-                    " vs " + shared_->binary_sha256 + "); copying this binary to " + cache_dir + " instead\n";
+                    " vs " + shared_->binary.sha256() + "); copying this binary to " + cache_dir + " instead\n";
   }
   if (info_.remote_os != shared_->os) {
     close_with(target_.host + ": provisioning: the host runs '" + info_.remote_os + "' but this dtrain is built for '" +
@@ -652,13 +652,13 @@ void SshConnection::finish_probe() {
   std::string command =
       "set -e; umask 077; mkdir -p " + dir + "; t=" + dir + "/dtrain.tmp.$$; trap 'rm -f \"$t\"' EXIT; "
       "cat > \"$t\"; "
-      "if ! echo '" + shared_->binary_sha256 + "  '\"$t\" | sha256sum -c --status; then "
+      "if ! echo '" + shared_->binary.sha256() + "  '\"$t\" | sha256sum -c --status; then "
       "echo \"checksum mismatch after copy (got $(sha256sum < \"$t\" | cut -c1-64))\" >&2; exit 3; fi; "
       "chmod 0755 \"$t\"; mv -f \"$t\" " + dir + "/dtrain; trap - EXIT; echo ok";
   upload_started_ms_ = now();
   deadline_ = now() + options.provision_timeout.count();
   start_channel(ChannelRole::upload, posix_shell(command));
-  channel_->write(*shared_->binary);
+  channel_->write(*shared_->binary.contents());
   channel_->close_input();
 }
 
@@ -675,9 +675,7 @@ void SshConnection::finish_upload() {
     return;
   }
   int64_t took = now() - upload_started_ms_;
-  char size[32];
-  std::snprintf(size, sizeof size, "%.1f MB", static_cast<double>(shared_->binary->size()) / 1e6);
-  info_.provisioning = "copied " + std::string(size) + " in " + format_duration(Millis(took));
+  info_.provisioning = "copied " + megabytes(shared_->binary.contents()->size()) + " in " + format_duration(Millis(took));
   deadline_ = now() + shared_->options.connect_timeout.count();
   start_agent_command(upload_path_);
 }

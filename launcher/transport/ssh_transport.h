@@ -15,6 +15,7 @@
 #include "launcher/base/clock.h"
 #include "launcher/base/duration.h"
 #include "launcher/base/host_key_policy.h"
+#include "launcher/base/ssh_client.h"
 #include "launcher/transport/ssh_channel.h"
 #include "launcher/transport/transport.h"
 
@@ -25,6 +26,7 @@ namespace dtrain::transport {
 
 /// What to do with a host key (spec: ssh.host_key_policy): launcher/base/host_key_policy.h.
 using dtrain::HostKeyPolicy;
+using dtrain::SshClient;
 using dtrain::to_string;
 
 struct SshOptions {
@@ -33,6 +35,9 @@ struct SshOptions {
   std::vector<std::string> identity_files;  ///< tried after ssh-agent; empty: ~/.ssh/id_ed25519, id_ecdsa
   bool use_agent = true;                    ///< try $SSH_AUTH_SOCK first
   std::string known_hosts;                  ///< empty: ~/.ssh/known_hosts
+  /// Read after known_hosts, as OpenSSH's GlobalKnownHostsFile (libssh2 client; the openssh
+  /// client reads its own). A missing file counts as empty.
+  std::vector<std::string> global_known_hosts{"/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2"};
   HostKeyPolicy host_key_policy = HostKeyPolicy::strict;
   Millis connect_timeout{10'000};           ///< from the first pump to "agent started"
   Millis provision_timeout{120'000};        ///< extra time for copying the binary
@@ -50,6 +55,9 @@ struct SshOptions {
   /// and tests.
   std::string remote_command;
   const Clock* clock = nullptr;             ///< nullptr: a SystemClock
+  SshClient client = SshClient::libssh2;    ///< ssh.client: which transport reaches the hosts
+  std::string openssh_config;               ///< openssh: `ssh -F` (ssh.config); empty: ssh's own
+  std::string openssh_program = "ssh";      ///< openssh: the client to run (PATH lookup)
 };
 
 

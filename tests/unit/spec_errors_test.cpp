@@ -97,7 +97,7 @@ TEST_CASE("wrong types say what was expected and quote the value") {
         "job.yaml:2:17: slots_per_host: expected a whole number of at least 1, got a list");
   CHECK(only_error("version: 1\nssh: 5\n" + kWorker) ==
         "job.yaml:2:6: ssh: expected a mapping of keys (user, port, identity, known_hosts, host_key_policy, "
-        "connect_timeout, max_parallel, remote_dtrain), got '5'");
+        "connect_timeout, max_parallel, remote_dtrain, client, config), got '5'");
   CHECK(only_error("version: 1\nssh: {port: 0}\n" + kWorker) ==
         "job.yaml:2:13: ssh.port: expected a whole number from 1 to 65535, got '0'");
   CHECK(only_error("version: 1\nname: [a]\n" + kWorker) == "job.yaml:2:7: name: expected a string, got a list");
