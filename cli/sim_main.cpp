@@ -30,6 +30,7 @@
 #include "launcher/run/run_driver.h"
 #include "launcher/runlog/event_log.h"
 #include "launcher/run/fake_cluster.h"
+#include "launcher/base/event_catalogue.h"
 
 using namespace dtrain;
 using nlohmann::json;
@@ -201,12 +202,12 @@ int main(int argc, char** argv) {
     if (!first_ms) first_ms = ts;
     last_ms = ts;
     std::string name = event.value("ev", "");
-    if (name == "host.lost") ++hosts_lost;
-    if (!running_ms && name == "run.state" && event.value("state", "") == "running") running_ms = ts;
-    if (!lost_ms && name == "failure.detected") lost_ms = ts;
-    if (lost_ms && !decided_ms && name == "recovery.started") decided_ms = ts;
-    if (lost_ms && !spawned_ms && name == "generation.spawned" && event.value("gen", 0) >= 1) spawned_ms = ts;
-    if (lost_ms && !completed_ms && name == "recovery.completed") completed_ms = ts;
+    if (name == events::kHostLost) ++hosts_lost;
+    if (!running_ms && name == events::kRunState && event.value("state", "") == "running") running_ms = ts;
+    if (!lost_ms && name == events::kFailureDetected) lost_ms = ts;
+    if (lost_ms && !decided_ms && name == events::kRecoveryStarted) decided_ms = ts;
+    if (lost_ms && !spawned_ms && name == events::kGenerationSpawned && event.value("gen", 0) >= 1) spawned_ms = ts;
+    if (lost_ms && !completed_ms && name == events::kRecoveryCompleted) completed_ms = ts;
   }
   result["events"] = count;
   // Every host lost that the harness did not kill: the supervisor's own slowness (a stalled loop

@@ -6,6 +6,7 @@
 #include "launcher/base/clock.h"
 #include "launcher/drill/timestamps.h"
 #include "launcher/runlog/json_access.h"
+#include "launcher/base/event_catalogue.h"
 
 namespace dtrain::drill {
 
@@ -51,7 +52,7 @@ bool is_host_fault(FaultKind kind) { return kind == FaultKind::kill_host || kind
 
 const json* next_plan_after(const std::vector<json>& events, int generation) {
   for (const json& event : events) {
-    if (name_of(event) == "plan.generation" && json_int(event, "gen").value_or(-1) > generation) return &event;
+    if (name_of(event) == events::kPlanGeneration && json_int(event, "gen").value_or(-1) > generation) return &event;
   }
   return nullptr;
 }
@@ -62,7 +63,7 @@ void grade_host_loss(FaultVerdict& verdict, const Injection& injection, const st
   const std::string& host = injection.fault.target;
   const json* lost = nullptr;
   for (const json& event : events) {
-    if (name_of(event) == "host.lost" && json_string(event, "host") == host) {
+    if (name_of(event) == events::kHostLost && json_string(event, "host") == host) {
       lost = &event;
       break;
     }
@@ -97,7 +98,7 @@ void grade_host_loss(FaultVerdict& verdict, const Injection& injection, const st
 void grade_release(FaultVerdict& verdict, const Injection& injection, const std::vector<json>& events) {
   const json* next_plan = nullptr;
   for (const json& event : events) {
-    if (name_of(event) == "plan.generation" && json_int(event, "gen").value_or(-1) > injection.generation) {
+    if (name_of(event) == events::kPlanGeneration && json_int(event, "gen").value_or(-1) > injection.generation) {
       next_plan = &event;
       break;
     }
@@ -106,7 +107,7 @@ void grade_release(FaultVerdict& verdict, const Injection& injection, const std:
   std::vector<std::string> unclean;
   for (size_t i = 0; i < index_of(events, next_plan); ++i) {
     const json& event = events[i];
-    if (name_of(event) != "resources.released" || json_int(event, "gen").value_or(-2) != injection.generation) continue;
+    if (name_of(event) != events::kResourcesReleased || json_int(event, "gen").value_or(-2) != injection.generation) continue;
     if (json_int(event, "remaining").value_or(1) == 0) {
       released.insert(json_string(event, "host"));
     } else {
@@ -150,7 +151,7 @@ void grade_recovery(FaultVerdict& verdict, const Injection& injection, const std
   // observation (every agent fenced) is the detection, and the resumed supervisor's
   // recovery.completed {kind: supervisor.lost} the recovery.
   bool supervisor_fault = injection.fault.kind == FaultKind::kill_supervisor;
-  const json* detected = supervisor_fault ? nullptr : first_named(events, "failure.detected");
+  const json* detected = supervisor_fault ? nullptr : first_named(events, events::kFailureDetected);
   if (supervisor_fault && context.detected_wall_ms) {
     verdict.detected_wall_ms = context.detected_wall_ms;
     verdict.detect_ms = std::max<int64_t>(0, *context.detected_wall_ms - injection.wall_ms);
@@ -165,13 +166,13 @@ void grade_recovery(FaultVerdict& verdict, const Injection& injection, const std
   const json* completed = nullptr;
   if (supervisor_fault) {
     for (const json& event : events) {
-      if (name_of(event) == "recovery.completed" && json_string(event, "kind") == "supervisor.lost") {
+      if (name_of(event) == events::kRecoveryCompleted && json_string(event, "kind") == "supervisor.lost") {
         completed = &event;
         break;
       }
     }
   } else if (detected) {
-    completed = first_named(events, "recovery.completed", index_of(events, detected));
+    completed = first_named(events, events::kRecoveryCompleted, index_of(events, detected));
   }
   bool was_detected = detected != nullptr || (supervisor_fault && verdict.detected_wall_ms);
   if (was_detected && completed) {
@@ -216,7 +217,7 @@ void grade_recovery(FaultVerdict& verdict, const Injection& injection, const std
     int64_t bad = *injection.corrupted_step;
     bool rejected = false;
     for (const json& event : events) {
-      if (name_of(event) == "checkpoint.rejected" && json_int(event, "step") == bad) rejected = true;
+      if (name_of(event) == events::kCheckpointRejected && json_int(event, "step") == bad) rejected = true;
     }
     check(verdict, "corrupt checkpoint rejected", rejected,
           rejected ? "step " + std::to_string(bad) + " refused by its checksum"
@@ -241,19 +242,19 @@ void grade_slow_storage(FaultVerdict& verdict, const Injection& injection, const
   int64_t lost = 0;
   for (const json& event : events) {
     std::string name = name_of(event);
-    if (name == "checkpoint.committed") {
+    if (name == events::kCheckpointCommitted) {
       ++commits;
       newest = std::max(newest, json_int(event, "step").value_or(-1));
       if (json_number(event, "seconds").value_or(0) * 1000 >= 0.9 * static_cast<double>(injection.fault.delay.count())) ++slow;
-    } else if (name == "recovery.completed") {
+    } else if (name == events::kRecoveryCompleted) {
       lost += json_int(event, "steps_lost").value_or(0);
     }
   }
   // A failure after another fault's drill.injected belongs to that fault, not to the storage.
   const json* detected = nullptr;
   for (const json& event : events) {
-    if (name_of(event) == "drill.injected") break;
-    if (name_of(event) == "failure.detected") {
+    if (name_of(event) == events::kDrillInjected) break;
+    if (name_of(event) == events::kFailureDetected) {
       detected = &event;
       break;
     }

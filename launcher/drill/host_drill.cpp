@@ -14,6 +14,7 @@
 #include "launcher/hosts/run_hosts.h"
 #include "launcher/drill/run_processes.h"
 #include "launcher/runlog/json_access.h"
+#include "launcher/base/event_catalogue.h"
 
 namespace dtrain::drill {
 
@@ -42,7 +43,7 @@ std::string pids_text(const std::vector<int>& pids) {
 std::vector<int> worker_pids_on(const LiveRun& run, const std::string& host) {
   std::vector<int> pids;
   for (const json& event : run.events()) {
-    if (json_string(event, "ev") == "worker.started" && json_string(event, "host") == host) {
+    if (json_string(event, "ev") == events::kWorkerStarted && json_string(event, "host") == host) {
       if (int pid = static_cast<int>(json_int(event, "pid").value_or(0)); pid > 1) pids.push_back(pid);
     }
   }
@@ -222,7 +223,7 @@ Result<FaultRecord> inject_host_fault(LiveRun& run, const Fault& fault, const Re
   Millis duration = fault.partition_duration.value_or(default_partition_duration(spec.heartbeat.timeout, spec.stop_grace));
 
   size_t events_before = run.events().size();
-  json injected = {{"ev", "drill.injected"}, {"fault", to_string(fault.kind)}, {"target", host},
+  json injected = {{"ev", events::kDrillInjected}, {"fault", to_string(fault.kind)}, {"target", host},
                    {"pid", *agent}, {"at_step", injection.at_step}, {"gen", injection.generation},
                    {"workers", on_host->second}};
   std::optional<Cut> cut;

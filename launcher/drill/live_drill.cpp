@@ -13,6 +13,7 @@
 #include "launcher/drill/run_processes.h"
 #include "launcher/runlog/json_access.h"
 #include "launcher/runlog/run_state.h"
+#include "launcher/base/event_catalogue.h"
 
 namespace dtrain::drill {
 
@@ -67,8 +68,8 @@ void keep_newest_damaged(LiveRun& run, Injection& injection, size_t events_befor
     const std::vector<json>& events = run.events();
     for (size_t i = events_before; i < events.size(); ++i) {
       std::string name = json_string(events[i], "ev");
-      if (name == "run.finished") return true;
-      if (name == "plan.generation" && json_int(events[i], "gen").value_or(-1) > injection.generation) return true;
+      if (name == events::kRunFinished) return true;
+      if (name == events::kPlanGeneration && json_int(events[i], "gen").value_or(-1) > injection.generation) return true;
     }
     return false;
   };
@@ -81,7 +82,7 @@ void keep_newest_damaged(LiveRun& run, Injection& injection, size_t events_befor
       if (more) {
         injection.corrupted_step = more->step;
         injection.corrupted_file = more->file;
-        (void)run.append({{"ev", "drill.corrupted"}, {"step", more->step}, {"file", more->file},
+        (void)run.append({{"ev", events::kDrillCorrupted}, {"step", more->step}, {"file", more->file},
                           {"why", "committed after the drill damaged the newest checkpoint"}});
         if (say) say("step " + std::to_string(more->step) + " committed meanwhile; damaged it too");
       } else if (say) {
@@ -115,8 +116,8 @@ FollowResult follow_recovery(LiveRun& run, size_t events_before, Deadline deadli
     }
     for (size_t i = events_before; i < run.events().size(); ++i) {
       const json& event = run.events()[i];
-      if (name_of(event) == "recovery.completed" && (!is_recovery || is_recovery(event))) result.recovered = true;
-      if (name_of(event) == "run.finished") result.run_ended = true;
+      if (name_of(event) == events::kRecoveryCompleted && (!is_recovery || is_recovery(event))) result.recovered = true;
+      if (name_of(event) == events::kRunFinished) result.run_ended = true;
     }
     if (result.recovered || result.run_ended) return result;
     Result<json> state = run.state();
@@ -183,7 +184,7 @@ Result<FaultRecord> inject_and_follow(LiveRun& run, const Fault& fault, Deadline
   int signal = fault.kind == FaultKind::hang_rank ? SIGSTOP : SIGKILL;
   if (Status sent = send_signal(injection.pid, signal); !sent) return sent.error();
 
-  json injected = {{"ev", "drill.injected"}, {"fault", to_string(fault.kind)}, {"target", fault.target},
+  json injected = {{"ev", events::kDrillInjected}, {"fault", to_string(fault.kind)}, {"target", fault.target},
                    {"pid", injection.pid}, {"at_step", injection.at_step}, {"gen", injection.generation}};
   if (injection.corrupted_step) {
     injected["corrupted_step"] = *injection.corrupted_step;

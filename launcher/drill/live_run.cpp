@@ -12,6 +12,7 @@
 #include "launcher/runlog/event_log.h"
 #include "launcher/runlog/json_access.h"
 #include "launcher/runlog/run_state.h"
+#include "launcher/base/event_catalogue.h"
 
 namespace dtrain::drill {
 
@@ -74,14 +75,14 @@ Status LiveRun::append(const json& event) const {
 
 std::string LiveRun::checkpoint_dir() const {
   for (auto it = events_.rbegin(); it != events_.rend(); ++it) {
-    if (json_string(*it, "ev") == "generation.spawned") return json_string(*it, "checkpoint_dir");
+    if (json_string(*it, "ev") == events::kGenerationSpawned) return json_string(*it, "checkpoint_dir");
   }
   return "";
 }
 
 int LiveRun::generation() const {
   for (auto it = events_.rbegin(); it != events_.rend(); ++it) {
-    if (json_string(*it, "ev") == "plan.generation") return static_cast<int>(json_int(*it, "gen").value_or(-1));
+    if (json_string(*it, "ev") == events::kPlanGeneration) return static_cast<int>(json_int(*it, "gen").value_or(-1));
   }
   return -1;
 }

@@ -6,6 +6,7 @@
 
 #include "launcher/drill/injector.h"
 #include "launcher/runlog/json_access.h"
+#include "launcher/base/event_catalogue.h"
 
 namespace dtrain::drill {
 
@@ -35,7 +36,7 @@ std::optional<int64_t> min_rank_step(const json& state) {
 bool committed_since(const LiveRun& run, size_t from, int generation, int64_t* step) {
   for (size_t i = from; i < run.events().size(); ++i) {
     const json& event = run.events()[i];
-    if (name_of(event) == "checkpoint.committed" && json_int(event, "gen") == generation) {
+    if (name_of(event) == events::kCheckpointCommitted && json_int(event, "gen") == generation) {
       *step = json_int(event, "step").value_or(-1);
       return true;
     }
@@ -50,7 +51,7 @@ bool cancel_requested() { return g_cancel.load(); }
 
 std::optional<int> GenerationView::rank_pid(int rank, const std::vector<json>& events) const {
   for (auto it = events.rbegin(); it != events.rend(); ++it) {
-    if (name_of(*it) == "worker.started" && json_int(*it, "gen") == generation && json_int(*it, "rank") == rank) {
+    if (name_of(*it) == events::kWorkerStarted && json_int(*it, "gen") == generation && json_int(*it, "rank") == rank) {
       return static_cast<int>(json_int(*it, "pid").value_or(0));
     }
   }
@@ -61,7 +62,7 @@ GenerationView view_of(const LiveRun& run) {
   GenerationView view;
   view.generation = run.generation();
   for (const json& event : run.events()) {
-    if (name_of(event) == "worker.started" && json_int(event, "gen") == view.generation) {
+    if (name_of(event) == events::kWorkerStarted && json_int(event, "gen") == view.generation) {
       int pid = static_cast<int>(json_int(event, "pid").value_or(0));
       view.pids.push_back(pid);
       view.pids_by_host[json_string(event, "host")].push_back(pid);

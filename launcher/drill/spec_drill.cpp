@@ -14,6 +14,7 @@
 #include "launcher/runlog/control_client.h"
 #include "launcher/runlog/json_access.h"
 #include "launcher/runlog/run_state.h"
+#include "launcher/base/event_catalogue.h"
 
 namespace dtrain::drill {
 
@@ -38,7 +39,7 @@ void finish(DrillReport& report, const LiveRun* run, const Say& say) {
   report.finished_wall_ms = SystemClock().wall_ms();
   if (run) {
     json verdict = to_json(report);
-    verdict["ev"] = "drill.verdict";
+    verdict["ev"] = events::kDrillVerdict;
     if (Status appended = run->append(verdict); !appended && say) say("warning: " + appended.error().message);
   }
   if (Status saved = append_drill_history(drill_history_path(), report); !saved && say) {

@@ -16,6 +16,7 @@
 #include "launcher/hosts/run_hosts.h"
 #include "launcher/drill/run_processes.h"
 #include "launcher/runlog/json_access.h"
+#include "launcher/base/event_catalogue.h"
 
 namespace dtrain::drill {
 
@@ -112,7 +113,7 @@ Result<FaultRecord> inject_supervisor_kill(LiveRun& run, const Fault& fault, con
   size_t events_before = run.events().size();
   injection.wall_ms = SystemClock().wall_ms();
   if (Status sent = send_signal(pid, SIGKILL); !sent) return sent.error();
-  json injected = {{"ev", "drill.injected"}, {"fault", to_string(fault.kind)}, {"target", ""}, {"pid", pid},
+  json injected = {{"ev", events::kDrillInjected}, {"fault", to_string(fault.kind)}, {"target", ""}, {"pid", pid},
                    {"at_step", injection.at_step}, {"gen", injection.generation}};
   if (Status appended = run.append(injected); !appended && say) say("warning: " + appended.error().message);
   if (say) {

@@ -20,6 +20,7 @@
 #include "launcher/base/version.h"
 #include "launcher/proto/messages.h"
 #include "launcher/run/fd_watcher.h"
+#include "launcher/base/event_catalogue.h"
 
 namespace dtrain::run {
 
@@ -52,7 +53,7 @@ RunDriver::RunDriver(spec::JobSpec spec, plan::RankPlan plan, RunDirectory run, 
       supervisor_(spec_, plan, clock_),
       transports_(spec_, dtrain_exe_, seams.transport,
                   [this](const std::string& warning) {
-                    record({{"ev", "ssh.insecure"}, {"detail", warning}});
+                    record({{"ev", events::kSshInsecure}, {"detail", warning}});
                     recorder_.console_line("warning: " + warning);
                   }),
       submitted_wall_ms_(clock_.wall_ms()),
@@ -105,7 +106,7 @@ void RunDriver::start_agents() {
   for (const spec::HostEntry& host : hosts) {
     Result<std::unique_ptr<transport::AgentConnection>> connection = transports_.start_agent(host);
     if (!connection) {
-      record({{"ev", "host.failed"}, {"host", host.name}, {"error", connection.error().message}});
+      record({{"ev", events::kHostFailed}, {"host", host.name}, {"error", connection.error().message}});
       feed(supervisor::HostLost{host.name, connection.error().message});
       continue;
     }

@@ -10,6 +10,7 @@
 
 #include "launcher/proto/messages.h"
 #include "launcher/run/driver.h"
+#include "launcher/base/event_catalogue.h"
 #include "worker/contract/env.h"
 
 namespace dtrain::run {
@@ -83,7 +84,7 @@ void RunDriver::capture_sample(const supervisor::CaptureSample& sample) {
   Millis gdb_timeout(std::clamp<int64_t>(spec_.heartbeat.timeout.count() / 2, 500, 5000));
   auto link = links_.find(sample.host);
   if (link == links_.end() || link->second->lost) {
-    record({{"ev", "worker.sample"}, {"rank", sample.rank}, {"host", sample.host}, {"pid", sample.pid},
+    record({{"ev", events::kWorkerSample}, {"rank", sample.rank}, {"host", sample.host}, {"pid", sample.pid},
             {"error", "host " + sample.host + " is not connected; no sample"}});
     return;
   }
@@ -164,7 +165,7 @@ void RunDriver::spawn_generation(int port) {
                         {"workdir", workdir}, {"env", common}, {"workers", workers},
                         {"log_tail_lines", 20}, {"instrument", spec_.worker.instrument}});
   }
-  record({{"ev", "generation.spawned"}, {"gen", start.gen}, {"master_addr", context.master_addr},
+  record({{"ev", events::kGenerationSpawned}, {"gen", start.gen}, {"master_addr", context.master_addr},
           {"master_port", port}, {"backend", context.backend}, {"resume_step", start.resume_step},
           {"checkpoint_dir", context.checkpoint_dir}});
   feed(supervisor::GenerationSpawned{start.gen});

@@ -11,6 +11,7 @@
 #include "launcher/proto/messages.h"
 #include "launcher/run/driver.h"
 #include "launcher/runlog/json_access.h"
+#include "launcher/base/event_catalogue.h"
 #include "worker/contract/wire.h"
 
 namespace dtrain::run {
@@ -30,7 +31,7 @@ void RunDriver::route_frame(AgentLink& link, const json& frame) {
 void RunDriver::agent_protocol_error(AgentLink& link, const std::string& problem) {
   int count = ++protocol_errors_["agent " + link.host()];
   if (count > kMaxProtocolErrorsPerSender) return;  // the host is lost already
-  record({{"ev", "protocol.error"}, {"sender", "agent"}, {"host", link.host()}, {"error", problem},
+  record({{"ev", events::kProtocolError}, {"sender", "agent"}, {"host", link.host()}, {"error", problem},
           {"count", count}});
   if (count == 1) {
     recorder_.console_line("warning: the agent on " + link.host() +
@@ -49,7 +50,7 @@ void RunDriver::worker_protocol_error(AgentLink& link, std::optional<int> gen, s
   if (gen && rank) sender += " gen " + std::to_string(*gen) + " rank " + std::to_string(*rank);
   int count = ++protocol_errors_[sender];
   if (count > kMaxProtocolErrorsPerSender) return;  // already failed for it; the log has enough
-  json event = {{"ev", "protocol.error"}, {"sender", "worker"}, {"host", link.host()}, {"pid", pid},
+  json event = {{"ev", events::kProtocolError}, {"sender", "worker"}, {"host", link.host()}, {"pid", pid},
                 {"error", problem}, {"count", count}};
   if (gen) event["gen"] = *gen;
   if (rank) event["rank"] = *rank;
@@ -86,9 +87,9 @@ void RunDriver::on_agent_message(AgentLink& link, const proto::AgentHello& hello
                        json{{"host", link.host()}, {"agent_pid", hello.pid}, {"version", hello.version},
                                {"clock_offset_ms", link.offset_ms()}, {"facts", link.facts}}
                               .dump(2, ' ', false, json::error_handler_t::replace));
-  record({{"ev", "host.connected"}, {"host", link.host()}, {"agent_pid", hello.pid},
+  record({{"ev", events::kHostConnected}, {"host", link.host()}, {"agent_pid", hello.pid},
           {"version", hello.version}, {"clock_offset_ms", link.offset_ms()}});
-  json facts = {{"ev", "host.facts"}, {"host", link.host()}};
+  json facts = {{"ev", events::kHostFacts}, {"host", link.host()}};
   for (const char* key : {"hostname", "os", "arch", "cpus", "memory_mb", "gpus"}) {
     if (link.facts.contains(key)) facts[key] = link.facts[key];
   }
@@ -101,12 +102,12 @@ void RunDriver::on_agent_message(AgentLink&, const proto::WorkerStartedReport& s
 }
 
 void RunDriver::on_agent_message(AgentLink& link, const proto::WorkerSpawnFailedReport& failed) {
-  record({{"ev", "worker.spawn_failed"}, {"rank", failed.rank}, {"host", link.host()}, {"error", failed.error}});
+  record({{"ev", events::kWorkerSpawnFailed}, {"rank", failed.rank}, {"host", link.host()}, {"error", failed.error}});
   feed(supervisor::WorkerSpawnFailed{failed.gen, failed.rank, failed.error});
 }
 
 void RunDriver::on_agent_message(AgentLink& link, const proto::WorkerExitReport& exit) {
-  json event = {{"ev", "worker.exit"}, {"gen", exit.gen}, {"rank", exit.rank}, {"host", link.host()},
+  json event = {{"ev", events::kWorkerExit}, {"gen", exit.gen}, {"rank", exit.rank}, {"host", link.host()},
                 {"pid", exit.pid}};
   const plan::RankPlan& plan = supervisor_.current_plan();
   if (exit.rank < static_cast<int>(plan.ranks.size())) {
@@ -163,12 +164,12 @@ void RunDriver::on_agent_message(AgentLink& link, const proto::WorkerLogLine& lo
   }
   flush_comm_warn(log.rank, window);
   window = CommWarnWindow{now, 0, log.gen, link.host(), ""};
-  record({{"ev", "comm.warn"}, {"gen", log.gen}, {"rank", log.rank}, {"host", link.host()}, {"line", log.line}});
+  record({{"ev", events::kCommWarn}, {"gen", log.gen}, {"rank", log.rank}, {"host", link.host()}, {"line", log.line}});
 }
 
 void RunDriver::flush_comm_warn(int rank, CommWarnWindow& window) {
   if (window.repeated > 0) {
-    record({{"ev", "comm.warn"}, {"gen", window.gen}, {"rank", rank}, {"host", window.host},
+    record({{"ev", events::kCommWarn}, {"gen", window.gen}, {"rank", rank}, {"host", window.host},
             {"line", window.last_line}, {"repeated", window.repeated},
             {"window_s", static_cast<double>(kCommWarnWindowMs) / 1000.0},
             {"detail", std::to_string(window.repeated) + " more NCCL WARN lines from this rank within " +
@@ -190,9 +191,9 @@ void RunDriver::on_agent_message(AgentLink& link, const proto::SampleReply& samp
     // samples/gen<g>-rank<r>.txt, then the event naming it (or the write's error).
     recorder_.write_file_then_record(
         run_.path() + "/samples/gen" + std::to_string(sample.gen) + "-rank" + std::to_string(sample.rank) + ".txt",
-        *sample.text, {{"ev", "worker.sample"}, {"rank", sample.rank}, {"host", link.host()}, {"pid", sample.pid}});
+        *sample.text, {{"ev", events::kWorkerSample}, {"rank", sample.rank}, {"host", link.host()}, {"pid", sample.pid}});
   } else {
-    record({{"ev", "worker.sample"}, {"rank", sample.rank}, {"host", link.host()}, {"pid", sample.pid},
+    record({{"ev", events::kWorkerSample}, {"rank", sample.rank}, {"host", link.host()}, {"pid", sample.pid},
             {"error", sample.error.value_or("the agent sent a sample without text")}});
   }
 }
@@ -202,14 +203,14 @@ void RunDriver::on_agent_message(AgentLink&, const proto::PortReply& port) {
 }
 
 void RunDriver::on_agent_message(AgentLink& link, const proto::Released& released) {
-  record({{"ev", "resources.released"}, {"gen", released.gen}, {"host", link.host()},
+  record({{"ev", events::kResourcesReleased}, {"gen", released.gen}, {"host", link.host()},
           {"killed", released.killed}, {"remaining", released.remaining}, {"ms", released.ms}});
   feed(supervisor::GenerationReleased{released.gen, link.host()});
 }
 
 void RunDriver::on_agent_message(AgentLink& link, const proto::AgentError& error) {
   log().error("agent {}: {}", link.host(), error.message);
-  record({{"ev", "agent.error"}, {"host", link.host()}, {"message", error.message}});
+  record({{"ev", events::kAgentError}, {"host", link.host()}, {"message", error.message}});
   // A launch step the agent could not do ends the generation now rather than at its deadline.
   if (error.about == msg::kReservePort && pending_start_ &&
       pending_start_->plan.ranks.at(0).host == link.host()) {
@@ -289,7 +290,7 @@ void RunDriver::on_worker_message(AgentLink&, const proto::FromWorker& from, con
 
 void RunDriver::on_worker_message(AgentLink& link, const proto::FromWorker& from,
                                   const proto::CheckpointCommittedReport& committed) {
-  record({{"ev", "checkpoint.committed"}, {"gen", from.gen}, {"rank", from.rank}, {"host", link.host()},
+  record({{"ev", events::kCheckpointCommitted}, {"gen", from.gen}, {"rank", from.rank}, {"host", link.host()},
           {"step", committed.step}, {"bytes", committed.bytes}, {"seconds", committed.ms / 1000.0}});
   last_checkpoint_step_ = std::max(last_checkpoint_step_, committed.step);
   feed(supervisor::CheckpointCommitted{from.gen, committed.step});
@@ -297,7 +298,7 @@ void RunDriver::on_worker_message(AgentLink& link, const proto::FromWorker& from
 
 void RunDriver::on_worker_message(AgentLink& link, const proto::FromWorker& from,
                                   const proto::CheckpointRejectedReport& rejected) {
-  record({{"ev", "checkpoint.rejected"}, {"gen", from.gen}, {"rank", from.rank}, {"host", link.host()},
+  record({{"ev", events::kCheckpointRejected}, {"gen", from.gen}, {"rank", from.rank}, {"host", link.host()},
           {"step", rejected.step}, {"reason", rejected.reason}});
   feed(supervisor::CheckpointRejected{from.gen, rejected.step});
 }

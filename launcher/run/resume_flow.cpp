@@ -14,6 +14,7 @@
 #include "launcher/run/resume_point.h"
 #include "launcher/runlog/json_access.h"
 #include "launcher/runlog/run_state.h"
+#include "launcher/base/event_catalogue.h"
 
 namespace dtrain::run {
 
@@ -78,7 +79,7 @@ int resume(const ResumeOptions& options) {
   Result<EventLog> log = EventLog::open_existing(run->events_path());
   if (!log) return refuse(log.error().message, ExitCode::infra);
   int64_t resume_step = from.committed_steps.empty() ? -1 : from.committed_steps.back();
-  (void)log->append({{"ev", "run.resumed"}, {"previous_state", previous_state},
+  (void)log->append({{"ev", events::kRunResumed}, {"previous_state", previous_state},
                      {"previous_supervisor_pid", previous_pid}, {"previous_supervisor_host", previous_host},
                      {"waited_ms", from.waited_ms}, {"resume_step", resume_step},
                      {"gen", from.last_generation + 1}, {"supervisor_pid", ::getpid()},

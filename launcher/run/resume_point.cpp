@@ -17,6 +17,7 @@
 #include "launcher/base/strings.h"
 #include "launcher/hosts/run_hosts.h"
 #include "launcher/runlog/run_state.h"
+#include "launcher/base/event_catalogue.h"
 
 namespace dtrain::run {
 
@@ -98,11 +99,11 @@ supervisor::ResumeFrom resume_point(const json& state, const std::vector<json>& 
   std::set<int64_t> committed;
   for (const json& event : events) {
     std::string name = json_string(event, "ev");
-    if (name == "plan.generation" || name == "generation.spawned") {
+    if (name == events::kPlanGeneration || name == events::kGenerationSpawned) {
       from.last_generation = std::max(from.last_generation, static_cast<int>(json_int(event, "gen").value_or(-1)));
-    } else if (name == "checkpoint.committed") {
+    } else if (name == events::kCheckpointCommitted) {
       committed.insert(json_int(event, "step").value_or(-1));
-    } else if (name == "checkpoint.rejected") {
+    } else if (name == events::kCheckpointRejected) {
       committed.erase(json_int(event, "step").value_or(-1));
     }
   }

@@ -10,6 +10,7 @@
 #include <spdlog/sinks/basic_file_sink.h>
 
 #include "launcher/base/fd.h"
+#include "launcher/base/event_catalogue.h"
 
 namespace dtrain::run {
 
@@ -26,7 +27,7 @@ RunRecorder::RunRecorder(const RunDirectory& run, EventLog events, Console conso
       state_writer_(run.state_path()),
       writer_(64ull << 20, std::move(before_write), [this](uint64_t bytes, uint64_t writes) {
         // On the writer thread, in order with the writes.
-        json event = {{"ev", "runlog.dropped"}, {"bytes", bytes}, {"writes", writes},
+        json event = {{"ev", events::kRunlogDropped}, {"bytes", bytes}, {"writes", writes},
                       {"detail", "the run directory's file system fell behind; " + std::to_string(bytes) +
                                      " bytes of rank output were not written to ranks/*.log"}};
         if (Status written = events_.append(event, clock_.wall_ms()); !written && log_) {
@@ -56,9 +57,9 @@ Status RunRecorder::open() {
 void RunRecorder::record(json event) {
   int64_t wall = clock_.wall_ms();
   std::string name = event.value("ev", "");
-  if (name == "run.state") {
+  if (name == events::kRunState) {
     console_line(event.value("state", "") + ": " + event.value("why", ""));
-  } else if (name == "failure.detected") {
+  } else if (name == events::kFailureDetected) {
     console_line("failure: " + event.value("kind", "") + " on " + event.value("host", "") +
                  (event.contains("rank") ? " rank " + std::to_string(event.value("rank", -1)) : "") + ": " +
                  event.value("detail", ""));

@@ -8,6 +8,7 @@
 #include "launcher/base/exit_code.h"
 #include "launcher/base/strings.h"
 #include "launcher/run/driver.h"
+#include "launcher/base/event_catalogue.h"
 
 namespace dtrain::run {
 
@@ -38,7 +39,7 @@ void print_traceback(std::FILE* out, const std::string& traceback) {
 }  // namespace
 
 void RunDriver::print_summary(const supervisor::FinishRun& finish) {
-  json summary = {{"ev", "run.finished"}, {"state", supervisor::to_string(finish.state)},
+  json summary = {{"ev", events::kRunFinished}, {"state", supervisor::to_string(finish.state)},
                   {"exit_code", to_int(finish.exit_code)}, {"restarts", supervisor_.restarts()},
                   {"generations", supervisor_.generation() + 1},
                   {"duration_ms", clock_.wall_ms() - submitted_wall_ms_}};

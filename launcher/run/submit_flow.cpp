@@ -10,6 +10,7 @@
 #include "launcher/base/strings.h"
 #include "launcher/base/version.h"
 #include "launcher/run/driver.h"
+#include "launcher/base/event_catalogue.h"
 
 namespace dtrain::run {
 
@@ -79,7 +80,7 @@ int submit(const SubmitOptions& options) {
   (void)write_file_atomic(run->spec_path(), spec::to_yaml(spec));
   json hosts = json::array();
   for (const spec::HostEntry& host : spec.hosts) hosts.push_back(host.name);
-  (void)events->append({{"ev", "run.submitted"}, {"run_id", run_id}, {"name", spec.name},
+  (void)events->append({{"ev", events::kRunSubmitted}, {"run_id", run_id}, {"name", spec.name},
                         {"spec", options.spec_text ? run->spec_path() : absolute_path(options.spec_path)}, {"hosts", hosts},
                         {"world_size", plan->world_size}, {"dtrain_version", kVersion},
                         {"supervisor_pid", ::getpid()}, {"supervisor_host", this_hostname()},

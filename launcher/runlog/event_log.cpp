@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "launcher/base/clock.h"
+#include "launcher/base/event_catalogue.h"
 #include "launcher/runlog/json_access.h"
 
 namespace dtrain {
@@ -111,6 +112,17 @@ int write_whole(int fd, std::string_view bytes) {
 }
 
 }  // namespace
+
+std::string catalogue_problem(const nlohmann::json& event) {
+  std::string name = json_string(event, "ev");
+  const events::EventType* type = events::find_event_type(name);
+  if (!type) return "\"" + name + "\" is not in the event catalogue";
+  std::string missing;
+  for (std::string_view field : type->fields) {
+    if (!event.contains(std::string(field))) missing += (missing.empty() ? "\"" : ", \"") + std::string(field) + "\"";
+  }
+  return missing.empty() ? "" : name + " lacks " + missing;
+}
 
 Result<EventRecord> parse_event_line(std::string_view line) {
   nlohmann::json event = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);

@@ -3,6 +3,7 @@
 #include "launcher/supervisor/recovery_decision.h"
 
 #include "launcher/base/duration.h"
+#include "launcher/base/event_catalogue.h"
 
 #include <algorithm>
 #include <tuple>
@@ -54,7 +55,7 @@ std::vector<Action> Supervisor::resume_from(const ResumeFrom& from) {
   cause.observed_ms = from.last_seen_wall_ms;
   root_cause_ = cause;
   nlohmann::json detected = cause_json(cause);
-  detected["ev"] = "failure.detected";
+  detected["ev"] = events::kFailureDetected;
   detected["detected_by"] = "dtrain resume";
   add_incident(detected);
   record(detected);
@@ -67,7 +68,7 @@ std::vector<Action> Supervisor::resume_from(const ResumeFrom& from) {
   pending.released_ms = now;
   pending.last_step = std::max(from.last_step, latest_checkpoint_step_);
   recovery_ = pending;
-  record({{"ev", "recovery.started"}, {"cause", cause_json(cause)}, {"restarts", restarts_},
+  record({{"ev", events::kRecoveryStarted}, {"cause", cause_json(cause)}, {"restarts", restarts_},
           {"action", "resume"}});
   return std::move(out_);
 }
@@ -77,7 +78,7 @@ std::vector<Action> Supervisor::resume_from(const ResumeFrom& from) {
 void Supervisor::set_state(RunState next, const std::string& why) {
   if (next == state_) return;
   state_ = next;
-  record({{"ev", "run.state"}, {"state", to_string(next)}, {"why", why}});
+  record({{"ev", events::kRunState}, {"state", to_string(next)}, {"why", why}});
 }
 
 void Supervisor::add_incident(nlohmann::json incident) {
@@ -158,7 +159,7 @@ void Supervisor::start_generation(plan::RankPlan next_plan) {
   generation_start_step_ = resume_step;
   generation_start_checkpoint_ = latest_checkpoint_step_;
   set_state(RunState::launching, generation_ == 0 ? "all hosts connected" : "recovery");
-  nlohmann::json plan_event = {{"ev", "plan.generation"}, {"gen", generation_},
+  nlohmann::json plan_event = {{"ev", events::kPlanGeneration}, {"gen", generation_},
                                {"world_size", plan_.world_size}, {"data", plan_.data},
                                {"tensor", plan_.tensor}, {"pipeline", plan_.pipeline},
                                {"grad_accum", plan_.grad_accum}, {"resume_step", resume_step}};
@@ -225,7 +226,7 @@ void Supervisor::finish_stop() {
                          " consecutive generations (no step advanced, no checkpoint committed" +
                          (steps_reported_ ? "" : ", none ran " + format_duration(progress_window()) + " or longer") +
                          "; elastic.crash_loop_after " + std::to_string(crash_loop_after) + ")";
-    record({{"ev", "failure.crash_loop"}, {"generations", generations_without_progress_}, {"detail", detail}});
+    record({{"ev", events::kFailureCrashLoop}, {"generations", generations_without_progress_}, {"detail", detail}});
     ending_ = Ending::fail;
     ending_code_ = ExitCode::crash_loop;
     give_up_reason_ = "crash loop: " + detail;
@@ -237,13 +238,13 @@ void Supervisor::finish_stop() {
   Result<plan::RankPlan> next = plan::make_plan(spec_, without);
   if (!next) {
     give_up_reason_ = next.error().message;
-    record({{"ev", "failure.unrecoverable"}, {"detail", next.error().message}});
+    record({{"ev", events::kFailureUnrecoverable}, {"detail", next.error().message}});
     set_state(RunState::failed, next.error().message);
     out_.push_back(FinishRun{RunState::failed, ExitCode::hosts_lost});
     return;
   }
   if (recovery_->membership_change) {
-    record({{"ev", "plan.changed"}, {"diff", plan::diff_text(plan_, *next)},
+    record({{"ev", events::kPlanChanged}, {"diff", plan::diff_text(plan_, *next)},
             {"without", without}});
   }
   start_generation(std::move(next).value());
@@ -255,7 +256,7 @@ void Supervisor::handle_failure(RootCause cause, bool host_lost) {
   }
   int64_t now_wall = clock_.wall_ms();
   nlohmann::json detected = cause_json(cause);
-  detected["ev"] = "failure.detected";
+  detected["ev"] = events::kFailureDetected;
   if (cause.observed_ms > 0) detected["latency_ms"] = std::max<int64_t>(0, now_wall - cause.observed_ms);
   add_incident(detected);
   record(detected);
@@ -272,21 +273,21 @@ void Supervisor::handle_failure(RootCause cause, bool host_lost) {
   if (decision.exclude_host) {
     excluded_.insert(cause.host);
     if (!host_lost) {
-      record({{"ev", "host.excluded"}, {"host", cause.host}, {"failures", facts.host_failures},
+      record({{"ev", events::kHostExcluded}, {"host", cause.host}, {"failures", facts.host_failures},
               {"detail", decision.why}});
     }
   }
   if (decision.exclusion_refused && exclusion_refused_.insert(cause.host).second) {
-    record({{"ev", "host.exclusion_skipped"}, {"host", cause.host}, {"failures", facts.host_failures},
+    record({{"ev", events::kHostExclusionSkipped}, {"host", cause.host}, {"failures", facts.host_failures},
             {"detail", decision.why}});
   }
   bool membership_change = decision.action == RecoveryAction::replace || decision.action == RecoveryAction::shrink;
   if (decision.action == RecoveryAction::give_up) {
     give_up_reason_ = decision.why;
     if (decision.exit_code == ExitCode::hosts_lost) {
-      record({{"ev", "failure.unrecoverable"}, {"detail", decision.why}});
+      record({{"ev", events::kFailureUnrecoverable}, {"detail", decision.why}});
     } else {
-      record({{"ev", "failure.budget_exhausted"},
+      record({{"ev", events::kFailureBudgetExhausted},
               {"max_restarts", spec_.elastic.max_restarts},
               {"restart_window_ms", spec_.elastic.restart_window.count()},
               {"detail", decision.why}});
@@ -304,7 +305,7 @@ void Supervisor::handle_failure(RootCause cause, bool host_lost) {
   pending.last_step = newest_step();
   pending.membership_change = membership_change;
   recovery_ = pending;
-  nlohmann::json started = {{"ev", "recovery.started"}, {"cause", cause_json(cause)},
+  nlohmann::json started = {{"ev", events::kRecoveryStarted}, {"cause", cause_json(cause)},
                             {"restarts", restarts_},
                             {"action", to_string(decision.action)}, {"why", decision.why}};
   record(started);
@@ -330,7 +331,7 @@ void Supervisor::on(const HostLost& event) {
   bool was_connected = connected_.erase(event.host) > 0;
   bool in_plan = std::any_of(plan_.hosts.begin(), plan_.hosts.end(),
                              [&](const plan::PlanHost& h) { return h.entry.name == event.host; });
-  nlohmann::json lost = {{"ev", "host.lost"}, {"host", event.host}, {"reason", event.reason},
+  nlohmann::json lost = {{"ev", events::kHostLost}, {"host", event.host}, {"reason", event.reason},
                          {"was_connected", was_connected}};
   if (event.silent_ms >= 0) lost["silent_ms"] = event.silent_ms;
   record(lost);
@@ -353,7 +354,7 @@ void Supervisor::on(const HostLost& event) {
                                               "cannot start without " + event.host +
                                               " (set elastic.min_hosts to start with fewer hosts)"));
       if (next) {
-        record({{"ev", "plan.changed"}, {"diff", plan::diff_text(plan_, *next)},
+        record({{"ev", events::kPlanChanged}, {"diff", plan::diff_text(plan_, *next)},
                 {"without", without}});
         plan_ = std::move(next).value();
         start_when_all_connected();
@@ -362,7 +363,7 @@ void Supervisor::on(const HostLost& event) {
       root_cause_ = cause;
       give_up_reason_ = next.error().message;
       add_incident(cause_json(cause));
-      record({{"ev", "failure.detected"}, {"kind", "host.lost"}, {"host", event.host},
+      record({{"ev", events::kFailureDetected}, {"kind", "host.lost"}, {"host", event.host},
               {"detail", event.reason}});
       stop_generation(Ending::fail, ExitCode::infra);
       return;
@@ -393,7 +394,7 @@ void Supervisor::on(const WorkerStarted& event) {
     ++started_count_;
   }
   const plan::RankSlot* where = slot(event.rank);
-  record({{"ev", "worker.started"}, {"rank", event.rank}, {"host", where->host},
+  record({{"ev", events::kWorkerStarted}, {"rank", event.rank}, {"host", where->host},
           {"local_rank", where->local_rank}, {"pid", event.pid}});
   if (state_ == RunState::launching && started_count_ == static_cast<int>(ranks_.size())) {
     if (recovery_) recovery_->started_ms = clock_.monotonic_ms();
@@ -410,7 +411,7 @@ void Supervisor::on(const WorkerSpawnFailed& event) {
     // A command that cannot start will not start next time either: give up at once.
     root_cause_ = cause;
     nlohmann::json detected = cause_json(cause);
-    detected["ev"] = "failure.detected";
+    detected["ev"] = events::kFailureDetected;
     add_incident(detected);
     record(detected);
     stop_generation(Ending::fail, ExitCode::job_failed);
@@ -461,7 +462,7 @@ void Supervisor::on(const WorkerExited& event) {
       latest_possible < root_cause_->observed_ms && root_cause_->kind == "worker.exit") {
     root_cause_ = cause;
     if (recovery_) recovery_->cause = cause;
-    record({{"ev", "failure.root_cause"}, {"rank", cause.rank}, {"host", cause.host},
+    record({{"ev", events::kFailureRootCause}, {"rank", cause.rank}, {"host", cause.host},
             {"detail", "rank " + std::to_string(cause.rank) + " failed earlier (" + cause.detail +
                            ") than the failure first reported"}});
   }
@@ -508,7 +509,7 @@ void Supervisor::on(const WorkerProgress& event) {
     phases["first_step_ms"] = now - r.started_ms;
   }
   phases["total_ms"] = now - r.detected_ms;
-  last_recovery_ = {{"ev", "recovery.completed"}, {"kind", r.cause.kind}, {"cause", cause_json(r.cause)},
+  last_recovery_ = {{"ev", events::kRecoveryCompleted}, {"kind", r.cause.kind}, {"cause", cause_json(r.cause)},
                     {"phases", phases}, {"resume_step", r.resume_step},
                     {"last_step", r.last_step},
                     {"steps_lost", std::max<int64_t>(0, r.last_step - resume_from)},
@@ -525,7 +526,7 @@ void Supervisor::on(const WorkerCommReady& event) {
   rank.comm_ready = true;
   if (++comm_ready_count_ != static_cast<int>(ranks_.size())) return;
   int64_t now = clock_.monotonic_ms();
-  record({{"ev", "comm.ready"}, {"ranks", comm_ready_count_},
+  record({{"ev", events::kCommReady}, {"ranks", comm_ready_count_},
           {"ms_since_spawn", now - generation_started_ms_}});
   if (recovery_) recovery_->comm_ready_ms = now;
 }
@@ -564,7 +565,7 @@ void Supervisor::on(const GenerationReleased& event) {
 
 void Supervisor::on(const StopRequested& event) {
   if (state_ == RunState::stopping) return;  // already ending; keep the original outcome
-  record({{"ev", "run.stop_requested"}, {"reason", event.reason}});
+  record({{"ev", events::kRunStopRequested}, {"reason", event.reason}});
   if (state_ == RunState::recovering) {
     ending_ = Ending::stop;
     ending_code_ = ExitCode::interrupted;
@@ -580,7 +581,7 @@ void Supervisor::on(const Tick&) {
   if ((state_ == RunState::stopping || state_ == RunState::recovering) &&
       !awaiting_release_.empty() && now > stop_deadline_ms_) {
     std::vector<std::string> silent(awaiting_release_.begin(), awaiting_release_.end());
-    record({{"ev", "resources.unconfirmed"}, {"hosts", silent},
+    record({{"ev", events::kResourcesUnconfirmed}, {"hosts", silent},
             {"detail", "no release confirmation within stop_grace + heartbeat.timeout"}});
     if (state_ == RunState::recovering) {
       excluded_.insert(silent.begin(), silent.end());
@@ -605,7 +606,7 @@ void Supervisor::on(const Tick&) {
     }
     if (!silent.empty()) {
       for (const auto& rank : silent) unwatched_ranks_.push_back(rank.get<int>());
-      record({{"ev", "hang_detection.off"}, {"ranks", silent},
+      record({{"ev", events::kHangDetectionOff}, {"ranks", silent},
               {"detail", "no heartbeat with a step from these ranks within heartbeat.hang_timeout (they do not "
                          "speak the worker protocol, or have not made a step yet: a slow import, a long data "
                          "load): until they do, they are not watched for hangs; exits and host loss are "
@@ -621,7 +622,7 @@ void Supervisor::on(const Tick&) {
       return beating;
     });
     if (!watched.empty()) {
-      record({{"ev", "hang_detection.on"}, {"ranks", watched},
+      record({{"ev", events::kHangDetectionOn}, {"ranks", watched},
               {"after_ms", now - generation_started_ms_},
               {"detail", "these ranks beat with a step now: they are watched for hangs from here on"}});
     }
@@ -671,7 +672,7 @@ void Supervisor::on(const Tick&) {
     bool in_save = saving(rank);
     int64_t silent_ms = now - quiet_since(rank);
     int64_t limit = limit_of(rank);
-    record({{"ev", "worker.hang"}, {"rank", static_cast<int>(i)}, {"host", where.host},
+    record({{"ev", events::kWorkerHang}, {"rank", static_cast<int>(i)}, {"host", where.host},
             {"pid", rank.pid}, {"step", rank.step}, {"phase", in_save ? "checkpoint" : "train"},
             {"silent_ms", silent_ms}});
     out_.push_back(CaptureSample{generation_, static_cast<int>(i), where.host, rank.pid});

@@ -42,7 +42,7 @@ if [ "${1:-}" = --in-ctl ]; then
     echo "  user: $DTRAIN_TESTCLUSTER_USER"
     echo "  identity: [$DTRAIN_TESTCLUSTER_KEY]"
     echo "  known_hosts: $DTRAIN_TESTCLUSTER_KNOWN_HOSTS"
-    echo "  connect_timeout: 5s"
+    echo "  connect_timeout: 30s"  # 64 handshakes at once on 2 loaded cores can take longer than 5 s (so can pdsh's)
     echo "  remote_dtrain: $dtrain"
     echo "worker:"
     echo "  command: [/bin/true]"

@@ -10,9 +10,12 @@
 #include <functional>
 #include <thread>
 
+#include <doctest/doctest.h>
+
 #include "launcher/base/clock.h"
 #include "launcher/run/fake_cluster.h"
 #include "launcher/run/run_driver.h"
+#include "launcher/runlog/event_log.h"
 #include "tests/integration/dtrain_runner.h"
 
 namespace dtrain::testing {
@@ -56,6 +59,11 @@ struct SimRun {
     ended = true;
     harness.join();
     ::unsetenv("DTRAIN_HOME");
+    // Every event the run wrote is in the catalogue with the fields it promises.
+    for (const nlohmann::json& event : events()) {
+      std::string problem = catalogue_problem(event);
+      CHECK_MESSAGE(problem.empty(), problem);
+    }
     return exit_code;
   }
 

@@ -1,0 +1,121 @@
+#pragma once
+// The run log's event catalogue: every event name that events.jsonl may hold, what it means,
+// and the fields it always carries (beyond "ts" and "ev"). Writers name events by these
+// constants, never by string literals; tests check every event of real runs against the table
+// (runlog: catalogue_problem) and that dtrain(1) documents every name. Header-only, std only: the
+// supervisor (which may use only plan, spec and base) writes most events.
+
+#include <string_view>
+#include <vector>
+
+namespace dtrain::events {
+
+// ---- the run
+inline constexpr const char* kRunSubmitted = "run.submitted";
+inline constexpr const char* kRunResumed = "run.resumed";
+inline constexpr const char* kRunState = "run.state";
+inline constexpr const char* kRunStopRequested = "run.stop_requested";
+inline constexpr const char* kRunFinished = "run.finished";
+inline constexpr const char* kRunlogDropped = "runlog.dropped";
+// ---- hosts
+inline constexpr const char* kSshInsecure = "ssh.insecure";
+inline constexpr const char* kHostConnected = "host.connected";
+inline constexpr const char* kHostFacts = "host.facts";
+inline constexpr const char* kHostFailed = "host.failed";
+inline constexpr const char* kHostLost = "host.lost";
+inline constexpr const char* kHostExcluded = "host.excluded";
+inline constexpr const char* kHostExclusionSkipped = "host.exclusion_skipped";
+inline constexpr const char* kAgentError = "agent.error";
+inline constexpr const char* kProtocolError = "protocol.error";
+// ---- generations and workers
+inline constexpr const char* kPlanGeneration = "plan.generation";
+inline constexpr const char* kPlanChanged = "plan.changed";
+inline constexpr const char* kGenerationSpawned = "generation.spawned";
+inline constexpr const char* kWorkerStarted = "worker.started";
+inline constexpr const char* kWorkerSpawnFailed = "worker.spawn_failed";
+inline constexpr const char* kWorkerExit = "worker.exit";
+inline constexpr const char* kWorkerHang = "worker.hang";
+inline constexpr const char* kWorkerSample = "worker.sample";
+inline constexpr const char* kCommReady = "comm.ready";
+inline constexpr const char* kCommWarn = "comm.warn";
+inline constexpr const char* kHangDetectionOff = "hang_detection.off";
+inline constexpr const char* kHangDetectionOn = "hang_detection.on";
+// ---- failures and recoveries
+inline constexpr const char* kFailureDetected = "failure.detected";
+inline constexpr const char* kFailureRootCause = "failure.root_cause";
+inline constexpr const char* kFailureBudgetExhausted = "failure.budget_exhausted";
+inline constexpr const char* kFailureCrashLoop = "failure.crash_loop";
+inline constexpr const char* kFailureUnrecoverable = "failure.unrecoverable";
+inline constexpr const char* kRecoveryStarted = "recovery.started";
+inline constexpr const char* kRecoveryCompleted = "recovery.completed";
+inline constexpr const char* kResourcesReleased = "resources.released";
+inline constexpr const char* kResourcesUnconfirmed = "resources.unconfirmed";
+// ---- checkpoints
+inline constexpr const char* kCheckpointCommitted = "checkpoint.committed";
+inline constexpr const char* kCheckpointRejected = "checkpoint.rejected";
+// ---- drills
+inline constexpr const char* kDrillInjected = "drill.injected";
+inline constexpr const char* kDrillCorrupted = "drill.corrupted";
+inline constexpr const char* kDrillVerdict = "drill.verdict";
+
+struct EventType {
+  std::string_view name;
+  std::string_view meaning;
+  std::vector<std::string_view> fields;  ///< always present (more may be)
+};
+
+inline const std::vector<EventType>& catalogue() {
+  static const std::vector<EventType> table = {
+      {kRunSubmitted, "the run directory exists; the spec, hosts and world size", {"run_id", "name", "spec", "hosts", "world_size", "dtrain_version", "supervisor_pid"}},
+      {kRunResumed, "dtrain resume continued the run in a new supervisor", {"previous_state", "waited_ms", "gen", "supervisor_pid"}},
+      {kRunState, "the run's state changed, and why", {"state", "why"}},
+      {kRunStopRequested, "a stop was asked for (signal, dtrain stop)", {"reason"}},
+      {kRunFinished, "the end: state, exit code, restarts, incidents, root cause", {"state", "exit_code", "restarts", "generations", "duration_ms"}},
+      {kRunlogDropped, "rank output not written while the run directory's file system fell behind", {"bytes", "writes", "detail"}},
+      {kSshInsecure, "host keys are not checked (ssh.host_key_policy insecure)", {"detail"}},
+      {kHostConnected, "a host's agent said hello", {"host", "agent_pid", "version", "clock_offset_ms"}},
+      {kHostFacts, "what the agent found on its host (CPUs, memory, GPUs)", {"host"}},
+      {kHostFailed, "no agent could be started on a host", {"host", "error"}},
+      {kHostLost, "a host's agent is gone: connection closed, silent past heartbeat.timeout, or never connected", {"host", "reason", "was_connected"}},
+      {kHostExcluded, "a host that failed elastic.exclude_after times is left out of later plans", {"host", "failures", "detail"}},
+      {kHostExclusionSkipped, "a host past elastic.exclude_after that no plan can spare: restarted in place", {"host", "failures", "detail"}},
+      {kAgentError, "an agent could not do what it was asked", {"host", "message"}},
+      {kProtocolError, "a message from a worker or an agent that could not be parsed (dropped)", {"sender", "host", "error", "count"}},
+      {kPlanGeneration, "the rank plan of a new generation", {"gen", "world_size", "data", "tensor", "pipeline", "grad_accum", "resume_step", "hosts"}},
+      {kPlanChanged, "the plan changed: hosts left out, spares taken", {"diff", "without"}},
+      {kGenerationSpawned, "every agent was asked to start its workers", {"gen", "master_addr", "master_port", "backend", "resume_step"}},
+      {kWorkerStarted, "a worker process is running", {"rank", "host", "local_rank", "pid"}},
+      {kWorkerSpawnFailed, "a worker could not be started", {"rank", "host", "error"}},
+      {kWorkerExit, "a worker process ended: code or signal, and its last output", {"gen", "rank", "host", "pid"}},
+      {kWorkerHang, "a worker's step stood still past heartbeat.hang_timeout (or checkpoint_timeout while saving)", {"rank", "host", "pid", "step", "phase", "silent_ms"}},
+      {kWorkerSample, "what a hung worker was doing (path of the sample, or why there is none)", {"rank", "host", "pid"}},
+      {kCommReady, "every rank's communicator is up", {"ranks", "ms_since_spawn"}},
+      {kCommWarn, "an NCCL WARN line; repeats within 10 s counted in one event", {"gen", "rank", "host", "line"}},
+      {kHangDetectionOff, "ranks without heartbeats: not watched for hangs", {"ranks", "detail"}},
+      {kHangDetectionOn, "ranks named by hang_detection.off that beat since: watched from then on", {"ranks", "after_ms", "detail"}},
+      {kFailureDetected, "a failure: kind, where, and the detail", {"kind", "host", "detail"}},
+      {kFailureRootCause, "the failure that the others followed from", {"rank", "host", "detail"}},
+      {kFailureBudgetExhausted, "no restart left within elastic.restart_window", {"max_restarts", "restart_window_ms", "detail"}},
+      {kFailureCrashLoop, "generations in a row without progress (elastic.crash_loop_after)", {"generations", "detail"}},
+      {kFailureUnrecoverable, "no plan can go on without the lost hosts", {"detail"}},
+      {kRecoveryStarted, "the decision: restart, replace or shrink, and why", {"cause", "restarts", "action", "why"}},
+      {kRecoveryCompleted, "the new generation stepped: phase timings and steps lost", {"kind", "cause", "phases", "resume_step", "last_step", "steps_lost", "world_size"}},
+      {kResourcesReleased, "an agent confirmed its workers of a generation are gone", {"gen", "host", "killed", "remaining", "ms"}},
+      {kResourcesUnconfirmed, "hosts that did not confirm a stop in time", {"hosts", "detail"}},
+      {kCheckpointCommitted, "a complete checkpoint (every shard and the manifest)", {"gen", "rank", "host", "step", "bytes", "seconds"}},
+      {kCheckpointRejected, "a checkpoint that did not commit, and why", {"gen", "rank", "host", "step", "reason"}},
+      {kDrillInjected, "a drill injected a fault", {"fault", "target"}},
+      {kDrillCorrupted, "a drill damaged a checkpoint file", {"step", "file", "why"}},
+      {kDrillVerdict, "a drill's grade of the recovery", {"drill_id", "verdict", "exit_code", "faults"}},
+  };
+  return table;
+}
+
+inline const EventType* find_event_type(std::string_view name) {
+  for (const EventType& type : catalogue()) {
+    if (type.name == name) return &type;
+  }
+  return nullptr;
+}
+
+}  // namespace dtrain::events
