@@ -24,6 +24,7 @@
 #include "launcher/base/exit_code.h"
 #include "launcher/base/strings.h"
 #include "launcher/run/run_driver.h"
+#include "launcher/spec/slurm_allocation.h"
 
 namespace dtrain::cli {
 
@@ -45,9 +46,11 @@ The command:
   --no-python, --no_python   run SCRIPT itself, without python3
 
 Options:
-  -n, --nproc-per-node N     workers per host (default 1); a hostfile's slots= wins for its host
+  -n, --nproc-per-node N     workers per host (default 1; in a Slurm allocation, its tasks per
+                             node); a hostfile's slots= wins for its host
   --hosts H,...              hosts to run on: names, user@host:port, hostlists (gpu[01-04]);
-                             default: this machine only
+                             default: this machine only, or inside a Slurm allocation (salloc,
+                             sbatch) its nodes, started as one srun step (hosts: slurm)
   --hostfile F               DeepSpeed/Open MPI hostfile ("worker-1 slots=4" lines)
   --max-restarts N           restarts after a failure (elastic.max_restarts; default 0)
   --set KEY=VALUE            any spec key by its dotted path (dtrain-spec(5)); repeatable
@@ -78,6 +81,7 @@ Examples:
 /// What the command line asked for, before it becomes YAML.
 struct RunRequest {
   std::string procs_per_host = "1";
+  bool procs_given = false;  ///< -n given (else, in a Slurm allocation, Slurm's tasks per node)
   std::string hosts;
   std::string hostfile;
   std::optional<std::string> max_restarts;
@@ -197,7 +201,10 @@ std::optional<std::string> parse_arguments(const std::vector<std::string>& args,
       continue;
     }
     switch (flag->action) {
-      case FlagAction::procs: request.procs_per_host = *value; break;
+      case FlagAction::procs:
+        request.procs_per_host = *value;
+        request.procs_given = true;
+        break;
       case FlagAction::hosts: request.hosts = *value; break;
       case FlagAction::hostfile: request.hostfile = *value; break;
       case FlagAction::max_restarts: request.max_restarts = *value; break;
@@ -420,12 +427,17 @@ int run_command(const std::vector<std::string>& args) {
   std::vector<std::string> argv = worker_command(request);
   std::string name = request.name.empty() ? name_from_command(argv, request.module) : request.name;
   std::string yaml = "# built by dtrain run from its command line\nversion: 1\nname: " + yaml_quote(name) + "\n";
+  // Inside a Slurm allocation (salloc, sbatch) with no host option: the allocation's nodes, and
+  // Slurm's tasks per node unless -n says otherwise (spec: hosts: slurm).
+  const bool from_slurm = request.hosts.empty() && request.hostfile.empty() &&
+                          spec::in_slurm_allocation(spec::process_environment());
+  if (from_slurm) yaml += "hosts: slurm\n";
   if (!request.hosts.empty()) yaml += "hosts: " + yaml_list(split_hosts(request.hosts)) + "\n";
   if (!request.hostfile.empty()) {
     std::string path = request.hostfile[0] == '/' ? request.hostfile : base_dir + "/" + request.hostfile;
     yaml += "hostfile: " + yaml_quote(path) + "\n";
   }
-  yaml += "slots_per_host: " + std::to_string(*procs) + "\n";
+  if (!from_slurm || request.procs_given) yaml += "slots_per_host: " + std::to_string(*procs) + "\n";
   yaml += "worker:\n  command: " + yaml_list(argv) + "\n";
   bool ranged = nodes_min && *nodes_min != *nodes_max;
   if (max_restarts || ranged) {
@@ -444,7 +456,10 @@ int run_command(const std::vector<std::string>& args) {
   }
   size_t host_count = loaded.spec->hosts.size();
   std::string host_words = plural(host_count, "host") +
-                           (request.hosts.empty() && request.hostfile.empty() ? " (this machine; list more with --hosts or --hostfile)" : "");
+                           (from_slurm ? " (Slurm job " + *spec::process_environment()("SLURM_JOB_ID") + ")"
+                            : request.hosts.empty() && request.hostfile.empty()
+                                ? " (this machine; list more with --hosts or --hostfile)"
+                                : "");
   if (nodes_min && !ranged && static_cast<size_t>(*nodes_min) != host_count) {
     return usage_error("--nnodes " + *request.nnodes + ", but the job has " + host_words + "; dtrain starts every "
                        "host itself, so --nnodes must equal the number of hosts, or drop it");

@@ -97,6 +97,7 @@ void RunDriver::install_signal_handlers() {
   ::sigaction(SIGINT, &action, nullptr);
   ::sigaction(SIGTERM, &action, nullptr);
   ::sigaction(SIGHUP, &action, nullptr);
+  ::sigaction(SIGUSR1, &action, nullptr);  // Slurm: the time limit is near (ckpt.request)
   ::signal(SIGPIPE, SIG_IGN);
 }
 
@@ -206,6 +207,10 @@ void RunDriver::handle_signals() {
     if (bytes.size() > 64) break;
   }
   for (unsigned char byte : bytes) {
+    if (byte == SIGUSR1) {
+      request_checkpoints("SIGUSR1 (Slurm's --signal before the time limit)");
+      continue;
+    }
     ++signals_seen_;
     std::string name = byte == SIGINT ? "SIGINT" : byte == SIGTERM ? "SIGTERM" : "SIGHUP";
     if (signals_seen_ == 1) {
@@ -328,6 +333,7 @@ int RunDriver::run() {
     if (now - last_tick_ms_ >= 100) {  // silences and ticks count in seconds: 10 looks a second
       last_tick_ms_ = now;
       check_silence();
+      check_walltime();
       flush_comm_warns(false);
       feed(supervisor::Tick{});
     }

@@ -68,6 +68,11 @@ class RunDriver {
   /// Moves bytes on each of `links` and routes the frames that arrived.
   void pump_links(const std::vector<AgentLink*>& links);
   void handle_signals();
+  /// Asks every worker for a checkpoint at one step all ranks reach (ckpt.request): SIGUSR1
+  /// from Slurm before its time limit, or checkpoint.before_walltime (driver_checkpoint_request.cpp).
+  void request_checkpoints(const std::string& reason);
+  /// checkpoint.before_walltime: looks the Slurm job's time left up once, asks when it is due.
+  void check_walltime();
   ControlReply handle_control(const ControlRequest& request);
   void check_silence();
   /// Pings every connected agent when a heartbeat interval has passed since the last round; the
@@ -161,6 +166,8 @@ class RunDriver {
   UniqueFd signal_read_;
   UniqueFd signal_write_;
   int signals_seen_ = 0;
+  std::optional<int64_t> walltime_deadline_ms_;  ///< checkpoint.before_walltime, monotonic
+  bool walltime_request_done_ = false;
   int64_t submitted_wall_ms_;
   bool resumed_ = false;
   int64_t resumed_wall_ms_ = 0;

@@ -124,4 +124,53 @@ Result<SlurmAllocation> read_slurm_allocation(const EnvLookup& env, int slots_pe
   return allocation;
 }
 
+std::optional<int64_t> parse_slurm_time_left_ms(std::string_view text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.remove_suffix(1);
+  int64_t days = 0;
+  size_t dash = text.find('-');
+  auto number = [](std::string_view digits) -> std::optional<int64_t> {
+    if (digits.empty() || digits.size() > 6) return std::nullopt;
+    int64_t value = 0;
+    for (char c : digits) {
+      if (c < '0' || c > '9') return std::nullopt;
+      value = value * 10 + (c - '0');
+    }
+    return value;
+  };
+  std::vector<int64_t> fields;  // the clock part, most significant first
+  std::string_view clock = text;
+  if (dash != std::string_view::npos) {
+    std::optional<int64_t> day_count = number(text.substr(0, dash));
+    if (!day_count) return std::nullopt;
+    days = *day_count;
+    clock = text.substr(dash + 1);
+  }
+  size_t start = 0;
+  while (true) {
+    size_t colon = clock.find(':', start);
+    std::optional<int64_t> field = number(clock.substr(start, colon == std::string_view::npos ? colon : colon - start));
+    if (!field) return std::nullopt;
+    fields.push_back(*field);
+    if (colon == std::string_view::npos) break;
+    start = colon + 1;
+  }
+  int64_t hours = 0, minutes = 0, seconds = 0;
+  if (dash != std::string_view::npos) {  // D-HH, D-HH:MM, D-HH:MM:SS
+    if (fields.size() > 3) return std::nullopt;
+    hours = fields[0];
+    if (fields.size() > 1) minutes = fields[1];
+    if (fields.size() > 2) seconds = fields[2];
+  } else if (fields.size() == 2) {  // MM:SS
+    minutes = fields[0];
+    seconds = fields[1];
+  } else if (fields.size() == 3) {  // H:MM:SS
+    hours = fields[0];
+    minutes = fields[1];
+    seconds = fields[2];
+  } else {
+    return std::nullopt;
+  }
+  return (((days * 24 + hours) * 60 + minutes) * 60 + seconds) * 1000;
+}
+
 }  // namespace dtrain::spec

@@ -40,4 +40,9 @@ struct SlurmAllocation {
 /// with variables that do not agree, an Error that says what to do.
 Result<SlurmAllocation> read_slurm_allocation(const EnvLookup& env, int slots_per_host);
 
+/// A job's time left as squeue prints it (`squeue -h -j ID -o %L`): "MM:SS", "H:MM:SS",
+/// "D-HH:MM:SS", "D-HH" or "D-HH:MM", in ms; nullopt for "UNLIMITED", "NOT_SET", "INVALID" or
+/// anything else.
+std::optional<int64_t> parse_slurm_time_left_ms(std::string_view text);
+
 }  // namespace dtrain::spec

@@ -82,8 +82,8 @@ struct ClusterHost {
 class TestCluster {
  public:
   /// Brings up `host_count` hosts. Uses $DTRAIN_TESTCLUSTER_PREFIX when set, else a prefix
-  /// unique to this process and fixture instance.
-  explicit TestCluster(int host_count) {
+  /// unique to this process and fixture instance. `up_options`: more `up` options (--slurm).
+  explicit TestCluster(int host_count, const std::vector<std::string>& up_options = {}) {
     if (const char* forced = std::getenv("DTRAIN_TESTCLUSTER_PREFIX"); forced && *forced) {
       prefix_ = forced;
     } else {
@@ -96,8 +96,10 @@ class TestCluster {
       return;
     }
     // The build tree may live outside the source tree (DTRAIN_BUILD_DIR): share both.
-    CommandOutput up = script({"up", std::to_string(host_count), "--share", DTRAIN_SOURCE_DIR,
-                               "--share", DTRAIN_BINARY_DIR});
+    std::vector<std::string> up_args{"up", std::to_string(host_count), "--share", DTRAIN_SOURCE_DIR,
+                                     "--share", DTRAIN_BINARY_DIR};
+    up_args.insert(up_args.end(), up_options.begin(), up_options.end());
+    CommandOutput up = script(up_args);
     if (up.status == 77) {
       skip_reason_ = trim_copy(up.output);
       return;

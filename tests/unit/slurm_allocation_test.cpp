@@ -140,3 +140,16 @@ TEST_CASE("spec: hosts: slurm reads the allocation, makes srun the transport, an
   unsetenv("SLURM_JOB_NODELIST");
   unsetenv("SLURM_TASKS_PER_NODE");
 }
+
+TEST_CASE("squeue's time left: every form it prints, and the ones that mean no limit") {
+  CHECK(parse_slurm_time_left_ms("0:45") == 45'000);
+  CHECK(parse_slurm_time_left_ms("59:59\n") == (59 * 60 + 59) * 1000);
+  CHECK(parse_slurm_time_left_ms("1:00:00") == 3'600'000);
+  CHECK(parse_slurm_time_left_ms("2-03:04:05") == ((2 * 24 + 3) * 3600 + 4 * 60 + 5) * 1000LL);
+  CHECK(parse_slurm_time_left_ms("1-02") == 26 * 3'600'000LL);
+  CHECK(parse_slurm_time_left_ms("1-02:30") == (26 * 3600 + 30 * 60) * 1000LL);
+  for (const char* none : {"UNLIMITED", "NOT_SET", "INVALID", "", "5", "1:2:3:4", "a:bc", "-1:00"}) {
+    CAPTURE(none);
+    CHECK_FALSE(parse_slurm_time_left_ms(none).has_value());
+  }
+}

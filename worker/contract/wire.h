@@ -25,6 +25,14 @@
 //   {"type":"kv.values","id":N,"values":[V...]}
 //   {"type":"gen.ok","id":N,"current":true|false,"generation":<current>}
 //   {"type":"error","id":N,"error":"timeout waiting for keys [..] after 30s"}
+// agent → worker, unsolicited (no id)
+//   {"type":"ckpt.request","step":S,"reason":R}    save a checkpoint at step S (the first step
+//                                                   >= S this rank reaches), then carry on
+//
+// ckpt.request: the supervisor asks every rank at once (SIGUSR1 from Slurm's --signal before the
+// job's time limit, or checkpoint.before_walltime) and picks S so far ahead that no rank has
+// passed it: all ranks save the same step, so the checkpoint is complete. A worker that cannot
+// checkpoint ignores it; a worker that gets a second request before saving keeps the later S.
 //
 // comm.ready is sent once per generation, as soon as the worker's communicator is initialised
 // (Gloo mesh connected, NCCL init complete: the first collective could run). M is how long the
@@ -66,5 +74,6 @@ inline constexpr const char* kKvValue = "kv.value";
 inline constexpr const char* kKvValues = "kv.values";
 inline constexpr const char* kGenOk = "gen.ok";
 inline constexpr const char* kError = "error";
+inline constexpr const char* kCkptRequest = "ckpt.request";
 
 }  // namespace dtrain::contract::wire

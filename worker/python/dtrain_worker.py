@@ -16,6 +16,15 @@ Around a synchronous checkpoint save that may take longer than heartbeat.hang_ti
     with w.saving_checkpoint():        # phase "checkpoint": heartbeat.checkpoint_timeout applies
         torch.save(state, path)
 
+Before a Slurm time limit (sbatch --signal=B:USR1@T, or checkpoint.before_walltime) dtrain asks
+every rank for a checkpoint at one step S that no rank has passed yet (ckpt.request):
+
+    for step in ...:
+        ...
+        if w.checkpoint_requested(step):   # True once, at step S, on every rank
+            with w.saving_checkpoint():
+                torch.save(state, path)
+
 The protocol (worker/contract/wire.h): newline-delimited JSON over a unix stream socket;
 requests carry an "id" and the reply with the same id answers them. Beats are rate-limited to
 DTRAIN_HEARTBEAT_INTERVAL_MS; the first beat and beats with final=True are always sent.
@@ -117,6 +126,8 @@ class Worker:
         self._request_lock = threading.Lock()
         self._send_lock = threading.Lock()
         self._store = None
+        self._checkpoint_request = None  # (step, reason) of a pending ckpt.request
+        self.checkpoint_reason = None
 
     @classmethod
     def from_env(cls, _instrument=False):
@@ -189,6 +200,38 @@ class Worker:
             yield self
         finally:
             self.set_checkpoint_phase(False)
+
+    def checkpoint_requested(self, step):
+        """True once when dtrain asked for a checkpoint (ckpt.request: Slurm's time limit is
+        near) and `step` has reached the step it named; every rank gets the same step, so
+        saving then gives a complete checkpoint. Never blocks: it reads what the agent already
+        sent. The reason is in self.checkpoint_reason afterwards."""
+        if self._closed:
+            return False
+        if self._request_lock.acquire(blocking=False):  # a request in flight reads the socket itself
+            try:
+                self._sock.setblocking(False)
+                try:
+                    while True:
+                        chunk = self._sock.recv(65536)
+                        if not chunk:
+                            break
+                        self._buffer += chunk
+                        self._take_lines()
+                except (BlockingIOError, InterruptedError):
+                    pass
+                except OSError:
+                    pass
+                finally:
+                    self._sock.setblocking(True)
+            finally:
+                self._request_lock.release()
+        pending = self._checkpoint_request
+        if pending is None or int(step) < pending[0]:
+            return False
+        self._checkpoint_request = None
+        self.checkpoint_reason = pending[1]
+        return True
 
     # --- communicator up ------------------------------------------------------------------
     def comm_ready(self, ms=None):
@@ -285,6 +328,24 @@ class Worker:
         except OSError as error:
             raise DtrainError("lost the dtrain agent: %s" % error)
 
+    def _take_lines(self):
+        """Sorts the complete lines received: replies by id, and ckpt.request (unsolicited)."""
+        while b"\n" in self._buffer:
+            line, self._buffer = self._buffer.split(b"\n", 1)
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(message, dict):
+                continue
+            if message.get("type") == "ckpt.request":
+                step = message.get("step")
+                reason = message.get("reason")
+                self._checkpoint_request = (step if isinstance(step, int) else 0,
+                                            reason if isinstance(reason, str) else "requested by dtrain")
+            elif isinstance(message.get("id"), int):
+                self._replies[message["id"]] = message
+
     def _request(self, message, deadline=60.0):
         with self._request_lock:
             try:
@@ -311,14 +372,7 @@ class Worker:
             if not chunk:
                 raise DtrainError("%s: the dtrain agent closed the connection" % message["type"])
             self._buffer += chunk
-            while b"\n" in self._buffer:
-                line, self._buffer = self._buffer.split(b"\n", 1)
-                try:
-                    reply = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(reply, dict) and isinstance(reply.get("id"), int):
-                    self._replies[reply["id"]] = reply
+            self._take_lines()
         reply = self._replies.pop(request_id)
         if reply.get("type") == "error":
             raise DtrainError(reply.get("error", "%s refused" % message["type"]))

@@ -154,6 +154,10 @@ void AgentConnection::read_loop() {
     for (size_t newline; (newline = buffer.find('\n', start)) != std::string::npos; start = newline + 1) {
       json reply = json::parse(buffer.begin() + static_cast<std::ptrdiff_t>(start),
                                buffer.begin() + static_cast<std::ptrdiff_t>(newline), nullptr, false);
+      if (reply.is_object() && reply.value("type", "") == wire::kCkptRequest) {
+        note_checkpoint_request(reply);
+        continue;
+      }
       if (!reply.is_object() || !reply.contains("id") || !reply["id"].is_number_integer()) continue;
       int64_t id = reply["id"].get<int64_t>();
       std::lock_guard lock(mutex_);
@@ -169,6 +173,22 @@ void AgentConnection::read_loop() {
       return;
     }
   }
+}
+
+void AgentConnection::note_checkpoint_request(const json& request) {
+  int64_t step = request.contains("step") && request["step"].is_number_integer() ? request["step"].get<int64_t>() : 0;
+  std::lock_guard lock(mutex_);
+  requested_checkpoint_step_ = step;  // a later request replaces an earlier one
+  requested_checkpoint_reason_ = request.contains("reason") && request["reason"].is_string()
+                                     ? request["reason"].get<std::string>()
+                                     : std::string("requested by the supervisor");
+}
+
+std::optional<std::string> AgentConnection::take_checkpoint_request(int64_t step) {
+  std::lock_guard lock(mutex_);
+  if (!requested_checkpoint_step_ || step < *requested_checkpoint_step_) return std::nullopt;
+  requested_checkpoint_step_.reset();
+  return std::exchange(requested_checkpoint_reason_, {});
 }
 
 void AgentConnection::close_with(std::string reason) {

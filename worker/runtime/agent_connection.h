@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -33,10 +34,16 @@ class AgentConnection {
   /// An {"type":"error"} reply becomes an Error carrying the agent's text.
   Result<nlohmann::json> request(nlohmann::json message, Millis timeout);
 
+  /// ckpt.request (wire.h): the supervisor asked for a checkpoint at step S (Slurm's time limit
+  /// is near). Returns its reason once, at the first call with `step` >= S; nullopt otherwise.
+  /// Cheap (a mutex, no I/O): call it every step.
+  std::optional<std::string> take_checkpoint_request(int64_t step);
+
  private:
   explicit AgentConnection(int fd, std::string path);
   void read_loop();
   void close_with(std::string reason);
+  void note_checkpoint_request(const nlohmann::json& request);
 
   int fd_;
   std::string path_;
@@ -48,6 +55,8 @@ class AgentConnection {
   int64_t next_id_ = 1;
   bool closed_ = false;
   std::string closed_reason_;
+  std::optional<int64_t> requested_checkpoint_step_;  // ckpt.request pending: save at this step
+  std::string requested_checkpoint_reason_;
   std::thread reader_;
 };
 
