@@ -1,5 +1,6 @@
 // `dtrain hosts SPEC [--json] [--set key=value]...`: preflight of every host of a job, in
-// parallel through one poll loop (the SSH transport's): SSH and its latency, host key status,
+// parallel through one poll loop: how it is reached (VIA: local, libssh2, or openssh as
+// ssh.client says), SSH and its latency, host key status,
 // user, remote dtrain (or "will be copied"), GPUs, GPU topology, free space at checkpoint.dir,
 // clock offset to this machine. Exit 0 only when every host can run the job; otherwise 3, with
 // each failing host's reason and fix. localhost entries are checked here, without ssh.
@@ -24,6 +25,7 @@
 #include "launcher/base/strings.h"
 #include "launcher/base/version.h"
 #include "launcher/spec/spec_loader.h"
+#include "launcher/transport/openssh_transport.h"
 #include "launcher/transport/ssh_transport.h"
 
 namespace dtrain::cli {
@@ -39,7 +41,9 @@ struct HostsOptions {
 struct HostReport {
   spec::HostEntry entry;
   bool local = false;
-  std::unique_ptr<transport::SshConnection> connection;
+  std::string via;              // "local", "libssh2", "openssh": how the job reaches it
+  std::unique_ptr<transport::SshConnection> connection;        // ssh.client: libssh2
+  std::unique_ptr<transport::OpensshConnection> openssh;       // ssh.client: openssh
   std::string output;           // the facts script's stdout
   int64_t sent_wall_ms = -1;    // when the script started (for the clock offset)
   int64_t received_wall_ms = -1;
@@ -126,6 +130,16 @@ transport::SshOptions ssh_options(const spec::JobSpec& job, const std::string& s
   return options;
 }
 
+/// The report's connection, whichever client made it; nullptr for local hosts.
+transport::AgentConnection* connection_of(const HostReport& report) {
+  if (report.connection) return report.connection.get();
+  return report.openssh.get();
+}
+
+int64_t next_deadline_of(const HostReport& report) {
+  return report.connection ? report.connection->next_deadline_ms() : report.openssh->next_deadline_ms();
+}
+
 /// Drives every SSH check through one poll loop until all are done.
 void check_over_ssh(std::vector<HostReport>& reports, const Clock& clock) {
   for (;;) {
@@ -133,10 +147,11 @@ void check_over_ssh(std::vector<HostReport>& reports, const Clock& clock) {
     std::vector<pollfd> fds;
     int64_t next_deadline = -1;
     for (HostReport& report : reports) {
-      if (!report.connection || report.connection->closed()) continue;
+      transport::AgentConnection* connection = connection_of(report);
+      if (!connection || connection->closed()) continue;
       pending = true;
-      for (const pollfd& fd : report.connection->poll_fds()) fds.push_back(fd);
-      int64_t deadline = report.connection->next_deadline_ms();
+      for (const pollfd& fd : connection->poll_fds()) fds.push_back(fd);
+      int64_t deadline = next_deadline_of(report);
       if (deadline >= 0 && (next_deadline < 0 || deadline < next_deadline)) next_deadline = deadline;
     }
     if (!pending) return;
@@ -144,15 +159,17 @@ void check_over_ssh(std::vector<HostReport>& reports, const Clock& clock) {
     if (next_deadline >= 0) wait_ms = static_cast<int>(std::clamp<int64_t>(next_deadline - clock.monotonic_ms(), 0, 100));
     ::poll(fds.data(), fds.size(), wait_ms);
     for (HostReport& report : reports) {
-      if (!report.connection || report.connection->closed()) continue;
-      report.connection->pump();
-      if (report.sent_wall_ms < 0 && report.connection->phase() == transport::SshPhase::running) {
-        report.sent_wall_ms = clock.wall_ms();
-      }
-      std::string bytes = report.connection->take_received();
+      transport::AgentConnection* connection = connection_of(report);
+      if (!connection || connection->closed()) continue;
+      connection->pump();
+      // openssh: the script runs as soon as ssh does; its clock reading is the first bytes.
+      bool running = report.connection ? report.connection->phase() == transport::SshPhase::running
+                                       : report.openssh->started();
+      if (report.sent_wall_ms < 0 && running) report.sent_wall_ms = clock.wall_ms();
+      std::string bytes = connection->take_received();
       if (!bytes.empty() && report.received_wall_ms < 0) report.received_wall_ms = clock.wall_ms();
       report.output += bytes;
-      report.connection->take_diagnostics();
+      connection->take_diagnostics();
     }
   }
 }
@@ -167,6 +184,22 @@ std::string human_bytes(int64_t bytes) {
 
 /// Turns the raw findings into verdicts with reasons and fixes.
 void evaluate(HostReport& report, const spec::JobSpec& job, const std::string& this_os) {
+  if (report.openssh) {
+    // ssh ran the script only after it accepted the host key (StrictHostKeyChecking from
+    // ssh.host_key_policy); it does not tell us which file or line vouched for it.
+    report.host_key = std::string("checked by ssh (") + to_string(job.ssh.host_key_policy) + ")";
+    if (report.openssh->failed()) {
+      report.ok = false;
+      report.ssh = "FAILED";
+      report.problems.push_back(report.openssh->close_reason());
+      return;
+    }
+    // From starting ssh to the script's first line: connection, authentication and all. (The
+    // clock offset below is then only good to about half of that, far inside its 1 s warning.)
+    if (report.sent_wall_ms >= 0 && report.received_wall_ms >= 0) {
+      report.latency_ms = report.received_wall_ms - report.sent_wall_ms;
+    }
+  }
   if (report.connection) {
     const auto& info = report.connection->info();
     report.host_key = info.host_key_status.empty() ? "-" : info.host_key_status;
@@ -181,8 +214,9 @@ void evaluate(HostReport& report, const spec::JobSpec& job, const std::string& t
   const std::string& out = report.output;
   if (value_of(out, "time_ms").empty()) {
     report.ok = false;
+    transport::AgentConnection* connection = connection_of(report);
     report.problems.push_back(report.entry.name + ": the facts script produced no output" +
-                              (report.connection ? " (" + report.connection->close_reason() + ")" : std::string()));
+                              (connection ? " (" + connection->close_reason() + ")" : std::string()));
     return;
   }
   report.user = value_of(out, "user");
@@ -241,6 +275,7 @@ void evaluate(HostReport& report, const spec::JobSpec& job, const std::string& t
 nlohmann::json to_json(const HostReport& report) {
   return {{"host", report.entry.name},
           {"ok", report.ok},
+          {"via", report.via},
           {"ssh", report.ssh},
           {"latency_ms", report.latency_ms},
           {"host_key", report.host_key},
@@ -257,17 +292,18 @@ nlohmann::json to_json(const HostReport& report) {
 }
 
 void print_table(const std::vector<HostReport>& reports) {
-  std::printf("%-16s %-14s %-10s %-10s %-24s %-5s %-5s %-12s %s\n", "HOST", "SSH", "HOST KEY", "USER", "DTRAIN",
-              "GPUS", "TOPO", "FREE(CKPT)", "CLOCK");
+  std::printf("%-16s %-8s %-14s %-10s %-10s %-24s %-5s %-5s %-12s %s\n", "HOST", "VIA", "SSH", "HOST KEY", "USER",
+              "DTRAIN", "GPUS", "TOPO", "FREE(CKPT)", "CLOCK");
   for (const HostReport& report : reports) {
     std::string ssh = report.ssh;
     if (report.latency_ms >= 0) ssh += " " + std::to_string(report.latency_ms) + "ms";
     std::string key = report.host_key;
     key = key.substr(0, key.find(' '));  // "known", "recorded", "NOT", "-"
     if (key == "NOT") key = "UNCHECKED";
+    if (key == "checked") key = "by-ssh";
     std::string clock = report.local ? "0ms" : (report.clock_offset_ms >= 0 ? "+" : "") + std::to_string(report.clock_offset_ms) + "ms";
-    std::printf("%-16s %-14s %-10s %-10s %-24s %-5zu %-5s %-12s %s\n", report.entry.name.c_str(), ssh.c_str(),
-                key.c_str(), report.user.empty() ? "-" : report.user.c_str(),
+    std::printf("%-16s %-8s %-14s %-10s %-10s %-24s %-5zu %-5s %-12s %s\n", report.entry.name.c_str(),
+                report.via.c_str(), ssh.c_str(), key.c_str(), report.user.empty() ? "-" : report.user.c_str(),
                 report.dtrain.empty() ? "-" : report.dtrain.c_str(), report.gpus.size(), report.topology.c_str(),
                 report.free_bytes < 0 ? "-" : human_bytes(report.free_bytes).c_str(),
                 report.ok && report.ssh != "FAILED" ? clock.c_str() : "-");
@@ -295,7 +331,9 @@ int run_hosts(const HostsOptions& options) {
   const spec::JobSpec& job = *loaded.spec;
   SystemClock clock;
   std::string script = facts_script(job);
+  bool openssh = job.ssh.client == spec::SshClient::openssh;
   transport::SshTransport ssh(ssh_options(job, script));
+  transport::OpensshTransport openssh_transport(ssh_options(job, script));
 
   std::vector<HostReport> reports;
   for (const auto* list : {&job.hosts, &job.spares}) {
@@ -303,6 +341,7 @@ int run_hosts(const HostsOptions& options) {
       HostReport report;
       report.entry = entry;
       report.local = entry.is_local();
+      report.via = report.local ? "local" : to_string(job.ssh.client);
       reports.push_back(std::move(report));
     }
   }
@@ -315,6 +354,15 @@ int run_hosts(const HostsOptions& options) {
     target.host = report.entry.name;
     target.user = report.entry.user;
     target.port = report.entry.port;
+    if (openssh) {
+      auto connection = openssh_transport.connect(target);
+      if (!connection) {
+        report.problems.push_back(connection.error().message);
+        continue;
+      }
+      report.openssh = std::move(*connection);
+      continue;
+    }
     auto connection = ssh.connect(target);
     if (!connection) {
       report.problems.push_back(connection.error().message);
@@ -340,7 +388,9 @@ int run_hosts(const HostsOptions& options) {
     if (!all_ok) {
       std::fprintf(stderr, "\nhosts that cannot run the job:\n");
       for (const HostReport& report : reports) {
-        for (const std::string& problem : report.problems) std::fprintf(stderr, "  %s\n", problem.c_str());
+        for (const std::string& problem : report.problems) {
+          std::fprintf(stderr, "  %s (via %s)\n", problem.c_str(), report.via.c_str());
+        }
       }
     }
   }
