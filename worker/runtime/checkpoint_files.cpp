@@ -224,7 +224,10 @@ Result<ShardHeader> decode_header(const std::string& bytes) {
   return header;
 }
 
-Status make_dirs(const std::string& path) {
+namespace {
+
+/// mkdir -p without the fsyncs: the directories it created, whose parents need an fsync.
+Result<std::vector<fs::path>> create_dirs(const std::string& path) {
   std::error_code error;
   fs::path target(path);
   std::vector<fs::path> created;
@@ -234,16 +237,29 @@ Status make_dirs(const std::string& path) {
   }
   fs::create_directories(target, error);
   if (error) return Error{path + ": cannot create the checkpoint directory: " + error.message()};
+  return created;
+}
+
+void fsync_parents(const std::vector<fs::path>& created) {
   for (const fs::path& p : created) {
     fs::path parent = p.parent_path().empty() ? fs::path(".") : p.parent_path();
     (void)fsync_dir(parent.string());
   }
+}
+
+}  // namespace
+
+Status make_dirs(const std::string& path) {
+  Result<std::vector<fs::path>> created = create_dirs(path);
+  if (!created) return created.error();
+  fsync_parents(*created);
   return {};
 }
 
 Result<ShardRecord> write_shard(const std::string& dir, const ShardHeader& header, const std::string& payload) {
   std::string directory = step_dir(dir, header.step);
-  if (Status made = make_dirs(directory); !made) return made.error();
+  Result<std::vector<fs::path>> created = create_dirs(directory);
+  if (!created) return created.error();
   ShardHeader complete = header;
   complete.payload_size = payload.size();
   std::string name = shard_name(header.tp_rank, header.pp_rank);
@@ -251,6 +267,10 @@ Result<ShardRecord> write_shard(const std::string& dir, const ShardHeader& heade
     return fill_shard(fd, temp, complete, payload);
   });
   if (!written) return written.error();
+  // The new step directory's entry is made durable after the shard, still before anyone learns
+  // of the shard: the shard's fsync has already committed the journal with the mkdir in it (on
+  // ext4, XFS), so this costs no commit of its own, where before the shard it cost one (1-30 ms).
+  fsync_parents(*created);
   return ShardRecord{header.tp_rank, header.pp_rank, static_cast<int64_t>(kHeaderSize + payload.size()),
                      complete.payload_crc};
 }
