@@ -25,6 +25,7 @@
 
 using namespace dtrain;
 using namespace dtrain::transport;
+using dtrain::testing::ClusterHost;
 using dtrain::testing::InControlNamespace;
 using dtrain::testing::TestCluster;
 using dtrain::testing::run_command;
@@ -279,5 +280,59 @@ TEST_CASE("a changed host key is refused by both clients, each naming the key an
   auto ran = ssh_exec(options, target, "echo connected", Millis(10000));
   REQUIRE_FALSE(ran.ok());
   CHECK(ran.error().message.find(host + ": host key changed: ") == 0);
+  REQUIRE_HOSTS_CLEAN(cluster);
+}
+
+TEST_CASE("host certificates: openssh trusts a @cert-authority line - libssh2 refuses the host and points to openssh") {
+  ::signal(SIGPIPE, SIG_IGN);
+  TestCluster cluster(1);
+  DTRAIN_REQUIRE_CLUSTER(cluster);
+  const ClusterHost& h1 = cluster.host(1);
+  // A site CA signs host 1's key; sshd presents the certificate; known_hosts holds only the CA.
+  std::string ca = cluster.state_dir() + "/host_ca";
+  REQUIRE(dtrain::testing::run_command({"ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "dtrain-test-ca", "-f", ca}).status == 0);
+  auto signed_key = dtrain::testing::run_command({"ssh-keygen", "-q", "-s", ca, "-I", h1.name, "-h", "-n", h1.name + "," + h1.ip,
+                                 h1.dir + "/ssh_host_ed25519_key.pub"});
+  REQUIRE_MESSAGE(signed_key.status == 0, signed_key.output);
+  {
+    std::ofstream config(h1.dir + "/sshd_config", std::ios::app);
+    config << "HostCertificate " << h1.dir << "/ssh_host_ed25519_key-cert.pub\n";
+  }
+  REQUIRE(cluster.restart(1).status == 0);
+  std::string ca_known_hosts = cluster.state_dir() + "/known_hosts_ca";
+  // The name and the address: the cluster's ssh_config sets HostName, which OpenSSH looks up.
+  write_text(ca_known_hosts, "@cert-authority " + h1.name + "," + h1.ip + " " + TestCluster::read_text(ca + ".pub"));
+
+  InControlNamespace in_ctl(cluster);
+  AgentTarget target;
+  target.host = h1.name;
+  auto both_clients = [&](const std::string& libssh2_expected) {
+    SshOptions openssh = openssh_options(cluster);
+    openssh.known_hosts = ca_known_hosts;  // overrides the cluster config's file: only the CA
+    auto via_openssh = ssh_exec(openssh, target, "echo certified", Millis(10000));
+    REQUIRE_MESSAGE(via_openssh.ok(), via_openssh.error().message);
+    CHECK(via_openssh->output == "certified\n");
+
+    SshOptions builtin = libssh2_options(cluster);
+    builtin.known_hosts = ca_known_hosts;
+    builtin.global_known_hosts.clear();
+    auto via_libssh2 = ssh_exec(builtin, target, "echo certified", Millis(10000));
+    REQUIRE_FALSE(via_libssh2.ok());
+    INFO(via_libssh2.error().message);
+    CHECK(via_libssh2.error().message.find(libssh2_expected) != std::string::npos);
+    CHECK(via_libssh2.error().message.find(ca_known_hosts + ":1") != std::string::npos);
+    CHECK(via_libssh2.error().message.find("set ssh.client: openssh") != std::string::npos);
+  };
+  SUBCASE("the host offers its plain key too: libssh2 sees it, but only the CA vouches for the host") {
+    both_clients(h1.name + ": host key not verifiable here: ");
+  }
+  SUBCASE("the host presents only its certificate: libssh2 cannot even agree on a host key algorithm") {
+    {
+      std::ofstream config(h1.dir + "/sshd_config", std::ios::app);
+      config << "HostKeyAlgorithms ssh-ed25519-cert-v01@openssh.com\n";
+    }
+    REQUIRE(cluster.restart(1).status == 0);
+    both_clients(h1.name + ": SSH handshake with ");
+  }
   REQUIRE_HOSTS_CLEAN(cluster);
 }
