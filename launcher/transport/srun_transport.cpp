@@ -19,6 +19,7 @@
 #include <mutex>
 #include <thread>
 
+#include "launcher/base/child_process.h"
 #include "launcher/base/fd.h"
 #include "launcher/base/strings.h"
 #include "launcher/transport/ssh_digest.h"
@@ -540,6 +541,42 @@ int run_srun_agent_relay(const std::function<int(int input_fd, int output_fd)>& 
   from_agent->write_end.reset();
   output_relay.join();
   return code;
+}
+
+// ---- one command on every node ---------------------------------------------------------------
+
+Result<std::map<std::string, std::string>> run_on_each_node(const std::string& srun,
+                                                            const std::vector<std::string>& hosts,
+                                                            const std::string& script, int64_t timeout_ms) {
+  std::string count = std::to_string(hosts.size());
+  // Each task names its node first; --label puts the task number before every line it prints.
+  std::vector<std::string> argv{srun,           "--nodes=" + count, "--ntasks=" + count, "--ntasks-per-node=1",
+                                "--nodelist=" + join(hosts, ","), "--overlap", "--kill-on-bad-exit=0",
+                                "--label",      "--quiet",          "--mpi=none",        "/bin/sh",
+                                "-c",           "echo \"srun-node=$SLURMD_NODENAME\"; " + script};
+  Result<CommandOutput> ran = run_command(argv, Millis(timeout_ms));
+  if (!ran) return ran.error();
+  std::map<std::string, std::string> by_task;
+  size_t start = 0;
+  const std::string& out = ran->out;
+  for (size_t newline; (newline = out.find('\n', start)) != std::string::npos; start = newline + 1) {
+    std::string_view line = std::string_view(out).substr(start, newline - start);
+    size_t colon = line.find(": ");
+    if (colon == std::string_view::npos) continue;
+    by_task[std::string(trim(line.substr(0, colon)))] += std::string(line.substr(colon + 2)) + "\n";
+  }
+  std::map<std::string, std::string> by_node;
+  for (auto& [task, text] : by_task) {
+    if (text.rfind("srun-node=", 0) != 0) continue;
+    size_t end = text.find('\n');
+    by_node[text.substr(10, end - 10)] = text.substr(end + 1);
+  }
+  if (by_node.empty()) {
+    std::string why = std::string(trim(ran->err));
+    return Error::infra("srun ran on no node (exit " + std::to_string(ran->exit_code) + ")" +
+                        (why.empty() ? std::string() : ": " + why));
+  }
+  return by_node;
 }
 
 }  // namespace dtrain::transport

@@ -20,6 +20,7 @@
 #include <sys/types.h>
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -59,6 +60,14 @@ class SrunTransport final : public Transport {
   std::shared_ptr<SrunStep> first_step_;
   std::vector<std::string> handed_out_;  ///< hosts of first_step_ whose connection was taken
 };
+
+/// Runs `script` (/bin/sh) once on each of `hosts` as one srun step (one task per node, beside
+/// the job's other steps) and returns each node's stdout by node name (`dtrain hosts` with
+/// transport: srun). Past `timeout_ms`, or when srun fails before any node answered, an Error
+/// with srun's own words.
+Result<std::map<std::string, std::string>> run_on_each_node(const std::string& srun,
+                                                            const std::vector<std::string>& hosts,
+                                                            const std::string& script, int64_t timeout_ms);
 
 /// `dtrain agent --srun`: runs `run_agent(input_fd, output_fd)` on pipes and relays them to the
 /// step's stdin/stdout in the line format above, for the node named by SLURMD_NODENAME (else the
