@@ -168,6 +168,26 @@ class TestCluster {
                         remote_command});
   }
 
+  /// Makes host `hidden` reachable only through other hosts: an nft table in its own namespace
+  /// drops every packet from the control namespace. Returns an ssh_config for OpenSSH (the
+  /// cluster's, then ProxyJump through host `jump` for the hidden one), or "" with `error` set.
+  std::string hide_behind(int hidden, int jump, std::string* error) const {
+    std::string rules = "add table inet dtrain_hidden; "
+                        "add chain inet dtrain_hidden input { type filter hook input priority 0 ; policy accept ; }; "
+                        "add rule inet dtrain_hidden input ip saddr " + value("DTRAIN_TESTCLUSTER_CONTROL_IP") + " drop";
+    CommandOutput cut = exec(std::to_string(hidden), {"nft", rules});
+    if (cut.status != 0) {
+      *error = "nft in " + host(hidden).name + " failed: " + cut.output;
+      return "";
+    }
+    std::string path = state_dir() + "/ssh_config_jump";
+    // The cluster's config first (its "Host *" sets user, key, known_hosts, BatchMode); ssh
+    // takes the first value of each option, and the cluster's sets no ProxyJump.
+    std::ofstream(path, std::ios::trunc) << "Include " << ssh_config_path() << "\nHost " << host(hidden).name
+                                         << "\n  ProxyJump " << host(jump).name << "\n";
+    return path;
+  }
+
   /// Pids in a namespace (`ip netns pids`): what is still running on that host.
   std::vector<pid_t> pids_in_namespace(const std::string& ns) const {
     std::vector<pid_t> pids;

@@ -22,21 +22,6 @@ void write_file(const std::string& path, const std::string& text) {
   out << text;
 }
 
-/// Host `hidden` drops every packet from the control namespace (nft in its namespace only).
-/// Returns an ssh_config that reaches it by ProxyJump through host `jump`.
-std::string hide_behind(const TestCluster& cluster, int hidden, int jump) {
-  std::string rules = "add table inet dtrain_hidden; "
-                      "add chain inet dtrain_hidden input { type filter hook input priority 0 ; policy accept ; }; "
-                      "add rule inet dtrain_hidden input ip saddr " + cluster.value("DTRAIN_TESTCLUSTER_CONTROL_IP") +
-                      " drop";
-  dtrain::testing::CommandOutput cut = cluster.exec(std::to_string(hidden), {"nft", rules});
-  REQUIRE_MESSAGE(cut.status == 0, cut.output);
-  std::string path = cluster.state_dir() + "/ssh_config_jump";
-  write_file(path, "Include " + cluster.ssh_config_path() + "\nHost " + cluster.host(hidden).name + "\n  ProxyJump " +
-                       cluster.host(jump).name + "\n");
-  return path;
-}
-
 /// The ssh: section's client lines, inserted into a spec written by cluster_spec_yaml.
 std::string with_client(std::string yaml, const std::string& client_lines) {
   size_t at = yaml.find("ssh:\n");
@@ -49,7 +34,9 @@ std::string with_client(std::string yaml, const std::string& client_lines) {
 TEST_CASE("dtrain submit over openssh: a host behind a ProxyJump runs its ranks - nothing left anywhere") {
   TestCluster cluster(2);
   DTRAIN_REQUIRE_CLUSTER(cluster);
-  std::string config = hide_behind(cluster, 2, 1);
+  std::string error;
+  std::string config = cluster.hide_behind(2, 1, &error);
+  REQUIRE_MESSAGE(!config.empty(), error);
 
   ClusterJob job(cluster, "openssh");
   ClusterSpec spec;
@@ -80,7 +67,9 @@ TEST_CASE("dtrain submit over openssh: a host behind a ProxyJump runs its ranks 
 TEST_CASE("dtrain hosts: VIA per host, and a host with a changed key refused with the reason by both clients") {
   TestCluster cluster(3);
   DTRAIN_REQUIRE_CLUSTER(cluster);
-  std::string config = hide_behind(cluster, 2, 1);
+  std::string error;
+  std::string config = cluster.hide_behind(2, 1, &error);
+  REQUIRE_MESSAGE(!config.empty(), error);
   dtrain::testing::CommandOutput rekeyed = cluster.rekey(3);
   REQUIRE_MESSAGE(rekeyed.status == 0, rekeyed.output);
 

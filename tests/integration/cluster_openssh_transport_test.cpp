@@ -86,24 +86,6 @@ void write_text(const std::string& path, const std::string& text) {
   out << text;
 }
 
-/// Host `hidden` drops every packet from the control namespace (nft in its own namespace only),
-/// so it is reachable only through another host. Returns the ssh_config that reaches it by
-/// ProxyJump through host `jump`.
-std::string hide_behind(const TestCluster& cluster, int hidden, int jump) {
-  std::string rules = "add table inet dtrain_hidden; "
-                      "add chain inet dtrain_hidden input { type filter hook input priority 0 ; policy accept ; }; "
-                      "add rule inet dtrain_hidden input ip saddr " + cluster.value("DTRAIN_TESTCLUSTER_CONTROL_IP") +
-                      " drop";
-  dtrain::testing::CommandOutput cut = cluster.exec(std::to_string(hidden), {"nft", rules});
-  REQUIRE_MESSAGE(cut.status == 0, cut.output);
-  std::string path = cluster.state_dir() + "/ssh_config_jump";
-  // The cluster's config first (its "Host *" sets user, key, known_hosts, BatchMode); the
-  // ProxyJump for the hidden host after it (ssh takes the first value of each option).
-  write_text(path, "Include " + cluster.ssh_config_path() + "\nHost " + cluster.host(hidden).name + "\n  ProxyJump " +
-                       cluster.host(jump).name + "\n");
-  return path;
-}
-
 #define REQUIRE_HOSTS_CLEAN(cluster)                 \
   do {                                               \
     std::string left = (cluster).wait_hosts_clean(); \
@@ -201,7 +183,9 @@ TEST_CASE("openssh transport: a host reached only through another (ProxyJump) ru
   ::signal(SIGPIPE, SIG_IGN);
   TestCluster cluster(2);
   DTRAIN_REQUIRE_CLUSTER(cluster);
-  std::string config = hide_behind(cluster, 2, 1);
+  std::string error;
+  std::string config = cluster.hide_behind(2, 1, &error);
+  REQUIRE_MESSAGE(!config.empty(), error);
   InControlNamespace in_ctl(cluster);
   const std::string hidden = cluster.host(2).name;
 
