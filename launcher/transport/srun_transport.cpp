@@ -3,7 +3,6 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -30,12 +29,6 @@ namespace {
 int64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
-}
-
-std::string wait_status_text(int status) {
-  if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return std::string("killed by ") + sigabbrev_np(WTERMSIG(status));
-  return "ended (status " + std::to_string(status) + ")";
 }
 
 // `<host> <base64>\n` lines for `bytes`, kSrunChunkBytes at a time.
@@ -143,8 +136,9 @@ class SrunStep {
 
   std::map<std::string, HostStream> hosts_;
   std::string first_host_;  // general srun diagnostics go to its log
-  pid_t pid_ = -1;
-  UniqueFd stdin_, stdout_, stderr_, wake_io_;
+  pid_t pid_ = -1;                    // srun's pid until it is reaped (then -1)
+  std::optional<PipedChild> srun_;    // only the I/O thread touches it once started
+  UniqueFd wake_io_;
   mutable std::mutex mutex_;
   std::string outgoing_;
   bool close_stdin_ = false;
@@ -165,60 +159,15 @@ Result<std::shared_ptr<SrunStep>> SrunStep::launch(const SrunOptions& options, s
   if (wake < 0) return Error::infra("srun transport: eventfd: " + errno_text(errno));
   step->wake_io_.reset(wake);
 
-  std::vector<std::string> args = srun_step_argv(options, hosts);
-  Result<Pipe> input = make_pipe();
-  Result<Pipe> output = make_pipe();
-  Result<Pipe> errors = make_pipe();
-  Result<Pipe> report = make_pipe();
-  for (auto* pipe : {&input, &output, &errors, &report}) {
-    if (!*pipe) return Error::infra("starting srun: " + pipe->error().message);
+  // Its own process group: a terminal's Ctrl-C goes to dtrain, which ends the step itself.
+  PipedChild::Options child_options;
+  child_options.own_process_group = true;
+  Result<PipedChild> srun = PipedChild::spawn(srun_step_argv(options, hosts), child_options);
+  if (!srun) {
+    return Error::infra("transport: srun: " + srun.error().message + "; is Slurm's srun on PATH?");
   }
-  std::vector<char*> argv;
-  for (std::string& arg : args) argv.push_back(arg.data());
-  argv.push_back(nullptr);
-  pid_t parent = ::getpid();
-  pid_t pid = ::fork();
-  if (pid < 0) return Error::infra("starting srun: fork: " + errno_text(errno));
-  if (pid == 0) {
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::signal(SIGPIPE, SIG_DFL);
-    // Its own group: a terminal's Ctrl-C goes to dtrain, which ends the step itself. SIGTERM
-    // when the supervisor dies: srun then ends the step's tasks (the agents fence anyway).
-    ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (::getppid() != parent) ::_exit(127);
-    ::dup2(input->read_end.get(), STDIN_FILENO);
-    ::dup2(output->write_end.get(), STDOUT_FILENO);
-    ::dup2(errors->write_end.get(), STDERR_FILENO);
-    ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
-    ::execvp(argv[0], argv.data());
-    int error_number = errno;
-    ssize_t ignored = ::write(report->write_end.get(), &error_number, sizeof error_number);
-    (void)ignored;
-    ::_exit(127);
-  }
-  input->read_end.reset();
-  output->write_end.reset();
-  errors->write_end.reset();
-  report->write_end.reset();
-  int error_number = 0;
-  ssize_t got;
-  do {
-    got = ::read(report->read_end.get(), &error_number, sizeof error_number);
-  } while (got < 0 && errno == EINTR);
-  if (got == static_cast<ssize_t>(sizeof error_number)) {
-    while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
-    }
-    return Error::infra("cannot run '" + options.srun + "' (transport: srun): " + errno_text(error_number) +
-                        "; is Slurm's srun on PATH?");
-  }
-  step->pid_ = pid;
-  step->stdin_ = std::move(input->write_end);
-  step->stdout_ = std::move(output->read_end);
-  step->stderr_ = std::move(errors->read_end);
-  for (int fd : {step->stdin_.get(), step->stdout_.get(), step->stderr_.get()}) (void)set_nonblocking(fd);
+  step->pid_ = srun->pid();
+  step->srun_.emplace(std::move(*srun));
   step->io_ = std::thread([raw = step.get()] { raw->run_io(); });
   return step;
 }
@@ -261,7 +210,6 @@ SrunStep::~SrunStep() {
 }
 
 void SrunStep::queue(std::string lines) {
-  if (close_stdin_ && outgoing_.empty() && !stdin_.valid()) return;
   outgoing_ += lines;
 }
 
@@ -364,61 +312,29 @@ void SrunStep::on_stderr_line(std::string_view line) {
 
 void SrunStep::run_io() {
   std::string out_buffer, err_buffer;
-  std::string to_write;
   for (;;) {
-    bool want_write = false;
     {
       std::lock_guard lock(mutex_);
       if (stopping_) break;
-      to_write += std::exchange(outgoing_, {});
-      want_write = !to_write.empty() && stdin_.valid();
-      if (to_write.empty() && close_stdin_) stdin_.reset();
+      if (!outgoing_.empty()) srun_->write(std::exchange(outgoing_, {}));
+      // Every agent's input ended: srun's stdin is no longer needed (EOF reaches every task).
+      if (close_stdin_ && !srun_->input_closed()) srun_->close_input();
     }
-    std::vector<pollfd> fds{{wake_io_.get(), POLLIN, 0}};
-    if (stdout_.valid()) fds.push_back({stdout_.get(), POLLIN, 0});
-    if (stderr_.valid()) fds.push_back({stderr_.get(), POLLIN, 0});
-    if (want_write) fds.push_back({stdin_.get(), POLLOUT, 0});
-    bool exiting = !stdout_.valid() && !stderr_.valid();
-    ::poll(fds.data(), fds.size(), exiting ? 20 : 200);
+    std::vector<pollfd> fds = srun_->poll_fds();
+    fds.push_back({wake_io_.get(), POLLIN, 0});
+    ::poll(fds.data(), fds.size(), 200);
     uint64_t count = 0;
     ssize_t ignored = ::read(wake_io_.get(), &count, sizeof count);
     (void)ignored;
+    srun_->pump();
 
     std::lock_guard lock(mutex_);
-    while (!to_write.empty() && stdin_.valid()) {
-      ssize_t n = ::write(stdin_.get(), to_write.data(), to_write.size());
-      if (n > 0) {
-        to_write.erase(0, static_cast<size_t>(n));
-      } else if (n < 0 && errno == EINTR) {
-        continue;
-      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        break;
-      } else {  // EPIPE: srun is gone; its exit tells the rest
-        to_write.clear();
-        stdin_.reset();
-      }
-    }
-    if (!stdin_.valid()) to_write.clear();
-    for (auto [fd, buffer, is_stdout] : {std::tuple{&stdout_, &out_buffer, true}, std::tuple{&stderr_, &err_buffer, false}}) {
-      while (fd->valid()) {
-        bool would_block = false;
-        Result<size_t> got = read_some(fd->get(), *buffer, &would_block);
-        if (got && would_block) break;
-        if (got && *got > 0) continue;
-        fd->reset();
-      }
-      if (is_stdout) {
-        for_each_line(*buffer, [this](std::string_view line) { on_stdout_line(line); });
-      } else {
-        for_each_line(*buffer, [this](std::string_view line) { on_stderr_line(line); });
-      }
-    }
-    if (!stdout_.valid() && !stderr_.valid() && pid_ > 0) {
-      // Both outputs ended: srun is exiting. Never block here (the driver's loop takes this
-      // mutex); the next round, 20 ms on, tries again.
-      int status = 0;
-      if (::waitpid(pid_, &status, WNOHANG) != pid_) continue;
-      std::string reason = "the srun step " + wait_status_text(status);
+    out_buffer += srun_->take_stdout();
+    err_buffer += srun_->take_stderr();
+    for_each_line(out_buffer, [this](std::string_view line) { on_stdout_line(line); });
+    for_each_line(err_buffer, [this](std::string_view line) { on_stderr_line(line); });
+    if (pid_ > 0 && srun_->reaped()) {
+      std::string reason = "the srun step " + PipedChild::describe_status(*srun_->wait_status());
       if (!last_error_.empty()) reason += " (" + last_error_ + ")";
       for (auto& [host, stream] : hosts_) end_host(stream, reason);
       pid_ = -1;
