@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "launcher/base/child_process.h"
 #include "launcher/base/fd.h"
 #include "launcher/base/strings.h"
 
@@ -37,55 +38,31 @@ std::string find_gdb() {
 std::string gdb_backtrace(int pid, Millis timeout, size_t max_bytes) {
   std::string gdb = find_gdb();
   if (gdb.empty()) return "(gdb not installed: no user-space backtrace)\n";
-  Result<Pipe> pipe = make_pipe();
-  if (!pipe) return "(pipe: " + pipe.error().message + ")\n";
-  std::string target = std::to_string(pid);
-  pid_t child = ::fork();
-  if (child < 0) return "(fork: " + errno_text(errno) + ")\n";
-  if (child == 0) {
-    // The agent blocks SIGCHLD/SIGTERM (it reads them from a signalfd) and ignores SIGPIPE;
-    // both would be inherited by gdb, which waits for its inferior with SIGCHLD.
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::signal(SIGPIPE, SIG_DFL);
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never left attached to a worker if we die
-    ::dup2(pipe->write_end.get(), STDOUT_FILENO);
-    ::dup2(pipe->write_end.get(), STDERR_FILENO);
-    int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (null >= 0) ::dup2(null, STDIN_FILENO);
-    ::execl(gdb.c_str(), "gdb", "-batch", "-nx", "-p", target.c_str(), "-ex", "thread apply all bt",
-            static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  pipe->write_end.reset();
-  (void)set_nonblocking(pipe->read_end.get());
+  PipedChild::Options options;
+  options.kill_with_parent = true;  // never left attached to a worker if we die
+  Result<PipedChild> started =
+      PipedChild::spawn({gdb, "-batch", "-nx", "-p", std::to_string(pid), "-ex", "thread apply all bt"}, options);
+  if (!started) return "(" + started.error().message + ")\n";
+  PipedChild& child = *started;
+  child.close_input();
   std::string output;
+  auto keep = [&](std::string chunk) {
+    if (output.size() < max_bytes) output += chunk.substr(0, max_bytes - output.size());
+  };
   auto deadline = Clock::now() + timeout;
-  bool eof = false;
-  while (!eof) {
+  while (!child.stdout_closed() || !child.reaped()) {
     auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now()).count();
     if (left <= 0) break;
-    pollfd fd{pipe->read_end.get(), POLLIN, 0};
-    if (::poll(&fd, 1, static_cast<int>(std::min<int64_t>(left, 100))) <= 0) continue;
-    std::string chunk;
-    bool would_block = false;
-    Result<size_t> got = read_some(pipe->read_end.get(), chunk, &would_block);
-    if (!got || (*got == 0 && !would_block)) eof = true;
-    if (output.size() < max_bytes) output += chunk.substr(0, max_bytes - output.size());
+    std::vector<pollfd> fds = child.poll_fds();
+    if (fds.empty()) ::usleep(5'000);
+    else ::poll(fds.data(), fds.size(), static_cast<int>(std::min<int64_t>(left, 100)));
+    child.pump();
+    keep(child.take_stdout());  // stdout and stderr both: gdb's complaints say why there is no trace
+    keep(child.take_stderr());
   }
-  // EOF means gdb closed its output: it is exiting; a short bounded wait reaps it.
-  bool exited = false;
-  for (int tries = 0; eof && tries < 50 && !exited; ++tries) {
-    exited = ::waitpid(child, nullptr, WNOHANG) == child;
-    if (!exited) ::usleep(10'000);
-  }
-  if (!exited) {
-    ::kill(child, SIGKILL);
-    ::waitpid(child, nullptr, 0);
-    output += eof ? "\n(gdb did not exit after closing its output: killed)\n"
-                  : "\n(gdb stopped after " + format_duration(timeout) + ")\n";
-  }
+  bool finished = child.reaped();
+  child.terminate(0);  // kills and reaps a gdb past its time
+  if (!finished) output += "\n(gdb stopped after " + format_duration(timeout) + ")\n";
   return output;
 }
 

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/base/child_process.h"
 #include "launcher/base/clock.h"
 #include "launcher/base/fd.h"
 #include "launcher/base/strings.h"
@@ -34,55 +35,13 @@ std::optional<std::string> find_on_path(const std::string& program) {
 // (then it is killed). Used only before the agent's loop starts, so waiting on this one pid
 // cannot steal another child's exit status.
 std::optional<std::string> run_capture(const std::vector<std::string>& argv, int timeout_ms) {
-  Result<Pipe> output = make_pipe();
-  if (!output) return std::nullopt;
-  std::vector<char*> args;
-  for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = ::fork();
-  if (pid < 0) return std::nullopt;
-  if (pid == 0) {
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::signal(SIGPIPE, SIG_DFL);
-    ::dup2(output->write_end.get(), STDOUT_FILENO);
-    int null_fd = ::open("/dev/null", O_RDWR);
-    if (null_fd >= 0) {
-      ::dup2(null_fd, STDIN_FILENO);
-      ::dup2(null_fd, STDERR_FILENO);
-    }
-    ::execv(args[0], args.data());
-    ::_exit(127);
+  Result<CommandOutput> ran = run_command(argv, Millis(timeout_ms));
+  if (!ran) {
+    std::fprintf(stderr, "agent: %s; reporting no GPUs\n", ran.error().message.c_str());
+    return std::nullopt;
   }
-  output->write_end.reset();
-  (void)set_nonblocking(output->read_end.get());
-  SystemClock clock;
-  int64_t deadline = clock.monotonic_ms() + timeout_ms;
-  std::string text;
-  bool timed_out = false;
-  for (;;) {
-    int64_t left = deadline - clock.monotonic_ms();
-    if (left <= 0) {
-      timed_out = true;
-      break;
-    }
-    pollfd entry{output->read_end.get(), POLLIN, 0};
-    if (::poll(&entry, 1, static_cast<int>(left)) <= 0) continue;
-    bool would_block = false;
-    Result<size_t> got = read_some(output->read_end.get(), text, &would_block);
-    if (!got || (*got == 0 && !would_block)) break;
-  }
-  if (timed_out) {
-    ::kill(pid, SIGKILL);
-    std::fprintf(stderr, "agent: '%s' did not finish within %d ms; reporting no GPUs\n",
-                 join(argv, " ").c_str(), timeout_ms);
-  }
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (timed_out || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return std::nullopt;
-  return text;
+  if (ran->exit_code != 0) return std::nullopt;
+  return ran->out;
 }
 
 nlohmann::json parse_gpu_list(const std::string& csv) {

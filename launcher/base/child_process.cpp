@@ -1,5 +1,7 @@
 #include "launcher/base/child_process.h"
 
+#include <sys/prctl.h>
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -56,6 +58,7 @@ Result<PipedChild> PipedChild::spawn(const std::vector<std::string>& argv, Optio
   if (pid < 0) return Error::infra("starting " + argv[0] + ": fork: " + errno_text(errno));
   if (pid == 0) {
     if (options.own_process_group) ::setpgid(0, 0);
+    if (options.kill_with_parent) ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     // The owner may block signals for its own loop; the child sets up its own.
     sigset_t none;
     sigemptyset(&none);

@@ -29,6 +29,9 @@ class PipedChild {
     /// setpgid(0, 0) in the child: a terminal's Ctrl-C does not reach it (its owner decides
     /// when it ends), and terminate() ends what it started too (ssh's ProxyJump children).
     bool own_process_group = false;
+    /// PR_SET_PDEATHSIG SIGKILL in the child: it dies with its owner (a debugger must never stay
+    /// attached to a worker after the agent that started it is gone).
+    bool kill_with_parent = false;
   };
 
   /// Starts argv (argv[0]: a path, or a name looked up in PATH) with only the three pipes open

@@ -335,6 +335,10 @@ int RunDriver::run() {
       check_silence();
       check_walltime();
       flush_comm_warns(false);
+      if (now - last_log_flush_ms_ >= 1000) {  // supervisor.log is at most a second behind
+        last_log_flush_ms_ = now;
+        log().flush();
+      }
       feed(supervisor::Tick{});
     }
     show_status();

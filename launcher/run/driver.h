@@ -175,6 +175,8 @@ class RunDriver {
   int64_t last_state_write_ms_ = 0;
   int64_t last_ping_ms_ = 0;
   int64_t last_metrics_ms_ = 0;
+  int64_t last_status_ms_ = 0;
+  int64_t last_log_flush_ms_ = 0;
   int64_t last_tick_ms_ = 0;
   int64_t last_full_pump_ms_ = 0;
   std::map<int, CommWarnWindow> comm_warns_;  ///< by rank

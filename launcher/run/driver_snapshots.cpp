@@ -166,6 +166,12 @@ void RunDriver::write_metrics(bool force) {
 }
 
 void RunDriver::show_status() {
+  // The console redraws at most every 200 ms (Console::status): building the status walks every
+  // rank, and at thousands of ranks doing it on every wakeup cost more than the rest of the loop.
+  if (recorder_.console_mode() == Console::Mode::quiet) return;
+  int64_t now = clock_.monotonic_ms();
+  if (now - last_status_ms_ < 200) return;
+  last_status_ms_ = now;
   ConsoleStatus status;
   status.state = supervisor::to_string(supervisor_.state());
   status.generation = std::max(0, supervisor_.generation());

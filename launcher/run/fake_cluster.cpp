@@ -357,6 +357,7 @@ struct FakeCluster::Simulation {
   }
 
   void run() {
+    ::pthread_setname_np(::pthread_self(), "fake-cluster");
     while (!stopping) {
       {
         std::vector<std::function<void()>> todo;

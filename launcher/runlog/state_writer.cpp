@@ -2,6 +2,8 @@
 
 #include "launcher/runlog/run_state.h"
 
+#include <pthread.h>
+
 namespace dtrain {
 
 StateWriter::StateWriter(std::string state_path) : path_(std::move(state_path)), thread_([this] { run(); }) {}
@@ -30,6 +32,7 @@ Status StateWriter::flush() {
 }
 
 void StateWriter::run() {
+  ::pthread_setname_np(::pthread_self(), "dtrain-state");  // top -H, perf and gdb name it
   std::unique_lock lock(mutex_);
   for (;;) {
     changed_.wait(lock, [this] { return pending_ || stopping_; });
