@@ -3,7 +3,8 @@
 // ssh.client says), SSH and its latency, host key status,
 // user, remote dtrain (or "will be copied"), GPUs, GPU topology, free space at checkpoint.dir,
 // clock offset to this machine. Exit 0 only when every host can run the job; otherwise 3, with
-// each failing host's reason and fix. localhost entries are checked here, without ssh.
+// each failing host's reason and fix. localhost entries are checked here, without ssh. With
+// transport: srun every host (VIA srun) is checked through one srun step, as its agent would start.
 
 #include <poll.h>
 #include <sys/utsname.h>
@@ -26,6 +27,7 @@
 #include "launcher/base/version.h"
 #include "launcher/spec/spec_loader.h"
 #include "launcher/transport/openssh_transport.h"
+#include "launcher/transport/srun_transport.h"
 #include "launcher/transport/ssh_transport.h"
 
 namespace dtrain::cli {
@@ -121,6 +123,33 @@ void check_locally(HostReport& report, const std::string& script, const Clock& c
   while ((count = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) report.output.append(buffer, count);
   ::pclose(pipe);
   report.received_wall_ms = clock.wall_ms();
+}
+
+/// transport: srun: the facts script on every host as one srun step, as the agents would start.
+void check_over_srun(std::vector<HostReport>& reports, const std::string& script, const Clock& clock) {
+  std::vector<std::string> hosts;
+  for (const HostReport& report : reports) hosts.push_back(report.entry.name);
+  int64_t sent = clock.wall_ms();
+  auto outputs = transport::run_on_each_node("srun", hosts, script, 60'000);
+  int64_t received = clock.wall_ms();
+  for (HostReport& report : reports) {
+    report.ssh = "srun";
+    report.host_key = "-";
+    if (!outputs) {
+      report.problems.push_back(report.entry.name + ": " + outputs.error().message);
+      continue;
+    }
+    auto found = outputs->find(report.entry.name);
+    if (found == outputs->end()) {
+      report.problems.push_back(report.entry.name + ": srun started no task there (is it a node of this "
+                                                    "allocation? squeue -j $SLURM_JOB_ID)");
+      continue;
+    }
+    report.output = found->second;
+    // One step for all: its whole time stands for each host's round trip.
+    report.sent_wall_ms = sent;
+    report.received_wall_ms = received;
+  }
 }
 
 transport::SshOptions ssh_options(const spec::JobSpec& job, const std::string& script) {
@@ -328,7 +357,11 @@ int run_hosts(const HostsOptions& options) {
     std::fprintf(stderr, "%s\n", loaded.message().c_str());
     return to_int(ExitCode::usage);
   }
-  const spec::JobSpec& job = *loaded.spec;
+  spec::JobSpec job = *loaded.spec;
+  // transport: srun starts this very binary on the nodes (or ssh.remote_dtrain): check that one.
+  if (job.transport == spec::TransportKind::srun && job.ssh.remote_dtrain.empty()) {
+    job.ssh.remote_dtrain = this_executable();
+  }
   SystemClock clock;
   std::string script = facts_script(job);
   bool openssh = job.ssh.client == spec::SshClient::openssh;
@@ -341,11 +374,15 @@ int run_hosts(const HostsOptions& options) {
       HostReport report;
       report.entry = entry;
       report.local = entry.is_local();
-      report.via = report.local ? "local" : to_string(job.ssh.client);
+      report.via = job.transport == spec::TransportKind::srun ? "srun"
+                   : report.local                                ? "local"
+                                                                 : to_string(job.ssh.client);
       reports.push_back(std::move(report));
     }
   }
+  if (job.transport == spec::TransportKind::srun) check_over_srun(reports, script, clock);
   for (HostReport& report : reports) {
+    if (report.via == "srun") continue;
     if (report.local) {
       check_locally(report, script, clock);
       continue;

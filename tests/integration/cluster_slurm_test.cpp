@@ -236,3 +236,32 @@ TEST_CASE("sbatch on 3 nodes: a node killed mid-run is lost and the run goes on 
   cluster.restart(3);
   check_nodes_clean(cluster, job, cluster.host(3).name);
 }
+
+TEST_CASE("dtrain hosts in an allocation: every node checked through one srun step, and why one was refused") {
+  TestCluster cluster(3, {"--slurm"});
+  DTRAIN_REQUIRE_CLUSTER(cluster);
+  SlurmJobDir dir;
+  std::string spec = dir.path + "/hosts.yaml";
+  std::ofstream(spec) << "version: 1\nhosts: slurm\nworker:\n  command: [/bin/true]\n";
+  CommandOutput checked = cluster.exec("ctl", {"salloc", "-Q", "-N3", DTRAIN_EXE, "hosts", "--json", spec});
+  INFO(checked.output);
+  REQUIRE(checked.status == 0);
+  nlohmann::json report = nlohmann::json::parse(checked.output.substr(checked.output.find('{')), nullptr, false);
+  REQUIRE(report.is_object());
+  REQUIRE(report["hosts"].size() == 3);
+  for (const nlohmann::json& host : report["hosts"]) {
+    CHECK(host["via"] == "srun");
+    CHECK(host["ok"] == true);
+  }
+  // A node list naming a node outside the allocation (as a stale SLURM_JOB_NODELIST would):
+  // srun cannot start there, and every host says so, with srun's own words.
+  std::string hosts = cluster.host(1).name + "," + cluster.host(2).name;
+  std::string all = cluster.host(1).name + "," + cluster.host(2).name + "," + cluster.host(3).name;
+  CommandOutput refused = cluster.exec(
+      "ctl", {"salloc", "-Q", "-N2", "-w", hosts, "env", "SLURM_JOB_NODELIST=" + all, "SLURM_TASKS_PER_NODE=1(x3)",
+              DTRAIN_EXE, "hosts", spec});
+  INFO(refused.output);
+  CHECK(refused.status == 3);
+  CHECK(refused.output.find("(via srun)") != std::string::npos);
+  CHECK(refused.output.find("srun: error") != std::string::npos);
+}
