@@ -120,3 +120,31 @@ TEST_CASE("dtrain hosts: VIA per host, and a host with a changed key refused wit
   std::string left = cluster.wait_hosts_clean();
   CHECK_MESSAGE(left.empty(), left);
 }
+
+TEST_CASE("kill -9 of the supervisor over openssh: ssh passes the EOF on, every agent fences - nothing left anywhere") {
+  TestCluster cluster(2);
+  DTRAIN_REQUIRE_CLUSTER(cluster);
+  std::string error;
+  std::string config = cluster.hide_behind(2, 1, &error);
+  REQUIRE_MESSAGE(!config.empty(), error);
+  ClusterJob job(cluster, "openssh-k9");
+  ClusterSpec spec;
+  spec.name = "openssh-k9";
+  spec.hosts = {1, 2};
+  // Ignores SIGTERM and leaves a grandchild in its own session: only the fence's KILL ends both.
+  spec.command = "[/bin/sh, -c, 'setsid sleep 300 & trap \"\" TERM; echo ready; while :; do sleep 0.2; done']";
+  std::string path = job.write_spec(spec);
+  write_file(path, with_client(cluster_spec_yaml(cluster, spec), "  client: openssh\n  config: " + config + "\n"));
+  job.start();
+  REQUIRE(job.wait_exec());
+  REQUIRE(job.wait_running(0, 30000));
+  // The supervisor's ssh children (and host 2's ProxyJump ssh) run in the control namespace.
+  REQUIRE(cluster.pids_in_namespace(cluster.control_namespace()).size() >= 3);
+  int64_t killed_at = now_ms();
+  REQUIRE(::kill(job.pid(), SIGKILL) == 0);
+  job.wait(5000);
+  // Nothing of the run on the hosts and nothing in the control namespace (no orphaned ssh).
+  std::string left = leftovers(cluster, job.run_id(), 2000 + 2000 + 3000);
+  CHECK_MESSAGE(left.empty(), "left behind after kill -9 of the supervisor:\n" << left);
+  MESSAGE("openssh: hosts and control namespace clean " << now_ms() - killed_at << " ms after kill -9");
+}
