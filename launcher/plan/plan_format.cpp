@@ -1,6 +1,7 @@
 // RankPlan → JSON (plan-<gen>.json), text (`dtrain plan`, supervisor.log) and one-line diffs.
 
 #include <algorithm>
+#include <tuple>
 #include <string>
 
 #include "launcher/base/strings.h"
@@ -27,6 +28,35 @@ std::string groups_text(const std::vector<std::vector<int>>& groups) {
     parts.push_back("[" + join(ranks, ",") + "]");
   }
   return join(parts, " ");
+}
+
+/// The (tp, pp, dp) positions of `host`'s ranks, in rank order, and its ranks.
+struct HostPositions {
+  std::vector<std::tuple<int, int, int>> positions;
+  std::vector<int> ranks;
+};
+HostPositions positions_of(const RankPlan& plan, const std::string& host) {
+  HostPositions found;
+  for (const RankSlot& slot : plan.ranks) {
+    if (slot.host != host) continue;
+    found.positions.emplace_back(slot.tp, slot.pp, slot.dp);
+    found.ranks.push_back(slot.rank);
+  }
+  return found;
+}
+
+/// "ranks 4–7 at (tp,pp,dp) (0,0,1) (1,0,1) (0,1,1) (1,1,1)": at most 8 positions shown.
+std::string describe_positions(const HostPositions& host) {
+  if (host.ranks.empty()) return "no ranks";
+  std::string text = host.ranks.size() == 1 ? "rank " + str(host.ranks.front())
+                     : "ranks " + str(host.ranks.front()) + "–" + str(host.ranks.back());
+  text += " at (tp,pp,dp)";
+  for (size_t i = 0; i < host.positions.size() && i < 8; ++i) {
+    auto [tp, pp, dp] = host.positions[i];
+    text += " (" + str(tp) + "," + str(pp) + "," + str(dp) + ")";
+  }
+  if (host.positions.size() > 8) text += " …";
+  return text;
 }
 
 std::vector<std::string> host_names(const RankPlan& plan) {
@@ -138,6 +168,19 @@ std::string diff_text(const RankPlan& before, const RankPlan& after) {
   for (const std::string& name : new_hosts)
     if (std::find(old_hosts.begin(), old_hosts.end(), name) == old_hosts.end()) changes.push_back("+" + name);
   if (!changes.empty()) parts.push_back("hosts " + join(changes, " "));
+  // Which positions each new host takes: a spare in a lost host's place keeps its data, tensor
+  // and pipeline coordinates (its shards and its groups), which is what a person checks first.
+  for (const std::string& name : new_hosts) {
+    if (std::find(old_hosts.begin(), old_hosts.end(), name) != old_hosts.end()) continue;
+    HostPositions taken = positions_of(after, name);
+    std::string replaced;
+    for (const std::string& old_name : old_hosts) {
+      if (std::find(new_hosts.begin(), new_hosts.end(), old_name) != new_hosts.end()) continue;
+      if (positions_of(before, old_name).positions == taken.positions) replaced = old_name;
+    }
+    parts.push_back(name + (replaced.empty() ? " runs " : " takes " + replaced + "'s place: ") +
+                    describe_positions(taken));
+  }
   return parts.empty() ? "no change" : join(parts, ", ");
 }
 

@@ -50,7 +50,7 @@ TEST_CASE("a lost host is replaced in place by the next spare") {
   CHECK(after.without == std::vector<std::string>{"gpu02"});
   CHECK(after.spares_used == std::vector<std::string>{"gpu09"});
   CHECK(after.notes == std::vector<std::string>{"replaced gpu02 with spare gpu09"});
-  CHECK(diff_text(before, after) == "hosts −gpu02 +gpu09");
+  CHECK(diff_text(before, after) == "hosts −gpu02 +gpu09, gpu09 takes gpu02's place: ranks 2–3 at (tp,pp,dp) (0,0,1) (1,0,1)");
 }
 
 TEST_CASE("a spare that is itself in --without is skipped") {
