@@ -241,6 +241,15 @@ void Worker::report_checkpoint_rejected(int64_t step, const std::string& reason)
   send_line(json{{"type", wire::kCkptRejected}, {"step", step}, {"reason", reason}}.dump());
 }
 
+bool Worker::checkpoint_requested(int64_t step) {
+  if (!connection_) return false;  // standalone: nobody can ask
+  std::optional<std::string> reason = connection_->take_checkpoint_request(step);
+  if (!reason) return false;
+  std::fprintf(stderr, "dtrain: checkpoint requested at step %lld: %s\n", static_cast<long long>(step),
+               reason->c_str());
+  return true;
+}
+
 void Worker::bye(const std::string& reason) {
   if (said_bye_) return;
   said_bye_ = true;

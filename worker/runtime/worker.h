@@ -260,6 +260,11 @@ class Worker {
   /// ckpt.rejected {step, reason}: a checkpoint that resume skipped (checkpoint.rejected event).
   void report_checkpoint_rejected(int64_t step, const std::string& reason);
 
+  /// ckpt.request (wire.h): true once, at the first call with `step` >= the step the supervisor
+  /// named (Slurm's time limit is near: SIGUSR1 or checkpoint.before_walltime). Every rank gets
+  /// the same step, so saving then gives a complete checkpoint. Cheap (no I/O): call every step.
+  bool checkpoint_requested(int64_t step);
+
   /// Says goodbye (flushing the newest beat first). Called by the destructor with "exit" if not
   /// called before.
   void bye(const std::string& reason);

@@ -249,7 +249,9 @@ int run(const Options& options) {
       std::printf("step %" PRId64 " loss %.4f step_ms %.1f\n", step, loss, step_ms);
       std::fflush(stdout);
     }
-    if (ckpt_interval > 0 && !ckpt_options.dir.empty() && step % ckpt_interval == 0) {
+    // Slurm's time limit is near (ckpt.request): save this step too, on every rank at once.
+    const bool requested = worker.checkpoint_requested(step);
+    if (!ckpt_options.dir.empty() && ((ckpt_interval > 0 && step % ckpt_interval == 0) || requested)) {
       TrainState state{widths, topology.tp_size, topology.pp_size, topology.tp_rank, topology.pp_rank,
                        step, step * batch->global, model.params(), optimizer.velocity()};
       if (auto saved = checkpointer.save(step, encode_state(state)); !saved) {
