@@ -381,7 +381,7 @@ TEST_CASE("checkpoint: when gen.check says stale after all shards are written, n
   CHECK_FALSE(latest_complete(scratch.path).latest.has_value());
 }
 
-TEST_CASE("checkpoint: 4 ranks (dp 2 x tp 2) write one shard per tp coordinate and rank 0 commits after both") {
+TEST_CASE("checkpoint: 4 ranks (dp 2 x tp 2) write one shard per tp coordinate, spread over the replicas, and rank 0 commits after both") {
   ScratchDir scratch;
   auto kv = std::make_shared<InProcessKv>();
   std::vector<std::unique_ptr<Worker>> workers;
@@ -395,7 +395,7 @@ TEST_CASE("checkpoint: 4 ranks (dp 2 x tp 2) write one shard per tp coordinate a
     threads.emplace_back([&, rank] {
       CheckpointOptions options{scratch.path};
       options.async = true;
-      options.fault_delay_ms = rank == 1 ? 50 : 0;  // the tp1 writer is slow: rank 0 must wait for it
+      options.fault_delay_ms = rank == 3 ? 50 : 0;  // the tp1 writer is slow: rank 0 must wait for it
       Checkpointer checkpointer(*workers[rank], options);
       std::string payload = "tp" + std::to_string(rank % 2) + " dp" + std::to_string(rank / 2);
       results[rank] = checkpointer.save(100, payload);
@@ -406,6 +406,7 @@ TEST_CASE("checkpoint: 4 ranks (dp 2 x tp 2) write one shard per tp coordinate a
   for (const Status& result : results) CHECK(result.ok());
   CHECK(verify_checkpoint(scratch.path, 100).ok());
   CHECK(read_shard(scratch.path, 100, 0, 0).value() == "tp0 dp0");
-  CHECK(read_shard(scratch.path, 100, 1, 0).value() == "tp1 dp0");  // written by DP rank 0 only
+  // Shard k by replica k mod data: tp0 by dp0, tp1 by dp1 (two hosts' disks, not one).
+  CHECK(read_shard(scratch.path, 100, 1, 0).value() == "tp1 dp1");
   CHECK_FALSE(fs::exists(shard_path(scratch.path, 100, 0, 1)));
 }

@@ -261,7 +261,11 @@ Status Checkpointer::save_now(int64_t step, const std::string& payload) {
   int64_t started = now_ms();
   if (options_.fault_delay_ms > 0) std::this_thread::sleep_for(Millis(options_.fault_delay_ms));
   std::string where = "checkpoint step-" + std::to_string(step);
-  if (topology.dp_rank == 0) {
+  // One data-parallel replica writes each (tp, pp) shard; the writers are spread over the
+  // replicas (shard k by replica k mod data), so a save's bytes leave from as many hosts as the
+  // layout allows instead of all from replica 0's.
+  int shard_index = topology.tp_rank * topology.pp_size + topology.pp_rank;
+  if (topology.dp_rank == shard_index % std::max(1, topology.dp_size)) {
     ckpt::ShardHeader header;
     header.step = step;
     header.generation = worker_.settings().generation;
