@@ -116,6 +116,7 @@ PipedChild::PipedChild(PipedChild&& other) noexcept
       stderr_(std::move(other.stderr_)),
       pidfd_(std::move(other.pidfd_)),
       outgoing_(std::move(other.outgoing_)),
+      outgoing_offset_(other.outgoing_offset_),
       stdout_bytes_(std::move(other.stdout_bytes_)),
       stderr_bytes_(std::move(other.stderr_bytes_)),
       stdout_closed_ms_(other.stdout_closed_ms_),
@@ -130,7 +131,7 @@ std::vector<pollfd> PipedChild::poll_fds() const {
   std::vector<pollfd> fds;
   if (stdout_.valid()) fds.push_back({stdout_.get(), POLLIN, 0});
   if (stderr_.valid()) fds.push_back({stderr_.get(), POLLIN, 0});
-  if (stdin_.valid() && !outgoing_.empty()) fds.push_back({stdin_.get(), POLLOUT, 0});
+  if (stdin_.valid() && outgoing_offset_ < outgoing_.size()) fds.push_back({stdin_.get(), POLLOUT, 0});
   if (!stdout_.valid() && !stderr_.valid() && !wait_status_ && pidfd_.valid()) {
     fds.push_back({pidfd_.get(), POLLIN, 0});
   }
@@ -150,17 +151,24 @@ void PipedChild::write(std::string bytes) {
 }
 
 void PipedChild::write_queued() {
-  while (stdin_.valid() && !outgoing_.empty()) {
-    ssize_t n = ::write(stdin_.get(), outgoing_.data(), outgoing_.size());
+  while (stdin_.valid() && outgoing_offset_ < outgoing_.size()) {
+    ssize_t n = ::write(stdin_.get(), outgoing_.data() + outgoing_offset_, outgoing_.size() - outgoing_offset_);
     if (n > 0) {
-      outgoing_.erase(0, static_cast<size_t>(n));
+      outgoing_offset_ += static_cast<size_t>(n);
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
     // EPIPE: the child closed its input or is gone; its stdout EOF tells the rest.
     outgoing_.clear();
+    outgoing_offset_ = 0;
     stdin_.reset();
+  }
+  // Drop what was written once it is half the buffer: erasing the front after every 64 KiB pipe
+  // write would move a 100 MB binary (provisioning) thousands of times; this moves it about once.
+  if (outgoing_offset_ == outgoing_.size() || outgoing_offset_ > outgoing_.size() / 2) {
+    outgoing_.erase(0, outgoing_offset_);
+    outgoing_offset_ = 0;
   }
 }
 
@@ -178,6 +186,7 @@ void PipedChild::read_into(UniqueFd& fd, std::string& into) {
 void PipedChild::close_input() {
   write_queued();
   outgoing_.clear();
+  outgoing_offset_ = 0;
   stdin_.reset();
 }
 

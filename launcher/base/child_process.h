@@ -88,6 +88,7 @@ class PipedChild {
   UniqueFd stderr_;
   UniqueFd pidfd_;  // readable when the child exits; -1 where pidfd_open is unavailable
   std::string outgoing_;
+  size_t outgoing_offset_ = 0;  // outgoing_[0, offset) is written already
   std::string stdout_bytes_;
   std::string stderr_bytes_;
   int64_t stdout_closed_ms_ = -1;
