@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "launcher/base/child_process.h"
 #include "launcher/hosts/run_hosts.h"
 #include "launcher/base/clock.h"
 #include "launcher/base/exit_code.h"
@@ -113,15 +114,13 @@ void check_locally(HostReport& report, const std::string& script, const Clock& c
   report.ssh = "local";
   report.host_key = "-";
   report.sent_wall_ms = clock.wall_ms();
-  FILE* pipe = ::popen(("/bin/sh -c " + shell_quote(script) + " </dev/null 2>/dev/null").c_str(), "r");
-  if (!pipe) {
-    report.problems.push_back("cannot run /bin/sh here");
+  // Bounded like a remote host's check: a facts script that hangs here must not hang the command.
+  Result<CommandOutput> ran = run_command({"/bin/sh", "-c", script}, Millis(30'000));
+  if (!ran) {
+    report.problems.push_back("the facts script: " + ran.error().message);
     return;
   }
-  char buffer[4096];
-  size_t count;
-  while ((count = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) report.output.append(buffer, count);
-  ::pclose(pipe);
+  report.output = ran->out;
   report.received_wall_ms = clock.wall_ms();
 }
 

@@ -90,7 +90,7 @@ TEST_CASE("3 hosts x 2 slots: every worker gets its ranks and host and MASTER_AD
   std::string expected = final_line(train.rank_log(0));
   CHECK(expected.find("final step=100") != std::string::npos);
   for (int rank = 1; rank < 6; ++rank) CHECK(final_line(train.rank_log(rank)) == expected);
-  CHECK(train.rank_log(0).find("world 6 (dp 6)") != std::string::npos);
+  CHECK(train.rank_log(0).find("world 6 (dp 6 x pp 1 x tp 1)") != std::string::npos);
   // Checkpoints were written by rank 0 on its host into the shared directory.
   struct stat info {};
   CHECK(::stat((train.checkpoint_dir() + "/step-100/MANIFEST.json").c_str(), &info) == 0);
