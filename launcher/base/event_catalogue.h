@@ -53,6 +53,7 @@ inline constexpr const char* kResourcesUnconfirmed = "resources.unconfirmed";
 // ---- checkpoints
 inline constexpr const char* kCheckpointCommitted = "checkpoint.committed";
 inline constexpr const char* kCheckpointRejected = "checkpoint.rejected";
+inline constexpr const char* kCheckpointRequested = "checkpoint.requested";
 // ---- drills
 inline constexpr const char* kDrillInjected = "drill.injected";
 inline constexpr const char* kDrillCorrupted = "drill.corrupted";
@@ -104,6 +105,7 @@ inline const std::vector<EventType>& catalogue() {
       {kResourcesUnconfirmed, "hosts that did not confirm a stop in time", {"hosts", "detail"}},
       {kCheckpointCommitted, "a complete checkpoint (every shard and the manifest)", {"gen", "rank", "host", "step", "bytes", "seconds"}},
       {kCheckpointRejected, "a checkpoint that did not commit, and why", {"gen", "rank", "host", "step", "reason"}},
+      {kCheckpointRequested, "every worker asked to save at one step (SIGUSR1 from Slurm, checkpoint.before_walltime)", {"gen", "reason", "step", "ranks"}},
       {kDrillInjected, "a drill injected a fault", {"fault", "target"}},
       {kDrillCorrupted, "a drill damaged a checkpoint file", {"step", "file", "why"}},
       {kDrillVerdict, "a drill's grade of the recovery", {"drill_id", "verdict", "exit_code", "faults"}},

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/base/child_process.h"
 #include "launcher/base/fd.h"
 #include "launcher/transport/transport.h"
 
@@ -19,15 +20,14 @@ namespace dtrain::transport {
 /// child (another host's agent, a worker) can hold them open and hide this agent's EOF.
 class LocalAgentConnection final : public AgentConnection {
  public:
-  /// Takes ownership of a started child and our ends of its three pipes.
-  LocalAgentConnection(std::string host, pid_t pid, UniqueFd stdin_fd, UniqueFd stdout_fd,
-                       UniqueFd stderr_fd);
+  /// Takes ownership of a started agent (PipedChild: the one owned child-process type).
+  LocalAgentConnection(std::string host, PipedChild child);
   /// shutdown(kDestructorGraceMs): the agent gets time to fence (kill and reap its workers).
   ~LocalAgentConnection() override;
 
-  std::vector<pollfd> poll_fds() const override;
+  std::vector<pollfd> poll_fds() const override { return child_.poll_fds(); }
   void pump() override;
-  void send(std::string bytes) override;
+  void send(std::string bytes) override { child_.write(std::move(bytes)); }
   std::string take_received() override;
   std::string take_diagnostics() override;
   /// True once the agent's stdout reached EOF (or could not be read) and the agent has exited,
@@ -38,39 +38,24 @@ class LocalAgentConnection final : public AgentConnection {
   /// output but lingers, "agent closed its output (pid N still running)".
   std::string close_reason() const override;
   /// Writes what is queued if the pipe takes it now, then closes the agent's stdin.
-  void close_input() override;
+  void close_input() override { child_.close_input(); }
   void shutdown(int grace_ms) override;
-  std::optional<pid_t> local_pid() const override { return pid_; }
+  std::optional<pid_t> local_pid() const override { return child_.pid(); }
   std::string describe() const override;
 
   /// The wait status once reaped (for tests), else nullopt.
-  std::optional<int> wait_status() const { return wait_status_; }
+  std::optional<int> wait_status() const { return child_.wait_status(); }
 
   static constexpr int kDestructorGraceMs = 5000;
   /// How long closed() waits, after stdout EOF, for the agent's exit status.
   static constexpr int64_t kExitAfterEofMs = 1000;
 
  private:
-  void write_queued();
-  void read_stdout();
-  void read_stderr();
-  /// waitpid(WNOHANG); true once the child has been reaped (now or before).
-  bool try_reap() const;
-
   std::string host_;
-  pid_t pid_;
-  UniqueFd stdin_;
-  UniqueFd stdout_;
-  UniqueFd stderr_;
-  std::string outgoing_;
+  PipedChild child_;
   std::string received_;
   std::string diagnostics_;
-  UniqueFd pidfd_;  // readable when the agent exits; -1 where pidfd_open is unavailable
-  bool stdout_closed_ = false;
-  int64_t stdout_closed_ms_ = 0;
-  std::string read_error_;
   bool shut_down_ = false;
-  mutable std::optional<int> wait_status_;
 };
 
 /// Starts `<dtrain_path> agent` as a child (dtrain_path empty: this very executable, through
