@@ -272,7 +272,7 @@ TEST_CASE("localhost + a remote host: remote ranks reach rank 0 at the launch no
   std::string expected = final_line(train.rank_log(0));
   CHECK(expected.find("final step=100") != std::string::npos);
   for (int rank = 1; rank < 4; ++rank) CHECK(final_line(train.rank_log(rank)) == expected);
-  CHECK(train.rank_log(0).find("world 4 (dp 4)") != std::string::npos);
+  CHECK(train.rank_log(0).find("world 4 (dp 4 x pp 1 x tp 1)") != std::string::npos);
   check_nothing_left(cluster, train);
 }
 
