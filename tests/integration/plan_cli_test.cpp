@@ -74,7 +74,7 @@ TEST_CASE("dtrain plan --without shows the spare taking over, and a shrink with 
   CAPTURE(replaced.output);
   CHECK(replaced.status == 0);
   CHECK(has(replaced.output, "before: world 6 = data 3"));
-  CHECK(has(replaced.output, "without gpu02: hosts −gpu02 +gpu09\n"));
+  CHECK(has(replaced.output, "without gpu02: hosts −gpu02 +gpu09, gpu09 takes gpu02's place: ranks 2–3 at (tp,pp,dp) (0,0,1) (1,0,1)\n"));
   CHECK(has(replaced.output, "replaced gpu02 with spare gpu09"));
 
   // Comma list and a repeated flag both work; gpu09 gone too, so the job shrinks.
