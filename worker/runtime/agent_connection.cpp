@@ -154,7 +154,10 @@ void AgentConnection::read_loop() {
     for (size_t newline; (newline = buffer.find('\n', start)) != std::string::npos; start = newline + 1) {
       json reply = json::parse(buffer.begin() + static_cast<std::ptrdiff_t>(start),
                                buffer.begin() + static_cast<std::ptrdiff_t>(newline), nullptr, false);
-      if (reply.is_object() && reply.value("type", "") == wire::kCkptRequest) {
+      // Type-checked: value("type", "") throws on a non-string "type", and on this thread an
+      // exception would end the worker.
+      auto type = reply.is_object() ? reply.find("type") : reply.end();
+      if (reply.is_object() && type != reply.end() && type->is_string() && *type == wire::kCkptRequest) {
         note_checkpoint_request(reply);
         continue;
       }
