@@ -31,6 +31,7 @@ inline constexpr const char* kProtocolError = "protocol.error";
 inline constexpr const char* kPlanGeneration = "plan.generation";
 inline constexpr const char* kPlanChanged = "plan.changed";
 inline constexpr const char* kGenerationSpawned = "generation.spawned";
+inline constexpr const char* kGenerationStepped = "generation.stepped";
 inline constexpr const char* kWorkerStarted = "worker.started";
 inline constexpr const char* kWorkerSpawnFailed = "worker.spawn_failed";
 inline constexpr const char* kWorkerExit = "worker.exit";
@@ -40,6 +41,8 @@ inline constexpr const char* kCommReady = "comm.ready";
 inline constexpr const char* kCommWarn = "comm.warn";
 inline constexpr const char* kHangDetectionOff = "hang_detection.off";
 inline constexpr const char* kHangDetectionOn = "hang_detection.on";
+inline constexpr const char* kStragglerDetected = "straggler.detected";
+inline constexpr const char* kStragglerCleared = "straggler.cleared";
 // ---- failures and recoveries
 inline constexpr const char* kFailureDetected = "failure.detected";
 inline constexpr const char* kFailureRootCause = "failure.root_cause";
@@ -85,6 +88,7 @@ inline const std::vector<EventType>& catalogue() {
       {kPlanGeneration, "the rank plan of a new generation", {"gen", "world_size", "data", "tensor", "pipeline", "grad_accum", "resume_step", "hosts"}},
       {kPlanChanged, "the plan changed: hosts left out, spares taken", {"diff", "without"}},
       {kGenerationSpawned, "every agent was asked to start its workers", {"gen", "master_addr", "master_port", "backend", "resume_step"}},
+      {kGenerationStepped, "a generation's first step: training runs (launch or restart over; goodput counts from here)", {"gen", "step", "ms_since_spawn"}},
       {kWorkerStarted, "a worker process is running", {"rank", "host", "local_rank", "pid"}},
       {kWorkerSpawnFailed, "a worker could not be started", {"rank", "host", "error"}},
       {kWorkerExit, "a worker process ended: code or signal, and its last output", {"gen", "rank", "host", "pid"}},
@@ -94,6 +98,8 @@ inline const std::vector<EventType>& catalogue() {
       {kCommWarn, "an NCCL WARN line; repeats within 10 s counted in one event", {"gen", "rank", "host", "line"}},
       {kHangDetectionOff, "ranks without heartbeats: not watched for hangs", {"ranks", "detail"}},
       {kHangDetectionOn, "ranks named by hang_detection.off that beat since: watched from then on", {"ranks", "after_ms", "detail"}},
+      {kStragglerDetected, "a rank steps slower than the fastest (score = fastest median step time / its own, below metrics.straggler_threshold); once per rank and generation", {"gen", "host", "rank", "score", "median_step_ms", "fastest_median_ms"}},
+      {kStragglerCleared, "a rank named by straggler.detected keeps up again (score back above the threshold)", {"gen", "host", "rank", "score"}},
       {kFailureDetected, "a failure: kind, where, and the detail", {"kind", "host", "detail"}},
       {kFailureRootCause, "the failure that the others followed from", {"rank", "host", "detail"}},
       {kFailureBudgetExhausted, "no restart left within elastic.restart_window", {"max_restarts", "restart_window_ms", "detail"}},
