@@ -31,6 +31,7 @@
 #include "launcher/agent/outbox.h"
 #include "launcher/agent/worker_files.h"
 #include "launcher/agent/process_tree.h"
+#include "launcher/agent/resource_sampler.h"
 #include "launcher/agent/worker_process.h"
 #include "launcher/agent/worker_socket.h"
 #include "launcher/base/clock.h"
@@ -39,6 +40,7 @@
 #include "launcher/base/fd.h"
 #include "launcher/base/version.h"
 #include "launcher/proto/frame.h"
+#include "launcher/proto/agent_messages.h"
 #include "launcher/proto/messages.h"
 #include "worker/contract/env.h"
 #include "worker/contract/wire.h"
@@ -130,6 +132,8 @@ class Agent {
   void open_worker_files();
   void add_worker_files(WorkerLaunch& launch, bool instrument);
   void send_beat(int64_t now);
+  /// Tells the resource sampler which workers are alive (after a spawn or a reap).
+  void update_sampled_workers();
   /// A worker's message to the supervisor: at once as from_worker, except (with batch_beats)
   /// a beat after the worker's first one without a phase, which waits for the agent's next beat
   /// (newest wins). Anything else the worker sends first flushes its held beat, so its order holds.
@@ -157,6 +161,7 @@ class Agent {
   std::map<std::pair<int, int>, std::pair<pid_t, json>> held_beats_;  ///< (gen, rank) → newest beat
   std::set<std::pair<int, int>> beaten_;  ///< (gen, rank) of live workers whose first beat went out
   std::vector<KillOperation> kills_;
+  std::unique_ptr<ResourceSampler> sampler_;  ///< started after hello; its thread reads /proc and GPUs
   int64_t started_ms_ = 0;
   int64_t last_frame_ms_ = 0;
   int64_t next_beat_ms_ = 0;
@@ -334,11 +339,25 @@ void Agent::read_signals() {
 }
 
 void Agent::reap_children() {
+  // While the sampler thread runs nvidia-smi, waitpid(-1) could take its exit status: reap only
+  // our workers then, by pid; orphans wait for the next round (milliseconds).
+  std::unique_lock<std::mutex> no_helper_child(helper_child_lock(), std::try_to_lock);
+  std::vector<pid_t> reapable;
+  if (!no_helper_child.owns_lock()) {
+    for (const auto& [pid, worker] : workers_) reapable.push_back(pid);
+  }
+  size_t next_reapable = 0;
+  bool reaped_any = false;
   for (;;) {
     int status = 0;
-    pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    pid_t pid = 0;
+    if (no_helper_child.owns_lock()) {
+      pid = ::waitpid(-1, &status, WNOHANG);
+    } else {
+      while (pid <= 0 && next_reapable < reapable.size()) pid = ::waitpid(reapable[next_reapable++], &status, WNOHANG);
+    }
     if (pid < 0 && errno == EINTR) continue;
-    if (pid <= 0) return;
+    if (pid <= 0) break;
     auto it = workers_.find(pid);
     if (it == workers_.end()) continue;  // a reparented orphan: reaping it is all we owe it
     WorkerProcess& worker = *it->second;
@@ -366,7 +385,16 @@ void Agent::reap_children() {
     }
     out_.send(exit);
     workers_.erase(it);
+    reaped_any = true;
   }
+  if (reaped_any) update_sampled_workers();
+}
+
+void Agent::update_sampled_workers() {
+  if (!sampler_) return;
+  std::vector<WatchedWorker> watched;
+  for (const auto& [pid, worker] : workers_) watched.push_back({worker->gen(), worker->rank(), pid});
+  sampler_->set_workers(std::move(watched));
 }
 
 void Agent::advance_kills(int64_t now) {
@@ -439,6 +467,9 @@ void Agent::on_config(const json& message) {
              {"agent_time_ms", agent_time_ms()},
              {"socket", sockets_->path()},
              {"facts", std::move(facts)}});
+  // The sampler starts after hello: facts ran nvidia-smi on this thread, unshared.
+  sampler_ = std::make_unique<ResourceSampler>(HostSampler::Options{nvml_library_path(), kNvidiaSmiTimeoutMs},
+                                               config.heartbeat_interval_ms);
   // Gathering facts may take seconds (nvidia-smi); that is not the supervisor's silence.
   last_frame_ms_ = now_ms();
   next_beat_ms_ = last_frame_ms_ + config.heartbeat_interval_ms;
@@ -539,6 +570,7 @@ void Agent::spawn_one(const WorkerLaunch& launch) {
   out_.send({{"type", proto::msg::kStarted}, {"gen", launch.gen}, {"rank", launch.rank},
              {"local_rank", launch.local_rank}, {"pid", pid}, {"agent_time_ms", agent_time_ms()}});
   workers_[pid] = std::move(*spawned);
+  update_sampled_workers();
 }
 
 void Agent::on_kill(const json& message) {
@@ -679,6 +711,9 @@ void Agent::send_beat(int64_t) {
     held_beats_.clear();
     beat["worker_beats"] = std::move(worker_beats);
   }
+  if (sampler_) {
+    if (std::optional<proto::HostResources> resources = sampler_->take()) beat["resources"] = proto::to_json(*resources);
+  }
   out_.send(beat);
 }
 
@@ -721,6 +756,7 @@ void Agent::finish_fence(int64_t now) {
                summary.c_str());
   out_.send({{"type", proto::msg::kBye}, {"reason", *fence_reason_}, {"killed", released["killed"]}});
   out_.flush_until(now_ms() + kLastWordsMs);
+  sampler_.reset();  // joins its thread (a running nvidia-smi is bounded by kNvidiaSmiTimeoutMs)
   files_.reset();    // before the socket: the runtime dir is removed once it is empty
   sockets_.reset();  // removes the socket and the runtime dir
   done_ = true;

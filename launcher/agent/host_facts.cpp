@@ -22,15 +22,6 @@
 namespace dtrain::agent {
 namespace {
 
-std::optional<std::string> find_on_path(const std::string& program) {
-  const char* path = std::getenv("PATH");
-  for (const std::string& directory : split(path ? path : "/usr/bin:/bin", ':')) {
-    std::string candidate = (directory.empty() ? "." : directory) + "/" + program;
-    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
-  }
-  return std::nullopt;
-}
-
 // Runs a program and returns its stdout, or nullopt if it fails or outlives `timeout_ms`
 // (then it is killed). Used only before the agent's loop starts, so waiting on this one pid
 // cannot steal another child's exit status.
@@ -69,6 +60,15 @@ int64_t meminfo_mb(const std::string& key) {
 }
 
 }  // namespace
+
+std::optional<std::string> find_on_path(const std::string& program) {
+  const char* path = std::getenv("PATH");
+  for (const std::string& directory : split(path ? path : "/usr/bin:/bin", ':')) {
+    std::string candidate = (directory.empty() ? "." : directory) + "/" + program;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return std::nullopt;
+}
 
 nlohmann::json collect_host_facts(int nvidia_smi_timeout_ms) {
   nlohmann::json facts;

@@ -3,6 +3,8 @@
 // host metrics that ride on every beat.
 
 #include <cstdint>
+#include <optional>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -12,6 +14,9 @@ namespace dtrain::agent {
 /// `nvidia-smi` when it is on PATH (each call bounded by `nvidia_smi_timeout_ms`; a hung or
 /// failing nvidia-smi gives gpus [] and a line on stderr, never a stuck agent).
 nlohmann::json collect_host_facts(int nvidia_smi_timeout_ms);
+
+/// The first executable `program` in $PATH, or nullopt.
+std::optional<std::string> find_on_path(const std::string& program);
 
 /// The 1-minute load average, or -1 when /proc/loadavg is unreadable.
 double load_average_1m();

@@ -20,7 +20,19 @@ std::optional<ProcessEntry> read_stat(pid_t pid) {
   ProcessEntry entry;
   entry.pid = pid;
   entry.state = (*stat)[close + 2];
-  entry.parent = static_cast<pid_t>(std::strtol(stat->c_str() + close + 4, nullptr, 10));
+  // Fields after the state, counted from 1 at the state (field 3 of proc(5)): ppid is 2,
+  // utime..cstime are 12-15, rss (pages) is 22.
+  const char* cursor = stat->c_str() + close + 3;  // just past the state letter
+  char* end = nullptr;
+  long long fields[23] = {};
+  for (int field = 2; field <= 22; ++field) {
+    fields[field] = std::strtoll(cursor, &end, 10);
+    if (end == cursor) break;
+    cursor = end;
+  }
+  entry.parent = static_cast<pid_t>(fields[2]);
+  entry.cpu_ticks = fields[12] + fields[13] + fields[14] + fields[15];
+  entry.rss_pages = fields[22];
   return entry;
 }
 

@@ -15,6 +15,10 @@ struct ProcessEntry {
   pid_t pid = 0;
   pid_t parent = 0;
   char state = '?';  ///< as in /proc/<pid>/stat: R, S, D, T, Z, ...
+  /// utime + stime + cutime + cstime in clock ticks: its own CPU time and that of the children
+  /// it reaped, so that a tree's sum does not drop when a child exits and is waited for.
+  long long cpu_ticks = 0;
+  long long rss_pages = 0;  ///< resident set size
 };
 
 /// Every process visible in /proc now. Processes that vanish while being read are skipped.

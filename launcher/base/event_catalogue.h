@@ -39,10 +39,14 @@ inline constexpr const char* kWorkerHang = "worker.hang";
 inline constexpr const char* kWorkerSample = "worker.sample";
 inline constexpr const char* kCommReady = "comm.ready";
 inline constexpr const char* kCommWarn = "comm.warn";
+inline constexpr const char* kHangDump = "hang.dump";
 inline constexpr const char* kHangDetectionOff = "hang_detection.off";
 inline constexpr const char* kHangDetectionOn = "hang_detection.on";
 inline constexpr const char* kStragglerDetected = "straggler.detected";
 inline constexpr const char* kStragglerCleared = "straggler.cleared";
+// ---- GPUs (the agents' resource samples)
+inline constexpr const char* kGpuXid = "gpu.xid";
+inline constexpr const char* kGpuEccErrors = "gpu.ecc";
 // ---- failures and recoveries
 inline constexpr const char* kFailureDetected = "failure.detected";
 inline constexpr const char* kFailureRootCause = "failure.root_cause";
@@ -96,6 +100,9 @@ inline const std::vector<EventType>& catalogue() {
       {kWorkerSample, "what a hung worker was doing (path of the sample, or why there is none)", {"rank", "host", "pid"}},
       {kCommReady, "every rank's communicator is up", {"ranks", "ms_since_spawn"}},
       {kCommWarn, "an NCCL WARN line; repeats within 10 s counted in one event", {"gen", "rank", "host", "line"}},
+      {kHangDump, "a hung rank's PyTorch flight-recorder dump (path of the copy, where it was kept, or why there is none)", {"gen", "rank", "host", "pid"}},
+      {kGpuXid, "an Xid (NVIDIA driver error) on a GPU, from NVML", {"host", "gpu", "xid"}},
+      {kGpuEccErrors, "a GPU's uncorrected ECC error count rose", {"host", "gpu", "uncorrected", "previous"}},
       {kHangDetectionOff, "ranks without heartbeats: not watched for hangs", {"ranks", "detail"}},
       {kHangDetectionOn, "ranks named by hang_detection.off that beat since: watched from then on", {"ranks", "after_ms", "detail"}},
       {kStragglerDetected, "a rank steps slower than the fastest (score = fastest median step time / its own, below metrics.straggler_threshold); once per rank and generation", {"gen", "host", "rank", "score", "median_step_ms", "fastest_median_ms"}},

@@ -79,6 +79,80 @@ Result<AgentMessage> parse_exit(FieldReader& reader, const json& frame) {
   return checked(reader, std::move(exit));
 }
 
+std::optional<double> read_percent(FieldReader& reader, const char* key) {
+  std::optional<double> value = reader.optional_number(key);
+  if (value && (*value < 0 || *value > 1e6)) reader.fail(key, "a percentage >= 0", *value);
+  return value;
+}
+
+std::optional<int64_t> read_count(FieldReader& reader, const char* key) {
+  return reader.optional_integer(key, 0);
+}
+
+// beat.resources: what the agent's sampler measured (HostResources). At most a few thousand
+// workers and GPUs per host; anything beyond is a broken agent, not a big host.
+constexpr size_t kMaxResourceItems = 65'536;
+
+// A problem is returned as the innermost reader words it ("beat.resources.gpus[].index: ...").
+Result<std::optional<HostResources>> read_resources(FieldReader& beat) {
+  const json* object = beat.optional_object("resources");
+  if (object == nullptr || !beat.ok()) return std::optional<HostResources>();
+  FieldReader reader("beat.resources", *object);
+  HostResources resources;
+  resources.agent_time_ms = reader.optional_integer("agent_time_ms");
+  resources.cpu_percent = read_percent(reader, "cpu_percent");
+  resources.memory_used_mb = read_count(reader, "memory_used_mb");
+  resources.memory_total_mb = read_count(reader, "memory_total_mb");
+  resources.gpu_source = reader.optional_string("gpu_source", 32).value_or("");
+  resources.gpu_error = reader.optional_string("gpu_error", 4096);
+  std::optional<Error> entry_problem;
+  auto each = [&](const char* key, const char* what, auto read_one) {
+    const json* items = reader.optional_array(key);
+    if (items == nullptr || !reader.ok() || entry_problem) return;
+    if (items->size() > kMaxResourceItems) return reader.fail(key, "at most 65536 entries", json(items->size()));
+    for (const json& item : *items) {
+      FieldReader entry(what, item);
+      read_one(entry);
+      if (!entry.ok()) {
+        entry_problem = entry.error();
+        return;
+      }
+    }
+  };
+  each("workers", "beat.resources.workers[]", [&](FieldReader& entry) {
+    WorkerResources worker;
+    worker.gen = static_cast<int>(entry.optional_integer("gen", -1, kIntMax).value_or(-1));
+    worker.rank = static_cast<int>(entry.integer("rank", 0, kIntMax));
+    worker.pid = entry.optional_integer("pid", 0, kIntMax).value_or(0);
+    worker.cpu_percent = read_percent(entry, "cpu_percent").value_or(0);
+    worker.rss_mb = read_count(entry, "rss_mb").value_or(0);
+    worker.processes = static_cast<int>(entry.optional_integer("processes", 0, kIntMax).value_or(1));
+    if (entry.ok()) resources.workers.push_back(worker);
+  });
+  each("gpus", "beat.resources.gpus[]", [&](FieldReader& entry) {
+    GpuResources gpu;
+    gpu.index = static_cast<int>(entry.integer("index", 0, kIntMax));
+    gpu.utilization_percent = read_percent(entry, "utilization_percent");
+    gpu.memory_used_mb = read_count(entry, "memory_used_mb");
+    gpu.memory_total_mb = read_count(entry, "memory_total_mb");
+    gpu.power_w = entry.optional_number("power_w");
+    gpu.temperature_c = entry.optional_integer("temperature_c", -300, 1000);
+    gpu.ecc_corrected = read_count(entry, "ecc_corrected");
+    gpu.ecc_uncorrected = read_count(entry, "ecc_uncorrected");
+    if (entry.ok()) resources.gpus.push_back(gpu);
+  });
+  each("xids", "beat.resources.xids[]", [&](FieldReader& entry) {
+    XidEvent xid;
+    xid.gpu = static_cast<int>(entry.integer("gpu", 0, kIntMax));
+    xid.xid = entry.integer("xid", 0);
+    xid.agent_time_ms = entry.optional_integer("agent_time_ms");
+    if (entry.ok()) resources.xids.push_back(xid);
+  });
+  if (entry_problem) return *entry_problem;
+  if (!reader.ok()) return reader.error();
+  return std::optional<HostResources>(std::move(resources));
+}
+
 Result<AgentMessage> parse_beat(FieldReader& reader) {
   AgentBeat beat;
   beat.agent_time_ms = reader.optional_integer("agent_time_ms");
@@ -106,7 +180,24 @@ Result<AgentMessage> parse_beat(FieldReader& reader) {
       beat.worker_beats.push_back(std::move(from));
     }
   }
+  Result<std::optional<HostResources>> resources = read_resources(reader);
+  if (!resources) return resources.error();
+  beat.resources = std::move(*resources);
   return checked(reader, std::move(beat));
+}
+
+Result<AgentMessage> parse_dump(FieldReader& reader) {
+  FlightRecorderDump dump;
+  dump.id = reader.optional_integer("id");
+  dump.gen = static_cast<int>(reader.optional_integer("gen", -1, kIntMax).value_or(-1));
+  dump.rank = static_cast<int>(reader.integer("rank", 0, kIntMax));
+  dump.pid = reader.optional_integer("pid", 0, kIntMax).value_or(0);
+  dump.bytes = reader.optional_integer("bytes", 0).value_or(0);
+  // base64 of at most kMaxDumpBytes: 4 characters per 3 bytes, padded.
+  dump.data_base64 = reader.optional_string("data", (kMaxDumpBytes + 2) / 3 * 4);
+  dump.kept_path = reader.optional_string("kept_path", 4096);
+  dump.error = reader.optional_string("error", 4096);
+  return checked(reader, std::move(dump));
 }
 
 Result<AgentMessage> parse_sample(FieldReader& reader) {
@@ -132,6 +223,46 @@ Result<AgentMessage> parse_protocol_error(FieldReader& reader) {
 }
 
 }  // namespace
+
+json to_json(const HostResources& resources) {
+  json out = json::object();
+  auto put = [](json& into, const char* key, const auto& value) {
+    if (value) into[key] = *value;
+  };
+  put(out, "agent_time_ms", resources.agent_time_ms);
+  put(out, "cpu_percent", resources.cpu_percent);
+  put(out, "memory_used_mb", resources.memory_used_mb);
+  put(out, "memory_total_mb", resources.memory_total_mb);
+  json workers = json::array();
+  for (const WorkerResources& worker : resources.workers) {
+    workers.push_back({{"gen", worker.gen}, {"rank", worker.rank}, {"pid", worker.pid},
+                       {"cpu_percent", worker.cpu_percent}, {"rss_mb", worker.rss_mb}, {"processes", worker.processes}});
+  }
+  out["workers"] = std::move(workers);
+  json gpus = json::array();
+  for (const GpuResources& gpu : resources.gpus) {
+    json entry = {{"index", gpu.index}};
+    put(entry, "utilization_percent", gpu.utilization_percent);
+    put(entry, "memory_used_mb", gpu.memory_used_mb);
+    put(entry, "memory_total_mb", gpu.memory_total_mb);
+    put(entry, "power_w", gpu.power_w);
+    put(entry, "temperature_c", gpu.temperature_c);
+    put(entry, "ecc_corrected", gpu.ecc_corrected);
+    put(entry, "ecc_uncorrected", gpu.ecc_uncorrected);
+    gpus.push_back(std::move(entry));
+  }
+  out["gpus"] = std::move(gpus);
+  out["gpu_source"] = resources.gpu_source;
+  put(out, "gpu_error", resources.gpu_error);
+  json xids = json::array();
+  for (const XidEvent& xid : resources.xids) {
+    json entry = {{"gpu", xid.gpu}, {"xid", xid.xid}};
+    put(entry, "agent_time_ms", xid.agent_time_ms);
+    xids.push_back(std::move(entry));
+  }
+  out["xids"] = std::move(xids);
+  return out;
+}
 
 Result<AgentMessage> parse_agent_message(const json& frame) {
   if (!frame.is_object()) return Error::user(std::string("frame is a JSON ") + frame.type_name() + ", not an object");
@@ -190,6 +321,7 @@ Result<AgentMessage> parse_agent_message(const json& frame) {
     return checked(reader, std::move(bye));
   }
   if (type == msg::kProtocolError) return parse_protocol_error(reader);
+  if (type == msg::kDump) return parse_dump(reader);
   return Error::user("unknown message type '" + printable(type, 40) + "'");
 }
 

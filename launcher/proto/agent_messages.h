@@ -52,6 +52,46 @@ struct WorkerLogLine { int gen = 0; int rank = 0; std::string stream; std::strin
 /// sent it: parse it with parse_worker_message(), so a bad one is blamed on the worker.
 struct FromWorker { int gen = 0; int rank = 0; std::optional<int64_t> pid; nlohmann::json msg; };
 struct AgentWorkerState { int gen = -1; int rank = -1; int64_t pid = 0; bool alive = false; std::string state; };
+
+/// One GPU as NVML (or nvidia-smi) reported it at a sample. A value the source could not read
+/// (a consumer GPU has no ECC, a power reading can be "[N/A]") is absent, not zero.
+struct GpuResources {
+  int index = 0;
+  std::optional<double> utilization_percent;
+  std::optional<int64_t> memory_used_mb;
+  std::optional<int64_t> memory_total_mb;
+  std::optional<double> power_w;
+  std::optional<int64_t> temperature_c;
+  std::optional<int64_t> ecc_corrected;    ///< volatile (since the driver loaded) total
+  std::optional<int64_t> ecc_uncorrected;  ///< volatile total
+};
+/// One worker and every process below it (its data loaders, a shell's children).
+struct WorkerResources {
+  int gen = -1;
+  int rank = -1;
+  int64_t pid = 0;
+  double cpu_percent = 0;  ///< of one core, since the previous sample: 250 = two and a half cores
+  int64_t rss_mb = 0;
+  int processes = 1;
+};
+/// An Xid (NVIDIA driver error) event NVML delivered since the previous sample.
+struct XidEvent { int gpu = 0; int64_t xid = 0; std::optional<int64_t> agent_time_ms; };
+/// What an agent measured on its host at one heartbeat interval (beat.resources; messages.h).
+struct HostResources {
+  std::optional<int64_t> agent_time_ms;
+  std::optional<double> cpu_percent;  ///< of the whole host, 0-100, since the previous sample
+  std::optional<int64_t> memory_used_mb;
+  std::optional<int64_t> memory_total_mb;
+  std::vector<WorkerResources> workers;
+  std::vector<GpuResources> gpus;
+  std::string gpu_source;               ///< "nvml", "nvidia-smi" or "" (no GPU readings)
+  std::optional<std::string> gpu_error;  ///< why there are none, when a source was tried and failed
+  std::vector<XidEvent> xids;
+};
+/// beat.resources as the agent sends it (and as metrics.jsonl records it): absent values are
+/// left out. parse_agent_message() reads it back.
+nlohmann::json to_json(const HostResources& resources);
+
 struct AgentBeat {
   std::optional<int64_t> agent_time_ms;
   std::vector<AgentWorkerState> workers;
@@ -59,6 +99,8 @@ struct AgentBeat {
   std::optional<int64_t> mem_available_mb;
   /// Worker beats held for this beat (config batch_beats), each as a from_worker would carry it.
   std::vector<FromWorker> worker_beats;
+  /// The host's resources (CPU, memory, workers, GPUs) sampled since the previous beat.
+  std::optional<HostResources> resources;
 };
 struct Pong { std::optional<int64_t> id; std::optional<int64_t> agent_time_ms; std::optional<int64_t> supervisor_time_ms; };
 struct PortReply { int64_t id = 0; int port = 0; };
@@ -79,6 +121,19 @@ struct Released {
 };
 struct AgentError { std::string message; std::optional<std::string> about; };
 struct AgentBye { std::string reason; };
+/// A rank's PyTorch flight-recorder dump, asked for before a hung generation is killed (dump
+/// request: messages.h). `data_base64` holds the file's bytes unless it was too large to ship;
+/// then `kept_path` names it on the agent's host.
+struct FlightRecorderDump {
+  std::optional<int64_t> id;
+  int gen = -1;
+  int rank = -1;
+  int64_t pid = 0;
+  int64_t bytes = 0;                    ///< the dump file's size
+  std::optional<std::string> data_base64;  ///< its content (at most kMaxDumpBytes), base64
+  std::optional<std::string> kept_path; ///< where a larger one stays, on the agent's host
+  std::optional<std::string> error;     ///< why there is none (no pipe, no answer in time)
+};
 /// The agent dropped a worker line it could not parse (worker_messages.h). gen and rank are
 /// absent when the worker had not said hello yet; pid is the peer's (SO_PEERCRED).
 struct WorkerProtocolError {
@@ -91,7 +146,7 @@ struct WorkerProtocolError {
 
 using AgentMessage = std::variant<AgentHello, WorkerStartedReport, WorkerSpawnFailedReport, WorkerExitReport,
                                   WorkerLogLine, FromWorker, AgentBeat, Pong, PortReply, SampleReply,
-                                  Released, AgentError, AgentBye, WorkerProtocolError>;
+                                  Released, AgentError, AgentBye, WorkerProtocolError, FlightRecorderDump>;
 
 /// Checks one decoded frame (an object with a string "type"; frame.h guarantees that much).
 /// The Error names the message and the field: `exit.rank: expected an integer, got null`.

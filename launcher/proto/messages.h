@@ -49,7 +49,16 @@
 //   log     {gen, rank, stream:"stdout"|"stderr", line}
 //   from_worker {gen, rank, msg:{..}}  every worker-protocol message (hello, beat, kv.*, ...)
 //   beat    {agent_time_ms, workers:[{rank, pid, alive}], load1, mem_available_mb,
-//            worker_beats?:[{gen, rank, pid, msg}]}
+//            worker_beats?:[{gen, rank, pid, msg}], resources?}
+//           resources: the host measured by the agent's sampler thread at the heartbeat
+//           interval (agent_messages.h HostResources): {agent_time_ms, cpu_percent,
+//           memory_used_mb, memory_total_mb, workers:[{gen, rank, pid, cpu_percent, rss_mb,
+//           processes}], gpus:[{index, utilization_percent, memory_used_mb, memory_total_mb,
+//           power_w, temperature_c, ecc_corrected, ecc_uncorrected}], gpu_source:"nvml"|
+//           "nvidia-smi"|"", gpu_error?, xids:[{gpu, xid, agent_time_ms}]}. Absent on a beat
+//           with no new sample. GPU values come from NVML (dlopen of libnvidia-ml.so.1, or
+//           $DTRAIN_NVML_LIBRARY), else from nvidia-smi --query-gpu; a value a GPU does not
+//           report is left out.
 //           every heartbeat_interval_ms. worker_beats: with config batch_beats, a worker's beats
 //           after its first one (without a phase) are not forwarded one by one as from_worker:
 //           the newest of each worker since the last agent beat rides here. A worker's other
@@ -60,6 +69,11 @@
 //   sample  {id, gen, rank, pid, text}   or   {id, gen, rank, pid, error}
 //           the answer to sample; text is at most kMaxSampleTextBytes (cut with a note).
 //           error: not one of this agent's live workers (e.g. it exited meanwhile)
+//   dump    {id, gen, rank, pid, bytes, data?|kept_path?|error?}
+//           the answer to dump, one per worker: data is the dump file's bytes in base64 (at
+//           most kMaxDumpBytes before encoding; the agent removes its copy), kept_path where a
+//           larger one stays on this host, error why there is none (no reader on the pipe, no
+//           dump within timeout_ms).
 //   released {gen, killed:[pids], remaining:0, ms}
 //           after a kill: every process of that generation is gone (the agent is a child
 //           subreaper, so daemonised grandchildren are included)
@@ -118,6 +132,10 @@ inline constexpr int kProtocolVersion = 1;
 /// megabytes, and a frame must stay far below kMaxFrameBytes.
 inline constexpr unsigned long kMaxSampleTextBytes = 256 << 10;
 
+/// Largest flight-recorder dump an agent ships in a dump frame (base64 makes it 4/3 larger; a
+/// frame must stay below kMaxFrameBytes). A larger one stays on its host, named by kept_path.
+inline constexpr unsigned long kMaxDumpBytes = 4 << 20;
+
 /// Largest TORCHELASTIC_ERROR_FILE the agent reads (a longer one is not parsed): the file is
 /// written by the worker, and its traceback travels in the exit frame.
 inline constexpr unsigned long kMaxErrorFileBytes = 64 << 10;
@@ -131,6 +149,7 @@ inline constexpr const char* kToWorker = "to_worker";
 inline constexpr const char* kReservePort = "reserve_port";
 inline constexpr const char* kFence = "fence";
 inline constexpr const char* kSample = "sample";  // request and reply
+inline constexpr const char* kDump = "dump";      // request and reply
 
 inline constexpr const char* kHello = "hello";
 inline constexpr const char* kStarted = "started";

@@ -110,6 +110,12 @@ class RunDriver {
   void on_agent_message(AgentLink& link, const proto::AgentError& error);
   void on_agent_message(AgentLink& link, const proto::AgentBye& bye);
   void on_agent_message(AgentLink& link, const proto::WorkerProtocolError& error);
+  void on_agent_message(AgentLink& link, const proto::FlightRecorderDump& dump);
+  // ---- host resources from the agents' beats (driver_resources.cpp)
+  /// Keeps the newest per host, records Xids and new uncorrected ECC errors as events, and
+  /// writes the hosts' resources to metrics.jsonl at most every kResourcesMetricsSpacingMs.
+  void on_host_resources(AgentLink& link, const proto::HostResources& resources);
+  void write_resources_metrics();
   void on_worker_message(AgentLink& link, const proto::FromWorker& from, const proto::WorkerHello& hello);
   void on_worker_message(AgentLink& link, const proto::FromWorker& from, const proto::WorkerBeat& beat);
   void on_worker_message(AgentLink& link, const proto::FromWorker& from, const proto::CommReady& ready);
@@ -188,6 +194,11 @@ class RunDriver {
   std::string hostname_;  ///< of this machine, for state.json
   std::map<int, nlohmann::json> exit_tails_;  ///< rank → its last output lines, for the failure summary
   std::map<std::string, int> protocol_errors_;  ///< sender → messages of it that could not be parsed
+  /// The newest resources each host's agent measured (CPU, memory, workers, GPUs): for metrics,
+  /// status and Prometheus. Xids are not kept here (they are events: gpu.xid).
+  std::map<std::string, proto::HostResources> host_resources_;
+  int64_t last_resources_metrics_ms_ = 0;
+  static constexpr int64_t kResourcesMetricsSpacingMs = 5'000;  ///< as metrics.jsonl's rank lines
 };
 
 /// Forks the supervisor into the background. In the parent: prints the run id and returns the

@@ -11,6 +11,7 @@
 #include "launcher/proto/messages.h"
 #include "launcher/run/driver.h"
 #include "launcher/runlog/json_access.h"
+#include "launcher/transport/ssh_digest.h"
 #include "launcher/base/event_catalogue.h"
 #include "worker/contract/wire.h"
 
@@ -198,6 +199,32 @@ void RunDriver::on_agent_message(AgentLink& link, const proto::SampleReply& samp
   }
 }
 
+void RunDriver::on_agent_message(AgentLink& link, const proto::FlightRecorderDump& dump) {
+  // Next to the stack sample of the same rank: samples/gen<g>-rank<r>.flight-recorder (a pickle;
+  // PyTorch's fr_trace reads a directory of them).
+  json event = {{"ev", events::kHangDump}, {"gen", dump.gen}, {"rank", dump.rank}, {"host", link.host()},
+                {"pid", dump.pid}, {"dump_bytes", dump.bytes}};
+  std::string data;
+  if (dump.data_base64 && !transport::base64_decode(*dump.data_base64, data)) {
+    event["error"] = "the agent's dump is not valid base64";
+    return record(event);
+  }
+  if (dump.data_base64) {
+    recorder_.write_file_then_record(run_.path() + "/samples/gen" + std::to_string(dump.gen) + "-rank" +
+                                         std::to_string(dump.rank) + ".flight-recorder",
+                                     std::move(data), std::move(event));
+    return;
+  }
+  if (dump.kept_path) {
+    event["kept_path"] = *dump.kept_path;
+    event["detail"] = "larger than " + std::to_string(proto::kMaxDumpBytes >> 20) + " MiB: kept on " + link.host() +
+                      " at " + *dump.kept_path;
+  } else {
+    event["error"] = dump.error.value_or("the agent sent a dump without data");
+  }
+  record(event);
+}
+
 void RunDriver::on_agent_message(AgentLink&, const proto::PortReply& port) {
   if (port.id == pending_port_id_ && pending_start_) spawn_generation(port.port);
 }
@@ -242,6 +269,7 @@ void RunDriver::on_agent_message(AgentLink& link, const proto::AgentBeat& beat) 
     if (worker.state == "T") feed(supervisor::WorkerStoppedSeen{worker.gen, worker.rank});
   }
   for (const proto::FromWorker& held : beat.worker_beats) on_agent_message(link, held);
+  if (beat.resources) on_host_resources(link, *beat.resources);
 }
 
 void RunDriver::on_agent_message(AgentLink& link, const proto::WorkerProtocolError& error) {

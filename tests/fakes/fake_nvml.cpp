@@ -1,0 +1,161 @@
+/* A fake libnvidia-ml for tests: the NVML entry points dtrain's agent resolves
+ * (launcher/agent/nvml_library.cpp), answering from a file so a test can change the readings
+ * while a run goes on. The agent loads it through DTRAIN_NVML_LIBRARY.
+ *
+ * $DTRAIN_FAKE_NVML_VALUES names a file of key=value lines, re-read at every call:
+ *   gpus=2  utilization=37  memory_used_mb=1024  memory_total_mb=81920  power_mw=215000
+ *   temperature=61  ecc_corrected=0  ecc_uncorrected=0  no_ecc=1  init_error=9
+ *   xid=<gpu>:<xid>   (one line per Xid; each is delivered once, in order)
+ * Without the variable or the file: 2 GPUs with the defaults above, no Xids. */
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+// C++ only because the project builds no C; the entry points keep their C names.
+extern "C" {
+
+typedef int nvmlReturn_t;
+typedef struct nvmlDevice_st* nvmlDevice_t;
+typedef struct nvmlEventSet_st* nvmlEventSet_t;
+typedef struct { unsigned int gpu, memory; } nvmlUtilization_t;
+typedef struct { unsigned long long total, free, used; } nvmlMemory_t;
+typedef struct {
+  nvmlDevice_t device;
+  unsigned long long eventType, eventData;
+  unsigned int gpuInstanceId, computeInstanceId;
+} nvmlEventData_t;
+
+enum { kSuccess = 0, kInvalidArgument = 2, kNotSupported = 3, kTimeout = 10 };
+#define kMaxXids 64
+
+struct Values {
+  long long gpus, utilization, memory_used_mb, memory_total_mb, power_mw, temperature;
+  long long ecc_corrected, ecc_uncorrected, no_ecc, init_error;
+  int xid_count;
+  int xid_gpu[kMaxXids];
+  long long xid[kMaxXids];
+};
+
+static struct nvmlDevice_st { int index; } devices[16];
+static struct nvmlEventSet_st { int unused; } event_set;
+static int xids_delivered;
+
+static struct Values read_values(void) {
+  struct Values v = {2, 37, 1024, 81920, 215000, 61, 0, 0, 0, 0, 0, {}, {}};
+  const char* path = getenv("DTRAIN_FAKE_NVML_VALUES");
+  FILE* file = path ? fopen(path, "r") : NULL;
+  if (!file) return v;
+  char line[256];
+  while (fgets(line, sizeof line, file)) {
+    char* equals = strchr(line, '=');
+    if (!equals) continue;
+    *equals = '\0';
+    const char* value = equals + 1;
+    if (strcmp(line, "xid") == 0) {
+      if (v.xid_count < kMaxXids) {
+        v.xid_gpu[v.xid_count] = atoi(value);
+        const char* colon = strchr(value, ':');
+        v.xid[v.xid_count++] = colon ? atoll(colon + 1) : 0;
+      }
+      continue;
+    }
+    long long number = atoll(value);
+    if (strcmp(line, "gpus") == 0) v.gpus = number < 16 ? number : 16;
+    else if (strcmp(line, "utilization") == 0) v.utilization = number;
+    else if (strcmp(line, "memory_used_mb") == 0) v.memory_used_mb = number;
+    else if (strcmp(line, "memory_total_mb") == 0) v.memory_total_mb = number;
+    else if (strcmp(line, "power_mw") == 0) v.power_mw = number;
+    else if (strcmp(line, "temperature") == 0) v.temperature = number;
+    else if (strcmp(line, "ecc_corrected") == 0) v.ecc_corrected = number;
+    else if (strcmp(line, "ecc_uncorrected") == 0) v.ecc_uncorrected = number;
+    else if (strcmp(line, "no_ecc") == 0) v.no_ecc = number;
+    else if (strcmp(line, "init_error") == 0) v.init_error = number;
+  }
+  fclose(file);
+  return v;
+}
+
+nvmlReturn_t nvmlInit_v2(void) { return (nvmlReturn_t)read_values().init_error; }
+nvmlReturn_t nvmlShutdown(void) { return kSuccess; }
+const char* nvmlErrorString(nvmlReturn_t code) { return code == 9 ? "Driver Not Loaded" : "Fake NVML error"; }
+
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int* count) {
+  *count = (unsigned int)read_values().gpus;
+  return kSuccess;
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t* device) {
+  if (index >= 16) return kInvalidArgument;
+  devices[index].index = (int)index;
+  *device = &devices[index];
+  return kSuccess;
+}
+
+nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t* rates) {
+  (void)device;
+  rates->gpu = (unsigned int)read_values().utilization;
+  rates->memory = 0;
+  return kSuccess;
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
+  (void)device;
+  struct Values v = read_values();
+  memory->total = (unsigned long long)v.memory_total_mb << 20;
+  memory->used = (unsigned long long)v.memory_used_mb << 20;
+  memory->free = memory->total - memory->used;
+  return kSuccess;
+}
+
+nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int* milliwatts) {
+  (void)device;
+  *milliwatts = (unsigned int)read_values().power_mw;
+  return kSuccess;
+}
+
+nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, int sensor, unsigned int* celsius) {
+  (void)device;
+  (void)sensor;
+  *celsius = (unsigned int)read_values().temperature;
+  return kSuccess;
+}
+
+nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, int type, int counter, unsigned long long* count) {
+  (void)device;
+  (void)counter;
+  struct Values v = read_values();
+  if (v.no_ecc) return kNotSupported;
+  *count = (unsigned long long)(type == 0 ? v.ecc_corrected : v.ecc_uncorrected);
+  return kSuccess;
+}
+
+nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t* set) {
+  *set = &event_set;
+  return kSuccess;
+}
+
+nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long types, nvmlEventSet_t set) {
+  (void)device;
+  (void)set;
+  return (types & 0x8) ? kSuccess : kNotSupported;
+}
+
+nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t* data, unsigned int timeout_ms) {
+  (void)set;
+  (void)timeout_ms;
+  struct Values v = read_values();
+  if (xids_delivered >= v.xid_count) return kTimeout;
+  int gpu = v.xid_gpu[xids_delivered];
+  memset(data, 0, sizeof *data);
+  data->device = &devices[gpu >= 0 && gpu < 16 ? gpu : 0];
+  data->eventType = 0x8;
+  data->eventData = (unsigned long long)v.xid[xids_delivered++];
+  return kSuccess;
+}
+
+nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
+  (void)set;
+  return kSuccess;
+}
+
+}  // extern "C"
