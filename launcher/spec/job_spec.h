@@ -125,6 +125,21 @@ struct CheckpointSettings {
   bool operator==(const CheckpointSettings&) const = default;
 };
 
+/// What the run exposes for monitoring besides its run directory (metrics.prom is always written).
+struct MetricsSettings {
+  /// node_exporter's textfile collector directory: dtrain_<run-id>.prom is kept there too.
+  std::string textfile_dir;
+  /// "127.0.0.1:PORT" (or localhost, [::1]): serve GET /metrics there; empty: no listener.
+  /// Loopback only: anything else is refused when the spec is read.
+  std::string listen;
+  /// A rank whose score (fastest rank's median step time / its own) falls below this is a straggler.
+  double straggler_threshold = 0.75;
+  /// How often metrics.prom (and the textfile) is rewritten while the run goes.
+  Millis interval{5'000};
+
+  bool operator==(const MetricsSettings&) const = default;
+};
+
 struct JobSpec {
   int version = 1;
   std::string name;
@@ -140,6 +155,7 @@ struct JobSpec {
   ElasticSettings elastic;
   HeartbeatSettings heartbeat;
   CheckpointSettings checkpoint;
+  MetricsSettings metrics;
   Millis stop_grace{10'000};
 
   std::string source_path;       ///< the spec file, for messages; "" when built in code

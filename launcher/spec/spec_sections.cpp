@@ -1,5 +1,6 @@
 #include "launcher/spec/spec_sections.h"
 
+#include <charconv>
 #include <filesystem>
 
 #include "launcher/base/strings.h"
@@ -247,12 +248,58 @@ void read_checkpoint(DiagnosticSink& sink, const Section& root, CheckpointSettin
   }
 }
 
+// metrics.listen: the one listener dtrain may open (DESIGN.md §6), so loopback only.
+void read_metrics_listen(DiagnosticSink& sink, const YAML::Node* node, const std::string& key, std::string& listen) {
+  auto text = read_string(sink, node, key);
+  if (!text) return;
+  size_t colon = text->rfind(':');
+  std::string host = colon == std::string::npos ? "" : text->substr(0, colon);
+  std::string port_text = colon == std::string::npos ? "" : text->substr(colon + 1);
+  int port = 0;
+  auto [end, error] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (host.empty() || error != std::errc() || end != port_text.data() + port_text.size() || port < 1 || port > 65535) {
+    sink.error(*node, key, single_quoted(*text) + " is not HOST:PORT; write e.g. 127.0.0.1:9400");
+    return;
+  }
+  bool loopback = host == "localhost" || host == "[::1]" || host.rfind("127.", 0) == 0;
+  if (!loopback) {
+    sink.error(*node, key, single_quoted(*text) + " is not a loopback address: the metrics endpoint listens on " +
+                               "loopback only (127.0.0.1, localhost or [::1]); write 127.0.0.1:" + port_text +
+                               " and let a local Prometheus or node_exporter's textfile collector (metrics.textfile_dir) "
+                               "carry the numbers further");
+    return;
+  }
+  listen = *text;
+}
+
+void read_metrics(DiagnosticSink& sink, const Section& root, const std::string& base_dir, MetricsSettings& metrics) {
+  Section m(sink, root.get("metrics"), "metrics", {"textfile_dir", "listen", "straggler_threshold", "interval"});
+  if (auto v = read_string(sink, m.get("textfile_dir"), m.path("textfile_dir"))) {
+    metrics.textfile_dir = resolve_path(base_dir, *v);  // relative to the spec, like hostfile
+  }
+  read_metrics_listen(sink, m.get("listen"), m.path("listen"), metrics.listen);
+  if (const YAML::Node* node = m.get("straggler_threshold")) {
+    std::string text = node->IsScalar() ? node->Scalar() : "";
+    double value = 0;
+    auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (text.empty() || error != std::errc() || end != text.data() + text.size() || !(value > 0 && value <= 1)) {
+      sink.error(*node, m.path("straggler_threshold"),
+                 "expected a number above 0 and at most 1 (the fastest rank's median step time over a rank's; "
+                 "0.75 flags a rank a third slower than the fastest), got " +
+                     (node->IsScalar() ? single_quoted(text) : describe(*node)));
+    } else {
+      metrics.straggler_threshold = value;
+    }
+  }
+  if (auto v = read_duration(sink, m.get("interval"), m.path("interval"), Millis(1000))) metrics.interval = *v;
+}
+
 }  // namespace
 
 void read_spec_body(DiagnosticSink& sink, const YAML::Node& root_node, const std::string& base_dir, JobSpec& spec) {
   Section root(sink, &root_node, "",
                {"version", "name", "tenant", "hosts", "hostfile", "include", "exclude", "slots_per_host", "spares",
-                "ssh", "transport", "worker", "parallelism", "batch", "elastic", "heartbeat", "checkpoint", "stop_grace"});
+                "ssh", "transport", "worker", "parallelism", "batch", "elastic", "heartbeat", "checkpoint", "metrics", "stop_grace"});
   read_label(sink, root.get("name"), "name", spec.name);
   read_label(sink, root.get("tenant"), "tenant", spec.tenant);
   if (auto v = read_int(sink, root.get("slots_per_host"), "slots_per_host", 1, kMaxCount)) spec.slots_per_host = *v;
@@ -264,6 +311,7 @@ void read_spec_body(DiagnosticSink& sink, const YAML::Node& root_node, const std
   read_elastic(sink, root, static_cast<int>(spec.hosts.size()), spec.elastic);
   read_heartbeat(sink, root, spec.heartbeat);
   read_checkpoint(sink, root, spec.checkpoint);
+  read_metrics(sink, root, base_dir, spec.metrics);
   if (auto v = read_duration(sink, root.get("stop_grace"), "stop_grace", Millis(0))) spec.stop_grace = *v;
 
 }

@@ -132,6 +132,15 @@ std::string to_yaml(const JobSpec& spec) {
   }
   out << YAML::EndMap;
 
+  if (!(spec.metrics == MetricsSettings{})) {  // left out when default: specs of older runs read back the same
+    out << YAML::Key << "metrics" << YAML::Value << YAML::BeginMap;
+    if (!spec.metrics.textfile_dir.empty()) string_value(out, "textfile_dir", spec.metrics.textfile_dir);
+    if (!spec.metrics.listen.empty()) string_value(out, "listen", spec.metrics.listen);
+    out << YAML::Key << "straggler_threshold" << YAML::Value << spec.metrics.straggler_threshold;
+    duration_value(out, "interval", spec.metrics.interval);
+    out << YAML::EndMap;
+  }
+
   duration_value(out, "stop_grace", spec.stop_grace);
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
