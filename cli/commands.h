@@ -20,6 +20,7 @@ void add_plan_command(CLI::App& app, CommandContext& context);
 void add_submit_command(CLI::App& app, CommandContext& context);
 void add_resume_command(CLI::App& app, CommandContext& context);
 void add_status_command(CLI::App& app, CommandContext& context);
+void add_report_command(CLI::App& app, CommandContext& context);
 void add_logs_command(CLI::App& app, CommandContext& context);
 void add_stop_command(CLI::App& app, CommandContext& context);
 void add_hosts_command(CLI::App& app, CommandContext& context);

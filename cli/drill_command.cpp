@@ -25,6 +25,7 @@
 #include "launcher/base/fd.h"
 #include "launcher/base/strings.h"
 #include "launcher/drill/drill_history.h"
+#include "launcher/report/report_files.h"
 #include "launcher/drill/spec_drill.h"
 #include "launcher/runlog/run_directory.h"
 #include "launcher/spec/drill_spec.h"
@@ -116,7 +117,18 @@ std::optional<int> read_objectives(const DrillOptions& options, drill::Objective
   return std::nullopt;
 }
 
+/// The run's HTML report (`dtrain report`), written where the verdict says it is, so that each
+/// verdict links to a picture of what the drill did to the run.
+void write_run_report(const drill::DrillReport& report) {
+  std::string path = drill::report_path(report);
+  if (path.empty()) return;
+  std::string run_dir = path.substr(0, path.rfind('/'));
+  Result<report::ReportFiles> written = report::write_report(run_dir, path);
+  if (!written) std::fprintf(stderr, "dtrain drill: warning: no report for run %s: %s\n", report.run_id.c_str(), written.error().message.c_str());
+}
+
 int print_report(const drill::DrillReport& report, bool json) {
+  write_run_report(report);
   if (json) {
     std::printf("%s\n", drill::to_json(report).dump(2).c_str());
   } else {

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   cli::add_run_command(app, context);
   cli::add_resume_command(app, context);
   cli::add_status_command(app, context);
+  cli::add_report_command(app, context);
   cli::add_logs_command(app, context);
   cli::add_stop_command(app, context);
   cli::add_hosts_command(app, context);

@@ -1,11 +1,14 @@
 // `dtrain status [RUN] [--json] [--events N]`: the runs under $DTRAIN_HOME, or one run in
 // detail. Reads state.json and events.jsonl only; never talks to the supervisor, so it works
-// the same during a run, after it, and after the supervisor died.
+// the same during a run, after it, and after the supervisor died. `--watch [--interval S]`
+// refreshes a run's step, rate, ETA, stragglers and last event until the run ends.
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <thread>
+#include <unistd.h>
 #include <string>
 #include <vector>
 
@@ -19,6 +22,7 @@
 #include "launcher/runlog/plan_record.h"
 #include "launcher/runlog/run_directory.h"
 #include "launcher/runlog/run_state.h"
+#include "launcher/spec/spec_loader.h"
 
 namespace dtrain::cli {
 namespace {
@@ -352,6 +356,22 @@ void print_run_text(const RunDirectory& run, const json& state, bool alive, cons
   if (const json* recovery = json_member(state, "last_recovery"); recovery && recovery->is_object()) {
     print_field("recovery", recovery_text(*recovery));
   }
+  // Ranks slower than the fastest (metrics.straggler_threshold): the first few, by name.
+  if (const json* stragglers = json_member(state, "stragglers"); stragglers && stragglers->is_array() &&
+                                                                   !stragglers->empty()) {
+    constexpr size_t kShown = 8;
+    std::vector<std::string> named;
+    for (size_t i = 0; i < stragglers->size() && i < kShown; ++i) {
+      const json& straggler = (*stragglers)[i];
+      char score[64];
+      std::snprintf(score, sizeof score, "score %.2f, %.0f ms of work per step",
+                    json_number(straggler, "score").value_or(0), json_number(straggler, "median_step_ms").value_or(0));
+      named.push_back("rank " + opt_int(straggler, "rank") + " on " + json_string(straggler, "host", "?") + " (" +
+                      score + ")");
+    }
+    if (stragglers->size() > kShown) named.push_back("and " + std::to_string(stragglers->size() - kShown) + " more");
+    print_field("stragglers", join(named, ", "));
+  }
 
   // Heartbeat ages are measured against the end of the run once it has one.
   int64_t age_reference = finished.value_or(alive ? now : json_int(state, "updated_at_ms").value_or(now));
@@ -437,6 +457,155 @@ int show_run(const std::string& id, bool as_json, int event_count) {
   return 0;
 }
 
+// ---- --watch ------------------------------------------------------------------------------------
+
+/// The number of steps the job will train, when the run says: state.json "total_steps", else a
+/// --steps N (or --max-steps, --total-steps, --num-steps, --train-steps; "=N" too) in the
+/// worker command of the run's spec.yaml. nullopt when neither does.
+std::optional<int64_t> total_steps(const RunDirectory& run, const json& state) {
+  if (std::optional<int64_t> steps = json_int(state, "total_steps"); steps && *steps > 0) return steps;
+  spec::LoadResult spec = spec::load_job_spec(run.spec_path());
+  if (!spec.ok()) return std::nullopt;
+  static const std::vector<std::string> flags = {"--steps", "--max-steps", "--max_steps", "--total-steps",
+                                                 "--num-steps", "--train-steps"};
+  const std::vector<std::string>& argv = spec.spec->worker.command;
+  for (size_t i = 0; i < argv.size(); ++i) {
+    for (const std::string& flag : flags) {
+      std::string value;
+      if (argv[i] == flag && i + 1 < argv.size()) value = argv[i + 1];
+      else if (argv[i].rfind(flag + "=", 0) == 0) value = argv[i].substr(flag.size() + 1);
+      if (value.empty() || value.size() > 15 || value.find_first_not_of("0123456789") != std::string::npos) continue;
+      return std::stoll(value);
+    }
+  }
+  return std::nullopt;
+}
+
+/// "rank 7 on gpu02 (score 0.61)" for each entry of state.json "stragglers" (written by the
+/// straggler detector); entries of another shape are shown as JSON.
+std::string stragglers_text(const json& state) {
+  const json* list = json_member(state, "stragglers");
+  if (!list || !list->is_array()) return "";
+  if (list->empty()) return "none";
+  std::vector<std::string> parts;
+  for (const json& entry : *list) {
+    if (parts.size() == 8) {
+      parts.push_back("and " + std::to_string(list->size() - 8) + " more");
+      break;
+    }
+    if (!entry.is_object() || !json_member(entry, "rank")) {
+      parts.push_back(printable(json_compact(entry), 80));
+      continue;
+    }
+    std::string text = "rank " + opt_int(entry, "rank");
+    if (std::string host = json_string(entry, "host"); !host.empty()) text += " on " + host;
+    if (std::optional<double> score = json_number(entry, "score")) text += " (score " + plain(json(*score)) + ")";
+    parts.push_back(text);
+  }
+  return join(parts, ", ");
+}
+
+struct WatchSample {
+  int64_t at_ms = 0;
+  int64_t step = -1;
+};
+
+/// One refresh: the lines to print, and whether the run is over.
+std::vector<std::string> watch_block(const RunDirectory& run, const json& state, bool alive,
+                                     std::optional<int64_t> total, const WatchSample& previous,
+                                     WatchSample& current, double interval_s) {
+  std::vector<std::string> lines;
+  auto field = [&](const char* label, const std::string& value) {
+    char buffer[16];
+    std::snprintf(buffer, sizeof buffer, "%-11s ", label);
+    lines.push_back(buffer + value);
+  };
+  lines.push_back("dtrain status --watch " + run.id() + "   every " + plain(json(interval_s)) + "s, Ctrl-C to stop   " +
+                  local_datetime(current.at_ms));
+  std::string shown = display_state(state, alive);
+  if (std::optional<int64_t> code = json_int(state, "exit_code")) shown += " (exit " + std::to_string(*code) + ")";
+  field("state", shown);
+  field("generation", opt_int(state, "generation") + " (restarts: " + opt_int(state, "restarts") +
+                          "), world size " + opt_int(state, "world_size"));
+  int64_t step = -1, running = 0, ranks = 0;
+  std::optional<double> loss;
+  if (const json* list = json_member(state, "ranks"); list && list->is_array()) {
+    for (const json& rank : *list) {
+      ++ranks;
+      if (json_string(rank, "state") == "running") ++running;
+      std::optional<int64_t> rank_step = json_int(rank, "step");
+      if (rank_step && *rank_step > step) {
+        step = *rank_step;
+        loss = json_number(rank, "loss");
+      }
+    }
+  }
+  current.step = step;
+  std::string step_text = step >= 0 ? std::to_string(step) : "-";
+  if (total) step_text += " of " + std::to_string(*total);
+  if (loss) step_text += ", loss " + plain(json(*loss));
+  field("step", step_text + " (" + std::to_string(running) + " of " + std::to_string(ranks) + " ranks running)");
+  // The rate between the last two refreshes: what the run does now, not its lifetime average.
+  std::string rate = "-", eta = "-";
+  if (previous.step >= 0 && step >= previous.step && current.at_ms > previous.at_ms) {
+    double per_second = static_cast<double>(step - previous.step) * 1000.0 / static_cast<double>(current.at_ms - previous.at_ms);
+    char buffer[32];
+    std::snprintf(buffer, sizeof buffer, "%.2f steps/s", per_second);
+    rate = buffer;
+    if (total && per_second > 0 && *total > step) {
+      eta = human_duration(static_cast<int64_t>(static_cast<double>(*total - step) / per_second * 1000.0));
+    } else if (total && step >= *total) {
+      eta = "done";
+    }
+  }
+  field("rate", rate + (total ? "   ETA " + eta : "   ETA - (no step count in the spec)"));
+  if (std::string stragglers = stragglers_text(state); !stragglers.empty()) field("stragglers", stragglers);
+  Result<std::vector<json>> last = read_last_events(run.events_path(), 1);
+  field("last event", last && !last->empty() ? compact_event(last->back()) : last ? "-" : last.error().message);
+  return lines;
+}
+
+int watch_run(const std::string& id, double interval_s) {
+  Result<RunDirectory> run = RunDirectory::open(id);
+  if (!run) {
+    std::fprintf(stderr, "dtrain status: %s\n", run.error().message.c_str());
+    return exit_code_for(run.error());
+  }
+  bool terminal_output = ::isatty(STDOUT_FILENO) == 1;
+  std::optional<int64_t> total;
+  bool total_looked_up = false;
+  WatchSample previous;
+  for (;;) {
+    Result<json> state = read_state(*run);
+    if (!state) {
+      std::fprintf(stderr, "dtrain status: run %s: %s\n", run->id().c_str(), state.error().message.c_str());
+      return exit_code_for(state.error());
+    }
+    if (!total_looked_up) {
+      total = total_steps(*run, *state);
+      total_looked_up = true;
+    }
+    bool alive = supervisor_alive(*state);
+    WatchSample current{now_ms(), -1};
+    std::vector<std::string> lines = watch_block(*run, *state, alive, total, previous, current, interval_s);
+    // A terminal is redrawn in place (cursor home, clear); a pipe or file gets one block per refresh.
+    std::string block = terminal_output ? "\033[H\033[2J" : "";
+    for (const std::string& line : lines) block += line + "\n";
+    if (!terminal_output) block += "\n";
+    std::fputs(block.c_str(), stdout);
+    std::fflush(stdout);
+    // The run is over when its state is final, or when nobody is left to change it.
+    if (is_terminal_state(json_string(*state, "state")) || !alive) {
+      std::printf("%s\n", alive || is_terminal_state(json_string(*state, "state"))
+                              ? "the run has ended"
+                              : "the supervisor is gone; the run will not change (dtrain resume continues it)");
+      return 0;
+    }
+    previous = current;
+    std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int64_t>(interval_s * 1000)));
+  }
+}
+
 }  // namespace
 
 void add_status_command(CLI::App& app, CommandContext& context) {
@@ -444,6 +613,8 @@ void add_status_command(CLI::App& app, CommandContext& context) {
     std::string run;
     bool json = false;
     int events = 10;
+    bool watch = false;
+    double interval = 2.0;
   };
   auto options = std::make_shared<Options>();
   CLI::App* command = app.add_subcommand(
@@ -452,7 +623,20 @@ void add_status_command(CLI::App& app, CommandContext& context) {
   command->add_flag("--json", options->json, "Print JSON: {state, supervisor_alive, events, plan, plan_generation, plan_change} for a run, an array of runs otherwise");
   command->add_option("--events", options->events, "How many recent events to show for a run (default 10)")
       ->check(CLI::NonNegativeNumber);
+  command->add_flag("--watch", options->watch,
+                    "Refresh the run's step, rate, ETA, stragglers and last event until it ends (Ctrl-C stops)");
+  command->add_option("--interval", options->interval, "Seconds between --watch refreshes (default 2)")
+      ->check(CLI::Range(0.1, 3600.0));
   command->callback([options, &context] {
+    if (options->watch) {
+      if (options->run.empty() || options->json) {
+        std::fprintf(stderr, "dtrain status: --watch needs a RUN and does not take --json\n");
+        context.exit_code = to_int(ExitCode::usage);
+        return;
+      }
+      context.exit_code = watch_run(options->run, options->interval);
+      return;
+    }
     context.exit_code = options->run.empty() ? list_runs(options->json)
                                              : show_run(options->run, options->json, options->events);
   });

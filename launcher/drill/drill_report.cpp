@@ -5,6 +5,7 @@
 #include "launcher/base/clock.h"
 #include "launcher/base/duration.h"
 #include "launcher/runlog/json_access.h"
+#include "launcher/runlog/run_directory.h"
 
 namespace dtrain::drill {
 
@@ -44,6 +45,10 @@ ExitCode DrillReport::exit_code() const {
 
 std::string DrillReport::verdict() const { return error ? "error" : passed() ? "pass" : "fail"; }
 
+std::string report_path(const DrillReport& report) {
+  return report.run_id.empty() ? "" : runs_root() + "/" + report.run_id + "/report.html";
+}
+
 json to_json(const DrillReport& report) {
   json faults = json::array();
   for (const FaultVerdict& fault : report.faults) faults.push_back(to_json(fault));
@@ -68,6 +73,7 @@ json to_json(const DrillReport& report) {
               {"final_state", report.final_state},
               {"missed", missed}};
   if (!report.spec_path.empty()) out["spec"] = report.spec_path;
+  if (std::string report_file = report_path(report); !report_file.empty()) out["report"] = report_file;
   if (report.cleanup_checked) out["leftover_pids"] = report.leftover_pids;
   if (report.error) out["error"] = *report.error;
   return out;
@@ -164,6 +170,7 @@ std::string format_report(const DrillReport& report) {
     out += (job_line ? "" : "\n") + std::string("cleanup: ") + cleanup + "\n";
   }
   if (report.error) out += "\nthe drill could not run: " + *report.error + "\n";
+  if (std::string report_file = report_path(report); !report_file.empty()) out += "\nreport: " + report_file + "\n";
   out += "\nverdict: " + std::string(report.error ? "ERROR" : report.passed() ? "PASS" : "FAIL");
   if (!report.error && !report.passed()) {
     std::string missed;

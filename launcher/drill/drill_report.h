@@ -41,7 +41,12 @@ struct DrillReport {
   std::string verdict() const;
 };
 
-/// The drill.verdict event body (without "ev"/"ts") and `--json` output.
+/// Where `dtrain drill` writes the run's HTML report (`dtrain report`) for this verdict:
+/// <run dir>/report.html; empty when the drill failed before a run existed.
+std::string report_path(const DrillReport& report);
+
+/// The drill.verdict event body (without "ev"/"ts") and `--json` output; "report" names
+/// report_path() when there is a run.
 nlohmann::json to_json(const DrillReport& report);
 
 /// The human table: per fault, the timeline, phases, objectives and checks; then the verdict.

@@ -1,0 +1,246 @@
+#include "launcher/report/run_record.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "launcher/base/fd.h"
+#include "launcher/metrics/goodput.h"
+#include "launcher/runlog/event_log.h"
+#include "launcher/runlog/json_access.h"
+#include "launcher/runlog/run_state.h"
+
+namespace dtrain::report {
+namespace {
+
+using nlohmann::json;
+
+/// Skipped lines of one file named in `problems`: the first few; the rest are only counted.
+constexpr int kProblemsPerFile = 3;
+
+/// The field's value when it is a finite number.
+std::optional<double> finite_number(const json& object, std::string_view key) {
+  std::optional<double> value = json_number(object, key);
+  if (value && !std::isfinite(*value)) return std::nullopt;
+  return value;
+}
+
+std::optional<Spread> parse_spread(const json& object, std::string_view key) {
+  const json* member = json_member(object, key);
+  if (!member || !member->is_object()) return std::nullopt;
+  std::optional<double> min = finite_number(*member, "min"), median = finite_number(*member, "median"),
+                        max = finite_number(*member, "max");
+  if (!min || !median || !max) return std::nullopt;
+  return Spread{*min, *median, *max};
+}
+
+std::vector<RankSample> parse_rank_samples(const json* list) {
+  std::vector<RankSample> ranks;
+  if (!list || !list->is_array()) return ranks;
+  for (const json& item : *list) {
+    std::optional<int64_t> rank = json_int(item, "rank"), step = json_int(item, "step");
+    if (!rank || !step || *rank < 0 || *rank > INT32_MAX) continue;
+    ranks.push_back({static_cast<int>(*rank), *step, finite_number(item, "loss"), finite_number(item, "step_ms")});
+  }
+  return ranks;
+}
+
+/// Every numeric member of `value` under `prefix`, nested objects and arrays named with dots
+/// ("gpus.0.util_percent"); at most `budget` of them, and four levels deep.
+void collect_numbers(const json& value, const std::string& prefix, int depth, std::map<std::string, double>& out,
+                     size_t budget) {
+  if (out.size() >= budget || depth > 4) return;
+  if (value.is_number()) {
+    double number = value.get<double>();
+    if (std::isfinite(number) && !prefix.empty()) out[prefix] = number;
+    return;
+  }
+  if (value.is_object()) {
+    for (auto it = value.begin(); it != value.end() && out.size() < budget; ++it) {
+      collect_numbers(it.value(), prefix.empty() ? it.key() : prefix + "." + it.key(), depth + 1, out, budget);
+    }
+  } else if (value.is_array()) {
+    for (size_t i = 0; i < value.size() && out.size() < budget; ++i) {
+      collect_numbers(value[i], prefix + "." + std::to_string(i), depth + 1, out, budget);
+    }
+  }
+}
+
+/// A host's resource entry: {"host": "gpu01", <numbers or nested objects>}.
+std::optional<HostResources> parse_resources(const json& entry, int64_t wall_ms) {
+  std::string host = json_string(entry, "host", json_string(entry, "name"));
+  if (host.empty() || !entry.is_object()) return std::nullopt;
+  HostResources resources{wall_ms, host, {}};
+  for (auto it = entry.begin(); it != entry.end(); ++it) {
+    if (it.key() == "host" || it.key() == "name" || it.key() == "ts" || it.key() == "gen") continue;
+    collect_numbers(it.value(), it.key(), 1, resources.values, 64);
+  }
+  if (resources.values.empty()) return std::nullopt;
+  return resources;
+}
+
+/// Reads `path` line by line into `record`; a missing file is fine (a run before its first
+/// metrics line, or one that never rotated).
+void read_metrics_file(const std::string& path, const std::string& shown_name, RunRecord& record) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::string line;
+  int64_t number = 0;
+  int shown = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    Result<MetricsLine> parsed = parse_metrics_line(line);
+    if (!parsed) {
+      // The final line of a live file may be mid-write: not worth a warning, but still counted.
+      ++record.skipped_metrics_lines;
+      if (shown++ < kProblemsPerFile) {
+        record.problems.push_back(shown_name + ":" + std::to_string(number) + ": skipped (" +
+                                  parsed.error().message + ")");
+      }
+      continue;
+    }
+    if (parsed->training) record.training.push_back(std::move(*parsed->training));
+    for (HostResources& resources : parsed->resources) record.resources.push_back(std::move(resources));
+  }
+}
+
+}  // namespace
+
+Result<MetricsLine> parse_metrics_line(std::string_view line) {
+  json object = json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (object.is_discarded()) return Error::infra("not valid JSON");
+  if (!object.is_object()) return Error::infra("not a JSON object");
+  std::optional<int64_t> wall_ms = metrics::event_time_ms(object);
+  if (!wall_ms) return Error::infra("\"ts\" is missing or not a timestamp");
+  MetricsLine parsed;
+
+  // Training: per-rank lines ("ranks") or summaries ("ranks_reporting", spreads, "outliers").
+  const json* ranks = json_member(object, "ranks");
+  std::optional<int64_t> reporting = json_int(object, "ranks_reporting");
+  if ((ranks && ranks->is_array()) || reporting) {
+    TrainingSample sample;
+    sample.wall_ms = *wall_ms;
+    std::optional<int64_t> generation = json_int(object, "gen");
+    sample.generation = generation && *generation >= 0 && *generation < INT32_MAX ? static_cast<int>(*generation) : 0;
+    if (reporting) {
+      sample.summary = true;
+      sample.ranks_reporting = *reporting;
+      sample.step = parse_spread(object, "step");
+      sample.step_ms = parse_spread(object, "step_ms");
+      sample.loss = parse_spread(object, "loss");
+      sample.ranks = parse_rank_samples(json_member(object, "outliers"));
+    } else {
+      sample.ranks = parse_rank_samples(ranks);
+      sample.ranks_reporting = static_cast<int64_t>(sample.ranks.size());
+    }
+    parsed.training = std::move(sample);
+  }
+
+  // Resources: {"hosts": [{"host": ..., ...}]} or a line about one {"host": ..., ...}.
+  if (const json* hosts = json_member(object, "hosts"); hosts && hosts->is_array()) {
+    for (const json& entry : *hosts) {
+      if (std::optional<HostResources> resources = parse_resources(entry, *wall_ms)) {
+        parsed.resources.push_back(std::move(*resources));
+      }
+    }
+  } else if (!parsed.training && json_member(object, "host")) {
+    if (std::optional<HostResources> resources = parse_resources(object, *wall_ms)) {
+      parsed.resources.push_back(std::move(*resources));
+    }
+  }
+  if (!parsed.training && parsed.resources.empty()) return Error::infra("neither training figures nor host resources");
+  return parsed;
+}
+
+Result<HostFacts> parse_host_facts(std::string_view text, const std::string& fallback_name) {
+  json object = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (object.is_discarded()) return Error::infra("not valid JSON");
+  if (!object.is_object()) return Error::infra("not a JSON object");
+  HostFacts host;
+  host.name = json_string(object, "host", fallback_name);
+  host.version = json_string(object, "version");
+  const json* facts = json_member(object, "facts");
+  if (!facts || !facts->is_object()) facts = &object;  // facts at the top level
+  host.hostname = json_string(*facts, "hostname");
+  host.cpus = json_int(*facts, "cpus").value_or(0);
+  host.memory_mb = json_int(*facts, "memory_mb").value_or(0);
+  host.topology = json_string(*facts, "topology");
+  if (const json* gpus = json_member(*facts, "gpus"); gpus && gpus->is_array()) {
+    for (const json& gpu : *gpus) {
+      if (!gpu.is_object()) continue;
+      host.gpus.push_back({json_int(gpu, "index").value_or(static_cast<int64_t>(host.gpus.size())),
+                           json_string(gpu, "name"), json_string(gpu, "uuid")});
+    }
+  }
+  return host;
+}
+
+Result<RunRecord> load_run_record(const std::string& dir) {
+  namespace fs = std::filesystem;
+  RunRecord record;
+  std::error_code absolute_error;
+  record.dir = fs::absolute(dir, absolute_error).lexically_normal().string();
+  if (record.dir.size() > 1 && record.dir.back() == '/') record.dir.pop_back();
+  record.run_id = fs::path(record.dir).filename().string();
+
+  int shown = 0;
+  Result<std::vector<json>> events = read_events(dir + "/events.jsonl", [&](const std::string& warning) {
+    ++record.skipped_event_lines;
+    if (shown++ < kProblemsPerFile) record.problems.push_back(warning);
+  });
+  if (!events) return Error::user(dir + " is not a dtrain run directory: " + events.error().message);
+  record.events = std::move(*events);
+
+  if (Result<json> state = read_state_file(dir + "/state.json")) {
+    record.state = std::move(*state);
+  } else {
+    record.problems.push_back(state.error().message);
+  }
+
+  std::error_code error;
+  std::vector<fs::path> plan_files, host_files;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir, error)) {
+    std::string name = entry.path().filename().string();
+    if (name.rfind("plan-", 0) == 0 && name.size() > 10 && name.compare(name.size() - 5, 5, ".json") == 0) {
+      plan_files.push_back(entry.path());
+    }
+  }
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir + "/hosts", error)) {
+    if (entry.path().extension() == ".json") host_files.push_back(entry.path());
+  }
+  std::sort(host_files.begin(), host_files.end());
+
+  for (const fs::path& path : plan_files) {
+    std::string digits = path.filename().string().substr(5);
+    digits.resize(digits.size() - 5);
+    if (digits.empty() || digits.size() > 6 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    int generation = std::stoi(digits);
+    Result<std::string> text = read_file(path.string());
+    json plan = text ? json::parse(*text, nullptr, false) : json();
+    Result<PlanRecord> parsed = text ? parse_plan_record(plan, generation, path.string())
+                                     : Result<PlanRecord>(text.error());
+    if (parsed) record.plans.emplace(generation, std::move(*parsed));
+    else record.problems.push_back(parsed.error().message);
+  }
+  for (const fs::path& path : host_files) {
+    Result<std::string> text = read_file(path.string());
+    Result<HostFacts> host = text ? parse_host_facts(*text, path.stem().string()) : Result<HostFacts>(text.error());
+    if (host) record.hosts.push_back(std::move(*host));
+    else record.problems.push_back(path.string() + ": " + host.error().message);
+  }
+
+  read_metrics_file(dir + "/metrics.1.jsonl", "metrics.1.jsonl", record);
+  read_metrics_file(dir + "/metrics.jsonl", "metrics.jsonl", record);
+  if (record.skipped_metrics_lines > kProblemsPerFile) {
+    record.problems.push_back(std::to_string(record.skipped_metrics_lines) + " metrics lines skipped in all");
+  }
+  if (record.skipped_event_lines > kProblemsPerFile) {
+    record.problems.push_back(std::to_string(record.skipped_event_lines) + " event lines skipped in all");
+  }
+  return record;
+}
+
+}  // namespace dtrain::report

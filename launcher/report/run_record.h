@@ -1,0 +1,105 @@
+#pragma once
+// Everything `dtrain report` reads from a run directory, parsed once at the boundary into typed
+// values: events.jsonl (through runlog's read_events), state.json, plan-<gen>.json,
+// hosts/<host>.json and metrics.jsonl (+ metrics.1.jsonl, the rotated part). Every file is
+// untrusted (DESIGN.md §6): a damaged line or file is skipped and counted, never a crash, and
+// the report says what it skipped.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "launcher/base/result.h"
+#include "launcher/runlog/plan_record.h"
+
+namespace dtrain::report {
+
+/// min / median / max of one quantity over the ranks of a summary line.
+struct Spread {
+  double min = 0, median = 0, max = 0;
+};
+
+/// One rank in a metrics line.
+struct RankSample {
+  int rank = 0;
+  int64_t step = 0;
+  std::optional<double> loss;
+  std::optional<double> step_ms;
+};
+
+/// One training line of metrics.jsonl. Up to 64 ranks the supervisor lists every rank; beyond
+/// that a summary (spreads) plus only the ranks that stand out ("outliers").
+struct TrainingSample {
+  int64_t wall_ms = 0;
+  int generation = 0;
+  std::vector<RankSample> ranks;  ///< every rank, or the outliers of a summary line
+  bool summary = false;
+  int64_t ranks_reporting = 0;    ///< summary lines
+  std::optional<Spread> step, step_ms, loss;
+};
+
+/// One host's resource figures at one time (CPU, memory, GPU...): every numeric field of the
+/// line, nested ones named "gpus.0.util" — whatever the agent reports, shown as it is named.
+struct HostResources {
+  int64_t wall_ms = 0;
+  std::string host;
+  std::map<std::string, double> values;
+};
+
+/// What one metrics.jsonl line holds: a training sample, resource figures of hosts, or both.
+struct MetricsLine {
+  std::optional<TrainingSample> training;
+  std::vector<HostResources> resources;
+};
+
+/// Parses one metrics.jsonl line. Errors say what is wrong ("not valid JSON", "\"ts\" is
+/// missing or not a timestamp"); fields of the wrong type are left out, not errors, so that a
+/// newer writer's line still shows what this reader knows. Never throws.
+Result<MetricsLine> parse_metrics_line(std::string_view line);
+
+/// A host as hosts/<host>.json describes it (the agent's facts at hello).
+struct HostFacts {
+  std::string name;      ///< the spec's name for the host
+  std::string hostname;  ///< what the host calls itself
+  std::string version;   ///< its dtrain
+  int64_t cpus = 0;
+  int64_t memory_mb = 0;
+  struct Gpu {
+    int64_t index = 0;
+    std::string name, uuid;
+  };
+  std::vector<Gpu> gpus;
+  std::string topology;  ///< `nvidia-smi topo -m` as printed, empty when the host has none
+};
+
+/// Parses a hosts/<host>.json file; `fallback_name` (from the file name) when it names none.
+Result<HostFacts> parse_host_facts(std::string_view text, const std::string& fallback_name);
+
+/// A run directory, read.
+struct RunRecord {
+  std::string dir;
+  std::string run_id;
+  std::vector<nlohmann::json> events;  ///< each checked by parse_event_line()
+  int64_t skipped_event_lines = 0;
+  std::optional<nlohmann::json> state;  ///< state.json, when readable
+  std::map<int, PlanRecord> plans;      ///< by generation
+  std::vector<HostFacts> hosts;         ///< in file-name order
+  std::vector<TrainingSample> training;  ///< oldest first
+  std::vector<HostResources> resources;  ///< oldest first
+  int64_t skipped_metrics_lines = 0;
+  /// What could not be read, one line each ("state.json: ..."), shown in the report: the first
+  /// few skipped lines of each file and every unreadable file.
+  std::vector<std::string> problems;
+};
+
+/// Reads the run directory `dir`. An error only when it is not a run directory at all (no
+/// events.jsonl, or one whose header is not dtrain's); everything else that is missing or
+/// damaged is noted in `problems` and left out.
+Result<RunRecord> load_run_record(const std::string& dir);
+
+}  // namespace dtrain::report
