@@ -41,8 +41,8 @@ std::vector<StragglerChange> StragglerDetector::evaluate() {
   for (size_t i = 0; i < ranks_.size(); ++i) {
     RankWindow& window = ranks_[i];
     if (!window.median_ms || !fastest) continue;
-    // Sub-millisecond work is noise (and a zero median would divide by zero): as fast as the fastest.
-    window.score = *window.median_ms <= 1e-3 ? 1.0 : std::min(1.0, std::max(*fastest, 1e-3) / *window.median_ms);
+    double floor = std::max(options_.noise_floor_ms, 1e-3);  // never a division by zero
+    window.score = std::min(1.0, std::max(*fastest, floor) / std::max(*window.median_ms, floor));
     bool straggling = *window.score < options_.threshold;
     StragglerChange change{static_cast<int>(i), straggling, *window.score, *window.median_ms, *fastest};
     if (straggling && !window.reported) {
@@ -60,6 +60,11 @@ std::vector<StragglerChange> StragglerDetector::evaluate() {
 std::optional<double> StragglerDetector::score(int rank) const {
   if (rank < 0 || static_cast<size_t>(rank) >= ranks_.size()) return std::nullopt;
   return ranks_[static_cast<size_t>(rank)].score;
+}
+
+std::optional<double> StragglerDetector::median_ms(int rank) const {
+  if (rank < 0 || static_cast<size_t>(rank) >= ranks_.size()) return std::nullopt;
+  return ranks_[static_cast<size_t>(rank)].median_ms;
 }
 
 bool StragglerDetector::is_straggler(int rank) const {

@@ -19,6 +19,9 @@ struct StragglerOptions {
   double threshold = 0.75;      ///< metrics.straggler_threshold
   size_t window = 20;           ///< steps per rank kept for its median
   size_t min_samples = 5;       ///< a rank is scored once it has this many
+  /// Medians below this count as this much: a rank that works 0.3 ms per step is not four times
+  /// slower than one that works 0.08 ms (scheduling noise), but one that works 30 ms is.
+  double noise_floor_ms = 5;
 };
 
 struct StragglerChange {
@@ -42,6 +45,8 @@ class StragglerDetector {
 
   /// The score of `rank` at the last evaluate(), when it had one.
   std::optional<double> score(int rank) const;
+  /// The median of `rank`'s window at the last evaluate(), when it had one.
+  std::optional<double> median_ms(int rank) const;
   bool is_straggler(int rank) const;
   /// Ranks that are stragglers now.
   int stragglers() const;

@@ -343,6 +343,7 @@ int RunDriver::run() {
     }
     show_status();
     write_metrics(false);
+    update_task_metrics();
     write_state(false);
   }
 
@@ -351,6 +352,7 @@ int RunDriver::run() {
   write_metrics(true);
   shut_down_agents();
   print_summary(finish);
+  write_prometheus(true);  // after run.finished: the final goodput
   write_state(true);
   recorder_.flush();
   run_.unlink_control_socket();

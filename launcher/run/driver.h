@@ -4,6 +4,7 @@
 //   driver_routing.cpp   agent frames → typed messages → supervisor Events (one handler per type)
 //   driver_actions.cpp   supervisor Actions → frames to agents (start/stop generations, samples)
 //   driver_snapshots.cpp state.json, metrics.jsonl and the console status, built from the supervisor
+//   driver_metrics.cpp   task metrics: generation.stepped, stragglers, goodput, metrics.prom / /metrics
 //   run_summary.cpp      the end-of-run summary
 //   run_recorder.*       where records go (events.jsonl, logs, files, console), off the loop
 //   agent_transports.*   which transport reaches which host
@@ -28,6 +29,7 @@
 #include "launcher/run/agent_link.h"
 #include "launcher/run/agent_transports.h"
 #include "launcher/run/control_socket.h"
+#include "launcher/run/driver_metrics.h"
 #include "launcher/run/run_driver.h"
 #include "launcher/run/run_recorder.h"
 #include "launcher/run/worker_env.h"
@@ -46,6 +48,8 @@ struct RankMetrics {
   int64_t last_beat_wall_ms = 0;
   std::optional<double> loss;
   std::optional<double> step_ms;
+  std::optional<double> comm_ms, data_ms;  ///< time in collectives, waiting for input (when reported)
+  std::optional<int64_t> samples;          ///< samples in the step (when reported)
   bool speaks_protocol = false;
 };
 
@@ -147,7 +151,17 @@ class RunDriver {
   // ---- the end (run_summary.cpp)
   void print_summary(const supervisor::FinishRun& finish);
 
-  void record(nlohmann::json event) { recorder_.record(std::move(event)); }
+  // ---- task metrics (driver_metrics.cpp)
+  /// generation.stepped, straggler samples and events, then write_prometheus(false).
+  void update_task_metrics();
+  /// metrics.prom, the textfile and the endpoint's text: every metrics.interval, or now when forced.
+  void write_prometheus(bool force);
+  void observe_for_metrics(const nlohmann::json& event);
+
+  void record(nlohmann::json event) {
+    observe_for_metrics(event);
+    recorder_.record(std::move(event));
+  }
   spdlog::logger& log() { return recorder_.log(); }
   std::string log_path(int rank) const { return run_.rank_log_path(rank); }
 
@@ -198,6 +212,8 @@ class RunDriver {
   /// status and Prometheus. Xids are not kept here (they are events: gpu.xid).
   std::map<std::string, proto::HostResources> host_resources_;
   int64_t last_resources_metrics_ms_ = 0;
+  TaskMetricsState task_metrics_{spec_.metrics.straggler_threshold};
+  bool task_metrics_seeded_ = false;  ///< events written before this driver fed to task_metrics_
   static constexpr int64_t kResourcesMetricsSpacingMs = 5'000;  ///< as metrics.jsonl's rank lines
 };
 

@@ -303,6 +303,9 @@ void RunDriver::on_worker_message(AgentLink&, const proto::FromWorker& from, con
   metrics.speaks_protocol = true;
   if (beat.loss) metrics.loss = *beat.loss;
   if (beat.step_ms) metrics.step_ms = *beat.step_ms;
+  if (beat.comm_ms) metrics.comm_ms = *beat.comm_ms;
+  if (beat.data_ms) metrics.data_ms = *beat.data_ms;
+  if (beat.samples) metrics.samples = *beat.samples;
   std::optional<bool> in_checkpoint;
   if (beat.phase) in_checkpoint = *beat.phase == proto::WorkerPhase::checkpoint;
   feed(supervisor::WorkerProgress{from.gen, from.rank, beat.step, in_checkpoint});

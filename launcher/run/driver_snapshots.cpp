@@ -90,6 +90,16 @@ void RunDriver::write_state(bool force) {
       {"last_recovery", supervisor_.last_recovery().is_null() ? json(nullptr) : supervisor_.last_recovery()},
       {"last_checkpoint_step", last_checkpoint_step_ >= 0 ? json(last_checkpoint_step_) : json(nullptr)},
       {"root_cause", root_cause}, {"spec_path", run_.spec_path()}, {"detached", detached_}};
+  // Stragglers now (dtrain status shows them) and the goodput so far.
+  json stragglers = json::array();
+  for (size_t i = 0; i < statuses.size() && i < plan.ranks.size(); ++i) {
+    if (!task_metrics_.stragglers.is_straggler(static_cast<int>(i))) continue;
+    stragglers.push_back({{"rank", plan.ranks[i].rank}, {"host", plan.ranks[i].host},
+                          {"score", task_metrics_.stragglers.score(static_cast<int>(i)).value_or(1.0)},
+                          {"median_step_ms", task_metrics_.stragglers.median_ms(static_cast<int>(i)).value_or(0.0)}});
+  }
+  state["stragglers"] = std::move(stragglers);
+  state["goodput"] = task_metrics_.goodput.at(clock_.wall_ms()).to_json();
   recorder_.state(std::move(state));
   // Building the snapshot is O(ranks) on the loop: at most ~2% of the loop's time goes to it.
   state_write_spacing_ms_ = std::max<int64_t>(kStateWriteSpacingMs, 50 * (clock_.monotonic_ms() - now));

@@ -9,7 +9,7 @@
 using namespace dtrain;
 
 TEST_CASE("a rank twice as slow as the fastest is detected once, then cleared once") {
-  metrics::StragglerDetector detector({0.75, 10, 5});
+  metrics::StragglerDetector detector({0.75, 10, 5, 5});
   detector.reset(4);
   int64_t step = 0;
   auto run_steps = [&](int count, double slow_ms) {
@@ -66,4 +66,19 @@ TEST_CASE("alike ranks and out-of-range input make no stragglers") {
   }
   CHECK(detector.stragglers() == 0);
   CHECK(!detector.score(5));
+}
+
+TEST_CASE("work under the noise floor is never a straggler; far above it is") {
+  metrics::StragglerDetector detector({0.75, 10, 5, 5});
+  detector.reset(3);
+  for (int64_t step = 1; step <= 10; ++step) {
+    detector.add(0, step, 0.08);  // waits in the all-reduce for the others: little work of its own
+    detector.add(1, step, 0.3);
+    detector.add(2, step, 30);    // DTRAIN_FAULT_SLOW_RANK=2:30
+  }
+  std::vector<metrics::StragglerChange> changes = detector.evaluate();
+  REQUIRE(changes.size() == 1);
+  CHECK(changes[0].rank == 2);
+  CHECK(changes[0].score == doctest::Approx(5.0 / 30));
+  CHECK(*detector.score(1) == 1.0);
 }

@@ -6,8 +6,10 @@
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "worker/runtime/worker.h"
@@ -93,6 +95,16 @@ std::optional<worker::Error> refuse_other_layout(const std::string& dir, int64_t
   worker::Result<TrainState> saved = decode_state(*payload, layout.widths);
   if (!saved) return std::nullopt;
   return layout_refusal(*saved, layout.tensor, layout.pipeline, *step, dir);
+}
+
+/// DTRAIN_FAULT_SLOW_RANK=<rank>:<ms>: that rank works <ms> longer on every step (before its
+/// gradients are reduced, so the others wait for it in the all-reduce): the straggler drill.
+/// 0 for every other rank, or when unset or malformed.
+int slow_rank_delay_ms(int rank) {
+  const char* value = std::getenv("DTRAIN_FAULT_SLOW_RANK");
+  int slow_rank = -1, delay_ms = 0;
+  if (!value || std::sscanf(value, "%d:%d", &slow_rank, &delay_ms) != 2 || slow_rank != rank) return 0;
+  return std::max(0, delay_ms);
 }
 
 /// Mean timings over the steps after the first (which includes connection warm-up).
@@ -216,6 +228,7 @@ int run(const Options& options) {
   std::vector<double> grad(count + 1);  // last slot: the batch's loss sum, reduced with the gradients
   double loss = 0;
   TimingTotals totals;
+  const int slow_ms = slow_rank_delay_ms(topology.rank);
   for (int64_t step = first_step; step <= options.steps; ++step) {
     Clock::time_point started = Clock::now();
     std::fill(grad.begin(), grad.end(), 0.0);
@@ -225,6 +238,7 @@ int run(const Options& options) {
     if (auto ran = pipeline.run(first_sample, grad.data(), times); !ran) {
       return fail(worker, &groups, "step " + std::to_string(step) + ": " + ran.error().message);
     }
+    if (slow_ms > 0) std::this_thread::sleep_for(Millis(slow_ms));
     double pipeline_ms = ms_since(started);
     Clock::time_point reduce = Clock::now();
     if (auto reduced = (*data_staging)->allreduce_sum(grad.data(), grad.size(), timeout); !reduced) {

@@ -1,0 +1,195 @@
+// Task metrics while the run goes: the first step of each generation (generation.stepped),
+// straggler scores from every rank's step times (straggler.detected / .cleared), goodput, and
+// the Prometheus exposition — <run dir>/metrics.prom, the node_exporter textfile and the
+// loopback /metrics endpoint — every metrics.interval and at the end. Files are written by
+// the recorder's thread, the endpoint serves from its own: the loop only copies numbers.
+
+#include <algorithm>
+
+#include "launcher/base/event_catalogue.h"
+#include "launcher/metrics/task_metrics.h"
+#include "launcher/run/driver.h"
+#include "launcher/runlog/json_access.h"
+
+namespace dtrain::run {
+
+using nlohmann::json;
+
+void TaskMetricsState::observe(const json& event, int64_t wall_ms, int64_t monotonic_ms) {
+  goodput.add(event, wall_ms);
+  const std::string name = json_string(event, "ev");
+  if (name == events::kPlanGeneration) {
+    generation_resume_step = json_int(event, "resume_step").value_or(-1);
+  } else if (name == events::kGenerationSpawned) {
+    generation_spawned_ms = monotonic_ms;
+  } else if (name == events::kRecoveryStarted) {
+    const json* cause = json_member(event, "cause");
+    ++restarts_by_kind[cause ? json_string(*cause, "kind", "unknown") : "unknown"];
+  } else if (name == events::kCheckpointCommitted) {
+    ++checkpoints;
+    int64_t bytes = json_int(event, "bytes").value_or(0);
+    checkpoint_bytes += bytes;
+    last_checkpoint_bytes = bytes;
+    last_checkpoint_step = json_int(event, "step");
+    last_checkpoint_seconds = json_number(event, "seconds");
+  } else if (name == events::kRecoveryCompleted) {
+    last_recovery_phase_seconds.clear();
+    if (const json* phases = json_member(event, "phases"); phases && phases->is_object()) {
+      for (const auto& [phase, value] : phases->items()) {
+        if (!value.is_number()) continue;
+        std::string label = phase.size() > 3 && phase.ends_with("_ms") ? phase.substr(0, phase.size() - 3) : phase;
+        last_recovery_phase_seconds[label] = value.get<double>() / 1000.0;
+      }
+    }
+  }
+}
+
+void RunDriver::observe_for_metrics(const json& event) {
+  if (!task_metrics_seeded_) {
+    // run.submitted (and, for a resumed run, its whole history) was written before this driver
+    // existed: goodput counts from the submit.
+    task_metrics_seeded_ = true;
+    if (Result<std::vector<json>> earlier = read_events(run_.events_path())) {
+      for (const json& old : *earlier) {
+        if (std::optional<int64_t> at = metrics::event_time_ms(old)) task_metrics_.observe(old, *at, clock_.monotonic_ms());
+      }
+    }
+  }
+  task_metrics_.observe(event, clock_.wall_ms(), clock_.monotonic_ms());
+}
+
+void RunDriver::update_task_metrics() {
+  TaskMetricsState& state = task_metrics_;
+  if (!state.endpoint && !spec_.metrics.listen.empty() && state.last_write_ms < 0) {
+    // Tried once: a port in use costs the run its endpoint, never the run.
+    if (auto endpoint = metrics::MetricsEndpoint::start(spec_.metrics.listen)) {
+      state.endpoint = std::move(endpoint).value();
+      log().info("metrics: serving GET /metrics on {}", spec_.metrics.listen);
+    } else {
+      log().warn("{}", endpoint.error().message);
+      recorder_.console_line("warning: " + endpoint.error().message);
+    }
+  }
+  const int generation = supervisor_.generation();
+  const auto& ranks = supervisor_.ranks();
+  const plan::RankPlan& plan = supervisor_.current_plan();
+  int64_t now = clock_.monotonic_ms();
+  if (generation != state.generation) {
+    state.generation = generation;
+    state.generation_stepped = false;
+    state.stragglers.reset(static_cast<int>(ranks.size()));
+  }
+  if (generation >= 0 && !state.generation_stepped) {
+    for (const supervisor::RankStatus& rank : ranks) {
+      if (rank.step < 0 || rank.step <= state.generation_resume_step) continue;
+      state.generation_stepped = true;
+      record({{"ev", events::kGenerationStepped}, {"gen", generation}, {"step", rank.step},
+              {"ms_since_spawn", std::max<int64_t>(0, now - state.generation_spawned_ms)}});
+      break;
+    }
+  }
+  // Step times are sampled once a second: beats arrive at the heartbeat interval anyway, and a
+  // pass over every rank is O(ranks).
+  if (state.generation_stepped && now - state.last_sample_ms >= 1000) {
+    state.last_sample_ms = now;
+    for (size_t i = 0; i < ranks.size() && i < metrics_.size(); ++i) {
+      const RankMetrics& rank = metrics_[i];
+      if (ranks[i].step < 0 || !rank.step_ms) continue;
+      // The rank's own work: its step less its wait in collectives (see stragglers.h).
+      double work_ms = std::max(0.0, *rank.step_ms - rank.comm_ms.value_or(0.0));
+      state.stragglers.add(static_cast<int>(i), ranks[i].step, work_ms);
+    }
+    for (const metrics::StragglerChange& change : state.stragglers.evaluate()) {
+      std::string host = static_cast<size_t>(change.rank) < plan.ranks.size() ? plan.ranks[change.rank].host : "";
+      json event = {{"ev", change.detected ? events::kStragglerDetected : events::kStragglerCleared},
+                    {"gen", generation}, {"host", host}, {"rank", change.rank}, {"score", change.score},
+                    {"median_step_ms", change.median_ms}, {"fastest_median_ms", change.fastest_median_ms}};
+      if (change.detected) {
+        log().warn("straggler: rank {} on {}: median {:.1f} ms of work per step, the fastest rank {:.1f} ms (score {:.2f})",
+                   change.rank, host, change.median_ms, change.fastest_median_ms, change.score);
+      }
+      record(std::move(event));
+    }
+  }
+  write_prometheus(false);
+}
+
+void RunDriver::write_prometheus(bool force) {
+  TaskMetricsState& state = task_metrics_;
+  int64_t now = clock_.monotonic_ms();
+  if (!force && state.last_write_ms >= 0 && now - state.last_write_ms < spec_.metrics.interval.count()) return;
+  state.last_write_ms = now;
+
+  metrics::TaskSnapshot snapshot;
+  const plan::RankPlan& plan = supervisor_.current_plan();
+  snapshot.run_id = run_.id();
+  snapshot.name = spec_.name;
+  snapshot.state = supervisor::to_string(supervisor_.state());
+  snapshot.generation = std::max(0, supervisor_.generation());
+  snapshot.world_size = plan.world_size;
+  snapshot.global_batch = spec_.batch.global;
+  snapshot.restarts_by_kind = state.restarts_by_kind;
+  snapshot.checkpoints_committed = state.checkpoints;
+  snapshot.checkpoint_bytes_total = state.checkpoint_bytes;
+  snapshot.last_checkpoint_step = state.last_checkpoint_step;
+  snapshot.last_checkpoint_bytes = state.last_checkpoint_bytes;
+  snapshot.last_checkpoint_seconds = state.last_checkpoint_seconds;
+  snapshot.last_recovery_phase_seconds = state.last_recovery_phase_seconds;
+  snapshot.straggler_threshold = spec_.metrics.straggler_threshold;
+  snapshot.stragglers = state.stragglers.stragglers();
+  snapshot.goodput = state.goodput.at(clock_.wall_ms());
+  const auto& ranks = supervisor_.ranks();
+  snapshot.ranks.reserve(ranks.size());
+  for (size_t i = 0; i < ranks.size() && i < plan.ranks.size(); ++i) {
+    metrics::RankTaskMetrics rank;
+    rank.rank = plan.ranks[i].rank;
+    rank.host = plan.ranks[i].host;
+    rank.step = ranks[i].step;
+    if (i < metrics_.size()) {
+      const RankMetrics& progress = metrics_[i];
+      auto seconds = [](const std::optional<double>& ms) -> std::optional<double> {
+        return ms ? std::optional<double>(*ms / 1000.0) : std::nullopt;
+      };
+      rank.step_seconds = seconds(progress.step_ms);
+      rank.comm_seconds = seconds(progress.comm_ms);
+      rank.data_seconds = seconds(progress.data_ms);
+      rank.loss = progress.loss;
+      if (progress.samples && progress.step_ms && *progress.step_ms > 0) {
+        rank.samples_per_second = static_cast<double>(*progress.samples) * 1000.0 / *progress.step_ms;
+      }
+    }
+    rank.straggler_score = state.stragglers.score(static_cast<int>(i));
+    snapshot.ranks.push_back(std::move(rank));
+  }
+  for (const auto& [host, resources] : host_resources_) {
+    metrics::HostResourceMetrics out;
+    out.host = host;
+    if (resources.cpu_percent) out.cpu_utilisation = *resources.cpu_percent / 100.0;
+    constexpr double kMiB = 1024.0 * 1024.0;
+    if (resources.memory_used_mb) out.memory_used_bytes = static_cast<double>(*resources.memory_used_mb) * kMiB;
+    if (resources.memory_total_mb) out.memory_total_bytes = static_cast<double>(*resources.memory_total_mb) * kMiB;
+    for (const proto::GpuResources& gpu : resources.gpus) {
+      metrics::HostResourceMetrics::Gpu g;
+      g.index = gpu.index;
+      if (gpu.utilization_percent) g.utilisation = *gpu.utilization_percent / 100.0;
+      if (gpu.memory_used_mb) g.memory_used_bytes = static_cast<double>(*gpu.memory_used_mb) * kMiB;
+      g.power_watts = gpu.power_w;
+      if (gpu.temperature_c) g.temperature_celsius = static_cast<double>(*gpu.temperature_c);
+      if (gpu.ecc_uncorrected) g.ecc_errors = static_cast<double>(*gpu.ecc_uncorrected);
+      out.gpus.push_back(std::move(g));
+    }
+    snapshot.hosts.push_back(std::move(out));
+  }
+
+  std::string text = metrics::render_prometheus(snapshot);
+  if (state.endpoint) state.endpoint->publish(text);
+  if (!spec_.metrics.textfile_dir.empty()) {
+    // The name ends in .prom only once complete (the temporary file does not), so the collector
+    // never reads half of one. The file is 0600 like every file dtrain writes: node_exporter
+    // must run as this user (or root) to read it.
+    recorder_.write_file(spec_.metrics.textfile_dir + "/dtrain_" + run_.id() + ".prom", text);
+  }
+  recorder_.write_file(run_.path() + "/metrics.prom", std::move(text));
+}
+
+}  // namespace dtrain::run
