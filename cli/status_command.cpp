@@ -372,22 +372,6 @@ void print_run_text(const RunDirectory& run, const json& state, bool alive, cons
     if (stragglers->size() > kShown) named.push_back("and " + std::to_string(stragglers->size() - kShown) + " more");
     print_field("stragglers", join(named, ", "));
   }
-  // Ranks slower than the fastest (metrics.straggler_threshold): the first few, by name.
-  if (const json* stragglers = json_member(state, "stragglers"); stragglers && stragglers->is_array() &&
-                                                                   !stragglers->empty()) {
-    constexpr size_t kShown = 8;
-    std::vector<std::string> named;
-    for (size_t i = 0; i < stragglers->size() && i < kShown; ++i) {
-      const json& straggler = (*stragglers)[i];
-      char score[64];
-      std::snprintf(score, sizeof score, "score %.2f, %.0f ms of work per step",
-                    json_number(straggler, "score").value_or(0), json_number(straggler, "median_step_ms").value_or(0));
-      named.push_back("rank " + opt_int(straggler, "rank") + " on " + json_string(straggler, "host", "?") + " (" +
-                      score + ")");
-    }
-    if (stragglers->size() > kShown) named.push_back("and " + std::to_string(stragglers->size() - kShown) + " more");
-    print_field("stragglers", join(named, ", "));
-  }
 
   // Heartbeat ages are measured against the end of the run once it has one.
   int64_t age_reference = finished.value_or(alive ? now : json_int(state, "updated_at_ms").value_or(now));
