@@ -68,7 +68,7 @@ TEST_CASE("alike ranks and out-of-range input make no stragglers") {
   CHECK(!detector.score(5));
 }
 
-TEST_CASE("work under the noise floor is never a straggler; far above it is") {
+TEST_CASE("work under the noise floor is never a straggler, far above it is") {
   metrics::StragglerDetector detector({0.75, 10, 5, 5});
   detector.reset(3);
   for (int64_t step = 1; step <= 10; ++step) {
