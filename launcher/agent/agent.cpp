@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "launcher/agent/failure_sample.h"
+#include "launcher/agent/flight_recorder.h"
 #include "launcher/agent/host_facts.h"
 #include "launcher/agent/kill_operation.h"
 #include "launcher/agent/outbox.h"
@@ -127,6 +128,7 @@ class Agent {
   void on_reserve_port(const json& message);
   void on_fence(const json& message);
   void on_sample(const json& message);
+  void on_dump(const json& message);
 
   void spawn_one(const WorkerLaunch& launch);
   void open_worker_files();
@@ -418,6 +420,7 @@ void Agent::handle_frame(const json& message) {
       {proto::msg::kReservePort, &Agent::on_reserve_port},
       {proto::msg::kFence, &Agent::on_fence},
       {proto::msg::kSample, &Agent::on_sample},
+      {proto::msg::kDump, &Agent::on_dump},
   };
   std::string type = message["type"].get<std::string>();
   auto handler = handlers.find(type);
@@ -541,6 +544,7 @@ void Agent::add_worker_files(WorkerLaunch& launch, bool instrument) {
   std::string error_file = files_->error_file(launch.gen, launch.rank);
   ::unlink(error_file.c_str());  // a record left by an earlier worker is not this one's
   launch.env["TORCHELASTIC_ERROR_FILE"] = error_file;
+  add_hang_evidence_env(launch.env, files_->flight_recorder_prefix(launch.gen));
   if (!instrument) return;
   auto given = launch.env.find("PYTHONPATH");
   const char* inherited = std::getenv("PYTHONPATH");
@@ -661,6 +665,30 @@ void Agent::on_sample(const json& message) {
   }
   out_.send(reply);
   // A beat right after: several samples in a row must not look like a silent agent.
+  int64_t now = now_ms();
+  send_beat(now);
+  next_beat_ms_ = now + config_->heartbeat_interval_ms;
+  out_.flush_some();
+}
+
+void Agent::on_dump(const json& message) {
+  Fields fields{message, {}};
+  int gen = static_cast<int>(fields.integer("gen"));
+  int64_t timeout_ms = fields.integer("timeout_ms");
+  if (!fields.problem.empty()) return protocol_error(fields.problem);
+  std::vector<DumpTarget> targets;
+  for (const auto& [pid, worker] : workers_) {
+    std::optional<char> state = process_state(pid);
+    if (worker->gen() == gen && state && *state != 'Z') targets.push_back({gen, worker->rank(), pid});
+  }
+  // The loop waits here, like a sample: at most half the silence that would make us fence.
+  int64_t cap = std::max<int64_t>(config_->heartbeat_timeout_ms / 2, 0);
+  Millis timeout(std::clamp<int64_t>(timeout_ms, 0, cap));
+  std::string owned = files_ ? files_->directory() : "";
+  for (json& reply : collect_flight_recorder_dumps(targets, timeout, proto::kMaxDumpBytes, owned)) {
+    reply["id"] = message.contains("id") ? message["id"] : json();
+    out_.send(reply);
+  }
   int64_t now = now_ms();
   send_beat(now);
   next_beat_ms_ = now + config_->heartbeat_interval_ms;

@@ -103,6 +103,10 @@ std::string WorkerFiles::error_file(int gen, int rank) const {
   return directory_ + "/error-g" + std::to_string(gen) + "-r" + std::to_string(rank) + ".json";
 }
 
+std::string WorkerFiles::flight_recorder_prefix(int gen) const {
+  return directory_ + "/flight-recorder-g" + std::to_string(gen) + "-rank";
+}
+
 std::string prepend_python_path(const std::string& bootstrap, const std::string& inherited) {
   return inherited.empty() ? bootstrap : bootstrap + ":" + inherited;
 }

@@ -2,8 +2,8 @@
 // The files an agent keeps for its workers, in its own runtime directory (next to its worker
 // socket, so under the same 0700, checked directory): the Python bootstrap it puts first on
 // PYTHONPATH (worker/python/bootstrap/sitecustomize.py and dtrain_worker.py, embedded in the
-// binary at build time), and one TORCHELASTIC_ERROR_FILE per (generation, rank), read when
-// the worker fails. Internal to the agent module.
+// binary at build time), one TORCHELASTIC_ERROR_FILE per (generation, rank), read when
+// the worker fails, and the PyTorch flight recorder's dumps and debug-info pipes. Internal to the agent module.
 
 #include <cstddef>
 #include <optional>
@@ -31,6 +31,12 @@ class WorkerFiles {
 
   /// `<directory>/error-g<gen>-r<rank>.json`, the rank's TORCHELASTIC_ERROR_FILE.
   std::string error_file(int gen, int rank) const;
+
+  /// `<directory>/flight-recorder-g<gen>-rank`: PyTorch appends the rank for a worker's
+  /// flight-recorder dump, and the rank plus ".pipe" for its debug-info pipe (flight_recorder.h).
+  std::string flight_recorder_prefix(int gen) const;
+
+  const std::string& directory() const { return directory_; }
 
  private:
   explicit WorkerFiles(std::string directory) : directory_(std::move(directory)) {}

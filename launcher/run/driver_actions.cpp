@@ -88,6 +88,16 @@ void RunDriver::capture_sample(const supervisor::CaptureSample& sample) {
             {"error", "host " + sample.host + " is not connected; no sample"}});
     return;
   }
+  // PyTorch flight-recorder dumps first, from every rank of the generation on every host (a
+  // collective hangs on all its ranks, and fr_trace compares them): each agent writes to its
+  // workers' debug-info pipes and waits a bounded time for the dumps (dump frames, hang.dump).
+  // Before the sample: gdb stops the process it attaches to, and that one must still dump.
+  for (const plan::PlanHost& host : supervisor_.current_plan().hosts) {
+    auto peer = links_.find(host.entry.name);
+    if (peer == links_.end() || peer->second->lost) continue;
+    peer->second->send({{"type", msg::kDump}, {"id", next_request_id_++}, {"gen", sample.gen},
+                        {"timeout_ms", gdb_timeout.count()}});
+  }
   // Every host's agent samples its own worker, the launch node's too: the supervisor's loop never
   // blocks on gdb. Sent before the kill; the agent handles frames in order, so it samples the
   // hung process before it stops it. Its answer is a sample frame (handle_frame).

@@ -1,0 +1,184 @@
+#include "launcher/agent/flight_recorder.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <optional>
+#include <thread>
+
+#include "launcher/agent/process_tree.h"
+#include "launcher/base/clock.h"
+#include "launcher/base/fd.h"
+#include "launcher/proto/messages.h"
+
+namespace dtrain::agent {
+namespace {
+
+// PyTorch reads the TORCH_FR_* names first in newer releases and TORCH_NCCL_* in older ones.
+constexpr const char* kPipeVariables[] = {"TORCH_FR_DEBUG_INFO_PIPE_FILE", "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"};
+constexpr const char* kDumpVariables[] = {"TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"};
+constexpr const char* kPyTorchDefaultDumpPrefix = "/tmp/nccl_trace_rank_";
+constexpr int64_t kPollMs = 50;
+
+struct FileState {
+  bool exists = false;
+  off_t size = 0;
+  int64_t modified_ns = 0;
+  bool operator==(const FileState& other) const {
+    return exists == other.exists && size == other.size && modified_ns == other.modified_ns;
+  }
+};
+
+FileState file_state(const std::string& path) {
+  struct stat info{};
+  if (::lstat(path.c_str(), &info) != 0 || !S_ISREG(info.st_mode)) return {};
+  return {true, info.st_size, static_cast<int64_t>(info.st_mtim.tv_sec) * 1'000'000'000 + info.st_mtim.tv_nsec};
+}
+
+struct PendingDump {
+  DumpTarget target;
+  std::string pipe;
+  std::string dump;
+  FileState before;        ///< the dump file before the request (an earlier dump, or none)
+  FileState last_seen;     ///< at the previous poll: a dump is complete once it stops changing
+  bool requested = false;  ///< the pipe took our byte
+  bool complete = false;
+  std::optional<std::string> problem;
+};
+
+std::optional<std::string> first_variable(pid_t pid, const char* const (&names)[2]) {
+  for (const char* name : names) {
+    if (std::optional<std::string> value = process_environment_value(pid, name); value && !value->empty()) return value;
+  }
+  return std::nullopt;
+}
+
+// O_NONBLOCK: without a reader the open fails with ENXIO instead of waiting for one.
+std::optional<std::string> request_dump(const std::string& pipe) {
+  struct stat info{};
+  if (::lstat(pipe.c_str(), &info) != 0) return "no debug-info pipe " + pipe;
+  if (!S_ISFIFO(info.st_mode)) return pipe + " is not a fifo";
+  UniqueFd fd(::open(pipe.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC));
+  if (!fd.valid()) return "cannot open " + pipe + ": " + errno_text(errno);
+  if (::write(fd.get(), "1\n", 2) != 2) return "cannot write to " + pipe + ": " + errno_text(errno);
+  return std::nullopt;
+}
+
+nlohmann::json reply_for(const PendingDump& pending, size_t max_bytes, const std::string& owned_directory) {
+  nlohmann::json reply = {{"type", proto::msg::kDump}, {"gen", pending.target.gen}, {"rank", pending.target.rank},
+                          {"pid", pending.target.pid}, {"bytes", 0}};
+  FileState now = file_state(pending.dump);
+  if (!now.exists || now.size == 0) {
+    reply["error"] = pending.problem.value_or("no flight-recorder dump at " + pending.dump + " in time");
+    return reply;
+  }
+  reply["bytes"] = static_cast<int64_t>(now.size);
+  if (static_cast<size_t>(now.size) > max_bytes) {
+    reply["kept_path"] = pending.dump;
+    return reply;
+  }
+  UniqueFd fd(::open(pending.dump.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  std::string data;
+  bool would_block = false;
+  while (fd.valid() && data.size() <= max_bytes) {
+    Result<size_t> got = read_some(fd.get(), data, &would_block);
+    if (!got || *got == 0 || would_block) break;
+  }
+  if (!fd.valid() || data.size() > max_bytes) {
+    reply["error"] = "cannot read " + pending.dump;
+    return reply;
+  }
+  reply["bytes"] = static_cast<int64_t>(data.size());
+  reply["data"] = encode_base64(data);
+  bool ours = !owned_directory.empty() && pending.dump.compare(0, owned_directory.size() + 1, owned_directory + "/") == 0;
+  if (ours) ::unlink(pending.dump.c_str());  // a later generation's dump must not be taken for it
+  if (pending.problem) reply["note"] = *pending.problem + "; this dump was written earlier";
+  return reply;
+}
+
+}  // namespace
+
+void add_hang_evidence_env(std::map<std::string, std::string>& env, const std::string& dump_prefix) {
+  auto set_default = [&](const char* name, const std::string& value) {
+    if (env.count(name) || std::getenv(name)) return;
+    env[name] = value;
+  };
+  set_default("NCCL_DEBUG", "WARN");
+  set_default("TORCH_NCCL_TRACE_BUFFER_SIZE", kFlightRecorderEntries);
+  set_default("TORCH_FR_BUFFER_SIZE", kFlightRecorderEntries);
+  set_default("TORCH_NCCL_DUMP_ON_TIMEOUT", "1");
+  for (const char* name : kDumpVariables) set_default(name, dump_prefix);
+  for (const char* name : kPipeVariables) set_default(name, dump_prefix);
+}
+
+std::vector<nlohmann::json> collect_flight_recorder_dumps(const std::vector<DumpTarget>& targets, Millis timeout,
+                                                          size_t max_bytes, const std::string& owned_directory) {
+  std::vector<PendingDump> pending;
+  for (const DumpTarget& target : targets) {
+    std::optional<std::string> pipe_prefix = first_variable(target.pid, kPipeVariables);
+    std::string rank = process_environment_value(target.pid, "RANK").value_or(std::to_string(target.rank));
+    std::string dump = first_variable(target.pid, kDumpVariables).value_or(kPyTorchDefaultDumpPrefix) + rank;
+    FileState before = file_state(dump);
+    struct stat pipe_info{};
+    bool has_pipe = pipe_prefix && ::lstat((*pipe_prefix + rank + ".pipe").c_str(), &pipe_info) == 0;
+    // Every worker has the variables; only a process whose PyTorch flight recorder made the fifo
+    // (or left a dump) is asked: a worker without it costs no wait and no event.
+    if (!has_pipe && !before.exists) continue;
+    if (!has_pipe) pipe_prefix.reset();
+    PendingDump entry;
+    entry.target = target;
+    entry.pipe = pipe_prefix ? *pipe_prefix + rank + ".pipe" : "";
+    entry.dump = dump;
+    entry.before = entry.last_seen = before;
+    if (pipe_prefix) {
+      entry.problem = request_dump(entry.pipe);
+      entry.requested = !entry.problem;
+    }
+    pending.push_back(std::move(entry));
+  }
+  SystemClock clock;
+  int64_t deadline = clock.monotonic_ms() + timeout.count();
+  for (;;) {
+    bool waiting = false;
+    for (PendingDump& entry : pending) {
+      if (!entry.requested || entry.complete) continue;
+      FileState now = file_state(entry.dump);
+      // Fresh (not the file from before), non-empty, and unchanged over one poll: PyTorch writes
+      // it in place with an ofstream, so a growing file is not a dump yet.
+      entry.complete = now.exists && now.size > 0 && !(now == entry.before) && now == entry.last_seen;
+      entry.last_seen = now;
+      waiting = waiting || !entry.complete;
+    }
+    if (!waiting || clock.monotonic_ms() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(kPollMs));
+  }
+  std::vector<nlohmann::json> replies;
+  for (PendingDump& entry : pending) {
+    if (entry.requested && !entry.complete) {
+      entry.problem = "no dump within " + format_duration(timeout) + " of writing to " + entry.pipe;
+    }
+    replies.push_back(reply_for(entry, max_bytes, owned_directory));
+  }
+  return replies;
+}
+
+std::string encode_base64(const std::string& bytes) {
+  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    uint32_t chunk = static_cast<uint32_t>(static_cast<unsigned char>(bytes[i])) << 16;
+    if (i + 1 < bytes.size()) chunk |= static_cast<uint32_t>(static_cast<unsigned char>(bytes[i + 1])) << 8;
+    if (i + 2 < bytes.size()) chunk |= static_cast<unsigned char>(bytes[i + 2]);
+    out += kAlphabet[(chunk >> 18) & 63];
+    out += kAlphabet[(chunk >> 12) & 63];
+    out += i + 1 < bytes.size() ? kAlphabet[(chunk >> 6) & 63] : '=';
+    out += i + 2 < bytes.size() ? kAlphabet[chunk & 63] : '=';
+  }
+  return out;
+}
+
+}  // namespace dtrain::agent
