@@ -10,6 +10,7 @@ packages=(
   libssh2-1-dev libgloo-dev libasio-dev libsqlite3-dev libssl-dev
   openssh-server openssh-client iproute2 procps python3
   nftables  # the partition-host drill's opt-in firewall method, and its test on the namespace cluster
+  prometheus  # promtool: the tests lint metrics.prom with `promtool check metrics`
   slurm-wlm munge  # testcluster.sh up N --slurm: a real Slurm over the namespace hosts (cluster_slurm tests)
 )
 
