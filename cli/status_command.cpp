@@ -289,6 +289,26 @@ void print_plan(const RunDirectory& run, const Result<PlanRecord>& plan) {
   }
 }
 
+/// "rank 7 on gpu02 (score 0.16, 30 ms of work per step)" for the first few entries of
+/// state.json "stragglers" (ranks slower than the fastest, metrics.straggler_threshold); "none"
+/// for an empty list, "" when the state has none.
+std::string stragglers_text(const json& state) {
+  const json* stragglers = json_member(state, "stragglers");
+  if (!stragglers || !stragglers->is_array()) return "";
+  if (stragglers->empty()) return "none";
+  constexpr size_t kShown = 8;
+  std::vector<std::string> named;
+  for (size_t i = 0; i < stragglers->size() && i < kShown; ++i) {
+    const json& straggler = (*stragglers)[i];
+    char score[64];
+    std::snprintf(score, sizeof score, "score %.2f, %.0f ms of work per step",
+                  json_number(straggler, "score").value_or(0), json_number(straggler, "median_step_ms").value_or(0));
+    named.push_back("rank " + opt_int(straggler, "rank") + " on " + json_string(straggler, "host", "?") + " (" + score + ")");
+  }
+  if (stragglers->size() > kShown) named.push_back("and " + std::to_string(stragglers->size() - kShown) + " more");
+  return join(named, ", ");
+}
+
 void print_run_text(const RunDirectory& run, const json& state, bool alive, const Result<PlanRecord>& plan,
                     const std::vector<json>& events, const std::string& events_error) {
   int64_t now = now_ms();
@@ -357,20 +377,8 @@ void print_run_text(const RunDirectory& run, const json& state, bool alive, cons
     print_field("recovery", recovery_text(*recovery));
   }
   // Ranks slower than the fastest (metrics.straggler_threshold): the first few, by name.
-  if (const json* stragglers = json_member(state, "stragglers"); stragglers && stragglers->is_array() &&
-                                                                   !stragglers->empty()) {
-    constexpr size_t kShown = 8;
-    std::vector<std::string> named;
-    for (size_t i = 0; i < stragglers->size() && i < kShown; ++i) {
-      const json& straggler = (*stragglers)[i];
-      char score[64];
-      std::snprintf(score, sizeof score, "score %.2f, %.0f ms of work per step",
-                    json_number(straggler, "score").value_or(0), json_number(straggler, "median_step_ms").value_or(0));
-      named.push_back("rank " + opt_int(straggler, "rank") + " on " + json_string(straggler, "host", "?") + " (" +
-                      score + ")");
-    }
-    if (stragglers->size() > kShown) named.push_back("and " + std::to_string(stragglers->size() - kShown) + " more");
-    print_field("stragglers", join(named, ", "));
+  if (std::string stragglers = stragglers_text(state); !stragglers.empty() && stragglers != "none") {
+    print_field("stragglers", stragglers);
   }
 
   // Heartbeat ages are measured against the end of the run once it has one.
@@ -479,30 +487,6 @@ std::optional<int64_t> total_steps(const RunDirectory& run, const json& state) {
     }
   }
   return std::nullopt;
-}
-
-/// "rank 7 on gpu02 (score 0.61)" for each entry of state.json "stragglers" (written by the
-/// straggler detector); entries of another shape are shown as JSON.
-std::string stragglers_text(const json& state) {
-  const json* list = json_member(state, "stragglers");
-  if (!list || !list->is_array()) return "";
-  if (list->empty()) return "none";
-  std::vector<std::string> parts;
-  for (const json& entry : *list) {
-    if (parts.size() == 8) {
-      parts.push_back("and " + std::to_string(list->size() - 8) + " more");
-      break;
-    }
-    if (!entry.is_object() || !json_member(entry, "rank")) {
-      parts.push_back(printable(json_compact(entry), 80));
-      continue;
-    }
-    std::string text = "rank " + opt_int(entry, "rank");
-    if (std::string host = json_string(entry, "host"); !host.empty()) text += " on " + host;
-    if (std::optional<double> score = json_number(entry, "score")) text += " (score " + plain(json(*score)) + ")";
-    parts.push_back(text);
-  }
-  return join(parts, ", ");
 }
 
 struct WatchSample {

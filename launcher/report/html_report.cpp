@@ -208,7 +208,7 @@ std::vector<const json*> events_named(const RunRecord& record, std::string_view 
 /// "rank 1 on localhost (worker.exit): killed by SIGKILL"
 std::string cause_line(const json& cause) {
   std::string text;
-  if (json_member(cause, "rank")) text += "rank " + std::to_string(int_field(cause, "rank")) + " on ";
+  if (int_field(cause, "rank") >= 0) text += "rank " + std::to_string(int_field(cause, "rank")) + " on ";
   text += json_string(cause, "host", "?");
   if (std::string kind = json_string(cause, "kind"); !kind.empty()) text += " (" + kind + ")";
   std::string detail = json_string(cause, "detail", json_string(cause, "message"));
@@ -252,7 +252,7 @@ std::string outcome_section(const RunRecord& record, const Timeline& timeline) {
   if ((!cause || !cause->is_object()) && !detected.empty()) cause = detected.front();
   if (cause && cause->is_object()) {
     out += "<div class=\"cause\" id=\"root-cause\"><b>" +
-           std::string(state == "failed" ? "Root cause" : "First failure (recovered)") + ":</b> " +
+           std::string(state == "failed" ? "Root cause" : "Failure (recovered)") + ":</b> " +
            e(cause_line(*cause)) + "</div>";
   } else {
     out += "<p>No failure was detected.</p>";
@@ -278,24 +278,42 @@ std::string outcome_section(const RunRecord& record, const Timeline& timeline) {
 std::string plan_section(const RunRecord& record) {
   std::string out = "<section id=\"plan\"><h2>Plan and GPU topology</h2>";
   if (record.plans.empty()) out += "<p>No plan-&lt;gen&gt;.json in the run directory.</p>";
+  const PlanRecord* previous = nullptr;
   for (const auto& [generation, plan] : record.plans) {
-    out += "<h3 data-gen=\"" + std::to_string(generation) + "\">gen " + std::to_string(generation) + ": world " +
-           std::to_string(plan.world_size) + " = dp " + std::to_string(plan.data) + " × pp " +
-           std::to_string(plan.pipeline) + " × tp " + std::to_string(plan.tensor) + "; global batch " +
-           (plan.global_batch ? std::to_string(plan.global_batch) : std::string("not set")) + " = micro " +
-           std::to_string(plan.micro_batch) + " × dp × grad_accum " + std::to_string(plan.grad_accum) + "</h3>";
+    std::string headline = "gen " + std::to_string(generation) + ": world " + std::to_string(plan.world_size) + " = dp " +
+                           std::to_string(plan.data) + " × pp " + std::to_string(plan.pipeline) + " × tp " +
+                           std::to_string(plan.tensor) + "; global batch " +
+                           (plan.global_batch ? std::to_string(plan.global_batch) : std::string("not set")) + " = micro " +
+                           std::to_string(plan.micro_batch) + " × dp × grad_accum " + std::to_string(plan.grad_accum);
+    // A restart in place keeps the layout: one line says so instead of the same table again.
+    if (previous && same_layout(*previous, plan)) {
+      out += "<h3 data-gen=\"" + std::to_string(generation) + "\">" + e(headline) + "</h3><p class=\"note\">same hosts and ranks as gen " +
+             std::to_string(previous->generation) + "</p>";
+      previous = &plan;
+      continue;
+    }
+    previous = &plan;
+    out += "<h3 data-gen=\"" + std::to_string(generation) + "\">" + e(headline) + "</h3>";
     if (!plan.without.empty()) out += "<p>without: " + e(join(plan.without, ", ")) + "</p>";
     if (!plan.spares_used.empty()) out += "<p>spares in use: " + e(join(plan.spares_used, ", ")) + "</p>";
+    // Up to 8 hosts one per row; more: the first and last few, the rest counted.
+    constexpr size_t kShownHosts = 8;
     out += "<table><tr><th>host</th><th>ranks</th></tr>";
-    size_t shown = 0;
-    for (const PlanRecord::Host& host : plan.hosts) {
-      if (++shown > 16) break;
+    for (size_t i = 0; i < plan.hosts.size(); ++i) {
+      bool shown = plan.hosts.size() <= kShownHosts || i < kShownHosts / 2 || i >= plan.hosts.size() - 2;
+      if (!shown) {
+        if (i == kShownHosts / 2) {
+          out += "<tr><td colspan=\"2\" class=\"note\">… " + std::to_string(plan.hosts.size() - kShownHosts / 2 - 2) +
+                 " more hosts (plan-" + std::to_string(generation) + ".json)</td></tr>";
+        }
+        continue;
+      }
+      const PlanRecord::Host& host = plan.hosts[i];
       std::vector<int> ranks;
       for (const PlanRecord::Rank& rank : host.ranks) ranks.push_back(rank.rank);
       out += "<tr><td>" + e(host.name) + (host.spare ? " (spare)" : "") + "</td><td>" + e(ranges(ranks)) + "</td></tr>";
     }
     out += "</table>";
-    if (plan.hosts.size() > 16) out += "<p class=\"note\">and " + std::to_string(plan.hosts.size() - 16) + " more hosts (plan-" + std::to_string(generation) + ".json).</p>";
   }
 
   // Hosts with the same facts are one row: a thousand-host run has a handful of machine types.

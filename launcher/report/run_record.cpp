@@ -1,6 +1,7 @@
 #include "launcher/report/run_record.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -211,7 +212,29 @@ Result<RunRecord> load_run_record(const std::string& dir) {
   for (const fs::directory_entry& entry : fs::directory_iterator(dir + "/hosts", error)) {
     if (entry.path().extension() == ".json") host_files.push_back(entry.path());
   }
-  std::sort(host_files.begin(), host_files.end());
+  // Natural order: gpu2 before gpu10, as people number their hosts.
+  std::sort(host_files.begin(), host_files.end(), [](const fs::path& a, const fs::path& b) {
+    std::string x = a.stem().string(), y = b.stem().string();
+    size_t i = 0, j = 0;
+    while (i < x.size() && j < y.size()) {
+      if (std::isdigit(static_cast<unsigned char>(x[i])) && std::isdigit(static_cast<unsigned char>(y[j]))) {
+        size_t i_end = x.find_first_not_of("0123456789", i), j_end = y.find_first_not_of("0123456789", j);
+        std::string_view u = std::string_view(x).substr(i, i_end == std::string::npos ? std::string::npos : i_end - i);
+        std::string_view v = std::string_view(y).substr(j, j_end == std::string::npos ? std::string::npos : j_end - j);
+        u.remove_prefix(std::min(u.find_first_not_of('0'), u.size()));
+        v.remove_prefix(std::min(v.find_first_not_of('0'), v.size()));
+        if (u.size() != v.size()) return u.size() < v.size();
+        if (u != v) return u < v;
+        i = i_end == std::string::npos ? x.size() : i_end;
+        j = j_end == std::string::npos ? y.size() : j_end;
+        continue;
+      }
+      if (x[i] != y[j]) return x[i] < y[j];
+      ++i;
+      ++j;
+    }
+    return x.size() - i < y.size() - j;
+  });
 
   for (const fs::path& path : plan_files) {
     std::string digits = path.filename().string().substr(5);
