@@ -12,6 +12,7 @@
 
 #include <sys/resource.h>
 #include <sys/time.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -19,6 +20,9 @@
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -42,6 +46,31 @@ double process_cpu_seconds() {
   ::getrusage(RUSAGE_SELF, &usage);
   auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6; };
   return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
+/// CPU seconds per thread name (/proc/self/task/*/stat), so that the steady window can say which
+/// of the supervisor's threads (loop, run-log writer, state writer, logger) costs what.
+std::map<std::string, double> cpu_seconds_by_thread() {
+  std::map<std::string, double> by_name;
+  static const double ticks = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+    std::ifstream in(task.path() / "stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    size_t open = stat.find('('), close = stat.rfind(')');
+    if (open == std::string::npos || close == std::string::npos) continue;
+    std::string name = stat.substr(open + 1, close - open - 1);
+    std::istringstream rest(stat.substr(close + 2));
+    std::string field;
+    double utime = 0, stime = 0;
+    // Fields after the name: state(3) ... utime(14) stime(15).
+    for (int index = 3; index <= 15 && rest >> field; ++index) {
+      if (index == 14) utime = std::strtod(field.c_str(), nullptr);
+      if (index == 15) stime = std::strtod(field.c_str(), nullptr);
+    }
+    by_name[name] += (utime + stime) / ticks;
+  }
+  return by_name;
 }
 
 double peak_rss_mb() {
@@ -141,13 +170,15 @@ int main(int argc, char** argv) {
                  {"fault", fault}};
   std::atomic<bool> harness_failed{false};
   std::thread harness([&] {
-    // Steady: every rank started and beating (the simulated step counts beats).
-    if (!wait_for([&] { return cluster.newest_step() >= 3; }, 600'000)) {
+    // Steady: every rank started and beating (the simulated step counts beats), and the start's
+    // backlog (16,384 worker.started events, rank logs, host facts) written: three more beats.
+    if (!wait_for([&] { return cluster.newest_step() >= 6; }, 600'000)) {
       harness_failed = true;
       cluster.finish_all();
       return;
     }
     double cpu0 = process_cpu_seconds() - cluster.simulation_cpu_seconds();
+    std::map<std::string, double> threads0 = cpu_seconds_by_thread();
     int64_t t0 = clock.monotonic_ms();
     int64_t sent0 = cluster.frames_sent();
     std::this_thread::sleep_for(*steady);
@@ -156,6 +187,12 @@ int main(int argc, char** argv) {
     double seconds = static_cast<double>(t1 - t0) / 1000.0;
     result["steady_seconds"] = seconds;
     result["supervisor_cpu_percent"] = 100.0 * (cpu1 - cpu0) / seconds;
+    json per_thread = json::object();
+    for (const auto& [name, cpu] : cpu_seconds_by_thread()) {
+      if (name == "fake-cluster") continue;  // the simulation, not the supervisor
+      per_thread[name] = 100.0 * (cpu - threads0[name]) / seconds;
+    }
+    result["cpu_percent_by_thread"] = per_thread;
     result["frames_per_second"] = static_cast<double>(cluster.frames_sent() - sent0) / seconds;
     result["simulation_cpu_seconds"] = cluster.simulation_cpu_seconds();
     char victim_name[32];

@@ -8,6 +8,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libcli11-dev libyaml-cpp-dev libspdlog-dev doctest-dev nlohmann-json3-dev
   libssh2-1-dev libgloo-dev libasio-dev libsqlite3-dev libssl-dev
+  libjemalloc-dev  # the supervisor's allocator (CMakeLists.txt: DTRAIN_JEMALLOC)
   openssh-server openssh-client iproute2 procps python3
   nftables  # the partition-host drill's opt-in firewall method, and its test on the namespace cluster
   prometheus  # promtool: the tests lint metrics.prom with `promtool check metrics`

@@ -92,7 +92,7 @@ std::string disk_full_hint(int error_number, const std::string& directory) {
 
 }  // namespace
 
-Status write_file_atomic(const std::string& path, std::string_view contents, int mode) {
+Status write_file_atomic(const std::string& path, std::string_view contents, int mode, Durability durability) {
   size_t slash = path.find_last_of('/');
   std::string directory = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
   std::string temp = path + ".tmp." + std::to_string(::getpid());
@@ -113,7 +113,8 @@ Status write_file_atomic(const std::string& path, std::string_view contents, int
     contents.remove_prefix(static_cast<size_t>(written));
   }
   // fsync and close report delayed write errors (ENOSPC on NFS, EIO): both count.
-  if (::fsync(fd.get()) != 0 || ::close(fd.release()) != 0) {
+  bool synced = durability == Durability::kSynced;
+  if ((synced && ::fsync(fd.get()) != 0) || ::close(fd.release()) != 0) {
     int saved = errno;
     return Error::infra(path + ": cannot write (fsync: " + errno_text(saved) + "); the old file is unchanged" +
                         disk_full_hint(saved, directory));
@@ -123,6 +124,7 @@ Status write_file_atomic(const std::string& path, std::string_view contents, int
     return Error::infra(path + ": rename: " + errno_text(saved) + "; the old file is unchanged");
   }
   guard.renamed();
+  if (!synced) return {};
   UniqueFd dir_fd(::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (dir_fd.valid()) ::fsync(dir_fd.get());
   return {};

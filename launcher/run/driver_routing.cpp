@@ -87,7 +87,8 @@ void RunDriver::on_agent_message(AgentLink& link, const proto::AgentHello& hello
   recorder_.write_file(run_.host_facts_path(link.host()),
                        json{{"host", link.host()}, {"agent_pid", hello.pid}, {"version", hello.version},
                                {"clock_offset_ms", link.offset_ms()}, {"facts", link.facts}}
-                              .dump(2, ' ', false, json::error_handler_t::replace));
+                              .dump(2, ' ', false, json::error_handler_t::replace),
+                       Durability::kUnsynced);  // re-made at every connect: no fsync per host
   record({{"ev", events::kHostConnected}, {"host", link.host()}, {"agent_pid", hello.pid},
           {"version", hello.version}, {"clock_offset_ms", link.offset_ms()}});
   json facts = {{"ev", events::kHostFacts}, {"host", link.host()}};

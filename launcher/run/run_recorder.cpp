@@ -92,10 +92,12 @@ void RunRecorder::write_file_then_record(std::string path, std::string text, jso
   }, bytes);
 }
 
-void RunRecorder::write_file(std::string path, std::string text) {
+void RunRecorder::write_file(std::string path, std::string text, Durability durability) {
   uint64_t bytes = text.size();
-  writer_.post([this, path = std::move(path), text = std::move(text)] {
-    if (Status written = write_file_atomic(path, text); !written) log_->error("{}", written.error().message);
+  writer_.post([this, path = std::move(path), text = std::move(text), durability] {
+    if (Status written = write_file_atomic(path, text, 0600, durability); !written) {
+      log_->error("{}", written.error().message);
+    }
   }, bytes);
 }
 

@@ -15,6 +15,7 @@
 #include <spdlog/logger.h>
 
 #include "launcher/base/clock.h"
+#include "launcher/base/fd.h"
 #include "launcher/base/result.h"
 #include "launcher/run/console.h"
 #include "launcher/runlog/event_log.h"
@@ -41,7 +42,7 @@ class RunRecorder {
   /// "error" when the write failed.
   void write_file_then_record(std::string path, std::string text, nlohmann::json event);
   /// Writes `text` to `path` atomically; a failure goes to supervisor.log.
-  void write_file(std::string path, std::string text);
+  void write_file(std::string path, std::string text, Durability durability = Durability::kSynced);
   /// A rank's output (whole lines, or a chunk the next call continues). Dropped, and counted in
   /// a runlog.dropped event, while the writer is more than its bound behind.
   void rank_output(int rank, int generation, std::string text);
@@ -49,6 +50,10 @@ class RunRecorder {
   void metrics(nlohmann::json line);
   /// state.json: the newest snapshot wins.
   void state(nlohmann::json snapshot) { state_writer_.submit(std::move(snapshot)); }
+  int64_t last_state_write_ms() const { return state_writer_.last_write_ms(); }
+  void state(nlohmann::json head, std::vector<StateRankRow> ranks) {
+    state_writer_.submit(std::move(head), std::move(ranks));
+  }
 
   void console_line(std::string text);
   void console_status(ConsoleStatus status);

@@ -61,7 +61,7 @@ std::string counted(const char* one, const char* many, const std::vector<std::st
 
 }  // namespace
 
-Result<PlanRecord> parse_plan_record(const json& plan, int generation, const std::string& where) {
+Result<PlanRecord> parse_plan_record(json plan, int generation, const std::string& where) {
   if (!plan.is_object()) return Error::infra(where + ": not a JSON object; not a dtrain plan file");
   std::string problem;
   const std::string at = where + ": ";
@@ -119,7 +119,7 @@ Result<PlanRecord> parse_plan_record(const json& plan, int generation, const std
     }
   }
   if (!problem.empty()) return Error::infra(problem);
-  record.json = plan;
+  record.json = std::move(plan);
   return record;
 }
 
@@ -132,7 +132,7 @@ Result<PlanRecord> read_plan_record(const RunDirectory& run, int generation) {
   if (!text) return text.error();
   json plan = json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (plan.is_discarded()) return Error::infra(path + ": not valid JSON; the file is damaged");
-  return parse_plan_record(plan, generation, path);
+  return parse_plan_record(std::move(plan), generation, path);
 }
 
 bool same_layout(const PlanRecord& a, const PlanRecord& b) {
@@ -188,18 +188,29 @@ std::string plan_history_text(const RunDirectory& run, const PlanRecord& current
   if (!first) return "";
   // Walk the generations in order: every layout change is one re-plan; the current layout
   // began at the last change.
-  PlanRecord previous = *first;
+  // Without copies: at 16,384 ranks a plan (with its JSON) is megabytes.
+  std::optional<PlanRecord> previous_read;
+  const PlanRecord* previous = &*first;
   int replans = 0;
   int since = 0;
   for (int generation = 1; generation <= current.generation; ++generation) {
-    Result<PlanRecord> plan = generation == current.generation ? Result<PlanRecord>(current)
-                                                               : read_plan_record(run, generation);
-    if (!plan) continue;
-    if (!same_layout(previous, *plan)) {
+    std::optional<PlanRecord> read;
+    if (generation != current.generation) {
+      Result<PlanRecord> plan = read_plan_record(run, generation);
+      if (!plan) continue;
+      read = std::move(*plan);
+    }
+    const PlanRecord& plan = read ? *read : current;
+    if (!same_layout(*previous, plan)) {
       ++replans;
       since = generation;
     }
-    previous = std::move(*plan);
+    if (read) {
+      previous_read = std::move(read);
+      previous = &*previous_read;
+    } else {
+      previous = &current;
+    }
   }
   return plan_change_text(*first, current, since, replans);
 }

@@ -43,7 +43,8 @@ struct PlanRecord {
 
 /// Parses a plan::to_json object. Errors (infra) name the missing or mistyped field, prefixed
 /// by `where` (the file's path).
-Result<PlanRecord> parse_plan_record(const nlohmann::json& plan, int generation, const std::string& where);
+/// Takes `plan` by value: the record keeps it (move it in; a 16,384-rank plan is megabytes).
+Result<PlanRecord> parse_plan_record(nlohmann::json plan, int generation, const std::string& where);
 
 /// Reads run.plan_path(generation). A missing file is an infra error that says so ("no
 /// plan-<gen>.json").

@@ -4,7 +4,105 @@
 
 #include <pthread.h>
 
+#include <charconv>
+#include <chrono>
+#include <cmath>
+
+#include "launcher/base/fd.h"
+
 namespace dtrain {
+
+namespace {
+
+void append_number(std::string& out, double value) {
+  if (!std::isfinite(value)) {
+    out += "null";
+    return;
+  }
+  char buffer[32];
+  auto [end, error] = std::to_chars(buffer, buffer + sizeof buffer, value);  // shortest round trip
+  out.append(buffer, error == std::errc() ? end : buffer);
+}
+
+void append_integer(std::string& out, int64_t value) {
+  char buffer[24];
+  auto [end, error] = std::to_chars(buffer, buffer + sizeof buffer, value);
+  out.append(buffer, error == std::errc() ? end : buffer);
+}
+
+void append_string(std::string& out, const std::string& value) {
+  out += nlohmann::json(value).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+}  // namespace
+
+std::string rank_rows_json(const std::vector<StateRankRow>& rows) {
+  std::string out = "[";
+  out.reserve(rows.size() * 200 + 8);
+  bool first = true;
+  for (const StateRankRow& row : rows) {
+    out += first ? "\n    {" : ",\n    {";
+    first = false;
+    out += "\"rank\": ";
+    append_integer(out, row.rank);
+    out += ", \"host\": ";
+    append_string(out, row.host);
+    out += ", \"local_rank\": ";
+    append_integer(out, row.local_rank);
+    out += ", \"dp\": ";
+    append_integer(out, row.dp);
+    out += ", \"pp\": ";
+    append_integer(out, row.pp);
+    out += ", \"tp\": ";
+    append_integer(out, row.tp);
+    out += ", \"pid\": ";
+    if (row.pid) append_integer(out, row.pid);
+    else out += "null";
+    out += ", \"state\": ";
+    append_string(out, row.state);
+    out += ", \"step\": ";
+    if (row.step >= 0) append_integer(out, row.step);
+    else out += "null";
+    out += ", \"last_beat_ms\": ";
+    if (row.last_beat_ms) append_integer(out, row.last_beat_ms);
+    else out += "null";
+    out += ", \"loss\": ";
+    if (row.loss) append_number(out, *row.loss);
+    else out += "null";
+    if (row.step_ms) {
+      out += ", \"step_ms\": ";
+      append_number(out, *row.step_ms);
+    }
+    out += ", \"exit\": ";
+    if (row.exit_signal) {
+      out += "{\"signal\": ";
+      append_string(out, *row.exit_signal);
+      out += "}";
+    } else if (row.exit_code) {
+      out += "{\"code\": ";
+      append_integer(out, *row.exit_code);
+      out += "}";
+    } else {
+      out += "null";
+    }
+    out += "}";
+  }
+  out += rows.empty() ? "]" : "\n  ]";
+  return out;
+}
+
+std::string state_json_text(const nlohmann::json& head, const std::vector<StateRankRow>& rows) {
+  nlohmann::json top = head.is_object() ? head : nlohmann::json::object();
+  top.erase("ranks");
+  if (!top.contains("version")) top["version"] = kRunStateVersion;
+  std::string text = top.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+  // "{\n  ...\n}" (or "{}"): "ranks" goes in before the closing brace.
+  size_t close = text.rfind('}');
+  std::string ranks = "\"ranks\": " + rank_rows_json(rows);
+  if (top.empty()) return "{\n  " + ranks + "\n}\n";
+  text.replace(close - 1, 2, ",\n  " + ranks + "\n}");
+  return text + "\n";
+}
 
 StateWriter::StateWriter(std::string state_path) : path_(std::move(state_path)), thread_([this] { run(); }) {}
 
@@ -20,7 +118,15 @@ StateWriter::~StateWriter() {
 void StateWriter::submit(nlohmann::json state) {
   {
     std::lock_guard lock(mutex_);
-    pending_ = std::move(state);
+    pending_ = Snapshot{std::move(state), std::nullopt};
+  }
+  changed_.notify_all();
+}
+
+void StateWriter::submit(nlohmann::json head, std::vector<StateRankRow> ranks) {
+  {
+    std::lock_guard lock(mutex_);
+    pending_ = Snapshot{std::move(head), std::move(ranks)};
   }
   changed_.notify_all();
 }
@@ -37,11 +143,14 @@ void StateWriter::run() {
   for (;;) {
     changed_.wait(lock, [this] { return pending_ || stopping_; });
     if (!pending_) return;  // stopping, nothing left to write
-    nlohmann::json state = std::move(*pending_);
+    Snapshot snapshot = std::move(*pending_);
     pending_.reset();
     writing_ = true;
     lock.unlock();
-    Status written = write_state_file(path_, state);
+    auto started = std::chrono::steady_clock::now();
+    Status written = snapshot.ranks ? write_file_atomic(path_, state_json_text(snapshot.head, *snapshot.ranks))
+                                    : write_state_file(path_, snapshot.head);
+    last_write_ms_ = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count();
     lock.lock();
     writing_ = false;
     last_ = written;

@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -11,6 +12,7 @@
 #include "launcher/base/fd.h"
 #include "launcher/runlog/control_client.h"
 #include "launcher/runlog/run_state.h"
+#include "launcher/runlog/state_writer.h"
 
 using namespace dtrain;
 using nlohmann::json;
@@ -204,4 +206,76 @@ TEST_CASE("send_control gives up at its deadline when the supervisor never answe
   Result<ControlReply> reply = send_control_to(socket_path, ControlRequest{ControlRequestType::stop}, Millis(200));
   REQUIRE_FALSE(reply.ok());
   CHECK(reply.error().message.find("no reply") != std::string::npos);
+}
+
+TEST_CASE("state.json from rank rows reads back as the schema: nulls, exits, non-finite numbers") {
+  StateRankRow started;
+  started.rank = 0;
+  started.host = "gpu\"01";  // escaped, not broken
+  started.local_rank = 0;
+  started.dp = 0;
+  started.pid = 4242;
+  started.state = "running";
+  started.step = 17;
+  started.last_beat_ms = 1700000000123;
+  started.loss = 0.1;
+  started.step_ms = 250.5;
+  StateRankRow killed;
+  killed.rank = 1;
+  killed.host = "gpu02";
+  killed.local_rank = 1;
+  killed.dp = 1;
+  killed.state = "exited";
+  killed.pid = 77;
+  killed.exit_signal = "SIGKILL";
+  killed.loss = std::numeric_limits<double>::quiet_NaN();
+  StateRankRow pending;
+  pending.rank = 2;
+  pending.host = "gpu03";
+  pending.state = "pending";
+  pending.exit_code = 3;
+
+  json head = {{"run_id", "r1"}, {"state", "running"}, {"ranks", json::array({1, 2})}};
+  json parsed = json::parse(state_json_text(head, {started, killed, pending}));
+  CHECK(parsed["version"] == kRunStateVersion);
+  CHECK(parsed["run_id"] == "r1");
+  REQUIRE(parsed["ranks"].size() == 3);  // the rows, not the head's "ranks"
+  const json& first = parsed["ranks"][0];
+  CHECK(first["host"] == "gpu\"01");
+  CHECK(first["pid"] == 4242);
+  CHECK(first["step"] == 17);
+  CHECK(first["last_beat_ms"] == 1700000000123);
+  CHECK(first["loss"].get<double>() == 0.1);  // shortest round trip: exact
+  CHECK(first["step_ms"].get<double>() == 250.5);
+  CHECK(first["exit"].is_null());
+  const json& second = parsed["ranks"][1];
+  CHECK(second["exit"] == json{{"signal", "SIGKILL"}});
+  CHECK(second["loss"].is_null());
+  CHECK(second["step"].is_null());
+  CHECK_FALSE(second.contains("step_ms"));
+  const json& third = parsed["ranks"][2];
+  CHECK(third["pid"].is_null());
+  CHECK(third["last_beat_ms"].is_null());
+  CHECK(third["exit"] == json{{"code", 3}});
+
+  // No rows and an empty head are still one valid object.
+  CHECK(json::parse(state_json_text(json::object(), {}))["ranks"] == json::array());
+  CHECK(json::parse(state_json_text(json{{"a", 1}}, {}))["a"] == 1);
+}
+
+TEST_CASE("the state writer writes rank rows to state.json off the caller's thread") {
+  TempDir dir;
+  std::string path = dir.path + "/state.json";
+  {
+    StateWriter writer(path);
+    StateRankRow row;
+    row.rank = 0;
+    row.host = "h";
+    row.state = "running";
+    writer.submit(json{{"state", "running"}}, {row});
+    CHECK(writer.flush().ok());
+  }
+  Result<json> state = read_state_file(path);
+  REQUIRE(state.ok());
+  CHECK((*state)["ranks"][0]["host"] == "h");
 }
