@@ -12,6 +12,7 @@ packages=(
   openssh-server openssh-client iproute2 procps python3
   nftables  # the partition-host drill's opt-in firewall method, and its test on the namespace cluster
   prometheus  # promtool: the tests lint metrics.prom with `promtool check metrics`
+  chromium  # headless: the report tests check report.html's DOM (--dump-dom) and keep a screenshot
   slurm-wlm munge  # testcluster.sh up N --slurm: a real Slurm over the namespace hosts (cluster_slurm tests)
 )
 
