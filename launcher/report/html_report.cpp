@@ -94,7 +94,7 @@ h3{font-size:14px;margin:14px 0 4px}
 .sub{color:#5b6573;margin:0 0 10px}
 section{background:#fff;border:1px solid #e1e4e8;border-radius:6px;padding:4px 16px 14px;margin:14px 0}
 table{border-collapse:collapse;font-size:13px;margin:6px 0}th,td{padding:3px 10px 3px 0;text-align:left;vertical-align:top}
-th{color:#5b6573;font-weight:600;border-bottom:1px solid #d5d9df}td.n{text-align:right;font-variant-numeric:tabular-nums}
+th{color:#5b6573;font-weight:600;border-bottom:1px solid #d5d9df}td:not(:last-child){white-space:nowrap}td.n{text-align:right;font-variant-numeric:tabular-nums}
 .outcome{font-size:18px;font-weight:600;padding:8px 12px;border-radius:5px;display:inline-block;margin:8px 0}
 .succeeded{background:#dcf5e3;color:#11652b}.failed{background:#fde0de;color:#8c1d18}.other{background:#fff2cc;color:#6b4e00}
 .cause{border-left:4px solid #c62828;padding:4px 10px;background:#fff6f5;margin:8px 0}
