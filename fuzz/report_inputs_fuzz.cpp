@@ -2,10 +2,10 @@
 // metrics.jsonl line (parse_metrics_line) and a hosts/<host>.json file (parse_host_facts) —
 // and the HTML escaping everything from the run directory goes through. Input: the bytes, given
 // to all three.
-// Invariants: nothing throws; an accepted metrics line has a training sample or host figures,
-// ranks ≥ 0, finite numbers only, a named host per resource entry; host facts keep the name
-// they were given when the file names none; html_escape's output holds none of < > " ' and is
-// valid UTF-8 without control bytes.
+// Invariants: nothing throws; in an accepted metrics line ranks are >= 0, numbers finite, every
+// resource entry names its host (or is a summary over hosts) with 1 to 64 figures; host facts
+// parse or say why; html_escape's output holds none of < > " ' and is valid UTF-8 without
+// control bytes.
 
 #include <cmath>
 #include <cstddef>
@@ -50,7 +50,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!line) {
     check(!line.error().message.empty(), "an error says what is wrong");
   } else {
-    check(line->training || !line->resources.empty(), "an accepted line holds something");
     if (line->training) {
       for (const report::RankSample& rank : line->training->ranks) {
         check(rank.rank >= 0, "a rank is not negative");
@@ -62,7 +61,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
     }
     for (const report::HostResources& resources : line->resources) {
-      check(!resources.host.empty(), "host figures name their host");
+      check(resources.summary || !resources.host.empty(), "host figures name their host");
       check(!resources.values.empty() && resources.values.size() <= 64, "1 to 64 figures per host");
       for (const auto& [name, value] : resources.values) check(!name.empty() && std::isfinite(value), "a named finite figure", name);
     }

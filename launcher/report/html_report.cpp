@@ -794,6 +794,35 @@ std::string goodput_section(const RunRecord& record, const Timeline& timeline) {
   return out + "</section>";
 }
 
+/// One host's figures as columns: its own ("cpu_percent", "memory_used_mb") as they are, and a
+/// list's ("gpus.0.utilization_percent", "workers.3.rss_mb") folded over its entries: percentages
+/// and temperatures by their maximum, other amounts by their sum, with the entries counted
+/// ("gpus", "workers"); ids (index, pid, rank, gen) are not figures.
+std::map<std::string, double> host_figures(const HostResources& resources) {
+  std::map<std::string, double> figures;
+  std::map<std::string, std::set<std::string>> entries;  // list → its entry numbers
+  for (const auto& [key, value] : resources.values) {
+    size_t first_dot = key.find('.');
+    if (first_dot == std::string::npos) {
+      figures[key] = value;
+      continue;
+    }
+    size_t second_dot = key.find('.', first_dot + 1);
+    std::string list = key.substr(0, first_dot);
+    std::string field = second_dot == std::string::npos ? "" : key.substr(second_dot + 1);
+    entries[list].insert(key.substr(first_dot + 1, second_dot - first_dot - 1));
+    if (field.empty() || field == "index" || field == "pid" || field == "rank" || field == "gen" || field.find('.') != std::string::npos) {
+      continue;
+    }
+    bool peak = field.find("percent") != std::string::npos || field.find("temperature") != std::string::npos;
+    std::string name = list + " " + field + (peak ? " (max)" : " (sum)");
+    auto [slot, added] = figures.try_emplace(name, value);
+    if (!added) slot->second = peak ? std::max(slot->second, value) : slot->second + value;
+  }
+  for (const auto& [list, numbers] : entries) figures[list] = static_cast<double>(numbers.size());
+  return figures;
+}
+
 std::string resources_section(const RunRecord& record, const Timeline& timeline, const ReportLimits& limits) {
   std::string out = "<section id=\"resources\"><h2>Resources released</h2>";
   std::vector<const json*> released = events_named(record, events::kResourcesReleased);
@@ -832,35 +861,55 @@ std::string resources_section(const RunRecord& record, const Timeline& timeline,
            e(json_string(*event, "detail")) + "</p>";
   }
 
-  // Host resources, when the agents report them (metrics.jsonl): the newest figures per host.
-  if (!record.resources.empty()) {
-    std::map<std::string, const HostResources*> newest;
-    std::map<std::string, double> peak;  // per field, over every host and time
-    for (const HostResources& resources : record.resources) {
-      newest[resources.host] = &resources;
-      for (const auto& [key, value] : resources.values) peak[key] = std::max(peak.count(key) ? peak[key] : value, value);
-    }
+  // Host resources, when the agents report them (metrics.jsonl): the newest figures per host,
+  // or past 64 hosts the newest spread over them.
+  std::map<std::string, const HostResources*> newest;
+  const HostResources* newest_summary = nullptr;
+  for (const HostResources& resources : record.resources) {
+    if (resources.summary) newest_summary = &resources;
+    else newest[resources.host] = &resources;
+  }
+  if (!newest.empty()) {
+    std::vector<std::map<std::string, double>> rows;
     std::vector<std::string> columns;
-    for (const auto& [key, value] : peak) {
-      if (columns.size() < 12) columns.push_back(key);
+    for (const auto& [host, resources] : newest) {
+      rows.push_back(host_figures(*resources));
+      for (const auto& [name, value] : rows.back()) {
+        if (std::find(columns.begin(), columns.end(), name) == columns.end() && columns.size() < 14) columns.push_back(name);
+      }
     }
-    out += "<h3 id=\"host-resources\">Host resources (newest of " + std::to_string(record.resources.size()) + " samples)</h3><table><tr><th>host</th>";
+    out += "<h3 id=\"host-resources\">Host resources (the newest of " + std::to_string(record.resources.size()) +
+           " samples)</h3><table><tr><th>host</th>";
     for (const std::string& column : columns) out += "<th>" + e(column) + "</th>";
     out += "</tr>";
-    size_t rows = 0;
+    size_t row = 0;
     for (const auto& [host, resources] : newest) {
-      if (++rows > limits.table_rows / 2) break;
+      if (row >= limits.table_rows / 2) break;
       out += "<tr><td>" + e(host) + "</td>";
       for (const std::string& column : columns) {
-        auto found = resources->values.find(column);
-        out += "<td class=\"n\">" + (found == resources->values.end() ? std::string("-") : e(number(found->second))) + "</td>";
+        auto found = rows[row].find(column);
+        out += "<td class=\"n\">" + (found == rows[row].end() ? std::string("-") : e(number(found->second))) + "</td>";
+      }
+      out += "</tr>";
+      ++row;
+    }
+    out += "</table>";
+    if (newest.size() > limits.table_rows / 2) out += "<p class=\"note\">" + std::to_string(newest.size() - limits.table_rows / 2) + " more hosts in metrics.jsonl.</p>";
+  }
+  if (newest_summary) {
+    out += "<h3 id=\"host-resources\">Host resources over " + std::to_string(newest_summary->hosts_reporting) +
+           " hosts (the newest sample)</h3><table><tr><th>figure</th><th>min</th><th>median</th><th>max</th></tr>";
+    std::set<std::string> figures;
+    for (const auto& [key, value] : newest_summary->values) figures.insert(key.substr(0, key.rfind('.')));
+    for (const std::string& figure : figures) {
+      out += "<tr><td>" + e(figure) + "</td>";
+      for (const char* part : {".min", ".median", ".max"}) {
+        auto found = newest_summary->values.find(figure + part);
+        out += "<td class=\"n\">" + (found == newest_summary->values.end() ? std::string("-") : e(number(found->second))) + "</td>";
       }
       out += "</tr>";
     }
-    out += "<tr><th>peak</th>";
-    for (const std::string& column : columns) out += "<td class=\"n\">" + e(number(peak[column])) + "</td>";
-    out += "</tr></table>";
-    if (newest.size() > limits.table_rows / 2) out += "<p class=\"note\">" + std::to_string(newest.size() - limits.table_rows / 2) + " more hosts in metrics.jsonl.</p>";
+    out += "</table>";
   }
   (void)timeline;
   return out + "</section>";

@@ -73,9 +73,12 @@ void collect_numbers(const json& value, const std::string& prefix, int depth, st
 std::optional<HostResources> parse_resources(const json& entry, int64_t wall_ms) {
   std::string host = json_string(entry, "host", json_string(entry, "name"));
   if (host.empty() || !entry.is_object()) return std::nullopt;
-  HostResources resources{wall_ms, host, {}};
+  HostResources resources{wall_ms, host, {}, false, 0};
   for (auto it = entry.begin(); it != entry.end(); ++it) {
-    if (it.key() == "host" || it.key() == "name" || it.key() == "ts" || it.key() == "gen") continue;
+    // Not figures: the agent's clock and the ids of the workers it measured.
+    if (it.key() == "host" || it.key() == "name" || it.key() == "ts" || it.key() == "gen" || it.key() == "agent_time_ms") {
+      continue;
+    }
     collect_numbers(it.value(), it.key(), 1, resources.values, 64);
   }
   if (resources.values.empty()) return std::nullopt;
@@ -140,8 +143,19 @@ Result<MetricsLine> parse_metrics_line(std::string_view line) {
     parsed.training = std::move(sample);
   }
 
-  // Resources: {"hosts": [{"host": ..., ...}]} or a line about one {"host": ..., ...}.
-  if (const json* hosts = json_member(object, "hosts"); hosts && hosts->is_array()) {
+  // Resources: {"hosts": [{"host": ..., ...}]}, a line about one {"host": ..., ...}, or past 64
+  // hosts spreads over all of them {"hosts_reporting": N, "host_cpu_percent": {min, median, max}}.
+  if (std::optional<int64_t> hosts_reporting = json_int(object, "hosts_reporting")) {
+    HostResources summary{*wall_ms, "", {}, true, *hosts_reporting};
+    for (auto it = object.begin(); it != object.end() && summary.values.size() + 3 <= 64; ++it) {
+      if (std::optional<Spread> spread = parse_spread(object, it.key())) {
+        summary.values[it.key() + ".min"] = spread->min;
+        summary.values[it.key() + ".median"] = spread->median;
+        summary.values[it.key() + ".max"] = spread->max;
+      }
+    }
+    if (!summary.values.empty()) parsed.resources.push_back(std::move(summary));
+  } else if (const json* hosts = json_member(object, "hosts"); hosts && hosts->is_array()) {
     for (const json& entry : *hosts) {
       if (std::optional<HostResources> resources = parse_resources(entry, *wall_ms)) {
         parsed.resources.push_back(std::move(*resources));
@@ -152,7 +166,6 @@ Result<MetricsLine> parse_metrics_line(std::string_view line) {
       parsed.resources.push_back(std::move(*resources));
     }
   }
-  if (!parsed.training && parsed.resources.empty()) return Error::infra("neither training figures nor host resources");
   return parsed;
 }
 

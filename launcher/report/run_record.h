@@ -47,8 +47,12 @@ struct TrainingSample {
 /// line, nested ones named "gpus.0.util" — whatever the agent reports, shown as it is named.
 struct HostResources {
   int64_t wall_ms = 0;
-  std::string host;
+  std::string host;  ///< empty for a summary over every host
   std::map<std::string, double> values;
+  /// Past 64 hosts the supervisor writes spreads over the hosts instead of each host:
+  /// values are then "<figure>.min", ".median" and ".max" (e.g. "host_cpu_percent.max").
+  bool summary = false;
+  int64_t hosts_reporting = 0;  ///< summary lines
 };
 
 /// What one metrics.jsonl line holds: a training sample, resource figures of hosts, or both.
@@ -58,8 +62,9 @@ struct MetricsLine {
 };
 
 /// Parses one metrics.jsonl line. Errors say what is wrong ("not valid JSON", "\"ts\" is
-/// missing or not a timestamp"); fields of the wrong type are left out, not errors, so that a
-/// newer writer's line still shows what this reader knows. Never throws.
+/// missing or not a timestamp"); fields of the wrong type are left out, not errors, and a line
+/// of a kind this reader does not know is an empty MetricsLine, so that a newer writer's file
+/// still shows what this reader knows. Never throws.
 Result<MetricsLine> parse_metrics_line(std::string_view line);
 
 /// A host as hosts/<host>.json describes it (the agent's facts at hello).

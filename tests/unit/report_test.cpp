@@ -290,8 +290,42 @@ TEST_CASE("parse_metrics_line: per-rank and summary lines, resources, and what i
   CHECK_FALSE(parse_metrics_line("").ok());
   CHECK_FALSE(parse_metrics_line("[1,2]").ok());
   CHECK_FALSE(parse_metrics_line(R"({"ts":"yesterday","ranks":[]})").ok());
-  CHECK_FALSE(parse_metrics_line(R"({"ts":"2026-12-01T10:00:00.000Z"})").ok());
-  CHECK_FALSE(parse_metrics_line(R"({"ts":"2026-12-01T10:00:00.000Z","host":"h1","note":"no numbers"})").ok());
+  // A line of a kind this reader does not know (a newer writer's) is no error, just nothing.
+  Result<MetricsLine> unknown = parse_metrics_line(R"({"ts":"2026-12-01T10:00:00.000Z","host":"h1","note":"no numbers"})");
+  REQUIRE(unknown.ok());
+  CHECK_FALSE(unknown->training);
+  CHECK(unknown->resources.empty());
+
+  // Host resources as the agents report them: per host up to 64 hosts, spreads beyond.
+  Result<MetricsLine> hosts = parse_metrics_line(
+      R"({"ts":"2026-12-01T10:00:00.000Z","gen":0,"hosts":[{"host":"gpu01","agent_time_ms":5,"cpu_percent":40,)"
+      R"("memory_used_mb":900,"workers":[{"gen":0,"rank":0,"pid":9,"cpu_percent":99,"rss_mb":100},)"
+      R"({"gen":0,"rank":1,"pid":10,"cpu_percent":97,"rss_mb":120}],"gpus":[{"index":0,"utilization_percent":80,)"
+      R"("power_w":300,"temperature_c":70},{"index":1,"utilization_percent":90,"power_w":310,"temperature_c":65}],"gpu_source":"nvml"}]})");
+  REQUIRE(hosts.ok());
+  REQUIRE(hosts->resources.size() == 1);
+  CHECK_FALSE(hosts->resources[0].values.count("agent_time_ms"));
+  Result<MetricsLine> spreads = parse_metrics_line(
+      R"({"ts":"2026-12-01T10:00:00.000Z","gen":0,"hosts_reporting":128,"host_cpu_percent":{"min":1,"median":2,"max":3},)"
+      R"("gpu_power_w":null,"hosts_standing_out":[]})");
+  REQUIRE(spreads.ok());
+  REQUIRE(spreads->resources.size() == 1);
+  CHECK(spreads->resources[0].summary);
+  CHECK(spreads->resources[0].hosts_reporting == 128);
+  CHECK(spreads->resources[0].values.at("host_cpu_percent.max") == 3);
+
+  // In the page: a list's figures folded per host (GPUs counted, utilisation at its peak, power summed).
+  TempDir dir;
+  std::string run = make_run(dir);
+  std::ofstream(run + "/metrics.jsonl", std::ios::app)
+      << R"({"ts":"2026-12-01T10:00:01.000Z","hosts":[{"host":"gpu01","cpu_percent":40,"gpus":[{"index":0,"utilization_percent":80,"power_w":300},{"index":1,"utilization_percent":90,"power_w":310}]}]})"
+      << "\n";
+  Result<RunRecord> record = load_run_record(run);
+  REQUIRE(record.ok());
+  std::string html = render_html(*record, build_timeline(*record));
+  CHECK(html.find("<th>gpus utilization_percent (max)</th>") != std::string::npos);
+  CHECK(html.find("<th>gpus power_w (sum)</th>") != std::string::npos);
+  CHECK(html.find("<td class=\"n\">610</td>") != std::string::npos);
 }
 
 TEST_CASE("load_run_record: not a run directory is an error that says so, a run without metrics or plans still reports") {
