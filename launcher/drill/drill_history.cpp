@@ -39,6 +39,7 @@ json history_entry(const DrillReport& report) {
                 {"exit_code", to_int(report.exit_code())},
                 {"faults", faults},
                 {"missed", full["missed"]}};
+  if (full.contains("report")) entry["report"] = full["report"];  // the run's HTML report (dtrain report)
   if (report.error) entry["error"] = *report.error;
   return entry;
 }

@@ -15,6 +15,7 @@
 #include "launcher/drill/fault.h"
 #include "launcher/drill/injector.h"
 #include "launcher/drill/timestamps.h"
+#include "launcher/runlog/run_directory.h"
 #include "launcher/spec/drill_spec.h"
 
 using namespace dtrain;
@@ -167,6 +168,8 @@ TEST_CASE("the drill history keeps one line per drill behind a version header") 
   REQUIRE(entries->size() == 2);
   CHECK((*entries)[0]["verdict"] == "pass");
   CHECK((*entries)[1]["verdict"] == "fail");
+  // Each verdict names the run's HTML report (dtrain drill writes it there).
+  CHECK((*entries)[0]["report"].get<std::string>() == dtrain::runs_root() + "/train-20261130-005900-1234/report.html");
   std::string table = format_history(*entries);
   CHECK(table.find("kill-rank:1") != std::string::npos);
   CHECK(table.find("1.84s") != std::string::npos);
