@@ -36,7 +36,8 @@ std::string px(double value) {
 
 std::string number(double value) {
   char buffer[64];
-  std::snprintf(buffer, sizeof buffer, "%.4g", value);
+  // Whole numbers past 10,000 (memory in MB, bytes) in full: "24105", not "2.41e+04".
+  std::snprintf(buffer, sizeof buffer, std::fabs(value) >= 1e4 && std::fabs(value) < 1e15 ? "%.0f" : "%.4g", value);
   return buffer;
 }
 
