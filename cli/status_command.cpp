@@ -559,12 +559,22 @@ int watch_run(const std::string& id, double interval_s) {
   std::optional<int64_t> total;
   bool total_looked_up = false;
   WatchSample previous;
+  // A run just submitted may not have written state.json yet: wait for it a while, but not for
+  // ever (a supervisor that died before writing one never will).
+  constexpr int64_t kStateWaitMs = 10'000;
+  std::optional<int64_t> state_missing_since;
   for (;;) {
     Result<json> state = read_state(*run);
     if (!state) {
-      std::fprintf(stderr, "dtrain status: run %s: %s\n", run->id().c_str(), state.error().message.c_str());
-      return exit_code_for(state.error());
+      if (!state_missing_since) state_missing_since = now_ms();
+      if (now_ms() - *state_missing_since > kStateWaitMs) {
+        std::fprintf(stderr, "dtrain status: run %s: %s\n", run->id().c_str(), state.error().message.c_str());
+        return exit_code_for(state.error());
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::min<int64_t>(200, static_cast<int64_t>(interval_s * 1000))));
+      continue;
     }
+    state_missing_since.reset();
     if (!total_looked_up) {
       total = total_steps(*run, *state);
       total_looked_up = true;
