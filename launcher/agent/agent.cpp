@@ -720,6 +720,8 @@ void Agent::send_beat(int64_t) {
   json workers = json::array();
   for (const auto& [pid, worker] : workers_) {
     std::optional<char> state = process_state(pid);
+    // Only the workers that need attention (messages.h): running ones make the beat no longer.
+    if (state && (*state == 'R' || *state == 'S' || *state == 'D' || *state == 'I')) continue;
     workers.push_back({{"gen", worker->gen()},
                        {"rank", worker->rank()},
                        {"pid", pid},

@@ -153,6 +153,11 @@ Result<std::optional<HostResources>> read_resources(FieldReader& beat) {
   return std::optional<HostResources>(std::move(resources));
 }
 
+/// Moves a worker's message out of the frame: parse_agent_message owns its frame (taken by
+/// value), so the readers' const pointers point into an object that is not const. Copying
+/// was a third of the work for a beat that carries 8 workers' beats.
+json take(const json* body) { return std::move(const_cast<json&>(*body)); }
+
 Result<AgentMessage> parse_beat(FieldReader& reader) {
   AgentBeat beat;
   beat.agent_time_ms = reader.optional_integer("agent_time_ms");
@@ -175,7 +180,7 @@ Result<AgentMessage> parse_beat(FieldReader& reader) {
     for (const json& item : *held) {
       FieldReader entry("beat.worker_beats[]", item);
       FromWorker from{read_gen(entry), read_rank(entry), entry.optional_integer("pid", 0, kIntMax), json()};
-      if (const json* body = entry.object("msg")) from.msg = *body;
+      if (const json* body = entry.object("msg")) from.msg = take(body);
       if (!entry.ok()) return entry.error();
       beat.worker_beats.push_back(std::move(from));
     }
@@ -264,7 +269,7 @@ json to_json(const HostResources& resources) {
   return out;
 }
 
-Result<AgentMessage> parse_agent_message(const json& frame) {
+Result<AgentMessage> parse_agent_message(json frame) {
   if (!frame.is_object()) return Error::user(std::string("frame is a JSON ") + frame.type_name() + ", not an object");
   auto type_field = frame.find("type");
   if (type_field == frame.end() || !type_field->is_string()) return Error::user("frame has no string \"type\"");
@@ -289,7 +294,7 @@ Result<AgentMessage> parse_agent_message(const json& frame) {
   }
   if (type == msg::kFromWorker) {
     FromWorker from{read_gen(reader), read_rank(reader), reader.optional_integer("pid", 0, kIntMax), json()};
-    if (const json* body = reader.object("msg")) from.msg = *body;
+    if (const json* body = reader.object("msg")) from.msg = take(body);
     return checked(reader, std::move(from));
   }
   if (type == msg::kBeat) return parse_beat(reader);

@@ -151,6 +151,7 @@ using AgentMessage = std::variant<AgentHello, WorkerStartedReport, WorkerSpawnFa
 /// Checks one decoded frame (an object with a string "type"; frame.h guarantees that much).
 /// The Error names the message and the field: `exit.rank: expected an integer, got null`.
 /// Unknown extra fields are ignored; an unknown type is an error. Never throws.
-Result<AgentMessage> parse_agent_message(const nlohmann::json& frame);
+/// Takes the frame by value: worker messages are moved out of it (pass std::move(frame)).
+Result<AgentMessage> parse_agent_message(nlohmann::json frame);
 
 }  // namespace dtrain::proto

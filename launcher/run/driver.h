@@ -82,6 +82,7 @@ class RunDriver {
   /// Pings every connected agent when a heartbeat interval has passed since the last round; the
   /// agents fence themselves when they hear nothing for heartbeat.timeout.
   void send_pings_when_due();
+  int64_t ping_spacing_ms() const;
   void host_lost(AgentLink& link, const std::string& reason, int64_t silent_ms = -1);
 
   // ---- routing: one handler per message type (driver_routing.cpp)
@@ -96,7 +97,7 @@ class RunDriver {
   void flush_comm_warn(int rank, CommWarnWindow& window);
   /// Records the counts of windows that ended (all: every open one, at the end of the run).
   void flush_comm_warns(bool all);
-  void route_frame(AgentLink& link, const nlohmann::json& frame);
+  void route_frame(AgentLink& link, nlohmann::json frame);
   void agent_protocol_error(AgentLink& link, const std::string& problem);
   void worker_protocol_error(AgentLink& link, std::optional<int> gen, std::optional<int> rank, int64_t pid,
                              const std::string& problem);

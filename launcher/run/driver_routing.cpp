@@ -20,8 +20,8 @@ namespace dtrain::run {
 namespace msg = proto::msg;
 using nlohmann::json;
 
-void RunDriver::route_frame(AgentLink& link, const json& frame) {
-  Result<proto::AgentMessage> message = proto::parse_agent_message(frame);
+void RunDriver::route_frame(AgentLink& link, json frame) {
+  Result<proto::AgentMessage> message = proto::parse_agent_message(std::move(frame));
   if (!message) {
     agent_protocol_error(link, message.error().message);
     return;

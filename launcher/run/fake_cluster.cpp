@@ -56,6 +56,9 @@ class FakeAgentConnection final : public AgentConnection {
       ssize_t got = ::recv(fd_.get(), buffer, sizeof buffer, 0);
       if (got > 0) {
         received_.append(buffer, static_cast<size_t>(got));
+        // A short read drained the socket: the driver's poll is level-triggered and says when
+        // more comes, so the recv that would answer EAGAIN is saved (2,048 of them a second).
+        if (static_cast<size_t>(got) < sizeof buffer) break;
         continue;
       }
       if (got == 0) close_with("simulated host gone");
@@ -293,9 +296,11 @@ struct FakeCluster::Simulation {
     json states = json::array();
     json held = json::array();
     for (SimWorker& worker : agent.workers) {
-      states.push_back({{"gen", worker.gen}, {"rank", worker.rank}, {"pid", worker.pid}, {"alive", true},
-                        {"state", worker.hung ? "T" : "S"}});
-      if (worker.hung) continue;
+      if (worker.hung) {  // a real agent lists only the workers that need attention
+        states.push_back({{"gen", worker.gen}, {"rank", worker.rank}, {"pid", worker.pid}, {"alive", true},
+                          {"state", "T"}});
+        continue;
+      }
       if (!worker.saving) ++worker.step;
       if (worker.gen == newest_generation && worker.step > newest_step) newest_step = worker.step;
       json message = {{"type", "beat"}, {"step", worker.step}, {"step_ms", options.step_ms},

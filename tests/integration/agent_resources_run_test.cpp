@@ -11,7 +11,8 @@ using namespace dtrain::testing;
 
 namespace {
 
-// The newest metrics.jsonl line with host resources whose worker shows > 50 % CPU, or null.
+// The newest metrics.jsonl line with host resources whose worker shows > 20 % CPU (a busy one on a
+// loaded 2-core machine; idle reads ~0), or null.
 nlohmann::json busy_host_line(const std::string& run_dir) {
   std::istringstream lines(read_text(run_dir + "/metrics.jsonl"));
   std::string line;
@@ -21,7 +22,7 @@ nlohmann::json busy_host_line(const std::string& run_dir) {
     if (!entry.is_object() || !entry.contains("hosts")) continue;
     for (const auto& host : entry["hosts"]) {
       for (const auto& worker : host.value("workers", nlohmann::json::array())) {
-        if (worker.value("cpu_percent", 0.0) > 50) found = entry;
+        if (worker.value("cpu_percent", 0.0) > 20) found = entry;
       }
     }
   }

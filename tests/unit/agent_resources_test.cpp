@@ -119,7 +119,7 @@ TEST_CASE("no NVML and no nvidia-smi: a CPU host, no GPU readings and no error")
   CHECK_FALSE(resources.gpu_error);
 }
 
-TEST_CASE("host and worker /proc numbers are sane: a worker tree that burns CPU shows > 50 %") {
+TEST_CASE("host and worker /proc numbers are sane: a worker tree that burns CPU shows it, an idle one would not") {
   HostSampler sampler({"/nonexistent/libnvidia-ml.so.1", 5000});
   BusyTree busy;
   std::vector<WatchedWorker> workers = {{0, 3, busy.pid}};
@@ -140,7 +140,9 @@ TEST_CASE("host and worker /proc numbers are sane: a worker tree that burns CPU 
   CHECK(worker.processes == 2);
   CHECK(worker.rss_mb >= 0);
   MESSAGE("busy tree: " << worker.cpu_percent << " % of a core; host " << *resources.cpu_percent << " %");
-  CHECK(worker.cpu_percent > 50);
+  // A whole core when the machine is idle; under a parallel ctest on 2 cores it gets less, but an
+  // idle tree reads ~0.
+  CHECK(worker.cpu_percent > 20);
 }
 
 TEST_CASE("a worker that is gone is left out, not reported at 0") {

@@ -231,7 +231,7 @@ TEST_CASE("state.json from rank rows reads back as the schema: nulls, exits, non
   killed.loss = std::numeric_limits<double>::quiet_NaN();
   StateRankRow pending;
   pending.rank = 2;
-  pending.host = "gpu03";
+  pending.host = "gpu\\03\xc3\xbc\t";  // backslash, UTF-8, control character
   pending.state = "pending";
   pending.exit_code = 3;
 
@@ -254,6 +254,7 @@ TEST_CASE("state.json from rank rows reads back as the schema: nulls, exits, non
   CHECK(second["step"].is_null());
   CHECK_FALSE(second.contains("step_ms"));
   const json& third = parsed["ranks"][2];
+  CHECK(third["host"] == "gpu\\03\xc3\xbc\t");
   CHECK(third["pid"].is_null());
   CHECK(third["last_beat_ms"].is_null());
   CHECK(third["exit"] == json{{"code", 3}});
