@@ -185,9 +185,10 @@ void RunDriver::write_prometheus(bool force) {
   if (state.endpoint) state.endpoint->publish(text);
   if (!spec_.metrics.textfile_dir.empty()) {
     // The name ends in .prom only once complete (the temporary file does not), so the collector
-    // never reads half of one. The file is 0600 like every file dtrain writes: node_exporter
-    // must run as this user (or root) to read it.
-    recorder_.write_file(spec_.metrics.textfile_dir + "/dtrain_" + run_.id() + ".prom", text);
+    // never reads half of one. 0644, unlike the run directory's files: node_exporter runs as its
+    // own user, and the file holds what a scrape would publish anyway (no secrets).
+    recorder_.write_file(spec_.metrics.textfile_dir + "/dtrain_" + run_.id() + ".prom", text,
+                         Durability::kUnsynced, 0644);
   }
   recorder_.write_file(run_.path() + "/metrics.prom", std::move(text));
 }

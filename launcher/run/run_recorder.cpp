@@ -92,10 +92,10 @@ void RunRecorder::write_file_then_record(std::string path, std::string text, jso
   }, bytes);
 }
 
-void RunRecorder::write_file(std::string path, std::string text, Durability durability) {
+void RunRecorder::write_file(std::string path, std::string text, Durability durability, int mode) {
   uint64_t bytes = text.size();
-  writer_.post([this, path = std::move(path), text = std::move(text), durability] {
-    if (Status written = write_file_atomic(path, text, 0600, durability); !written) {
+  writer_.post([this, path = std::move(path), text = std::move(text), durability, mode] {
+    if (Status written = write_file_atomic(path, text, mode, durability); !written) {
       log_->error("{}", written.error().message);
     }
   }, bytes);

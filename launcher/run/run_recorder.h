@@ -42,7 +42,8 @@ class RunRecorder {
   /// "error" when the write failed.
   void write_file_then_record(std::string path, std::string text, nlohmann::json event);
   /// Writes `text` to `path` atomically; a failure goes to supervisor.log.
-  void write_file(std::string path, std::string text, Durability durability = Durability::kSynced);
+  void write_file(std::string path, std::string text, Durability durability = Durability::kSynced,
+                  int mode = 0600);
   /// A rank's output (whole lines, or a chunk the next call continues). Dropped, and counted in
   /// a runlog.dropped event, while the writer is more than its bound behind.
   void rank_output(int rank, int generation, std::string text);

@@ -133,6 +133,12 @@ TEST_CASE("a crash and a restart: restarts_total 1, the last step, goodput parts
 
   // The same text for node_exporter's textfile collector; both lint clean.
   CHECK(read_text(textfiles + "/dtrain_" + run_id + ".prom") == prom);
+  // Readable by node_exporter's own user; the run directory's copy stays private.
+  struct stat textfile_info {}, run_copy_info {};
+  REQUIRE(::stat((textfiles + "/dtrain_" + run_id + ".prom").c_str(), &textfile_info) == 0);
+  CHECK((textfile_info.st_mode & 0777) == 0644);
+  REQUIRE(::stat((run_dir + "/metrics.prom").c_str(), &run_copy_info) == 0);
+  CHECK((run_copy_info.st_mode & 0077) == 0);
   CHECK(promtool_problems(run_dir + "/metrics.prom") == "");
   check_nothing_left(run_id);
 }
