@@ -279,6 +279,19 @@ std::string outcome_section(const RunRecord& record, const Timeline& timeline) {
 std::string plan_section(const RunRecord& record) {
   std::string out = "<section id=\"plan\"><h2>Plan and GPU topology</h2>";
   if (record.plans.empty()) out += "<p>No plan-&lt;gen&gt;.json in the run directory.</p>";
+  // Each host's GPUs as "8 × NVIDIA H100", for the plan tables (hosts/*.json).
+  std::map<std::string, std::string> gpus_of;
+  for (const HostFacts& host : record.hosts) {
+    std::map<std::string, int> models;
+    for (const HostFacts::Gpu& gpu : host.gpus) ++models[gpu.name.empty() ? "GPU" : gpu.name];
+    std::vector<std::string> parts;
+    for (const auto& [model, count] : models) parts.push_back(std::to_string(count) + " × " + model);
+    gpus_of[host.name] = parts.empty() ? "none" : join(parts, ", ");
+  }
+  auto gpus_text = [&](const std::string& host) {
+    auto found = gpus_of.find(host);
+    return found == gpus_of.end() ? std::string("?") : found->second;
+  };
   const PlanRecord* previous = nullptr;
   for (const auto& [generation, plan] : record.plans) {
     std::string headline = "gen " + std::to_string(generation) + ": world " + std::to_string(plan.world_size) + " = dp " +
@@ -299,12 +312,12 @@ std::string plan_section(const RunRecord& record) {
     if (!plan.spares_used.empty()) out += "<p>spares in use: " + e(join(plan.spares_used, ", ")) + "</p>";
     // Up to 8 hosts one per row; more: the first and last few, the rest counted.
     constexpr size_t kShownHosts = 8;
-    out += "<table><tr><th>host</th><th>ranks</th></tr>";
+    out += "<table><tr><th>host</th><th>ranks</th><th>GPUs</th></tr>";
     for (size_t i = 0; i < plan.hosts.size(); ++i) {
       bool shown = plan.hosts.size() <= kShownHosts || i < kShownHosts / 2 || i >= plan.hosts.size() - 2;
       if (!shown) {
         if (i == kShownHosts / 2) {
-          out += "<tr><td colspan=\"2\" class=\"note\">… " + std::to_string(plan.hosts.size() - kShownHosts / 2 - 2) +
+          out += "<tr><td colspan=\"3\" class=\"note\">… " + std::to_string(plan.hosts.size() - kShownHosts / 2 - 2) +
                  " more hosts (plan-" + std::to_string(generation) + ".json)</td></tr>";
         }
         continue;
@@ -312,7 +325,8 @@ std::string plan_section(const RunRecord& record) {
       const PlanRecord::Host& host = plan.hosts[i];
       std::vector<int> ranks;
       for (const PlanRecord::Rank& rank : host.ranks) ranks.push_back(rank.rank);
-      out += "<tr><td>" + e(host.name) + (host.spare ? " (spare)" : "") + "</td><td>" + e(ranges(ranks)) + "</td></tr>";
+      out += "<tr><td>" + e(host.name) + (host.spare ? " (spare)" : "") + "</td><td>" + e(ranges(ranks)) + "</td><td>" +
+             e(gpus_text(host.name)) + "</td></tr>";
     }
     out += "</table>";
   }
@@ -336,13 +350,9 @@ std::string plan_section(const RunRecord& record) {
       std::string names = group.names.size() <= 6 ? join(group.names, ", ")
                                                    : group.names.front() + " … " + group.names.back() + " (" +
                                                          std::to_string(group.names.size()) + " hosts)";
-      std::map<std::string, int> gpu_models;
-      for (const HostFacts::Gpu& gpu : group.facts->gpus) ++gpu_models[gpu.name.empty() ? "GPU" : gpu.name];
-      std::vector<std::string> gpus;
-      for (const auto& [model, count] : gpu_models) gpus.push_back(std::to_string(count) + " × " + model);
       out += "<tr><td>" + e(names) + "</td><td class=\"n\">" + std::to_string(group.facts->cpus) + "</td><td class=\"n\">" +
              e(human_bytes(static_cast<double>(group.facts->memory_mb) * 1048576.0)) + "</td><td>" +
-             e(gpus.empty() ? "none" : join(gpus, ", ")) + "</td><td>" + e(group.facts->version) + "</td></tr>";
+             e(gpus_text(group.facts->name)) + "</td><td>" + e(group.facts->version) + "</td></tr>";
       if (!group.facts->topology.empty()) {
         topologies.push_back("<h3>GPU topology: " + e(names) + "</h3><pre>" + e(group.facts->topology) + "</pre>");
       }
