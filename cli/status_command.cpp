@@ -4,6 +4,7 @@
 // refreshes a run's step, rate, ETA, stragglers and last event until the run ends.
 
 #include <algorithm>
+#include <map>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -263,7 +264,13 @@ std::string plan_headline(const PlanRecord& plan) {
 
 /// The plan block: sizes and batch, how it differs from generation 0, exclusions and spares,
 /// then one line per host: "dt-h1  0(0,0,0) 1(0,0,1)" (rank, then its dp, pp, tp).
-void print_plan(const RunDirectory& run, const Result<PlanRecord>& plan) {
+/// Past these sizes the text view summarises (hosts by state, ranks that stand out) unless
+/// --all: a 2,048-host run printed 18,000 lines, which nobody reads in a terminal.
+constexpr size_t kHostsListed = 32;
+constexpr size_t kRanksListed = 64;
+constexpr size_t kStandoutRanks = 32;
+
+void print_plan(const RunDirectory& run, const Result<PlanRecord>& plan, bool all) {
   if (!plan) {
     print_field("plan", "- (" + plan.error().message + ")");
     return;
@@ -278,7 +285,13 @@ void print_plan(const RunDirectory& run, const Result<PlanRecord>& plan) {
   for (const PlanRecord::Host& host : plan->hosts) {
     width = std::max(width, host.name.size() + (host.spare ? 8 : 0));
   }
+  size_t shown = 0;
   for (const PlanRecord::Host& host : plan->hosts) {
+    if (!all && shown == kHostsListed / 4 && plan->hosts.size() > kHostsListed) {
+      print_field("", "  ... " + std::to_string(plan->hosts.size() - shown) + " more hosts (--all lists them)");
+      break;
+    }
+    ++shown;
     std::string name = host.name + (host.spare ? " (spare)" : "");
     std::vector<std::string> ranks;
     for (const PlanRecord::Rank& rank : host.ranks) {
@@ -309,8 +322,72 @@ std::string stragglers_text(const json& state) {
   return join(named, ", ");
 }
 
+/// "2048: 2047 connected, 1 lost (sim01025)": hosts by state, naming those not connected.
+std::string hosts_summary(const json& list) {
+  std::map<std::string, size_t> by_state;
+  std::vector<std::string> attention;
+  for (const json& host : list) {
+    std::string state = json_string(host, "state", "?");
+    ++by_state[state];
+    if (state != "connected" && attention.size() < 16) attention.push_back(json_string(host, "name", "?") + " " + state);
+  }
+  std::vector<std::string> counts;
+  for (const auto& [state, count] : by_state) counts.push_back(std::to_string(count) + " " + state);
+  std::string text = std::to_string(list.size()) + ": " + join(counts, ", ");
+  if (!attention.empty()) text += "; " + join(attention, ", ") + (attention.size() == 16 ? ", ..." : "");
+  return text + " (--all lists every host)";
+}
+
+/// The ranks worth a row when there are too many for all: not in the most common state, behind
+/// the median step, or silent for more than 3x the median beat age (and 2 s). At most
+/// kStandoutRanks, in rank order; `summary` gets one line about all of them.
+std::vector<const json*> standout_ranks(const json& ranks, int64_t age_reference, std::string& summary) {
+  std::map<std::string, size_t> by_state;
+  std::vector<int64_t> steps, ages;
+  for (const json& rank : ranks) {
+    ++by_state[json_string(rank, "state", "-")];
+    if (std::optional<int64_t> step = json_int(rank, "step")) steps.push_back(*step);
+    if (std::optional<int64_t> beat = json_int(rank, "last_beat_ms")) ages.push_back(age_reference - *beat);
+  }
+  auto median = [](std::vector<int64_t> values) -> std::optional<int64_t> {
+    if (values.empty()) return std::nullopt;
+    std::nth_element(values.begin(), values.begin() + static_cast<long>(values.size() / 2), values.end());
+    return values[values.size() / 2];
+  };
+  std::string common;
+  size_t common_count = 0;
+  std::vector<std::string> counts;
+  for (const auto& [state, count] : by_state) {
+    counts.push_back(std::to_string(count) + " " + state);
+    if (count > common_count) common = state, common_count = count;
+  }
+  std::optional<int64_t> median_step = median(steps), median_age = median(ages);
+  summary = std::to_string(ranks.size()) + " ranks: " + join(counts, ", ");
+  if (!steps.empty()) {
+    summary += "; step min " + std::to_string(*std::min_element(steps.begin(), steps.end())) + ", median " +
+               std::to_string(*median_step) + ", max " + std::to_string(*std::max_element(steps.begin(), steps.end()));
+  }
+  if (median_age) summary += "; median beat age " + short_age(*median_age);
+  std::vector<const json*> out;
+  size_t standing_out = 0;
+  for (const json& rank : ranks) {
+    std::optional<int64_t> step = json_int(rank, "step");
+    std::optional<int64_t> beat = json_int(rank, "last_beat_ms");
+    bool odd_state = json_string(rank, "state", "-") != common;
+    bool behind = median_step && step && *step < *median_step;
+    bool silent = median_age && beat && age_reference - *beat > std::max<int64_t>(3 * *median_age, 2000);
+    if (!odd_state && !behind && !silent) continue;
+    ++standing_out;
+    if (out.size() < kStandoutRanks) out.push_back(&rank);
+  }
+  summary += "; " + std::to_string(standing_out) + " stand out (not " + common + ", behind the median step, or silent)";
+  if (standing_out > out.size()) summary += ", the first " + std::to_string(out.size()) + " below";
+  summary += " (--all lists every rank)";
+  return out;
+}
+
 void print_run_text(const RunDirectory& run, const json& state, bool alive, const Result<PlanRecord>& plan,
-                    const std::vector<json>& events, const std::string& events_error) {
+                    const std::vector<json>& events, const std::string& events_error, bool all) {
   int64_t now = now_ms();
   std::string recorded = json_string(state, "state", "unknown");
   std::string shown = display_state(state, alive);
@@ -343,18 +420,23 @@ void print_run_text(const RunDirectory& run, const json& state, bool alive, cons
   print_field("generation", opt_int(state, "generation") + " (restarts: " + opt_int(state, "restarts") + ")");
   print_field("world size", opt_int(state, "world_size"));
   std::vector<std::string> hosts;
-  if (const json* list = json_member(state, "hosts"); list && list->is_array()) {
-    for (const json& host : *list) {
-      hosts.push_back(json_string(host, "name", "?") + " (" + json_string(host, "state", "?") + ")");
+  const json* host_list = json_member(state, "hosts");
+  if (host_list && host_list->is_array() && !all && host_list->size() > kHostsListed) {
+    print_field("hosts", hosts_summary(*host_list));
+  } else {
+    if (host_list && host_list->is_array()) {
+      for (const json& host : *host_list) {
+        hosts.push_back(json_string(host, "name", "?") + " (" + json_string(host, "state", "?") + ")");
+      }
     }
+    print_field("hosts", hosts.empty() ? "-" : join(hosts, ", "));
   }
-  print_field("hosts", hosts.empty() ? "-" : join(hosts, ", "));
   std::vector<std::string> excluded;
   if (const json* list = json_member(state, "excluded_hosts"); list && list->is_array()) {
     for (const json& host : *list) excluded.push_back(plain(host));
   }
   if (!excluded.empty()) print_field("excluded", join(excluded, ", "));
-  print_plan(run, plan);
+  print_plan(run, plan, all);
   if (const json* cause = json_member(state, "root_cause"); cause && cause->is_object()) {
     // A run that recovered still names what went wrong, but it is no longer "the" cause.
     bool failed = json_string(state, "state") == "failed";
@@ -385,9 +467,18 @@ void print_run_text(const RunDirectory& run, const json& state, bool alive, cons
   int64_t age_reference = finished.value_or(alive ? now : json_int(state, "updated_at_ms").value_or(now));
   if (const json* ranks = json_member(state, "ranks"); ranks && ranks->is_array() && !ranks->empty()) {
     std::printf("\n");
+    std::vector<const json*> listed;
+    if (!all && ranks->size() > kRanksListed) {
+      std::string summary;
+      listed = standout_ranks(*ranks, age_reference, summary);
+      std::printf("%s\n", summary.c_str());
+    } else {
+      for (const json& rank : *ranks) listed.push_back(&rank);
+    }
     std::vector<std::vector<std::string>> rows = {
         {"RANK", "HOST", "LOCAL", "PID", "STATE", "BEAT AGE", "STEP", "LOSS", "EXIT"}};
-    for (const json& rank : *ranks) {
+    for (const json* listed_rank : listed) {
+      const json& rank = *listed_rank;
       std::optional<int64_t> beat = json_int(rank, "last_beat_ms");
       const json* loss = json_member(rank, "loss");
       const json* exit = json_member(rank, "exit");
@@ -411,7 +502,7 @@ void print_run_text(const RunDirectory& run, const json& state, bool alive, cons
   print_field("rank logs", run.ranks_dir() + "/<rank>.log  (dtrain logs " + run.id() + ")");
 }
 
-int show_run(const std::string& id, bool as_json, int event_count) {
+int show_run(const std::string& id, bool as_json, int event_count, bool all) {
   Result<RunDirectory> run = RunDirectory::open(id);
   if (!run) {
     std::fprintf(stderr, "dtrain status: %s\n", run.error().message.c_str());
@@ -461,7 +552,7 @@ int show_run(const std::string& id, bool as_json, int event_count) {
     std::printf("%s\n", out.dump(2, ' ', false, json::error_handler_t::replace).c_str());
     return 0;
   }
-  print_run_text(*run, *state, alive, plan, events, events_error);
+  print_run_text(*run, *state, alive, plan, events, events_error, all);
   return 0;
 }
 
@@ -607,6 +698,7 @@ void add_status_command(CLI::App& app, CommandContext& context) {
     std::string run;
     bool json = false;
     int events = 10;
+    bool all = false;
     bool watch = false;
     double interval = 2.0;
   };
@@ -617,6 +709,9 @@ void add_status_command(CLI::App& app, CommandContext& context) {
   command->add_flag("--json", options->json, "Print JSON: {state, supervisor_alive, events, plan, plan_generation, plan_change} for a run, an array of runs otherwise");
   command->add_option("--events", options->events, "How many recent events to show for a run (default 10)")
       ->check(CLI::NonNegativeNumber);
+  command->add_flag("--all", options->all,
+                    "List every host and rank (past 32 hosts / 64 ranks the text view summarises: hosts by "
+                    "state, and only the ranks that stand out)");
   command->add_flag("--watch", options->watch,
                     "Refresh the run's step, rate, ETA, stragglers and last event until it ends (Ctrl-C stops)");
   command->add_option("--interval", options->interval, "Seconds between --watch refreshes (default 2)")
@@ -632,7 +727,7 @@ void add_status_command(CLI::App& app, CommandContext& context) {
       return;
     }
     context.exit_code = options->run.empty() ? list_runs(options->json)
-                                             : show_run(options->run, options->json, options->events);
+                                             : show_run(options->run, options->json, options->events, options->all);
   });
 }
 

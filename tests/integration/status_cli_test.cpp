@@ -557,3 +557,48 @@ TEST_CASE("status RUN without a plan file, or with a damaged one, still shows th
   CHECK(parsed["plan"].is_null());
   CHECK(contains(parsed["plan_error"].get<std::string>(), "not valid JSON"));
 }
+
+TEST_CASE("status RUN of 512 ranks on 64 hosts summarises: hosts by state, the ranks that stand out, --all for every one") {
+  TempHome home;
+  const std::string id = "big-20261129-234102-0001";
+  // Its supervisor gone: beat ages are measured against the last update (1 s for most ranks).
+  json state = make_state(id, "running", dead_pid());
+  json hosts = json::array();
+  json ranks = json::array();
+  for (int host = 0; host < 64; ++host) {
+    std::string name = "gpu" + std::to_string(100 + host);
+    hosts.push_back({{"name", name}, {"state", host == 17 ? "lost" : "connected"}});
+    for (int local = 0; local < 8; ++local) {
+      int rank = host * 8 + local;
+      ranks.push_back({{"rank", rank}, {"host", name}, {"local_rank", local}, {"pid", 10000 + rank},
+                       {"state", "running"}, {"last_beat_ms", kSubmitted + 60'000}, {"step", 40}, {"loss", 0.25},
+                       {"exit", nullptr}});
+    }
+  }
+  ranks[300]["step"] = 12;                             // behind
+  ranks[301]["state"] = "exited";                      // not in the common state
+  ranks[301]["exit"] = {{"signal", "SIGKILL"}};
+  ranks[302]["last_beat_ms"] = kSubmitted + 30'000;    // silent for 31 s while the others beat 1 s ago
+  state["hosts"] = hosts;
+  state["ranks"] = ranks;
+  state["world_size"] = 512;
+  make_run(id, state);
+
+  Outcome result = run_dtrain({"status", id});
+  INFO(result.out, result.err);
+  REQUIRE(result.code == 0);
+  CHECK(contains(result.out, "hosts        64: 63 connected, 1 lost; gpu117 lost (--all lists every host)"));
+  CHECK(contains(result.out, "512 ranks: 1 exited, 511 running; step min 12, median 40, max 40"));
+  CHECK(contains(result.out, "3 stand out (not running, behind the median step, or silent) (--all lists every rank)"));
+  CHECK(contains(result.out, "\n300   gpu137"));
+  CHECK(contains(result.out, "\n301   gpu137"));
+  CHECK(contains(result.out, "\n302   gpu137"));
+  CHECK_FALSE(contains(result.out, "\n299   gpu137"));
+  CHECK_FALSE(contains(result.out, "gpu163 (connected)"));
+
+  Outcome all = run_dtrain({"status", id, "--all"});
+  REQUIRE(all.code == 0);
+  CHECK(contains(all.out, "gpu163 (connected)"));
+  CHECK(contains(all.out, "\n299   gpu137"));
+  CHECK(contains(all.out, "\n511   gpu163"));
+}
