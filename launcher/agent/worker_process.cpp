@@ -57,8 +57,9 @@ std::vector<std::string> build_environment(const WorkerLaunch& launch) {
   ::_exit(127);
 }
 
-// Runs in the forked child. The agent is single-threaded, so allocating here is safe; still,
-// everything exec needs was prepared before fork.
+// Runs in the forked child. The agent has threads (the resource sampler), so only
+// async-signal-safe calls from here to exec: no allocation (another thread may have held the
+// allocator's lock at fork). Everything exec needs was prepared before fork.
 [[noreturn]] void become_worker(pid_t agent_pid, const WorkerLaunch& launch, char** argv,
                                 char** envp, int out_fd, int err_fd, int report_fd) {
   ::setpgid(0, 0);
