@@ -26,6 +26,8 @@ int main(int argc, char** argv) {
   cli::add_stop_command(app, context);
   cli::add_hosts_command(app, context);
   cli::add_drill_command(app, context);
+  cli::add_registry_command(app, context);
+  cli::add_usage_command(app, context);
   cli::add_agent_command(app, context);
   try {
     app.parse(argc, argv);

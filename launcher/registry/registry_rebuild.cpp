@@ -1,0 +1,331 @@
+#include "launcher/registry/registry_rebuild.h"
+
+#include <dirent.h>
+#include <pwd.h>
+#include <sqlite3.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "launcher/base/event_catalogue.h"
+#include "launcher/runlog/event_log.h"
+#include "launcher/runlog/json_access.h"
+#include "launcher/runlog/run_directory.h"
+#include "launcher/runlog/run_state.h"
+
+namespace dtrain::registry {
+
+using nlohmann::json;
+
+std::optional<int64_t> event_time_ms(const json& event) {
+  // "YYYY-MM-DDTHH:MM:SS.mmmZ", as format_timestamp_utc writes it. (launcher/drill has the same
+  // parser; the registry may not depend on drill, and base does not have one yet.)
+  std::string text = json_string(event, "ts");
+  std::tm parts{};
+  const char* rest = text.size() == 24 ? ::strptime(text.c_str(), "%Y-%m-%dT%H:%M:%S", &parts) : nullptr;
+  if (rest != text.c_str() + 19 || rest[0] != '.' || rest[4] != 'Z') return std::nullopt;
+  int millis = 0;
+  auto [end, error] = std::from_chars(rest + 1, rest + 4, millis);
+  if (error != std::errc() || end != rest + 4) return std::nullopt;
+  return static_cast<int64_t>(::timegm(&parts)) * 1000 + millis;
+}
+
+namespace {
+
+/// One generation as the events tell it, until its allocations can be written.
+struct GenerationSpan {
+  int number = 0;
+  int64_t start_ms = 0;
+  std::optional<int64_t> end_ms;
+  std::string end_reason;
+  std::vector<std::string> hosts;
+  int world_size = 0;
+  std::map<std::string, int> workers_started;  // by host
+  std::map<std::string, std::pair<int64_t, std::string>> host_ended;  // a lost host: when, why
+};
+
+std::vector<std::string> string_list(const json& event, const char* key) {
+  std::vector<std::string> values;
+  const json* list = json_member(event, key);
+  if (!list || !list->is_array()) return values;
+  for (const json& item : *list) {
+    if (item.is_string()) values.push_back(item.get<std::string>());
+  }
+  return values;
+}
+
+void end_generation(GenerationSpan& generation, int64_t at_ms, const std::string& reason) {
+  if (generation.end_ms) return;
+  generation.end_ms = at_ms;
+  generation.end_reason = reason;
+}
+
+}  // namespace
+
+RunRecords records_from_events(const std::string& run_id, const std::string& run_dir,
+                               const std::vector<json>& events, const json& state, bool still_running) {
+  RunRecords records;
+  RunRow& run = records.run;
+  run.id = run_id;
+  run.run_dir = run_dir;
+  run.name = json_string(state, "name");
+  run.tenant = json_string(state, "tenant");
+  run.user = json_string(state, "user");
+  run.state = json_string(state, "state");
+  if (std::optional<int64_t> code = json_int(state, "exit_code")) run.exit_code = static_cast<int>(*code);
+  run.submitted_ms = json_int(state, "submitted_at_ms").value_or(0);
+  run.ended_ms = json_int(state, "finished_at_ms");
+
+  std::vector<GenerationSpan> generations;
+  std::set<std::string> gpu_hosts;
+  std::set<std::string> lost_hosts;  // for "rejoined"
+  int64_t last_ms = 0;
+  for (const json& event : events) {
+    std::optional<int64_t> at = event_time_ms(event);
+    if (!at) continue;
+    last_ms = std::max(last_ms, *at);
+    std::string name = json_string(event, "ev");
+    GenerationSpan* current = generations.empty() ? nullptr : &generations.back();
+    if (name == events::kRunSubmitted) {
+      if (run.name.empty()) run.name = json_string(event, "name");
+      if (run.tenant.empty()) run.tenant = json_string(event, "tenant");
+      if (run.user.empty()) run.user = json_string(event, "user");
+      if (run.submitted_ms == 0) run.submitted_ms = *at;
+    } else if (name == events::kPlanGeneration) {
+      int number = static_cast<int>(json_int(event, "gen").value_or(current ? current->number + 1 : 0));
+      if (current) end_generation(*current, *at, "generation " + std::to_string(number));
+      GenerationSpan next;
+      next.number = number;
+      next.start_ms = *at;
+      next.hosts = string_list(event, "hosts");
+      next.world_size = static_cast<int>(json_int(event, "world_size").value_or(0));
+      generations.push_back(std::move(next));
+    } else if (name == events::kGenerationSpawned) {
+      if (!run.started_ms) run.started_ms = *at;
+    } else if (name == events::kWorkerStarted) {
+      std::optional<int64_t> number = json_int(event, "gen");
+      GenerationSpan* owner = current;
+      if (number) {
+        auto found = std::find_if(generations.begin(), generations.end(),
+                                  [&](const GenerationSpan& generation) { return generation.number == *number; });
+        owner = found == generations.end() ? nullptr : &*found;
+      }
+      if (owner) owner->workers_started[json_string(event, "host")]++;
+    } else if (name == events::kHostLost) {
+      std::string host = json_string(event, "host");
+      std::string reason = json_string(event, "reason");
+      if (current && !current->end_ms &&
+          std::find(current->hosts.begin(), current->hosts.end(), host) != current->hosts.end()) {
+        current->host_ended.emplace(host, std::make_pair(*at, "host lost: " + reason));
+      }
+      records.host_events.push_back({run_id, host, "lost", reason, *at});
+      lost_hosts.insert(host);
+    } else if (name == events::kHostExcluded) {
+      records.host_events.push_back({run_id, json_string(event, "host"), "excluded", json_string(event, "detail"), *at});
+    } else if (name == events::kHostConnected) {
+      std::string host = json_string(event, "host");
+      if (lost_hosts.erase(host) > 0) records.host_events.push_back({run_id, host, "rejoined", "agent connected again", *at});
+    } else if (name == events::kHostFacts) {
+      const json* gpus = json_member(event, "gpus");
+      if (gpus && gpus->is_array() && !gpus->empty()) gpu_hosts.insert(json_string(event, "host"));
+    } else if (name == events::kFailureDetected) {
+      FailureRow failure;
+      failure.run_id = run_id;
+      failure.generation = static_cast<int>(json_int(event, "gen").value_or(current ? current->number : 0));
+      failure.host = json_string(event, "host");
+      if (std::optional<int64_t> rank = json_int(event, "rank")) failure.rank = static_cast<int>(*rank);
+      failure.kind = json_string(event, "kind");
+      failure.detected_ms = *at;
+      records.failures.push_back(std::move(failure));
+    } else if (name == events::kFailureRootCause) {
+      std::string host = json_string(event, "host");
+      for (auto failure = records.failures.rbegin(); failure != records.failures.rend(); ++failure) {
+        if (failure->host == host) {
+          failure->root_cause = true;
+          break;
+        }
+      }
+    } else if (name == events::kRecoveryCompleted) {
+      for (FailureRow& failure : records.failures) {
+        if (!failure.recover_ms) failure.recover_ms = *at - failure.detected_ms;
+      }
+    } else if (name == events::kRunFinished) {
+      run.state = json_string(event, "state", run.state);
+      if (std::optional<int64_t> code = json_int(event, "exit_code")) run.exit_code = static_cast<int>(*code);
+      run.ended_ms = *at;
+      const json* root = json_member(event, "root_cause");
+      if (root) run.exit_reason = json_string(*root, "detail", json_string(*root, "message"));
+      if (current) end_generation(*current, *at, "run " + run.state);
+    }
+  }
+  // A failure.detected alone (no failure.root_cause) in a run of one failure is its root cause.
+  if (records.failures.size() == 1) records.failures.front().root_cause = true;
+  if (run.submitted_ms == 0) run.submitted_ms = events.empty() ? 0 : event_time_ms(events.front()).value_or(0);
+  if (!generations.empty() && !generations.back().end_ms && !still_running) {
+    end_generation(generations.back(), last_ms, "log ends without run.finished (supervisor gone)");
+  }
+  for (const GenerationSpan& generation : generations) {
+    int even_share = generation.hosts.empty() ? 0 : generation.world_size / static_cast<int>(generation.hosts.size());
+    for (const std::string& host : generation.hosts) {
+      AllocationRow allocation;
+      allocation.run_id = run_id;
+      allocation.generation = generation.number;
+      allocation.host = host;
+      auto started = generation.workers_started.find(host);
+      allocation.units = started != generation.workers_started.end() ? started->second : std::max(even_share, 1);
+      allocation.resource = gpu_hosts.count(host) ? "gpu" : "slot";
+      allocation.start_ms = generation.start_ms;
+      auto ended = generation.host_ended.find(host);
+      if (ended != generation.host_ended.end()) {
+        allocation.end_ms = ended->second.first;
+        allocation.end_reason = ended->second.second;
+      } else {
+        allocation.end_ms = generation.end_ms;
+        allocation.end_reason = generation.end_reason;
+      }
+      records.allocations.push_back(std::move(allocation));
+    }
+  }
+  return records;
+}
+
+namespace {
+
+std::vector<std::string> run_directories(const std::string& root) {
+  std::vector<std::string> names;
+  DIR* directory = ::opendir(root.c_str());
+  if (!directory) return names;
+  while (dirent* entry = ::readdir(directory)) {
+    std::string name = entry->d_name;
+    if (name == "." || name == "..") continue;
+    struct stat info {};
+    if (::stat((root + "/" + name + "/events.jsonl").c_str(), &info) == 0) names.push_back(name);
+  }
+  ::closedir(directory);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+/// Who made the run when no event says: the owner of its directory.
+std::string directory_owner(const std::string& path) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) return "";
+  if (passwd* entry = ::getpwuid(info.st_uid)) return entry->pw_name;
+  return std::to_string(info.st_uid);
+}
+
+std::string spec_hash_of(const std::string& spec_path) {
+  std::ifstream file(spec_path, std::ios::binary);
+  if (!file) return "";
+  std::stringstream text;
+  text << file.rdbuf();
+  return short_id(text.str());  // FNV-1a: enough to tell specs apart, not a security hash
+}
+
+std::string sql_quoted(const std::string& text) {
+  std::string quoted = "'";
+  for (char c : text) quoted += (c == '\'') ? std::string("''") : std::string(1, c);
+  return quoted + "'";
+}
+
+bool exists(const std::string& path) {
+  struct stat info {};
+  return ::stat(path.c_str(), &info) == 0;
+}
+
+Status insert_records(RegistryDb& db, const RunRecords& records) {
+  if (Status inserted = db.insert_run(records.run); !inserted) return inserted;
+  for (const AllocationRow& row : records.allocations) {
+    if (Status inserted = db.insert_allocation(row); !inserted) return inserted;
+  }
+  for (const FailureRow& row : records.failures) {
+    if (Status inserted = db.insert_failure(row); !inserted) return inserted;
+  }
+  for (const HostEventRow& row : records.host_events) {
+    if (Status inserted = db.insert_host_event(row); !inserted) return inserted;
+  }
+  return Status::success();
+}
+
+}  // namespace
+
+Result<RebuildSummary> rebuild_registry(const std::string& registry_file, const std::string& runs_root) {
+  RebuildSummary summary;
+  std::string temporary = registry_file + ".rebuild-" + std::to_string(::getpid());
+  ::unlink(temporary.c_str());
+  size_t slash = registry_file.rfind('/');
+  if (slash != std::string::npos) {
+    if (Status made = make_directories(registry_file.substr(0, slash)); !made) return made.error();
+  }
+  bool kept_damaged = false;
+  {
+    Result<RegistryDb> opened = RegistryDb::open(temporary, true);
+    if (!opened) return opened.error();
+    RegistryDb& db = *opened;
+    // The audit table is in no run directory: carry it over from the registry being replaced.
+    if (exists(registry_file)) {
+      Status copied = db.execute("ATTACH DATABASE " + sql_quoted(registry_file) + " AS previous");
+      if (copied) copied = db.execute("INSERT INTO audit SELECT * FROM previous.audit");
+      if (copied) {
+        summary.audit_rows_kept = sqlite3_changes(db.handle());
+      } else {
+        summary.warnings.push_back("the old registry's audit table could not be read (" + copied.error().message +
+                                   "); the old file is kept as " + registry_file + ".damaged");
+        kept_damaged = true;
+      }
+      (void)db.execute("DETACH DATABASE previous");
+    }
+    if (Status begun = db.begin(); !begun) return begun.error();
+    for (const std::string& name : run_directories(runs_root)) {
+      std::string run_dir = runs_root + "/" + name;
+      RunDirectory directory = RunDirectory::at(run_dir, name);
+      int skipped = 0;
+      Result<std::vector<json>> events = read_events(directory.events_path(), [&](const std::string& warning) {
+        ++skipped;
+        if (skipped <= 3) summary.warnings.push_back(warning);
+      });
+      summary.skipped_lines += skipped;
+      if (!events) {
+        summary.warnings.push_back(name + ": not in the registry: " + events.error().message);
+        continue;
+      }
+      Result<json> state = read_state_file(directory.state_path());
+      json state_object = state ? *state : json::object();
+      bool still_running = state && !is_terminal_state(json_string(*state, "state")) && supervisor_alive(*state);
+      RunRecords records = records_from_events(name, run_dir, *events, state_object, still_running);
+      if (records.run.user.empty()) records.run.user = directory_owner(run_dir);
+      records.run.spec_hash = spec_hash_of(directory.spec_path());
+      if (Status inserted = insert_records(db, records); !inserted) {
+        (void)db.execute("ROLLBACK");
+        return inserted.error();
+      }
+      summary.runs += 1;
+      summary.allocations += static_cast<int>(records.allocations.size());
+    }
+    if (Status committed = db.commit(); !committed) return committed.error();
+    // One self-contained file to rename: fold the WAL back in.
+    if (Status folded = db.execute("PRAGMA journal_mode = DELETE"); !folded) return folded.error();
+  }
+  if (kept_damaged) ::rename(registry_file.c_str(), (registry_file + ".damaged").c_str());
+  // The old file's WAL and shared memory must not be applied to the new file.
+  ::unlink((registry_file + "-wal").c_str());
+  ::unlink((registry_file + "-shm").c_str());
+  if (::rename(temporary.c_str(), registry_file.c_str()) != 0) {
+    std::string why = std::strerror(errno);
+    ::unlink(temporary.c_str());
+    return Error::infra(registry_file + ": cannot put the rebuilt registry in place: " + why);
+  }
+  return summary;
+}
+
+}  // namespace dtrain::registry
