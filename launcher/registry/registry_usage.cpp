@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <ctime>
 #include <map>
-#include <set>
+#include <string_view>
 
 #include "launcher/registry/statement.h"
 
@@ -23,11 +23,6 @@ std::tm utc_parts(int64_t wall_ms) {
   return parts;
 }
 
-struct GroupTotals {
-  double gpu_hours = 0;
-  double slot_hours = 0;
-  std::set<std::string> runs;
-};
 
 }  // namespace
 
@@ -56,50 +51,108 @@ std::string month_of(int64_t wall_ms) {
   return text;
 }
 
-Result<std::vector<UsageRow>> usage(RegistryDb& db, const UsageQuery& query) {
-  int64_t since = query.since_ms.value_or(INT64_MIN);
-  int64_t until = query.until_ms.value_or(INT64_MAX);
-  // The period filter runs in SQLite (allocations_by_start); the clipping and month split here.
-  Statement select(db.handle(),
-                   "SELECT a.run_id, a.host, a.units, a.resource, a.start_ms, a.end_ms, r.tenant, r.user"
-                   " FROM allocations a JOIN runs r ON r.id = a.run_id"
-                   " WHERE a.start_ms < ?1 AND (a.end_ms IS NULL OR a.end_ms > ?2)");
-  select.bind(1, until).bind(2, since);
+namespace {
+
+// The period's clip of one allocation, in unit-milliseconds, for GPUs and for slots. ?1 until,
+// ?2 since, ?3 now (where allocations still held end). The filter is on +a.start_ms: scanning
+// the table beats walking allocations_by_start for the long periods reports cover.
+constexpr const char* kClippedGpu =
+    "SUM(CASE WHEN a.resource = 'gpu' THEN a.units * (MIN(COALESCE(a.end_ms, ?3), ?1) - MAX(a.start_ms, ?2)) ELSE 0 END)";
+constexpr const char* kClippedSlot =
+    "SUM(CASE WHEN a.resource = 'slot' THEN a.units * (MIN(COALESCE(a.end_ms, ?3), ?1) - MAX(a.start_ms, ?2)) ELSE 0 END)";
+constexpr const char* kInPeriod =
+    " WHERE +a.start_ms < ?1 AND COALESCE(a.end_ms, ?3) > ?2 AND COALESCE(a.end_ms, ?3) > a.start_ms AND a.units > 0";
+
+Result<std::vector<UsageRow>> collect_rows(RegistryDb& db, const std::string& sql, int64_t since, int64_t until,
+                                           int64_t now) {
+  Statement select(db.handle(), sql);
+  select.bind(1, until).bind(2, since).bind(3, now);
   if (!select.ok()) return db.error_of("cannot read allocations");
-  std::map<std::string, GroupTotals> groups;
+  std::vector<UsageRow> rows;
   int stepped = 0;
   while ((stepped = select.step()) == SQLITE_ROW) {
-    std::string run_id = select.column_text(0);
-    int64_t units = select.column_int64(2);
-    bool gpu = select.column_text(3) == "gpu";
-    int64_t start = std::max(select.column_int64(4), since);
-    int64_t end = std::min(select.column_is_null(5) ? query.now_ms : select.column_int64(5), until);
-    if (end <= start || units <= 0) continue;
-    auto add = [&](const std::string& group, int64_t from, int64_t to) {
-      GroupTotals& totals = groups[group];
-      double hours = static_cast<double>(units) * static_cast<double>(to - from) / kMillisecondsPerHour;
-      (gpu ? totals.gpu_hours : totals.slot_hours) += hours;
-      totals.runs.insert(run_id);
-    };
-    switch (query.by) {
-      case UsageGrouping::tenant: add(select.column_text(6), start, end); break;
-      case UsageGrouping::user: add(select.column_text(7), start, end); break;
-      case UsageGrouping::host: add(select.column_text(1), start, end); break;
-      case UsageGrouping::month:
-        for (int64_t from = start; from < end;) {
-          int64_t to = std::min(end, next_month_start_ms(from));
-          add(month_of(from), from, to);
-          from = to;
-        }
-        break;
+    rows.push_back({select.column_text(0), static_cast<double>(select.column_int64(1)) / kMillisecondsPerHour,
+                    static_cast<double>(select.column_int64(2)) / kMillisecondsPerHour, select.column_int64(3)});
+  }
+  if (stepped != SQLITE_DONE) return db.error_of("cannot read allocations");
+  return rows;
+}
+
+/// Tenant or user (columns of runs): summed per run first (allocations_by_run), then per group,
+/// so that each run is looked up once and counted once. 100,000 runs: well under a second
+/// (scripts/bench/registry.sh); a row-by-row loop here took 1.4 s.
+Result<std::vector<UsageRow>> usage_by_run_column(RegistryDb& db, const char* column, int64_t since, int64_t until,
+                                                  int64_t now) {
+  std::string sql = std::string("SELECT r.") + column +
+                    ", SUM(p.gpu), SUM(p.slot), COUNT(*) FROM (SELECT a.run_id AS run_id, " + kClippedGpu + " AS gpu, " +
+                    kClippedSlot + " AS slot FROM allocations a" + kInPeriod +
+                    " GROUP BY a.run_id) p JOIN runs r ON r.id = p.run_id GROUP BY 1 ORDER BY 1";
+  return collect_rows(db, sql, since, until, now);
+}
+
+Result<std::vector<UsageRow>> usage_by_host(RegistryDb& db, int64_t since, int64_t until, int64_t now) {
+  std::string sql = std::string("SELECT a.host, ") + kClippedGpu + ", " + kClippedSlot +
+                    ", COUNT(DISTINCT a.run_id) FROM allocations a" + kInPeriod + " GROUP BY 1 ORDER BY 1";
+  return collect_rows(db, sql, since, until, now);
+}
+
+/// By month: each allocation, clipped to the period, is split at the UTC month boundaries.
+/// Rows come ordered by run, so a run is counted once per month by comparing with the last one.
+Result<std::vector<UsageRow>> usage_by_month(RegistryDb& db, int64_t since, int64_t until, int64_t now) {
+  std::string sql = std::string("SELECT a.run_id, a.units, a.resource = 'gpu', MAX(a.start_ms, ?2),") +
+                    " MIN(COALESCE(a.end_ms, ?3), ?1) FROM allocations a" + kInPeriod + " ORDER BY a.run_id";
+  Statement select(db.handle(), sql);
+  select.bind(1, until).bind(2, since).bind(3, now);
+  if (!select.ok()) return db.error_of("cannot read allocations");
+  struct MonthTotals {
+    int64_t gpu_ms = 0;  // unit-milliseconds
+    int64_t slot_ms = 0;
+    int64_t runs = 0;
+    std::string last_run;
+  };
+  std::map<int, MonthTotals> months;  // by year * 12 + month - 1, UTC
+  int stepped = 0;
+  while ((stepped = select.step()) == SQLITE_ROW) {
+    const unsigned char* run_text = sqlite3_column_text(select.raw(), 0);
+    std::string_view run = run_text ? reinterpret_cast<const char*>(run_text) : "";
+    int64_t units = select.column_int64(1);
+    bool gpu = select.column_int(2) != 0;
+    int64_t end = select.column_int64(4);
+    for (int64_t from = select.column_int64(3); from < end;) {
+      std::tm parts = utc_parts(from);
+      int64_t to = std::min(end, next_month_start_ms(from));
+      MonthTotals& totals = months[(parts.tm_year + 1900) * 12 + parts.tm_mon];
+      (gpu ? totals.gpu_ms : totals.slot_ms) += units * (to - from);
+      if (totals.last_run != run) {
+        totals.last_run = run;
+        totals.runs += 1;
+      }
+      from = to;
     }
   }
   if (stepped != SQLITE_DONE) return db.error_of("cannot read allocations");
   std::vector<UsageRow> rows;
-  for (const auto& [group, totals] : groups) {
-    rows.push_back({group, totals.gpu_hours, totals.slot_hours, static_cast<int64_t>(totals.runs.size())});
+  for (const auto& [month, totals] : months) {
+    char name[32];
+    std::snprintf(name, sizeof name, "%04d-%02d", month / 12, month % 12 + 1);
+    rows.push_back({name, static_cast<double>(totals.gpu_ms) / kMillisecondsPerHour,
+                    static_cast<double>(totals.slot_ms) / kMillisecondsPerHour, totals.runs});
   }
   return rows;
+}
+
+}  // namespace
+
+Result<std::vector<UsageRow>> usage(RegistryDb& db, const UsageQuery& query) {
+  int64_t since = query.since_ms.value_or(INT64_MIN);
+  int64_t until = query.until_ms.value_or(INT64_MAX);
+  switch (query.by) {
+    case UsageGrouping::tenant: return usage_by_run_column(db, "tenant", since, until, query.now_ms);
+    case UsageGrouping::user: return usage_by_run_column(db, "user", since, until, query.now_ms);
+    case UsageGrouping::host: return usage_by_host(db, since, until, query.now_ms);
+    case UsageGrouping::month: break;
+  }
+  return usage_by_month(db, since, until, query.now_ms);
 }
 
 }  // namespace dtrain::registry

@@ -49,6 +49,7 @@ class Statement {
     return *this;
   }
 
+  sqlite3_stmt* raw() const { return statement_; }
   bool column_is_null(int column) const { return sqlite3_column_type(statement_, column) == SQLITE_NULL; }
   int column_int(int column) const { return sqlite3_column_int(statement_, column); }
   int64_t column_int64(int column) const { return sqlite3_column_int64(statement_, column); }
