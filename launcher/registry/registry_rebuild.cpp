@@ -90,6 +90,7 @@ RunRecords records_from_events(const std::string& run_id, const std::string& run
   std::set<std::string> gpu_hosts;
   std::set<std::string> lost_hosts;  // for "rejoined"
   int64_t last_ms = 0;
+  bool finished = false;
   for (const json& event : events) {
     std::optional<int64_t> at = event_time_ms(event);
     if (!at) continue;
@@ -163,6 +164,7 @@ RunRecords records_from_events(const std::string& run_id, const std::string& run
       run.state = json_string(event, "state", run.state);
       if (std::optional<int64_t> code = json_int(event, "exit_code")) run.exit_code = static_cast<int>(*code);
       run.ended_ms = *at;
+      finished = true;
       const json* root = json_member(event, "root_cause");
       if (root) run.exit_reason = json_string(*root, "detail", json_string(*root, "message"));
       if (current) end_generation(*current, *at, "run " + run.state);
@@ -171,6 +173,8 @@ RunRecords records_from_events(const std::string& run_id, const std::string& run
   // A failure.detected alone (no failure.root_cause) in a run of one failure is its root cause.
   if (records.failures.size() == 1) records.failures.front().root_cause = true;
   if (run.submitted_ms == 0) run.submitted_ms = events.empty() ? 0 : event_time_ms(events.front()).value_or(0);
+  // As `dtrain status` shows it: a run that never finished and whose supervisor is gone.
+  if (!finished && !still_running && !is_terminal_state(run.state)) run.state = "supervisor gone";
   if (!generations.empty() && !generations.back().end_ms && !still_running) {
     end_generation(generations.back(), last_ms, "log ends without run.finished (supervisor gone)");
   }

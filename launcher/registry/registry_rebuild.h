@@ -23,11 +23,12 @@ struct RunRecords {
 
 /// The rows for the run in `run_dir` from its events (oldest first; read_events order) and its
 /// state.json (`state`, an empty object when unreadable). Generations: each one holds the hosts
-/// of its plan.generation from its generation.spawned (its plan when it never spawned) until
-/// the next generation starts, the run finishes, or (one host) that host is lost; a host holds
+/// of its plan.generation event from that event until the next generation's plan, the run's
+/// run.finished, or (for one host) that host's host.lost; a host holds
 /// as many units as it started workers in that generation (else world_size / hosts). A run whose
 /// log ends without run.finished: open allocations when `still_running`, else they end at the
-/// last event. Hosts whose host.facts list GPUs hold GPUs; others hold worker slots.
+/// last event and the run's state is "supervisor gone". Hosts whose host.facts list GPUs hold
+/// GPUs; others hold worker slots.
 RunRecords records_from_events(const std::string& run_id, const std::string& run_dir,
                                const std::vector<nlohmann::json>& events, const nlohmann::json& state,
                                bool still_running);

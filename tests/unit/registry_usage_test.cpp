@@ -158,6 +158,7 @@ TEST_CASE("rebuild and usage: hand-computed GPU-hours, month split, a shrink, a 
   CHECK(count_rows(*db, "SELECT count(*) FROM host_events WHERE host = 'gpu03' AND kind = 'lost'") == 1);
   CHECK(count_rows(*db, "SELECT recover_ms FROM failures WHERE run_id = 'shrink' AND root_cause = 1") == 31 * 60 * 1000);
   CHECK(count_rows(*db, "SELECT count(*) FROM runs WHERE state = 'succeeded' AND exit_code = 0") == 2);
+  CHECK(count_rows(*db, "SELECT count(*) FROM runs WHERE id = 'cpu-died' AND state = 'supervisor gone'") == 1);
   CHECK(count_rows(*db, "PRAGMA user_version") == kRegistrySchemaVersion);
 }
 
