@@ -99,19 +99,6 @@ bool wait_for(Condition condition, int64_t timeout_ms) {
   return true;
 }
 
-int64_t parse_ts_ms(const std::string& ts) {
-  // 2026-12-01T18:29:31.541Z
-  std::tm tm{};
-  int ms = 0;
-  if (std::sscanf(ts.c_str(), "%d-%d-%dT%d:%d:%d.%dZ", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
-                  &tm.tm_min, &tm.tm_sec, &ms) != 7) {
-    return 0;
-  }
-  tm.tm_year -= 1900;
-  tm.tm_mon -= 1;
-  return static_cast<int64_t>(::timegm(&tm)) * 1000 + ms;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -235,7 +222,7 @@ int main(int argc, char** argv) {
   int64_t hosts_lost = 0, running_ms = 0;
   for (const json& event : *events) {
     ++count;
-    int64_t ts = parse_ts_ms(event.value("ts", ""));
+    int64_t ts = event_wall_ms(event).value_or(0);
     if (!first_ms) first_ms = ts;
     last_ms = ts;
     std::string name = event.value("ev", "");

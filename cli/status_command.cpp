@@ -66,19 +66,6 @@ std::string short_age(int64_t ms) {
   return buffer;
 }
 
-/// "2026-11-29T23:41:02.120Z" → epoch ms; nullopt when it is not that shape.
-std::optional<int64_t> parse_timestamp_utc(const std::string& text) {
-  std::tm utc{};
-  int millis = 0;
-  if (std::sscanf(text.c_str(), "%d-%d-%dT%d:%d:%d.%dZ", &utc.tm_year, &utc.tm_mon, &utc.tm_mday,
-                  &utc.tm_hour, &utc.tm_min, &utc.tm_sec, &millis) != 7) {
-    return std::nullopt;
-  }
-  utc.tm_year -= 1900;
-  utc.tm_mon -= 1;
-  return static_cast<int64_t>(timegm(&utc)) * 1000 + millis;
-}
-
 /// A JSON value as a person reads it: strings bare (quoted if they hold spaces), null as "-".
 std::string plain(const json& value) {
   if (value.is_null()) return "-";

@@ -1,5 +1,6 @@
 #include "launcher/base/clock.h"
 
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -32,6 +33,37 @@ std::string format_timestamp_utc(int64_t wall_ms) {
                 utc.tm_mon + 1, utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec,
                 static_cast<int>(wall_ms % 1000));
   return buffer;
+}
+
+namespace {
+
+bool read_digits(std::string_view text, size_t at, size_t digits, int& out) {
+  if (at + digits > text.size()) return false;
+  auto [end, error] = std::from_chars(text.data() + at, text.data() + at + digits, out);
+  return error == std::errc() && end == text.data() + at + digits;
+}
+
+}  // namespace
+
+std::optional<int64_t> parse_timestamp_utc(std::string_view text) {
+  // YYYY-MM-DDTHH:MM:SS.mmmZ
+  if (text.size() != 24 || text[4] != '-' || text[7] != '-' || text[10] != 'T' || text[13] != ':' ||
+      text[16] != ':' || text[19] != '.' || text[23] != 'Z') {
+    return std::nullopt;
+  }
+  int year = 0, month = 0, day = 0, hour = 0, minute = 0, second = 0, millis = 0;
+  if (!read_digits(text, 0, 4, year) || !read_digits(text, 5, 2, month) || !read_digits(text, 8, 2, day) ||
+      !read_digits(text, 11, 2, hour) || !read_digits(text, 14, 2, minute) || !read_digits(text, 17, 2, second) ||
+      !read_digits(text, 20, 3, millis)) {
+    return std::nullopt;
+  }
+  using namespace std::chrono;
+  year_month_day date{std::chrono::year(year), std::chrono::month(static_cast<unsigned>(month)),
+                      std::chrono::day(static_cast<unsigned>(day))};
+  if (!date.ok() || hour > 23 || minute > 59 || second > 60) return std::nullopt;
+  milliseconds since_epoch = sys_days(date).time_since_epoch() + hours(hour) + minutes(minute) +
+                             seconds(second) + milliseconds(millis);
+  return since_epoch.count();
 }
 
 }  // namespace dtrain

@@ -3,7 +3,9 @@
 // FakeClock instead of sleeping.
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 
 namespace dtrain {
 
@@ -54,5 +56,10 @@ class ScaledClock final : public Clock {
 
 /// "2026-11-29T23:40:01.123Z"
 std::string format_timestamp_utc(int64_t wall_ms);
+
+/// format_timestamp_utc's form back to Unix-epoch milliseconds; nullopt for anything else (another
+/// shape, a field that is not all digits, a date that does not exist). The one parser of the
+/// events' "ts": drills, metrics, reports, the registry and `dtrain status` all use it.
+std::optional<int64_t> parse_timestamp_utc(std::string_view text);
 
 }  // namespace dtrain

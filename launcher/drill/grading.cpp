@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <set>
 
+#include "launcher/runlog/event_log.h"
 #include "launcher/base/clock.h"
-#include "launcher/drill/timestamps.h"
 #include "launcher/runlog/json_access.h"
 #include "launcher/base/event_catalogue.h"
 

@@ -5,29 +5,12 @@
 #include <chrono>
 
 #include "launcher/base/event_catalogue.h"
+#include "launcher/runlog/event_log.h"
 #include "launcher/runlog/json_access.h"
 
 namespace dtrain::metrics {
 
 using nlohmann::json;
-
-std::optional<int64_t> event_time_ms(const json& event) {
-  // format_timestamp_utc's form only, "2026-11-29T23:40:01.123Z".
-  std::string text = json_string(event, "ts");
-  int year, month, day, hour, minute, second, millis;
-  char zone = 0;
-  if (text.size() != 24 || std::sscanf(text.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d.%3d%c", &year, &month, &day, &hour,
-                                       &minute, &second, &millis, &zone) != 8 || zone != 'Z') {
-    return std::nullopt;
-  }
-  using namespace std::chrono;
-  year_month_day date{std::chrono::year(year), std::chrono::month(static_cast<unsigned>(month)),
-                      std::chrono::day(static_cast<unsigned>(day))};
-  if (!date.ok()) return std::nullopt;
-  milliseconds since_epoch = sys_days(date).time_since_epoch() + hours(hour) + minutes(minute) +
-                             seconds(second) + milliseconds(millis);
-  return since_epoch.count();
-}
 
 json Goodput::to_json() const {
   return {{"ratio", ratio()},
@@ -184,7 +167,7 @@ Goodput goodput_from_events(const std::vector<json>& events, std::optional<int64
   GoodputTracker tracker(precise);
   int64_t last_ms = 0;
   for (const json& event : events) {
-    std::optional<int64_t> wall_ms = event_time_ms(event);
+    std::optional<int64_t> wall_ms = event_wall_ms(event);
     if (!wall_ms) continue;
     last_ms = std::max(last_ms, *wall_ms);
     tracker.add(event, *wall_ms);

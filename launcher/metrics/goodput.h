@@ -102,7 +102,5 @@ class GoodputTracker {
 Goodput goodput_from_events(const std::vector<nlohmann::json>& events,
                             std::optional<int64_t> now_wall_ms = std::nullopt);
 
-/// "2026-11-29T23:40:01.123Z" → Unix-epoch milliseconds, nullopt for anything else.
-std::optional<int64_t> event_time_ms(const nlohmann::json& event);
 
 }  // namespace dtrain::metrics

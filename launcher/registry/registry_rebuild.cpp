@@ -27,19 +27,6 @@ namespace dtrain::registry {
 
 using nlohmann::json;
 
-std::optional<int64_t> event_time_ms(const json& event) {
-  // "YYYY-MM-DDTHH:MM:SS.mmmZ", as format_timestamp_utc writes it. (launcher/drill has the same
-  // parser; the registry may not depend on drill, and base does not have one yet.)
-  std::string text = json_string(event, "ts");
-  std::tm parts{};
-  const char* rest = text.size() == 24 ? ::strptime(text.c_str(), "%Y-%m-%dT%H:%M:%S", &parts) : nullptr;
-  if (rest != text.c_str() + 19 || rest[0] != '.' || rest[4] != 'Z') return std::nullopt;
-  int millis = 0;
-  auto [end, error] = std::from_chars(rest + 1, rest + 4, millis);
-  if (error != std::errc() || end != rest + 4) return std::nullopt;
-  return static_cast<int64_t>(::timegm(&parts)) * 1000 + millis;
-}
-
 namespace {
 
 /// One generation as the events tell it, until its allocations can be written.
@@ -92,7 +79,7 @@ RunRecords records_from_events(const std::string& run_id, const std::string& run
   int64_t last_ms = 0;
   bool finished = false;
   for (const json& event : events) {
-    std::optional<int64_t> at = event_time_ms(event);
+    std::optional<int64_t> at = event_wall_ms(event);
     if (!at) continue;
     last_ms = std::max(last_ms, *at);
     std::string name = json_string(event, "ev");
@@ -172,7 +159,7 @@ RunRecords records_from_events(const std::string& run_id, const std::string& run
   }
   // A failure.detected alone (no failure.root_cause) in a run of one failure is its root cause.
   if (records.failures.size() == 1) records.failures.front().root_cause = true;
-  if (run.submitted_ms == 0) run.submitted_ms = events.empty() ? 0 : event_time_ms(events.front()).value_or(0);
+  if (run.submitted_ms == 0) run.submitted_ms = events.empty() ? 0 : event_wall_ms(events.front()).value_or(0);
   // As `dtrain status` shows it: a run that never finished and whose supervisor is gone.
   if (!finished && !still_running && !is_terminal_state(run.state)) run.state = "supervisor gone";
   if (!generations.empty() && !generations.back().end_ms && !still_running) {

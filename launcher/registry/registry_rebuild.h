@@ -46,7 +46,4 @@ struct RebuildSummary {
 /// audit table, which no run directory holds, is copied from the old registry when it is readable.
 Result<RebuildSummary> rebuild_registry(const std::string& registry_file, const std::string& runs_root);
 
-/// "2026-11-29T23:40:01.123Z" → Unix-epoch ms; nullopt for anything else.
-std::optional<int64_t> event_time_ms(const nlohmann::json& event);
-
 }  // namespace dtrain::registry

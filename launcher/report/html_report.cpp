@@ -13,6 +13,7 @@
 #include "launcher/base/version.h"
 #include "launcher/report/downsample.h"
 #include "launcher/metrics/goodput.h"
+#include "launcher/runlog/event_log.h"
 #include "launcher/runlog/json_access.h"
 
 namespace dtrain::report {
@@ -263,7 +264,7 @@ std::string outcome_section(const RunRecord& record, const Timeline& timeline) {
     size_t shown = 0;
     for (const json* event : detected) {
       if (++shown > 50) break;
-      std::optional<int64_t> at = metrics::event_time_ms(*event);
+      std::optional<int64_t> at = event_wall_ms(*event);
       std::string where = json_member(*event, "rank") ? "rank " + std::to_string(int_field(*event, "rank")) + " on " : "";
       out += "<tr class=\"failure-row\" data-kind=\"" + e(json_string(*event, "kind")) + "\"><td>" +
              e(at ? since(*at, timeline.start_ms) : "?") + "</td><td class=\"n\">" +
@@ -702,7 +703,7 @@ std::string checkpoints_section(const RunRecord& record, const Timeline& timelin
   for (size_t i = 0; i < rows.size() && i < limits.checkpoint_rows; ++i) {
     const json& event = *rows[i];
     bool ok = json_string(event, "ev") == events::kCheckpointCommitted;
-    std::optional<int64_t> at = metrics::event_time_ms(event);
+    std::optional<int64_t> at = event_wall_ms(event);
     std::optional<double> seconds = json_number(event, "seconds");
     out += std::string("<tr class=\"checkpoint\" data-verified=\"") + (ok ? "yes" : "no") + "\"><td>" +
            e(at ? since(*at, timeline.start_ms) : "?") + "</td><td class=\"n\">" + std::to_string(int_field(event, "step", 0)) +

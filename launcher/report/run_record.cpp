@@ -117,7 +117,7 @@ Result<MetricsLine> parse_metrics_line(std::string_view line) {
   json object = json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (object.is_discarded()) return Error::infra("not valid JSON");
   if (!object.is_object()) return Error::infra("not a JSON object");
-  std::optional<int64_t> wall_ms = metrics::event_time_ms(object);
+  std::optional<int64_t> wall_ms = event_wall_ms(object);
   if (!wall_ms) return Error::infra("\"ts\" is missing or not a timestamp");
   MetricsLine parsed;
 

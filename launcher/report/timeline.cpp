@@ -6,6 +6,7 @@
 
 #include "launcher/base/event_catalogue.h"
 #include "launcher/metrics/goodput.h"
+#include "launcher/runlog/event_log.h"
 #include "launcher/runlog/json_access.h"
 
 namespace dtrain::report {
@@ -87,7 +88,7 @@ Timeline build_timeline(const RunRecord& record) {
   std::map<std::pair<std::string, int>, int64_t> silences;  // (host, rank) → silent_ms of a hang or loss
 
   for (const json& event : record.events) {
-    std::optional<int64_t> when = metrics::event_time_ms(event);
+    std::optional<int64_t> when = event_wall_ms(event);
     if (!when) continue;
     int64_t ts = *when;
     if (!have_time || ts < timeline.start_ms) timeline.start_ms = ts;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "launcher/runlog/event_log.h"
 #include "launcher/base/event_catalogue.h"
 #include "launcher/metrics/task_metrics.h"
 #include "launcher/run/driver.h"
@@ -51,7 +52,7 @@ void RunDriver::observe_for_metrics(const json& event) {
     task_metrics_seeded_ = true;
     if (Result<std::vector<json>> earlier = read_events(run_.events_path())) {
       for (const json& old : *earlier) {
-        if (std::optional<int64_t> at = metrics::event_time_ms(old)) task_metrics_.observe(old, *at, clock_.monotonic_ms());
+        if (std::optional<int64_t> at = event_wall_ms(old)) task_metrics_.observe(old, *at, clock_.monotonic_ms());
       }
     }
   }

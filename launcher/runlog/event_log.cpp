@@ -348,4 +348,10 @@ Result<std::vector<nlohmann::json>> EventFollower::poll() {
   }
 }
 
+std::optional<int64_t> event_wall_ms(const nlohmann::json& event) {
+  const nlohmann::json* ts = json_member(event, "ts");
+  if (!ts || !ts->is_string()) return std::nullopt;
+  return parse_timestamp_utc(ts->get_ref<const std::string&>());
+}
+
 }  // namespace dtrain

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "launcher/base/clock.h"
 #include "launcher/base/fd.h"
 #include "launcher/base/result.h"
 #include "launcher/runlog/line_follower.h"
@@ -124,5 +125,9 @@ class EventFollower {
   int64_t skipped_lines_ = 0;
   std::optional<Error> failure_;
 };
+
+/// The event's "ts" (parse_timestamp_utc) as Unix-epoch milliseconds; nullopt when it is absent,
+/// not a string, or not in format_timestamp_utc's form.
+std::optional<int64_t> event_wall_ms(const nlohmann::json& event);
 
 }  // namespace dtrain

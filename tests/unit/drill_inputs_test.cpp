@@ -14,7 +14,7 @@
 #include "launcher/drill/drill_history.h"
 #include "launcher/drill/fault.h"
 #include "launcher/drill/injector.h"
-#include "launcher/drill/timestamps.h"
+#include "launcher/runlog/event_log.h"
 #include "launcher/runlog/run_directory.h"
 #include "launcher/spec/drill_spec.h"
 
@@ -66,7 +66,14 @@ TEST_CASE("event timestamps read back to the milliseconds they were written from
   int64_t wall = 1'795'000'123'456;
   CHECK(parse_timestamp_utc(format_timestamp_utc(wall)) == wall);
   CHECK_FALSE(parse_timestamp_utc("2026-11-29 23:40:01"));
+  CHECK_FALSE(parse_timestamp_utc("2026-02-30T10:00:00.000Z"));  // no such day
+  CHECK_FALSE(parse_timestamp_utc("2026-11-29T24:00:00.000Z"));
+  CHECK_FALSE(parse_timestamp_utc("2026-11-2xT10:00:00.000Z"));
+  CHECK_FALSE(parse_timestamp_utc("+026-11-29T10:00:00.000Z"));
+  CHECK(parse_timestamp_utc("1970-01-01T00:00:00.001Z") == 1);
+  CHECK(event_wall_ms(nlohmann::json{{"ts", format_timestamp_utc(wall)}}) == wall);
   CHECK_FALSE(event_wall_ms(nlohmann::json{{"ts", 5}}));
+  CHECK_FALSE(event_wall_ms(nlohmann::json::array()));
 }
 
 TEST_CASE("drill.yaml: job path, overrides, faults in both spellings, objectives") {
