@@ -1,5 +1,8 @@
 #include "launcher/registry/registry_db.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <sqlite3.h>
 #include <sys/stat.h>
 
@@ -110,6 +113,13 @@ Error RegistryDb::error_of(const std::string& what) const {
 Result<RegistryDb> RegistryDb::open(const std::string& path, bool create_if_missing) {
   if (!create_if_missing && !file_exists(path)) {
     return Error::user(path + ": no registry yet; `dtrain registry rebuild` builds it from the run directories");
+  }
+  // Private like the run directories (who ran what, for how long): a new registry is created
+  // 0600 here (an empty file is an empty database); SQLite gives its -wal and -shm files the
+  // database file's mode.
+  if (create_if_missing && !file_exists(path)) {
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd >= 0) ::close(fd);
   }
   sqlite3* handle = nullptr;
   int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | (create_if_missing ? SQLITE_OPEN_CREATE : 0);

@@ -4,6 +4,7 @@
 // a damaged file is an error naming it and the rebuild command.
 
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 #include <sqlite3.h>
 
 #include <filesystem>
@@ -116,6 +117,9 @@ TEST_CASE("rebuild and usage: hand-computed GPU-hours, month split, a shrink, a 
   CHECK(rebuilt->runs == 3);
   CHECK(rebuilt->allocations == 1 + 3 + 1);
   CHECK(rebuilt->skipped_lines == 1);
+  struct stat info {};
+  REQUIRE(::stat(file.c_str(), &info) == 0);
+  CHECK((info.st_mode & 0077) == 0);  // private, like the run directories
 
   Result<RegistryDb> db = RegistryDb::open(file, false);
   REQUIRE(db.ok());
