@@ -20,14 +20,20 @@ constexpr auto kConnectionTimeout = std::chrono::seconds(10);
 
 }  // namespace
 
+// Handlers and exchanges point at the State with a plain pointer: the State outlives them.
+// Stopping joins the thread, then the State's destruction destroys the io_context, which
+// destroys every handler still pending (and the exchanges they keep alive) without running it.
+// (Handlers holding a shared_ptr to the State made a cycle through the io_context: LeakSanitizer
+// found the State, the io_context and a pending accept leaked at every stop.) `connections` is
+// declared before `io` so that it is still alive while `io` destroys the exchanges.
 struct MetricsEndpoint::State {
+  std::atomic<int> connections{0};
+  std::mutex mutex;
+  std::string text;  ///< guarded by mutex
+  uint16_t port = 0;
   asio::io_context io;
   asio::ip::tcp::acceptor acceptor{io};
   std::thread thread;
-  std::mutex mutex;
-  std::string text;  ///< guarded by mutex
-  std::atomic<int> connections{0};
-  uint16_t port = 0;
 
   std::string latest() {
     std::lock_guard lock(mutex);
@@ -43,8 +49,8 @@ using State = MetricsEndpoint::State;
 /// One connection: read the request head, answer, close. Every request gets Connection: close.
 class Exchange : public std::enable_shared_from_this<Exchange> {
  public:
-  Exchange(std::shared_ptr<State> state, tcp::socket socket)
-      : state_(std::move(state)), socket_(std::move(socket)), timer_(state_->io) {}
+  Exchange(State* state, tcp::socket socket)
+      : state_(state), socket_(std::move(socket)), timer_(state_->io) {}
   ~Exchange() { --state_->connections; }
 
   void begin() {
@@ -87,14 +93,14 @@ class Exchange : public std::enable_shared_from_this<Exchange> {
     });
   }
 
-  std::shared_ptr<State> state_;
+  State* state_;
   tcp::socket socket_;
   asio::steady_timer timer_;
   std::string request_;
   std::string response_;
 };
 
-void accept_next(const std::shared_ptr<State>& state) {
+void accept_next(State* state) {
   state->acceptor.async_accept([state](const asio::error_code& error, tcp::socket socket) {
     if (error == asio::error::operation_aborted || !state->acceptor.is_open()) return;
     if (!error) {
@@ -133,8 +139,8 @@ Result<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::start(const std::strin
   if (!error) state->acceptor.listen(asio::socket_base::max_listen_connections, error);
   if (error) return Error::infra("metrics.listen '" + address + "': cannot listen: " + error.message());
   state->port = state->acceptor.local_endpoint().port();
-  accept_next(state);
-  state->thread = std::thread([state] {
+  accept_next(state.get());
+  state->thread = std::thread([state = state.get()] {
     pthread_setname_np(pthread_self(), "dtrain-metrics");
     state->io.run();
   });
@@ -142,7 +148,7 @@ Result<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::start(const std::strin
 }
 
 MetricsEndpoint::~MetricsEndpoint() {
-  asio::post(state_->io, [state = state_] {
+  asio::post(state_->io, [state = state_.get()] {
     asio::error_code ignored;
     state->acceptor.close(ignored);
     state->io.stop();

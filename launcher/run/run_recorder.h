@@ -51,7 +51,7 @@ class RunRecorder {
   void metrics(nlohmann::json line);
   /// state.json: the newest snapshot wins.
   void state(nlohmann::json snapshot) { state_writer_.submit(std::move(snapshot)); }
-  int64_t last_state_write_ms() const { return state_writer_.last_write_ms(); }
+  int64_t last_state_text_ms() const { return state_writer_.last_text_ms(); }
   void state(nlohmann::json head, std::vector<StateRankRow> ranks) {
     state_writer_.submit(std::move(head), std::move(ranks));
   }

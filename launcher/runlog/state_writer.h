@@ -58,8 +58,9 @@ class StateWriter {
   void submit(nlohmann::json head, std::vector<StateRankRow> ranks);
   /// Waits until everything submitted so far is on disk; the last write's outcome.
   Status flush();
-  /// How long the last write took (serialising included), for the caller's pacing.
-  int64_t last_write_ms() const { return last_write_ms_.load(); }
+  /// How long turning the last snapshot's rows into text took (CPU on this thread; the write
+  /// and its fsyncs not included), for the caller's pacing.
+  int64_t last_text_ms() const { return last_text_ms_.load(); }
 
  private:
   void run();
@@ -75,7 +76,7 @@ class StateWriter {
   bool writing_ = false;
   bool stopping_ = false;
   Status last_{};
-  std::atomic<int64_t> last_write_ms_{0};
+  std::atomic<int64_t> last_text_ms_{0};
   std::thread thread_;
 };
 
