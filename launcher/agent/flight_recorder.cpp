@@ -83,12 +83,16 @@ nlohmann::json reply_for(const PendingDump& pending, size_t max_bytes, const std
   UniqueFd fd(::open(pending.dump.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
   std::string data;
   bool would_block = false;
-  while (fd.valid() && data.size() <= max_bytes) {
+  bool read_failed = !fd.valid();
+  while (!read_failed && data.size() <= max_bytes) {
     Result<size_t> got = read_some(fd.get(), data, &would_block);
+    if (!got) read_failed = true;
     if (!got || *got == 0 || would_block) break;
   }
-  if (!fd.valid() || data.size() > max_bytes) {
-    reply["error"] = "cannot read " + pending.dump;
+  // A dump that changed size while read, or a failed read, is not shipped as if it were whole.
+  if (read_failed || data.size() > max_bytes || data.size() != static_cast<size_t>(now.size)) {
+    reply["error"] = "cannot read " + pending.dump + " whole (" + std::to_string(data.size()) + " of " +
+                     std::to_string(now.size) + " bytes)";
     return reply;
   }
   reply["bytes"] = static_cast<int64_t>(data.size());
@@ -119,7 +123,10 @@ std::vector<nlohmann::json> collect_flight_recorder_dumps(const std::vector<Dump
   std::vector<PendingDump> pending;
   for (const DumpTarget& target : targets) {
     std::optional<std::string> pipe_prefix = first_variable(target.pid, kPipeVariables);
-    std::string rank = process_environment_value(target.pid, "RANK").value_or(std::to_string(target.rank));
+    // The rank the agent assigned (the RANK it put in the worker's environment), not what the
+    // worker's environment says now: that is the worker's to change, and it becomes part of a path
+    // this agent reads and may unlink.
+    std::string rank = std::to_string(target.rank);
     std::string dump = first_variable(target.pid, kDumpVariables).value_or(kPyTorchDefaultDumpPrefix) + rank;
     FileState before = file_state(dump);
     struct stat pipe_info{};

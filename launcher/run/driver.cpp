@@ -173,6 +173,7 @@ void RunDriver::pump_links(const std::vector<AgentLink*>& links) {
 void RunDriver::host_lost(AgentLink& link, const std::string& reason, int64_t silent_ms) {
   if (link.lost) return;
   link.lost = true;
+  host_resources_.erase(link.host());  // its last sample must not stand in metrics as if current
   log().warn("host {} lost: {}", link.host(), reason);
   link.connection().shutdown(0);
   feed(supervisor::HostLost{link.host(), reason, silent_ms});
