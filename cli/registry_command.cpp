@@ -4,6 +4,7 @@
 // `dtrain registry fill-synthetic` (hidden) fills a registry with synthetic runs for the
 // benchmark (scripts/bench/registry.sh): a measuring tool, not a user command.
 
+#include <unistd.h>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -45,6 +46,13 @@ struct SyntheticOptions {
 /// 1 to 48 hours, and every tenth run shrinking to one host half-way: the shape of a busy cluster's
 /// year, inserted through the module's API in one transaction.
 int fill_synthetic(const SyntheticOptions& options) {
+  // For the benchmark only (scripts/bench/registry.sh, in a scratch $DTRAIN_HOME): never into a
+  // registry that holds real runs, whose usage reports would then count 100,000 fake ones.
+  if (::access(registry::registry_path().c_str(), F_OK) == 0) {
+    std::fprintf(stderr, "dtrain registry fill-synthetic: %s exists; this benchmark filler only writes a new "
+                 "registry (set DTRAIN_HOME to an empty directory)\n", registry::registry_path().c_str());
+    return to_int(ExitCode::usage);
+  }
   Result<registry::RegistryDb> opened = registry::RegistryDb::open(registry::registry_path(), true);
   if (!opened) {
     std::fprintf(stderr, "dtrain registry fill-synthetic: %s\n", opened.error().message.c_str());

@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "launcher/base/event_catalogue.h"
+#include "launcher/registry/statement.h"
 #include "launcher/runlog/event_log.h"
 #include "launcher/runlog/json_access.h"
 #include "launcher/runlog/run_directory.h"
@@ -223,12 +224,6 @@ std::string spec_hash_of(const std::string& spec_path) {
   return short_id(text.str());  // FNV-1a: enough to tell specs apart, not a security hash
 }
 
-std::string sql_quoted(const std::string& text) {
-  std::string quoted = "'";
-  for (char c : text) quoted += (c == '\'') ? std::string("''") : std::string(1, c);
-  return quoted + "'";
-}
-
 bool exists(const std::string& path) {
   struct stat info {};
   return ::stat(path.c_str(), &info) == 0;
@@ -259,13 +254,27 @@ Result<RebuildSummary> rebuild_registry(const std::string& registry_file, const 
     if (Status made = make_directories(registry_file.substr(0, slash)); !made) return made.error();
   }
   bool kept_damaged = false;
+  // Every failure below leaves no temporary database behind (nor its -wal/-shm).
+  struct RemoveTemporary {
+    const std::string& path;
+    bool armed = true;
+    ~RemoveTemporary() {
+      if (!armed) return;
+      for (const char* suffix : {"", "-wal", "-shm", "-journal"}) ::unlink((path + suffix).c_str());
+    }
+  } remove_temporary{temporary};
   {
     Result<RegistryDb> opened = RegistryDb::open(temporary, true);
     if (!opened) return opened.error();
     RegistryDb& db = *opened;
     // The audit table is in no run directory: carry it over from the registry being replaced.
     if (exists(registry_file)) {
-      Status copied = db.execute("ATTACH DATABASE " + sql_quoted(registry_file) + " AS previous");
+      Status copied;
+      {
+        Statement attach(db.handle(), "ATTACH DATABASE ?1 AS previous");  // the path bound, not pasted
+        attach.bind(1, registry_file);
+        if (attach.step() != SQLITE_DONE) copied = db.error_of("cannot read the old registry");
+      }
       if (copied) copied = db.execute("INSERT INTO audit SELECT * FROM previous.audit");
       if (copied) {
         summary.audit_rows_kept = sqlite3_changes(db.handle());
@@ -307,15 +316,16 @@ Result<RebuildSummary> rebuild_registry(const std::string& registry_file, const 
     // One self-contained file to rename: fold the WAL back in.
     if (Status folded = db.execute("PRAGMA journal_mode = DELETE"); !folded) return folded.error();
   }
-  if (kept_damaged) ::rename(registry_file.c_str(), (registry_file + ".damaged").c_str());
+  if (kept_damaged && ::rename(registry_file.c_str(), (registry_file + ".damaged").c_str()) != 0) {
+    summary.warnings.push_back(registry_file + ": could not keep it as .damaged: " + std::strerror(errno));
+  }
   // The old file's WAL and shared memory must not be applied to the new file.
   ::unlink((registry_file + "-wal").c_str());
   ::unlink((registry_file + "-shm").c_str());
   if (::rename(temporary.c_str(), registry_file.c_str()) != 0) {
-    std::string why = std::strerror(errno);
-    ::unlink(temporary.c_str());
-    return Error::infra(registry_file + ": cannot put the rebuilt registry in place: " + why);
+    return Error::infra(registry_file + ": cannot put the rebuilt registry in place: " + std::strerror(errno));
   }
+  remove_temporary.armed = false;
   return summary;
 }
 

@@ -8,6 +8,7 @@
 #include <map>
 #include <string_view>
 
+#include "launcher/base/clock.h"
 #include "launcher/registry/statement.h"
 
 namespace dtrain::registry {
@@ -27,12 +28,10 @@ std::tm utc_parts(int64_t wall_ms) {
 }  // namespace
 
 std::optional<int64_t> parse_date_utc(const std::string& text) {
-  std::tm parts{};
-  parts.tm_mday = 1;  // "YYYY-MM": the month's first day
-  const char* format = text.size() == 7 ? "%Y-%m" : "%Y-%m-%d";
-  const char* rest = (text.size() == 7 || text.size() == 10) ? ::strptime(text.c_str(), format, &parts) : nullptr;
-  if (rest != text.c_str() + text.size()) return std::nullopt;
-  return static_cast<int64_t>(::timegm(&parts)) * 1000;
+  // "YYYY-MM" (the month's first day) or "YYYY-MM-DD", checked by the events' own parser: a day
+  // that does not exist (2026-02-30) is an error, not the 2nd of March.
+  if (text.size() != 7 && text.size() != 10) return std::nullopt;
+  return parse_timestamp_utc(text + (text.size() == 7 ? "-01" : "") + "T00:00:00.000Z");
 }
 
 int64_t next_month_start_ms(int64_t wall_ms) {

@@ -243,6 +243,8 @@ TEST_CASE("dates: YYYY-MM-DD and YYYY-MM in UTC, month boundaries") {
   CHECK_FALSE(parse_date_utc("2026-13-01").has_value());
   CHECK_FALSE(parse_date_utc("yesterday").has_value());
   CHECK_FALSE(parse_date_utc("2026-11-01x").has_value());
+  CHECK_FALSE(parse_date_utc("2026-02-30").has_value());  // no such day, not the 2nd of March
+  CHECK_FALSE(parse_date_utc("2026- 2-01").has_value());
   CHECK(next_month_start_ms(*parse_date_utc("2026-12-15")) == *parse_date_utc("2027-01-01"));
   CHECK(month_of(*parse_date_utc("2026-12-31") + 86399999) == "2026-12");
 }
