@@ -48,9 +48,15 @@ HeatMap step_time_heat_map(const std::vector<TrainingSample>& samples, int world
   HeatMap map;
   if (world_size <= 0) {
     for (const TrainingSample& sample : samples) {
-      for (const RankSample& rank : sample.ranks) world_size = std::max(world_size, rank.rank + 1);
+      for (const RankSample& rank : sample.ranks) {  // int64: a rank of INT_MAX must not overflow
+        world_size = static_cast<int>(std::min<int64_t>(std::max<int64_t>(world_size, int64_t{rank.rank} + 1),
+                                                        kMaxHeatMapRanks));
+      }
     }
   }
+  // world_size and ranks come from the run directory (untrusted): one damaged line saying
+  // 2,000,000,000 must not size the per-rank arrays. Ranks past the cap are left out of the map.
+  world_size = std::min(world_size, kMaxHeatMapRanks);
   if (samples.empty() || world_size <= 0 || max_rows == 0 || max_columns == 0) return map;
   int64_t start = samples.front().wall_ms, end = samples.front().wall_ms;
   for (const TrainingSample& sample : samples) {

@@ -47,7 +47,11 @@ struct HeatMap {
   double at(size_t row, size_t column) const { return cells[row * columns + column]; }
 };
 
-/// `world_size` 0: the highest rank seen + 1.
+/// The most ranks a heat map covers: a bound on memory whatever a damaged file claims (65,536
+/// ranks x 120 columns is ~94 MB); ranks past it are left out.
+inline constexpr int kMaxHeatMapRanks = 65536;
+
+/// `world_size` 0: the highest rank seen + 1 (at most kMaxHeatMapRanks).
 HeatMap step_time_heat_map(const std::vector<TrainingSample>& samples, int world_size, size_t max_rows,
                            size_t max_columns);
 

@@ -268,6 +268,20 @@ TEST_CASE("heat map: 16,384 ranks fit the row cap and a straggler's block is the
   CHECK(map.at((slowest + 1) % 64, 7) == doctest::Approx(10));  // the others at the median
 }
 
+TEST_CASE("heat map: a damaged world size or rank cannot size the arrays past kMaxHeatMapRanks") {
+  TrainingSample sample;
+  sample.wall_ms = 1000;
+  sample.ranks = {{0, 1, std::nullopt, 10.0}, {2'000'000'000, 1, std::nullopt, 99.0}};
+  HeatMap map = step_time_heat_map({sample}, 2'000'000'000, 64, 120);  // would be 2.9 TB unbounded
+  REQUIRE_FALSE(map.rows.empty());
+  CHECK(map.rows.back().last_rank == kMaxHeatMapRanks - 1);
+  CHECK(map.at(0, 0) == doctest::Approx(10));
+  // World size unknown (0): the highest rank seen sets it, within the same cap.
+  HeatMap inferred = step_time_heat_map({sample}, 0, 64, 120);
+  REQUIRE_FALSE(inferred.rows.empty());
+  CHECK(inferred.rows.back().last_rank == kMaxHeatMapRanks - 1);
+}
+
 TEST_CASE("parse_metrics_line: per-rank and summary lines, resources, and what is refused") {
   Result<MetricsLine> ranks = parse_metrics_line(
       R"({"ts":"2026-12-01T10:00:00.000Z","gen":2,"ranks":[{"rank":0,"step":5,"loss":1.5,"step_ms":3},{"rank":"x"}]})");
