@@ -52,42 +52,42 @@ void append_string(std::string& out, std::string_view value) {
 /// Appends the rows to `out` in place: each copy of a 16,384-rank text (3.5 MB) costs page
 /// faults, which are slow on virtual machines (100 ms per snapshot with three copies).
 void append_rank_rows(std::string& out, const std::vector<StateRankRow>& rows) {
+  auto key = [&](const char* name) {
+    out += ", \"";
+    out += name;
+    out += "\": ";
+  };
+  // Absent values are JSON null (the schema's "unknown"), as run_state.h documents.
+  auto integer_or_null = [&](const char* name, bool present, int64_t value) {
+    key(name);
+    if (present) append_integer(out, value);
+    else out += "null";
+  };
   out += "[";
   bool first = true;
   for (const StateRankRow& row : rows) {
-    out += first ? "\n    {" : ",\n    {";
+    out += first ? "\n    {\"rank\": " : ",\n    {\"rank\": ";
     first = false;
-    out += "\"rank\": ";
     append_integer(out, row.rank);
-    out += ", \"host\": ";
+    key("host");
     append_string(out, row.host);
-    out += ", \"local_rank\": ";
-    append_integer(out, row.local_rank);
-    out += ", \"dp\": ";
-    append_integer(out, row.dp);
-    out += ", \"pp\": ";
-    append_integer(out, row.pp);
-    out += ", \"tp\": ";
-    append_integer(out, row.tp);
-    out += ", \"pid\": ";
-    if (row.pid) append_integer(out, row.pid);
-    else out += "null";
-    out += ", \"state\": ";
+    integer_or_null("local_rank", true, row.local_rank);
+    integer_or_null("dp", true, row.dp);
+    integer_or_null("pp", true, row.pp);
+    integer_or_null("tp", true, row.tp);
+    integer_or_null("pid", row.pid != 0, row.pid);
+    key("state");
     append_string(out, row.state);
-    out += ", \"step\": ";
-    if (row.step >= 0) append_integer(out, row.step);
-    else out += "null";
-    out += ", \"last_beat_ms\": ";
-    if (row.last_beat_ms) append_integer(out, row.last_beat_ms);
-    else out += "null";
-    out += ", \"loss\": ";
+    integer_or_null("step", row.step >= 0, row.step);
+    integer_or_null("last_beat_ms", row.last_beat_ms != 0, row.last_beat_ms);
+    key("loss");
     if (row.loss) append_number(out, *row.loss);
     else out += "null";
     if (row.step_ms) {
-      out += ", \"step_ms\": ";
+      key("step_ms");
       append_number(out, *row.step_ms);
     }
-    out += ", \"exit\": ";
+    key("exit");
     if (row.exit_signal) {
       out += "{\"signal\": ";
       append_string(out, *row.exit_signal);

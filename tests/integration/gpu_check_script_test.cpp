@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include "launcher/base/child_process.h"
@@ -18,7 +19,15 @@ bool contains(const std::string& text, const std::string& part) { return text.fi
 
 TEST_CASE("gpu_check.sh --dry-run: the agent's GPU metrics through NVML and through the nvidia-smi fallback") {
   char pattern[] = "/tmp/dtrain-gpu-check-test-XXXXXX";
-  std::string out = ::mkdtemp(pattern);
+  REQUIRE(::mkdtemp(pattern) != nullptr);
+  std::string out = pattern;
+  struct RemoveAtEnd {  // also when a REQUIRE below ends the test early
+    std::string path;
+    ~RemoveAtEnd() {
+      std::error_code ignored;
+      std::filesystem::remove_all(path, ignored);
+    }
+  } remove_at_end{out};
   std::string script = std::string(DTRAIN_SOURCE_DIR) + "/scripts/gpu_check.sh";
   Result<CommandOutput> dry = run_command(
       {"/usr/bin/env", "OUT=" + out, "bash", script, DTRAIN_BINARY_DIR, "--dry-run"}, Millis(120'000));
@@ -42,5 +51,4 @@ TEST_CASE("gpu_check.sh --dry-run: the agent's GPU metrics through NVML and thro
     CHECK(real->exit_code == 77);
     CHECK(contains(real->out, "SKIP no GPU here"));
   }
-  (void)::system(("rm -rf '" + out + "'").c_str());
 }

@@ -184,9 +184,9 @@ TEST_CASE("report of a real local run with a crash and a hang: both in the timel
 }
 
 TEST_CASE("report of a cluster run with a crash, a hang and a lost host: each in the timeline (screenshot build/test-artefacts/report.png)") {
+  std::string chromium = require_chromium();  // first: a skip exits at once, before any namespace exists
   TestCluster cluster(4);
   DTRAIN_REQUIRE_CLUSTER(cluster);
-  std::string chromium = require_chromium();
   ClusterJob job(cluster, "report");
   ClusterSpec spec = shrinkable_trainer_job("report", 1000000);
   spec.spares = {4};

@@ -8,6 +8,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -50,9 +51,11 @@ TEST_CASE("worker runtime: frames from the agent of the wrong shape are ignored,
   REQUIRE(::listen(listener, 1) == 0);
 
   std::string hello, request;
+  std::atomic<int> accepted{-1};
   std::thread agent([&] {
     int connection = ::accept(listener, nullptr, nullptr);
     if (connection < 0) return;
+    accepted = connection;
     hello = read_line(connection);
     // Unexpected frames first, each of which once could have thrown on the reader thread.
     write_all(connection,
@@ -70,20 +73,33 @@ TEST_CASE("worker runtime: frames from the agent of the wrong shape are ignored,
                      : -1;
     write_all(connection, nlohmann::json{{"type", "kv.value"}, {"id", id}, {"value", "v1"}}.dump() + "\n");
     read_line(connection);  // until the worker goes away
+    accepted = -1;
     ::close(connection);
   });
 
+  // Whatever happens below (a failed REQUIRE throws), the scripted agent's blocking accept or
+  // read is ended and its thread joined: no hang, no std::terminate from a joinable thread.
+  struct StopAgent {
+    int listener;
+    std::atomic<int>& accepted;
+    std::thread& agent;
+    ~StopAgent() {
+      ::shutdown(listener, SHUT_RDWR);
+      if (int connection = accepted.load(); connection >= 0) ::shutdown(connection, SHUT_RDWR);
+      agent.join();
+      ::close(listener);
+      ::unsetenv("DTRAIN_AGENT_SOCKET");
+    }
+  };
   ::setenv("DTRAIN_AGENT_SOCKET", path.c_str(), 1);
   {
+    StopAgent stop{listener, accepted, agent};
     auto worker = dtrain::worker::Worker::from_env();
     REQUIRE_MESSAGE(worker.ok(), (worker.ok() ? "" : worker.error().message));
     auto value = (*worker)->kv().get("key");
     REQUIRE_MESSAGE(value.ok(), (value.ok() ? "" : value.error().message));
     CHECK(*value == std::optional<std::string>("v1"));
   }
-  agent.join();
-  ::unsetenv("DTRAIN_AGENT_SOCKET");
-  ::close(listener);
   CHECK(hello.find("\"type\":\"hello\"") != std::string::npos);
   CHECK(request.find("\"type\":\"kv.get\"") != std::string::npos);
 }
