@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "launcher/base/exit_code.h"
+#include "launcher/base/identity.h"
 #include "launcher/base/strings.h"
 #include "launcher/base/version.h"
 #include "launcher/run/driver.h"
@@ -81,6 +82,7 @@ int submit(const SubmitOptions& options) {
   json hosts = json::array();
   for (const spec::HostEntry& host : spec.hosts) hosts.push_back(host.name);
   (void)events->append({{"ev", events::kRunSubmitted}, {"run_id", run_id}, {"name", spec.name},
+                        {"tenant", spec.tenant}, {"user", run_owner()},
                         {"spec", options.spec_text ? run->spec_path() : absolute_path(options.spec_path)}, {"hosts", hosts},
                         {"world_size", plan->world_size}, {"dtrain_version", kVersion},
                         {"supervisor_pid", ::getpid()}, {"supervisor_host", this_hostname()},
