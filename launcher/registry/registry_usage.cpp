@@ -62,10 +62,20 @@ constexpr const char* kClippedSlot =
 constexpr const char* kInPeriod =
     " WHERE +a.start_ms < ?1 AND COALESCE(a.end_ms, ?3) > ?2 AND COALESCE(a.end_ms, ?3) > a.start_ms AND a.units > 0";
 
-Result<std::vector<UsageRow>> collect_rows(RegistryDb& db, const std::string& sql, int64_t since, int64_t until,
-                                           int64_t now) {
+/// kInPeriod, and only the query's tenant's runs when it names one (bound as ?4).
+std::string in_period(const UsageQuery& query) {
+  return std::string(kInPeriod) + (query.tenant ? " AND a.run_id IN (SELECT id FROM runs WHERE tenant = ?4)" : "");
+}
+
+void bind_period(Statement& select, const UsageQuery& query, int64_t since, int64_t until) {
+  select.bind(1, until).bind(2, since).bind(3, query.now_ms);
+  if (query.tenant) select.bind(4, *query.tenant);
+}
+
+Result<std::vector<UsageRow>> collect_rows(RegistryDb& db, const std::string& sql, const UsageQuery& query,
+                                           int64_t since, int64_t until) {
   Statement select(db.handle(), sql);
-  select.bind(1, until).bind(2, since).bind(3, now);
+  bind_period(select, query, since, until);
   if (!select.ok()) return db.error_of("cannot read allocations");
   std::vector<UsageRow> rows;
   int stepped = 0;
@@ -80,28 +90,28 @@ Result<std::vector<UsageRow>> collect_rows(RegistryDb& db, const std::string& sq
 /// Tenant or user (columns of runs): summed per run first (allocations_by_run), then per group,
 /// so that each run is looked up once and counted once. 100,000 runs: well under a second
 /// (scripts/bench/registry.sh); a row-by-row loop here took 1.4 s.
-Result<std::vector<UsageRow>> usage_by_run_column(RegistryDb& db, const char* column, int64_t since, int64_t until,
-                                                  int64_t now) {
+Result<std::vector<UsageRow>> usage_by_run_column(RegistryDb& db, const char* column, const UsageQuery& query,
+                                                  int64_t since, int64_t until) {
   std::string sql = std::string("SELECT r.") + column +
                     ", SUM(p.gpu), SUM(p.slot), COUNT(*) FROM (SELECT a.run_id AS run_id, " + kClippedGpu + " AS gpu, " +
-                    kClippedSlot + " AS slot FROM allocations a" + kInPeriod +
+                    kClippedSlot + " AS slot FROM allocations a" + in_period(query) +
                     " GROUP BY a.run_id) p JOIN runs r ON r.id = p.run_id GROUP BY 1 ORDER BY 1";
-  return collect_rows(db, sql, since, until, now);
+  return collect_rows(db, sql, query, since, until);
 }
 
-Result<std::vector<UsageRow>> usage_by_host(RegistryDb& db, int64_t since, int64_t until, int64_t now) {
+Result<std::vector<UsageRow>> usage_by_host(RegistryDb& db, const UsageQuery& query, int64_t since, int64_t until) {
   std::string sql = std::string("SELECT a.host, ") + kClippedGpu + ", " + kClippedSlot +
-                    ", COUNT(DISTINCT a.run_id) FROM allocations a" + kInPeriod + " GROUP BY 1 ORDER BY 1";
-  return collect_rows(db, sql, since, until, now);
+                    ", COUNT(DISTINCT a.run_id) FROM allocations a" + in_period(query) + " GROUP BY 1 ORDER BY 1";
+  return collect_rows(db, sql, query, since, until);
 }
 
 /// By month: each allocation, clipped to the period, is split at the UTC month boundaries.
 /// Rows come ordered by run, so a run is counted once per month by comparing with the last one.
-Result<std::vector<UsageRow>> usage_by_month(RegistryDb& db, int64_t since, int64_t until, int64_t now) {
+Result<std::vector<UsageRow>> usage_by_month(RegistryDb& db, const UsageQuery& query, int64_t since, int64_t until) {
   std::string sql = std::string("SELECT a.run_id, a.units, a.resource = 'gpu', MAX(a.start_ms, ?2),") +
-                    " MIN(COALESCE(a.end_ms, ?3), ?1) FROM allocations a" + kInPeriod + " ORDER BY a.run_id";
+                    " MIN(COALESCE(a.end_ms, ?3), ?1) FROM allocations a" + in_period(query) + " ORDER BY a.run_id";
   Statement select(db.handle(), sql);
-  select.bind(1, until).bind(2, since).bind(3, now);
+  bind_period(select, query, since, until);
   if (!select.ok()) return db.error_of("cannot read allocations");
   struct MonthTotals {
     int64_t gpu_ms = 0;  // unit-milliseconds
@@ -146,12 +156,12 @@ Result<std::vector<UsageRow>> usage(RegistryDb& db, const UsageQuery& query) {
   int64_t since = query.since_ms.value_or(INT64_MIN);
   int64_t until = query.until_ms.value_or(INT64_MAX);
   switch (query.by) {
-    case UsageGrouping::tenant: return usage_by_run_column(db, "tenant", since, until, query.now_ms);
-    case UsageGrouping::user: return usage_by_run_column(db, "user", since, until, query.now_ms);
-    case UsageGrouping::host: return usage_by_host(db, since, until, query.now_ms);
+    case UsageGrouping::tenant: return usage_by_run_column(db, "tenant", query, since, until);
+    case UsageGrouping::user: return usage_by_run_column(db, "user", query, since, until);
+    case UsageGrouping::host: return usage_by_host(db, query, since, until);
     case UsageGrouping::month: break;
   }
-  return usage_by_month(db, since, until, query.now_ms);
+  return usage_by_month(db, query, since, until);
 }
 
 }  // namespace dtrain::registry

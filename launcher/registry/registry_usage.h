@@ -21,6 +21,8 @@ struct UsageQuery {
   std::optional<int64_t> until_ms;  ///< exclusive
   /// Where allocations still held (end_ms NULL) end for this report.
   int64_t now_ms = 0;
+  /// Only this tenant's runs ("" : runs without a tenant); none: every run. The quota check.
+  std::optional<std::string> tenant;
 };
 
 struct UsageRow {
