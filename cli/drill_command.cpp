@@ -26,6 +26,7 @@
 #include "launcher/base/strings.h"
 #include "launcher/drill/drill_history.h"
 #include "launcher/report/report_files.h"
+#include "launcher/run/governance.h"
 #include "launcher/drill/spec_drill.h"
 #include "launcher/runlog/run_directory.h"
 #include "launcher/spec/drill_spec.h"
@@ -127,6 +128,13 @@ void write_run_report(const drill::DrillReport& report) {
   if (!written) std::fprintf(stderr, "dtrain drill: warning: no report for run %s: %s\n", report.run_id.c_str(), written.error().message.c_str());
 }
 
+/// One audit row per drill that ran: which fault was injected into which run, and the verdict.
+void audit_drill(const drill::DrillReport& report, const std::string& target, nlohmann::json arguments) {
+  std::string result = report.verdict();
+  if (report.error) result += ": " + *report.error;
+  run::audit_action("dtrain drill", "drill", report.run_id, target, std::move(arguments), result);
+}
+
 int print_report(const drill::DrillReport& report, bool json) {
   write_run_report(report);
   if (json) {
@@ -164,9 +172,14 @@ int live_drill(const DrillOptions& options, Millis timeout) {
   if (std::optional<int> bad = read_objectives(options, plan.objectives)) return *bad;
   install_cancel_handlers();
   Result<drill::DrillReport> report = drill::run_live_drill(plan, progress());
+  nlohmann::json arguments = {{"fault", options.fault}, {"mode", "live"}};
+  if (options.at_step) arguments["at_step"] = *options.at_step;
   if (!report) {
+    run::audit_action("dtrain drill", "drill", options.run, options.fault, arguments,
+                      "error: " + report.error().message);
     return report.error().kind == ErrorKind::user ? usage(report.error().message) : cannot_run(report.error().message);
   }
+  audit_drill(*report, options.fault, std::move(arguments));
   return print_report(*report, options.json);
 }
 
@@ -217,7 +230,9 @@ int spec_drill(const DrillOptions& options, std::optional<Millis> timeout_flag) 
     plan.job_path = *written;
   }
   install_cancel_handlers();
-  return print_report(drill::run_spec_drill(plan, progress()), options.json);
+  drill::DrillReport report = drill::run_spec_drill(plan, progress());
+  audit_drill(report, options.spec, {{"mode", "spec"}});
+  return print_report(report, options.json);
 }
 
 int run_drill(const DrillOptions& options) {

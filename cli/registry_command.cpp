@@ -14,18 +14,29 @@
 #include "launcher/base/exit_code.h"
 #include "launcher/registry/registry_db.h"
 #include "launcher/registry/registry_rebuild.h"
+#include "launcher/run/governance.h"
 #include "launcher/runlog/run_directory.h"
+#include "launcher/spec/spec_loader.h"
 
 namespace dtrain::cli {
 namespace {
 
 int rebuild() {
   std::string path = registry::registry_path();
-  Result<registry::RebuildSummary> rebuilt = registry::rebuild_registry(path, runs_root());
+  auto tenant_of_spec = [](const std::string& spec_path) {
+    spec::LoadResult loaded = spec::load_job_spec(spec_path, {});
+    return loaded.ok() ? loaded.spec->tenant : std::string();
+  };
+  Result<registry::RebuildSummary> rebuilt = registry::rebuild_registry(path, runs_root(), tenant_of_spec);
   if (!rebuilt) {
     std::fprintf(stderr, "dtrain registry rebuild: %s\n", rebuilt.error().message.c_str());
+    run::audit_action("dtrain registry rebuild", "registry rebuild", "", path, {{"runs_root", runs_root()}},
+                      "failed: " + rebuilt.error().message);
     return exit_code_for(rebuilt.error());
   }
+  run::audit_action("dtrain registry rebuild", "registry rebuild", "", path, {{"runs_root", runs_root()}},
+                    "rebuilt: " + std::to_string(rebuilt->runs) + " runs, " + std::to_string(rebuilt->allocations) +
+                        " allocations, " + std::to_string(rebuilt->warnings.size()) + " warnings");
   for (const std::string& warning : rebuilt->warnings) {
     std::fprintf(stderr, "dtrain registry rebuild: warning: %s\n", warning.c_str());
   }

@@ -1,4 +1,4 @@
-// dtrain resume RUN [--detach]: continue a run whose supervisor died, from its newest checkpoint.
+// dtrain resume RUN [--detach] [--over-quota]: continue a run whose supervisor died, from its newest checkpoint.
 
 #include <memory>
 #include <string>
@@ -14,6 +14,8 @@ void add_resume_command(CLI::App& app, CommandContext& context) {
       "resume", "Continue a run whose supervisor died (or that was stopped) from its newest checkpoint");
   command->add_option("run", options->run, "run id or unique prefix (see `dtrain status`)")->required();
   command->add_flag("--detach,-d", options->detach, "print the run id and supervise in the background");
+  command->add_flag("--over-quota", options->over_quota,
+                    "resume even though the tenant's monthly budget is spent (recorded in the audit table)");
   command->callback([options, &context] {
     options->dtrain_exe = this_executable();
     context.exit_code = run::resume(*options);

@@ -56,6 +56,8 @@ Options:
   --set KEY=VALUE            any spec key by its dotted path (dtrain-spec(5)); repeatable
   --name NAME                the run's name (default: the script's name)
   -d, --detach               print the run id and supervise in the background
+  --over-quota               start even though the tenant's monthly budget is spent
+                             (recorded in the audit table; see dtrain-registry(1))
 
 torchrun flags, accepted so that a torchrun line can be pasted:
   --nproc_per_node N, --max_restarts N   the same as above
@@ -89,6 +91,7 @@ struct RunRequest {
   std::vector<std::string> sets;
   std::string name;
   bool detach = false;
+  bool over_quota = false;
   bool module = false;
   bool no_python = false;
   bool help = false;
@@ -100,7 +103,7 @@ struct RunRequest {
 
 /// One flag the parser knows: its spellings, whether it takes a value, and what it does.
 enum class FlagAction {
-  procs, hosts, hostfile, max_restarts, set, name, detach, nnodes, standalone, monitor_interval,
+  procs, hosts, hostfile, max_restarts, set, name, detach, over_quota, nnodes, standalone, monitor_interval,
   module, no_python, help, ignored_output, refused
 };
 
@@ -119,6 +122,7 @@ const std::vector<Flag>& flags() {
       {{"--set"}, true, FlagAction::set},
       {{"--name"}, true, FlagAction::name},
       {{"-d", "--detach"}, false, FlagAction::detach},
+      {{"--over-quota"}, false, FlagAction::over_quota},
       {{"--nnodes"}, true, FlagAction::nnodes},
       {{"--standalone"}, false, FlagAction::standalone},
       {{"--monitor-interval", "--monitor_interval"}, true, FlagAction::monitor_interval},
@@ -211,6 +215,7 @@ std::optional<std::string> parse_arguments(const std::vector<std::string>& args,
       case FlagAction::set: request.sets.push_back(*value); break;
       case FlagAction::name: request.name = *value; break;
       case FlagAction::detach: request.detach = true; break;
+      case FlagAction::over_quota: request.over_quota = true; break;
       case FlagAction::nnodes: request.nnodes = *value; break;
       case FlagAction::standalone: break;        // localhost is the default already
       case FlagAction::monitor_interval: break;  // heartbeat.* replaces it (see --help)
@@ -490,6 +495,8 @@ int run_command(const std::vector<std::string>& args) {
   submit.spec_text = yaml;
   submit.overrides = overrides;
   submit.detach = request.detach;
+  submit.over_quota = request.over_quota;
+  submit.audit_action = "run";
   submit.dtrain_exe = this_executable();
   return run::submit(submit);
 }

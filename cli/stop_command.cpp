@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "launcher/base/duration.h"
 #include "launcher/base/exit_code.h"
+#include "launcher/run/governance.h"
 #include "launcher/runlog/control_client.h"
 #include "launcher/runlog/json_access.h"
 #include "launcher/runlog/run_directory.h"
@@ -37,16 +38,24 @@ std::string supervisor_pid(const json& state) {
   return pid ? std::to_string(*pid) : "?";
 }
 
+/// One audit row per `dtrain stop`, written when its request was answered (or found needless):
+/// the action is the request, whether or not the run has ended by the time the command returns.
+void audit_stop(const std::string& run_id, const std::string& timeout_text, const std::string& result) {
+  run::audit_action("dtrain stop", "stop", run_id, "", {{"timeout", timeout_text}}, result);
+}
+
 /// Exit 0 with a message when the run is over already (or nobody is left to stop it).
-std::optional<int> report_if_ended(const RunDirectory& run, const json& state) {
+std::optional<int> report_if_ended(const RunDirectory& run, const json& state, const std::string& timeout_text) {
   if (is_terminal_state(json_string(state, "state"))) {
     std::printf("run %s already ended (%s)\n", run.id().c_str(), state_and_exit(state).c_str());
+    audit_stop(run.id(), timeout_text, "nothing to stop: already ended (" + state_and_exit(state) + ")");
     return 0;
   }
   if (!supervisor_alive(state)) {
     std::printf("run %s has no supervisor any more (pid %s is gone; last recorded state %s); "
                 "nothing to stop\n",
                 run.id().c_str(), supervisor_pid(state).c_str(), json_string(state, "state", "unknown").c_str());
+    audit_stop(run.id(), timeout_text, "nothing to stop: supervisor pid " + supervisor_pid(state) + " is gone");
     return 0;
   }
   return std::nullopt;
@@ -68,7 +77,7 @@ int stop_run(const std::string& id, const std::string& timeout_text) {
     std::fprintf(stderr, "dtrain stop: run %s: %s\n", run->id().c_str(), state.error().message.c_str());
     return exit_code_for(state.error());
   }
-  if (std::optional<int> ended = report_if_ended(*run, *state)) return *ended;
+  if (std::optional<int> ended = report_if_ended(*run, *state, timeout_text)) return *ended;
 
   const auto deadline = std::chrono::steady_clock::now() + *timeout;
   Millis request_timeout = std::min<Millis>(*timeout, Millis(10'000));
@@ -76,8 +85,9 @@ int stop_run(const std::string& id, const std::string& timeout_text) {
   if (!reply) {
     // The run may have ended between reading its state and connecting.
     if (Result<json> again = read_state(*run); again) {
-      if (std::optional<int> ended = report_if_ended(*run, *again)) return *ended;
+      if (std::optional<int> ended = report_if_ended(*run, *again, timeout_text)) return *ended;
     }
+    audit_stop(run->id(), timeout_text, "failed: " + reply.error().message);
     std::fprintf(stderr,
                  "dtrain stop: run %s: %s\n  its supervisor (pid %s) still runs; stop it with "
                  "`kill -TERM %s`, which dtrain handles like `dtrain stop`\n",
@@ -86,6 +96,7 @@ int stop_run(const std::string& id, const std::string& timeout_text) {
     return exit_code_for(reply.error());
   }
   std::fprintf(stderr, "stopping %s ...\n", run->id().c_str());
+  audit_stop(run->id(), timeout_text, "stop requested; the supervisor (pid " + supervisor_pid(*state) + ") acknowledged");
 
   std::string last_state = json_string(*state, "state", "unknown");
   for (;;) {

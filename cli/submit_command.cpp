@@ -1,4 +1,4 @@
-// dtrain submit SPEC [--detach] [--set key=value]...
+// dtrain submit SPEC [--detach] [--over-quota] [--set key=value]...
 
 #include <climits>
 #include <cstdio>
@@ -24,6 +24,7 @@ void add_submit_command(CLI::App& app, CommandContext& context) {
     std::string spec_path;
     std::vector<std::string> sets;
     bool detach = false;
+    bool over_quota = false;
   };
   auto options = std::make_shared<Options>();
   CLI::App* command = app.add_subcommand("submit", "Launch a job and supervise it until it ends");
@@ -31,10 +32,13 @@ void add_submit_command(CLI::App& app, CommandContext& context) {
   command->add_option("--set", options->sets, "override a spec key by its dotted path: key=value")
       ->allow_extra_args(false);
   command->add_flag("--detach,-d", options->detach, "print the run id and supervise in the background");
+  command->add_flag("--over-quota", options->over_quota,
+                    "start even though the tenant's monthly GPU-hour budget is spent (recorded in the audit table)");
   command->callback([options, &context] {
     run::SubmitOptions submit;
     submit.spec_path = options->spec_path;
     submit.detach = options->detach;
+    submit.over_quota = options->over_quota;
     submit.dtrain_exe = this_executable();
     for (const std::string& text : options->sets) {
       Result<spec::Override> parsed = spec::parse_override(text);

@@ -99,6 +99,9 @@ RunRecords records_from_events(const std::string& run_id, const std::string& run
       next.hosts = string_list(event, "hosts");
       next.world_size = static_cast<int>(json_int(event, "world_size").value_or(0));
       generations.push_back(std::move(next));
+    } else if (name == events::kRunState) {
+      std::string now = json_string(event, "state");
+      if (!now.empty()) run.state = now;
     } else if (name == events::kGenerationSpawned) {
       if (!run.started_ms) run.started_ms = *at;
     } else if (name == events::kWorkerStarted) {
@@ -216,14 +219,6 @@ std::string directory_owner(const std::string& path) {
   return std::to_string(info.st_uid);
 }
 
-std::string spec_hash_of(const std::string& spec_path) {
-  std::ifstream file(spec_path, std::ios::binary);
-  if (!file) return "";
-  std::stringstream text;
-  text << file.rdbuf();
-  return short_id(text.str());  // FNV-1a: enough to tell specs apart, not a security hash
-}
-
 bool exists(const std::string& path) {
   struct stat info {};
   return ::stat(path.c_str(), &info) == 0;
@@ -243,89 +238,150 @@ Status insert_records(RegistryDb& db, const RunRecords& records) {
   return Status::success();
 }
 
+/// Ends an open transaction unless committed: every early return rolls back.
+struct Transaction {
+  RegistryDb& db;
+  bool open = false;
+  Status begin() {
+    Status begun = db.begin();
+    open = static_cast<bool>(begun);
+    return begun;
+  }
+  Status commit() {
+    Status committed = db.commit();
+    if (committed) open = false;
+    return committed;
+  }
+  ~Transaction() {
+    if (open) (void)db.execute("ROLLBACK");
+  }
+};
+
+/// A registry that opens and whose tables all read: it can be rebuilt in place.
+Result<RegistryDb> open_healthy(const std::string& registry_file) {
+  Result<RegistryDb> opened = RegistryDb::open(registry_file, false);
+  if (!opened) return opened;
+  for (const char* table : {"runs", "allocations", "failures", "host_events", "audit"}) {
+    Statement probe(opened->handle(), std::string("SELECT count(*) FROM ") + table);
+    if (!probe.ok() || probe.step() != SQLITE_ROW) return opened->error_of(std::string("cannot read table ") + table);
+  }
+  return opened;
+}
+
+/// A registry whose schema is newer than this dtrain's is not damaged: it must not be replaced.
+bool newer_schema(const std::string& registry_file) {
+  sqlite3* handle = nullptr;
+  bool newer = false;
+  if (sqlite3_open_v2(registry_file.c_str(), &handle, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK) {
+    Statement version(handle, "PRAGMA user_version");
+    newer = version.ok() && version.step() == SQLITE_ROW && version.column_int(0) > kRegistrySchemaVersion;
+  }
+  sqlite3_close_v2(handle);
+  return newer;
+}
+
 }  // namespace
 
-Result<RebuildSummary> rebuild_registry(const std::string& registry_file, const std::string& runs_root) {
+std::string spec_hash_of(const std::string& spec_path) {
+  std::ifstream file(spec_path, std::ios::binary);
+  if (!file) return "";
+  std::stringstream text;
+  text << file.rdbuf();
+  return short_id(text.str());  // FNV-1a: enough to tell specs apart, not a security hash
+}
+
+void complete_run_identity(RunRecords& records, const std::string& spec_path, const TenantOfSpec& tenant_of_spec) {
+  if (records.run.user.empty()) records.run.user = directory_owner(records.run.run_dir);
+  // Runs from before run.submitted named the tenant: the spec copy in the run directory does.
+  if (records.run.tenant.empty() && tenant_of_spec) records.run.tenant = tenant_of_spec(spec_path);
+  records.run.spec_hash = spec_hash_of(spec_path);
+}
+
+Status replace_run_records(RegistryDb& db, const RunRecords& records) {
+  Transaction transaction{db};
+  if (Status begun = transaction.begin(); !begun) return begun;
+  for (const char* table : {"host_events", "failures", "allocations"}) {
+    Statement remove(db.handle(), std::string("DELETE FROM ") + table + " WHERE run_id = ?1");
+    remove.bind(1, records.run.id);
+    if (!remove.ok() || remove.step() != SQLITE_DONE) return db.error_of(std::string("cannot update ") + table);
+  }
+  if (Status inserted = insert_records(db, records); !inserted) return inserted;
+  return transaction.commit();
+}
+
+Result<RebuildSummary> rebuild_registry(const std::string& registry_file, const std::string& runs_root,
+                                        const TenantOfSpec& tenant_of_spec) {
   RebuildSummary summary;
-  std::string temporary = registry_file + ".rebuild-" + std::to_string(::getpid());
-  ::unlink(temporary.c_str());
   size_t slash = registry_file.rfind('/');
   if (slash != std::string::npos) {
     if (Status made = make_directories(registry_file.substr(0, slash)); !made) return made.error();
   }
-  bool kept_damaged = false;
-  // Every failure below leaves no temporary database behind (nor its -wal/-shm).
-  struct RemoveTemporary {
-    const std::string& path;
-    bool armed = true;
-    ~RemoveTemporary() {
-      if (!armed) return;
-      for (const char* suffix : {"", "-wal", "-shm", "-journal"}) ::unlink((path + suffix).c_str());
+  // A healthy registry is rebuilt in place, in one transaction: readers see the old rows or the
+  // new ones, live writers wait on the lock (and re-write their run afterwards), the audit table
+  // is never touched, and no file is swapped under anyone's open connection (a rename under a
+  // WAL database would pair the new file with an old -wal). A damaged one is moved aside first.
+  Result<RegistryDb> opened = open_healthy(registry_file);
+  if (!opened && newer_schema(registry_file)) return opened.error();  // not damaged: made by a newer dtrain
+  if (!opened && exists(registry_file)) {
+    std::string damaged = registry_file + ".damaged";
+    summary.warnings.push_back(opened.error().message + "; the old file is kept as " + damaged);
+    if (::rename(registry_file.c_str(), damaged.c_str()) != 0) {
+      return Error::infra(registry_file + ": cannot move the damaged registry aside: " + std::strerror(errno));
     }
-  } remove_temporary{temporary};
-  {
-    Result<RegistryDb> opened = RegistryDb::open(temporary, true);
+    for (const char* suffix : {"-wal", "-shm"}) {
+      (void)::rename((registry_file + suffix).c_str(), (damaged + suffix).c_str());
+    }
+    opened = RegistryDb::open(registry_file, true);
     if (!opened) return opened.error();
-    RegistryDb& db = *opened;
-    // The audit table is in no run directory: carry it over from the registry being replaced.
-    if (exists(registry_file)) {
-      Status copied;
-      {
-        Statement attach(db.handle(), "ATTACH DATABASE ?1 AS previous");  // the path bound, not pasted
-        attach.bind(1, registry_file);
-        if (attach.step() != SQLITE_DONE) copied = db.error_of("cannot read the old registry");
-      }
-      if (copied) copied = db.execute("INSERT INTO audit SELECT * FROM previous.audit");
-      if (copied) {
-        summary.audit_rows_kept = sqlite3_changes(db.handle());
-      } else {
-        summary.warnings.push_back("the old registry's audit table could not be read (" + copied.error().message +
-                                   "); the old file is kept as " + registry_file + ".damaged");
-        kept_damaged = true;
-      }
-      (void)db.execute("DETACH DATABASE previous");
+    // The audit table is in no run directory: keep what the damaged file still gives.
+    Statement attach(opened->handle(), "ATTACH DATABASE ?1 AS previous");  // the path bound, not pasted
+    attach.bind(1, damaged);
+    Status copied = attach.step() == SQLITE_DONE ? Status::success() : opened->error_of("cannot attach " + damaged);
+    attach.finish();
+    if (copied) copied = opened->execute("INSERT INTO audit SELECT * FROM previous.audit");
+    if (copied) {
+      summary.audit_rows_kept = sqlite3_changes(opened->handle());
+    } else {
+      summary.warnings.push_back("the damaged registry's audit table could not be read; the new one starts empty (" +
+                                 copied.error().message + ")");
     }
-    if (Status begun = db.begin(); !begun) return begun.error();
-    for (const std::string& name : run_directories(runs_root)) {
-      std::string run_dir = runs_root + "/" + name;
-      RunDirectory directory = RunDirectory::at(run_dir, name);
-      int skipped = 0;
-      Result<std::vector<json>> events = read_events(directory.events_path(), [&](const std::string& warning) {
-        ++skipped;
-        if (skipped <= 3) summary.warnings.push_back(warning);
-      });
-      summary.skipped_lines += skipped;
-      if (!events) {
-        summary.warnings.push_back(name + ": not in the registry: " + events.error().message);
-        continue;
-      }
-      Result<json> state = read_state_file(directory.state_path());
-      json state_object = state ? *state : json::object();
-      bool still_running = state && !is_terminal_state(json_string(*state, "state")) && supervisor_alive(*state);
-      RunRecords records = records_from_events(name, run_dir, *events, state_object, still_running);
-      if (records.run.user.empty()) records.run.user = directory_owner(run_dir);
-      records.run.spec_hash = spec_hash_of(directory.spec_path());
-      if (Status inserted = insert_records(db, records); !inserted) {
-        (void)db.execute("ROLLBACK");
-        return inserted.error();
-      }
-      summary.runs += 1;
-      summary.allocations += static_cast<int>(records.allocations.size());
+    (void)opened->execute("DETACH DATABASE previous");
+  } else if (!opened) {
+    opened = RegistryDb::open(registry_file, true);
+    if (!opened) return opened.error();
+  } else {
+    Statement count(opened->handle(), "SELECT count(*) FROM audit");
+    if (count.ok() && count.step() == SQLITE_ROW) summary.audit_rows_kept = count.column_int(0);
+  }
+  RegistryDb& db = *opened;
+  Transaction transaction{db};
+  if (Status begun = transaction.begin(); !begun) return begun.error();
+  for (const char* table : {"host_events", "failures", "allocations", "runs"}) {
+    if (Status cleared = db.execute(std::string("DELETE FROM ") + table); !cleared) return cleared.error();
+  }
+  for (const std::string& name : run_directories(runs_root)) {
+    std::string run_dir = runs_root + "/" + name;
+    RunDirectory directory = RunDirectory::at(run_dir, name);
+    int skipped = 0;
+    Result<std::vector<json>> events = read_events(directory.events_path(), [&](const std::string& warning) {
+      ++skipped;
+      if (skipped <= 3) summary.warnings.push_back(warning);
+    });
+    summary.skipped_lines += skipped;
+    if (!events) {
+      summary.warnings.push_back(name + ": not in the registry: " + events.error().message);
+      continue;
     }
-    if (Status committed = db.commit(); !committed) return committed.error();
-    // One self-contained file to rename: fold the WAL back in.
-    if (Status folded = db.execute("PRAGMA journal_mode = DELETE"); !folded) return folded.error();
+    Result<json> state = read_state_file(directory.state_path());
+    json state_object = state ? *state : json::object();
+    bool still_running = state && !is_terminal_state(json_string(*state, "state")) && supervisor_alive(*state);
+    RunRecords records = records_from_events(name, run_dir, *events, state_object, still_running);
+    complete_run_identity(records, directory.spec_path(), tenant_of_spec);
+    if (Status inserted = insert_records(db, records); !inserted) return inserted.error();
+    summary.runs += 1;
+    summary.allocations += static_cast<int>(records.allocations.size());
   }
-  if (kept_damaged && ::rename(registry_file.c_str(), (registry_file + ".damaged").c_str()) != 0) {
-    summary.warnings.push_back(registry_file + ": could not keep it as .damaged: " + std::strerror(errno));
-  }
-  // The old file's WAL and shared memory must not be applied to the new file.
-  ::unlink((registry_file + "-wal").c_str());
-  ::unlink((registry_file + "-shm").c_str());
-  if (::rename(temporary.c_str(), registry_file.c_str()) != 0) {
-    return Error::infra(registry_file + ": cannot put the rebuilt registry in place: " + std::strerror(errno));
-  }
-  remove_temporary.armed = false;
+  if (Status committed = transaction.commit(); !committed) return committed.error();
   return summary;
 }
 

@@ -3,6 +3,7 @@
 // source of truth (also for runs made before the registry existed).
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -41,9 +42,27 @@ struct RebuildSummary {
   std::vector<std::string> warnings;  ///< runs that could not be read, lines skipped, audit lost
 };
 
-/// Re-creates `registry_file` from every run directory under `runs_root`: built in a temporary
-/// file beside it and renamed over it, so a reader sees the old registry or the new one. The
-/// audit table, which no run directory holds, is copied from the old registry when it is readable.
-Result<RebuildSummary> rebuild_registry(const std::string& registry_file, const std::string& runs_root);
+/// The tenant named by a run directory's spec copy (spec.yaml), for runs whose events do not say
+/// (made before run.submitted carried it). The CLI passes the spec loader's reading of it; the
+/// registry does not parse YAML.
+using TenantOfSpec = std::function<std::string(const std::string& spec_path)>;
+
+/// Re-creates the registry's runs, allocations, failures and host events from every run
+/// directory under `runs_root`. A healthy registry is rebuilt in place in one transaction (readers
+/// see the old rows or the new; the audit table is kept as it is). A damaged one is moved aside as
+/// `<file>.damaged`, a new one is made, and what the old audit table still gives is copied over.
+Result<RebuildSummary> rebuild_registry(const std::string& registry_file, const std::string& runs_root,
+                                        const TenantOfSpec& tenant_of_spec = {});
+
+/// Replaces one run's rows (its runs row, allocations, failures, host events) in one transaction:
+/// the supervisor's live writes, each a complete picture of the run so far.
+Status replace_run_records(RegistryDb& db, const RunRecords& records);
+
+/// Fills what the events may not say: the user (the run directory's owner), the tenant (from the
+/// spec copy, through `tenant_of_spec`) and the spec hash.
+void complete_run_identity(RunRecords& records, const std::string& spec_path, const TenantOfSpec& tenant_of_spec);
+
+/// A short hash of the spec copy in a run directory (empty when unreadable).
+std::string spec_hash_of(const std::string& spec_path);
 
 }  // namespace dtrain::registry

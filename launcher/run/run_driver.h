@@ -40,6 +40,9 @@ struct SubmitOptions {
   std::vector<spec::Override> overrides;
   bool detach = false;        ///< print the run id and go on in the background
   std::string dtrain_exe;     ///< absolute path of this dtrain binary (agents run it)
+  bool over_quota = false;    ///< start even when the tenant's monthly budget is spent (audited)
+  /// The audit row: "submit", or "run" (whose spec_path names a command line, not a file).
+  std::string audit_action = "submit";
   DriverSeams seams;
 };
 
@@ -51,6 +54,7 @@ struct ResumeOptions {
   std::string run;            ///< run id or unique prefix
   bool detach = false;
   std::string dtrain_exe;
+  bool over_quota = false;    ///< as SubmitOptions::over_quota
 };
 
 /// `dtrain resume RUN`: continues a run whose supervisor died (kill -9, a crashed login node)

@@ -11,6 +11,8 @@
 
 #include "launcher/base/fd.h"
 #include "launcher/base/event_catalogue.h"
+#include "launcher/registry/registry_db.h"
+#include "launcher/spec/spec_loader.h"
 
 namespace dtrain::run {
 
@@ -53,12 +55,20 @@ Status RunRecorder::open() {
     return Error::infra(run_.supervisor_log_path() + ": " + error.what());
   }
   ::chmod(run_.supervisor_log_path().c_str(), 0600);
+  auto tenant_of_spec = [](const std::string& spec_path) {
+    spec::LoadResult loaded = spec::load_job_spec(spec_path, {});
+    return loaded.ok() ? loaded.spec->tenant : std::string();
+  };
+  registry_ = std::make_unique<RegistrySync>(registry::registry_path(), run_.id(), run_.path(), run_.events_path(),
+                                             run_.spec_path(), tenant_of_spec,
+                                             [log = log_](const std::string& warning) { log->warn("{}", warning); });
   return {};
 }
 
 void RunRecorder::record(json event) {
   int64_t wall = clock_.wall_ms();
   std::string name = event.value("ev", "");
+  if (registry_) registry_->observe(name);
   if (name == events::kRunState) {
     console_line(event.value("state", "") + ": " + event.value("why", ""));
   } else if (name == events::kFailureDetected) {
@@ -143,6 +153,7 @@ void RunRecorder::console_status(ConsoleStatus status) {
 void RunRecorder::flush() {
   writer_.flush();
   if (Status written = state_writer_.flush(); !written) log_->error("state.json: {}", written.error().message);
+  if (registry_) registry_->wait_if_finished();
   log_->flush();
 }
 

@@ -18,6 +18,7 @@
 #include "launcher/base/fd.h"
 #include "launcher/base/result.h"
 #include "launcher/run/console.h"
+#include "launcher/run/registry_sync.h"
 #include "launcher/runlog/event_log.h"
 #include "launcher/runlog/rank_logs.h"
 #include "launcher/runlog/run_directory.h"
@@ -33,7 +34,8 @@ class RunRecorder {
               RunLogWriter::BeforeWrite before_write = {});
   ~RunRecorder();  ///< writes what is queued
 
-  /// Opens supervisor.log (0600). Call once before anything is recorded.
+  /// Opens supervisor.log (0600) and starts the run registry's live writes (RegistrySync). Call
+  /// once before anything is recorded.
   Status open();
 
   /// Appends `event` (an object with "ev") to events.jsonl, stamped now, and to supervisor.log.
@@ -63,7 +65,8 @@ class RunRecorder {
   /// supervisor.log (spdlog async: the caller only formats).
   spdlog::logger& log() { return *log_; }
 
-  /// Waits until everything recorded so far is written (state.json included). The console is
+  /// Waits until everything recorded so far is written (state.json included; the run registry
+  /// too once run.finished was recorded — bounded by its busy timeout). The console is
   /// then idle: the caller may print to stdout/stderr directly (the end-of-run summary).
   void flush();
   /// Ends the live status line (call after flush(), before printing a summary).
@@ -80,6 +83,7 @@ class RunRecorder {
   Console::Mode console_mode_;
   std::shared_ptr<spdlog::logger> log_;
   StateWriter state_writer_;
+  std::unique_ptr<RegistrySync> registry_;  ///< follows events.jsonl: stops before the writer
   RunLogWriter writer_;    ///< last: its thread stops (draining the queue) before the rest goes
 };
 

@@ -1,0 +1,81 @@
+#pragma once
+// RegistrySync: the supervisor's live writes to the run registry ($DTRAIN_HOME/registry.db).
+// Its thread follows the run's events.jsonl as the run log writer writes it, keeps the few
+// events the registry is made from (the run, its generations and hosts, failures, host losses
+// and exclusions), re-derives the run's rows with the same records_from_events that `dtrain
+// registry rebuild` uses and replaces them in one transaction. A write is always the complete
+// picture so far: a missed or failed write is repaired by the next one, a resumed run's earlier
+// generations are in the file it follows, and a rebuild gives the same rows.
+//
+// Never on the training path: observe() only copies a few fields under a mutex. A registry that
+// is locked (another writer, a rebuild), damaged or on a full disk costs this thread a busy
+// timeout and a warning in supervisor.log; the run goes on and its directory stays the record.
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "launcher/registry/registry_db.h"
+#include "launcher/registry/registry_rebuild.h"
+
+namespace dtrain::run {
+
+class RegistrySync {
+ public:
+  using Warn = std::function<void(const std::string&)>;
+
+  /// `tenant_of_spec`: for a run whose run.submitted does not name its tenant (made by an older
+  /// dtrain, then resumed). `warn` is called on the sync thread.
+  RegistrySync(std::string registry_file, std::string run_id, std::string run_dir, std::string events_path,
+               std::string spec_path, registry::TenantOfSpec tenant_of_spec, Warn warn);
+  ~RegistrySync();  ///< writes what it has (once), then stops
+  RegistrySync(const RegistrySync&) = delete;
+  RegistrySync& operator=(const RegistrySync&) = delete;
+
+  /// Called with the name of every event the run records (before it is written): a generation's
+  /// start, a failure, a host loss or the run's end makes the thread write soon, not at its next
+  /// quiet interval. Only takes a mutex when the event matters.
+  void observe(const std::string& event_name);
+
+  /// Once run.finished was observed: waits until the final picture is written (or failed). The
+  /// supervisor calls this before it exits, so that `dtrain usage` right after sees the end.
+  void wait_if_finished();
+
+  /// Writes at most this often while the run is quiet (a generation start, a failure or the end
+  /// is written at once).
+  static constexpr int64_t kQuietWriteIntervalMs = 2000;
+
+ private:
+  void loop();
+  /// Replaces the run's rows; false (and a warning, at most one a minute) when it cannot.
+  bool write(const std::vector<nlohmann::json>& events, bool finished);
+
+  const std::string registry_file_;
+  const std::string run_id_;
+  const std::string run_dir_;
+  const std::string events_path_;
+  const std::string spec_path_;
+  registry::TenantOfSpec tenant_of_spec_;
+  Warn warn_;
+  std::optional<registry::RegistryDb> db_;  ///< the sync thread's; reopened after a failure
+  int64_t last_warning_ms_ = -1;
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::condition_variable written_;
+  bool urgent_ = false;
+  bool finished_seen_ = false;   ///< run.finished recorded (observe)
+  bool final_requested_ = false; ///< wait_if_finished() waits for the write after it
+  bool final_written_ = false;
+  bool stopping_ = false;
+  std::thread thread_;  ///< last: starts after every member above exists
+};
+
+}  // namespace dtrain::run
