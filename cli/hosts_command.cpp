@@ -5,6 +5,10 @@
 // clock offset to this machine. Exit 0 only when every host can run the job; otherwise 3, with
 // each failing host's reason and fix. localhost entries are checked here, without ssh. With
 // transport: srun every host (VIA srun) is checked through one srun step, as its agent would start.
+//
+// `dtrain hosts --reliability [--since D] [--until D] [--json]` (no spec): each host's record in
+// the run registry: hours held, failures (root causes / all), root-cause failures per 1,000
+// hours, times lost and excluded, the last exclusion and why. See man/dtrain-registry.1.
 
 #include <poll.h>
 #include <sys/utsname.h>
@@ -22,6 +26,8 @@
 #include "cli/commands.h"
 #include "launcher/base/child_process.h"
 #include "launcher/hosts/run_hosts.h"
+#include "launcher/registry/registry_queries.h"
+#include "launcher/registry/registry_usage.h"
 #include "launcher/base/clock.h"
 #include "launcher/base/exit_code.h"
 #include "launcher/base/strings.h"
@@ -38,6 +44,9 @@ struct HostsOptions {
   std::string spec_path;
   std::vector<std::string> overrides;
   bool json = false;
+  bool reliability = false;
+  std::string since;
+  std::string until;
 };
 
 /// One host's findings.
@@ -341,7 +350,85 @@ void print_table(const std::vector<HostReport>& reports) {
   }
 }
 
+int reliability_failure(const Error& error) {
+  std::fprintf(stderr, "dtrain hosts --reliability: %s\n", error.message.c_str());
+  return exit_code_for(error);
+}
+
+/// "-" for a host that held nothing in the period (no rate without hours).
+std::string per_1000_text(const std::optional<double>& rate) {
+  if (!rate) return "-";
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f", *rate);
+  return text;
+}
+
+int show_reliability(const HostsOptions& options) {
+  Result<registry::Period> period = registry::parse_period(options.since, options.until);
+  if (!period) return reliability_failure(period.error());
+  Result<registry::RegistryDb> db = registry::RegistryDb::open(registry::registry_path(), false);
+  if (!db) return reliability_failure(db.error());
+  Result<std::vector<registry::HostReliability>> hosts =
+      registry::host_reliability(*db, {period->since_ms, period->until_ms, SystemClock().wall_ms()});
+  if (!hosts) return reliability_failure(hosts.error());
+  if (options.json) {
+    nlohmann::json out = {{"since", options.since.empty() ? nullptr : nlohmann::json(options.since)},
+                          {"until", options.until.empty() ? nullptr : nlohmann::json(options.until)},
+                          {"registry", db->path()}, {"hosts", nlohmann::json::array()}};
+    for (const registry::HostReliability& host : *hosts) {
+      std::optional<double> rate = host.root_failures_per_1000_hours();
+      out["hosts"].push_back(
+          {{"host", host.host}, {"gpu_hours", host.gpu_hours}, {"slot_hours", host.slot_hours},
+           {"failures", host.failures}, {"root_cause_failures", host.root_cause_failures},
+           {"root_cause_failures_per_1000_hours", rate ? nlohmann::json(*rate) : nlohmann::json(nullptr)},
+           {"times_lost", host.times_lost}, {"times_excluded", host.times_excluded},
+           {"last_excluded", host.last_excluded_ms ? nlohmann::json(format_timestamp_utc(*host.last_excluded_ms))
+                                                   : nlohmann::json(nullptr)},
+           {"last_excluded_reason", host.last_excluded_reason}});
+    }
+    std::printf("%s\n", out.dump(2).c_str());
+    return 0;
+  }
+  std::printf("Host reliability, %s to %s (UTC)\n", options.since.empty() ? "the beginning" : options.since.c_str(),
+              options.until.empty() ? "now" : options.until.c_str());
+  std::printf("HOURS: GPU-hours held (slot-hours on CPU hosts). FAILURES: the host's root causes / all on it (a\n"
+              "cascade is counted, not blamed). PER 1,000 H: root-cause failures per 1,000 hours held.\n");
+  if (hosts->empty()) {
+    std::printf("no hosts in this period\n");
+    return 0;
+  }
+  std::printf("%-20s %-4s %10s %10s %11s %5s %8s  %-19s %s\n", "HOST", "UNIT", "HOURS", "FAILURES", "PER 1,000 H",
+              "LOST", "EXCLUDED", "LAST EXCLUDED (UTC)", "REASON");
+  for (const registry::HostReliability& host : *hosts) {
+    const char* unit = host.unit_hours() <= 0 ? "-" : host.gpu_hours >= host.slot_hours ? "GPU" : "slot";
+    std::string failures = std::to_string(host.root_cause_failures) + "/" + std::to_string(host.failures);
+    std::string last = host.last_excluded_ms ? registry::format_time_utc(*host.last_excluded_ms) : "-";
+    std::printf("%-20s %-4s %10.2f %10s %11s %5d %8d  %-19s %s\n", host.host.c_str(), unit, host.unit_hours(),
+                failures.c_str(), per_1000_text(host.root_failures_per_1000_hours()).c_str(), host.times_lost,
+                host.times_excluded, last.c_str(), host.last_excluded_reason.empty() ? "-" : host.last_excluded_reason.c_str());
+  }
+  return 0;
+}
+
 int run_hosts(const HostsOptions& options) {
+  // --reliability reads the registry; without it the preflight needs a job spec.
+  if (options.reliability) {
+    if (!options.spec_path.empty() || !options.overrides.empty()) {
+      std::fprintf(stderr, "dtrain hosts --reliability reads the run registry and takes no job spec or --set; "
+                           "run `dtrain hosts SPEC` for the preflight\n");
+      return to_int(ExitCode::usage);
+    }
+    return show_reliability(options);
+  }
+  if (options.spec_path.empty()) {
+    std::fprintf(stderr, "dtrain hosts: give a job spec (`dtrain hosts job.yaml`), or --reliability for the hosts' "
+                         "record in the run registry\n");
+    return to_int(ExitCode::usage);
+  }
+  if (!options.since.empty() || !options.until.empty()) {
+    std::fprintf(stderr, "dtrain hosts: --since and --until go with --reliability\n");
+    return to_int(ExitCode::usage);
+  }
   std::vector<spec::Override> overrides;
   for (const std::string& text : options.overrides) {
     auto parsed = spec::parse_override(text);
@@ -438,10 +525,16 @@ int run_hosts(const HostsOptions& options) {
 void add_hosts_command(CLI::App& app, CommandContext& context) {
   auto options = std::make_shared<HostsOptions>();
   CLI::App* command = app.add_subcommand(
-      "hosts", "check every host of a job spec: ssh, host key, dtrain, GPUs, disk, clock (exit 3 if any fails)");
-  command->add_option("spec", options->spec_path, "job spec (YAML)")->required();
+      "hosts", "check every host of a job spec: ssh, host key, dtrain, GPUs, disk, clock (exit 3 if any fails); "
+               "--reliability: each host's failures and exclusions from the run registry");
+  command->add_option("spec", options->spec_path, "job spec (YAML); not with --reliability");
   command->add_option("--set", options->overrides, "override a spec key: --set ssh.connect_timeout=5s");
   command->add_flag("--json", options->json, "print JSON instead of a table");
+  command->add_flag("--reliability", options->reliability,
+                    "no spec: per host from the run registry, hours held, failures (root causes / all) and per 1,000 "
+                    "hours, times lost and excluded, the last exclusion and why");
+  command->add_option("--since", options->since, "with --reliability: from this UTC date on (YYYY-MM-DD or YYYY-MM)");
+  command->add_option("--until", options->until, "with --reliability: before this UTC date (YYYY-MM-DD or YYYY-MM)");
   command->callback([options, &context] { context.exit_code = run_hosts(*options); });
 }
 

@@ -28,6 +28,8 @@ int main(int argc, char** argv) {
   cli::add_drill_command(app, context);
   cli::add_registry_command(app, context);
   cli::add_usage_command(app, context);
+  cli::add_history_command(app, context);
+  cli::add_audit_command(app, context);
   cli::add_agent_command(app, context);
   try {
     app.parse(argc, argv);

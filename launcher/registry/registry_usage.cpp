@@ -7,6 +7,7 @@
 #include <ctime>
 #include <map>
 #include <string_view>
+#include <tuple>
 
 #include "launcher/base/clock.h"
 #include "launcher/registry/statement.h"
@@ -32,6 +33,33 @@ std::optional<int64_t> parse_date_utc(const std::string& text) {
   // that does not exist (2026-02-30) is an error, not the 2nd of March.
   if (text.size() != 7 && text.size() != 10) return std::nullopt;
   return parse_timestamp_utc(text + (text.size() == 7 ? "-01" : "") + "T00:00:00.000Z");
+}
+
+Result<Period> parse_period(const std::string& since, const std::string& until) {
+  Period period;
+  for (auto [text, bound, flag] : {std::tuple{&since, &period.since_ms, "--since"},
+                                   std::tuple{&until, &period.until_ms, "--until"}}) {
+    if (text->empty()) continue;
+    *bound = parse_date_utc(*text);
+    if (!*bound) return Error::user(std::string(flag) + " '" + *text + "' is not a date; use YYYY-MM-DD or YYYY-MM (UTC)");
+  }
+  if (period.since_ms && period.until_ms && *period.until_ms <= *period.since_ms) {
+    return Error::user("--until " + until + " is not after --since " + since);
+  }
+  return period;
+}
+
+std::string format_time_utc(int64_t wall_ms) {
+  std::string text = format_timestamp_utc(wall_ms).substr(0, 19);  // 2026-12-02T02:10:05
+  text[10] = ' ';
+  return text;
+}
+
+std::string csv_field(const std::string& text) {
+  if (text.find_first_of(",\"\n") == std::string::npos) return text;
+  std::string quoted = "\"";
+  for (char c : text) quoted += (c == '"') ? std::string("\"\"") : std::string(1, c);
+  return quoted + "\"";
 }
 
 int64_t next_month_start_ms(int64_t wall_ms) {

@@ -44,4 +44,18 @@ int64_t next_month_start_ms(int64_t wall_ms);
 /// "YYYY-MM" of `wall_ms` in UTC.
 std::string month_of(int64_t wall_ms);
 
+/// --since / --until of every registry report, parsed: each "" (not given), "YYYY-MM-DD" or
+/// "YYYY-MM"; a bad date or an --until not after --since is a user error that says the form.
+struct Period {
+  std::optional<int64_t> since_ms;  ///< inclusive
+  std::optional<int64_t> until_ms;  ///< exclusive
+};
+Result<Period> parse_period(const std::string& since, const std::string& until);
+
+/// "2026-12-02 02:10:05": a time in a report's table (the header says UTC).
+std::string format_time_utc(int64_t wall_ms);
+
+/// A CSV field: quoted when it holds a comma, quote or newline (tenant names are free text).
+std::string csv_field(const std::string& text);
+
 }  // namespace dtrain::registry
