@@ -89,7 +89,7 @@ RunRecords records_from_events(const std::string& run_id, const std::string& run
       if (run.name.empty()) run.name = json_string(event, "name");
       if (run.tenant.empty()) run.tenant = json_string(event, "tenant");
       if (run.user.empty()) run.user = json_string(event, "user");
-      if (run.submitted_ms == 0) run.submitted_ms = *at;
+      run.submitted_ms = *at;  // the log's own time wins over state.json's (a live write has no state.json)
     } else if (name == events::kPlanGeneration) {
       int number = static_cast<int>(json_int(event, "gen").value_or(current ? current->number + 1 : 0));
       if (current) end_generation(*current, *at, "generation " + std::to_string(number));
