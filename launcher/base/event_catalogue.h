@@ -1,9 +1,11 @@
 #pragma once
 // The run log's event catalogue: every event name that events.jsonl may hold, what it means,
-// and the fields it always carries (beyond "ts" and "ev"). Writers name events by these
-// constants, never by string literals; tests check every event of real runs against the table
-// (runlog: catalogue_problem) and that dtrain(1) documents every name. Header-only, std only: the
-// supervisor (which may use only plan, spec and base) writes most events.
+// and the fields it always carries (beyond "ts" and "ev"). Writers build the typed events of
+// events.h, each named by one of these constants; readers compare names with them, never with
+// string literals. Tests check every event of real runs against the table (runlog:
+// catalogue_problem), every struct of events.h against it, and that dtrain(1) documents every
+// name. Header-only, std only: the supervisor (which may use only plan, spec and base) writes
+// most events.
 
 #include <string_view>
 #include <vector>

@@ -14,7 +14,7 @@
 #include "launcher/hosts/run_hosts.h"
 #include "launcher/drill/run_processes.h"
 #include "launcher/runlog/json_access.h"
-#include "launcher/base/event_catalogue.h"
+#include "launcher/base/events.h"
 
 namespace dtrain::drill {
 
@@ -223,25 +223,24 @@ Result<FaultRecord> inject_host_fault(LiveRun& run, const Fault& fault, const Re
   Millis duration = fault.partition_duration.value_or(default_partition_duration(spec.heartbeat.timeout, spec.stop_grace));
 
   size_t events_before = run.events().size();
-  json injected = {{"ev", events::kDrillInjected}, {"fault", to_string(fault.kind)}, {"target", host},
-                   {"pid", *agent}, {"at_step", injection.at_step}, {"gen", injection.generation},
-                   {"workers", on_host->second}};
+  events::DrillInjected injected{to_string(fault.kind), host, *agent, injection.at_step, injection.generation};
+  injected.workers = on_host->second;
   std::optional<Cut> cut;
   if (fault.kind == FaultKind::kill_host) {
     Result<int64_t> killed = hosts.kill_all(host, *agent, on_host->second);
     if (!killed) return killed.error();
     injection.wall_ms = *killed;
-    injected["method"] = hosts.is_local(host) ? "signal" : "ssh";
+    injected.method = hosts.is_local(host) ? "signal" : "ssh";
   } else {
     Result<Cut> done = cut_off(hosts, fault, table_name(run.id()), duration);
     if (!done) return done.error();
     cut = *done;
     injection.wall_ms = cut->wall_ms;
-    injected["method"] = cut->method;
-    injected["detail"] = cut->detail;
-    injected["duration_ms"] = duration.count();
+    injected.method = cut->method;
+    injected.detail = cut->detail;
+    injected.duration_ms = duration.count();
   }
-  if (Status appended = run.append(injected); !appended && say) say("warning: " + appended.error().message);
+  if (Status appended = run.append(injected.to_json()); !appended && say) say("warning: " + appended.error().message);
   if (say) {
     say("injected " + fault.label() + " (agent pid " + std::to_string(*agent) + ", " +
         std::to_string(on_host->second.size()) + " worker(s), step " + std::to_string(injection.at_step) +

@@ -13,7 +13,7 @@
 #include "launcher/drill/run_processes.h"
 #include "launcher/runlog/json_access.h"
 #include "launcher/runlog/run_state.h"
-#include "launcher/base/event_catalogue.h"
+#include "launcher/base/events.h"
 
 namespace dtrain::drill {
 
@@ -82,8 +82,9 @@ void keep_newest_damaged(LiveRun& run, Injection& injection, size_t events_befor
       if (more) {
         injection.corrupted_step = more->step;
         injection.corrupted_file = more->file;
-        (void)run.append({{"ev", events::kDrillCorrupted}, {"step", more->step}, {"file", more->file},
-                          {"why", "committed after the drill damaged the newest checkpoint"}});
+        (void)run.append(
+            events::DrillCorrupted{more->step, more->file, "committed after the drill damaged the newest checkpoint"}
+                .to_json());
         if (say) say("step " + std::to_string(more->step) + " committed meanwhile; damaged it too");
       } else if (say) {
         say("warning: " + more.error().message);
@@ -184,13 +185,11 @@ Result<FaultRecord> inject_and_follow(LiveRun& run, const Fault& fault, Deadline
   int signal = fault.kind == FaultKind::hang_rank ? SIGSTOP : SIGKILL;
   if (Status sent = send_signal(injection.pid, signal); !sent) return sent.error();
 
-  json injected = {{"ev", events::kDrillInjected}, {"fault", to_string(fault.kind)}, {"target", fault.target},
-                   {"pid", injection.pid}, {"at_step", injection.at_step}, {"gen", injection.generation}};
-  if (injection.corrupted_step) {
-    injected["corrupted_step"] = *injection.corrupted_step;
-    injected["corrupted_file"] = injection.corrupted_file;
-  }
-  if (Status appended = run.append(injected); !appended && say) say("warning: " + appended.error().message);
+  events::DrillInjected injected{to_string(fault.kind), fault.target, injection.pid, injection.at_step,
+                                 injection.generation};
+  injected.corrupted_step = injection.corrupted_step;
+  injected.corrupted_file = injection.corrupted_file;
+  if (Status appended = run.append(injected.to_json()); !appended && say) say("warning: " + appended.error().message);
   if (say) {
     say("injected " + fault.label() + " (pid " + std::to_string(injection.pid) + ", step " +
         std::to_string(injection.at_step) + ", generation " + std::to_string(injection.generation) + ")" +

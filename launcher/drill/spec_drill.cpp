@@ -14,7 +14,7 @@
 #include "launcher/runlog/control_client.h"
 #include "launcher/runlog/json_access.h"
 #include "launcher/runlog/run_state.h"
-#include "launcher/base/event_catalogue.h"
+#include "launcher/base/events.h"
 
 namespace dtrain::drill {
 
@@ -38,9 +38,8 @@ std::string current_state(const LiveRun& run) {
 void finish(DrillReport& report, const LiveRun* run, const Say& say) {
   report.finished_wall_ms = SystemClock().wall_ms();
   if (run) {
-    json verdict = to_json(report);
-    verdict["ev"] = events::kDrillVerdict;
-    if (Status appended = run->append(verdict); !appended && say) say("warning: " + appended.error().message);
+    Status appended = run->append(events::DrillVerdict{to_json(report)}.to_json());
+    if (!appended && say) say("warning: " + appended.error().message);
   }
   if (Status saved = append_drill_history(drill_history_path(), report); !saved && say) {
     say("warning: " + saved.error().message);

@@ -16,7 +16,7 @@
 #include "launcher/hosts/run_hosts.h"
 #include "launcher/drill/run_processes.h"
 #include "launcher/runlog/json_access.h"
-#include "launcher/base/event_catalogue.h"
+#include "launcher/base/events.h"
 
 namespace dtrain::drill {
 
@@ -113,9 +113,8 @@ Result<FaultRecord> inject_supervisor_kill(LiveRun& run, const Fault& fault, con
   size_t events_before = run.events().size();
   injection.wall_ms = SystemClock().wall_ms();
   if (Status sent = send_signal(pid, SIGKILL); !sent) return sent.error();
-  json injected = {{"ev", events::kDrillInjected}, {"fault", to_string(fault.kind)}, {"target", ""}, {"pid", pid},
-                   {"at_step", injection.at_step}, {"gen", injection.generation}};
-  if (Status appended = run.append(injected); !appended && say) say("warning: " + appended.error().message);
+  events::DrillInjected injected{to_string(fault.kind), "", pid, injection.at_step, injection.generation};
+  if (Status appended = run.append(injected.to_json()); !appended && say) say("warning: " + appended.error().message);
   if (say) {
     say("injected kill-supervisor (pid " + std::to_string(pid) + ", step " + std::to_string(injection.at_step) +
         ", generation " + std::to_string(injection.generation) + "); waiting for the agents to fence");

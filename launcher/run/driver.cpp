@@ -20,7 +20,7 @@
 #include "launcher/base/version.h"
 #include "launcher/proto/messages.h"
 #include "launcher/run/fd_watcher.h"
-#include "launcher/base/event_catalogue.h"
+#include "launcher/base/events.h"
 
 namespace dtrain::run {
 
@@ -53,7 +53,7 @@ RunDriver::RunDriver(spec::JobSpec spec, plan::RankPlan plan, RunDirectory run, 
       supervisor_(spec_, plan, clock_),
       transports_(spec_, dtrain_exe_, seams.transport,
                   [this](const std::string& warning) {
-                    record({{"ev", events::kSshInsecure}, {"detail", warning}});
+                    record(events::SshInsecure{warning}.to_json());
                     recorder_.console_line("warning: " + warning);
                   }),
       submitted_wall_ms_(clock_.wall_ms()),
@@ -107,7 +107,7 @@ void RunDriver::start_agents() {
   for (const spec::HostEntry& host : hosts) {
     Result<std::unique_ptr<transport::AgentConnection>> connection = transports_.start_agent(host);
     if (!connection) {
-      record({{"ev", events::kHostFailed}, {"host", host.name}, {"error", connection.error().message}});
+      record(events::HostFailed{host.name, connection.error().message}.to_json());
       feed(supervisor::HostLost{host.name, connection.error().message});
       continue;
     }

@@ -10,7 +10,7 @@
 
 #include "launcher/proto/messages.h"
 #include "launcher/run/driver.h"
-#include "launcher/base/event_catalogue.h"
+#include "launcher/base/events.h"
 #include "worker/contract/env.h"
 
 namespace dtrain::run {
@@ -84,8 +84,9 @@ void RunDriver::capture_sample(const supervisor::CaptureSample& sample) {
   Millis gdb_timeout(std::clamp<int64_t>(spec_.heartbeat.timeout.count() / 2, 500, 5000));
   auto link = links_.find(sample.host);
   if (link == links_.end() || link->second->lost) {
-    record({{"ev", events::kWorkerSample}, {"rank", sample.rank}, {"host", sample.host}, {"pid", sample.pid},
-            {"error", "host " + sample.host + " is not connected; no sample"}});
+    record(events::WorkerSample{sample.rank, sample.host, sample.pid,
+                                "host " + sample.host + " is not connected; no sample"}
+               .to_json());
     return;
   }
   // PyTorch flight-recorder dumps first, from every rank of the generation on every host (a
@@ -175,9 +176,9 @@ void RunDriver::spawn_generation(int port) {
                         {"workdir", workdir}, {"env", common}, {"workers", workers},
                         {"log_tail_lines", 20}, {"instrument", spec_.worker.instrument}});
   }
-  record({{"ev", events::kGenerationSpawned}, {"gen", start.gen}, {"master_addr", context.master_addr},
-          {"master_port", port}, {"backend", context.backend}, {"resume_step", start.resume_step},
-          {"checkpoint_dir", context.checkpoint_dir}});
+  record(events::GenerationSpawned{start.gen, context.master_addr, port, context.backend, start.resume_step,
+                                   context.checkpoint_dir}
+             .to_json());
   feed(supervisor::GenerationSpawned{start.gen});
 }
 

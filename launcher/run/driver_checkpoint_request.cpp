@@ -8,7 +8,7 @@
 #include "launcher/base/child_process.h"
 #include "launcher/base/strings.h"
 #include "launcher/proto/messages.h"
-#include "launcher/base/event_catalogue.h"
+#include "launcher/base/events.h"
 #include "launcher/run/driver.h"
 #include "launcher/spec/slurm_allocation.h"
 #include "worker/contract/wire.h"
@@ -46,7 +46,7 @@ void RunDriver::request_checkpoints(const std::string& reason) {
     link->second->send({{"type", proto::msg::kToWorker}, {"gen", gen}, {"rank", slot.rank}, {"msg", request}});
     ++asked;
   }
-  record({{"ev", events::kCheckpointRequested}, {"gen", gen}, {"reason", reason}, {"step", at_step}, {"ranks", asked}});
+  record(events::CheckpointRequested{gen, reason, at_step, asked}.to_json());
   recorder_.console_line("checkpoint requested (" + reason + "): " + std::to_string(asked) + " worker" +
                          (asked == 1 ? "" : "s") + " asked to save step " + std::to_string(at_step));
 }

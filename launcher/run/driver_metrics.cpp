@@ -7,7 +7,7 @@
 #include <algorithm>
 
 #include "launcher/runlog/event_log.h"
-#include "launcher/base/event_catalogue.h"
+#include "launcher/base/events.h"
 #include "launcher/metrics/task_metrics.h"
 #include "launcher/run/driver.h"
 #include "launcher/runlog/json_access.h"
@@ -84,8 +84,8 @@ void RunDriver::update_task_metrics() {
     for (const supervisor::RankStatus& rank : ranks) {
       if (rank.step < 0 || rank.step <= state.generation_resume_step) continue;
       state.generation_stepped = true;
-      record({{"ev", events::kGenerationStepped}, {"gen", generation}, {"step", rank.step},
-              {"ms_since_spawn", std::max<int64_t>(0, now - state.generation_spawned_ms)}});
+      record(events::GenerationStepped{generation, rank.step, std::max<int64_t>(0, now - state.generation_spawned_ms)}
+                 .to_json());
       break;
     }
   }
@@ -102,14 +102,13 @@ void RunDriver::update_task_metrics() {
     }
     for (const metrics::StragglerChange& change : state.stragglers.evaluate()) {
       std::string host = static_cast<size_t>(change.rank) < plan.ranks.size() ? plan.ranks[change.rank].host : "";
-      json event = {{"ev", change.detected ? events::kStragglerDetected : events::kStragglerCleared},
-                    {"gen", generation}, {"host", host}, {"rank", change.rank}, {"score", change.score},
-                    {"median_step_ms", change.median_ms}, {"fastest_median_ms", change.fastest_median_ms}};
+      events::StragglerScore score{generation, host, change.rank, change.score, change.median_ms,
+                                   change.fastest_median_ms};
       if (change.detected) {
         log().warn("straggler: rank {} on {}: median {:.1f} ms of work per step, the fastest rank {:.1f} ms (score {:.2f})",
                    change.rank, host, change.median_ms, change.fastest_median_ms, change.score);
       }
-      record(std::move(event));
+      record(change.detected ? events::StragglerDetected{score}.to_json() : events::StragglerCleared{score}.to_json());
     }
   }
   write_prometheus(false);

@@ -7,7 +7,7 @@
 #include <algorithm>
 
 #include "launcher/base/clock.h"
-#include "launcher/base/event_catalogue.h"
+#include "launcher/base/events.h"
 #include "launcher/run/driver.h"
 
 namespace dtrain::run {
@@ -27,7 +27,7 @@ json spread(std::vector<double> values) {
 void RunDriver::on_host_resources(AgentLink& link, const proto::HostResources& resources) {
   const std::string& host = link.host();
   for (const proto::XidEvent& xid : resources.xids) {
-    record({{"ev", events::kGpuXid}, {"host", host}, {"gpu", xid.gpu}, {"xid", xid.xid}});
+    record(events::GpuXid{host, xid.gpu, xid.xid}.to_json());
     recorder_.console_line("warning: " + host + " GPU " + std::to_string(xid.gpu) + ": Xid " + std::to_string(xid.xid) +
                            " (an NVIDIA driver error; see the Xid catalogue)");
   }
@@ -36,8 +36,7 @@ void RunDriver::on_host_resources(AgentLink& link, const proto::HostResources& r
     if (!gpu.ecc_uncorrected || previous == host_resources_.end()) continue;
     for (const proto::GpuResources& before : previous->second.gpus) {
       if (before.index != gpu.index || !before.ecc_uncorrected || *gpu.ecc_uncorrected <= *before.ecc_uncorrected) continue;
-      record({{"ev", events::kGpuEccErrors}, {"host", host}, {"gpu", gpu.index}, {"uncorrected", *gpu.ecc_uncorrected},
-              {"previous", *before.ecc_uncorrected}});
+      record(events::GpuEccErrors{host, gpu.index, *gpu.ecc_uncorrected, *before.ecc_uncorrected}.to_json());
       recorder_.console_line("warning: " + host + " GPU " + std::to_string(gpu.index) + ": uncorrected ECC errors " +
                              std::to_string(*before.ecc_uncorrected) + " -> " + std::to_string(*gpu.ecc_uncorrected));
     }

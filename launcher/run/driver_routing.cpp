@@ -12,7 +12,7 @@
 #include "launcher/run/driver.h"
 #include "launcher/runlog/json_access.h"
 #include "launcher/transport/ssh_digest.h"
-#include "launcher/base/event_catalogue.h"
+#include "launcher/base/events.h"
 #include "worker/contract/wire.h"
 
 namespace dtrain::run {
@@ -32,8 +32,7 @@ void RunDriver::route_frame(AgentLink& link, json frame) {
 void RunDriver::agent_protocol_error(AgentLink& link, const std::string& problem) {
   int count = ++protocol_errors_["agent " + link.host()];
   if (count > kMaxProtocolErrorsPerSender) return;  // the host is lost already
-  record({{"ev", events::kProtocolError}, {"sender", "agent"}, {"host", link.host()}, {"error", problem},
-          {"count", count}});
+  record(events::ProtocolError{"agent", link.host(), problem, count}.to_json());
   if (count == 1) {
     recorder_.console_line("warning: the agent on " + link.host() +
                                         " sent a message that could not be parsed: " + problem);
@@ -51,11 +50,7 @@ void RunDriver::worker_protocol_error(AgentLink& link, std::optional<int> gen, s
   if (gen && rank) sender += " gen " + std::to_string(*gen) + " rank " + std::to_string(*rank);
   int count = ++protocol_errors_[sender];
   if (count > kMaxProtocolErrorsPerSender) return;  // already failed for it; the log has enough
-  json event = {{"ev", events::kProtocolError}, {"sender", "worker"}, {"host", link.host()}, {"pid", pid},
-                {"error", problem}, {"count", count}};
-  if (gen) event["gen"] = *gen;
-  if (rank) event["rank"] = *rank;
-  record(event);
+  record(events::ProtocolError{"worker", link.host(), problem, count, pid, gen, rank}.to_json());
   if (count == 1) {
     recorder_.console_line("warning: " + (rank ? "rank " + std::to_string(*rank) + " " : std::string()) +
                                         "on " + link.host() + " (pid " + std::to_string(pid) +
@@ -89,13 +84,8 @@ void RunDriver::on_agent_message(AgentLink& link, const proto::AgentHello& hello
                                {"clock_offset_ms", link.offset_ms()}, {"facts", link.facts}}
                               .dump(2, ' ', false, json::error_handler_t::replace),
                        Durability::kUnsynced);  // re-made at every connect: no fsync per host
-  record({{"ev", events::kHostConnected}, {"host", link.host()}, {"agent_pid", hello.pid},
-          {"version", hello.version}, {"clock_offset_ms", link.offset_ms()}});
-  json facts = {{"ev", events::kHostFacts}, {"host", link.host()}};
-  for (const char* key : {"hostname", "os", "arch", "cpus", "memory_mb", "gpus"}) {
-    if (link.facts.contains(key)) facts[key] = link.facts[key];
-  }
-  record(facts);
+  record(events::HostConnected{link.host(), hello.pid, hello.version, link.offset_ms()}.to_json());
+  record(events::HostFacts{link.host(), link.facts}.to_json());
   feed(supervisor::HostConnected{link.host()});
 }
 
@@ -104,28 +94,27 @@ void RunDriver::on_agent_message(AgentLink&, const proto::WorkerStartedReport& s
 }
 
 void RunDriver::on_agent_message(AgentLink& link, const proto::WorkerSpawnFailedReport& failed) {
-  record({{"ev", events::kWorkerSpawnFailed}, {"rank", failed.rank}, {"host", link.host()}, {"error", failed.error}});
+  record(events::WorkerSpawnFailed{failed.rank, link.host(), failed.error}.to_json());
   feed(supervisor::WorkerSpawnFailed{failed.gen, failed.rank, failed.error});
 }
 
 void RunDriver::on_agent_message(AgentLink& link, const proto::WorkerExitReport& exit) {
-  json event = {{"ev", events::kWorkerExit}, {"gen", exit.gen}, {"rank", exit.rank}, {"host", link.host()},
-                {"pid", exit.pid}};
+  events::WorkerExit event{exit.gen, exit.rank, link.host(), exit.pid};
   const plan::RankPlan& plan = supervisor_.current_plan();
   if (exit.rank < static_cast<int>(plan.ranks.size())) {
-    event["local_rank"] = plan.ranks[static_cast<size_t>(exit.rank)].local_rank;
+    event.local_rank = plan.ranks[static_cast<size_t>(exit.rank)].local_rank;
   }
   std::optional<int> code;
   std::optional<std::string> signal_name;
   if (exit.signal) {
     signal_name = exit.signal_name.value_or("signal " + std::to_string(*exit.signal));
-    event["signal"] = *signal_name;
   } else {
     code = exit.code.value_or(-1);
-    event["code"] = *code;
   }
-  event["log"] = log_path(exit.rank);
-  event["tail"] = exit.tail;
+  event.code = code;
+  event.signal = signal_name;
+  event.log = log_path(exit.rank);
+  event.tail = exit.tail;
   exit_tails_[exit.rank] = exit.tail;
   supervisor::WorkerExited exited;
   exited.gen = exit.gen;
@@ -135,15 +124,13 @@ void RunDriver::on_agent_message(AgentLink& link, const proto::WorkerExitReport&
   exited.signal = signal_name;
   exited.observed_uncertainty_ms = link.offset_uncertainty_ms();
   if (exit.error) {  // the rank's TORCHELASTIC_ERROR_FILE: the exception, not just the exit code
-    event["error"] = {{"message", exit.error->message}};
-    if (exit.error->type) event["error"]["type"] = *exit.error->type;
-    if (exit.error->traceback) event["error"]["traceback"] = *exit.error->traceback;
-    if (exit.error->timestamp) event["error"]["timestamp"] = *exit.error->timestamp;
+    event.error =
+        events::WorkerError{exit.error->message, exit.error->type, exit.error->traceback, exit.error->timestamp};
     exited.error_type = exit.error->type;
     exited.error_message = exit.error->message;
     exited.traceback = exit.error->traceback;
   }
-  record(event);
+  record(event.to_json());
   store_.forget({link.host(), exit.rank});  // its pending waits would be answered to nobody
   exited.observed_ms = link.to_supervisor_time(exit.agent_time_ms.value_or(clock_.wall_ms()));
   feed(exited);
@@ -166,16 +153,16 @@ void RunDriver::on_agent_message(AgentLink& link, const proto::WorkerLogLine& lo
   }
   flush_comm_warn(log.rank, window);
   window = CommWarnWindow{now, 0, log.gen, link.host(), ""};
-  record({{"ev", events::kCommWarn}, {"gen", log.gen}, {"rank", log.rank}, {"host", link.host()}, {"line", log.line}});
+  record(events::CommWarn{log.gen, log.rank, link.host(), log.line}.to_json());
 }
 
 void RunDriver::flush_comm_warn(int rank, CommWarnWindow& window) {
   if (window.repeated > 0) {
-    record({{"ev", events::kCommWarn}, {"gen", window.gen}, {"rank", rank}, {"host", window.host},
-            {"line", window.last_line}, {"repeated", window.repeated},
-            {"window_s", static_cast<double>(kCommWarnWindowMs) / 1000.0},
-            {"detail", std::to_string(window.repeated) + " more NCCL WARN lines from this rank within " +
-                           format_duration(Millis(kCommWarnWindowMs)) + "; the last is shown (all are in its log)"}});
+    record(events::CommWarn{window.gen, rank, window.host, window.last_line, window.repeated,
+                            static_cast<double>(kCommWarnWindowMs) / 1000.0,
+                            std::to_string(window.repeated) + " more NCCL WARN lines from this rank within " +
+                                format_duration(Millis(kCommWarnWindowMs)) + "; the last is shown (all are in its log)"}
+               .to_json());
   }
   window.started_ms = 0;
   window.repeated = 0;
@@ -193,37 +180,37 @@ void RunDriver::on_agent_message(AgentLink& link, const proto::SampleReply& samp
     // samples/gen<g>-rank<r>.txt, then the event naming it (or the write's error).
     recorder_.write_file_then_record(
         run_.path() + "/samples/gen" + std::to_string(sample.gen) + "-rank" + std::to_string(sample.rank) + ".txt",
-        *sample.text, {{"ev", events::kWorkerSample}, {"rank", sample.rank}, {"host", link.host()}, {"pid", sample.pid}});
+        *sample.text, events::WorkerSample{sample.rank, link.host(), sample.pid}.to_json());
   } else {
-    record({{"ev", events::kWorkerSample}, {"rank", sample.rank}, {"host", link.host()}, {"pid", sample.pid},
-            {"error", sample.error.value_or("the agent sent a sample without text")}});
+    record(events::WorkerSample{sample.rank, link.host(), sample.pid,
+                                sample.error.value_or("the agent sent a sample without text")}
+               .to_json());
   }
 }
 
 void RunDriver::on_agent_message(AgentLink& link, const proto::FlightRecorderDump& dump) {
   // Next to the stack sample of the same rank: samples/gen<g>-rank<r>.flight-recorder (a pickle;
   // PyTorch's fr_trace reads a directory of them).
-  json event = {{"ev", events::kHangDump}, {"gen", dump.gen}, {"rank", dump.rank}, {"host", link.host()},
-                {"pid", dump.pid}, {"dump_bytes", dump.bytes}};
+  events::HangDump event{dump.gen, dump.rank, link.host(), dump.pid, dump.bytes};
   std::string data;
   if (dump.data_base64 && !transport::base64_decode(*dump.data_base64, data)) {
-    event["error"] = "the agent's dump is not valid base64";
-    return record(event);
+    event.error = "the agent's dump is not valid base64";
+    return record(event.to_json());
   }
   if (dump.data_base64) {
     recorder_.write_file_then_record(run_.path() + "/samples/gen" + std::to_string(dump.gen) + "-rank" +
                                          std::to_string(dump.rank) + ".flight-recorder",
-                                     std::move(data), std::move(event));
+                                     std::move(data), event.to_json());
     return;
   }
   if (dump.kept_path) {
-    event["kept_path"] = *dump.kept_path;
-    event["detail"] = "larger than " + std::to_string(proto::kMaxDumpBytes >> 20) + " MiB: kept on " + link.host() +
-                      " at " + *dump.kept_path;
+    event.kept_path = *dump.kept_path;
+    event.detail = "larger than " + std::to_string(proto::kMaxDumpBytes >> 20) + " MiB: kept on " + link.host() +
+                   " at " + *dump.kept_path;
   } else {
-    event["error"] = dump.error.value_or("the agent sent a dump without data");
+    event.error = dump.error.value_or("the agent sent a dump without data");
   }
-  record(event);
+  record(event.to_json());
 }
 
 void RunDriver::on_agent_message(AgentLink&, const proto::PortReply& port) {
@@ -231,14 +218,14 @@ void RunDriver::on_agent_message(AgentLink&, const proto::PortReply& port) {
 }
 
 void RunDriver::on_agent_message(AgentLink& link, const proto::Released& released) {
-  record({{"ev", events::kResourcesReleased}, {"gen", released.gen}, {"host", link.host()},
-          {"killed", released.killed}, {"remaining", released.remaining}, {"ms", released.ms}});
+  record(events::ResourcesReleased{released.gen, link.host(), released.killed, released.remaining, released.ms}
+             .to_json());
   feed(supervisor::GenerationReleased{released.gen, link.host()});
 }
 
 void RunDriver::on_agent_message(AgentLink& link, const proto::AgentError& error) {
   log().error("agent {}: {}", link.host(), error.message);
-  record({{"ev", events::kAgentError}, {"host", link.host()}, {"message", error.message}});
+  record(events::AgentError{link.host(), error.message}.to_json());
   // A launch step the agent could not do ends the generation now rather than at its deadline.
   if (error.about == msg::kReservePort && pending_start_ &&
       pending_start_->plan.ranks.at(0).host == link.host()) {
@@ -324,16 +311,16 @@ void RunDriver::on_worker_message(AgentLink&, const proto::FromWorker& from, con
 
 void RunDriver::on_worker_message(AgentLink& link, const proto::FromWorker& from,
                                   const proto::CheckpointCommittedReport& committed) {
-  record({{"ev", events::kCheckpointCommitted}, {"gen", from.gen}, {"rank", from.rank}, {"host", link.host()},
-          {"step", committed.step}, {"bytes", committed.bytes}, {"seconds", committed.ms / 1000.0}});
+  record(events::CheckpointCommitted{from.gen, from.rank, link.host(), committed.step, committed.bytes,
+                                     committed.ms / 1000.0}
+             .to_json());
   last_checkpoint_step_ = std::max(last_checkpoint_step_, committed.step);
   feed(supervisor::CheckpointCommitted{from.gen, committed.step});
 }
 
 void RunDriver::on_worker_message(AgentLink& link, const proto::FromWorker& from,
                                   const proto::CheckpointRejectedReport& rejected) {
-  record({{"ev", events::kCheckpointRejected}, {"gen", from.gen}, {"rank", from.rank}, {"host", link.host()},
-          {"step", rejected.step}, {"reason", rejected.reason}});
+  record(events::CheckpointRejected{from.gen, from.rank, link.host(), rejected.step, rejected.reason}.to_json());
   feed(supervisor::CheckpointRejected{from.gen, rejected.step});
 }
 

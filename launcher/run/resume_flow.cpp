@@ -14,7 +14,7 @@
 #include "launcher/run/resume_point.h"
 #include "launcher/runlog/json_access.h"
 #include "launcher/runlog/run_state.h"
-#include "launcher/base/event_catalogue.h"
+#include "launcher/base/events.h"
 
 namespace dtrain::run {
 
@@ -79,13 +79,17 @@ int resume(const ResumeOptions& options) {
   Result<EventLog> log = EventLog::open_existing(run->events_path());
   if (!log) return refuse(log.error().message, ExitCode::infra);
   int64_t resume_step = from.committed_steps.empty() ? -1 : from.committed_steps.back();
-  (void)log->append({{"ev", events::kRunResumed}, {"previous_state", previous_state},
-                     {"previous_supervisor_pid", previous_pid}, {"previous_supervisor_host", previous_host},
-                     {"waited_ms", from.waited_ms}, {"resume_step", resume_step},
-                     {"gen", from.last_generation + 1}, {"supervisor_pid", ::getpid()},
-                     {"supervisor_host", this_hostname()}, {"dtrain_version", kVersion},
-                     {"detached", options.detach}},
-                    clock.wall_ms());
+  events::RunResumed resumed{previous_state,
+                             previous_pid,
+                             previous_host,
+                             from.waited_ms,
+                             resume_step,
+                             from.last_generation + 1,
+                             ::getpid(),
+                             this_hostname(),
+                             kVersion,
+                             options.detach};
+  (void)log->append(resumed.to_json(), clock.wall_ms());
   std::string resume_text = resume_step >= 0 ? "checkpoint step " + std::to_string(resume_step) : "the start (no checkpoint)";
   if (options.detach) {
     if (std::optional<int> parent_exit = detach(run->id(), ("resumed from " + resume_text).c_str())) return *parent_exit;

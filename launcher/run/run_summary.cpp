@@ -8,7 +8,7 @@
 #include "launcher/base/exit_code.h"
 #include "launcher/base/strings.h"
 #include "launcher/run/driver.h"
-#include "launcher/base/event_catalogue.h"
+#include "launcher/base/events.h"
 
 namespace dtrain::run {
 
@@ -39,18 +39,17 @@ void print_traceback(std::FILE* out, const std::string& traceback) {
 }  // namespace
 
 void RunDriver::print_summary(const supervisor::FinishRun& finish) {
-  json summary = {{"ev", events::kRunFinished}, {"state", supervisor::to_string(finish.state)},
-                  {"exit_code", to_int(finish.exit_code)}, {"restarts", supervisor_.restarts()},
-                  {"generations", supervisor_.generation() + 1},
-                  {"duration_ms", clock_.wall_ms() - submitted_wall_ms_}};
-  if (!supervisor_.incidents().empty()) summary["incidents"] = supervisor_.incidents();
+  events::RunFinished finished{supervisor::to_string(finish.state), to_int(finish.exit_code), supervisor_.restarts(),
+                               supervisor_.generation() + 1, clock_.wall_ms() - submitted_wall_ms_,
+                               supervisor_.incidents()};
   if (const auto& cause = supervisor_.root_cause()) {
-    summary["root_cause"] = {{"kind", cause->kind}, {"host", cause->host}, {"rank", cause->rank},
-                             {"detail", cause->detail}};
-    if (cause->traceback) summary["root_cause"]["traceback"] = *cause->traceback;
+    // The summary's own short form: rank even when there is none (-1), no pid or code.
+    finished.root_cause = json{{"kind", cause->kind}, {"host", cause->host}, {"rank", cause->rank},
+                               {"detail", cause->detail}};
+    if (cause->traceback) (*finished.root_cause)["traceback"] = *cause->traceback;
   }
-  if (!supervisor_.give_up_reason().empty()) summary["reason"] = supervisor_.give_up_reason();
-  record(summary);
+  finished.reason = supervisor_.give_up_reason();
+  record(finished.to_json());
   if (recorder_.console_mode() == Console::Mode::quiet) return;
   recorder_.flush();  // every console line first; the console is idle from here on
   recorder_.finish_console();

@@ -11,7 +11,7 @@
 #include "launcher/base/strings.h"
 #include "launcher/base/version.h"
 #include "launcher/run/driver.h"
-#include "launcher/base/event_catalogue.h"
+#include "launcher/base/events.h"
 
 namespace dtrain::run {
 
@@ -79,15 +79,20 @@ int submit(const SubmitOptions& options) {
     return to_int(ExitCode::infra);
   }
   (void)write_file_atomic(run->spec_path(), spec::to_yaml(spec));
-  json hosts = json::array();
+  std::vector<std::string> hosts;
   for (const spec::HostEntry& host : spec.hosts) hosts.push_back(host.name);
-  (void)events->append({{"ev", events::kRunSubmitted}, {"run_id", run_id}, {"name", spec.name},
-                        {"tenant", spec.tenant}, {"user", run_owner()},
-                        {"spec", options.spec_text ? run->spec_path() : absolute_path(options.spec_path)}, {"hosts", hosts},
-                        {"world_size", plan->world_size}, {"dtrain_version", kVersion},
-                        {"supervisor_pid", ::getpid()}, {"supervisor_host", this_hostname()},
-                        {"detached", options.detach}},
-                       clock.wall_ms());
+  events::RunSubmitted submitted{run_id,
+                                 spec.name,
+                                 spec.tenant,
+                                 run_owner(),
+                                 options.spec_text ? run->spec_path() : absolute_path(options.spec_path),
+                                 std::move(hosts),
+                                 plan->world_size,
+                                 kVersion,
+                                 ::getpid(),
+                                 this_hostname(),
+                                 options.detach};
+  (void)events->append(submitted.to_json(), clock.wall_ms());
 
   if (options.detach) {
     if (std::optional<int> parent_exit = detach(run_id, "started")) return *parent_exit;

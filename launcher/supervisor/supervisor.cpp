@@ -3,7 +3,7 @@
 #include "launcher/supervisor/recovery_decision.h"
 
 #include "launcher/base/duration.h"
-#include "launcher/base/event_catalogue.h"
+#include "launcher/base/events.h"
 
 #include <algorithm>
 #include <tuple>
@@ -12,17 +12,19 @@ namespace dtrain::supervisor {
 
 namespace {
 
-nlohmann::json cause_json(const RootCause& cause) {
-  nlohmann::json json = {{"kind", cause.kind}, {"host", cause.host}, {"detail", cause.detail}};
+/// The cause as events name it: rank (with local_rank) only for a rank's failure, pid only for
+/// a process that ran.
+events::FailureCause event_cause(const RootCause& cause) {
+  events::FailureCause out{cause.kind, cause.host, cause.detail};
   if (cause.rank >= 0) {
-    json["rank"] = cause.rank;
-    json["local_rank"] = cause.local_rank;
+    out.rank = cause.rank;
+    out.local_rank = cause.local_rank;
   }
-  if (cause.pid > 0) json["pid"] = cause.pid;
-  if (cause.code) json["code"] = *cause.code;
-  if (cause.signal) json["signal"] = *cause.signal;
-  if (cause.traceback) json["traceback"] = *cause.traceback;
-  return json;
+  if (cause.pid > 0) out.pid = cause.pid;
+  out.code = cause.code;
+  out.signal = cause.signal;
+  out.traceback = cause.traceback;
+  return out;
 }
 
 }  // namespace
@@ -54,9 +56,7 @@ std::vector<Action> Supervisor::resume_from(const ResumeFrom& from) {
                  " before `dtrain resume`)";
   cause.observed_ms = from.last_seen_wall_ms;
   root_cause_ = cause;
-  nlohmann::json detected = cause_json(cause);
-  detected["ev"] = events::kFailureDetected;
-  detected["detected_by"] = "dtrain resume";
+  nlohmann::json detected = events::FailureDetected{event_cause(cause), std::nullopt, "dtrain resume"}.to_json();
   add_incident(detected);
   record(detected);
 
@@ -68,8 +68,8 @@ std::vector<Action> Supervisor::resume_from(const ResumeFrom& from) {
   pending.released_ms = now;
   pending.last_step = std::max(from.last_step, latest_checkpoint_step_);
   recovery_ = pending;
-  record({{"ev", events::kRecoveryStarted}, {"cause", cause_json(cause)}, {"restarts", restarts_},
-          {"action", "resume"}});
+  // A resume has no decision to explain: no "why".
+  record(events::RecoveryStarted{event_cause(cause), restarts_, "resume", std::nullopt}.to_json());
   return std::move(out_);
 }
 
@@ -78,7 +78,7 @@ std::vector<Action> Supervisor::resume_from(const ResumeFrom& from) {
 void Supervisor::set_state(RunState next, const std::string& why) {
   if (next == state_) return;
   state_ = next;
-  record({{"ev", events::kRunState}, {"state", to_string(next)}, {"why", why}});
+  record(events::RunState{to_string(next), why}.to_json());
 }
 
 void Supervisor::add_incident(nlohmann::json incident) {
@@ -159,14 +159,11 @@ void Supervisor::start_generation(plan::RankPlan next_plan) {
   generation_start_step_ = resume_step;
   generation_start_checkpoint_ = latest_checkpoint_step_;
   set_state(RunState::launching, generation_ == 0 ? "all hosts connected" : "recovery");
-  nlohmann::json plan_event = {{"ev", events::kPlanGeneration}, {"gen", generation_},
-                               {"world_size", plan_.world_size}, {"data", plan_.data},
-                               {"tensor", plan_.tensor}, {"pipeline", plan_.pipeline},
-                               {"grad_accum", plan_.grad_accum}, {"resume_step", resume_step}};
-  nlohmann::json hosts = nlohmann::json::array();
+  std::vector<std::string> hosts;
   for (const plan::PlanHost& host : plan_.hosts) hosts.push_back(host.entry.name);
-  plan_event["hosts"] = hosts;
-  record(plan_event);
+  record(events::PlanGeneration{generation_, plan_.world_size, plan_.data, plan_.tensor, plan_.pipeline,
+                                plan_.grad_accum, resume_step, std::move(hosts)}
+             .to_json());
   if (recovery_) {
     recovery_->resume_step = resume_step;
     recovery_->spawned_ms = clock_.monotonic_ms();
@@ -226,7 +223,7 @@ void Supervisor::finish_stop() {
                          " consecutive generations (no step advanced, no checkpoint committed" +
                          (steps_reported_ ? "" : ", none ran " + format_duration(progress_window()) + " or longer") +
                          "; elastic.crash_loop_after " + std::to_string(crash_loop_after) + ")";
-    record({{"ev", events::kFailureCrashLoop}, {"generations", generations_without_progress_}, {"detail", detail}});
+    record(events::FailureCrashLoop{generations_without_progress_, detail}.to_json());
     ending_ = Ending::fail;
     ending_code_ = ExitCode::crash_loop;
     give_up_reason_ = "crash loop: " + detail;
@@ -238,14 +235,13 @@ void Supervisor::finish_stop() {
   Result<plan::RankPlan> next = plan::make_plan(spec_, without);
   if (!next) {
     give_up_reason_ = next.error().message;
-    record({{"ev", events::kFailureUnrecoverable}, {"detail", next.error().message}});
+    record(events::FailureUnrecoverable{next.error().message}.to_json());
     set_state(RunState::failed, next.error().message);
     out_.push_back(FinishRun{RunState::failed, ExitCode::hosts_lost});
     return;
   }
   if (recovery_->membership_change) {
-    record({{"ev", events::kPlanChanged}, {"diff", plan::diff_text(plan_, *next)},
-            {"without", without}});
+    record(events::PlanChanged{plan::diff_text(plan_, *next), without}.to_json());
   }
   start_generation(std::move(next).value());
 }
@@ -255,9 +251,9 @@ void Supervisor::handle_failure(RootCause cause, bool host_lost) {
     root_cause_ = cause;
   }
   int64_t now_wall = clock_.wall_ms();
-  nlohmann::json detected = cause_json(cause);
-  detected["ev"] = events::kFailureDetected;
-  if (cause.observed_ms > 0) detected["latency_ms"] = std::max<int64_t>(0, now_wall - cause.observed_ms);
+  std::optional<int64_t> latency_ms;
+  if (cause.observed_ms > 0) latency_ms = std::max<int64_t>(0, now_wall - cause.observed_ms);
+  nlohmann::json detected = events::FailureDetected{event_cause(cause), latency_ms, std::nullopt}.to_json();
   add_incident(detected);
   record(detected);
 
@@ -273,24 +269,21 @@ void Supervisor::handle_failure(RootCause cause, bool host_lost) {
   if (decision.exclude_host) {
     excluded_.insert(cause.host);
     if (!host_lost) {
-      record({{"ev", events::kHostExcluded}, {"host", cause.host}, {"failures", facts.host_failures},
-              {"detail", decision.why}});
+      record(events::HostExcluded{{cause.host, facts.host_failures, decision.why}}.to_json());
     }
   }
   if (decision.exclusion_refused && exclusion_refused_.insert(cause.host).second) {
-    record({{"ev", events::kHostExclusionSkipped}, {"host", cause.host}, {"failures", facts.host_failures},
-            {"detail", decision.why}});
+    record(events::HostExclusionSkipped{{cause.host, facts.host_failures, decision.why}}.to_json());
   }
   bool membership_change = decision.action == RecoveryAction::replace || decision.action == RecoveryAction::shrink;
   if (decision.action == RecoveryAction::give_up) {
     give_up_reason_ = decision.why;
     if (decision.exit_code == ExitCode::hosts_lost) {
-      record({{"ev", events::kFailureUnrecoverable}, {"detail", decision.why}});
+      record(events::FailureUnrecoverable{decision.why}.to_json());
     } else {
-      record({{"ev", events::kFailureBudgetExhausted},
-              {"max_restarts", spec_.elastic.max_restarts},
-              {"restart_window_ms", spec_.elastic.restart_window.count()},
-              {"detail", decision.why}});
+      record(events::FailureBudgetExhausted{spec_.elastic.max_restarts, spec_.elastic.restart_window.count(),
+                                            decision.why}
+                 .to_json());
     }
     stop_generation(Ending::fail, decision.exit_code, decision.why);
     return;
@@ -305,10 +298,7 @@ void Supervisor::handle_failure(RootCause cause, bool host_lost) {
   pending.last_step = newest_step();
   pending.membership_change = membership_change;
   recovery_ = pending;
-  nlohmann::json started = {{"ev", events::kRecoveryStarted}, {"cause", cause_json(cause)},
-                            {"restarts", restarts_},
-                            {"action", to_string(decision.action)}, {"why", decision.why}};
-  record(started);
+  record(events::RecoveryStarted{event_cause(cause), restarts_, to_string(decision.action), decision.why}.to_json());
   stop_generation(Ending::recover, ExitCode::job_failed, decision.why);
 }
 
@@ -331,10 +321,9 @@ void Supervisor::on(const HostLost& event) {
   bool was_connected = connected_.erase(event.host) > 0;
   bool in_plan = std::any_of(plan_.hosts.begin(), plan_.hosts.end(),
                              [&](const plan::PlanHost& h) { return h.entry.name == event.host; });
-  nlohmann::json lost = {{"ev", events::kHostLost}, {"host", event.host}, {"reason", event.reason},
-                         {"was_connected", was_connected}};
-  if (event.silent_ms >= 0) lost["silent_ms"] = event.silent_ms;
-  record(lost);
+  std::optional<int64_t> silent_ms;
+  if (event.silent_ms >= 0) silent_ms = event.silent_ms;
+  record(events::HostLost{event.host, event.reason, was_connected, silent_ms}.to_json());
   if (!in_plan) return;  // a spare we did not need
 
   RootCause cause;
@@ -354,17 +343,15 @@ void Supervisor::on(const HostLost& event) {
                                               "cannot start without " + event.host +
                                               " (set elastic.min_hosts to start with fewer hosts)"));
       if (next) {
-        record({{"ev", events::kPlanChanged}, {"diff", plan::diff_text(plan_, *next)},
-                {"without", without}});
+        record(events::PlanChanged{plan::diff_text(plan_, *next), without}.to_json());
         plan_ = std::move(next).value();
         start_when_all_connected();
         return;
       }
       root_cause_ = cause;
       give_up_reason_ = next.error().message;
-      add_incident(cause_json(cause));
-      record({{"ev", events::kFailureDetected}, {"kind", "host.lost"}, {"host", event.host},
-              {"detail", event.reason}});
+      add_incident(event_cause(cause).to_json());
+      record(events::FailureDetected{{"host.lost", event.host, event.reason}, std::nullopt, std::nullopt}.to_json());
       stop_generation(Ending::fail, ExitCode::infra);
       return;
     }
@@ -394,8 +381,7 @@ void Supervisor::on(const WorkerStarted& event) {
     ++started_count_;
   }
   const plan::RankSlot* where = slot(event.rank);
-  record({{"ev", events::kWorkerStarted}, {"rank", event.rank}, {"host", where->host},
-          {"local_rank", where->local_rank}, {"pid", event.pid}});
+  record(events::WorkerStarted{event.rank, where->host, where->local_rank, event.pid}.to_json());
   if (state_ == RunState::launching && started_count_ == static_cast<int>(ranks_.size())) {
     if (recovery_) recovery_->started_ms = clock_.monotonic_ms();
     set_state(RunState::running, "every worker started");
@@ -410,8 +396,7 @@ void Supervisor::on(const WorkerSpawnFailed& event) {
   if (state_ == RunState::launching || state_ == RunState::running) {
     // A command that cannot start will not start next time either: give up at once.
     root_cause_ = cause;
-    nlohmann::json detected = cause_json(cause);
-    detected["ev"] = events::kFailureDetected;
+    nlohmann::json detected = events::FailureDetected{event_cause(cause), std::nullopt, std::nullopt}.to_json();
     add_incident(detected);
     record(detected);
     stop_generation(Ending::fail, ExitCode::job_failed);
@@ -462,9 +447,10 @@ void Supervisor::on(const WorkerExited& event) {
       latest_possible < root_cause_->observed_ms && root_cause_->kind == "worker.exit") {
     root_cause_ = cause;
     if (recovery_) recovery_->cause = cause;
-    record({{"ev", events::kFailureRootCause}, {"rank", cause.rank}, {"host", cause.host},
-            {"detail", "rank " + std::to_string(cause.rank) + " failed earlier (" + cause.detail +
-                           ") than the failure first reported"}});
+    record(events::FailureRootCause{cause.rank, cause.host,
+                                    "rank " + std::to_string(cause.rank) + " failed earlier (" + cause.detail +
+                                        ") than the failure first reported"}
+               .to_json());
   }
 }
 
@@ -509,11 +495,15 @@ void Supervisor::on(const WorkerProgress& event) {
     phases["first_step_ms"] = now - r.started_ms;
   }
   phases["total_ms"] = now - r.detected_ms;
-  last_recovery_ = {{"ev", events::kRecoveryCompleted}, {"kind", r.cause.kind}, {"cause", cause_json(r.cause)},
-                    {"phases", phases}, {"resume_step", r.resume_step},
-                    {"last_step", r.last_step},
-                    {"steps_lost", std::max<int64_t>(0, r.last_step - resume_from)},
-                    {"world_size", plan_.world_size}, {"restarts", restarts_}};
+  last_recovery_ = events::RecoveryCompleted{r.cause.kind,
+                                             event_cause(r.cause),
+                                             std::move(phases),
+                                             r.resume_step,
+                                             r.last_step,
+                                             std::max<int64_t>(0, r.last_step - resume_from),
+                                             plan_.world_size,
+                                             restarts_}
+                       .to_json();
   record(last_recovery_);
   last_recovery_["gen"] = generation_;
   recovery_.reset();
@@ -526,8 +516,7 @@ void Supervisor::on(const WorkerCommReady& event) {
   rank.comm_ready = true;
   if (++comm_ready_count_ != static_cast<int>(ranks_.size())) return;
   int64_t now = clock_.monotonic_ms();
-  record({{"ev", events::kCommReady}, {"ranks", comm_ready_count_},
-          {"ms_since_spawn", now - generation_started_ms_}});
+  record(events::CommReady{comm_ready_count_, now - generation_started_ms_}.to_json());
   if (recovery_) recovery_->comm_ready_ms = now;
 }
 
@@ -565,7 +554,7 @@ void Supervisor::on(const GenerationReleased& event) {
 
 void Supervisor::on(const StopRequested& event) {
   if (state_ == RunState::stopping) return;  // already ending; keep the original outcome
-  record({{"ev", events::kRunStopRequested}, {"reason", event.reason}});
+  record(events::RunStopRequested{event.reason}.to_json());
   if (state_ == RunState::recovering) {
     ending_ = Ending::stop;
     ending_code_ = ExitCode::interrupted;
@@ -581,8 +570,8 @@ void Supervisor::on(const Tick&) {
   if ((state_ == RunState::stopping || state_ == RunState::recovering) &&
       !awaiting_release_.empty() && now > stop_deadline_ms_) {
     std::vector<std::string> silent(awaiting_release_.begin(), awaiting_release_.end());
-    record({{"ev", events::kResourcesUnconfirmed}, {"hosts", silent},
-            {"detail", "no release confirmation within stop_grace + heartbeat.timeout"}});
+    record(events::ResourcesUnconfirmed{silent, "no release confirmation within stop_grace + heartbeat.timeout"}
+               .to_json());
     if (state_ == RunState::recovering) {
       excluded_.insert(silent.begin(), silent.end());
       if (recovery_) recovery_->membership_change = true;
@@ -600,31 +589,32 @@ void Supervisor::on(const Tick&) {
   // operator does not rely on hang detection that cannot happen.
   if (!hang_exemption_recorded_ && now - generation_started_ms_ > hang_timeout) {
     hang_exemption_recorded_ = true;
-    nlohmann::json silent = nlohmann::json::array();
+    std::vector<int> silent;
     for (size_t i = 0; i < ranks_.size(); ++i) {
       if (ranks_[i].state == RankState::running && ranks_[i].step < 0) silent.push_back(static_cast<int>(i));
     }
     if (!silent.empty()) {
-      for (const auto& rank : silent) unwatched_ranks_.push_back(rank.get<int>());
-      record({{"ev", events::kHangDetectionOff}, {"ranks", silent},
-              {"detail", "no heartbeat with a step from these ranks within heartbeat.hang_timeout (they do not "
-                         "speak the worker protocol, or have not made a step yet: a slow import, a long data "
-                         "load): until they do, they are not watched for hangs; exits and host loss are "
-                         "still detected"}});
+      unwatched_ranks_.insert(unwatched_ranks_.end(), silent.begin(), silent.end());
+      record(events::HangDetectionOff{
+          silent, "no heartbeat with a step from these ranks within heartbeat.hang_timeout (they do not "
+                  "speak the worker protocol, or have not made a step yet: a slow import, a long data "
+                  "load): until they do, they are not watched for hangs; exits and host loss are "
+                  "still detected"}
+                 .to_json());
     }
   }
   // Ranks named there that have beaten since are watched now: say so, once, for all of them.
   if (!unwatched_ranks_.empty()) {
-    nlohmann::json watched = nlohmann::json::array();
+    std::vector<int> watched;
     std::erase_if(unwatched_ranks_, [&](int rank) {
       bool beating = slot(rank) && ranks_[static_cast<size_t>(rank)].step >= 0;
       if (beating) watched.push_back(rank);
       return beating;
     });
     if (!watched.empty()) {
-      record({{"ev", events::kHangDetectionOn}, {"ranks", watched},
-              {"after_ms", now - generation_started_ms_},
-              {"detail", "these ranks beat with a step now: they are watched for hangs from here on"}});
+      record(events::HangDetectionOn{watched, now - generation_started_ms_,
+                                     "these ranks beat with a step now: they are watched for hangs from here on"}
+                 .to_json());
     }
   }
   // When one rank stalls, its peers soon block in the next collective and stall too. Blame a
@@ -672,9 +662,9 @@ void Supervisor::on(const Tick&) {
     bool in_save = saving(rank);
     int64_t silent_ms = now - quiet_since(rank);
     int64_t limit = limit_of(rank);
-    record({{"ev", events::kWorkerHang}, {"rank", static_cast<int>(i)}, {"host", where.host},
-            {"pid", rank.pid}, {"step", rank.step}, {"phase", in_save ? "checkpoint" : "train"},
-            {"silent_ms", silent_ms}});
+    record(events::WorkerHang{static_cast<int>(i), where.host, rank.pid, rank.step, in_save ? "checkpoint" : "train",
+                              silent_ms}
+               .to_json());
     out_.push_back(CaptureSample{generation_, static_cast<int>(i), where.host, rank.pid});
     std::string detail = in_save ? "checkpoint save at step " + std::to_string(rank.step) + " still running after " +
                                        std::to_string(silent_ms / 1000) + "s (heartbeat.checkpoint_timeout " +

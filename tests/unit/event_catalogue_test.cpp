@@ -36,3 +36,97 @@ TEST_CASE("catalogue_problem: conforming, unknown name, missing fields") {
   CHECK(catalogue_problem({{"ev", "host.gone"}}) == "\"host.gone\" is not in the event catalogue");
   CHECK(catalogue_problem(nlohmann::json::object()) == "\"\" is not in the event catalogue");
 }
+
+// ---- the typed events (events.h): every catalogue name has a struct, and its to_json writes
+// the name and every field the catalogue says is always there.
+
+#include <tuple>
+
+#include "launcher/base/events.h"
+
+namespace {
+
+events::FailureCause sample_cause() {
+  events::FailureCause cause{"worker.exit", "h1", "exit code 3"};
+  cause.rank = 2;
+  cause.local_rank = 0;
+  cause.pid = 4242;
+  cause.code = 3;
+  return cause;
+}
+
+/// One of every event, with sample values and every optional field set.
+auto sample_events() {
+  using namespace events;
+  return std::make_tuple(
+      RunSubmitted{"run-1", "demo", "team", "alice", "/tmp/spec.yaml", {"h1", "h2"}, 4, "0.1.0", 100, "launch", false},
+      RunResumed{"failed", 100, "launch", 2500, 40, 3, 101, "launch", "0.1.0", true},
+      RunState{"running", "every worker started"}, RunStopRequested{"SIGINT"},
+      RunFinished{"succeeded", 0, 1, 2, 9000, {nlohmann::json{{"ev", kFailureDetected}}}, nlohmann::json::object(), "gave up"},
+      RunlogDropped{4096, 3, "fell behind"}, SshInsecure{"host keys are not checked"},
+      HostConnected{"h1", 77, "0.1.0", -3}, HostFacts{"h1", {{"cpus", 8}, {"os", "Linux"}}}, HostFailed{"h1", "ssh: refused"},
+      HostLost{"h1", "silent", true, 5000}, HostExcluded{{"h1", 3, "excluded after 3"}},
+      HostExclusionSkipped{{"h1", 3, "no plan can spare it"}}, AgentError{"h1", "no such file"},
+      ProtocolError{"worker", "h1", "bad json", 1, 4242, 0, 2},
+      PlanGeneration{0, 4, 4, 1, 1, 1, -1, {"h1", "h2"}}, PlanChanged{"- h2", {"h2"}},
+      GenerationSpawned{0, "10.0.0.1", 29500, "gloo", -1, "/ckpt"}, GenerationStepped{0, 1, 800},
+      WorkerStarted{2, "h1", 0, 4242}, WorkerSpawnFailed{2, "h1", "ENOENT"},
+      WorkerExit{0, 2, "h1", 4242, 0, 3, std::nullopt, "/run/ranks/2.log", {"Traceback"},
+                 WorkerError{"bad batch", "ValueError", "...", 1700000000}},
+      WorkerHang{2, "h1", 4242, 30, "train", 61000}, WorkerSample{2, "h1", 4242, "no gdb"}, CommReady{4, 1200},
+      CommWarn{0, 2, "h1", "NCCL WARN x", 5, 10.0, "5 more"}, HangDump{0, 2, "h1", 4242, 1024, "none", "/keep", "kept"},
+      HangDetectionOff{{1, 2}, "not watched"}, HangDetectionOn{{1}, 9000, "watched"},
+      StragglerDetected{{0, "h1", 2, 0.5, 200.0, 100.0}}, StragglerCleared{{0, "h1", 2, 0.95, 105.0, 100.0}},
+      GpuXid{"h1", 0, 79}, GpuEccErrors{"h1", 0, 2, 1}, FailureDetected{sample_cause(), 150, "dtrain resume"},
+      FailureRootCause{2, "h1", "failed earlier"}, FailureBudgetExhausted{3, 600000, "no restart left"},
+      FailureCrashLoop{3, "no progress"}, FailureUnrecoverable{"no plan"},
+      RecoveryStarted{sample_cause(), 1, "restart", "within budget"},
+      RecoveryCompleted{"worker.exit", sample_cause(), {{"total_ms", 900}}, 10, 14, 4, 4, 1},
+      ResourcesReleased{0, "h1", {4242}, 0, 35}, ResourcesUnconfirmed{{"h2"}, "no confirmation"},
+      CheckpointCommitted{0, 0, "h1", 10, 1 << 20, 0.5}, CheckpointRejected{0, 0, "h1", 10, "checksum"},
+      CheckpointRequested{0, "SIGUSR1", 12, 4},
+      DrillInjected{"kill-rank", "rank 2", 4242, 10, 0, 9, "shard-0.pt", std::vector<int>{4242}, "signal", "kill -9", 3000},
+      DrillCorrupted{9, "shard-0.pt", "committed after the damage"},
+      DrillVerdict{{{"drill_id", "d1"}, {"verdict", "pass"}, {"exit_code", 0}, {"faults", nlohmann::json::array()}}});
+}
+
+}  // namespace
+
+TEST_CASE("every typed event writes its name and the catalogue's fields, and every name has one") {
+  std::set<std::string> written;
+  std::apply([&](const auto&... event) {
+    (([&] {
+       nlohmann::json json = event.to_json();
+       std::string name = event.name;
+       CHECK(json.value("ev", "") == name);
+       CHECK_MESSAGE(catalogue_problem(json).empty(), catalogue_problem(json));
+       CHECK_MESSAGE(!json.contains("ts"), name << ": \"ts\" is the log's to add");
+       CHECK_MESSAGE(written.insert(name).second, name << " has two structs");
+     }()),
+     ...);
+  }, sample_events());
+  for (const events::EventType& type : events::catalogue()) {
+    CHECK_MESSAGE(written.count(std::string(type.name)) == 1, type.name << " has no struct in events.h");
+  }
+}
+
+TEST_CASE("typed events leave absent optional fields out rather than writing null") {
+  nlohmann::json lost = events::HostLost{"h1", "connection closed", true, std::nullopt}.to_json();
+  CHECK(lost == nlohmann::json{{"ev", "host.lost"}, {"host", "h1"}, {"reason", "connection closed"}, {"was_connected", true}});
+
+  events::FailureCause lost_host{"host.lost", "h2", "silent"};
+  CHECK(events::FailureDetected{lost_host, std::nullopt, std::nullopt}.to_json() ==
+        nlohmann::json{{"ev", "failure.detected"}, {"kind", "host.lost"}, {"host", "h2"}, {"detail", "silent"}});
+
+  nlohmann::json first_warn = events::CommWarn{1, 3, "h1", "NCCL WARN x"}.to_json();
+  CHECK(first_warn == nlohmann::json{{"ev", "comm.warn"}, {"gen", 1}, {"rank", 3}, {"host", "h1"}, {"line", "NCCL WARN x"}});
+
+  nlohmann::json finished = events::RunFinished{"succeeded", 0, 0, 1, 500}.to_json();
+  CHECK(!finished.contains("incidents"));
+  CHECK(!finished.contains("root_cause"));
+  CHECK(!finished.contains("reason"));
+
+  // An agent's facts: the known keys as they came, nothing else.
+  nlohmann::json facts = events::HostFacts{"h1", {{"cpus", 8}, {"ev", "forged"}, {"secret", 1}}}.to_json();
+  CHECK(facts == nlohmann::json{{"ev", "host.facts"}, {"host", "h1"}, {"cpus", 8}});
+}

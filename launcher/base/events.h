@@ -1,0 +1,524 @@
+#pragma once
+// The run log's events as small typed structs, one per name of the catalogue
+// (event_catalogue.h): each names its event and has one to_json() that writes the line
+// events.jsonl holds (less "ts", which the log adds). Writers build these, never JSON by hand,
+// so an event's fields are spelled once. The format is a contract (status, logs, report, the
+// registry and old run directories read it): optional fields are left out when absent, never
+// written as null. Parts that are open-ended by nature (a drill's report, per-phase timings, an
+// agent's host facts) stay JSON members. The supervisor (plan, spec and base only) writes most
+// of these, so they live in base.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "launcher/base/event_catalogue.h"
+
+namespace dtrain::events {
+
+// ---- the run
+
+struct RunSubmitted {
+  static constexpr const char* name = kRunSubmitted;
+  std::string run_id{};
+  std::string run_name{};  ///< the spec's name ("name" in the log)
+  std::string tenant{};
+  std::string user{};
+  std::string spec{};  ///< path of the spec the run used
+  std::vector<std::string> hosts{};
+  int world_size = 0;
+  std::string dtrain_version{};
+  int supervisor_pid = 0;
+  std::string supervisor_host{};
+  bool detached = false;
+  nlohmann::json to_json() const;
+};
+
+struct RunResumed {
+  static constexpr const char* name = kRunResumed;
+  std::string previous_state{};
+  int previous_supervisor_pid = 0;
+  std::string previous_supervisor_host{};
+  int64_t waited_ms = 0;
+  int64_t resume_step = -1;
+  int gen = 0;
+  int supervisor_pid = 0;
+  std::string supervisor_host{};
+  std::string dtrain_version{};
+  bool detached = false;
+  nlohmann::json to_json() const;
+};
+
+struct RunState {
+  static constexpr const char* name = kRunState;
+  std::string state{};
+  std::string why{};
+  nlohmann::json to_json() const;
+};
+
+struct RunStopRequested {
+  static constexpr const char* name = kRunStopRequested;
+  std::string reason{};
+  nlohmann::json to_json() const;
+};
+
+struct RunFinished {
+  static constexpr const char* name = kRunFinished;
+  std::string state{};
+  int exit_code = 0;
+  int restarts = 0;
+  int generations = 0;
+  int64_t duration_ms = 0;
+  std::vector<nlohmann::json> incidents{};  ///< failure.detected events; left out when none
+  std::optional<nlohmann::json> root_cause{};
+  std::string reason{};  ///< why the supervisor gave up; left out when empty
+  nlohmann::json to_json() const;
+};
+
+struct RunlogDropped {
+  static constexpr const char* name = kRunlogDropped;
+  uint64_t bytes = 0;
+  uint64_t writes = 0;
+  std::string detail{};
+  nlohmann::json to_json() const;
+};
+
+// ---- hosts
+
+struct SshInsecure {
+  static constexpr const char* name = kSshInsecure;
+  std::string detail{};
+  nlohmann::json to_json() const;
+};
+
+struct HostConnected {
+  static constexpr const char* name = kHostConnected;
+  std::string host{};
+  int64_t agent_pid = 0;
+  std::string version{};
+  int64_t clock_offset_ms = 0;
+  nlohmann::json to_json() const;
+};
+
+/// The agent's facts are its own JSON (untrusted, checked where read): the known keys are
+/// copied as they came, the rest left out.
+struct HostFacts {
+  static constexpr const char* name = kHostFacts;
+  std::string host{};
+  nlohmann::json agent_facts = nlohmann::json::object();
+  nlohmann::json to_json() const;
+};
+
+struct HostFailed {
+  static constexpr const char* name = kHostFailed;
+  std::string host{};
+  std::string error{};
+  nlohmann::json to_json() const;
+};
+
+struct HostLost {
+  static constexpr const char* name = kHostLost;
+  std::string host{};
+  std::string reason{};
+  bool was_connected = false;
+  std::optional<int64_t> silent_ms{};
+  nlohmann::json to_json() const;
+};
+
+/// host.excluded and host.exclusion_skipped carry the same fields.
+struct HostFailureCount {
+  std::string host{};
+  int failures = 0;
+  std::string detail{};
+};
+
+struct HostExcluded : HostFailureCount {
+  static constexpr const char* name = kHostExcluded;
+  nlohmann::json to_json() const;
+};
+
+struct HostExclusionSkipped : HostFailureCount {
+  static constexpr const char* name = kHostExclusionSkipped;
+  nlohmann::json to_json() const;
+};
+
+struct AgentError {
+  static constexpr const char* name = kAgentError;
+  std::string host{};
+  std::string message{};
+  nlohmann::json to_json() const;
+};
+
+/// From an agent (no pid, gen or rank) or from a worker (pid always; gen and rank once it said
+/// hello).
+struct ProtocolError {
+  static constexpr const char* name = kProtocolError;
+  std::string sender{};  ///< "agent" or "worker"
+  std::string host{};
+  std::string error{};
+  int count = 0;
+  std::optional<int64_t> pid{};
+  std::optional<int> gen{};
+  std::optional<int> rank{};
+  nlohmann::json to_json() const;
+};
+
+// ---- generations and workers
+
+struct PlanGeneration {
+  static constexpr const char* name = kPlanGeneration;
+  int gen = 0;
+  int world_size = 0;
+  int data = 0;
+  int tensor = 0;
+  int pipeline = 0;
+  int grad_accum = 0;
+  int64_t resume_step = -1;
+  std::vector<std::string> hosts{};
+  nlohmann::json to_json() const;
+};
+
+struct PlanChanged {
+  static constexpr const char* name = kPlanChanged;
+  std::string diff{};
+  std::vector<std::string> without{};
+  nlohmann::json to_json() const;
+};
+
+struct GenerationSpawned {
+  static constexpr const char* name = kGenerationSpawned;
+  int gen = 0;
+  std::string master_addr{};
+  int master_port = 0;
+  std::string backend{};
+  int64_t resume_step = -1;
+  std::string checkpoint_dir{};
+  nlohmann::json to_json() const;
+};
+
+struct GenerationStepped {
+  static constexpr const char* name = kGenerationStepped;
+  int gen = 0;
+  int64_t step = 0;
+  int64_t ms_since_spawn = 0;
+  nlohmann::json to_json() const;
+};
+
+struct WorkerStarted {
+  static constexpr const char* name = kWorkerStarted;
+  int rank = 0;
+  std::string host{};
+  int local_rank = 0;
+  int pid = 0;
+  nlohmann::json to_json() const;
+};
+
+struct WorkerSpawnFailed {
+  static constexpr const char* name = kWorkerSpawnFailed;
+  int rank = 0;
+  std::string host{};
+  std::string error{};
+  nlohmann::json to_json() const;
+};
+
+/// The rank's TORCHELASTIC_ERROR_FILE: the exception, not just the exit code.
+struct WorkerError {
+  std::string message{};
+  std::optional<std::string> type{};
+  std::optional<std::string> traceback{};
+  std::optional<int64_t> timestamp{};  ///< unix seconds, the worker's clock
+  nlohmann::json to_json() const;
+};
+
+/// Exactly one of code and signal is set.
+struct WorkerExit {
+  static constexpr const char* name = kWorkerExit;
+  int gen = 0;
+  int rank = 0;
+  std::string host{};
+  int64_t pid = 0;
+  std::optional<int> local_rank{};  ///< absent when the rank is not in the current plan
+  std::optional<int> code{};
+  std::optional<std::string> signal{};
+  std::string log{};  ///< the rank's log file
+  std::vector<std::string> tail{};
+  std::optional<WorkerError> error{};
+  nlohmann::json to_json() const;
+};
+
+struct WorkerHang {
+  static constexpr const char* name = kWorkerHang;
+  int rank = 0;
+  std::string host{};
+  int pid = 0;
+  int64_t step = 0;
+  std::string phase{};  ///< "train" or "checkpoint"
+  int64_t silent_ms = 0;
+  nlohmann::json to_json() const;
+};
+
+/// The sample's path and size are added where it is written (RunRecorder::write_file_then_record);
+/// error says why there is none.
+struct WorkerSample {
+  static constexpr const char* name = kWorkerSample;
+  int rank = 0;
+  std::string host{};
+  int64_t pid = 0;
+  std::optional<std::string> error{};
+  nlohmann::json to_json() const;
+};
+
+struct CommReady {
+  static constexpr const char* name = kCommReady;
+  int ranks = 0;
+  int64_t ms_since_spawn = 0;
+  nlohmann::json to_json() const;
+};
+
+/// The first NCCL WARN line of a rank, or (repeated > 0) the count of those that followed it
+/// within window_s, with the last one.
+struct CommWarn {
+  static constexpr const char* name = kCommWarn;
+  int gen = 0;
+  int rank = 0;
+  std::string host{};
+  std::string line{};
+  int64_t repeated = 0;  ///< left out, with window_s and detail, when 0
+  double window_s = 0;
+  std::string detail{};
+  nlohmann::json to_json() const;
+};
+
+/// The dump's path and size on the launch node are added where it is written; else kept_path
+/// (and detail) name where a large one stays, or error says why there is none.
+struct HangDump {
+  static constexpr const char* name = kHangDump;
+  int gen = 0;
+  int rank = 0;
+  std::string host{};
+  int64_t pid = 0;
+  int64_t dump_bytes = 0;
+  std::optional<std::string> error{};
+  std::optional<std::string> kept_path{};
+  std::optional<std::string> detail{};
+  nlohmann::json to_json() const;
+};
+
+struct HangDetectionOff {
+  static constexpr const char* name = kHangDetectionOff;
+  std::vector<int> ranks{};
+  std::string detail{};
+  nlohmann::json to_json() const;
+};
+
+struct HangDetectionOn {
+  static constexpr const char* name = kHangDetectionOn;
+  std::vector<int> ranks{};
+  int64_t after_ms = 0;
+  std::string detail{};
+  nlohmann::json to_json() const;
+};
+
+/// straggler.detected and straggler.cleared carry the same fields.
+struct StragglerScore {
+  int gen = 0;
+  std::string host{};
+  int rank = 0;
+  double score = 1;
+  double median_step_ms = 0;
+  double fastest_median_ms = 0;
+};
+
+struct StragglerDetected : StragglerScore {
+  static constexpr const char* name = kStragglerDetected;
+  nlohmann::json to_json() const;
+};
+
+struct StragglerCleared : StragglerScore {
+  static constexpr const char* name = kStragglerCleared;
+  nlohmann::json to_json() const;
+};
+
+// ---- GPUs
+
+struct GpuXid {
+  static constexpr const char* name = kGpuXid;
+  std::string host{};
+  int gpu = 0;
+  int64_t xid = 0;
+  nlohmann::json to_json() const;
+};
+
+struct GpuEccErrors {
+  static constexpr const char* name = kGpuEccErrors;
+  std::string host{};
+  int gpu = 0;
+  int64_t uncorrected = 0;
+  int64_t previous = 0;
+  nlohmann::json to_json() const;
+};
+
+// ---- failures and recoveries
+
+/// A failure: what, where, and the detail. failure.detected is one (flat); recovery.started and
+/// recovery.completed name theirs under "cause".
+struct FailureCause {
+  std::string kind{};  ///< "worker.exit", "worker.hang", "host.lost", ...
+  std::string host{};
+  std::string detail{};
+  std::optional<int> rank{};
+  int local_rank = -1;  ///< written with rank
+  std::optional<int> pid{};
+  std::optional<int> code{};
+  std::optional<std::string> signal{};
+  std::optional<std::string> traceback{};
+  nlohmann::json to_json() const;
+};
+
+struct FailureDetected {
+  static constexpr const char* name = kFailureDetected;
+  FailureCause cause{};
+  std::optional<int64_t> latency_ms{};  ///< from when the failure was observable
+  std::optional<std::string> detected_by{};
+  nlohmann::json to_json() const;
+};
+
+struct FailureRootCause {
+  static constexpr const char* name = kFailureRootCause;
+  int rank = 0;
+  std::string host{};
+  std::string detail{};
+  nlohmann::json to_json() const;
+};
+
+struct FailureBudgetExhausted {
+  static constexpr const char* name = kFailureBudgetExhausted;
+  int max_restarts = 0;
+  int64_t restart_window_ms = 0;
+  std::string detail{};
+  nlohmann::json to_json() const;
+};
+
+struct FailureCrashLoop {
+  static constexpr const char* name = kFailureCrashLoop;
+  int generations = 0;
+  std::string detail{};
+  nlohmann::json to_json() const;
+};
+
+struct FailureUnrecoverable {
+  static constexpr const char* name = kFailureUnrecoverable;
+  std::string detail{};
+  nlohmann::json to_json() const;
+};
+
+struct RecoveryStarted {
+  static constexpr const char* name = kRecoveryStarted;
+  FailureCause cause{};
+  int restarts = 0;
+  std::string action{};  ///< "restart", "replace", "shrink", or "resume"
+  std::optional<std::string> why{};  ///< absent for a resume, which has no decision to explain
+  nlohmann::json to_json() const;
+};
+
+struct RecoveryCompleted {
+  static constexpr const char* name = kRecoveryCompleted;
+  std::string kind{};  ///< the cause's kind
+  FailureCause cause{};
+  nlohmann::json phases = nlohmann::json::object();  ///< "<phase>_ms" timings, the phases that happened
+  int64_t resume_step = -1;
+  int64_t last_step = -1;
+  int64_t steps_lost = 0;
+  int world_size = 0;
+  int restarts = 0;
+  nlohmann::json to_json() const;
+};
+
+struct ResourcesReleased {
+  static constexpr const char* name = kResourcesReleased;
+  int gen = 0;
+  std::string host{};
+  std::vector<int64_t> killed{};
+  int64_t remaining = 0;
+  int64_t ms = 0;
+  nlohmann::json to_json() const;
+};
+
+struct ResourcesUnconfirmed {
+  static constexpr const char* name = kResourcesUnconfirmed;
+  std::vector<std::string> hosts{};
+  std::string detail{};
+  nlohmann::json to_json() const;
+};
+
+// ---- checkpoints
+
+struct CheckpointCommitted {
+  static constexpr const char* name = kCheckpointCommitted;
+  int gen = 0;
+  int rank = 0;
+  std::string host{};
+  int64_t step = 0;
+  int64_t bytes = 0;
+  double seconds = 0;
+  nlohmann::json to_json() const;
+};
+
+struct CheckpointRejected {
+  static constexpr const char* name = kCheckpointRejected;
+  int gen = 0;
+  int rank = 0;
+  std::string host{};
+  int64_t step = 0;
+  std::string reason{};
+  nlohmann::json to_json() const;
+};
+
+struct CheckpointRequested {
+  static constexpr const char* name = kCheckpointRequested;
+  int gen = 0;
+  std::string reason{};
+  int64_t step = 0;
+  int ranks = 0;
+  nlohmann::json to_json() const;
+};
+
+// ---- drills
+
+/// What a drill did and when; the rest depends on the fault (a corrupted checkpoint, the host's
+/// workers and how the host was cut).
+struct DrillInjected {
+  static constexpr const char* name = kDrillInjected;
+  std::string fault{};
+  std::string target{};
+  int pid = 0;
+  int64_t at_step = 0;
+  int gen = -1;
+  std::optional<int64_t> corrupted_step{};  ///< written with corrupted_file
+  std::string corrupted_file{};
+  std::optional<std::vector<int>> workers{};
+  std::optional<std::string> method{};
+  std::optional<std::string> detail{};
+  std::optional<int64_t> duration_ms{};
+  nlohmann::json to_json() const;
+};
+
+struct DrillCorrupted {
+  static constexpr const char* name = kDrillCorrupted;
+  int64_t step = 0;
+  std::string file{};
+  std::string why{};
+  nlohmann::json to_json() const;
+};
+
+/// The drill's report (drill::to_json) as it is.
+struct DrillVerdict {
+  static constexpr const char* name = kDrillVerdict;
+  nlohmann::json report = nlohmann::json::object();
+  nlohmann::json to_json() const;
+};
+
+}  // namespace dtrain::events
