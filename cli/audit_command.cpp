@@ -4,6 +4,7 @@
 // over quota write it; secrets in arguments are redacted before they get there. See
 // man/dtrain-registry.1.
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -63,12 +64,24 @@ int show_audit(const AuditOptions& options) {
     std::printf("no audit rows match\n");
     return 0;
   }
-  std::printf("%-19s %-26s %-8s %-28s %-12s %-10s %s\n", "TIME (UTC)", "ACTOR", "ACTION", "RUN", "TARGET", "RESULT",
-              "ARGUMENTS");
-  auto dash = [](const std::string& text) { return text.empty() ? "-" : text.c_str(); };
+  auto shown = [](const std::string& text) { return text.empty() ? std::string("-") : text; };
+  // Columns as wide as their longest value; ARGUMENTS, the longest, last.
+  auto width = [&](const char* header, std::string registry::AuditRow::*field) {
+    size_t widest = std::string(header).size();
+    for (const registry::AuditRow& row : *rows) widest = std::max(widest, shown(row.*field).size());
+    return static_cast<int>(widest);
+  };
+  int actor = width("ACTOR", &registry::AuditRow::actor);
+  int action = width("ACTION", &registry::AuditRow::action);
+  int run = width("RUN", &registry::AuditRow::run_id);
+  int target = width("TARGET", &registry::AuditRow::target);
+  int result = width("RESULT", &registry::AuditRow::result);
+  std::printf("%-19s %-*s %-*s %-*s %-*s %-*s %s\n", "TIME (UTC)", actor, "ACTOR", action, "ACTION", run, "RUN", target,
+              "TARGET", result, "RESULT", "ARGUMENTS");
   for (const registry::AuditRow& row : *rows) {
-    std::printf("%-19s %-26s %-8s %-28s %-12s %-10s %s\n", registry::format_time_utc(row.at_ms).c_str(), row.actor.c_str(),
-                row.action.c_str(), dash(row.run_id), dash(row.target), dash(row.result), dash(row.arguments));
+    std::printf("%-19s %-*s %-*s %-*s %-*s %-*s %s\n", registry::format_time_utc(row.at_ms).c_str(), actor,
+                row.actor.c_str(), action, row.action.c_str(), run, shown(row.run_id).c_str(), target,
+                shown(row.target).c_str(), result, shown(row.result).c_str(), shown(row.arguments).c_str());
   }
   if (options.limit > 0 && static_cast<int>(rows->size()) == options.limit) {
     std::printf("the newest %d rows; --limit 0 shows all\n", options.limit);

@@ -3,6 +3,7 @@
 // the GPU-hours (slot-hours) they held, their failures and why they ended. See
 // man/dtrain-registry.1.
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -51,6 +52,8 @@ std::string duration_text(const std::optional<int64_t>& duration_ms) {
   }
   return text;
 }
+
+std::string tenant_text(const registry::RunRow& run) { return run.tenant.empty() ? "(none)" : run.tenant; }
 
 nlohmann::json optional_time(const std::optional<int64_t>& wall_ms) {
   return wall_ms ? nlohmann::json(format_timestamp_utc(*wall_ms)) : nlohmann::json(nullptr);
@@ -123,18 +126,30 @@ int show_history(const HistoryOptions& options) {
     any_slot = any_slot || row.slot_hours > 0;
   }
   bool gpu_column = any_gpu || !any_slot;
+  // Columns as wide as their longest value: run ids and names vary by site.
+  auto width = [&](const char* header, std::string (*field)(const registry::RunRow&)) {
+    size_t widest = std::string(header).size();
+    for (const registry::HistoryRow& row : page->rows) widest = std::max(widest, field(row.run).size());
+    return static_cast<int>(widest);
+  };
+  int id_width = width("RUN", [](const registry::RunRow& run) { return run.id; });
+  int user_width = width("USER", [](const registry::RunRow& run) { return run.user; });
+  int tenant_width = width("TENANT", [](const registry::RunRow& run) { return tenant_text(run); });
+  int name_width = width("NAME", [](const registry::RunRow& run) { return run.name; });
+  int state_width = width("STATE", [](const registry::RunRow& run) { return run.state; });
   // FAILURES is root causes / all: a cascade (a rank that died because another did) is counted,
   // not blamed.
-  std::printf("%-28s %-19s %-12s %-12s %-16s %-16s %9s", "RUN", "SUBMITTED (UTC)", "USER", "TENANT", "NAME", "STATE",
-              "DURATION");
+  std::printf("%-*s %-19s %-*s %-*s %-*s %-*s %9s", id_width, "RUN", "SUBMITTED (UTC)", user_width, "USER", tenant_width,
+              "TENANT", name_width, "NAME", state_width, "STATE", "DURATION");
   if (gpu_column) std::printf(" %10s", "GPU-HOURS");
   if (any_slot) std::printf(" %10s", "SLOT-HOURS");
   std::printf(" %8s  %s\n", "FAILURES", "EXIT REASON");
   for (const registry::HistoryRow& row : page->rows) {
     const registry::RunRow& run = row.run;
-    std::printf("%-28s %-19s %-12s %-12s %-16s %-16s %9s", run.id.c_str(), registry::format_time_utc(run.submitted_ms).c_str(),
-                run.user.c_str(), run.tenant.empty() ? "(none)" : run.tenant.c_str(), run.name.c_str(),
-                run.state.c_str(), duration_text(row.duration_ms).c_str());
+    std::printf("%-*s %-19s %-*s %-*s %-*s %-*s %9s", id_width, run.id.c_str(),
+                registry::format_time_utc(run.submitted_ms).c_str(), user_width, run.user.c_str(), tenant_width,
+                tenant_text(run).c_str(), name_width, run.name.c_str(), state_width, run.state.c_str(),
+                duration_text(row.duration_ms).c_str());
     if (gpu_column) std::printf(" %10.2f", row.gpu_hours);
     if (any_slot) std::printf(" %10.2f", row.slot_hours);
     std::string failures = std::to_string(row.root_cause_failures) + "/" + std::to_string(row.failures);

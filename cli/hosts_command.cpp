@@ -355,9 +355,14 @@ int reliability_failure(const Error& error) {
   return exit_code_for(error);
 }
 
-/// "-" for a host that held nothing in the period (no rate without hours).
-std::string per_1000_text(const std::optional<double>& rate) {
+/// Hosts that held less than this in the period show no rate in the table (one failure in a few
+/// minutes reads as tens of thousands per 1,000 hours); --json gives it all the same.
+constexpr double kMinHoursForRateText = 1.0;
+
+std::string per_1000_text(const registry::HostReliability& host) {
+  std::optional<double> rate = host.root_failures_per_1000_hours();
   if (!rate) return "-";
+  if (host.unit_hours() < kMinHoursForRateText) return "<1 h held";
   char text[32];
   std::snprintf(text, sizeof text, "%.2f", *rate);
   return text;
@@ -392,19 +397,22 @@ int show_reliability(const HostsOptions& options) {
   std::printf("Host reliability, %s to %s (UTC)\n", options.since.empty() ? "the beginning" : options.since.c_str(),
               options.until.empty() ? "now" : options.until.c_str());
   std::printf("HOURS: GPU-hours held (slot-hours on CPU hosts). FAILURES: the host's root causes / all on it (a\n"
-              "cascade is counted, not blamed). PER 1,000 H: root-cause failures per 1,000 hours held.\n");
+              "cascade is counted, not blamed). PER 1,000 H: root-cause failures per 1,000 hours held\n"
+              "(not shown for a host that held less than an hour).\n");
   if (hosts->empty()) {
     std::printf("no hosts in this period\n");
     return 0;
   }
-  std::printf("%-20s %-4s %10s %10s %11s %5s %8s  %-19s %s\n", "HOST", "UNIT", "HOURS", "FAILURES", "PER 1,000 H",
+  int host_width = 4;
+  for (const registry::HostReliability& host : *hosts) host_width = std::max(host_width, static_cast<int>(host.host.size()));
+  std::printf("%-*s %-4s %10s %10s %11s %5s %8s  %-19s %s\n", host_width, "HOST", "UNIT", "HOURS", "FAILURES", "PER 1,000 H",
               "LOST", "EXCLUDED", "LAST EXCLUDED (UTC)", "REASON");
   for (const registry::HostReliability& host : *hosts) {
     const char* unit = host.unit_hours() <= 0 ? "-" : host.gpu_hours >= host.slot_hours ? "GPU" : "slot";
     std::string failures = std::to_string(host.root_cause_failures) + "/" + std::to_string(host.failures);
     std::string last = host.last_excluded_ms ? registry::format_time_utc(*host.last_excluded_ms) : "-";
-    std::printf("%-20s %-4s %10.2f %10s %11s %5d %8d  %-19s %s\n", host.host.c_str(), unit, host.unit_hours(),
-                failures.c_str(), per_1000_text(host.root_failures_per_1000_hours()).c_str(), host.times_lost,
+    std::printf("%-*s %-4s %10.2f %10s %11s %5d %8d  %-19s %s\n", host_width, host.host.c_str(), unit,
+                host.unit_hours(), failures.c_str(), per_1000_text(host).c_str(), host.times_lost,
                 host.times_excluded, last.c_str(), host.last_excluded_reason.empty() ? "-" : host.last_excluded_reason.c_str());
   }
   return 0;

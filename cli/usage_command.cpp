@@ -5,6 +5,7 @@
 // hosts whose failure rate stands out. Reads $DTRAIN_HOME/registry.db; when it is missing, says to
 // build it with `dtrain registry rebuild`. See man/dtrain-registry.1.
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -174,10 +175,12 @@ int show_capacity(const UsageOptions& options, const registry::Period& period, r
   if (report->days.empty()) {
     std::printf("no hosts in the registry yet\n");
   } else {
-    std::printf("%-20s %-10s %-4s %8s %6s %10s %10s %7s\n", "HOST", "DAY", "UNIT", "CAPACITY", "HOURS", "BUSY", "IDLE",
+    int host_width = 4;
+    for (const registry::CapacityDay& day : report->days) host_width = std::max(host_width, static_cast<int>(day.host.size()));
+    std::printf("%-*s %-10s %-4s %8s %6s %10s %10s %7s\n", host_width, "HOST", "DAY", "UNIT", "CAPACITY", "HOURS", "BUSY", "IDLE",
                 "BUSY %");
     for (const registry::CapacityDay& day : report->days) {
-      std::printf("%-20s %-10s %-4s %8d %6.1f %10.2f %10.2f %6.1f%%\n", day.host.c_str(), day.day.c_str(),
+      std::printf("%-*s %-10s %-4s %8d %6.1f %10.2f %10.2f %6.1f%%\n", host_width, day.host.c_str(), day.day.c_str(),
                   day.resource == "gpu" ? "GPU" : "slot", day.capacity, day.hours, day.busy_unit_hours,
                   day.idle_unit_hours, 100.0 * day.busy_fraction);
     }
@@ -188,7 +191,7 @@ int show_capacity(const UsageOptions& options, const registry::Period& period, r
               query.min_failures);
   if (report->standing_out.empty()) std::printf("none\n");
   for (const registry::StandingOutHost& host : report->standing_out) {
-    std::printf("%-20s %d root-cause failures in %.1f %s: %.2f per 1,000 (median %.2f); see dtrain hosts --reliability\n",
+    std::printf("%s: %d root-cause failures in %.1f %s: %.2f per 1,000 (median %.2f); see dtrain hosts --reliability\n",
                 host.host.c_str(), host.root_cause_failures, host.unit_hours,
                 host.resource == "gpu" ? "GPU-hours" : "slot-hours", host.per_1000_hours, host.median_per_1000_hours);
   }

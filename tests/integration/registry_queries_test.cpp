@@ -221,7 +221,7 @@ TEST_CASE("dtrain usage --capacity: busy and idle per host per day, and the host
   CHECK(text.exit_code == 0);
   CHECK(has(text.out(), "Capacity by host and day, 2025-11-30 to 2025-12-03 (UTC)"));
   CHECK(has(text.out(), "the registry has no\ninventory"));
-  CHECK(has(text.out(), "gpu01                2025-11-30 GPU         8   24.0      16.00     176.00    8.3%"));
+  CHECK(has(text.out(), "gpu01 2025-11-30 GPU         8   24.0      16.00     176.00    8.3%"));
   CHECK(has(text.out(), "Hosts whose failure rate stands out"));
 }
 
