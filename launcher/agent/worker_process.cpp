@@ -1,8 +1,6 @@
 #include "launcher/agent/worker_process.h"
 
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,18 +8,12 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "launcher/base/child_process.h"
+
 extern char** environ;
 
 namespace dtrain::agent {
 namespace {
-
-// What the child reports through the CLOEXEC pipe when it fails before exec: at which step,
-// and errno. Nothing arrives (EOF) when exec succeeds.
-enum class Stage : int { chdir = 1, exec = 2, setup = 3 };
-struct ChildFailure {
-  Stage stage;
-  int error_number;
-};
 
 // The directory of the dtrain binary this agent runs (symlinks resolved); "" when unknown.
 std::string own_directory() {
@@ -50,44 +42,6 @@ std::vector<std::string> build_environment(const WorkerLaunch& launch) {
   return flat;
 }
 
-[[noreturn]] void fail_in_child(int report_fd, Stage stage, int error_number) {
-  ChildFailure failure{stage, error_number};
-  ssize_t ignored = ::write(report_fd, &failure, sizeof failure);
-  (void)ignored;
-  ::_exit(127);
-}
-
-// Runs in the forked child. The agent has threads (the resource sampler), so only
-// async-signal-safe calls from here to exec: no allocation (another thread may have held the
-// allocator's lock at fork). Everything exec needs was prepared before fork.
-[[noreturn]] void become_worker(pid_t agent_pid, const WorkerLaunch& launch, char** argv,
-                                char** envp, int out_fd, int err_fd, int report_fd) {
-  ::setpgid(0, 0);
-  // The agent blocks and redirects signals for its own loop; a worker starts clean.
-  sigset_t none;
-  sigemptyset(&none);
-  ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  for (int sig = 1; sig < NSIG; ++sig) ::signal(sig, SIG_DFL);
-  // If the agent dies without fencing (SIGKILL, OOM), the worker dies with it.
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (::getppid() != agent_pid) ::_exit(127);
-  int null_fd = ::open("/dev/null", O_RDONLY);
-  if (null_fd < 0) fail_in_child(report_fd, Stage::setup, errno);
-  if (::dup2(null_fd, STDIN_FILENO) < 0 || ::dup2(out_fd, STDOUT_FILENO) < 0 ||
-      ::dup2(err_fd, STDERR_FILENO) < 0) {
-    fail_in_child(report_fd, Stage::setup, errno);
-  }
-  // Whatever the agent inherited without CLOEXEC (from sshd, from the supervisor) stays out of
-  // the worker, so that no worker can keep another process's pipe open.
-  ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
-  if (!launch.workdir.empty() && ::chdir(launch.workdir.c_str()) != 0) {
-    fail_in_child(report_fd, Stage::chdir, errno);
-  }
-  environ = envp;  // so that execvp searches the worker's PATH, not the agent's
-  ::execvp(argv[0], argv);
-  fail_in_child(report_fd, Stage::exec, errno);
-}
-
 }  // namespace
 
 std::string worker_search_path(const std::string& dtrain_dir, const std::string* requested_path,
@@ -109,54 +63,35 @@ Result<std::unique_ptr<WorkerProcess>> WorkerProcess::spawn(const WorkerLaunch& 
   if (launch.argv.empty()) return Error::internal("spawn with an empty argv");
   Result<Pipe> out = make_pipe();
   Result<Pipe> err = make_pipe();
-  Result<Pipe> report = make_pipe();
   if (!out) return out.error();
   if (!err) return err.error();
-  if (!report) return report.error();
 
-  std::vector<std::string> env_strings = build_environment(launch);
-  std::vector<char*> envp;
-  for (std::string& entry : env_strings) envp.push_back(entry.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> argv_strings = launch.argv;
-  std::vector<char*> argv;
-  for (std::string& arg : argv_strings) argv.push_back(arg.data());
-  argv.push_back(nullptr);
-
-  pid_t agent_pid = ::getpid();
-  pid_t pid = ::fork();
-  if (pid < 0) return Error::infra(std::string("fork: ") + errno_text(errno));
-  if (pid == 0) {
-    become_worker(agent_pid, launch, argv.data(), envp.data(), out->write_end.get(),
-                  err->write_end.get(), report->write_end.get());
-  }
-  // Also from the parent: whichever runs first, the group exists before anyone signals it.
-  ::setpgid(pid, pid);
+  SpawnRequest request;
+  request.argv = launch.argv;
+  request.environment = build_environment(launch);
+  request.working_directory = launch.workdir;
+  request.stdin_fd = kDevNull;
+  request.stdout_fd = out->write_end.get();
+  request.stderr_fd = err->write_end.get();
+  request.own_process_group = true;    // the agent's kill and fence signal the whole group
+  request.kill_with_parent = true;     // an agent that dies without fencing (SIGKILL, OOM) takes it along
+  request.reset_every_signal = true;   // the agent blocks and redirects signals for its loop
+  SpawnOutcome spawned = spawn_process(request);
   out->write_end.reset();
   err->write_end.reset();
-  report->write_end.reset();
-
-  // Blocks only until the child execs (EOF through CLOEXEC) or reports a failure.
-  ChildFailure failure{};
-  ssize_t got;
-  do {
-    got = ::read(report->read_end.get(), &failure, sizeof failure);
-  } while (got < 0 && errno == EINTR);
-  if (got == static_cast<ssize_t>(sizeof failure)) {
-    int status = 0;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    std::string reason = errno_text(failure.error_number);
-    switch (failure.stage) {
-      case Stage::chdir: return Error::user("workdir '" + launch.workdir + "': " + reason);
-      case Stage::exec: return Error::user("worker.command[0] '" + launch.argv[0] + "': " + reason);
-      case Stage::setup: return Error::infra("setting up the worker's stdio: " + reason);
-    }
+  std::string reason = errno_text(spawned.error_number);
+  switch (spawned.failed_step) {
+    case SpawnStep::none: break;
+    case SpawnStep::working_directory: return Error::user("workdir '" + launch.workdir + "': " + reason);
+    case SpawnStep::exec: return Error::user("worker.command[0] '" + launch.argv[0] + "': " + reason);
+    case SpawnStep::stdio: return Error::infra("setting up the worker's stdio: " + reason);
+    case SpawnStep::pipe: return Error::infra("pipe: " + reason);
+    case SpawnStep::fork: return Error::infra("fork: " + reason);
   }
   (void)set_nonblocking(out->read_end.get());
   (void)set_nonblocking(err->read_end.get());
   return std::unique_ptr<WorkerProcess>(
-      new WorkerProcess(launch, pid, std::move(out->read_end), std::move(err->read_end)));
+      new WorkerProcess(launch, spawned.pid, std::move(out->read_end), std::move(err->read_end)));
 }
 
 void WorkerProcess::deliver(Stream& stream, std::vector<std::string> lines, const LineSink& sink) {

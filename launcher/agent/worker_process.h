@@ -41,12 +41,17 @@ std::string worker_search_path(const std::string& dtrain_dir, const std::string*
 /// Receives each complete output line: (stream "stdout"|"stderr", line).
 using LineSink = std::function<void(const char* stream, std::string line)>;
 
+/// Not a PipedChild, though started by the same spawn_process(): the agent reaps its workers
+/// itself (waitpid(-1) as a subreaper, which also collects their orphaned children), and its
+/// kill and fence logic owns their process groups. A PipedChild's destructor and wait_status()
+/// would SIGKILL and reap the pid behind the agent's back, and the exit report would lose it.
 class WorkerProcess {
  public:
-  /// Forks and execs the worker in its own process group, stdin from /dev/null, stdout and
-  /// stderr into pipes. A failure before exec (chdir, exec itself) comes back as an Error whose
-  /// message is what spawn_failed reports ("worker.command[0] 'foo': No such file or
-  /// directory"); the child is reaped by then.
+  /// Starts the worker (spawn_process) in its own process group, killed with the agent, every
+  /// signal at its default, stdin from /dev/null, stdout and stderr into pipes. A failure
+  /// before exec (chdir, exec itself) comes back as an Error whose message is what
+  /// spawn_failed reports ("worker.command[0] 'foo': No such file or directory"); the child is
+  /// reaped by then.
   static Result<std::unique_ptr<WorkerProcess>> spawn(const WorkerLaunch& launch);
 
   pid_t pid() const { return pid_; }

@@ -14,6 +14,8 @@
 #include <cerrno>
 #include <chrono>
 
+extern char** environ;
+
 namespace dtrain {
 
 namespace {
@@ -31,6 +33,97 @@ void reap_blocking(pid_t pid, int* status) {
   }
 }
 
+// What the child sends through the CLOEXEC pipe when it fails before exec. Nothing arrives
+// (EOF) when exec succeeds.
+struct ChildFailure {
+  SpawnStep step;
+  int error_number;
+};
+
+[[noreturn]] void fail_in_child(int report_fd, SpawnStep step, int error_number) {
+  ChildFailure failure{step, error_number};
+  ssize_t ignored = ::write(report_fd, &failure, sizeof failure);
+  (void)ignored;
+  ::_exit(127);
+}
+
+// The arrays exec needs, built before fork: the child must not allocate (another thread may
+// have held the allocator's lock at fork, and the child would wait for it for ever). Neither
+// copied nor moved: the pointers point into the strings' own buffers.
+class ExecArrays {
+ public:
+  explicit ExecArrays(const SpawnRequest& request)
+      : argv_strings_(request.argv), env_strings_(request.environment.value_or(std::vector<std::string>{})) {
+    for (std::string& argument : argv_strings_) argv_.push_back(argument.data());
+    argv_.push_back(nullptr);
+    if (!request.environment) return;
+    for (std::string& entry : env_strings_) envp_.push_back(entry.data());
+    envp_.push_back(nullptr);
+  }
+  ExecArrays(const ExecArrays&) = delete;
+  ExecArrays& operator=(const ExecArrays&) = delete;
+
+  char** argv() { return argv_.data(); }
+  /// nullptr: the child keeps our environment.
+  char** envp() { return envp_.empty() ? nullptr : envp_.data(); }
+
+ private:
+  std::vector<std::string> argv_strings_;
+  std::vector<std::string> env_strings_;
+  std::vector<char*> argv_;
+  std::vector<char*> envp_;
+};
+
+// Runs in the forked child: async-signal-safe calls only, from here to exec.
+[[noreturn]] void become_child(const SpawnRequest& request, ExecArrays& arrays, pid_t parent_pid,
+                               int report_fd) {
+  if (request.own_process_group) ::setpgid(0, 0);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  if (request.reset_every_signal) {
+    for (int sig = 1; sig < NSIG; ++sig) ::signal(sig, SIG_DFL);
+  } else {
+    ::signal(SIGPIPE, SIG_DFL);
+  }
+  if (request.kill_with_parent) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    // The parent died before prctl took effect: nothing would ever kill this child.
+    if (::getppid() != parent_pid) ::_exit(127);
+  }
+  // fds 0-2 from the request. A source that is itself one of 0-2 (our own stdio closed, so a
+  // pipe got a low number) moves above 2 first: placing one fd must not overwrite another
+  // before it is placed, and dup2 onto itself would keep its CLOEXEC.
+  int sources[3] = {request.stdin_fd, request.stdout_fd, request.stderr_fd};
+  for (int target = 0; target < 3; ++target) {
+    if (sources[target] != kDevNull) continue;
+    sources[target] = ::open("/dev/null", target == STDIN_FILENO ? O_RDONLY : O_WRONLY);
+    if (sources[target] < 0) fail_in_child(report_fd, SpawnStep::stdio, errno);
+  }
+  for (int& source : sources) {
+    if (source > 2) continue;
+    int moved = ::fcntl(source, F_DUPFD, 3);
+    if (moved < 0) fail_in_child(report_fd, SpawnStep::stdio, errno);
+    for (int& same : sources) {
+      if (same == source && &same != &source) same = moved;
+    }
+    source = moved;
+  }
+  for (int target = 0; target < 3; ++target) {
+    if (::dup2(sources[target], target) < 0) fail_in_child(report_fd, SpawnStep::stdio, errno);
+  }
+  ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
+  for (int fd : request.fds_to_keep) {
+    if (::fcntl(fd, F_SETFD, 0) < 0) fail_in_child(report_fd, SpawnStep::stdio, errno);
+  }
+  if (!request.working_directory.empty() && ::chdir(request.working_directory.c_str()) != 0) {
+    fail_in_child(report_fd, SpawnStep::working_directory, errno);
+  }
+  if (arrays.envp() != nullptr) environ = arrays.envp();  // execvp searches the child's PATH
+  ::execvp(arrays.argv()[0], arrays.argv());
+  fail_in_child(report_fd, SpawnStep::exec, errno);
+}
+
 }  // namespace
 
 std::string PipedChild::describe_status(int status) {
@@ -42,56 +135,69 @@ std::string PipedChild::describe_status(int status) {
   return "stopped (wait status " + std::to_string(status) + ")";
 }
 
+SpawnOutcome spawn_process(const SpawnRequest& request) {
+  if (request.argv.empty()) return {-1, SpawnStep::exec, EINVAL};
+  ExecArrays arrays(request);
+  int report[2];
+  if (::pipe2(report, O_CLOEXEC) != 0) return {-1, SpawnStep::pipe, errno};
+  UniqueFd report_read(report[0]);
+  UniqueFd report_write(report[1]);
+  if (report_write.get() <= STDERR_FILENO) {  // our stdio closed: the child's dup2s would overwrite it
+    int moved = ::fcntl(report[1], F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
+    if (moved < 0) return {-1, SpawnStep::pipe, errno};
+    report_write = UniqueFd(moved);
+  }
+  pid_t parent_pid = ::getpid();
+  pid_t pid = ::fork();
+  if (pid < 0) return {-1, SpawnStep::fork, errno};
+  if (pid == 0) become_child(request, arrays, parent_pid, report_write.get());
+  if (request.own_process_group) ::setpgid(pid, pid);
+  report_write.reset();
+  // Blocks only until the child execs (EOF through CLOEXEC) or reports a failure.
+  ChildFailure failure{};
+  ssize_t got;
+  do {
+    got = ::read(report_read.get(), &failure, sizeof failure);
+  } while (got < 0 && errno == EINTR);
+  if (got == static_cast<ssize_t>(sizeof failure)) {
+    int status = 0;
+    reap_blocking(pid, &status);
+    return {-1, failure.step, failure.error_number};
+  }
+  return {pid, SpawnStep::none, 0};
+}
+
 Result<PipedChild> PipedChild::spawn(const std::vector<std::string>& argv, Options options) {
   if (argv.empty()) return Error::internal("PipedChild::spawn: empty argv");
   Result<Pipe> input = make_pipe();
   Result<Pipe> output = make_pipe();
   Result<Pipe> errors = make_pipe();
-  Result<Pipe> report = make_pipe();  // exec failure: errno through a CLOEXEC pipe
-  for (auto* pipe : {&input, &output, &errors, &report}) {
+  for (auto* pipe : {&input, &output, &errors}) {
     if (!*pipe) return Error::infra("starting " + argv[0] + ": " + pipe->error().message);
   }
-  std::vector<char*> args;
-  for (const std::string& argument : argv) args.push_back(const_cast<char*>(argument.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = ::fork();
-  if (pid < 0) return Error::infra("starting " + argv[0] + ": fork: " + errno_text(errno));
-  if (pid == 0) {
-    if (options.own_process_group) ::setpgid(0, 0);
-    if (options.kill_with_parent) ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    // The owner may block signals for its own loop; the child sets up its own.
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::signal(SIGPIPE, SIG_DFL);
-    ::dup2(input->read_end.get(), STDIN_FILENO);
-    ::dup2(output->write_end.get(), STDOUT_FILENO);
-    ::dup2(errors->write_end.get(), STDERR_FILENO);
-    // Only the three pipes go to the child: an inherited fd of ours (another child's pipe, a
-    // log file) would otherwise live as long as it and whatever it starts.
-    ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
-    ::execvp(args[0], args.data());
-    int error_number = errno;
-    ssize_t ignored = ::write(report->write_end.get(), &error_number, sizeof error_number);
-    (void)ignored;
-    ::_exit(127);
-  }
+  SpawnRequest request;
+  request.argv = argv;
+  request.stdin_fd = input->read_end.get();
+  request.stdout_fd = output->write_end.get();
+  request.stderr_fd = errors->write_end.get();
+  request.own_process_group = options.own_process_group;
+  request.kill_with_parent = options.kill_with_parent;
+  SpawnOutcome spawned = spawn_process(request);
   input->read_end.reset();
   output->write_end.reset();
   errors->write_end.reset();
-  report->write_end.reset();
-  int error_number = 0;
-  ssize_t got;
-  do {
-    got = ::read(report->read_end.get(), &error_number, sizeof error_number);
-  } while (got < 0 && errno == EINTR);
-  if (got == static_cast<ssize_t>(sizeof error_number)) {
-    int status = 0;
-    reap_blocking(pid, &status);
-    return Error::infra("cannot run '" + argv[0] + "': " + errno_text(error_number));
+  std::string reason = errno_text(spawned.error_number);
+  switch (spawned.failed_step) {
+    case SpawnStep::none: break;
+    case SpawnStep::exec: return Error::infra("cannot run '" + argv[0] + "': " + reason);
+    case SpawnStep::pipe: return Error::infra("starting " + argv[0] + ": pipe: " + reason);
+    case SpawnStep::fork: return Error::infra("starting " + argv[0] + ": fork: " + reason);
+    case SpawnStep::stdio: return Error::infra("starting " + argv[0] + ": its stdio: " + reason);
+    case SpawnStep::working_directory:  // PipedChild sets none
+      return Error::internal("starting " + argv[0] + ": chdir: " + reason);
   }
-  PipedChild child(pid, options.own_process_group, std::move(input->write_end), std::move(output->read_end),
-                   std::move(errors->read_end));
+  PipedChild child(spawned.pid, options.own_process_group, std::move(input->write_end),
+                   std::move(output->read_end), std::move(errors->read_end));
   for (int fd : {child.stdin_.get(), child.stdout_.get(), child.stderr_.get()}) {
     if (Status status = set_nonblocking(fd); !status) {
       return Error::infra("starting " + argv[0] + ": " + status.error().message);  // child's destructor kills it

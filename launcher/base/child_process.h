@@ -1,10 +1,14 @@
 #pragma once
-// Child processes that this process starts and owns. PipedChild is the one RAII type for a
-// spawned child whose stdin/stdout/stderr are pipes driven without blocking by the caller's poll
-// loop (the openssh transport's `ssh`; meant for every fork/exec site); run_command() runs a
-// short-lived command to its end on top of it (drills: their own `dtrain submit --detach`,
-// cut/heal commands; hosts: a shell on a local host). An owned child is killed and reaped when
-// its owner goes away: nothing outlives the owner by accident.
+// Child processes that this process starts. spawn_process() is the one fork/exec in dtrain: it
+// prepares everything before fork, so that the child runs only async-signal-safe calls up to
+// exec (the agent forks while its sampler thread runs), and reports a failure before exec
+// through a CLOEXEC pipe. It returns a bare pid that the caller reaps: the agent's workers use
+// it directly (the agent reaps them as a subreaper and its kill/fence logic owns their process
+// groups). PipedChild, built on it, is the RAII type for a child whose stdin/stdout/stderr are
+// pipes driven without blocking by the caller's poll loop (ssh, srun, nvidia-smi, gdb, a local
+// agent); run_command() runs a short-lived command to its end on top of it (drills, cut/heal
+// commands, hosts). An owned PipedChild is killed and reaped when its owner goes away: nothing
+// outlives the owner by accident.
 
 #include <poll.h>
 #include <sys/types.h>
@@ -19,6 +23,63 @@
 #include "launcher/base/result.h"
 
 namespace dtrain {
+
+/// spawn_process()'s stdio value for "this fd reads /dev/null (stdin) or writes to it".
+constexpr int kDevNull = -1;
+
+/// Everything one child gets. The strings are copied into exec's arrays before fork.
+struct SpawnRequest {
+  /// argv[0]: a path, or a name looked up in PATH (the child's PATH when `environment` is set).
+  std::vector<std::string> argv;
+  /// The child's whole environment, "NAME=value" each; none: ours.
+  std::optional<std::vector<std::string>> environment;
+  /// chdir() there before exec; empty: our working directory.
+  std::string working_directory;
+  /// What the child's fds 0, 1 and 2 become: one of our fds (dup2'd into place), or kDevNull.
+  int stdin_fd = kDevNull;
+  int stdout_fd = kDevNull;
+  int stderr_fd = kDevNull;
+  /// Our fds that stay open in the child at the same numbers. Every other fd of ours (another
+  /// child's pipe, a log file, what we inherited from sshd) is closed at exec: it would
+  /// otherwise live as long as the child and whatever it starts, and hide an EOF.
+  std::vector<int> fds_to_keep;
+  /// setpgid(0, 0) in the child (and from the parent, so that the group exists whichever runs
+  /// first): a terminal's Ctrl-C does not reach it, and kill(-pid) ends what it started too.
+  bool own_process_group = false;
+  /// PR_SET_PDEATHSIG SIGKILL in the child: it dies when the thread that spawned it ends (with
+  /// the process that owns it, when the main thread spawns). A child whose parent is already
+  /// gone by then exits at once with 127.
+  bool kill_with_parent = false;
+  /// Every signal disposition back to SIG_DFL (a worker starts clean whatever the agent ignored);
+  /// false: SIGPIPE only (exec resets caught signals itself; an ignored SIGHUP, as under nohup,
+  /// stays ignored). The signal mask is emptied either way: the owner may block signals for its
+  /// own loop.
+  bool reset_every_signal = false;
+};
+
+/// The step at which a spawn failed.
+enum class SpawnStep {
+  none,               ///< it did not fail
+  pipe,               ///< in the parent: the exec-failure pipe
+  fork,               ///< in the parent
+  stdio,              ///< in the child: opening /dev/null, placing fds 0-2, keeping fds_to_keep
+  working_directory,  ///< in the child: chdir
+  exec,               ///< in the child: exec itself (ENOENT, EACCES, ENOEXEC...)
+};
+
+/// What spawn_process() did: a pid once the child runs the program, else where and why not.
+struct SpawnOutcome {
+  pid_t pid = -1;
+  SpawnStep failed_step = SpawnStep::none;
+  int error_number = 0;  ///< errno of the failed step
+
+  bool ok() const { return failed_step == SpawnStep::none; }
+};
+
+/// Forks and execs `request`, and returns once the program runs (the CLOEXEC pipe reached EOF)
+/// or failed to start. The caller owns the pid: it reaps it and may signal its group; nothing
+/// here waits for it later. A child that failed before exec is reaped already.
+SpawnOutcome spawn_process(const SpawnRequest& request);
 
 /// A started child with our ends of its three pipes (non-blocking, CLOEXEC: no other child can
 /// hold them open and hide this one's EOF). Move-only; the destructor SIGKILLs and reaps it
