@@ -9,6 +9,7 @@
 #include <sqlite3.h>
 #include <sys/stat.h>
 
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <thread>
@@ -72,6 +73,15 @@ std::vector<std::string> run_rows(const std::string& db_path, const std::string&
 /// The bytes of the registry and its WAL, for a search for secrets.
 std::string registry_bytes(const std::string& db_path) {
   return read_text(db_path) + read_text(db_path + "-wal");
+}
+
+/// True when `wall_ms` lies in the first 3 hours of a UTC month: the quota test's past usage
+/// would straddle the month boundary, and only part of it would count.
+bool registry_month_start_is_near(int64_t wall_ms) {
+  time_t seconds = static_cast<time_t>(wall_ms / 1000);
+  tm utc{};
+  gmtime_r(&seconds, &utc);
+  return utc.tm_mday == 1 && utc.tm_hour < 3;
 }
 
 std::string job_spec(const std::string& name, const std::string& tenant, const std::string& command_text) {
@@ -209,5 +219,54 @@ TEST_CASE("two submits, a stop and a usage report at the same moment: each actio
         std::vector<std::string>{"3"});
   CHECK(query_rows(registry, "SELECT run_id FROM audit WHERE action = 'stop'") == std::vector<std::string>{long_id});
   CHECK(query_rows(registry, "SELECT count(*) FROM allocations WHERE end_ms IS NULL") == std::vector<std::string>{"0"});
+  for (const std::string& run_dir : env.run_dirs()) check_nothing_left(run_id_of(run_dir));
+}
+
+TEST_CASE("a tenant over its monthly budget is refused with the numbers, and --over-quota is audited") {
+  DtrainEnv env;
+  std::string registry = env.home() + "/registry.db";
+  std::filesystem::create_directories(env.home());
+  // vision may use 2 slot-hours a month; it has used 1.8 this month (90 %: near), then 2.4 (over).
+  write_text(env.home() + "/config.yaml", "quotas:\n  warn_at: 0.8\n  tenants:\n    vision: {slot_hours: 2}\n");
+  REQUIRE(env.run({"registry", "rebuild"}).exit_code == 0);
+  int64_t hour = 3600 * 1000;
+  int64_t wall_now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::system_clock::now().time_since_epoch()).count();
+  int64_t start = wall_now - 2 * hour;  // a run of today (2 hours ago is this month unless it is the 1st, 01:59)
+  auto add_usage = [&](const std::string& id, int64_t millis) {
+    sqlite3* db = nullptr;
+    REQUIRE(sqlite3_open_v2(registry.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) == SQLITE_OK);
+    std::string sql = "INSERT INTO runs (id, tenant, user, name, submitted_ms, state) VALUES ('" + id +
+                      "', 'vision', 'alice', 'past', " + std::to_string(start) + ", 'succeeded');"
+                      "INSERT INTO allocations (run_id, generation, host, units, resource, start_ms, end_ms) VALUES ('" +
+                      id + "', 0, 'cpu01', 1, 'slot', " + std::to_string(start) + ", " + std::to_string(start + millis) + ");";
+    CHECK(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr) == SQLITE_OK);
+    sqlite3_close_v2(db);
+  };
+  if (registry_month_start_is_near(start)) return;  // 2 hours into a month: "this month" is too short a window
+  add_usage("past-1", hour * 18 / 10);
+  std::string spec = env.write_spec("job.yaml", job_spec("quota", "vision", "exit 0"));
+
+  DtrainProcess near = env.run({"submit", spec});
+  INFO(near.err());
+  CHECK(near.exit_code == 0);
+  CHECK(near.err().find("warning: tenant vision has used 1.8 of 2") != std::string::npos);
+
+  add_usage("past-2", hour * 6 / 10);
+  DtrainProcess refused = env.run({"submit", spec});
+  INFO(refused.err());
+  CHECK(refused.exit_code == 2);
+  CHECK(refused.err().find("refused: tenant vision has used 2.4") != std::string::npos);
+  CHECK(refused.err().find("--over-quota") != std::string::npos);
+  CHECK(env.run_dirs().size() == 1);  // the refused submit made no run
+
+  DtrainProcess overridden = env.run({"submit", "--over-quota", spec});
+  INFO(overridden.err());
+  CHECK(overridden.exit_code == 0);
+  std::vector<std::string> audit = query_rows(registry, "SELECT action, run_id = '', result FROM audit WHERE action = 'submit' ORDER BY at_ms");
+  REQUIRE(audit.size() == 3);
+  CHECK(audit[0].rfind("submit|0|started; near quota: tenant vision has used 1.8", 0) == 0);
+  CHECK(audit[1].rfind("submit|1|refused: over quota: tenant vision has used 2.4", 0) == 0);
+  CHECK(audit[2].rfind("submit|0|started; over quota, overridden with --over-quota", 0) == 0);
   for (const std::string& run_dir : env.run_dirs()) check_nothing_left(run_id_of(run_dir));
 }
