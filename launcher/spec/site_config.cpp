@@ -80,7 +80,9 @@ void read_cost(DiagnosticSink& sink, const Section& top, SiteConfig& config) {
   auto per_gpu = read_number(sink, cost.get("per_gpu_hour"), cost.path("per_gpu_hour"), "price of one GPU for an hour");
   auto per_slot = read_number(sink, cost.get("per_slot_hour"), cost.path("per_slot_hour"),
                               "price of one worker slot on a CPU host for an hour");
-  if (cost.get("per_gpu_hour") == nullptr && cost.get("per_slot_hour") == nullptr) {
+  // No price at all, and no misspelt key already reported (that one's message says the fix).
+  size_t known_keys_given = cost.get("currency") ? 1 : 0;
+  if (cost.get("per_gpu_hour") == nullptr && cost.get("per_slot_hour") == nullptr && node->size() == known_keys_given) {
     sink.error(*node, "cost", "no price given; write per_gpu_hour: (and per_slot_hour: for CPU hosts)");
   }
   rates.per_gpu_hour = per_gpu.value_or(0);

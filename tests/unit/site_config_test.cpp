@@ -101,7 +101,9 @@ TEST_CASE("unknown keys say what was meant, and a config without a price or budg
   CHECK(message.find("config.yaml:2:3: cost.per_gpu_hours: unknown key 'per_gpu_hours'; did you mean 'per_gpu_hour'?") !=
         std::string::npos);
   CHECK(message.find("config.yaml:3:1: quota: unknown key 'quota'; did you mean 'quotas'?") != std::string::npos);
-  CHECK(message.find("no price given") != std::string::npos);
+  CHECK(message.find("no price given") == std::string::npos);  // the misspelt key's message says the fix
+  CHECK(error_of("cost: {currency: EUR}\n").find("config.yaml:1:7: cost: no price given; write per_gpu_hour:") !=
+        std::string::npos);
   CHECK(error_of("quotas:\n  tenants:\n    nlp: {gpu_hour: 5}\n").find("did you mean 'gpu_hours'?") != std::string::npos);
   CHECK(error_of("- cost\n").find("config.yaml:1:1: expected a mapping with cost: and/or quotas:") != std::string::npos);
   CHECK(error_of("cost: {per_gpu_hour: 1\n").find("YAML syntax error") != std::string::npos);
