@@ -11,6 +11,7 @@
 #include "launcher/base/strings.h"
 #include "launcher/base/version.h"
 #include "launcher/run/driver.h"
+#include "launcher/run/governance.h"
 #include "launcher/run/resume_point.h"
 #include "launcher/runlog/json_access.h"
 #include "launcher/runlog/run_state.h"
@@ -21,17 +22,14 @@ namespace dtrain::run {
 using nlohmann::json;
 
 
-namespace {
-
-int refuse(const std::string& message, ExitCode code = ExitCode::usage) {
-  std::fprintf(stderr, "dtrain resume: %s\n", message.c_str());
-  return to_int(code);
-}
-
-}  // namespace
-
 int resume(const ResumeOptions& options) {
   SystemClock clock;
+  // Every refusal is one audit row too: who tried to resume what, and why not.
+  auto refuse = [&options](const std::string& message, ExitCode code = ExitCode::usage) {
+    std::fprintf(stderr, "dtrain resume: %s\n", message.c_str());
+    audit_action("dtrain resume", "resume", options.run, "", {{"detach", options.detach}}, "refused: " + message);
+    return to_int(code);
+  };
   Result<RunDirectory> run = RunDirectory::open(options.run);
   if (!run) return refuse(run.error().message);
   Result<json> state = read_state(*run);
@@ -61,6 +59,8 @@ int resume(const ResumeOptions& options) {
   spec::JobSpec spec = std::move(*loaded.spec);
   Result<plan::RankPlan> plan = plan::make_plan(spec);
   if (!plan) return refuse(run->spec_path() + ": " + plan.error().message);
+  Admission admission = admit_under_quota(spec, options.over_quota, "dtrain resume", "resume");
+  if (admission.refused_exit_code) return *admission.refused_exit_code;
 
   // A corrupt line (a full disk, a hand edit) is skipped with a warning; the rest still counts.
   Result<std::vector<json>> events = read_events(run->events_path(), [](const std::string& warning) {
@@ -91,6 +91,9 @@ int resume(const ResumeOptions& options) {
                              options.detach};
   (void)log->append(resumed.to_json(), clock.wall_ms());
   std::string resume_text = resume_step >= 0 ? "checkpoint step " + std::to_string(resume_step) : "the start (no checkpoint)";
+  audit_action("dtrain resume", "resume", run->id(), "",
+               {{"detach", options.detach}, {"over_quota", options.over_quota}, {"previous_state", previous_state}},
+               "resumed from " + resume_text + (admission.quota_note.empty() ? "" : "; " + admission.quota_note), &spec);
   if (options.detach) {
     if (std::optional<int> parent_exit = detach(run->id(), ("resumed from " + resume_text).c_str())) return *parent_exit;
   } else {

@@ -11,6 +11,7 @@
 
 #include "launcher/base/fd.h"
 #include "launcher/base/event_catalogue.h"
+#include "launcher/base/events.h"
 #include "launcher/registry/registry_db.h"
 #include "launcher/spec/spec_loader.h"
 
@@ -29,9 +30,10 @@ RunRecorder::RunRecorder(const RunDirectory& run, EventLog events, Console conso
       state_writer_(run.state_path()),
       writer_(64ull << 20, std::move(before_write), [this](uint64_t bytes, uint64_t writes) {
         // On the writer thread, in order with the writes.
-        json event = {{"ev", events::kRunlogDropped}, {"bytes", bytes}, {"writes", writes},
-                      {"detail", "the run directory's file system fell behind; " + std::to_string(bytes) +
-                                     " bytes of rank output were not written to ranks/*.log"}};
+        json event = events::RunlogDropped{bytes, writes,
+                                           "the run directory's file system fell behind; " + std::to_string(bytes) +
+                                               " bytes of rank output were not written to ranks/*.log"}
+                         .to_json();
         if (Status written = events_.append(event, clock_.wall_ms()); !written && log_) {
           log_->error("events.jsonl: {}", written.error().message);
         }

@@ -11,6 +11,7 @@
 #include "launcher/base/strings.h"
 #include "launcher/base/version.h"
 #include "launcher/run/driver.h"
+#include "launcher/run/governance.h"
 #include "launcher/base/events.h"
 
 namespace dtrain::run {
@@ -67,6 +68,10 @@ int submit(const SubmitOptions& options) {
     return to_int(ExitCode::usage);
   }
 
+  std::string command = "dtrain " + options.audit_action;
+  Admission admission = admit_under_quota(spec, options.over_quota, command, options.audit_action);
+  if (admission.refused_exit_code) return *admission.refused_exit_code;
+
   std::string run_id = make_run_id(spec.name.empty() ? "job" : spec.name, clock.wall_ms());
   Result<RunDirectory> run = RunDirectory::create(run_id);
   if (!run) {
@@ -93,6 +98,13 @@ int submit(const SubmitOptions& options) {
                                  this_hostname(),
                                  options.detach};
   (void)events->append(submitted.to_json(), clock.wall_ms());
+
+  json arguments = {{"tenant", spec.tenant}, {"hosts", plan->hosts.size()}, {"world_size", plan->world_size},
+                    {"detach", options.detach}, {"over_quota", options.over_quota}};
+  for (const spec::Override& set : options.overrides) arguments["set"].push_back(set.key + "=" + set.value);
+  audit_action(command, options.audit_action, run_id,
+               options.spec_text ? "command line" : absolute_path(options.spec_path), std::move(arguments),
+               admission.quota_note.empty() ? "started" : "started; " + admission.quota_note, &spec);
 
   if (options.detach) {
     if (std::optional<int> parent_exit = detach(run_id, "started")) return *parent_exit;
