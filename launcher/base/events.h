@@ -420,7 +420,7 @@ struct RecoveryStarted {
   FailureCause cause{};
   int restarts = 0;
   std::string action{};  ///< "restart", "replace", "shrink", or "resume"
-  std::optional<std::string> why{};  ///< absent for a resume, which has no decision to explain
+  std::optional<std::string> why{};  ///< the decision's reason; a resume says who decided
   nlohmann::json to_json() const;
 };
 

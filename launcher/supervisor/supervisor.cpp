@@ -68,8 +68,10 @@ std::vector<Action> Supervisor::resume_from(const ResumeFrom& from) {
   pending.released_ms = now;
   pending.last_step = std::max(from.last_step, latest_checkpoint_step_);
   recovery_ = pending;
-  // A resume has no decision to explain: no "why".
-  record(events::RecoveryStarted{event_cause(cause), restarts_, "resume", std::nullopt}.to_json());
+  // The catalogue's "why" is always there: for a resume, who decided and from where it goes on.
+  record(events::RecoveryStarted{event_cause(cause), restarts_, "resume",
+                                 "`dtrain resume` continues the run from its newest complete checkpoint"}
+             .to_json());
   return std::move(out_);
 }
 
