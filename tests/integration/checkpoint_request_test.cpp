@@ -1,6 +1,7 @@
 // ckpt.request end to end on this machine (no Slurm needed): SIGUSR1 to the supervisor, as
 // Slurm's `--signal=B:USR1@T` sends it to the batch step, makes every rank of the reference
-// trainer save one checkpoint at the step named in the checkpoint.requested event.
+// trainer save one checkpoint at the step named in the checkpoint.requested event (or, when the
+// request reaches a rank late, at the first step any rank heard it: always the same step on all).
 
 #include <doctest/doctest.h>
 #include <signal.h>
@@ -41,10 +42,16 @@ TEST_CASE("SIGUSR1 to the supervisor: both ranks of dtrain-train save the reques
   ::kill(run.pid, SIGTERM);  // the run would train on: stop it
   CHECK(run.wait(60'000));
   REQUIRE_MESSAGE(saved, run.err());
-  CHECK(committed[0]["step"].get<int64_t>() == requested_step);
-  CHECK(read_text(run_dir + "/ranks/0.log").find("checkpoint requested at step " + std::to_string(requested_step)) !=
-        std::string::npos);
-  CHECK(read_text(run_dir + "/ranks/1.log").find("checkpoint requested at step " + std::to_string(requested_step)) !=
+  // The step asked for, or (when the request reached a rank only after it, on a loaded machine)
+  // the first step at which a rank had heard it: both ranks save that same step, so it commits.
+  int64_t saved_step = committed[0]["step"].get<int64_t>();
+  CHECK(saved_step >= requested_step);
+  for (const char* log : {"/ranks/0.log", "/ranks/1.log"}) {
+    CHECK_MESSAGE(read_text(run_dir + log).find("saving step " + std::to_string(saved_step) + " for a checkpoint request") !=
+                      std::string::npos,
+                  log);
+  }
+  CHECK((read_text(run_dir + "/ranks/0.log") + read_text(run_dir + "/ranks/1.log")).find("checkpoint requested at step ") !=
         std::string::npos);
   check_nothing_left(run_id_of(run_dir));
 }

@@ -181,10 +181,20 @@ void AgentConnection::read_loop() {
 void AgentConnection::note_checkpoint_request(const json& request) {
   int64_t step = request.contains("step") && request["step"].is_number_integer() ? request["step"].get<int64_t>() : 0;
   std::lock_guard lock(mutex_);
+  if (step <= served_checkpoint_step_) return;  // saved already, when another rank of the group heard it first
   requested_checkpoint_step_ = step;  // a later request replaces an earlier one
   requested_checkpoint_reason_ = request.contains("reason") && request["reason"].is_string()
                                      ? request["reason"].get<std::string>()
                                      : std::string("requested by the supervisor");
+}
+
+void AgentConnection::checkpoint_request_served(int64_t step) {
+  std::lock_guard lock(mutex_);
+  served_checkpoint_step_ = std::max(served_checkpoint_step_, step);
+  if (requested_checkpoint_step_ && *requested_checkpoint_step_ <= step) {
+    requested_checkpoint_step_.reset();
+    requested_checkpoint_reason_.clear();
+  }
 }
 
 std::optional<std::string> AgentConnection::take_checkpoint_request(int64_t step) {

@@ -38,6 +38,9 @@ class AgentConnection {
   /// is near). Returns its reason once, at the first call with `step` >= S; nullopt otherwise.
   /// Cheap (a mutex, no I/O): call it every step.
   std::optional<std::string> take_checkpoint_request(int64_t step);
+  /// A checkpoint was saved at `step` for a request (maybe one another rank heard first): a
+  /// request for that step or an earlier one, arriving late here, is served already.
+  void checkpoint_request_served(int64_t step);
 
  private:
   explicit AgentConnection(int fd, std::string path);
@@ -56,6 +59,7 @@ class AgentConnection {
   bool closed_ = false;
   std::string closed_reason_;
   std::optional<int64_t> requested_checkpoint_step_;  // ckpt.request pending: save at this step
+  int64_t served_checkpoint_step_ = -1;  // requests up to this step are served (checkpoint_request_served)
   std::string requested_checkpoint_reason_;
   std::thread reader_;
 };

@@ -250,6 +250,10 @@ bool Worker::checkpoint_requested(int64_t step) {
   return true;
 }
 
+void Worker::checkpoint_request_served(int64_t step) {
+  if (connection_) connection_->checkpoint_request_served(step);
+}
+
 void Worker::bye(const std::string& reason) {
   if (said_bye_) return;
   said_bye_ = true;

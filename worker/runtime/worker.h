@@ -262,8 +262,13 @@ class Worker {
 
   /// ckpt.request (wire.h): true once, at the first call with `step` >= the step the supervisor
   /// named (Slurm's time limit is near: SIGUSR1 or checkpoint.before_walltime). Every rank gets
-  /// the same step, so saving then gives a complete checkpoint. Cheap (no I/O): call every step.
+  /// the same step; but a rank may hear it late (after that step), so ranks that save together
+  /// must agree on the step among themselves (the reference trainer adds the answer to its
+  /// gradient allreduce) and then call checkpoint_request_served(). Cheap (no I/O): call every step.
   bool checkpoint_requested(int64_t step);
+  /// The ranks agreed to save `step` for a checkpoint request: a request this rank hears only
+  /// now (for that step or an earlier one) is served already and is not taken again.
+  void checkpoint_request_served(int64_t step);
 
   /// Says goodbye (flushing the newest beat first). Called by the destructor with "exit" if not
   /// called before.

@@ -225,7 +225,9 @@ int run(const Options& options) {
 
   PipelineStep pipeline(model, *layout, topology, **pipeline_staging, **tensor_staging, data, batch->micro,
                         batch->accum, timeout);
-  std::vector<double> grad(count + 1);  // last slot: the batch's loss sum, reduced with the gradients
+  // Two slots after the gradients, reduced with them: the batch's loss sum, and how many ranks
+  // have heard a checkpoint request by this step.
+  std::vector<double> grad(count + 2);
   double loss = 0;
   TimingTotals totals;
   const int slow_ms = slow_rank_delay_ms(topology.rank);
@@ -240,6 +242,12 @@ int run(const Options& options) {
     }
     if (slow_ms > 0) std::this_thread::sleep_for(Millis(slow_ms));
     double pipeline_ms = ms_since(started);
+    // Slurm's time limit is near (ckpt.request). The request reaches the ranks at different
+    // moments (each through its own agent, each at its own next look), and one that hears it a
+    // step late would save a different step: no checkpoint would be complete, and rank 0 would
+    // wait for the missing shards. The first step at which any rank of the group has heard it
+    // is the one they all save.
+    grad[count + 1] = worker.checkpoint_requested(step) ? 1.0 : 0.0;
     Clock::time_point reduce = Clock::now();
     if (auto reduced = (*data_staging)->allreduce_sum(grad.data(), grad.size(), timeout); !reduced) {
       return fail(worker, &groups, "step " + std::to_string(step) + ": " + reduced.error().message);
@@ -247,6 +255,11 @@ int run(const Options& options) {
     double data_parallel_ms = ms_since(reduce);
     for (double& value : grad) value /= batch->global;
     loss = grad[count];
+    const bool requested = grad[count + 1] > 0;
+    if (requested) {
+      worker.checkpoint_request_served(step);
+      std::fprintf(stderr, "dtrain-train: saving step %" PRId64 " for a checkpoint request\n", step);
+    }
     optimizer.step(model.params(), grad.data());
     double step_ms = ms_since(started);
     if (step > first_step) {
@@ -264,8 +277,6 @@ int run(const Options& options) {
       std::printf("step %" PRId64 " loss %.4f step_ms %.1f\n", step, loss, step_ms);
       std::fflush(stdout);
     }
-    // Slurm's time limit is near (ckpt.request): save this step too, on every rank at once.
-    const bool requested = worker.checkpoint_requested(step);
     if (!ckpt_options.dir.empty() && ((ckpt_interval > 0 && step % ckpt_interval == 0) || requested)) {
       TrainState state{widths, topology.tp_size, topology.pp_size, topology.tp_rank, topology.pp_rank,
                        step, step * batch->global, model.params(), optimizer.velocity()};
