@@ -1,5 +1,7 @@
 #include "launcher/run/registry_sync.h"
 
+#include <pthread.h>
+
 #include <chrono>
 #include <set>
 #include <string_view>
@@ -7,6 +9,7 @@
 #include "launcher/base/clock.h"
 #include "launcher/base/event_catalogue.h"
 #include "launcher/runlog/event_log.h"
+#include "launcher/runlog/line_follower.h"
 #include "launcher/runlog/json_access.h"
 
 namespace dtrain::run {
@@ -25,12 +28,50 @@ bool registry_reads(std::string_view name) {
   return kept.count(name) > 0;
 }
 
+/// Only what records_from_events reads of an event: at 16,384 ranks the whole events (a
+/// host.facts lists every GPU) held 50 MB more in the supervisor than these.
+json slim(json event) {
+  static const char* const kept_fields[] = {"ts",   "ev",     "gen",   "host",       "hosts",
+                                            "world_size", "reason", "detail", "rank", "kind",
+                                            "state", "exit_code", "name", "tenant", "user"};
+  json out = json::object();
+  for (const char* field : kept_fields) {
+    auto found = event.find(field);
+    if (found != event.end()) out[field] = std::move(*found);
+  }
+  // host.facts: only whether the host has GPUs (it holds GPUs, not worker slots).
+  auto gpus = event.find("gpus");
+  if (gpus != event.end() && gpus->is_array() && !gpus->empty()) out["gpus"] = json::array({true});
+  // run.finished: the root cause's text, for the run's exit reason.
+  auto root = event.find("root_cause");
+  if (root != event.end() && root->is_object()) {
+    json cause = json::object();
+    for (const char* field : {"detail", "message"}) {
+      if (root->contains(field)) cause[field] = (*root)[field];
+    }
+    out["root_cause"] = std::move(cause);
+  }
+  return out;
+}
+
 /// The events after which the registry should not wait for its quiet interval.
 bool writes_soon(std::string_view name) {
   static const std::set<std::string_view> soon = {
       events::kGenerationSpawned, events::kFailureDetected, events::kHostLost,  events::kHostExcluded,
       events::kRecoveryCompleted, events::kRunState,        events::kRunFinished};
   return soon.count(name) > 0;
+}
+
+/// The "ev" of an events.jsonl line as the run log writes it ({"ts":"...","ev":"name",...}),
+/// without parsing the line: at a generation's start 16,384 worker lines arrive at once, and
+/// only those the registry reads are worth a JSON parse. Empty when not found.
+std::string_view event_name_of(std::string_view line) {
+  constexpr std::string_view key = "\"ev\":\"";
+  size_t at = line.find(key);
+  if (at == std::string_view::npos) return {};
+  size_t start = at + key.size();
+  size_t end = line.find('"', start);
+  return end == std::string_view::npos ? std::string_view() : line.substr(start, end - start);
 }
 
 int64_t wall_now_ms() {
@@ -80,8 +121,10 @@ void RegistrySync::wait_if_finished() {
 }
 
 void RegistrySync::loop() {
+  ::pthread_setname_np(::pthread_self(), "dtrain-registry");  // top -H, perf and gdb name it
   // Follows the file the run log writer writes: the registry sees what a rebuild would see.
-  EventFollower follower(events_path_);
+  LineFollower follower(events_path_);
+  bool header_seen = false;
   std::vector<json> kept;
   bool dirty = false;
   bool finished = false;
@@ -98,13 +141,17 @@ void RegistrySync::loop() {
     }
     // An urgent event was handed to the writer thread a moment ago: give it time to reach the file.
     if (urgent && !final_requested && !stopping) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    Result<std::vector<json>> fresh = follower.poll();
-    if (fresh) {
-      for (json& event : *fresh) {
-        std::string name = json_string(event, "ev");
-        if (!registry_reads(name)) continue;
-        finished = finished || name == events::kRunFinished;
-        kept.push_back(std::move(event));
+    for (Result<std::vector<std::string>> lines = follower.poll(); lines && !lines->empty(); lines = follower.poll()) {
+      for (const std::string& line : *lines) {
+        if (!header_seen) {  // line 1: the log's header, not an event
+          header_seen = true;
+          continue;
+        }
+        if (!registry_reads(event_name_of(line))) continue;
+        Result<EventRecord> record = parse_event_line(line);
+        if (!record) continue;  // a damaged line: a rebuild skips it too
+        finished = finished || record->name == events::kRunFinished;
+        kept.push_back(slim(std::move(record->event)));
         dirty = true;
       }
     }

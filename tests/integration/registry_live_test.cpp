@@ -193,6 +193,12 @@ TEST_CASE("two submits, a stop and a usage report at the same moment: each actio
   DtrainProcess started = env.run({"submit", "--detach", long_spec});
   REQUIRE(started.exit_code == 0);
   std::string long_id = started.out().substr(0, started.out().find('\n'));
+  // Whatever fails below, the detached run (a 60 s sleep) does not outlive the test.
+  struct StopOnExit {
+    DtrainEnv& env;
+    std::string id;
+    ~StopOnExit() { env.run({"stop", id, "--timeout", "30s"}, 60000); }
+  } stop_on_exit{env, long_id};
   REQUIRE(wait_until([&] {
     std::vector<std::string> held =
         query_rows(registry, "SELECT count(*) FROM allocations WHERE end_ms IS NULL AND run_id = '" + long_id + "'");
@@ -214,7 +220,7 @@ TEST_CASE("two submits, a stop and a usage report at the same moment: each actio
   std::vector<std::string> runs = query_rows(registry, "SELECT name, state FROM runs ORDER BY name, id");
   CHECK(runs == std::vector<std::string>{"long|stopped", "short|succeeded", "short|succeeded"});
   std::vector<std::string> actions = query_rows(registry, "SELECT action, count(*) FROM audit GROUP BY action ORDER BY action");
-  CHECK(actions == std::vector<std::string>{"stop|1", "submit|3"});
+  CHECK(actions == std::vector<std::string>{"stop|1", "submit|3"});  // before StopOnExit's own stop
   CHECK(query_rows(registry, "SELECT count(DISTINCT run_id) FROM audit WHERE action = 'submit'") ==
         std::vector<std::string>{"3"});
   CHECK(query_rows(registry, "SELECT run_id FROM audit WHERE action = 'stop'") == std::vector<std::string>{long_id});
