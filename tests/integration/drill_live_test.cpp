@@ -113,6 +113,20 @@ TEST_CASE("kill-rank passes, an impossible objective fails naming it, an ended r
   CHECK(ended.exit_code == 2);
   CHECK(ended.err().find("has ended (stopped") != std::string::npos);
   CHECK(processes_of_run(run.id).empty());
+
+  // Each drill is one audit row: which fault went into which run, and the verdict.
+  DtrainProcess audit = env.run({"audit", "--action", "drill", "--json"}, 30000);
+  INFO(audit.err());
+  REQUIRE(audit.exit_code == 0);
+  json rows = json::parse(audit.out(), nullptr, false)["rows"];
+  REQUIRE(rows.is_array());
+  REQUIRE(rows.size() == 3);
+  CHECK(rows[0]["run"] == run.id);
+  CHECK(rows[0]["target"] == "kill-rank:1");
+  CHECK(rows[0]["result"] == "pass");
+  CHECK(rows[1]["target"] == "kill-rank:0");
+  CHECK(rows[1]["result"] == "fail");
+  CHECK(rows[2]["result"].get<std::string>().rfind("error: ", 0) == 0);
 }
 
 TEST_CASE("hang-rank: a SIGSTOPped worker is detected by its heartbeats and replaced, the drill passes") {
