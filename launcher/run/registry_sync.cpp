@@ -74,6 +74,9 @@ std::string_view event_name_of(std::string_view line) {
   return end == std::string_view::npos ? std::string_view() : line.substr(start, end - start);
 }
 
+/// end_reason of an allocation the run still held when the registry was last written.
+constexpr const char* kStillHeld = "still held at the supervisor's last registry write";
+
 int64_t wall_now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
@@ -129,6 +132,7 @@ void RegistrySync::loop() {
   bool dirty = false;
   bool finished = false;
   int64_t retry_after_ms = 0;  // after a failed write: not before this (wall ms), unless final
+  int64_t last_written_ms = 0;
   while (true) {
     bool urgent = false, final_requested = false, stopping = false;
     {
@@ -156,9 +160,12 @@ void RegistrySync::loop() {
       }
     }
     bool last_chance = final_requested || stopping;
+    // Allocations still held end at the write's time: rewrite them while the run runs.
+    if (!finished && !kept.empty() && wall_now_ms() - last_written_ms >= kHeldRewriteIntervalMs) dirty = true;
     if (dirty && (last_chance || wall_now_ms() >= retry_after_ms)) {
       if (write(kept, finished)) {
         dirty = false;
+        last_written_ms = wall_now_ms();
       } else {
         retry_after_ms = wall_now_ms() + 10 * kQuietWriteIntervalMs;
       }
@@ -179,6 +186,13 @@ bool RegistrySync::write(const std::vector<json>& events, bool finished) {
   registry::RunRecords records =
       registry::records_from_events(run_id_, run_dir_, events, json::object(), /*still_running=*/!finished);
   registry::complete_run_identity(records, spec_path_, tenant_of_spec_);
+  // Held until now, as far as anyone can tell: ended here, and moved on by the next write.
+  int64_t now = wall_now_ms();
+  for (registry::AllocationRow& allocation : records.allocations) {
+    if (allocation.end_ms) continue;
+    allocation.end_ms = std::max(now, allocation.start_ms);
+    allocation.end_reason = kStillHeld;
+  }
   Status written = Status::success();
   if (!db_) {
     Result<registry::RegistryDb> opened = registry::RegistryDb::open(registry_file_, true);
@@ -191,7 +205,6 @@ bool RegistrySync::write(const std::vector<json>& events, bool finished) {
   if (written) written = registry::replace_run_records(*db_, records);
   if (written) return true;
   db_.reset();  // a damaged or replaced file is opened afresh next time
-  int64_t now = wall_now_ms();
   if (last_warning_ms_ < 0 || now - last_warning_ms_ >= 60000) {
     last_warning_ms_ = now;
     warn_("run registry not updated (the run goes on; its directory is the record, and `dtrain registry "

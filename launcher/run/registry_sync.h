@@ -51,6 +51,11 @@ class RegistrySync {
   /// Writes at most this often while the run is quiet (a generation start, a failure or the end
   /// is written at once).
   static constexpr int64_t kQuietWriteIntervalMs = 2000;
+  /// What a run still holds is written as held until the write's time, and rewritten this often
+  /// while nothing else changes: a supervisor that dies (kill -9, a lost login node) leaves its
+  /// allocations ending at most this long after its last sign of life, not open, where `dtrain
+  /// usage` and the quota check would count them up to every later "now".
+  static constexpr int64_t kHeldRewriteIntervalMs = 30000;
 
  private:
   void loop();

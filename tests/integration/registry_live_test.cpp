@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <sqlite3.h>
+#include <signal.h>
 #include <sys/stat.h>
 
 #include <chrono>
@@ -101,11 +102,12 @@ TEST_CASE("a run's registry rows appear while it runs, match a rebuild, and hold
 
   std::string run_dir = only_run_dir(env);
   std::string run_id = run_id_of(run_dir);
-  // Written as it happens: the run is in the registry, still running, holding localhost's slots.
+  // Written as it happens: the run is in the registry, still running, holding localhost's slots
+  // (held until the supervisor's last write, which it renews while the run runs).
   bool running_row = wait_until([&] {
     std::vector<std::string> rows = query_rows(registry, "SELECT state, ended_ms FROM runs WHERE id = '" + run_id + "'");
-    std::vector<std::string> held =
-        query_rows(registry, "SELECT units FROM allocations WHERE end_ms IS NULL AND run_id = '" + run_id + "'");
+    std::vector<std::string> held = query_rows(
+        registry, "SELECT units FROM allocations WHERE end_reason LIKE 'still held%' AND run_id = '" + run_id + "'");
     return rows.size() == 1 && rows[0].find("|NULL") != std::string::npos && held == std::vector<std::string>{"2"};
   }, 30000);
   CHECK_MESSAGE(running_row, "no open run row while the run ran: " << run_rows(registry, run_id).size() << " rows");
@@ -200,8 +202,8 @@ TEST_CASE("two submits, a stop and a usage report at the same moment: each actio
     ~StopOnExit() { env.run({"stop", id, "--timeout", "30s"}, 60000); }
   } stop_on_exit{env, long_id};
   REQUIRE(wait_until([&] {
-    std::vector<std::string> held =
-        query_rows(registry, "SELECT count(*) FROM allocations WHERE end_ms IS NULL AND run_id = '" + long_id + "'");
+    std::vector<std::string> held = query_rows(
+        registry, "SELECT count(*) FROM allocations WHERE end_reason LIKE 'still held%' AND run_id = '" + long_id + "'");
     return held == std::vector<std::string>{"1"};
   }, 30000));
 
@@ -224,7 +226,8 @@ TEST_CASE("two submits, a stop and a usage report at the same moment: each actio
   CHECK(query_rows(registry, "SELECT count(DISTINCT run_id) FROM audit WHERE action = 'submit'") ==
         std::vector<std::string>{"3"});
   CHECK(query_rows(registry, "SELECT run_id FROM audit WHERE action = 'stop'") == std::vector<std::string>{long_id});
-  CHECK(query_rows(registry, "SELECT count(*) FROM allocations WHERE end_ms IS NULL") == std::vector<std::string>{"0"});
+  CHECK(query_rows(registry, "SELECT count(*) FROM allocations WHERE end_ms IS NULL OR end_reason LIKE 'still held%'") ==
+        std::vector<std::string>{"0"});
   for (const std::string& run_dir : env.run_dirs()) check_nothing_left(run_id_of(run_dir));
 }
 
@@ -275,4 +278,40 @@ TEST_CASE("a tenant over its monthly budget is refused with the numbers, and --o
   CHECK(audit[1].rfind("submit|1|refused: over quota: tenant vision has used 2.4", 0) == 0);
   CHECK(audit[2].rfind("submit|0|started; over quota, overridden with --over-quota", 0) == 0);
   for (const std::string& run_dir : env.run_dirs()) check_nothing_left(run_id_of(run_dir));
+}
+
+TEST_CASE("a supervisor killed with SIGKILL leaves its run's hours ending at its last write, not growing") {
+  DtrainEnv env;
+  std::string registry = env.home() + "/registry.db";
+  std::string spec = env.write_spec(
+      "job.yaml", "version: 1\nname: ghost\ntenant: vision\nslots_per_host: 2\nworker:\n  command: [/bin/sh, -c, "
+                  "'sleep 120']\nheartbeat:\n  interval: 500ms\n  timeout: 3s\nstop_grace: 1s\n");
+  DtrainProcess started = env.run({"submit", "--detach", spec});
+  REQUIRE(started.exit_code == 0);
+  std::string run_id = started.out().substr(0, started.out().find('\n'));
+  std::string run_dir = env.home() + "/runs/" + run_id;
+  REQUIRE(wait_until([&] {
+    return query_rows(registry, "SELECT count(*) FROM allocations WHERE end_reason LIKE 'still held%'") ==
+           std::vector<std::string>{"1"};
+  }, 30000));
+  nlohmann::json state = nlohmann::json::parse(read_text(run_dir + "/state.json"), nullptr, false);
+  int supervisor = state["supervisor"]["pid"].get<int>();
+  REQUIRE(::kill(supervisor, SIGKILL) == 0);
+  // Its agent fences the workers once the supervisor has been silent for heartbeat.timeout.
+  CHECK(wait_until([&] { return processes_of_run(run_id).empty(); }, 60000));
+
+  // The registry still says "running" (only a rebuild can tell the supervisor is gone), but the
+  // run's slot-hours stop at the supervisor's last write: they do not grow with every report.
+  DtrainProcess first = env.run({"usage", "--json"});
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  DtrainProcess second = env.run({"usage", "--json"});
+  REQUIRE(first.exit_code == 0);
+  REQUIRE(second.exit_code == 0);
+  double before = nlohmann::json::parse(first.out())["rows"][0]["slot_hours"].get<double>();
+  double after = nlohmann::json::parse(second.out())["rows"][0]["slot_hours"].get<double>();
+  CHECK(before > 0);
+  CHECK(after == before);
+  DtrainProcess rebuilt = env.run({"registry", "rebuild"});
+  REQUIRE(rebuilt.exit_code == 0);
+  CHECK(query_rows(registry, "SELECT state FROM runs") == std::vector<std::string>{"supervisor gone"});
 }
