@@ -1,3 +1,4 @@
+#include "launcher/base/base64.h"
 #include "launcher/agent/flight_recorder.h"
 
 #include <fcntl.h>
@@ -96,7 +97,7 @@ nlohmann::json reply_for(const PendingDump& pending, size_t max_bytes, const std
     return reply;
   }
   reply["bytes"] = static_cast<int64_t>(data.size());
-  reply["data"] = encode_base64(data);
+  reply["data"] = base64_encode(data);
   bool ours = !owned_directory.empty() && pending.dump.compare(0, owned_directory.size() + 1, owned_directory + "/") == 0;
   if (ours) ::unlink(pending.dump.c_str());  // a later generation's dump must not be taken for it
   if (pending.problem) reply["note"] = *pending.problem + "; this dump was written earlier";
@@ -170,22 +171,6 @@ std::vector<nlohmann::json> collect_flight_recorder_dumps(const std::vector<Dump
     replies.push_back(reply_for(entry, max_bytes, owned_directory));
   }
   return replies;
-}
-
-std::string encode_base64(const std::string& bytes) {
-  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  out.reserve((bytes.size() + 2) / 3 * 4);
-  for (size_t i = 0; i < bytes.size(); i += 3) {
-    uint32_t chunk = static_cast<uint32_t>(static_cast<unsigned char>(bytes[i])) << 16;
-    if (i + 1 < bytes.size()) chunk |= static_cast<uint32_t>(static_cast<unsigned char>(bytes[i + 1])) << 8;
-    if (i + 2 < bytes.size()) chunk |= static_cast<unsigned char>(bytes[i + 2]);
-    out += kAlphabet[(chunk >> 18) & 63];
-    out += kAlphabet[(chunk >> 12) & 63];
-    out += i + 1 < bytes.size() ? kAlphabet[(chunk >> 6) & 63] : '=';
-    out += i + 2 < bytes.size() ? kAlphabet[chunk & 63] : '=';
-  }
-  return out;
 }
 
 }  // namespace dtrain::agent

@@ -44,7 +44,4 @@ struct DumpTarget {
 std::vector<nlohmann::json> collect_flight_recorder_dumps(const std::vector<DumpTarget>& targets, Millis timeout,
                                                           size_t max_bytes, const std::string& owned_directory);
 
-/// Standard base64 with padding.
-std::string encode_base64(const std::string& bytes);
-
 }  // namespace dtrain::agent

@@ -11,7 +11,7 @@
 #include "launcher/proto/messages.h"
 #include "launcher/run/driver.h"
 #include "launcher/runlog/json_access.h"
-#include "launcher/transport/ssh_digest.h"
+#include "launcher/base/base64.h"
 #include "launcher/base/events.h"
 #include "worker/contract/wire.h"
 
@@ -193,7 +193,7 @@ void RunDriver::on_agent_message(AgentLink& link, const proto::FlightRecorderDum
   // PyTorch's fr_trace reads a directory of them).
   events::HangDump event{dump.gen, dump.rank, link.host(), dump.pid, dump.bytes};
   std::string data;
-  if (dump.data_base64 && !transport::base64_decode(*dump.data_base64, data)) {
+  if (dump.data_base64 && !base64_decode(*dump.data_base64, data)) {
     event.error = "the agent's dump is not valid base64";
     return record(event.to_json());
   }

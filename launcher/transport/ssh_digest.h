@@ -1,5 +1,5 @@
 #pragma once
-// Digests and base64 for the SSH transport: host key fingerprints as OpenSSH prints them
+// Digests for the SSH transport (base64 is launcher/base/base64.h): host key fingerprints as OpenSSH prints them
 // ("SHA256:" + unpadded base64), known_hosts lines, and the checksum of a provisioned binary.
 // The hashing is OpenSSL's (EVP), which libssh2 already links: no crypto of our own. Host key
 // fingerprints come from libssh2_hostkey_hash where a session exists; these functions format
@@ -7,6 +7,8 @@
 
 #include <string>
 #include <string_view>
+
+#include "launcher/base/base64.h"  // base64_encode/decode: the transport's users include this header
 
 namespace dtrain::transport {
 
@@ -19,13 +21,6 @@ std::string sha256_hex(std::string_view bytes);
 /// The raw 20-byte HMAC-SHA1 of `data` under `key` (OpenSSL): what hashed known_hosts entries
 /// ("|1|salt|hash") hold for a host name. Empty only if OpenSSL fails.
 std::string hmac_sha1(std::string_view key, std::string_view data);
-
-/// Standard base64; `pad` false drops the trailing '=' (OpenSSH fingerprints).
-std::string base64_encode(std::string_view bytes, bool pad = true);
-
-/// Decodes standard base64 (padding optional). False on a character outside the alphabet or a
-/// length no encoder produces.
-bool base64_decode(std::string_view text, std::string& out);
 
 /// "SHA256:uR1q..." for a 32-byte SHA-256 digest of a public key blob (what
 /// libssh2_hostkey_hash(session, LIBSSH2_HOSTKEY_HASH_SHA256) returns), as `ssh-keygen -lf`

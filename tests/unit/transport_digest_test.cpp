@@ -13,6 +13,8 @@
 #include "tests/unit/temp_dir.h"
 
 using namespace dtrain::transport;
+using dtrain::base64_decode;
+using dtrain::base64_encode;
 
 namespace {
 
@@ -63,7 +65,7 @@ TEST_CASE("base64 encodes and decodes the RFC 4648 vectors, with or without padd
   std::string decoded;
   CHECK(base64_decode(base64_encode(binary), decoded));
   CHECK(decoded == binary);
-  for (const char* bad : {"Zm9v!", "Z", "Zm9v YmFy", "Zm\n9v"}) {
+  for (const char* bad : {"Zm9v!", "Z", "Zm9v YmFy", "Zm\n9v", "Zm==9v", "Zm9v=====", "Z==="}) {
     CHECK_MESSAGE(!base64_decode(bad, decoded), bad);
   }
 }
