@@ -50,16 +50,19 @@ nlohmann::json parse_gpu_list(const std::string& csv) {
   return gpus;
 }
 
-// "MemTotal:  131000000 kB" → MiB.
 int64_t meminfo_mb(const std::string& key) {
   Result<std::string> meminfo = read_file("/proc/meminfo");
   if (!meminfo) return -1;
-  size_t at = meminfo->find(key + ":");
-  if (at == std::string::npos) return -1;
-  return std::strtoll(meminfo->c_str() + at + key.size() + 1, nullptr, 10) / 1024;
+  return meminfo_field_mb(*meminfo, key).value_or(-1);
 }
 
 }  // namespace
+
+std::optional<int64_t> meminfo_field_mb(const std::string& meminfo, const std::string& key) {
+  size_t at = meminfo.find(key + ":");
+  if (at == std::string::npos) return std::nullopt;
+  return std::strtoll(meminfo.c_str() + at + key.size() + 1, nullptr, 10) / 1024;
+}
 
 std::optional<std::string> find_on_path(const std::string& program) {
   const char* path = std::getenv("PATH");

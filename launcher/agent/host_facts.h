@@ -24,4 +24,7 @@ double load_average_1m();
 /// MemAvailable from /proc/meminfo in MiB, or -1 when unreadable.
 int64_t memory_available_mb();
 
+/// One field of /proc/meminfo's text ("MemTotal:  131000000 kB") in MiB; nullopt when absent.
+std::optional<int64_t> meminfo_field_mb(const std::string& meminfo, const std::string& key);
+
 }  // namespace dtrain::agent

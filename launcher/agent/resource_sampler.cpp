@@ -39,13 +39,6 @@ std::optional<HostCpuTicks> read_host_cpu_ticks() {
   return ticks;
 }
 
-// "MemTotal:  131000000 kB" → MiB, from one read of /proc/meminfo.
-std::optional<int64_t> meminfo_field_mb(const std::string& meminfo, const std::string& key) {
-  size_t at = meminfo.find(key + ":");
-  if (at == std::string::npos) return std::nullopt;
-  return std::strtoll(meminfo.c_str() + at + key.size() + 1, nullptr, 10) / 1024;
-}
-
 std::optional<double> csv_number(std::string_view field) {
   std::string text(trim(field));
   if (text.empty()) return std::nullopt;
