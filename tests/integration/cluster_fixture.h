@@ -12,6 +12,10 @@
 // private /tmp and home, so a checkout under either would be invisible there otherwise):
 // `up` is given both with --share.
 //
+// A test process killed before its destructor ran (a ctest timeout, a SIGKILL) leaves its
+// namespaces behind: every fixture first tears down the clusters of test processes that are
+// gone (prefix "t<pid><letter>" whose pid no longer exists).
+//
 // Header-only: every integration test executable may include it.
 
 #include <fcntl.h>
@@ -27,6 +31,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -95,6 +100,7 @@ class TestCluster {
                      std::to_string(::geteuid());
       return;
     }
+    reap_clusters_of_dead_tests();
     // The build tree may live outside the source tree (DTRAIN_BUILD_DIR): share both.
     std::vector<std::string> up_args{"up", std::to_string(host_count), "--share", DTRAIN_SOURCE_DIR,
                                      "--share", DTRAIN_BINARY_DIR};
@@ -142,10 +148,36 @@ class TestCluster {
   std::string control_namespace() const { return value("DTRAIN_TESTCLUSTER_CONTROL_NS"); }
 
   /// `testcluster.sh ARGS...` for this cluster.
-  CommandOutput script(const std::vector<std::string>& args) const {
+  CommandOutput script(const std::vector<std::string>& args) const { return script_for(prefix_, args); }
+
+  /// `testcluster.sh ARGS...` for the cluster of `prefix`.
+  static CommandOutput script_for(const std::string& prefix, const std::vector<std::string>& args) {
     std::vector<std::string> argv{std::string(DTRAIN_SOURCE_DIR) + "/scripts/testcluster.sh"};
     argv.insert(argv.end(), args.begin(), args.end());
-    return run_command(argv, {{"DTRAIN_TESTCLUSTER_PREFIX", prefix_}});
+    return run_command(argv, {{"DTRAIN_TESTCLUSTER_PREFIX", prefix}});
+  }
+
+  /// Runs `down` for every cluster a test fixture made ("t<pid><letter>-...") whose process is
+  /// gone. A pid that exists again (reused) is left alone: it might be a live test's.
+  static void reap_clusters_of_dead_tests() {
+    CommandOutput listed = run_command({"ip", "netns", "list"});
+    std::set<std::string> dead_prefixes;
+    std::istringstream lines(listed.output);
+    for (std::string line; std::getline(lines, line);) {
+      std::string name = line.substr(0, line.find(' '));
+      size_t dash = name.find('-');
+      if (name.size() < 3 || name[0] != 't' || dash == std::string::npos || dash < 3) continue;
+      std::string digits = name.substr(1, dash - 2);
+      char letter = name[dash - 1];
+      if (letter < 'a' || letter > 'z' || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+      pid_t owner = static_cast<pid_t>(std::strtol(digits.c_str(), nullptr, 10));
+      if (owner > 0 && ::kill(owner, 0) != 0 && errno == ESRCH) dead_prefixes.insert(name.substr(0, dash));
+    }
+    for (const std::string& prefix : dead_prefixes) {
+      CommandOutput down = script_for(prefix, {"down"});
+      std::fprintf(stderr, "testcluster: tore down %s, left by a test process that is gone (%d)\n", prefix.c_str(),
+                   down.status);
+    }
   }
   CommandOutput partition(int number) const { return script({"partition", std::to_string(number)}); }
   CommandOutput heal(int number) const { return script({"heal", std::to_string(number)}); }

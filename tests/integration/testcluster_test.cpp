@@ -115,6 +115,27 @@ TEST_CASE("testcluster: up is idempotent and down ends only its own namespaces' 
   CHECK(cluster.script({"status"}).output.find("no cluster") != std::string::npos);
 }
 
+TEST_CASE("testcluster: a cluster left by a test process that died is torn down by the next fixture") {
+  // A pid that was a process a moment ago and is gone now: like a test killed by a ctest timeout.
+  pid_t gone = ::fork();
+  if (gone == 0) ::_exit(0);
+  REQUIRE(gone > 0);
+  ::waitpid(gone, nullptr, 0);
+  std::string stale = "t" + std::to_string(gone) + "z";
+  CommandOutput up = TestCluster::script_for(stale, {"up", "1"});
+  if (up.status == 77) dtrain::testing::skip_test(up.output);
+  INFO(up.output);
+  REQUIRE(up.status == 0);
+  REQUIRE(namespace_exists(stale + "-h1"));
+
+  TestCluster cluster(1);  // reaps first
+  DTRAIN_REQUIRE_CLUSTER(cluster);
+  bool reaped = !namespace_exists(stale + "-h1") && !namespace_exists(stale + "-sw");
+  if (!reaped) TestCluster::script_for(stale, {"down"});  // whatever the verdict, leave nothing
+  CHECK(reaped);
+  CHECK(namespace_exists(cluster.host(1).name));
+}
+
 TEST_CASE("testcluster: a shared tree under /tmp, spaces in its path, is one directory on every host, /tmp itself is refused") {
   TestCluster cluster(2);
   DTRAIN_REQUIRE_CLUSTER(cluster);
