@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cctype>
-#include <chrono>
 
+#include "launcher/base/clock.h"
 #include "launcher/base/identity.h"
 #include "launcher/registry/registry_db.h"
 
@@ -79,8 +79,7 @@ json redact_secrets(json arguments, const std::vector<std::string>& secret_value
 Status record_audit(const std::string& registry_file, const AuditAction& action,
                     const std::vector<std::string>& secret_values) {
   AuditRow row;
-  row.at_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                  std::chrono::system_clock::now().time_since_epoch()).count();
+  row.at_ms = SystemClock().wall_ms();
   row.actor = audit_actor();
   row.action = action.action;
   row.run_id = action.run_id;

@@ -16,6 +16,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <string_view>
 
 #include "launcher/base/event_catalogue.h"
 #include "launcher/registry/statement.h"
@@ -59,6 +60,41 @@ void end_generation(GenerationSpan& generation, int64_t at_ms, const std::string
 }
 
 }  // namespace
+
+// Keep these two in step with records_from_events below: the live writer keeps only what they
+// let through, and a test compares its rows with a rebuild's.
+bool records_read_event(std::string_view name) {
+  static const std::set<std::string_view> kept = {
+      events::kRunSubmitted,      events::kRunState,      events::kRunFinished,     events::kPlanGeneration,
+      events::kGenerationSpawned, events::kWorkerStarted, events::kHostLost,        events::kHostExcluded,
+      events::kHostConnected,     events::kHostFacts,     events::kFailureDetected, events::kFailureRootCause,
+      events::kRecoveryCompleted};
+  return kept.count(name) > 0;
+}
+
+json fields_records_read(json event) {
+  static const char* const kept_fields[] = {"ts",   "ev",     "gen",   "host",       "hosts",
+                                            "world_size", "reason", "detail", "rank", "kind",
+                                            "state", "exit_code", "name", "tenant", "user"};
+  json out = json::object();
+  for (const char* field : kept_fields) {
+    auto found = event.find(field);
+    if (found != event.end()) out[field] = std::move(*found);
+  }
+  // host.facts: only whether the host has GPUs (it holds GPUs, not worker slots).
+  auto gpus = event.find("gpus");
+  if (gpus != event.end() && gpus->is_array() && !gpus->empty()) out["gpus"] = json::array({true});
+  // run.finished: the root cause's text, for the run's exit reason.
+  auto root = event.find("root_cause");
+  if (root != event.end() && root->is_object()) {
+    json cause = json::object();
+    for (const char* field : {"detail", "message"}) {
+      if (root->contains(field)) cause[field] = (*root)[field];
+    }
+    out["root_cause"] = std::move(cause);
+  }
+  return out;
+}
 
 RunRecords records_from_events(const std::string& run_id, const std::string& run_dir,
                                const std::vector<json>& events, const json& state, bool still_running) {

@@ -1,8 +1,8 @@
 #include "launcher/run/governance.h"
 
-#include <chrono>
 #include <cstdio>
 
+#include "launcher/base/clock.h"
 #include "launcher/base/exit_code.h"
 #include "launcher/registry/audit_trail.h"
 #include "launcher/registry/registry_db.h"
@@ -11,15 +11,6 @@
 #include "launcher/spec/site_config.h"
 
 namespace dtrain::run {
-
-namespace {
-
-int64_t wall_now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
 
 std::vector<std::string> secret_values_of(const spec::JobSpec& spec) {
   std::vector<std::string> values;
@@ -64,7 +55,7 @@ Admission admit_under_quota(const spec::JobSpec& spec, bool over_quota, const st
   }
   Result<registry::QuotaVerdict> verdict =
       registry::check_quota(*db, registry::QuotaBudget{budget->gpu_hours, budget->slot_hours, budget->warn_at},
-                            spec.tenant, wall_now_ms());
+                            spec.tenant, SystemClock().wall_ms());
   if (!verdict) {
     std::fprintf(stderr, "%s: warning: tenant %s has a quota, but it was not checked: %s\n", command.c_str(),
                  tenant.c_str(), verdict.error().message.c_str());

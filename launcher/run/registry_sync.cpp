@@ -10,49 +10,12 @@
 #include "launcher/base/event_catalogue.h"
 #include "launcher/runlog/event_log.h"
 #include "launcher/runlog/line_follower.h"
-#include "launcher/runlog/json_access.h"
 
 namespace dtrain::run {
 
 using nlohmann::json;
 
 namespace {
-
-/// The events records_from_events reads; the rest of the log is not kept.
-bool registry_reads(std::string_view name) {
-  static const std::set<std::string_view> kept = {
-      events::kRunSubmitted,      events::kRunState,      events::kRunFinished,     events::kPlanGeneration,
-      events::kGenerationSpawned, events::kWorkerStarted, events::kHostLost,        events::kHostExcluded,
-      events::kHostConnected,     events::kHostFacts,     events::kFailureDetected, events::kFailureRootCause,
-      events::kRecoveryCompleted};
-  return kept.count(name) > 0;
-}
-
-/// Only what records_from_events reads of an event: at 16,384 ranks the whole events (a
-/// host.facts lists every GPU) held 50 MB more in the supervisor than these.
-json slim(json event) {
-  static const char* const kept_fields[] = {"ts",   "ev",     "gen",   "host",       "hosts",
-                                            "world_size", "reason", "detail", "rank", "kind",
-                                            "state", "exit_code", "name", "tenant", "user"};
-  json out = json::object();
-  for (const char* field : kept_fields) {
-    auto found = event.find(field);
-    if (found != event.end()) out[field] = std::move(*found);
-  }
-  // host.facts: only whether the host has GPUs (it holds GPUs, not worker slots).
-  auto gpus = event.find("gpus");
-  if (gpus != event.end() && gpus->is_array() && !gpus->empty()) out["gpus"] = json::array({true});
-  // run.finished: the root cause's text, for the run's exit reason.
-  auto root = event.find("root_cause");
-  if (root != event.end() && root->is_object()) {
-    json cause = json::object();
-    for (const char* field : {"detail", "message"}) {
-      if (root->contains(field)) cause[field] = (*root)[field];
-    }
-    out["root_cause"] = std::move(cause);
-  }
-  return out;
-}
 
 /// The events after which the registry should not wait for its quiet interval.
 bool writes_soon(std::string_view name) {
@@ -76,11 +39,6 @@ std::string_view event_name_of(std::string_view line) {
 
 /// end_reason of an allocation the run still held when the registry was last written.
 constexpr const char* kStillHeld = "still held at the supervisor's last registry write";
-
-int64_t wall_now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 }  // namespace
 
@@ -151,23 +109,23 @@ void RegistrySync::loop() {
           header_seen = true;
           continue;
         }
-        if (!registry_reads(event_name_of(line))) continue;
+        if (!registry::records_read_event(event_name_of(line))) continue;
         Result<EventRecord> record = parse_event_line(line);
         if (!record) continue;  // a damaged line: a rebuild skips it too
         finished = finished || record->name == events::kRunFinished;
-        kept.push_back(slim(std::move(record->event)));
+        kept.push_back(registry::fields_records_read(std::move(record->event)));
         dirty = true;
       }
     }
     bool last_chance = final_requested || stopping;
     // Allocations still held end at the write's time: rewrite them while the run runs.
-    if (!finished && !kept.empty() && wall_now_ms() - last_written_ms >= kHeldRewriteIntervalMs) dirty = true;
-    if (dirty && (last_chance || wall_now_ms() >= retry_after_ms)) {
+    if (!finished && !kept.empty() && SystemClock().wall_ms() - last_written_ms >= kHeldRewriteIntervalMs) dirty = true;
+    if (dirty && (last_chance || SystemClock().wall_ms() >= retry_after_ms)) {
       if (write(kept, finished)) {
         dirty = false;
-        last_written_ms = wall_now_ms();
+        last_written_ms = SystemClock().wall_ms();
       } else {
-        retry_after_ms = wall_now_ms() + 10 * kQuietWriteIntervalMs;
+        retry_after_ms = SystemClock().wall_ms() + 10 * kQuietWriteIntervalMs;
       }
     }
     if (final_requested) {
@@ -187,7 +145,7 @@ bool RegistrySync::write(const std::vector<json>& events, bool finished) {
       registry::records_from_events(run_id_, run_dir_, events, json::object(), /*still_running=*/!finished);
   registry::complete_run_identity(records, spec_path_, tenant_of_spec_);
   // Held until now, as far as anyone can tell: ended here, and moved on by the next write.
-  int64_t now = wall_now_ms();
+  int64_t now = SystemClock().wall_ms();
   for (registry::AllocationRow& allocation : records.allocations) {
     if (allocation.end_ms) continue;
     allocation.end_ms = std::max(now, allocation.start_ms);
