@@ -83,7 +83,9 @@ class RunRecorder {
   Console::Mode console_mode_;
   std::shared_ptr<spdlog::logger> log_;
   StateWriter state_writer_;
-  std::unique_ptr<RegistrySync> registry_;  ///< follows events.jsonl: stops before the writer
+  /// Follows events.jsonl. Destroyed after the writer (members go in reverse order), so its last
+  /// pass reads every event the writer wrote.
+  std::unique_ptr<RegistrySync> registry_;
   RunLogWriter writer_;    ///< last: its thread stops (draining the queue) before the rest goes
 };
 
