@@ -39,6 +39,15 @@
 //           up to timeout_ms (capped at heartbeat_timeout_ms / 2; a beat follows each reply), so
 //           keep it small: the driver passes min(heartbeat.timeout / 2, 5 s). Send it before
 //           the kill: frames are handled in order, so the sample sees the hung process.
+//   gen_changed {id, from, to}
+//           in-place recovery: every live worker of generation `from` on this host now belongs
+//           to `to` (its exit, beats, log lines and store requests carry `to`; kill {gen: to}
+//           ends it), and is told so on its socket (wire.h gen.changed). Held beats of `from`
+//           are flushed first. Answered by gen_changed. Workers of `from` that already exited
+//           are not carried over.
+//   kill    {gen, signal, grace_ms, ranks:[r..]}   with ranks: only those workers of gen (a hung
+//           rank before an in-place recovery); answered by released {gen, ranks, ...} when they
+//           are gone, which says nothing about the generation's other workers.
 //
 // agent → supervisor
 //   hello   {protocol, version, host, pid, agent_time_ms, facts:{hostname, os, arch, cpus,
@@ -86,6 +95,7 @@
 //           a worker sent a line the agent could not parse (worker_messages.h): dropped, not
 //           forwarded. gen/rank are absent before the worker's hello. closed: the agent also
 //           closed that connection (a line over the limit, or a first line that is not hello).
+//   gen_changed {id, from, to, ranks:[r..], pids:[p..]}   the workers carried over (and told)
 //   bye     {reason}                   the agent is exiting (after fence / EOF / silence)
 
 // Fields the agent adds beyond the catalogue above (all optional for a reader):
@@ -154,6 +164,7 @@ inline constexpr const char* kReservePort = "reserve_port";
 inline constexpr const char* kFence = "fence";
 inline constexpr const char* kSample = "sample";  // request and reply
 inline constexpr const char* kDump = "dump";      // request and reply
+inline constexpr const char* kGenChanged = "gen_changed";  // request and reply
 
 inline constexpr const char* kHello = "hello";
 inline constexpr const char* kStarted = "started";

@@ -52,6 +52,19 @@ inline constexpr const char* kCkptKeep = "DTRAIN_CKPT_KEEP";          ///< newes
 inline constexpr const char* kResumeStep = "DTRAIN_RESUME_STEP";      ///< -1: discover the latest yourself
 inline constexpr const char* kHeartbeatIntervalMs = "DTRAIN_HEARTBEAT_INTERVAL_MS";
 
+// In-place recovery (spec elastic.in_place; DESIGN.md §6). Set only for jobs that opted in.
+/// "1": when a collective fails because a peer died, do not exit: wait for the agent's
+/// gen.changed (wire.h), tear the communicators down, re-rendezvous under the new generation and
+/// take the newest completed step's state from a live data-parallel replica.
+inline constexpr const char* kInPlace = "DTRAIN_IN_PLACE";
+/// How long a survivor waits for gen.changed after a collective failed, and for the rejoin
+/// (store rendezvous and state transfer) after it; past it the worker exits non-zero and the
+/// supervisor falls back to a full restart.
+inline constexpr const char* kInPlaceTimeoutMs = "DTRAIN_IN_PLACE_TIMEOUT_MS";
+/// "1": this process replaces a failed rank of a live generation: it takes its state from a
+/// surviving data-parallel replica by broadcast, not from a checkpoint on disk.
+inline constexpr const char* kJoinLive = "DTRAIN_JOIN_LIVE";
+
 /// "1": run alone outside dtrain (world size 1, in-process store) — for debugging a trainer.
 inline constexpr const char* kStandalone = "DTRAIN_STANDALONE";
 

@@ -28,6 +28,17 @@
 // agent → worker, unsolicited (no id)
 //   {"type":"ckpt.request","step":S,"reason":R}    save a checkpoint at step S (the first step
 //                                                   >= S this rank reaches), then carry on
+//   {"type":"gen.changed","gen":G}                 in-place recovery (DTRAIN_IN_PLACE=1): a rank
+//                                                   failed and the supervisor continues with
+//                                                   generation G without restarting this process.
+//                                                   From now on the agent stamps this worker's
+//                                                   messages with G; the store serves G's keys.
+//
+// gen.changed: abandon the step in flight (its collectives fail or would block on the dead
+// rank), abort the communicators, re-rendezvous under G (connect again: the store is G's, empty)
+// and agree on the state with the other ranks: the newest step every surviving rank completed,
+// sent by broadcast from a surviving data-parallel replica to the replacement (DTRAIN_JOIN_LIVE).
+// A worker that does not opt in never gets it (the supervisor restarts every rank instead).
 //
 // ckpt.request: the supervisor asks every rank at once (SIGUSR1 from Slurm's --signal before the
 // job's time limit, or checkpoint.before_walltime) and picks S so far ahead that no rank has
@@ -75,5 +86,6 @@ inline constexpr const char* kKvValues = "kv.values";
 inline constexpr const char* kGenOk = "gen.ok";
 inline constexpr const char* kError = "error";
 inline constexpr const char* kCkptRequest = "ckpt.request";
+inline constexpr const char* kGenChanged = "gen.changed";
 
 }  // namespace dtrain::contract::wire
