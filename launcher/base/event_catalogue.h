@@ -57,6 +57,8 @@ inline constexpr const char* kFailureCrashLoop = "failure.crash_loop";
 inline constexpr const char* kFailureUnrecoverable = "failure.unrecoverable";
 inline constexpr const char* kRecoveryStarted = "recovery.started";
 inline constexpr const char* kRecoveryCompleted = "recovery.completed";
+inline constexpr const char* kRecoveryCarriedOver = "recovery.carried_over";
+inline constexpr const char* kRecoveryFallback = "recovery.fallback";
 inline constexpr const char* kResourcesReleased = "resources.released";
 inline constexpr const char* kResourcesUnconfirmed = "resources.unconfirmed";
 // ---- checkpoints
@@ -114,8 +116,10 @@ inline const std::vector<EventType>& catalogue() {
       {kFailureBudgetExhausted, "no restart left within elastic.restart_window", {"max_restarts", "restart_window_ms", "detail"}},
       {kFailureCrashLoop, "generations in a row without progress (elastic.crash_loop_after)", {"generations", "detail"}},
       {kFailureUnrecoverable, "no plan can go on without the lost hosts", {"detail"}},
-      {kRecoveryStarted, "the decision: restart, replace or shrink, and why", {"cause", "restarts", "action", "why"}},
-      {kRecoveryCompleted, "the new generation stepped: phase timings and steps lost", {"kind", "cause", "phases", "resume_step", "last_step", "steps_lost", "world_size"}},
+      {kRecoveryStarted, "the decision: restart, replace, shrink or in-place, and why", {"cause", "restarts", "action", "why"}},
+      {kRecoveryCompleted, "the new generation stepped: phase timings and steps lost", {"kind", "action", "cause", "phases", "resume_step", "last_step", "steps_lost", "world_size"}},
+      {kRecoveryCarriedOver, "in-place recovery: a host's surviving workers now belong to the new generation (not restarted)", {"gen", "host", "ranks", "pids"}},
+      {kRecoveryFallback, "an in-place recovery could not finish: every worker is restarted from the newest checkpoint instead", {"gen", "detail"}},
       {kResourcesReleased, "an agent confirmed its workers of a generation are gone", {"gen", "host", "killed", "remaining", "ms"}},
       {kResourcesUnconfirmed, "hosts that did not confirm a stop in time", {"hosts", "detail"}},
       {kCheckpointCommitted, "a complete checkpoint (every shard and the manifest)", {"gen", "rank", "host", "step", "bytes", "seconds"}},

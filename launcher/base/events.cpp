@@ -233,10 +233,18 @@ json RecoveryStarted::to_json() const {
 }
 
 json RecoveryCompleted::to_json() const {
-  return named(name, {{"kind", kind}, {"cause", cause.to_json()}, {"phases", phases}, {"resume_step", resume_step},
+  json out = named(name, {{"kind", kind}, {"cause", cause.to_json()}, {"phases", phases}, {"resume_step", resume_step},
                       {"last_step", last_step}, {"steps_lost", steps_lost}, {"world_size", world_size},
-                      {"restarts", restarts}});
+                      {"restarts", restarts}, {"action", action}});
+  put_if(out, "fallback", fallback);
+  return out;
 }
+
+json RecoveryCarriedOver::to_json() const {
+  return named(name, {{"gen", gen}, {"host", host}, {"ranks", ranks}, {"pids", pids}});
+}
+
+json RecoveryFallback::to_json() const { return named(name, {{"gen", gen}, {"detail", detail}}); }
 
 json ResourcesReleased::to_json() const {
   return named(name, {{"gen", gen}, {"host", host}, {"killed", killed}, {"remaining", remaining}, {"ms", ms}});

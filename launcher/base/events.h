@@ -434,6 +434,31 @@ struct RecoveryCompleted {
   int64_t steps_lost = 0;
   int world_size = 0;
   int restarts = 0;
+  /// How the run recovered: "restart", "replace", "shrink", "resume", or "in-place" (only the
+  /// failed rank's process was replaced; the others kept their state).
+  std::string action{};
+  /// Set when an in-place recovery was tried first and fell back to this one: why.
+  std::optional<std::string> fallback{};
+  nlohmann::json to_json() const;
+};
+
+/// In-place recovery: the workers of generation `gen - 1` on `host` that survived now belong to
+/// `gen`, without a restart (the agent's gen_changed answer).
+struct RecoveryCarriedOver {
+  static constexpr const char* name = kRecoveryCarriedOver;
+  int gen = 0;
+  std::string host{};
+  std::vector<int> ranks{};
+  std::vector<int64_t> pids{};
+  nlohmann::json to_json() const;
+};
+
+/// An in-place recovery that could not finish (a survivor missing or failing, or past
+/// elastic.in_place_timeout): the generation is stopped and every worker restarted instead.
+struct RecoveryFallback {
+  static constexpr const char* name = kRecoveryFallback;
+  int gen = 0;
+  std::string detail{};
   nlohmann::json to_json() const;
 };
 

@@ -62,7 +62,60 @@ void RunDriver::perform(const supervisor::Action& action) {
     capture_sample(*sample);
   } else if (const auto* finish = std::get_if<supervisor::FinishRun>(&action)) {
     finished_ = *finish;
+  } else if (const auto* in_place = std::get_if<supervisor::ContinueInPlace>(&action)) {
+    continue_in_place(*in_place);
+  } else if (const auto* kill = std::get_if<supervisor::KillRanks>(&action)) {
+    kill_ranks(*kill);
   }
+}
+
+void RunDriver::kill_ranks(const supervisor::KillRanks& kill) {
+  auto link = links_.find(kill.host);
+  if (link == links_.end() || link->second->lost) return;  // its loss is a failure of its own
+  // KILL at once: the rank is hung (or misbehaving), and its peers wait for it.
+  link->second->send({{"type", msg::kKill}, {"gen", kill.gen}, {"signal", "KILL"}, {"grace_ms", 0},
+                      {"ranks", kill.ranks}});
+}
+
+void RunDriver::continue_in_place(const supervisor::ContinueInPlace& action) {
+  send_store_replies(store_.begin_generation(action.gen, clock_.monotonic_ms()));
+  for (int rank : action.replaced) {
+    if (rank >= 0 && rank < static_cast<int>(metrics_.size())) metrics_[static_cast<size_t>(rank)] = RankMetrics{};
+  }
+  recorder_.write_file(run_.plan_path(action.gen), plan::to_json(action.plan).dump(2));
+  log().info("generation {} continues generation {} in place; replaced rank(s): {}", action.gen, action.from_gen,
+             nlohmann::json(action.replaced).dump());
+  // The survivors first: each agent carries its live workers over and tells them (gen.changed)
+  // before the replacement's spawn, which its agent would refuse for a rank still held.
+  for (const std::string& host : action.hosts) {
+    auto link = links_.find(host);
+    if (link == links_.end() || link->second->lost) continue;
+    link->second->send({{"type", msg::kGenChanged}, {"id", next_request_id_++}, {"from", action.from_gen},
+                        {"to", action.gen}});
+  }
+  // The generation keeps its rendezvous address; only the counters change.
+  GenerationContext context = spawned_context_.value_or(GenerationContext{});
+  context.generation = action.gen;
+  context.restart_count = action.restart_count;
+  context.resume_step = -1;
+  spawned_context_ = context;
+  EnvMap join_live{{contract::env::kJoinLive, "1"}};
+  EnvMap common = common_worker_env(spec_, action.plan, context);
+  for (const plan::PlanHost& host : action.plan.hosts) {
+    std::vector<int> replaced;
+    for (int rank : host.ranks) {
+      if (std::find(action.replaced.begin(), action.replaced.end(), rank) != action.replaced.end()) {
+        replaced.push_back(rank);
+      }
+    }
+    auto link = links_.find(host.entry.name);
+    if (replaced.empty() || link == links_.end() || link->second->lost) continue;
+    link->second->send(spawn_frame(action.gen, action.plan, context, common, host, replaced, join_live));
+  }
+  record(events::GenerationSpawned{action.gen, context.master_addr, context.master_port, context.backend, -1,
+                                   context.checkpoint_dir}
+             .to_json());
+  feed(supervisor::GenerationSpawned{action.gen});
 }
 
 void RunDriver::stop_generation(const supervisor::StopGeneration& stop) {
@@ -157,29 +210,36 @@ void RunDriver::spawn_generation(int port) {
                                                                    : "gloo";
   context.checkpoint_dir = spec_.checkpoint.dir.empty() ? run_.path() + "/checkpoints" : spec_.checkpoint.dir;
   context.omp_threads_set = std::getenv(contract::env::kOmpNumThreads) != nullptr;
-  EnvMap common = common_worker_env(spec_, plan, context);
-  std::string workdir = spec_.worker.workdir;
-
+  spawned_context_ = context;
+  EnvMap common = common_worker_env(spec_, plan, context);  // once: a map of ~30 per host adds up at 2,048
   for (const plan::PlanHost& host : plan.hosts) {
     auto link = links_.find(host.entry.name);
-    bool host_has_gpus = link != links_.end() && link->second->facts.contains("gpus") &&
-                         link->second->facts["gpus"].is_array() && !link->second->facts["gpus"].empty();
-    json workers = json::array();
-    for (int rank : host.ranks) {
-      const plan::RankSlot& slot = plan.ranks.at(static_cast<size_t>(rank));
-      EnvMap env = rank_worker_env(plan, slot);
-      env.merge(device_worker_env(spec_, plan, slot, context.backend == "nccl" || host_has_gpus));
-      workers.push_back({{"rank", rank}, {"local_rank", slot.local_rank}, {"env", env}});
-    }
     if (link == links_.end() || link->second->lost) continue;
-    link->second->send({{"type", msg::kSpawn}, {"gen", start.gen}, {"argv", spec_.worker.command},
-                        {"workdir", workdir}, {"env", common}, {"workers", workers},
-                        {"log_tail_lines", 20}, {"instrument", spec_.worker.instrument}});
+    link->second->send(spawn_frame(start.gen, plan, context, common, host, {}, {}));
   }
   record(events::GenerationSpawned{start.gen, context.master_addr, port, context.backend, start.resume_step,
                                    context.checkpoint_dir}
              .to_json());
   feed(supervisor::GenerationSpawned{start.gen});
+}
+
+json RunDriver::spawn_frame(int gen, const plan::RankPlan& plan, const GenerationContext& context,
+                           const EnvMap& common, const plan::PlanHost& host, const std::vector<int>& ranks,
+                           const EnvMap& extra) {
+  auto link = links_.find(host.entry.name);
+  bool host_has_gpus = link != links_.end() && link->second->facts.contains("gpus") &&
+                       link->second->facts["gpus"].is_array() && !link->second->facts["gpus"].empty();
+  json workers = json::array();
+  for (int rank : ranks.empty() ? host.ranks : ranks) {
+    const plan::RankSlot& slot = plan.ranks.at(static_cast<size_t>(rank));
+    EnvMap env = rank_worker_env(plan, slot);
+    env.merge(device_worker_env(spec_, plan, slot, context.backend == "nccl" || host_has_gpus));
+    for (const auto& [name, value] : extra) env[name] = value;
+    workers.push_back({{"rank", rank}, {"local_rank", slot.local_rank}, {"env", env}});
+  }
+  return {{"type", msg::kSpawn}, {"gen", gen}, {"argv", spec_.worker.command}, {"workdir", spec_.worker.workdir},
+          {"env", common}, {"workers", workers}, {"log_tail_lines", 20},
+          {"instrument", spec_.worker.instrument}};
 }
 
 MasterAddressFacts RunDriver::master_address_facts(const plan::RankPlan& plan) {

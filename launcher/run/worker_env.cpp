@@ -42,6 +42,10 @@ EnvMap common_worker_env(const spec::JobSpec& spec, const plan::RankPlan& plan,
   set(env::kCkptKeep, spec.checkpoint.keep);
   set(env::kResumeStep, context.resume_step);
   set(env::kHeartbeatIntervalMs, static_cast<long long>(spec.heartbeat.interval.count()));
+  if (spec.elastic.in_place) {
+    set(env::kInPlace, std::string("1"));
+    set(env::kInPlaceTimeoutMs, static_cast<long long>(spec.in_place_timeout().count()));
+  }
   // PATH is not set here: each host's agent builds it from its own environment (the host's
   // PATH, conda, modules) with its dtrain's directory in front (launcher/agent/worker_process.h,
   // worker_search_path). A PATH from the spec's worker.env passes through as the base.

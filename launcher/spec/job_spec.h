@@ -93,6 +93,16 @@ struct ElasticSettings {
   /// A generation whose progress cannot be known (no step reported, no checkpoint committed)
   /// counts as progress when it ran at least this long. 0: 2 × heartbeat.hang_timeout.
   Millis progress_window{0};
+  /// In-place recovery (DESIGN.md §6): when one rank fails (exits, or hangs and is killed) and
+  /// its host is still there, the other workers are not restarted: they abort their
+  /// communicators, re-rendezvous under the next generation and take the newest completed step
+  /// from a live data-parallel replica; only the failed rank's process is replaced. The workers
+  /// must support it (dtrain-train does; PyTorch scripts through dtrain_worker.in_place).
+  bool in_place = false;
+  /// How long an in-place recovery may take, from the decision to every rank's communicator
+  /// being up again; past it the generation is stopped and restarted the usual way (every
+  /// worker, from the newest checkpoint). 0: 2 × heartbeat.timeout, at least 10 s.
+  Millis in_place_timeout{0};
 
   bool operator==(const ElasticSettings&) const = default;
 };
@@ -161,6 +171,12 @@ struct JobSpec {
   std::string source_path;       ///< the spec file, for messages; "" when built in code
 
   bool operator==(const JobSpec&) const = default;
+
+  /// elastic.in_place_timeout, or its default: 2 × heartbeat.timeout, at least 10 s.
+  Millis in_place_timeout() const {
+    if (elastic.in_place_timeout.count() > 0) return elastic.in_place_timeout;
+    return std::max(Millis(10'000), 2 * heartbeat.timeout);
+  }
 };
 
 const char* to_string(Backend backend);

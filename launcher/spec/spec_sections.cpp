@@ -176,7 +176,8 @@ void read_batch(DiagnosticSink& sink, const Section& root, BatchSettings& batch)
 
 void read_elastic(DiagnosticSink& sink, const Section& root, int host_count, ElasticSettings& elastic) {
   Section e(sink, root.get("elastic"), "elastic", {"min_hosts", "max_restarts", "restart_window", "exclude_after",
-                                                       "crash_loop_after", "progress_window"});
+                                                       "crash_loop_after", "progress_window", "in_place",
+                                                       "in_place_timeout"});
   if (auto v = read_int(sink, e.get("min_hosts"), e.path("min_hosts"), 0, kMaxCount)) {
     if (*v > host_count && host_count > 0) {
       sink.error(*e.get("min_hosts"), e.path("min_hosts"),
@@ -194,6 +195,12 @@ void read_elastic(DiagnosticSink& sink, const Section& root, int host_count, Ela
   }
   if (auto v = read_duration(sink, e.get("progress_window"), e.path("progress_window"), Millis(1))) {
     elastic.progress_window = *v;
+  }
+  if (auto v = read_choice(sink, e.get("in_place"), e.path("in_place"), {"on", "off", "true", "false"})) {
+    elastic.in_place = *v == "on" || *v == "true";
+  }
+  if (auto v = read_duration(sink, e.get("in_place_timeout"), e.path("in_place_timeout"), Millis(1))) {
+    elastic.in_place_timeout = *v;
   }
 }
 

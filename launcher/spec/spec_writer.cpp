@@ -112,6 +112,8 @@ std::string to_yaml(const JobSpec& spec) {
   out << YAML::Key << "exclude_after" << YAML::Value << spec.elastic.exclude_after;
   out << YAML::Key << "crash_loop_after" << YAML::Value << spec.elastic.crash_loop_after;
   if (spec.elastic.progress_window.count() > 0) duration_value(out, "progress_window", spec.elastic.progress_window);
+  if (spec.elastic.in_place) out << YAML::Key << "in_place" << YAML::Value << true;
+  if (spec.elastic.in_place_timeout.count() > 0) duration_value(out, "in_place_timeout", spec.elastic.in_place_timeout);
   out << YAML::EndMap;
 
   out << YAML::Key << "heartbeat" << YAML::Value << YAML::BeginMap;

@@ -12,6 +12,7 @@ const char* to_string(RecoveryAction action) {
     case RecoveryAction::replace: return "replace";
     case RecoveryAction::shrink: return "shrink";
     case RecoveryAction::give_up: return "give_up";
+    case RecoveryAction::in_place: return "in-place";
   }
   return "give_up";
 }
@@ -70,11 +71,19 @@ RecoveryDecision decide_recovery(const FailureFacts& failure, const FailureHisto
     decision.why = same.error().message;
     return decision;
   }
+  std::string budget = std::to_string(history.restarts_in_window + 1) + " of " + std::to_string(spec.elastic.max_restarts);
+  if (spec.elastic.in_place && failure.single_rank && !history.in_place_failed && !decision.exclusion_refused) {
+    decision.action = RecoveryAction::in_place;
+    decision.why = "in-place recovery " + budget + " (elastic.in_place): only the failed rank is replaced; the other " +
+                   std::to_string(failure.world_size - 1) + " workers keep running and their state";
+    decision.next_plan = std::move(same).value();
+    return decision;
+  }
   decision.action = RecoveryAction::restart;
   decision.why = decision.exclusion_refused
                      ? failure.host + " " + offence
-                     : "restart " + std::to_string(history.restarts_in_window + 1) + " of " +
-                           std::to_string(spec.elastic.max_restarts) + " on the same hosts";
+                     : "restart " + budget + " on the same hosts" +
+                           (history.in_place_failed ? " (every worker: the in-place recovery could not finish)" : "");
   decision.next_plan = std::move(same).value();
   return decision;
 }

@@ -19,14 +19,22 @@ struct FailureFacts {
   bool host_lost = false;  ///< the host itself is gone (dead, cut off): it cannot be used again
   int host_failures = 0;   ///< failures of this host in this run, this one included
   int world_size = 0;      ///< of the generation that failed
+  /// One rank's process failed (it exited, hung or misbehaved) on a host that is still there:
+  /// what an in-place recovery can repair.
+  bool single_rank = false;
 };
 
 struct FailureHistory {
   std::set<std::string> excluded;  ///< hosts excluded before this failure
   int restarts_in_window = 0;      ///< restarts within elastic.restart_window before this one
+  /// An in-place recovery of this failure (or the one it followed from) was tried and could not
+  /// finish: restart every worker instead.
+  bool in_place_failed = false;
 };
 
-enum class RecoveryAction { restart, replace, shrink, give_up };
+/// in_place: the same plan; only the failed rank's process is replaced and the others keep
+/// running (elastic.in_place). Counts against the restart budget like restart.
+enum class RecoveryAction { restart, replace, shrink, give_up, in_place };
 const char* to_string(RecoveryAction action);
 
 struct RecoveryDecision {

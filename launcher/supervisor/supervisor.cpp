@@ -174,6 +174,7 @@ void Supervisor::start_generation(plan::RankPlan next_plan) {
 }
 
 void Supervisor::stop_generation(Ending ending, ExitCode exit_code, const std::string& decision) {
+  in_place_.reset();
   ending_ = ending;
   ending_code_ = exit_code;
   std::string why = ending == Ending::succeed  ? "every worker exited 0"
@@ -259,14 +260,28 @@ void Supervisor::handle_failure(RootCause cause, bool host_lost) {
   add_incident(detected);
   record(detected);
 
+  // A failure while an in-place recovery is under way ends that attempt: this decision restarts
+  // every worker (or replaces, shrinks, gives up) as it would have without elastic.in_place.
+  std::optional<std::string> in_place_failed;
+  if (in_place_) {
+    in_place_failed = "rank " + std::to_string(cause.rank) + (cause.host.empty() ? "" : " on " + cause.host) + ": " +
+                      cause.kind + " (" + cause.detail + ")";
+    if (cause.rank < 0) in_place_failed = cause.kind + " " + cause.host + " (" + cause.detail + ")";
+    record(events::RecoveryFallback{generation_, "the in-place recovery failed: " + *in_place_failed}.to_json());
+    in_place_.reset();
+  }
+
   // Facts for the policy's one decision (recovery_decision.h); the rest is carrying it out.
   FailureFacts facts{cause.host, host_lost, 0, plan_.world_size};
   if (!host_lost && !cause.host.empty()) facts.host_failures = ++host_failures_[cause.host];
+  facts.single_rank = !host_lost && cause.rank >= 0 &&
+                      (cause.kind == "worker.exit" || cause.kind == "worker.hang" || cause.kind == "worker.protocol");
   int64_t now = clock_.monotonic_ms();
   int64_t window = spec_.elastic.restart_window.count();
   std::erase_if(failure_times_ms_, [&](int64_t t) { return window > 0 && now - t > window; });
-  RecoveryDecision decision =
-      decide_recovery(facts, FailureHistory{excluded_, static_cast<int>(failure_times_ms_.size())}, spec_);
+  FailureHistory history{excluded_, static_cast<int>(failure_times_ms_.size())};
+  history.in_place_failed = in_place_failed.has_value();
+  RecoveryDecision decision = decide_recovery(facts, history, spec_);
 
   if (decision.exclude_host) {
     excluded_.insert(cause.host);
@@ -290,7 +305,7 @@ void Supervisor::handle_failure(RootCause cause, bool host_lost) {
     stop_generation(Ending::fail, decision.exit_code, decision.why);
     return;
   }
-  if (decision.action == RecoveryAction::restart) {
+  if (decision.action == RecoveryAction::restart || decision.action == RecoveryAction::in_place) {
     failure_times_ms_.push_back(now);
     ++restarts_;
   }
@@ -299,9 +314,90 @@ void Supervisor::handle_failure(RootCause cause, bool host_lost) {
   pending.detected_ms = clock_.monotonic_ms();
   pending.last_step = newest_step();
   pending.membership_change = membership_change;
+  pending.action = to_string(decision.action);
+  pending.fallback = in_place_failed;
   recovery_ = pending;
   record(events::RecoveryStarted{event_cause(cause), restarts_, to_string(decision.action), decision.why}.to_json());
-  stop_generation(Ending::recover, ExitCode::job_failed, decision.why);
+  if (decision.action != RecoveryAction::in_place) {
+    stop_generation(Ending::recover, ExitCode::job_failed, decision.why);
+    return;
+  }
+  InPlace in_place;
+  in_place.from_gen = generation_;
+  in_place.rank = cause.rank;
+  in_place.decided_ms = now;
+  in_place.deadline_ms = now + in_place_timeout().count();
+  in_place_ = in_place;
+  if (cause.kind == "worker.exit") {
+    continue_in_place();
+    return;
+  }
+  // A hung or misbehaving rank still runs: only it is killed; its exit carries on (on WorkerExited).
+  in_place_->awaiting_exit = true;
+  set_state(RunState::recovering, "in-place recovery: killing rank " + std::to_string(cause.rank) + " (" +
+                                      decision.why + ")");
+  out_.push_back(KillRanks{generation_, cause.host, {cause.rank}});
+}
+
+Millis Supervisor::in_place_timeout() const { return spec_.in_place_timeout(); }
+
+void Supervisor::continue_in_place() {
+  InPlace& in_place = *in_place_;
+  int64_t now = clock_.monotonic_ms();
+  int64_t previous_newest = newest_step();
+  std::vector<RankStatus> previous = std::move(ranks_);
+  ++generation_;
+  ranks_.assign(plan_.ranks.size(), RankStatus{});
+  started_count_ = 0;
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    if (static_cast<int>(i) == in_place.rank) {
+      ranks_[i].state = RankState::starting;
+      continue;
+    }
+    // A survivor is running in the new generation from now on (the agents carry it over); its
+    // step is unknown until it beats again after the rejoin, so it is not watched for hangs
+    // before that.
+    ranks_[i].state = RankState::running;
+    ranks_[i].pid = i < previous.size() ? previous[i].pid : 0;
+    ++started_count_;
+  }
+  comm_ready_count_ = 0;
+  hang_exemption_recorded_ = false;
+  unwatched_ranks_.clear();
+  save_ended_ms_ = 0;
+  generation_started_ms_ = now;
+  generation_spawned_ms_ = 0;
+  ending_ = Ending::none;
+  generation_start_step_ = previous_newest;
+  generation_start_checkpoint_ = latest_checkpoint_step_;
+  set_state(RunState::launching, "in-place recovery: rank " + std::to_string(in_place.rank) +
+                                     " is replaced; the other workers are carried over to generation " +
+                                     std::to_string(generation_));
+  std::vector<std::string> hosts;
+  for (const plan::PlanHost& host : plan_.hosts) hosts.push_back(host.entry.name);
+  record(events::PlanGeneration{generation_, plan_.world_size, plan_.data, plan_.tensor, plan_.pipeline,
+                                plan_.grad_accum, -1, hosts}
+             .to_json());
+  std::vector<std::string> live = live_hosts();
+  in_place.awaiting_carry = std::set<std::string>(live.begin(), live.end());
+  if (recovery_) {
+    recovery_->resume_step = -1;
+    recovery_->stop_sent_ms = in_place.decided_ms;
+    recovery_->released_ms = now;
+    recovery_->spawned_ms = now;
+  }
+  out_.push_back(ContinueInPlace{in_place.from_gen, generation_, plan_, {in_place.rank}, live, restarts_});
+}
+
+void Supervisor::fall_back_from_in_place(const std::string& why) {
+  record(events::RecoveryFallback{generation_, why}.to_json());
+  in_place_.reset();
+  if (recovery_) {
+    recovery_->fallback = why;
+    recovery_->action = to_string(RecoveryAction::restart);
+  }
+  stop_generation(Ending::recover, ExitCode::job_failed,
+                  "the in-place recovery could not finish: " + why + "; restarting every worker");
 }
 
 // ---- events ---------------------------------------------------------------------------------
@@ -362,6 +458,10 @@ void Supervisor::on(const HostLost& event) {
       handle_failure(cause, true);
       return;
     case RunState::recovering:
+      if (in_place_) {  // waiting for a hung rank's exit: nothing is being stopped yet
+        handle_failure(cause, true);
+        return;
+      }
       excluded_.insert(event.host);
       if (recovery_) recovery_->membership_change = true;
       [[fallthrough]];
@@ -408,6 +508,13 @@ void Supervisor::on(const WorkerSpawnFailed& event) {
 void Supervisor::on(const WorkerExited& event) {
   if (event.gen != generation_ || !slot(event.rank)) return;
   RankStatus& rank = ranks_[static_cast<size_t>(event.rank)];
+  if (in_place_ && in_place_->awaiting_exit && event.rank == in_place_->rank) {
+    rank.state = RankState::killed;
+    in_place_->awaiting_exit = false;
+    in_place_->killed_ms = clock_.monotonic_ms();
+    continue_in_place();
+    return;
+  }
   rank.exit_code = event.code;
   rank.exit_signal = event.signal;
   bool clean = event.code && *event.code == 0 && !event.signal;
@@ -478,23 +585,47 @@ void Supervisor::on(const WorkerProgress& event) {
   }
   if (!recovery_ || !recovery_->started_ms) return;
   if (event.step <= recovery_->resume_step) return;
+  // In place, a survivor's first beats of the new generation may still be its old step (a line
+  // in flight when its agent carried it over): only a beat after every communicator is up again
+  // is a step of the new generation.
+  if (in_place_ && !recovery_->comm_ready_ms) return;
+  complete_recovery(event.step);
+}
+
+void Supervisor::complete_recovery(int64_t step) {
   // First step of the new generation: the recovery is complete.
+  int64_t now = clock_.monotonic_ms();
+  if (in_place_) recovery_->resume_step = step - 1;  // the survivors' newest completed step
   const PendingRecovery& r = *recovery_;
   int64_t resume_from = std::max<int64_t>(r.resume_step, 0);
   nlohmann::json phases = {
       {"detect_ms", r.cause.observed_ms > 0
                         ? std::max<int64_t>(0, clock_.wall_ms() - (now - r.detected_ms) - r.cause.observed_ms)
-                        : 0},
-      {"stop_ms", r.released_ms - r.stop_sent_ms},
-      {"replan_ms", r.spawned_ms - r.released_ms},
-      {"spawn_ms", r.started_ms - r.spawned_ms}};
-  // rendezvous: every rank started → every communicator up, when the workers say so
-  // (comm.ready); otherwise it stays inside first_step_ms.
-  if (r.comm_ready_ms) {
-    phases["rendezvous_ms"] = std::max<int64_t>(0, r.comm_ready_ms - r.started_ms);
-    phases["first_step_ms"] = now - std::max(r.comm_ready_ms, r.started_ms);
+                        : 0}};
+  if (in_place_) {
+    // decision → (a hung rank killed) → every host carried its survivors over ("abort": they
+    // are told to abandon the step) and the replacement started → every communicator up again
+    // → the first step, which begins with the state transfer from a live replica.
+    const InPlace& in_place = *in_place_;
+    if (in_place.killed_ms) phases["kill_ms"] = in_place.killed_ms - in_place.decided_ms;
+    int64_t continued_ms = in_place.killed_ms ? in_place.killed_ms : in_place.decided_ms;
+    if (in_place.carried_ms) phases["abort_ms"] = in_place.carried_ms - continued_ms;
+    phases["spawn_ms"] = r.started_ms - r.spawned_ms;
+    int64_t all_there = std::max({r.started_ms, in_place.carried_ms, continued_ms});
+    phases["rendezvous_ms"] = std::max<int64_t>(0, r.comm_ready_ms - all_there);
+    phases["state_and_first_step_ms"] = now - r.comm_ready_ms;
   } else {
-    phases["first_step_ms"] = now - r.started_ms;
+    phases["stop_ms"] = r.released_ms - r.stop_sent_ms;
+    phases["replan_ms"] = r.spawned_ms - r.released_ms;
+    phases["spawn_ms"] = r.started_ms - r.spawned_ms;
+    // rendezvous: every rank started → every communicator up, when the workers say so
+    // (comm.ready); otherwise it stays inside first_step_ms.
+    if (r.comm_ready_ms) {
+      phases["rendezvous_ms"] = std::max<int64_t>(0, r.comm_ready_ms - r.started_ms);
+      phases["first_step_ms"] = now - std::max(r.comm_ready_ms, r.started_ms);
+    } else {
+      phases["first_step_ms"] = now - r.started_ms;
+    }
   }
   phases["total_ms"] = now - r.detected_ms;
   last_recovery_ = events::RecoveryCompleted{r.cause.kind,
@@ -504,11 +635,14 @@ void Supervisor::on(const WorkerProgress& event) {
                                              r.last_step,
                                              std::max<int64_t>(0, r.last_step - resume_from),
                                              plan_.world_size,
-                                             restarts_}
+                                             restarts_,
+                                             r.action.empty() ? "restart" : r.action,
+                                             r.fallback}
                        .to_json();
   record(last_recovery_);
   last_recovery_["gen"] = generation_;
   recovery_.reset();
+  in_place_.reset();
 }
 
 void Supervisor::on(const WorkerCommReady& event) {
@@ -547,6 +681,8 @@ void Supervisor::on(const WorkerStoppedSeen& event) {
 
 void Supervisor::on(const GenerationReleased& event) {
   if (event.gen != generation_ && event.gen != -1) return;
+  // In place, nothing is being stopped: survivors that are gone show at their carry-over.
+  if (in_place_) return;
   awaiting_release_.erase(event.host);
   if (awaiting_release_.empty() &&
       (state_ == RunState::stopping || state_ == RunState::recovering)) {
@@ -569,6 +705,18 @@ void Supervisor::on(const StopRequested& event) {
 
 void Supervisor::on(const Tick&) {
   int64_t now = clock_.monotonic_ms();
+  if (in_place_ && now > in_place_->deadline_ms) {
+    std::string missing;
+    for (size_t i = 0; i < ranks_.size(); ++i) {
+      if (!ranks_[i].comm_ready) missing += (missing.empty() ? "" : ",") + std::to_string(i);
+    }
+    fall_back_from_in_place("not finished within " + format_duration(in_place_timeout()) +
+                            " (elastic.in_place_timeout)" +
+                            (in_place_->awaiting_exit ? "; the killed rank's exit was never seen"
+                             : missing.empty()        ? ""
+                                                      : "; no communicator from rank(s) " + missing));
+    return;
+  }
   if ((state_ == RunState::stopping || state_ == RunState::recovering) &&
       !awaiting_release_.empty() && now > stop_deadline_ms_) {
     std::vector<std::string> silent(awaiting_release_.begin(), awaiting_release_.end());
@@ -678,6 +826,27 @@ void Supervisor::on(const Tick&) {
     handle_failure(cause, false);
     return;
   }
+}
+
+void Supervisor::on(const SurvivorsCarriedOver& event) {
+  if (!in_place_ || event.gen != generation_) return;
+  record(events::RecoveryCarriedOver{event.gen, event.host, event.ranks, event.pids}.to_json());
+  std::set<int> carried(event.ranks.begin(), event.ranks.end());
+  std::string missing;
+  for (size_t i = 0; i < plan_.ranks.size(); ++i) {
+    if (plan_.ranks[i].host != event.host || static_cast<int>(i) == in_place_->rank) continue;
+    if (!carried.count(static_cast<int>(i))) missing += (missing.empty() ? "" : ",") + std::to_string(i);
+  }
+  for (size_t k = 0; k < event.ranks.size() && k < event.pids.size(); ++k) {
+    if (slot(event.ranks[k])) ranks_[static_cast<size_t>(event.ranks[k])].pid = static_cast<int>(event.pids[k]);
+  }
+  if (!missing.empty()) {
+    fall_back_from_in_place("rank(s) " + missing + " on " + event.host +
+                            " had ended before they could be carried over to generation " + std::to_string(event.gen));
+    return;
+  }
+  in_place_->awaiting_carry.erase(event.host);
+  if (in_place_->awaiting_carry.empty()) in_place_->carried_ms = clock_.monotonic_ms();
 }
 
 // ---- launch deadlines -------------------------------------------------------------------------

@@ -81,6 +81,20 @@ class Supervisor {
     int64_t last_step = -1;       ///< newest step reached by the failed generation
     int64_t resume_step = -1;
     bool membership_change = false;
+    std::string action;                  ///< recovery.started's action: "restart", "in-place", ...
+    std::optional<std::string> fallback; ///< why an in-place attempt gave way to a restart
+  };
+  /// An in-place recovery under way (elastic.in_place): generation `from_gen` continues as the
+  /// next one without restarting its survivors.
+  struct InPlace {
+    int from_gen = 0;
+    int rank = -1;                    ///< the failed rank, replaced by a new process
+    bool awaiting_exit = false;       ///< a hung rank: killed, its exit not seen yet
+    int64_t decided_ms = 0;           ///< monotonic
+    int64_t deadline_ms = 0;          ///< monotonic: past it, fall back to a full restart
+    int64_t killed_ms = 0;            ///< the hung rank's exit seen (0: it had exited already)
+    int64_t carried_ms = 0;           ///< every host carried its survivors over
+    std::set<std::string> awaiting_carry;
   };
   enum class Ending { none, succeed, fail, stop, recover };
 
@@ -100,6 +114,16 @@ class Supervisor {
   void on(const Tick& event);
   void on(const GenerationSpawned& event);
   void on(const LaunchStepFailed& event);
+  void on(const SurvivorsCarriedOver& event);
+  /// The failed rank's process is gone: carry the survivors over to the next generation and
+  /// spawn its replacement (ContinueInPlace).
+  void continue_in_place();
+  /// The in-place recovery cannot finish: stop the generation and restart every worker from the
+  /// newest checkpoint, as the same recovery (recovery.fallback says why).
+  void fall_back_from_in_place(const std::string& why);
+  Millis in_place_timeout() const;
+  /// recovery.completed for the pending recovery, reached at `step` of the new generation.
+  void complete_recovery(int64_t step);
   /// Fails the launching generation when a launch step is past launch_deadline().
   void check_launch_deadline(int64_t now);
   Millis launch_deadline() const;
@@ -155,6 +179,7 @@ class Supervisor {
   std::optional<RootCause> root_cause_;
   std::string give_up_reason_;
   std::optional<PendingRecovery> recovery_;
+  std::optional<InPlace> in_place_;
   nlohmann::json last_recovery_;
   std::vector<nlohmann::json> incidents_;
   std::vector<int64_t> failure_times_ms_;  ///< monotonic, for restart_window

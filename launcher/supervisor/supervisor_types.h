@@ -88,10 +88,15 @@ struct GenerationSpawned { int gen = 0; };
 /// failure of kind agent.error.
 struct LaunchStepFailed { int gen = 0; std::string host; std::string step; std::string detail; };
 
+/// In-place recovery: `host`'s agent carried its surviving workers over to generation `gen`
+/// (its gen_changed answer): `ranks` are alive and now belong to `gen`.
+struct SurvivorsCarriedOver { int gen = 0; std::string host; std::vector<int> ranks; std::vector<int64_t> pids; };
+
 using Event = std::variant<HostConnected, HostLost, WorkerStarted, WorkerSpawnFailed, WorkerExited,
                            WorkerProgress, WorkerCommReady, CheckpointCommitted, CheckpointRejected,
                            WorkerStoppedSeen, WorkerMisbehaved,
-                           GenerationReleased, StopRequested, Tick, GenerationSpawned, LaunchStepFailed>;
+                           GenerationReleased, StopRequested, Tick, GenerationSpawned, LaunchStepFailed,
+                           SurvivorsCarriedOver>;
 
 // ---- actions (what the driver must do) ------------------------------------------------------
 
@@ -110,10 +115,26 @@ struct StopGeneration { int gen = 0; int64_t grace_ms = 0; std::vector<std::stri
 /// Before a hung worker is killed: record what it was doing (kernel stack, wchan, a debugger
 /// backtrace where possible) into the run directory — the failure sample operators review.
 struct CaptureSample { int gen = 0; int rank = 0; std::string host; int pid = 0; };
+/// Kill only `ranks` of generation `gen` on `host` (a hung rank before an in-place recovery);
+/// its exit comes back as WorkerExited.
+struct KillRanks { int gen = 0; std::string host; std::vector<int> ranks; };
+/// In-place recovery: generation `from_gen` continues as `gen` with the same `plan`. Every host
+/// of `hosts` carries its live workers over (gen_changed; each answers with
+/// SurvivorsCarriedOver), and only `replaced` ranks are spawned anew, taking their state from a
+/// live replica (DTRAIN_JOIN_LIVE).
+struct ContinueInPlace {
+  int from_gen = 0;
+  int gen = 0;
+  plan::RankPlan plan;
+  std::vector<int> replaced;
+  std::vector<std::string> hosts;
+  int restart_count = 0;
+};
 /// The run is over: disconnect agents and exit with `exit_code`.
 struct FinishRun { RunState state = RunState::failed; ExitCode exit_code = ExitCode::job_failed; };
 
-using Action = std::variant<RecordEvent, StartGeneration, StopGeneration, CaptureSample, FinishRun>;
+using Action = std::variant<RecordEvent, StartGeneration, StopGeneration, CaptureSample, FinishRun, KillRanks,
+                            ContinueInPlace>;
 
 /// What a rank is doing, as far as the supervisor knows.
 enum class RankState { pending, starting, running, exited, failed, killed };

@@ -862,3 +862,229 @@ TEST_CASE("a port reservation the agent answers with an error ends the generatio
   CHECK(h.supervisor->state() == RunState::stopping);
   CHECK(has_event(actions, "failure.budget_exhausted"));
 }
+
+// ---- in-place recovery (elastic.in_place): the survivors are carried over to the next
+// generation instead of being stopped; only the failed rank is spawned anew; every way the
+// attempt can fail falls back to a full restart.
+
+namespace {
+
+std::vector<nlohmann::json> events_named(const std::vector<Action>& actions, const std::string& name) {
+  std::vector<nlohmann::json> found;
+  for (const RecordEvent& event : of_type<RecordEvent>(actions)) {
+    if (event.event.value("ev", "") == name) found.push_back(event.event);
+  }
+  return found;
+}
+
+spec::JobSpec in_place_spec() {
+  spec::JobSpec spec = make_spec(2, 2);
+  spec.elastic.max_restarts = 3;
+  spec.elastic.in_place = true;
+  return spec;
+}
+
+/// Two hosts of two ranks running generation 0 at step 50; `all` keeps every action.
+struct InPlaceHarness : Harness {
+  explicit InPlaceHarness(spec::JobSpec spec_in) : Harness(std::move(spec_in)) {
+    connect_all();
+    start_all(0);
+    REQUIRE(supervisor->state() == RunState::running);
+    for (int rank = 0; rank < 4; ++rank) feed(WorkerProgress{0, rank, 50, std::nullopt});
+  }
+  std::vector<Action> feed(const Event& event) {
+    std::vector<Action> actions = Harness::feed(event);
+    all.insert(all.end(), actions.begin(), actions.end());
+    return actions;
+  }
+  /// Rank 2 (on h2) crashes; returns the ContinueInPlace the supervisor asked for.
+  ContinueInPlace crash_rank_2() {
+    auto actions = feed(exit_code(0, 2, 1));
+    CHECK(of_type<StopGeneration>(actions).empty());
+    auto started = events_named(actions, "recovery.started");
+    REQUIRE(started.size() == 1);
+    CHECK(started[0]["action"] == "in-place");
+    auto continued = of_type<ContinueInPlace>(actions);
+    REQUIRE(continued.size() == 1);
+    return continued[0];
+  }
+  void carry_over(int gen) {
+    feed(SurvivorsCarriedOver{gen, "h1", {0, 1}, {1000, 1001}});
+    feed(SurvivorsCarriedOver{gen, "h2", {3}, {1003}});
+  }
+  void all_comm_ready(int gen) {
+    for (int rank = 0; rank < 4; ++rank) feed(WorkerCommReady{gen, rank});
+  }
+  std::vector<Action> all;
+};
+
+}  // namespace
+
+TEST_CASE("a crashed rank is replaced in place: survivors carried over, recovery.completed in-place with 0 steps lost") {
+  InPlaceHarness h(in_place_spec());
+  ContinueInPlace continued = h.crash_rank_2();
+  CHECK(continued.from_gen == 0);
+  CHECK(continued.gen == 1);
+  CHECK(continued.replaced == std::vector<int>{2});
+  CHECK(continued.hosts == std::vector<std::string>{"h1", "h2"});
+  CHECK(continued.restart_count == 1);
+  CHECK(h.supervisor->generation() == 1);
+  CHECK(h.supervisor->state() == RunState::launching);
+  CHECK(h.supervisor->restarts() == 1);
+  CHECK(h.supervisor->ranks()[0].state == RankState::running);
+  CHECK(h.supervisor->ranks()[0].pid == 1000);
+  CHECK(h.supervisor->ranks()[2].state == RankState::starting);
+
+  h.clock.advance_ms(20);
+  h.carry_over(1);
+  CHECK(events_named(h.all, "recovery.carried_over").size() == 2);
+  h.feed(GenerationSpawned{1});
+  h.clock.advance_ms(30);
+  h.feed(WorkerStarted{1, 2, 2002});
+  CHECK(h.supervisor->state() == RunState::running);
+  // A survivor's old step, in flight when it was carried over, does not complete the recovery.
+  h.feed(WorkerProgress{1, 0, 50, std::nullopt});
+  CHECK(events_named(h.all, "recovery.completed").empty());
+  h.clock.advance_ms(40);
+  h.all_comm_ready(1);
+  h.clock.advance_ms(10);
+  auto actions = h.feed(WorkerProgress{1, 0, 51, std::nullopt});
+  auto completed = events_named(actions, "recovery.completed");
+  REQUIRE(completed.size() == 1);
+  CHECK(completed[0]["action"] == "in-place");
+  CHECK(completed[0]["kind"] == "worker.exit");
+  CHECK(completed[0]["steps_lost"] == 0);
+  CHECK(completed[0]["resume_step"] == 50);
+  CHECK(completed[0]["last_step"] == 50);
+  CHECK_FALSE(completed[0].contains("fallback"));
+  const nlohmann::json& phases = completed[0]["phases"];
+  CHECK(phases["abort_ms"] == 20);
+  CHECK(phases["spawn_ms"] == 50);
+  CHECK(phases["rendezvous_ms"] == 40);
+  CHECK(phases["state_and_first_step_ms"] == 10);
+  CHECK(phases["total_ms"] == 100);
+  CHECK_FALSE(phases.contains("stop_ms"));
+  CHECK(of_type<StopGeneration>(h.all).empty());
+  CHECK(of_type<StartGeneration>(h.all).empty());  // since generation 0: nobody was restarted
+}
+
+TEST_CASE("a hung rank is killed alone, and its exit starts the in-place recovery") {
+  InPlaceHarness h(in_place_spec());
+  for (int rank : {0, 1, 3}) h.feed(WorkerProgress{0, rank, 51, std::nullopt});
+  h.clock.advance_ms(5000);
+  for (int rank : {0, 1, 3}) h.feed(WorkerProgress{0, rank, 52, std::nullopt});
+  h.clock.advance_ms(17000);  // rank 2 silent for 22 s > hang_timeout 20 s; the others for 17 s
+  auto actions = h.feed(Tick{});
+  REQUIRE(of_type<CaptureSample>(actions).size() == 1);
+  auto kills = of_type<KillRanks>(actions);
+  REQUIRE(kills.size() == 1);
+  CHECK(kills[0].gen == 0);
+  CHECK(kills[0].host == "h2");
+  CHECK(kills[0].ranks == std::vector<int>{2});
+  CHECK(of_type<StopGeneration>(actions).empty());
+  CHECK(of_type<ContinueInPlace>(actions).empty());
+  CHECK(h.supervisor->state() == RunState::recovering);
+  // An agent's partial release, if the driver passed one on, must not end anything.
+  h.feed(GenerationReleased{0, "h2"});
+  CHECK(h.supervisor->state() == RunState::recovering);
+
+  h.clock.advance_ms(15);
+  WorkerExited killed = h.exit_code(0, 2, 0);
+  killed.code.reset();
+  killed.signal = "SIGKILL";
+  auto continued = of_type<ContinueInPlace>(h.feed(killed));
+  REQUIRE(continued.size() == 1);
+  CHECK(continued[0].replaced == std::vector<int>{2});
+  h.carry_over(1);
+  h.feed(WorkerStarted{1, 2, 2002});
+  h.all_comm_ready(1);
+  auto completed = events_named(h.feed(WorkerProgress{1, 1, 53, std::nullopt}), "recovery.completed");
+  REQUIRE(completed.size() == 1);
+  CHECK(completed[0]["kind"] == "worker.hang");
+  CHECK(completed[0]["action"] == "in-place");
+  CHECK(completed[0]["phases"]["kill_ms"] == 15);
+  CHECK(completed[0]["steps_lost"] == 0);
+}
+
+TEST_CASE("a survivor that ended before it was carried over makes the recovery fall back to a full restart") {
+  InPlaceHarness h(in_place_spec());
+  h.crash_rank_2();
+  h.feed(SurvivorsCarriedOver{1, "h1", {0, 1}, {1000, 1001}});
+  auto actions = h.feed(SurvivorsCarriedOver{1, "h2", {}, {}});  // rank 3 is gone
+  auto fallback = events_named(actions, "recovery.fallback");
+  REQUIRE(fallback.size() == 1);
+  CHECK(fallback[0]["detail"].get<std::string>().find("rank(s) 3 on h2") != std::string::npos);
+  auto stops = of_type<StopGeneration>(actions);
+  REQUIRE(stops.size() == 1);
+  CHECK(stops[0].gen == 1);  // the carried-over workers and the replacement
+  CHECK(h.supervisor->state() == RunState::recovering);
+  h.feed(CheckpointCommitted{1, 40});
+  h.feed(GenerationReleased{1, "h1"});
+  auto starts = of_type<StartGeneration>(h.feed(GenerationReleased{1, "h2"}));
+  REQUIRE(starts.size() == 1);
+  CHECK(starts[0].gen == 2);
+  CHECK(h.supervisor->restarts() == 1);  // the same incident: the fallback uses no second restart
+  for (int rank = 0; rank < 4; ++rank) h.feed(WorkerStarted{2, rank, 3000 + rank});
+  auto completed = events_named(h.feed(WorkerProgress{2, 0, 41, std::nullopt}), "recovery.completed");
+  REQUIRE(completed.size() == 1);
+  CHECK(completed[0]["action"] == "restart");
+  CHECK(completed[0]["fallback"].get<std::string>().find("rank(s) 3") != std::string::npos);
+}
+
+TEST_CASE("an in-place recovery past elastic.in_place_timeout falls back, naming the ranks without a communicator") {
+  spec::JobSpec spec = in_place_spec();
+  spec.elastic.in_place_timeout = Millis(3000);
+  InPlaceHarness h(spec);
+  h.crash_rank_2();
+  h.carry_over(1);
+  h.feed(WorkerStarted{1, 2, 2002});
+  h.feed(WorkerCommReady{1, 0});
+  h.feed(WorkerCommReady{1, 2});
+  h.clock.advance_ms(2900);
+  CHECK(events_named(h.feed(Tick{}), "recovery.fallback").empty());
+  h.clock.advance_ms(200);
+  auto actions = h.feed(Tick{});
+  auto fallback = events_named(actions, "recovery.fallback");
+  REQUIRE(fallback.size() == 1);
+  CHECK(fallback[0]["detail"].get<std::string>().find("no communicator from rank(s) 1,3") != std::string::npos);
+  REQUIRE(of_type<StopGeneration>(actions).size() == 1);
+}
+
+TEST_CASE("a failure during an in-place recovery falls back to a restart, and counts as a failure of its own") {
+  InPlaceHarness h(in_place_spec());
+  h.crash_rank_2();
+  h.carry_over(1);
+  auto actions = h.feed(h.exit_code(1, 3, 1));  // a survivor could not rejoin
+  CHECK(events_named(actions, "recovery.fallback").size() == 1);
+  auto started = events_named(actions, "recovery.started");
+  REQUIRE(started.size() == 1);
+  CHECK(started[0]["action"] == "restart");
+  CHECK(of_type<StopGeneration>(actions).size() == 1);
+  CHECK(of_type<ContinueInPlace>(actions).empty());
+  CHECK(h.supervisor->restarts() == 2);
+}
+
+TEST_CASE("without elastic.in_place, and for a lost host, recovery stops every worker as before") {
+  spec::JobSpec spec = in_place_spec();
+  spec.elastic.in_place = false;
+  InPlaceHarness plain(spec);
+  auto actions = plain.feed(plain.exit_code(0, 2, 1));
+  CHECK(of_type<ContinueInPlace>(actions).empty());
+  CHECK(of_type<StopGeneration>(actions).size() == 1);
+
+  spec::JobSpec with_spare = in_place_spec();
+  spec::HostEntry spare;
+  spare.name = "h3";
+  spare.slots = 2;
+  with_spare.hosts.push_back(spare);
+  with_spare.elastic.min_hosts = 1;
+  Result<plan::RankPlan> plan = plan::make_plan(with_spare);
+  REQUIRE(plan.ok());
+  FakeClock clock;
+  Supervisor supervisor(with_spare, *plan, clock);
+  for (const spec::HostEntry& host : with_spare.hosts) supervisor.on_event(HostConnected{host.name});
+  for (int rank = 0; rank < plan->world_size; ++rank) supervisor.on_event(WorkerStarted{0, rank, 1000 + rank});
+  auto lost = supervisor.on_event(HostLost{"h2", "silent", 5000});
+  CHECK(of_type<ContinueInPlace>(lost).empty());
+  CHECK(of_type<StopGeneration>(lost).size() == 1);
+}
