@@ -1,10 +1,13 @@
 // Fuzz target: the byte stream an agent sends the supervisor: length-prefixed frames
 // (proto::FrameDecoder), each decoded object checked by proto::parse_agent_message, and a
-// from_worker's inner message by parse_worker_message. Input: the stream's bytes.
+// from_worker's inner message by parse_worker_message; each frame body also through
+// proto::AgentFrameParser (the driver's parser, simdjson for beats). Input: the stream's bytes.
 // Invariants: nothing throws; the stream decodes to the same messages and errors whether it
 // arrives at once or in 3-byte pieces; a decoded frame is an object with a string "type" and
 // re-encodes to a frame that decodes equal; an accepted message respects the catalogue's
-// ranges (an exit has exactly one of code and signal); errors are printable text.
+// ranges (an exit has exactly one of code and signal); errors are printable text;
+// AgentFrameParser gives every body the same message or error as the generic path, and its
+// beat fast path accepts only what the generic path accepts, with the same fields.
 
 #include <cstddef>
 #include <cstdint>
@@ -14,6 +17,7 @@
 
 #include "fuzz/fuzz_check.h"
 #include "fuzz/message_invariants.h"
+#include "launcher/proto/agent_frame_parser.h"
 #include "launcher/proto/agent_messages.h"
 #include "launcher/proto/frame.h"
 #include "launcher/proto/worker_messages.h"
@@ -42,6 +46,14 @@ bool drain(proto::FrameDecoder& decoder, std::vector<Outcome>& outcomes, std::ve
   }
 }
 
+void check_from_worker(const proto::FromWorker& from) {
+  if (from.msg) {
+    check_worker_message(*from.msg);
+  } else {
+    check_printable(from.msg.error().message, "an error about a forwarded worker message is printable");
+  }
+}
+
 void check_agent_message(const proto::AgentMessage& message) {
   if (const auto* exit = std::get_if<proto::WorkerExitReport>(&message)) {
     check(exit->code.has_value() != exit->signal.has_value(), "an exit has exactly one of code and signal");
@@ -50,13 +62,23 @@ void check_agent_message(const proto::AgentMessage& message) {
   if (const auto* started = std::get_if<proto::WorkerStartedReport>(&message)) {
     check(started->rank >= 0 && started->pid >= 0, "a start names a rank and a pid");
   }
-  if (const auto* from_worker = std::get_if<proto::FromWorker>(&message)) {
-    auto inner = proto::parse_worker_message(from_worker->msg);
-    if (inner) {
-      check_worker_message(*inner);
-    } else {
-      check_printable(inner.error().message, "an error about a forwarded worker message is printable");
-    }
+  if (const auto* from_worker = std::get_if<proto::FromWorker>(&message)) check_from_worker(*from_worker);
+  if (const auto* beat = std::get_if<proto::AgentBeat>(&message)) {
+    for (const proto::FromWorker& held : beat->worker_beats) check_from_worker(held);
+  }
+}
+
+// The fast path against the generic one, for one frame body.
+void check_frame_parser(proto::AgentFrameParser& parser, std::string_view body) {
+  Result<nlohmann::json> frame = proto::parse_frame_body(body);
+  Result<proto::AgentMessage> generic = frame ? proto::parse_agent_message(*frame) : Result<proto::AgentMessage>(frame.error());
+  std::string expected = describe_agent_message(generic);
+  std::string shown(body.substr(0, 400));
+  check(describe_agent_message(parser.parse(body)) == expected, "AgentFrameParser agrees with the generic path",
+        printable(shown, 400) + "\n  generic: " + printable(expected, 400));
+  if (std::optional<proto::AgentBeat> beat = parser.read_beat(body)) {
+    check(describe_agent_message(proto::AgentMessage(std::move(*beat))) == expected,
+          "a beat the fast path accepts is the generic path's beat", printable(shown, 400));
   }
 }
 
@@ -78,6 +100,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!drain(pieces, piece_outcomes, nullptr)) break;
   }
   check(piece_outcomes == whole_outcomes, "a stream decodes the same whole or in pieces");
+
+  static proto::AgentFrameParser parser;  // one for every input, as the driver keeps one: buffers reused
+  proto::FrameDecoder bodies;
+  bodies.feed(stream);
+  while (true) {
+    auto body = bodies.next_body();
+    if (!body || !body->has_value()) break;
+    check_frame_parser(parser, **body);
+  }
 
   for (const nlohmann::json& message : messages) {
     check(message.is_object() && message.contains("type") && message["type"].is_string(),

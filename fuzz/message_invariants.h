@@ -7,6 +7,7 @@
 
 #include "fuzz/fuzz_check.h"
 #include "launcher/base/strings.h"
+#include "launcher/proto/agent_messages.h"
 #include "launcher/proto/worker_messages.h"
 
 namespace dtrain::fuzz {
@@ -37,6 +38,33 @@ inline void check_worker_message(const proto::WorkerMessage& message) {
   if (const auto* wait = std::get_if<proto::KvWaitRequest>(&message)) {
     check(wait->keys.size() <= proto::kMaxWorkerWaitKeys, "kv.wait keys are bounded");
   }
+}
+
+/// Every field of a parsed agent message that the fast and generic paths must agree on, as text:
+/// the error, or the message's type and, for a beat or a from_worker, all of its fields.
+inline std::string describe_agent_message(const Result<proto::AgentMessage>& parsed) {
+  if (!parsed) return "error: " + parsed.error().message;
+  auto from_worker = [](const proto::FromWorker& from) {
+    nlohmann::json out = {{"gen", from.gen}, {"rank", from.rank}, {"pid", from.pid ? nlohmann::json(*from.pid) : nlohmann::json()}};
+    if (from.msg) out["msg"] = proto::to_json(*from.msg);
+    else out["error"] = from.msg.error().message;
+    if (from.failed_request_id) out["failed_request_id"] = *from.failed_request_id;
+    return out;
+  };
+  nlohmann::json out = {{"index", parsed->index()}};
+  if (const auto* from = std::get_if<proto::FromWorker>(&*parsed)) out["from_worker"] = from_worker(*from);
+  if (const auto* beat = std::get_if<proto::AgentBeat>(&*parsed)) {
+    auto optional = [](const auto& value) { return value ? nlohmann::json(*value) : nlohmann::json(); };
+    out["agent_time_ms"] = optional(beat->agent_time_ms);
+    out["load1"] = optional(beat->load1);
+    out["mem_available_mb"] = optional(beat->mem_available_mb);
+    for (const proto::AgentWorkerState& worker : beat->workers) {
+      out["workers"].push_back({worker.gen, worker.rank, worker.pid, worker.alive, worker.state});
+    }
+    for (const proto::FromWorker& held : beat->worker_beats) out["worker_beats"].push_back(from_worker(held));
+    if (beat->resources) out["resources"] = proto::to_json(*beat->resources);
+  }
+  return out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace dtrain::fuzz

@@ -7,6 +7,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
   libcli11-dev libyaml-cpp-dev libspdlog-dev doctest-dev nlohmann-json3-dev
+  libsimdjson-dev  # the supervisor reads agent beats with it (launcher/proto/beat_parser.cpp)
   libssh2-1-dev libgloo-dev libasio-dev libsqlite3-dev libssl-dev
   libjemalloc-dev  # the supervisor's allocator (CMakeLists.txt: DTRAIN_JEMALLOC)
   openssh-server openssh-client iproute2 procps python3

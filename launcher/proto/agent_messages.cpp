@@ -89,10 +89,6 @@ std::optional<int64_t> read_count(FieldReader& reader, const char* key) {
   return reader.optional_integer(key, 0);
 }
 
-// beat.resources: what the agent's sampler measured (HostResources). At most a few thousand
-// workers and GPUs per host; anything beyond is a broken agent, not a big host.
-constexpr size_t kMaxResourceItems = 65'536;
-
 // A problem is returned as the innermost reader words it ("beat.resources.gpus[].index: ...").
 Result<std::optional<HostResources>> read_resources(FieldReader& beat) {
   const json* object = beat.optional_object("resources");
@@ -153,10 +149,22 @@ Result<std::optional<HostResources>> read_resources(FieldReader& beat) {
   return std::optional<HostResources>(std::move(resources));
 }
 
-/// Moves a worker's message out of the frame: parse_agent_message owns its frame (taken by
-/// value), so the readers' const pointers point into an object that is not const. Copying
-/// was a third of the work for a beat that carries 8 workers' beats.
-json take(const json* body) { return std::move(const_cast<json&>(*body)); }
+// A forwarded worker message: gen, rank and an object "msg" are the agent's part (a problem
+// there is the agent's); what is inside msg is the worker's (FromWorker::msg).
+FromWorker read_from_worker(FieldReader& reader) {
+  FromWorker from;
+  from.gen = read_gen(reader);
+  from.rank = read_rank(reader);
+  from.pid = reader.optional_integer("pid", 0, kIntMax);
+  const json* body = reader.object("msg");
+  if (body == nullptr || !reader.ok()) return from;
+  from.msg = parse_worker_message(*body);
+  if (!from.msg) {
+    FieldReader request("", *body);
+    from.failed_request_id = request.optional_integer("id");
+  }
+  return from;
+}
 
 Result<AgentMessage> parse_beat(FieldReader& reader) {
   AgentBeat beat;
@@ -179,8 +187,7 @@ Result<AgentMessage> parse_beat(FieldReader& reader) {
   if (const json* held = reader.optional_array("worker_beats")) {
     for (const json& item : *held) {
       FieldReader entry("beat.worker_beats[]", item);
-      FromWorker from{read_gen(entry), read_rank(entry), entry.optional_integer("pid", 0, kIntMax), json()};
-      if (const json* body = entry.object("msg")) from.msg = take(body);
+      FromWorker from = read_from_worker(entry);
       if (!entry.ok()) return entry.error();
       beat.worker_beats.push_back(std::move(from));
     }
@@ -269,7 +276,7 @@ json to_json(const HostResources& resources) {
   return out;
 }
 
-Result<AgentMessage> parse_agent_message(json frame) {
+Result<AgentMessage> parse_agent_message(const json& frame) {
   if (!frame.is_object()) return Error::user(std::string("frame is a JSON ") + frame.type_name() + ", not an object");
   auto type_field = frame.find("type");
   if (type_field == frame.end() || !type_field->is_string()) return Error::user("frame has no string \"type\"");
@@ -293,8 +300,7 @@ Result<AgentMessage> parse_agent_message(json frame) {
     return checked(reader, std::move(log));
   }
   if (type == msg::kFromWorker) {
-    FromWorker from{read_gen(reader), read_rank(reader), reader.optional_integer("pid", 0, kIntMax), json()};
-    if (const json* body = reader.object("msg")) from.msg = take(body);
+    FromWorker from = read_from_worker(reader);
     return checked(reader, std::move(from));
   }
   if (type == msg::kBeat) return parse_beat(reader);

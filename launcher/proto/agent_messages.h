@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "launcher/base/result.h"
+#include "launcher/proto/worker_messages.h"
 
 namespace dtrain::proto {
 
@@ -48,9 +49,18 @@ struct WorkerExitReport {
   std::optional<WorkerErrorRecord> error;
 };
 struct WorkerLogLine { int gen = 0; int rank = 0; std::string stream; std::string line; };
-/// A worker-protocol message the agent forwarded. `msg` is the worker's object as the agent
-/// sent it: parse it with parse_worker_message(), so a bad one is blamed on the worker.
-struct FromWorker { int gen = 0; int rank = 0; std::optional<int64_t> pid; nlohmann::json msg; };
+/// A worker-protocol message the agent forwarded, parsed here with parse_worker_message (the
+/// agent parsed it already, but an agent is a peer too). A message that does not parse is the
+/// worker's fault, not the agent's: `msg` then holds the error and the frame still parses.
+struct FromWorker {
+  int gen = 0;
+  int rank = 0;
+  std::optional<int64_t> pid;
+  Result<WorkerMessage> msg = Error::user("no message");
+  /// The integer "id" of a message that did not parse, if it had one: a request that still
+  /// gets an error reply, so the worker fails fast instead of waiting out its timeout.
+  std::optional<int64_t> failed_request_id;
+};
 struct AgentWorkerState { int gen = -1; int rank = -1; int64_t pid = 0; bool alive = false; std::string state; };
 
 /// One GPU as NVML (or nvidia-smi) reported it at a sample. A value the source could not read
@@ -88,6 +98,10 @@ struct HostResources {
   std::optional<std::string> gpu_error;  ///< why there are none, when a source was tried and failed
   std::vector<XidEvent> xids;
 };
+/// Most entries in each of beat.resources' workers, gpus and xids. A host has at most a few
+/// thousand workers and GPUs; anything beyond is a broken agent, not a big host.
+inline constexpr size_t kMaxResourceItems = 65'536;
+
 /// beat.resources as the agent sends it (and as metrics.jsonl records it): absent values are
 /// left out. parse_agent_message() reads it back.
 nlohmann::json to_json(const HostResources& resources);
@@ -151,7 +165,6 @@ using AgentMessage = std::variant<AgentHello, WorkerStartedReport, WorkerSpawnFa
 /// Checks one decoded frame (an object with a string "type"; frame.h guarantees that much).
 /// The Error names the message and the field: `exit.rank: expected an integer, got null`.
 /// Unknown extra fields are ignored; an unknown type is an error. Never throws.
-/// Takes the frame by value: worker messages are moved out of it (pass std::move(frame)).
-Result<AgentMessage> parse_agent_message(nlohmann::json frame);
+Result<AgentMessage> parse_agent_message(const nlohmann::json& frame);
 
 }  // namespace dtrain::proto

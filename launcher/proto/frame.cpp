@@ -34,10 +34,35 @@ Error FrameDecoder::fail(std::string message) {
   return *failure_;
 }
 
-Result<std::optional<nlohmann::json>> FrameDecoder::next() {
+Result<nlohmann::json> parse_frame_body(std::string_view body) {
+  nlohmann::json message = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (message.is_discarded()) {
+    std::string excerpt(body.substr(0, 60));
+    for (char& c : excerpt) {
+      if (static_cast<unsigned char>(c) < 0x20) c = ' ';
+    }
+    return Error::infra("malformed JSON in frame: '" + excerpt + (body.size() > 60 ? "...'" : "'"));
+  }
+  if (!message.is_object()) {
+    return Error::infra(std::string("frame is a JSON ") + message.type_name() + ", not an object");
+  }
+  auto type = message.find("type");
+  if (type == message.end()) return Error::infra("frame has no \"type\" field");
+  if (!type->is_string()) {
+    return Error::infra(std::string("frame's \"type\" is a ") + type->type_name() + ", not a string");
+  }
+  return message;
+}
+
+Result<std::optional<std::string_view>> FrameDecoder::next_body() {
   if (failure_) return *failure_;
+  // The previous body is handed out as a view into buffer_: forget it only now.
+  if (consumed_ > 0 && consumed_ == buffer_.size()) {
+    buffer_.clear();
+    consumed_ = 0;
+  }
   size_t available = buffer_.size() - consumed_;
-  if (available < 4) return std::optional<nlohmann::json>();
+  if (available < 4) return std::optional<std::string_view>();
   const auto* head = reinterpret_cast<const unsigned char*>(buffer_.data() + consumed_);
   uint64_t length = (uint64_t{head[0]} << 24) | (uint64_t{head[1]} << 16) |
                     (uint64_t{head[2]} << 8) | uint64_t{head[3]};
@@ -45,32 +70,21 @@ Result<std::optional<nlohmann::json>> FrameDecoder::next() {
     return fail("frame of " + std::to_string(length) + " bytes exceeds the " +
                 std::to_string(kMaxFrameBytes >> 20) + " MiB limit");
   }
-  if (available - 4 < length) return std::optional<nlohmann::json>();
+  if (available - 4 < length) return std::optional<std::string_view>();
   std::string_view body(buffer_.data() + consumed_ + 4, static_cast<size_t>(length));
-  nlohmann::json message = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
   consumed_ += 4 + static_cast<size_t>(length);
+  return std::optional<std::string_view>(body);
+}
+
+Result<std::optional<nlohmann::json>> FrameDecoder::next() {
+  Result<std::optional<std::string_view>> body = next_body();
+  if (!body) return body.error();
+  if (!body->has_value()) return std::optional<nlohmann::json>();
   // A bad body inside a well-formed frame is one bad message: the length prefix still says
   // where the next frame starts, so the stream goes on (the caller counts such errors).
-  std::optional<std::string> problem;
-  if (message.is_discarded()) {
-    std::string excerpt(body.substr(0, 60));
-    for (char& c : excerpt) {
-      if (static_cast<unsigned char>(c) < 0x20) c = ' ';
-    }
-    problem = "malformed JSON in frame: '" + excerpt + (body.size() > 60 ? "...'" : "'");
-  } else if (!message.is_object()) {
-    problem = std::string("frame is a JSON ") + message.type_name() + ", not an object";
-  } else if (auto type = message.find("type"); type == message.end()) {
-    problem = "frame has no \"type\" field";
-  } else if (!type->is_string()) {
-    problem = std::string("frame's \"type\" is a ") + type->type_name() + ", not a string";
-  }
-  if (consumed_ == buffer_.size()) {
-    buffer_.clear();
-    consumed_ = 0;
-  }
-  if (problem) return Error::infra(*problem);
-  return std::optional<nlohmann::json>(std::move(message));
+  Result<nlohmann::json> message = parse_frame_body(**body);
+  if (!message) return message.error();
+  return std::optional<nlohmann::json>(std::move(*message));
 }
 
 }  // namespace dtrain::proto

@@ -23,6 +23,10 @@ inline constexpr size_t kMaxFrameBytes = 8 << 20;
 /// replaced with U+FFFD rather than failing. Never throws.
 std::string encode_frame(const nlohmann::json& message);
 
+/// Checks one frame body: a JSON object with a string "type". The Error (malformed JSON with a
+/// printable excerpt, a non-object, a missing or non-string "type") is the text next() gives.
+Result<nlohmann::json> parse_frame_body(std::string_view body);
+
 /// Turns a byte stream back into messages. Feed bytes as they arrive, then call next() until it
 /// returns nullopt (need more bytes). A bad length (over the limit) is an Error after which the
 /// decoder stays failed and every next() returns the same Error: a stream that lost its framing
@@ -37,6 +41,12 @@ class FrameDecoder {
   /// Error for an oversized length (fatal: failed() turns true), malformed JSON, a non-object,
   /// or a missing/non-string "type" (that frame is skipped).
   Result<std::optional<nlohmann::json>> next();
+
+  /// The next complete frame's body, unparsed, for a caller that parses it itself
+  /// (AgentFrameParser): nullopt when no complete frame is buffered, an Error only for an
+  /// oversized length (fatal, as in next()). The view stays valid until the next call to
+  /// feed(), next() or next_body().
+  Result<std::optional<std::string_view>> next_body();
 
   /// True once next() has returned a fatal Error (the framing is lost).
   bool failed() const { return failure_.has_value(); }

@@ -20,14 +20,10 @@ Result<AgentLink::Received> AgentLink::receive(int64_t now_ms) {
   last_heard_ms_ = now_ms;
   decoder_.feed(bytes);
   for (;;) {
-    Result<std::optional<nlohmann::json>> next = decoder_.next();
-    if (!next) {
-      if (decoder_.failed()) return Error::infra("host " + host_ + ": " + next.error().message);
-      received.bad_frames.push_back(next.error().message);
-      continue;
-    }
-    if (!next->has_value()) break;
-    received.messages.push_back(std::move(**next));
+    Result<std::optional<std::string_view>> body = decoder_.next_body();
+    if (!body) return Error::infra("host " + host_ + ": " + body.error().message);
+    if (!body->has_value()) break;
+    received.frames.emplace_back(**body);
   }
   return received;
 }

@@ -25,11 +25,10 @@ class AgentLink {
   /// Frames one message to the agent.
   void send(const nlohmann::json& message);
 
-  /// What one receive() decoded: the good frames, and one problem per frame that was not a
-  /// JSON object with a string "type" (skipped; the stream goes on).
+  /// What one receive() decoded: the bodies of the complete frames, unparsed (the driver's
+  /// proto::AgentFrameParser reads them; a bad one is one protocol error, the stream goes on).
   struct Received {
-    std::vector<nlohmann::json> messages;
-    std::vector<std::string> bad_frames;
+    std::vector<std::string> frames;
   };
   /// Decodes what arrived. An Error means the stream is broken (the host is then lost).
   Result<Received> receive(int64_t now_ms);

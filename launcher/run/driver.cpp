@@ -156,13 +156,9 @@ void RunDriver::pump_links(const std::vector<AgentLink*>& links) {
       host_lost(*link, received.error().message);
       continue;
     }
-    for (const std::string& problem : received->bad_frames) {
-      agent_protocol_error(*link, problem);
+    for (const std::string& frame : received->frames) {
       if (link->lost) break;
-    }
-    for (nlohmann::json& frame : received->messages) {
-      if (link->lost) break;
-      route_frame(*link, std::move(frame));
+      route_frame(*link, frame);
     }
     if (!link->lost && link->connection().closed()) {
       host_lost(*link, "agent connection closed: " + link->connection().close_reason());

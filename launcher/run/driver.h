@@ -24,6 +24,7 @@
 #include "launcher/base/clock.h"
 #include "launcher/base/fd.h"
 #include "launcher/plan/rank_plan.h"
+#include "launcher/proto/agent_frame_parser.h"
 #include "launcher/proto/agent_messages.h"
 #include "launcher/proto/worker_messages.h"
 #include "launcher/run/agent_link.h"
@@ -97,7 +98,8 @@ class RunDriver {
   void flush_comm_warn(int rank, CommWarnWindow& window);
   /// Records the counts of windows that ended (all: every open one, at the end of the run).
   void flush_comm_warns(bool all);
-  void route_frame(AgentLink& link, nlohmann::json frame);
+  /// One frame body an agent sent (AgentLink::Received): parsed, then dispatched by type.
+  void route_frame(AgentLink& link, std::string_view body);
   void agent_protocol_error(AgentLink& link, const std::string& problem);
   void worker_protocol_error(AgentLink& link, std::optional<int> gen, std::optional<int> rank, int64_t pid,
                              const std::string& problem);
@@ -220,6 +222,7 @@ class RunDriver {
 
 /// Forks the supervisor into the background. In the parent: prints the run id and returns the
 /// exit code for it; in the child (new session, stdio on /dev/null): returns nullopt.
+  proto::AgentFrameParser frame_parser_;  ///< one for every link: it keeps its buffers between frames
 std::optional<int> detach(const std::string& run_id, const char* what);
 /// The console for a foreground (terminal or plain) or detached (quiet) supervisor.
 Console::Mode console_mode(bool detached);

@@ -1,6 +1,6 @@
 // Frame → typed message → supervisor Event: the driver's routing. Every agent frame is parsed
-// once (proto::parse_agent_message) and dispatched by type to one handler; a worker's message
-// forwarded by an agent is parsed again (an agent is a peer too) and dispatched the same way.
+// once (proto::AgentFrameParser, which also parses a worker's message the agent forwarded: an
+// agent is a peer too) and dispatched by type to one handler, a worker's message likewise.
 // Nothing below reads raw JSON; a frame that does not parse is a protocol.error event naming
 // its sender, and only a flood of them fails that sender.
 
@@ -10,7 +10,6 @@
 #include "launcher/base/version.h"
 #include "launcher/proto/messages.h"
 #include "launcher/run/driver.h"
-#include "launcher/runlog/json_access.h"
 #include "launcher/base/base64.h"
 #include "launcher/base/events.h"
 #include "worker/contract/wire.h"
@@ -20,8 +19,8 @@ namespace dtrain::run {
 namespace msg = proto::msg;
 using nlohmann::json;
 
-void RunDriver::route_frame(AgentLink& link, json frame) {
-  Result<proto::AgentMessage> message = proto::parse_agent_message(std::move(frame));
+void RunDriver::route_frame(AgentLink& link, std::string_view body) {
+  Result<proto::AgentMessage> message = frame_parser_.parse(body);
   if (!message) {
     agent_protocol_error(link, message.error().message);
     return;
@@ -266,20 +265,18 @@ void RunDriver::on_agent_message(AgentLink& link, const proto::WorkerProtocolErr
 }
 
 void RunDriver::on_agent_message(AgentLink& link, const proto::FromWorker& from) {
-  // The agent parsed the worker's line already, but an agent is a peer too: parse again.
-  Result<proto::WorkerMessage> parsed = proto::parse_worker_message(from.msg);
-  if (!parsed) {
-    worker_protocol_error(link, from.gen, from.rank, from.pid.value_or(0), parsed.error().message);
+  if (!from.msg) {
+    worker_protocol_error(link, from.gen, from.rank, from.pid.value_or(0), from.msg.error().message);
     // A request with a usable id still gets an answer, so the worker fails fast instead of
     // waiting out its own timeout for a reply that would never come.
-    std::optional<int64_t> id = json_int(from.msg, "id");
-    if (id) {
+    if (from.failed_request_id) {
       send_store_replies({{{link.host(), from.rank}, from.gen,
-                           json{{"type", contract::wire::kError}, {"id", *id}, {"error", parsed.error().message}}}});
+                           json{{"type", contract::wire::kError}, {"id", *from.failed_request_id},
+                                {"error", from.msg.error().message}}}});
     }
     return;
   }
-  std::visit([&](const auto& typed) { on_worker_message(link, from, typed); }, *parsed);
+  std::visit([&](const auto& typed) { on_worker_message(link, from, typed); }, *from.msg);
 }
 
 // ---- worker messages, as forwarded by an agent --------------------------------------------------

@@ -5,12 +5,17 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "fuzz/message_invariants.h"
+#include "launcher/proto/agent_frame_parser.h"
 #include "launcher/proto/agent_messages.h"
+#include "launcher/proto/frame.h"
 #include "launcher/proto/worker_messages.h"
 
 using namespace dtrain;
@@ -187,7 +192,8 @@ TEST_CASE("an agent beat's held worker beats parse as from_worker entries, a bad
   REQUIRE(beat.worker_beats.size() == 1);
   CHECK(beat.worker_beats[0].rank == 1);
   CHECK(beat.worker_beats[0].pid == 20);
-  CHECK(beat.worker_beats[0].msg["step"] == 2);
+  REQUIRE(beat.worker_beats[0].msg.ok());
+  CHECK(std::get<WorkerBeat>(*beat.worker_beats[0].msg).step == 2);
   json bad = valid_agent_messages()[6];
   bad["worker_beats"][0]["rank"] = "one";
   Result<AgentMessage> refused = parse_agent_message(bad);
@@ -233,4 +239,213 @@ TEST_CASE("an exit without a code or a signal, and a worker beat entry of the wr
   REQUIRE(signalled.ok());
   CHECK(std::get<WorkerExitReport>(*signalled).signal == 9);
   CHECK_FALSE(std::get<WorkerExitReport>(*signalled).code.has_value());
+}
+
+// ---- the beat fast path (AgentFrameParser) against the generic path ---------------------------
+
+namespace {
+
+/// What the generic path makes of a frame body: the decoder's checks, then parse_agent_message.
+Result<AgentMessage> parse_generically(std::string_view body) {
+  Result<json> frame = parse_frame_body(body);
+  if (!frame) return frame.error();
+  return parse_agent_message(*frame);
+}
+
+/// Every field of a parsed message, comparable: the fuzz target's description (beats and
+/// forwarded worker messages in full), so both compare the two paths alike.
+std::string describe(const Result<AgentMessage>& parsed) { return fuzz::describe_agent_message(parsed); }
+
+/// A beat as a busy agent sends it: a stopped worker, held beats of every shape, resources.
+json full_agent_beat() {
+  return {{"type", "beat"},
+          {"agent_time_ms", 1700000000123},
+          {"workers", {{{"gen", 2}, {"rank", 5}, {"pid", 4242}, {"alive", true}, {"state", "T"}}}},
+          {"load1", 3.25},
+          {"mem_available_mb", 123456},
+          {"worker_beats",
+           {{{"gen", 2}, {"rank", 4}, {"pid", 4241},
+             {"msg", {{"type", "beat"}, {"step", 17}, {"loss", 0.5}, {"step_ms", 12.5}, {"comm_ms", 1.25},
+                      {"data_ms", 2.5}, {"samples", 64}, {"phase", "checkpoint"}}}},
+            {{"gen", 2}, {"rank", 6}, {"msg", {{"type", "beat"}, {"step", 1e3}, {"phase", "train"}}}}}},
+          {"resources",
+           {{"agent_time_ms", 1700000000100},
+            {"cpu_percent", 41.5},
+            {"memory_used_mb", 2048},
+            {"memory_total_mb", 65536},
+            {"workers", {{{"gen", 2}, {"rank", 4}, {"pid", 4241}, {"cpu_percent", 250.5}, {"rss_mb", 900},
+                          {"processes", 3}}}},
+            {"gpus", {{{"index", 0}, {"utilization_percent", 99.5}, {"memory_used_mb", 70000},
+                       {"memory_total_mb", 81920}, {"power_w", 350.25}, {"temperature_c", 71},
+                       {"ecc_corrected", 1}, {"ecc_uncorrected", 0}}}},
+            {"gpu_source", "nvml"},
+            {"gpu_error", "none"},
+            {"xids", {{{"gpu", 0}, {"xid", 79}, {"agent_time_ms", 1700000000050}}}}}}};
+}
+
+/// Calls `visit` with a copy of `root` in which one value (at any depth) is replaced by
+/// `replacement`, or, when `replacement` is nullopt, one object member is removed.
+void each_variant(const json& root, const std::optional<json>& replacement, const std::function<void(const json&)>& visit) {
+  std::function<void(json&, json&)> walk = [&](json& whole, json& node) {
+    if (node.is_object()) {
+      std::vector<std::string> keys;
+      for (const auto& member : node.items()) keys.push_back(member.key());
+      for (const std::string& key : keys) {
+        json saved = node[key];
+        if (replacement) {
+          node[key] = *replacement;
+        } else {
+          node.erase(key);
+        }
+        visit(whole);
+        node[key] = saved;
+        walk(whole, node[key]);
+      }
+    } else if (node.is_array()) {
+      for (json& item : node) {
+        if (replacement) {
+          json saved = item;
+          item = *replacement;
+          visit(whole);
+          item = saved;
+        }
+        walk(whole, item);
+      }
+    }
+  };
+  json copy = root;
+  walk(copy, copy);
+}
+
+}  // namespace
+
+TEST_CASE("a beat reads the same on the fast path as through nlohmann's DOM, field for field") {
+  AgentFrameParser parser;
+  for (const json& beat : {full_agent_beat(), valid_agent_messages()[6], json{{"type", "beat"}}}) {
+    std::string body = beat.dump();
+    CAPTURE(body);
+    std::optional<AgentBeat> fast = parser.read_beat(body);
+    REQUIRE(fast.has_value());  // these take the fast path
+    Result<AgentMessage> generic = parse_generically(body);
+    REQUIRE(generic.ok());
+    CHECK(describe(AgentMessage(*fast)) == describe(generic));
+    CHECK(describe(parser.parse(body)) == describe(generic));
+  }
+  // The full beat's values, to be sure the comparison compares something.
+  AgentBeat beat = *parser.read_beat(full_agent_beat().dump());
+  CHECK(beat.agent_time_ms == 1700000000123);
+  REQUIRE(beat.workers.size() == 1);
+  CHECK(beat.workers[0].state == "T");
+  REQUIRE(beat.worker_beats.size() == 2);
+  CHECK(std::get<WorkerBeat>(*beat.worker_beats[1].msg).step == 1000);
+  CHECK_FALSE(beat.worker_beats[1].pid.has_value());
+  REQUIRE(beat.resources.has_value());
+  CHECK(beat.resources->gpus.at(0).power_w == 350.25);
+  CHECK(beat.resources->xids.at(0).xid == 79);
+}
+
+TEST_CASE("every field of a beat, wrong or missing, gives the same message or error on both paths") {
+  AgentFrameParser parser;
+  // Wrong types, out of range (negative, above int, above int64), nulls, a float that is and
+  // one that is not whole, strings over the limits.
+  const std::vector<json> replacements = {
+      json(nullptr), json("x"), json::array({1}), json::object({{"x", 1}}), json(1.5), json(-1), json(-2),
+      json(4294967296), json(18446744073709551615ULL), json(1e300), json(2.0), json(true), json(0),
+      json(5000), json(std::string(70, 's')), json("train"), json("checkpoint"), json::array()};
+  int compared = 0, refused = 0, fast = 0;
+  auto compare = [&](const json& variant) {
+    std::string body = variant.dump();
+    CAPTURE(body);
+    Result<AgentMessage> generic = parse_generically(body);
+    CHECK(describe(parser.parse(body)) == describe(generic));
+    std::optional<AgentBeat> accepted = parser.read_beat(body);
+    if (accepted) {
+      ++fast;
+      CHECK(describe(AgentMessage(*accepted)) == describe(generic));
+    }
+    ++compared;
+    if (!generic) ++refused;
+  };
+  for (const json& replacement : replacements) each_variant(full_agent_beat(), replacement, compare);
+  each_variant(full_agent_beat(), std::nullopt, compare);
+  CHECK(compared > 1000);
+  CHECK(refused > 300);
+  CHECK(fast > 100);
+}
+
+TEST_CASE("a bad field of a beat is the agent's error, a bad held worker beat the worker's") {
+  AgentFrameParser parser;
+  auto error_of = [&](const json& beat) {
+    Result<AgentMessage> parsed = parser.parse(beat.dump());
+    CHECK(describe(parsed) == describe(parse_generically(beat.dump())));
+    return parsed ? std::string() : parsed.error().message;
+  };
+  json beat = full_agent_beat();
+  beat["workers"][0]["rank"] = "zero";
+  CHECK(error_of(beat) == "beat.workers[].rank: expected an integer, got a string \"zero\"");
+  beat = full_agent_beat();
+  beat["worker_beats"][0]["gen"] = 4294967296;
+  CHECK(error_of(beat) == "beat.worker_beats[].gen: 4294967296 is out of range [-1, 2147483647]");
+  beat = full_agent_beat();
+  beat["worker_beats"][0].erase("msg");
+  CHECK(error_of(beat) == "beat.worker_beats[].msg: missing (expected an object)");
+  beat["worker_beats"][0]["msg"] = json::array();
+  CHECK(error_of(beat) == "beat.worker_beats[].msg: expected an object, got an array of 0");
+  beat = full_agent_beat();
+  beat["resources"]["gpus"][0]["temperature_c"] = 5000;
+  CHECK(error_of(beat) == "beat.resources.gpus[].temperature_c: 5000 is out of range [-300, 1000]");
+  beat = full_agent_beat();
+  beat["load1"] = "high";
+  CHECK(error_of(beat) == "beat.load1: expected a number, got a string \"high\"");
+
+  // The worker's beat is bad: the frame parses, the entry carries the worker's error.
+  beat = full_agent_beat();
+  beat["worker_beats"][0]["msg"]["step"] = "x";
+  CHECK_FALSE(parser.read_beat(beat.dump()).has_value());
+  Result<AgentMessage> parsed = parser.parse(beat.dump());
+  REQUIRE(parsed.ok());
+  CHECK(describe(parsed) == describe(parse_generically(beat.dump())));
+  const FromWorker& held = std::get<AgentBeat>(*parsed).worker_beats.at(0);
+  REQUIRE_FALSE(held.msg.ok());
+  CHECK(held.msg.error().message == "beat.step: expected an integer, got a string \"x\"");
+  // A request in worker_beats (no agent sends one) is parsed like any worker message, and a bad
+  // one keeps its id for the error reply.
+  beat["worker_beats"][0]["msg"] = {{"type", "kv.get"}, {"id", 7}};
+  parsed = parser.parse(beat.dump());
+  REQUIRE(parsed.ok());
+  CHECK(describe(parsed) == describe(parse_generically(beat.dump())));
+  CHECK(std::get<AgentBeat>(*parsed).worker_beats.at(0).failed_request_id == 7);
+}
+
+TEST_CASE("JSON corner cases take the generic path or agree with it: duplicates, escapes, bad bytes") {
+  AgentFrameParser parser;
+  auto same = [&](const std::string& body) {
+    CAPTURE(body);
+    CHECK(describe(parser.parse(body)) == describe(parse_generically(body)));
+  };
+  // The last of duplicate keys wins in nlohmann's DOM; the fast path reads them the same way.
+  same(R"({"type":"beat","load1":"x","load1":2.5})");
+  same(R"({"type":"beat","worker_beats":[{"gen":0,"rank":1,"msg":{"type":"beat","step":"x","step":3}}]})");
+  same(R"({"type":"beat","worker_beats":[{"gen":0,"rank":1,"msg":{"type":"bye","type":"beat","step":3}}]})");
+  same(R"({"type":"log","type":"beat"})");
+  same(R"({"type":"beat","type":"log","line":"x","gen":0,"rank":0})");
+  CHECK(parser.read_beat(R"({"type":"beat","load1":"x","load1":2.5})")->load1 == 2.5);
+  // \u escapes (lone surrogates differ between parsers) and raw control bytes: generic path.
+  same(R"({"type":"beat","workers":[{"state":"\ud800"}]})");
+  same(R"({"type":"beat","workers":[{"state":"\udc00"}]})");
+  same(R"({"type":"beat","workers":[{"state":"\u0054"}]})");
+  same(std::string("{\"type\":\"beat\",\"workers\":[{\"state\":\"\x01\"}]}"));
+  same("{\"type\":\"beat\",\"workers\":[{\"state\":\"\xff\"}]}");
+  same("{\"type\":\"beat\",\"workers\":[{\"state\":\"\xed\xa0\x80\"}]}");
+  // Numbers beyond 64 bits, beyond double, and a negative zero.
+  same(R"({"type":"beat","agent_time_ms":100000000000000000000})");
+  same(R"({"type":"beat","agent_time_ms":-100000000000000000000})");
+  same(R"({"type":"beat","load1":1e400})");
+  same(R"({"type":"beat","load1":-0,"agent_time_ms":-0})");
+  // Not JSON, not an object, no type, trailing bytes.
+  for (std::string body : {"", "not json", "[1]", R"({"load1":1})", R"({"type":7})",
+                           R"({"type":"beat"} x)", R"({"type":"beat"}{"type":"beat"})"}) {
+    same(body);
+  }
+  CHECK(describe(parser.parse("[1]")) == "error: frame is a JSON array, not an object");
 }
