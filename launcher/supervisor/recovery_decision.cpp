@@ -17,6 +17,35 @@ const char* to_string(RecoveryAction action) {
   return "give_up";
 }
 
+namespace {
+
+/// The ranks of `lost` when `next` puts every one of them on one spare and leaves every other
+/// rank where it was (host, local rank, coordinates): then only those need new processes. Empty
+/// when the plans differ in any other way.
+std::vector<int> ranks_moved_to_spare(const plan::RankPlan& current, const plan::RankPlan& next, const std::string& lost) {
+  if (current.world_size != next.world_size || current.ranks.size() != next.ranks.size() ||
+      current.data != next.data || current.tensor != next.tensor || current.pipeline != next.pipeline ||
+      current.grad_accum != next.grad_accum) {
+    return {};
+  }
+  std::vector<int> moved;
+  for (size_t i = 0; i < current.ranks.size(); ++i) {
+    const plan::RankSlot& was = current.ranks[i];
+    const plan::RankSlot& will = next.ranks[i];
+    bool same_coordinates = was.local_rank == will.local_rank && was.dp == will.dp && was.pp == will.pp && was.tp == will.tp;
+    if (!same_coordinates) return {};
+    if (was.host == lost) {
+      if (will.host == lost) return {};
+      moved.push_back(static_cast<int>(i));
+    } else if (was.host != will.host) {
+      return {};
+    }
+  }
+  return moved;
+}
+
+}  // namespace
+
 RecoveryDecision decide_recovery(const FailureFacts& failure, const FailureHistory& history,
                                  const spec::JobSpec& spec) {
   RecoveryDecision decision;
@@ -39,6 +68,18 @@ RecoveryDecision decide_recovery(const FailureFacts& failure, const FailureHisto
     if (next) {
       decision.exclude_host = true;
       decision.action = next->world_size == failure.world_size ? RecoveryAction::replace : RecoveryAction::shrink;
+      std::vector<int> moved = decision.action == RecoveryAction::replace && failure.host_lost &&
+                                       spec.elastic.in_place && !history.in_place_failed && failure.plan
+                                   ? ranks_moved_to_spare(*failure.plan, *next, failure.host)
+                                   : std::vector<int>{};
+      if (!moved.empty()) {
+        decision.action = RecoveryAction::in_place;
+        decision.replaced_ranks = std::move(moved);
+        decision.why = failure.host + " is lost; a spare takes its " + std::to_string(decision.replaced_ranks.size()) +
+                       " rank(s) in place (elastic.in_place): the workers on the other hosts keep running and their state";
+        decision.next_plan = std::move(next).value();
+        return decision;
+      }
       std::string reason = failure.host_lost ? failure.host + " is lost" : failure.host + " " + offence;
       decision.why = decision.action == RecoveryAction::replace
                          ? reason + "; a spare takes its place at world size " + std::to_string(next->world_size)
@@ -74,6 +115,7 @@ RecoveryDecision decide_recovery(const FailureFacts& failure, const FailureHisto
   std::string budget = std::to_string(history.restarts_in_window + 1) + " of " + std::to_string(spec.elastic.max_restarts);
   if (spec.elastic.in_place && failure.single_rank && !history.in_place_failed && !decision.exclusion_refused) {
     decision.action = RecoveryAction::in_place;
+    decision.replaced_ranks = {failure.rank};
     decision.why = "in-place recovery " + budget + " (elastic.in_place): only the failed rank is replaced; the other " +
                    std::to_string(failure.world_size - 1) + " workers keep running and their state";
     decision.next_plan = std::move(same).value();

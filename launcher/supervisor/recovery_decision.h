@@ -22,6 +22,10 @@ struct FailureFacts {
   /// One rank's process failed (it exited, hung or misbehaved) on a host that is still there:
   /// what an in-place recovery can repair.
   bool single_rank = false;
+  /// The failed generation's plan: a lost host's ranks can move to a spare in place when every
+  /// other rank keeps its host and coordinates in the next plan.
+  const plan::RankPlan* plan = nullptr;
+  int rank = -1;           ///< the failed rank (single_rank)
 };
 
 struct FailureHistory {
@@ -45,8 +49,12 @@ struct RecoveryDecision {
   bool exclude_host = false;
   /// The host failed elastic.exclude_after times but no plan can spare it: restarted in place.
   bool exclusion_refused = false;
-  /// The plan of the next generation (replace, shrink; restart: the same hosts).
+  /// The plan of the next generation (replace, shrink; restart and in_place: the same hosts,
+  /// or for a lost host in place, a spare in its place).
   std::optional<plan::RankPlan> next_plan;
+  /// in_place: the ranks whose processes are started anew (the failed rank, or every rank of
+  /// the lost host, on the spare); every other rank is carried over.
+  std::vector<int> replaced_ranks;
   /// give_up: hosts_lost (no plan without the excluded hosts) or job_failed (budget spent).
   ExitCode exit_code = ExitCode::job_failed;
 };

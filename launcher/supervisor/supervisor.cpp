@@ -276,6 +276,8 @@ void Supervisor::handle_failure(RootCause cause, bool host_lost) {
   if (!host_lost && !cause.host.empty()) facts.host_failures = ++host_failures_[cause.host];
   facts.single_rank = !host_lost && cause.rank >= 0 &&
                       (cause.kind == "worker.exit" || cause.kind == "worker.hang" || cause.kind == "worker.protocol");
+  facts.plan = &plan_;
+  facts.rank = cause.rank;
   int64_t now = clock_.monotonic_ms();
   int64_t window = spec_.elastic.restart_window.count();
   std::erase_if(failure_times_ms_, [&](int64_t t) { return window > 0 && now - t > window; });
@@ -305,7 +307,8 @@ void Supervisor::handle_failure(RootCause cause, bool host_lost) {
     stop_generation(Ending::fail, decision.exit_code, decision.why);
     return;
   }
-  if (decision.action == RecoveryAction::restart || decision.action == RecoveryAction::in_place) {
+  // A lost host's spare is a membership change, in place or not: it uses no restart.
+  if (decision.action == RecoveryAction::restart || (decision.action == RecoveryAction::in_place && !host_lost)) {
     failure_times_ms_.push_back(now);
     ++restarts_;
   }
@@ -324,14 +327,20 @@ void Supervisor::handle_failure(RootCause cause, bool host_lost) {
   }
   InPlace in_place;
   in_place.from_gen = generation_;
-  in_place.rank = cause.rank;
+  in_place.replaced = decision.replaced_ranks;
   in_place.decided_ms = now;
   in_place.deadline_ms = now + in_place_timeout().count();
   in_place_ = in_place;
-  if (cause.kind == "worker.exit") {
+  if (host_lost && decision.next_plan) {  // a lost host's spare, in its place
+    std::vector<std::string> without(excluded_.begin(), excluded_.end());
+    record(events::PlanChanged{plan::diff_text(plan_, *decision.next_plan), without}.to_json());
+    plan_ = std::move(*decision.next_plan);
+  }
+  if (host_lost || cause.kind == "worker.exit") {
     continue_in_place();
     return;
   }
+  in_place_->rank = cause.rank;
   // A hung or misbehaving rank still runs: only it is killed; its exit carries on (on WorkerExited).
   in_place_->awaiting_exit = true;
   set_state(RunState::recovering, "in-place recovery: killing rank " + std::to_string(cause.rank) + " (" +
@@ -350,7 +359,7 @@ void Supervisor::continue_in_place() {
   ranks_.assign(plan_.ranks.size(), RankStatus{});
   started_count_ = 0;
   for (size_t i = 0; i < ranks_.size(); ++i) {
-    if (static_cast<int>(i) == in_place.rank) {
+    if (std::find(in_place.replaced.begin(), in_place.replaced.end(), static_cast<int>(i)) != in_place.replaced.end()) {
       ranks_[i].state = RankState::starting;
       continue;
     }
@@ -370,8 +379,10 @@ void Supervisor::continue_in_place() {
   ending_ = Ending::none;
   generation_start_step_ = previous_newest;
   generation_start_checkpoint_ = latest_checkpoint_step_;
-  set_state(RunState::launching, "in-place recovery: rank " + std::to_string(in_place.rank) +
-                                     " is replaced; the other workers are carried over to generation " +
+  std::string replaced;
+  for (int rank : in_place.replaced) replaced += (replaced.empty() ? "" : ",") + std::to_string(rank);
+  set_state(RunState::launching, "in-place recovery: rank(s) " + replaced +
+                                     " replaced; the other workers are carried over to generation " +
                                      std::to_string(generation_));
   std::vector<std::string> hosts;
   for (const plan::PlanHost& host : plan_.hosts) hosts.push_back(host.entry.name);
@@ -386,7 +397,7 @@ void Supervisor::continue_in_place() {
     recovery_->released_ms = now;
     recovery_->spawned_ms = now;
   }
-  out_.push_back(ContinueInPlace{in_place.from_gen, generation_, plan_, {in_place.rank}, live, restarts_});
+  out_.push_back(ContinueInPlace{in_place.from_gen, generation_, plan_, in_place.replaced, live, restarts_});
 }
 
 void Supervisor::fall_back_from_in_place(const std::string& why) {
@@ -834,7 +845,9 @@ void Supervisor::on(const SurvivorsCarriedOver& event) {
   std::set<int> carried(event.ranks.begin(), event.ranks.end());
   std::string missing;
   for (size_t i = 0; i < plan_.ranks.size(); ++i) {
-    if (plan_.ranks[i].host != event.host || static_cast<int>(i) == in_place_->rank) continue;
+    bool replaced = std::find(in_place_->replaced.begin(), in_place_->replaced.end(), static_cast<int>(i)) !=
+                    in_place_->replaced.end();
+    if (plan_.ranks[i].host != event.host || replaced) continue;
     if (!carried.count(static_cast<int>(i))) missing += (missing.empty() ? "" : ",") + std::to_string(i);
   }
   for (size_t k = 0; k < event.ranks.size() && k < event.pids.size(); ++k) {

@@ -88,7 +88,8 @@ class Supervisor {
   /// next one without restarting its survivors.
   struct InPlace {
     int from_gen = 0;
-    int rank = -1;                    ///< the failed rank, replaced by a new process
+    std::vector<int> replaced;        ///< ranks started anew (the failed one, or a lost host's)
+    int rank = -1;                    ///< a hung rank killed first (single-rank failures), else -1
     bool awaiting_exit = false;       ///< a hung rank: killed, its exit not seen yet
     int64_t decided_ms = 0;           ///< monotonic
     int64_t deadline_ms = 0;          ///< monotonic: past it, fall back to a full restart

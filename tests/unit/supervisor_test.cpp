@@ -1064,27 +1064,47 @@ TEST_CASE("a failure during an in-place recovery falls back to a restart, and co
   CHECK(h.supervisor->restarts() == 2);
 }
 
-TEST_CASE("without elastic.in_place, and for a lost host, recovery stops every worker as before") {
+TEST_CASE("without elastic.in_place, recovery stops every worker as before") {
   spec::JobSpec spec = in_place_spec();
   spec.elastic.in_place = false;
   InPlaceHarness plain(spec);
   auto actions = plain.feed(plain.exit_code(0, 2, 1));
   CHECK(of_type<ContinueInPlace>(actions).empty());
   CHECK(of_type<StopGeneration>(actions).size() == 1);
+}
 
-  spec::JobSpec with_spare = in_place_spec();
+TEST_CASE("a lost host's ranks move to a spare in place, without a spare the job shrinks the usual way") {
+  spec::JobSpec spec = in_place_spec();
   spec::HostEntry spare;
-  spare.name = "h3";
+  spare.name = "spare1";
   spare.slots = 2;
-  with_spare.hosts.push_back(spare);
-  with_spare.elastic.min_hosts = 1;
-  Result<plan::RankPlan> plan = plan::make_plan(with_spare);
-  REQUIRE(plan.ok());
-  FakeClock clock;
-  Supervisor supervisor(with_spare, *plan, clock);
-  for (const spec::HostEntry& host : with_spare.hosts) supervisor.on_event(HostConnected{host.name});
-  for (int rank = 0; rank < plan->world_size; ++rank) supervisor.on_event(WorkerStarted{0, rank, 1000 + rank});
-  auto lost = supervisor.on_event(HostLost{"h2", "silent", 5000});
+  spec.spares.push_back(spare);
+  InPlaceHarness h(spec);
+  h.feed(HostConnected{"spare1"});
+  auto actions = h.feed(HostLost{"h2", "silent", 5000});
+  auto continued = of_type<ContinueInPlace>(actions);
+  REQUIRE(continued.size() == 1);
+  CHECK(continued[0].replaced == std::vector<int>{2, 3});
+  CHECK(continued[0].plan.ranks[2].host == "spare1");
+  CHECK(continued[0].plan.ranks[0].host == "h1");
+  CHECK(continued[0].hosts == std::vector<std::string>{"h1", "spare1"});
+  CHECK(h.supervisor->restarts() == 0);  // a membership change
+  CHECK(h.supervisor->excluded_hosts().count("h2") == 1);
+  REQUIRE(events_named(actions, "plan.changed").size() == 1);
+  h.feed(SurvivorsCarriedOver{1, "h1", {0, 1}, {1000, 1001}});
+  h.feed(SurvivorsCarriedOver{1, "spare1", {}, {}});
+  h.feed(WorkerStarted{1, 2, 2002});
+  h.feed(WorkerStarted{1, 3, 2003});
+  h.all_comm_ready(1);
+  auto completed = events_named(h.feed(WorkerProgress{1, 3, 51, std::nullopt}), "recovery.completed");
+  REQUIRE(completed.size() == 1);
+  CHECK(completed[0]["kind"] == "host.lost");
+  CHECK(completed[0]["action"] == "in-place");
+
+  spec::JobSpec shrinking = in_place_spec();
+  shrinking.elastic.min_hosts = 1;
+  InPlaceHarness shrink(shrinking);
+  auto lost = shrink.feed(HostLost{"h2", "silent", 5000});
   CHECK(of_type<ContinueInPlace>(lost).empty());
   CHECK(of_type<StopGeneration>(lost).size() == 1);
 }
