@@ -321,7 +321,17 @@ Result<AgentMessage> parse_agent_message(const json& frame) {
     released.remaining = reader.optional_integer("remaining", 0).value_or(0);
     released.ms = reader.optional_integer("ms", 0).value_or(0);
     released.remaining_pids = reader.optional_integer_array("remaining_pids", kMaxPids);
+    if (reader.optional_array("ranks")) released.ranks = reader.optional_integer_array("ranks", kMaxPids);
     return checked(reader, std::move(released));
+  }
+  if (type == msg::kGenChanged) {
+    GenChangedReply reply;
+    reply.id = reader.optional_integer("id");
+    reply.from = static_cast<int>(reader.integer("from", 0, kIntMax));
+    reply.to = static_cast<int>(reader.integer("to", 0, kIntMax));
+    reply.ranks = reader.optional_integer_array("ranks", kMaxPids);
+    reply.pids = reader.optional_integer_array("pids", kMaxPids);
+    return checked(reader, std::move(reply));
   }
   if (type == msg::kError) {
     AgentError error{reader.optional_string("message", 64 << 10).value_or(""), reader.optional_string("about", 64)};

@@ -126,7 +126,17 @@ struct SampleReply {
   std::optional<std::string> text;
   std::optional<std::string> error;
 };
+/// The agent carried its live workers of generation `from` over to `to` (in-place recovery).
+struct GenChangedReply {
+  std::optional<int64_t> id;
+  int from = 0;
+  int to = 0;
+  std::vector<int64_t> ranks;
+  std::vector<int64_t> pids;
+};
 struct Released {
+  /// Present when the kill named ranks: only those workers are gone, not the generation.
+  std::optional<std::vector<int64_t>> ranks;
   int gen = 0;
   std::vector<int64_t> killed;
   int64_t remaining = 0;
@@ -160,7 +170,8 @@ struct WorkerProtocolError {
 
 using AgentMessage = std::variant<AgentHello, WorkerStartedReport, WorkerSpawnFailedReport, WorkerExitReport,
                                   WorkerLogLine, FromWorker, AgentBeat, Pong, PortReply, SampleReply,
-                                  Released, AgentError, AgentBye, WorkerProtocolError, FlightRecorderDump>;
+                                  Released, AgentError, AgentBye, WorkerProtocolError, FlightRecorderDump,
+                                  GenChangedReply>;
 
 /// Checks one decoded frame (an object with a string "type"; frame.h guarantees that much).
 /// The Error names the message and the field: `exit.rank: expected an integer, got null`.

@@ -114,6 +114,7 @@ class RunDriver {
   void on_agent_message(AgentLink& link, const proto::PortReply& port);
   void on_agent_message(AgentLink& link, const proto::SampleReply& sample);
   void on_agent_message(AgentLink& link, const proto::Released& released);
+  void on_agent_message(AgentLink& link, const proto::GenChangedReply& reply);
   void on_agent_message(AgentLink& link, const proto::AgentError& error);
   void on_agent_message(AgentLink& link, const proto::AgentBye& bye);
   void on_agent_message(AgentLink& link, const proto::WorkerProtocolError& error);
@@ -142,6 +143,15 @@ class RunDriver {
   void send_store_replies(const std::vector<store::StoreReply>& replies);
   void capture_sample(const supervisor::CaptureSample& sample);
   void spawn_generation(int port);
+  /// The spawn frame for `ranks` of `host` (all of its ranks when empty), each worker's env
+  /// with `extra` on top.
+  nlohmann::json spawn_frame(int gen, const plan::RankPlan& plan, const GenerationContext& context,
+                             const EnvMap& common, const plan::PlanHost& host, const std::vector<int>& ranks,
+                             const EnvMap& extra);
+  /// In-place recovery: store to the new generation, gen_changed to every host, a spawn of the
+  /// replaced ranks only (DTRAIN_JOIN_LIVE), on the generation's master address and port.
+  void continue_in_place(const supervisor::ContinueInPlace& action);
+  void kill_ranks(const supervisor::KillRanks& kill);
   MasterAddressFacts master_address_facts(const plan::RankPlan& plan);
 
   // ---- snapshots (driver_snapshots.cpp)
@@ -182,6 +192,7 @@ class RunDriver {
   std::map<std::string, std::unique_ptr<AgentLink>> links_;
   std::vector<RankMetrics> metrics_;
   std::optional<supervisor::StartGeneration> pending_start_;
+  std::optional<GenerationContext> spawned_context_;  ///< the newest generation spawned (in place: reused)
   std::optional<MasterAddressFacts> launch_node_facts_;  ///< looked up once, when first needed
   int64_t pending_port_id_ = 0;
   int64_t next_request_id_ = 1;
@@ -211,6 +222,7 @@ class RunDriver {
   std::string hostname_;  ///< of this machine, for state.json
   std::map<int, nlohmann::json> exit_tails_;  ///< rank → its last output lines, for the failure summary
   std::map<std::string, int> protocol_errors_;  ///< sender → messages of it that could not be parsed
+  proto::AgentFrameParser frame_parser_;  ///< one for every link: it keeps its buffers between frames
   /// The newest resources each host's agent measured (CPU, memory, workers, GPUs): for metrics,
   /// status and Prometheus. Xids are not kept here (they are events: gpu.xid).
   std::map<std::string, proto::HostResources> host_resources_;
@@ -222,7 +234,6 @@ class RunDriver {
 
 /// Forks the supervisor into the background. In the parent: prints the run id and returns the
 /// exit code for it; in the child (new session, stdio on /dev/null): returns nullopt.
-  proto::AgentFrameParser frame_parser_;  ///< one for every link: it keeps its buffers between frames
 std::optional<int> detach(const std::string& run_id, const char* what);
 /// The console for a foreground (terminal or plain) or detached (quiet) supervisor.
 Console::Mode console_mode(bool detached);

@@ -217,9 +217,21 @@ void RunDriver::on_agent_message(AgentLink&, const proto::PortReply& port) {
 }
 
 void RunDriver::on_agent_message(AgentLink& link, const proto::Released& released) {
+  if (released.ranks) {
+    // A kill of some ranks (a hung one before an in-place recovery): their exits said it all;
+    // the generation's other workers live on, so this is no release of the host.
+    log().info("agent {}: rank(s) {} of generation {} killed (pids {})", link.host(),
+               nlohmann::json(*released.ranks).dump(), released.gen, nlohmann::json(released.killed).dump());
+    return;
+  }
   record(events::ResourcesReleased{released.gen, link.host(), released.killed, released.remaining, released.ms}
              .to_json());
   feed(supervisor::GenerationReleased{released.gen, link.host()});
+}
+
+void RunDriver::on_agent_message(AgentLink& link, const proto::GenChangedReply& reply) {
+  std::vector<int> ranks(reply.ranks.begin(), reply.ranks.end());
+  feed(supervisor::SurvivorsCarriedOver{reply.to, link.host(), std::move(ranks), reply.pids});
 }
 
 void RunDriver::on_agent_message(AgentLink& link, const proto::AgentError& error) {

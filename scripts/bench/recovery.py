@@ -8,6 +8,8 @@
               [--kill-at 110] [--run-timeout 240] [--torch-python /usr/bin/python3]
 
 Cases:
+  trainer-in-place  the same with elastic.in_place: only the failed rank's process is replaced;
+                 the survivors re-rendezvous and hand it the newest completed step (issue 17).
   trainer        dtrain-train (the reference trainer) on 4 local workers under dtrain, Gloo,
                  checkpoint every 20 steps; timings from dtrain's own events (failure.detected,
                  recovery.completed) against the harness's fault time.
@@ -376,14 +378,14 @@ def event_timeline(run_dir, detected_gen=0):
             "spawn_ms": (running - spawned) * 1000}
 
 
-def write_spec(path, name, command, hang_timeout_s, extra=""):
+def write_spec(path, name, command, hang_timeout_s, extra="", elastic="max_restarts: 3"):
     # Timeouts must nest (interval < timeout < hang_timeout); the host-silence timeout does not
     # matter on one host, so it sits halfway.
     quoted = ", ".join(json.dumps(part) for part in command)
     with open(path, "w") as spec:
         spec.write("version: 1\nname: %s\nslots_per_host: 4\n" % name)
         spec.write("worker:\n  command: [%s]\n  backend: gloo\n" % quoted)
-        spec.write("elastic: {max_restarts: 3}\n")
+        spec.write("elastic: {%s}\n" % elastic)
         spec.write("heartbeat: {interval: 500ms, timeout: %dms, hang_timeout: %dms}\n" %
                    (hang_timeout_s * 500, hang_timeout_s * 1000))
         spec.write("stop_grace: 5s\n" + extra)
@@ -457,7 +459,7 @@ def trainer_worker_pids(run_dir):
     return lambda: sorted({e.get("pid") for e in read_events(run_dir) if e["ev"] == "worker.started" and e.get("pid")})
 
 
-def run_trainer(args, work, fault):
+def run_trainer(args, work, fault, in_place=False):
     home = os.path.join(work, "home")
     os.makedirs(home)
     spec = os.path.join(work, "trainer.yaml")
@@ -467,7 +469,8 @@ def run_trainer(args, work, fault):
     write_spec(spec, "bench-trainer",
                [dtrain_train, "--steps", str(args.kill_at + 200), "--hidden", "256", "--layers", "3",
                 "--log-every", "1"], args.hang_timeout,
-               "batch: {global: 64, micro: 8}\ncheckpoint: {interval_steps: 20, keep: 3}\n")
+               "batch: {global: 64, micro: 8}\ncheckpoint: {interval_steps: 20, keep: 3}\n",
+               "max_restarts: 3, in_place: true" if in_place else "max_restarts: 3")
     job = Job([args.dtrain, "submit", spec], work, dtrain_env(home), os.path.join(work, "dtrain.out"))
     injected = {}
     run_dir = None
@@ -510,6 +513,8 @@ def run_trainer(args, work, fault):
 
 CASES = {
     "trainer": ("dtrain + dtrain-train", run_trainer),
+    "trainer-in-place": ("dtrain + dtrain-train, elastic.in_place",
+                         lambda args, work, fault: run_trainer(args, work, fault, in_place=True)),
     "ddp-dtrain": ("dtrain + ddp_train.py", run_ddp_dtrain),
     "ddp-torchrun": ("torchrun + ddp_train.py", run_ddp_torchrun),
     "ddp-dtrain-store": ("dtrain + ddp_train.py --dtrain-store",
