@@ -82,6 +82,18 @@ struct Fields {
     note(key, "a string");
     return {};
   }
+  /// A required array of integers (kill.ranks): nullopt, noted, when it is not one or is empty.
+  std::optional<std::set<int>> integers(const char* key) {
+    bool ok = has(key) && message[key].is_array() && !message[key].empty();
+    for (const json& item : ok ? message[key] : json::array()) ok = ok && item.is_number_integer();
+    if (!ok) {
+      note(key, "a non-empty array of integers");
+      return std::nullopt;
+    }
+    std::set<int> values;
+    for (const json& item : message[key]) values.insert(item.get<int>());
+    return values;
+  }
   void note(const char* key, const char* expected) {
     if (problem.empty()) {
       problem = message.value("type", std::string("?")) + ": field '" + key + "' must be " +
@@ -129,8 +141,11 @@ class Agent {
   void on_fence(const json& message);
   void on_sample(const json& message);
   void on_dump(const json& message);
+  void on_gen_changed(const json& message);
 
-  void spawn_one(const WorkerLaunch& launch);
+  /// Refuses a launch that would collide with a live worker or a generation gen_changed moved
+  /// on from (spawn_failed), else adds its files and starts it.
+  void spawn_one(WorkerLaunch launch, bool instrument);
   void open_worker_files();
   void add_worker_files(WorkerLaunch& launch, bool instrument);
   void send_beat(int64_t now);
@@ -163,6 +178,7 @@ class Agent {
   std::map<std::pair<int, int>, std::pair<pid_t, json>> held_beats_;  ///< (gen, rank) → newest beat
   std::set<std::pair<int, int>> beaten_;  ///< (gen, rank) of live workers whose first beat went out
   std::vector<KillOperation> kills_;
+  std::map<int, int> moved_generations_;  ///< gen_changed so far: from → to
   std::unique_ptr<ResourceSampler> sampler_;  ///< started after hello; its thread reads /proc and GPUs
   int64_t started_ms_ = 0;
   int64_t last_frame_ms_ = 0;
@@ -369,6 +385,7 @@ void Agent::reap_children() {
                  {"stream", stream}, {"line", std::move(line)}});
     });
     flush_held_beat(worker.gen(), worker.rank());  // its last step before its exit
+    if (sockets_) sockets_->forget_moves_of(pid);
     beaten_.erase({worker.gen(), worker.rank()});
     json exit = describe_wait_status(status);
     exit["type"] = proto::msg::kExit;
@@ -380,7 +397,9 @@ void Agent::reap_children() {
     exit["tail"] = worker.tail();
     exit["killed_by_agent"] = worker.signalled_by_agent;
     if (files_) {
-      std::optional<json> error = take_error_record(files_->error_file(worker.gen(), worker.rank()),
+      // The file its environment names: that of the generation it was spawned for, even when
+      // gen_changed carried it over since.
+      std::optional<json> error = take_error_record(files_->error_file(worker.spawn_gen(), worker.rank()),
                                                     proto::kMaxErrorFileBytes);
       bool failed = !WIFEXITED(status) || WEXITSTATUS(status) != 0;
       if (error && failed) exit["error"] = std::move(*error);
@@ -421,6 +440,7 @@ void Agent::handle_frame(const json& message) {
       {proto::msg::kFence, &Agent::on_fence},
       {proto::msg::kSample, &Agent::on_sample},
       {proto::msg::kDump, &Agent::on_dump},
+      {proto::msg::kGenChanged, &Agent::on_gen_changed},
   };
   std::string type = message["type"].get<std::string>();
   auto handler = handlers.find(type);
@@ -517,8 +537,7 @@ void Agent::on_spawn(const json& message) {
     for (const auto& [name, value] : *common_env) launch.env[name] = value;
     for (const auto& [name, value] : *worker_env) launch.env[name] = value;
     launch.env[contract::env::kAgentSocket] = sockets_->path();
-    add_worker_files(launch, instrument);
-    spawn_one(launch);
+    spawn_one(std::move(launch), instrument);
   }
 }
 
@@ -552,16 +571,23 @@ void Agent::add_worker_files(WorkerLaunch& launch, bool instrument) {
       files_->python_path(), given != launch.env.end() ? given->second : inherited ? inherited : "");
 }
 
-void Agent::spawn_one(const WorkerLaunch& launch) {
+void Agent::spawn_one(WorkerLaunch launch, bool instrument) {
+  auto refuse = [&](const std::string& why) {
+    out_.send({{"type", proto::msg::kSpawnFailed}, {"gen", launch.gen}, {"rank", launch.rank}, {"error", why}});
+  };
+  // Checked before add_worker_files, which clears the (gen, rank) error file: a refused spawn
+  // must not touch the files of the worker it collides with.
+  if (auto moved = moved_generations_.find(launch.gen); moved != moved_generations_.end()) {
+    return refuse("generation " + std::to_string(launch.gen) + " was carried over to generation " +
+                  std::to_string(moved->second) + " (gen_changed); it takes no new workers");
+  }
   for (const auto& [pid, worker] : workers_) {
     if (worker->gen() == launch.gen && worker->rank() == launch.rank) {
-      out_.send({{"type", proto::msg::kSpawnFailed}, {"gen", launch.gen}, {"rank", launch.rank},
-                 {"error", "rank " + std::to_string(launch.rank) + " of generation " +
-                               std::to_string(launch.gen) + " is already running (pid " +
-                               std::to_string(pid) + ")"}});
-      return;
+      return refuse("rank " + std::to_string(launch.rank) + " of generation " + std::to_string(launch.gen) +
+                    " is already running (pid " + std::to_string(pid) + ")");
     }
   }
+  add_worker_files(launch, instrument);
   auto spawned = WorkerProcess::spawn(launch);
   if (!spawned) {
     std::fprintf(stderr, "%s: rank %d: %s\n", who().c_str(), launch.rank,
@@ -582,12 +608,56 @@ void Agent::on_kill(const json& message) {
   int gen = static_cast<int>(fields.integer("gen"));
   std::string signal = fields.string("signal");
   int64_t grace_ms = fields.has("grace_ms") ? fields.integer("grace_ms") : 0;
+  std::set<int> ranks;  // empty: every worker of gen
+  if (fields.has("ranks")) {
+    if (std::optional<std::set<int>> given = fields.integers("ranks")) ranks = std::move(*given);
+  }
   if (fields.problem.empty() && signal != "TERM" && signal != "KILL") {
     fields.problem = "kill: signal must be \"TERM\" or \"KILL\", got \"" + signal + "\"";
   }
   if (!fields.problem.empty()) return protocol_error(fields.problem);
   kills_.emplace_back(gen, signal == "KILL" ? SIGKILL : SIGTERM,
-                      static_cast<int>(std::clamp<int64_t>(grace_ms, 0, 3'600'000)), now_ms());
+                      static_cast<int>(std::clamp<int64_t>(grace_ms, 0, 3'600'000)), now_ms(),
+                      std::move(ranks), moved_generations_);
+}
+
+// In-place recovery (messages.h gen_changed): the live workers of `from` carry on as members of
+// `to`. Everything the agent keys by generation follows them; their environment cannot, which
+// is why the error file is looked up by spawn_gen() and an orphan's DTRAIN_GENERATION through
+// moved_generations_.
+void Agent::on_gen_changed(const json& message) {
+  Fields fields{message, {}};
+  if (!fields.has("id")) fields.note("id", "present (any JSON value but null)");
+  int from = static_cast<int>(fields.integer("from"));
+  int to = static_cast<int>(fields.integer("to"));
+  if (fields.problem.empty() && to <= from) {
+    fields.problem = "gen_changed: 'to' must be greater than 'from', got from " + std::to_string(from) +
+                     " to " + std::to_string(to);
+  }
+  if (!fields.problem.empty()) return protocol_error(fields.problem);
+  // A worker that has exited already is reported (as `from`) now, not carried over.
+  reap_children();
+  json ranks = json::array();
+  json pids = json::array();
+  for (auto& [pid, worker] : workers_) {
+    if (worker->gen() != from) continue;
+    // A worker being killed (the hung rank this recovery replaces) leaves as a member of `from`:
+    // its exit and released must match the kill that was asked for.
+    bool leaving = std::any_of(kills_.begin(), kills_.end(),
+                               [&](const KillOperation& kill) { return kill.covers(from, worker->rank()); });
+    if (leaving || worker->signalled_by_agent) continue;
+    flush_held_beat(from, worker->rank());  // its last beat as `from`, before any as `to`
+    // Not carried to `to`: its first beat there is news (recovery progress), so it goes at once.
+    beaten_.erase({from, worker->rank()});
+    worker->change_generation(to);
+    sockets_->change_generation(from, to, worker->rank(), pid);
+    ranks.push_back(worker->rank());
+    pids.push_back(pid);
+  }
+  moved_generations_[from] = to;
+  update_sampled_workers();
+  out_.send({{"type", proto::msg::kGenChanged}, {"id", message["id"]}, {"from", from}, {"to", to},
+             {"ranks", std::move(ranks)}, {"pids", std::move(pids)}});
 }
 
 void Agent::on_ping(const json& message) {

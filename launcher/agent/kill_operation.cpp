@@ -21,8 +21,11 @@ constexpr int64_t kRescanMs = 25;
 
 }  // namespace
 
-KillOperation::KillOperation(int gen, int signal, int grace_ms, int64_t now_ms)
+KillOperation::KillOperation(int gen, int signal, int grace_ms, int64_t now_ms, std::set<int> ranks,
+                             std::map<int, int> moved_generations)
     : gen_(gen),
+      ranks_(std::move(ranks)),
+      moved_generations_(std::move(moved_generations)),
       signal_(signal),
       started_ms_(now_ms),
       escalate_at_ms_(now_ms + std::max(grace_ms, 0)) {
@@ -32,25 +35,55 @@ KillOperation::KillOperation(int gen, int signal, int grace_ms, int64_t now_ms)
   }
 }
 
+bool KillOperation::matches(const Owner& owner) const {
+  if (owner.gen && !matches(*owner.gen)) return false;
+  if (ranks_.empty()) return true;
+  return owner.gen && owner.rank && ranks_.count(*owner.rank) > 0;
+}
+
+KillOperation::Owner KillOperation::orphan_owner(pid_t pid) const {
+  Owner owner;
+  std::optional<std::string> environment = process_environment(pid);
+  if (!environment || environment->empty()) {
+    owner.environment_unknown = true;
+    return owner;
+  }
+  if (auto value = environment_value(*environment, contract::env::kGeneration)) {
+    int generation = std::atoi(value->c_str());
+    // Carried over by gen_changed, possibly more than once (moves only go forward: no cycle).
+    for (auto moved = moved_generations_.find(generation); moved != moved_generations_.end();
+         moved = moved_generations_.find(generation)) {
+      generation = moved->second;
+    }
+    owner.gen = generation;
+  }
+  if (auto value = environment_value(*environment, contract::env::kRank)) owner.rank = std::atoi(value->c_str());
+  return owner;
+}
+
 std::vector<pid_t> KillOperation::targets(
-    const std::map<pid_t, std::unique_ptr<WorkerProcess>>& workers) const {
+    const std::map<pid_t, std::unique_ptr<WorkerProcess>>& workers, bool& undecided) const {
+  undecided = false;
   pid_t agent_pid = ::getpid();
   std::vector<ProcessEntry> tree = descendants_of(agent_pid, scan_processes());
-  // Parents come before children, so each process inherits its parent's generation unless it
-  // is itself a worker; children of the agent that are not workers are orphans.
-  std::map<pid_t, std::optional<int>> generation_of;
+  // Parents come before children, so each process inherits its parent's owner unless it is
+  // itself a worker; children of the agent that are not workers are orphans.
+  std::map<pid_t, Owner> owner_of;
   std::vector<pid_t> found;
   for (const ProcessEntry& entry : tree) {
-    std::optional<int> generation;
+    Owner owner;
     if (auto worker = workers.find(entry.pid); worker != workers.end()) {
-      generation = worker->second->gen();
-    } else if (entry.parent != agent_pid && generation_of.count(entry.parent)) {
-      generation = generation_of[entry.parent];
-    } else if (auto value = process_environment_value(entry.pid, contract::env::kGeneration)) {
-      generation = std::atoi(value->c_str());
+      owner = {worker->second->gen(), worker->second->rank()};
+    } else if (entry.parent != agent_pid && owner_of.count(entry.parent)) {
+      owner = owner_of[entry.parent];
+    } else {
+      owner = orphan_owner(entry.pid);
     }
-    generation_of[entry.pid] = generation;
-    if (generation && !matches(*generation)) continue;
+    owner_of[entry.pid] = owner;
+    if (!matches(owner)) {
+      if (owner.environment_unknown && !ranks_.empty() && entry.state != 'Z') undecided = true;
+      continue;
+    }
     // A zombie below a live descendant is dead already and its parent's business; one that is
     // the agent's own child still counts until the agent reaps it, so that `released` means
     // reaped.
@@ -71,7 +104,7 @@ bool KillOperation::advance(int64_t now_ms,
   // Whole worker groups first: that also reaches a child forked after the /proc scan.
   bool workers_left = false;
   for (const auto& [pid, worker] : workers) {
-    if (!matches(worker->gen())) continue;
+    if (!covers(worker->gen(), worker->rank())) continue;
     workers_left = true;
     if (signalled_now_.insert(-pid).second) {
       ::kill(-pid, signal_);  // safe: the leader is unreaped, so its pid cannot be reused
@@ -81,7 +114,8 @@ bool KillOperation::advance(int64_t now_ms,
       killed_.insert(pid);
     }
   }
-  std::vector<pid_t> alive = targets(workers);
+  bool undecided = false;
+  std::vector<pid_t> alive = targets(workers, undecided);
   for (pid_t pid : alive) {
     if (!signalled_now_.insert(pid).second || process_state(pid) == 'Z') continue;
     // A member of a worker group signalled above got this signal already. A second TERM would
@@ -97,11 +131,11 @@ bool KillOperation::advance(int64_t now_ms,
       killed_.insert(pid);
     }
   }
-  if (alive.empty() && !workers_left) return true;
+  if (alive.empty() && !workers_left && !(undecided && now_ms < started_ms_ + kEnvironmentSettleMs)) return true;
   if (escalated_ && now_ms >= give_up_at_ms_) {
     remaining_ = alive;
     for (const auto& [pid, worker] : workers) {
-      if (matches(worker->gen()) && std::find(alive.begin(), alive.end(), pid) == alive.end()) {
+      if (covers(worker->gen(), worker->rank()) && std::find(alive.begin(), alive.end(), pid) == alive.end()) {
         remaining_.push_back(pid);
       }
     }
@@ -132,6 +166,7 @@ nlohmann::json KillOperation::released_message(int64_t now_ms) const {
                             {"killed", std::move(killed)},
                             {"remaining", remaining_.size()},
                             {"ms", now_ms - started_ms_}};
+  if (!ranks_.empty()) message["ranks"] = ranks_;
   if (!remaining_.empty()) message["remaining_pids"] = remaining_;
   return message;
 }

@@ -10,11 +10,20 @@
 // generation. Orphans (reparented to the agent, which is a child subreaper) are attributed by
 // DTRAIN_GENERATION in their environment; an orphan with none matches every kill, since no live
 // worker can need it.
+//
+// A kill with ranks (before an in-place recovery) is surgical: only the worker groups of those
+// ranks of the generation, the descendants whose nearest live worker ancestor is one of them,
+// and orphans whose environment names the generation and one of those ranks (RANK). An orphan
+// that says less is left to a kill of the whole generation: it may belong to a survivor. One
+// whose environment cannot be read yet (for a moment after its exec it reads empty) is looked at
+// again for up to kEnvironmentSettleMs before it is taken to say nothing.
 
 #include <sys/types.h>
 
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -26,8 +35,12 @@ class WorkerProcess;
 
 class KillOperation {
  public:
-  /// `gen` -1 means every generation. `signal` is SIGTERM or SIGKILL.
-  KillOperation(int gen, int signal, int grace_ms, int64_t now_ms);
+  /// `gen` -1 means every generation. `signal` is SIGTERM or SIGKILL. `ranks`: only those
+  /// workers of `gen` (empty: all of them). `moved_generations`: the agent's gen_changed so far
+  /// (from → to), so that an orphan whose DTRAIN_GENERATION names a generation that was carried
+  /// over counts as a member of the one it was carried to.
+  KillOperation(int gen, int signal, int grace_ms, int64_t now_ms, std::set<int> ranks = {},
+                std::map<int, int> moved_generations = {});
 
   /// Signals what has not been signalled yet, escalates to KILL once the grace is over, and
   /// returns true when nothing of the generation remains: no matching descendant is alive and
@@ -40,6 +53,10 @@ class KillOperation {
 
   int gen() const { return gen_; }
 
+  /// Whether this kill is meant to end rank `rank` of generation `gen` (gen_changed does not
+  /// carry over a worker that is being killed).
+  bool covers(int gen, int rank) const { return matches(gen) && (ranks_.empty() || ranks_.count(rank) > 0); }
+
   /// The `released` message, valid once advance() returned true.
   nlohmann::json released_message(int64_t now_ms) const;
 
@@ -50,13 +67,28 @@ class KillOperation {
   /// How long after KILL a kill gives up waiting (D-state processes cannot be killed).
   static constexpr int64_t kGiveUpAfterKillMs = 10'000;
 
+  /// How long a kill with ranks waits for an orphan's unreadable environment to say whose it is.
+  static constexpr int64_t kEnvironmentSettleMs = 2'000;
+
  private:
-  std::vector<pid_t> targets(const std::map<pid_t, std::unique_ptr<WorkerProcess>>& workers) const;
+  /// The live processes this kill must end. `undecided`: set when some process's owner cannot
+  /// be told yet (a kill with ranks, an environment not readable yet).
+  std::vector<pid_t> targets(const std::map<pid_t, std::unique_ptr<WorkerProcess>>& workers, bool& undecided) const;
   bool matches(int generation) const { return gen_ < 0 || generation == gen_; }
+  /// Whose a process is: the worker it descends from, or what an orphan's environment says.
+  struct Owner {
+    std::optional<int> gen;
+    std::optional<int> rank;
+    bool environment_unknown = false;  ///< an orphan whose environment could not be read (yet)
+  };
+  bool matches(const Owner& owner) const;
+  Owner orphan_owner(pid_t pid) const;
   /// SIGCONT to `target` (a pid, or -pgid) after a TERM, so that a stopped process acts on it.
   void continue_after_term(pid_t target) const;
 
   int gen_;
+  std::set<int> ranks_;
+  std::map<int, int> moved_generations_;
   int signal_;
   int64_t started_ms_;
   int64_t escalate_at_ms_;

@@ -74,20 +74,30 @@ std::optional<char> process_state(pid_t pid) {
   return std::nullopt;
 }
 
-std::optional<std::string> process_environment_value(pid_t pid, const std::string& name) {
+std::optional<std::string> process_environment(pid_t pid) {
   Result<std::string> environ = read_file("/proc/" + std::to_string(pid) + "/environ");
   if (!environ) return std::nullopt;
+  return std::move(*environ);
+}
+
+std::optional<std::string> environment_value(const std::string& environment, const std::string& name) {
   std::string prefix = name + "=";
   size_t start = 0;
-  while (start < environ->size()) {
-    size_t end = environ->find('\0', start);
-    if (end == std::string::npos) end = environ->size();
-    if (environ->compare(start, prefix.size(), prefix) == 0) {
-      return environ->substr(start + prefix.size(), end - start - prefix.size());
+  while (start < environment.size()) {
+    size_t end = environment.find('\0', start);
+    if (end == std::string::npos) end = environment.size();
+    if (environment.compare(start, prefix.size(), prefix) == 0) {
+      return environment.substr(start + prefix.size(), end - start - prefix.size());
     }
     start = end + 1;
   }
   return std::nullopt;
+}
+
+std::optional<std::string> process_environment_value(pid_t pid, const std::string& name) {
+  std::optional<std::string> environment = process_environment(pid);
+  if (!environment) return std::nullopt;
+  return environment_value(*environment, name);
 }
 
 }  // namespace dtrain::agent

@@ -33,4 +33,11 @@ std::optional<char> process_state(pid_t pid);
 /// The value of `name` in the process's initial environment (/proc/<pid>/environ), or nullopt.
 std::optional<std::string> process_environment_value(pid_t pid, const std::string& name);
 
+/// The whole of /proc/<pid>/environ (NUL-separated), or nullopt when it cannot be read. Empty
+/// for a moment after an exec: the kernel has not set the new image's environment up yet.
+std::optional<std::string> process_environment(pid_t pid);
+
+/// The value of `name` in `environment` (as process_environment returns it), or nullopt.
+std::optional<std::string> environment_value(const std::string& environment, const std::string& name);
+
 }  // namespace dtrain::agent

@@ -55,6 +55,7 @@ std::string worker_search_path(const std::string& dtrain_dir, const std::string*
 
 WorkerProcess::WorkerProcess(WorkerLaunch launch, pid_t pid, UniqueFd out, UniqueFd err)
     : launch_(std::move(launch)),
+      gen_(launch_.gen),
       pid_(pid),
       stdout_{"stdout", std::move(out), LineSplitter()},
       stderr_{"stderr", std::move(err), LineSplitter()} {}

@@ -55,7 +55,14 @@ class WorkerProcess {
   static Result<std::unique_ptr<WorkerProcess>> spawn(const WorkerLaunch& launch);
 
   pid_t pid() const { return pid_; }
-  int gen() const { return launch_.gen; }
+  /// The generation the agent reports this worker under: the one it was spawned for, until an
+  /// in-place recovery (gen_changed) carries it over to a later one.
+  int gen() const { return gen_; }
+  /// The generation it was spawned for. Its environment keeps saying so (DTRAIN_GENERATION,
+  /// TORCHELASTIC_ERROR_FILE's name): a process's environment cannot be changed from outside.
+  int spawn_gen() const { return launch_.gen; }
+  /// gen_changed: from now on this worker belongs to `gen`.
+  void change_generation(int gen) { gen_ = gen; }
   int rank() const { return launch_.rank; }
   int local_rank() const { return launch_.local_rank; }
 
@@ -89,6 +96,7 @@ class WorkerProcess {
   void read_stream(Stream& stream, bool until_eof_or_empty, const LineSink& sink);
 
   WorkerLaunch launch_;
+  int gen_;
   pid_t pid_;
   Stream stdout_;
   Stream stderr_;

@@ -207,8 +207,16 @@ bool WorkerSocketServer::handle_line(Connection& connection, std::string_view li
              /*close=*/true);
       return false;
     }
-    connection.gen = hello->gen;
     connection.rank = hello->rank;
+    connection.gen = current_generation(hello->gen, hello->rank, connection.peer_pid);
+    if (*connection.gen != hello->gen) {
+      // A carried-over worker connecting late (or again): its hello names the generation of its
+      // environment. It goes to the supervisor under the one the worker belongs to now, and the
+      // worker hears of it right after (it missed the gen.changed of the recovery).
+      sink(*connection.gen, hello->rank, connection.peer_pid, proto::to_json(*message));
+      tell_generation(connection, *connection.gen);  // written when poll says the socket takes it
+      return true;
+    }
   }
   if (!message) {
     // A request with a usable id is answered here, so the worker fails fast instead of waiting
@@ -263,6 +271,42 @@ Status WorkerSocketServer::send_to(int gen, int rank, const nlohmann::json& mess
   newest->output += '\n';
   write_to(*newest);
   return {};
+}
+
+size_t WorkerSocketServer::change_generation(int from, int to, int rank, pid_t worker_group) {
+  moves_[{from, rank}] = {to, worker_group};
+  std::vector<int> told;
+  for (auto& [fd, connection] : connections_) {
+    if (connection.gen == from && connection.rank == rank) {
+      tell_generation(connection, to);
+      told.push_back(fd);
+    }
+  }
+  for (int fd : told) {
+    // Not while iterating above: write_to drops a connection whose send fails.
+    if (auto it = connections_.find(fd); it != connections_.end()) write_to(it->second);
+  }
+  return told.size();
+}
+
+void WorkerSocketServer::forget_moves_of(pid_t worker_group) {
+  std::erase_if(moves_, [worker_group](const auto& move) { return move.second.worker_group == worker_group; });
+}
+
+void WorkerSocketServer::tell_generation(Connection& connection, int gen) {
+  connection.gen = gen;
+  connection.output += nlohmann::json{{"type", contract::wire::kGenChanged}, {"gen", gen}}.dump();
+  connection.output += '\n';
+}
+
+int WorkerSocketServer::current_generation(int gen, int rank, pid_t peer_pid) const {
+  pid_t group = ::getpgid(peer_pid);
+  // Chained: a worker carried from 0 to 1 and then from 1 to 2 is in 2.
+  for (auto move = moves_.find({gen, rank}); move != moves_.end() && group > 0 && move->second.worker_group == group;
+       move = moves_.find({gen, rank})) {
+    gen = move->second.to;
+  }
+  return gen;
 }
 
 void WorkerSocketServer::drop(int fd, const std::string& why) {

@@ -64,6 +64,19 @@ class WorkerSocketServer {
   /// Queues one line for the newest connection whose hello said (gen, rank).
   Status send_to(int gen, int rank, const nlohmann::json& message);
 
+  /// gen_changed (in-place recovery): the worker of `rank` whose process group is
+  /// `worker_group` now belongs to generation `to`. Every open connection whose hello said
+  /// (from, rank) is re-stamped (its messages go to the sink as `to`, send_to(to, rank) reaches
+  /// it) and told with a gen.changed line. A hello of (from, rank) arriving later is re-stamped
+  /// and told too, but only when it comes from that worker's process group (the worker itself,
+  /// connecting late or again): any other process saying the old (from, rank) keeps it, so it
+  /// cannot take the replies meant for the worker. Returns the number of connections told.
+  size_t change_generation(int from, int to, int rank, pid_t worker_group);
+
+  /// The worker whose process group is `worker_group` was reaped: its moves are forgotten (its
+  /// pid, and so a group of that number, may come back as someone else's).
+  void forget_moves_of(pid_t worker_group);
+
   /// Number of open connections (for tests and logs).
   size_t connection_count() const { return connections_.size(); }
 
@@ -87,6 +100,11 @@ class WorkerSocketServer {
   /// Reports a problem with a line of `connection` and, when `close`, drops the connection.
   void report(Connection& connection, const WorkerProblemSink& problems, std::string error, bool close);
   void write_to(Connection& connection);
+  /// Re-stamps `connection` to `gen` and queues the gen.changed line for it.
+  void tell_generation(Connection& connection, int gen);
+  /// The generation a hello of (gen, rank) from `peer_pid` belongs to now: `gen`, unless
+  /// change_generation() moved that worker on and the peer is in its process group.
+  int current_generation(int gen, int rank, pid_t peer_pid) const;
   void drop(int fd, const std::string& why);
 
   std::string runtime_dir_;
@@ -94,6 +112,11 @@ class WorkerSocketServer {
   UniqueFd listener_;
   std::string log_prefix_;
   std::map<int, Connection> connections_;  // by fd
+  struct Move {
+    int to;
+    pid_t worker_group;
+  };
+  std::map<std::pair<int, int>, Move> moves_;  // (from gen, rank) → where change_generation moved it
   uint64_t next_serial_ = 1;
 };
 
