@@ -117,8 +117,15 @@ Result<json> AgentConnection::request(json message, Millis timeout) {
     return sent.error();
   }
   std::unique_lock lock(mutex_);
-  bool answered = replied_.wait_for(lock, timeout, [&] { return replies_.contains(id) || closed_; });
+  bool answered = replied_.wait_for(lock, timeout, [&] {
+    return replies_.contains(id) || closed_ || abandoned_.contains(id);
+  });
   waiting_.erase(id);
+  if (abandoned_.erase(id) > 0) {
+    replies_.erase(id);
+    return Error{type + ": abandoned: the dtrain agent announced generation " +
+                 std::to_string(announced_generation_.value_or(-1)) + " (gen.changed) while it waited"};
+  }
   if (!replies_.contains(id)) {
     if (closed_) return Error{type + ": " + closed_reason_};
     return Error{type + ": no reply from the dtrain agent within " + std::to_string(timeout.count()) +
@@ -159,6 +166,10 @@ void AgentConnection::read_loop() {
       auto type = reply.is_object() ? reply.find("type") : reply.end();
       if (reply.is_object() && type != reply.end() && type->is_string() && *type == wire::kCkptRequest) {
         note_checkpoint_request(reply);
+        continue;
+      }
+      if (reply.is_object() && type != reply.end() && type->is_string() && *type == wire::kGenChanged) {
+        note_generation_change(reply);
         continue;
       }
       if (!reply.is_object() || !reply.contains("id") || !reply["id"].is_number_integer()) continue;
@@ -204,6 +215,31 @@ std::optional<std::string> AgentConnection::take_checkpoint_request(int64_t step
   return std::exchange(requested_checkpoint_reason_, {});
 }
 
+void AgentConnection::note_generation_change(const json& change) {
+  auto gen = change.find("gen");
+  if (gen == change.end() || !gen->is_number_integer()) return;  // malformed: nothing to adopt
+  std::lock_guard lock(mutex_);
+  int announced = gen->get<int>();
+  if (!announced_generation_ || announced > *announced_generation_) announced_generation_ = announced;
+  abandoned_.insert(waiting_.begin(), waiting_.end());
+  replied_.notify_all();
+}
+
+std::optional<int> AgentConnection::announced_generation() {
+  std::lock_guard lock(mutex_);
+  return announced_generation_;
+}
+
+Result<int> AgentConnection::wait_for_generation_after(int after, Millis timeout) {
+  std::unique_lock lock(mutex_);
+  auto newer = [&] { return announced_generation_ && *announced_generation_ > after; };
+  replied_.wait_for(lock, timeout, [&] { return newer() || closed_; });
+  if (newer()) return *announced_generation_;
+  if (closed_) return Error{"waiting for gen.changed: " + closed_reason_};
+  return Error{"no gen.changed (a generation after " + std::to_string(after) + ") from the dtrain agent within " +
+               std::to_string(timeout.count()) + "ms"};
+}
+
 void AgentConnection::close_with(std::string reason) {
   std::lock_guard lock(mutex_);
   if (!closed_) {
@@ -213,7 +249,15 @@ void AgentConnection::close_with(std::string reason) {
   replied_.notify_all();
 }
 
+Status AgentKv::check_generation(const std::string& what) const {
+  std::optional<int> announced = connection_->announced_generation();
+  if (!announced || *announced <= generation_) return {};
+  return Error{what + ": the store moved on to generation " + std::to_string(*announced) +
+               " (gen.changed) and this worker is still in generation " + std::to_string(generation_)};
+}
+
 Status AgentKv::set(const std::string& key, const std::string& value) {
+  if (Status fresh = check_generation("kv.set '" + key + "'"); !fresh) return fresh;
   Result<json> reply = connection_->request({{"type", wire::kKvSet}, {"key", key}, {"value", value}},
                                             kRequestTimeout);
   if (!reply) return reply.error();
@@ -221,6 +265,7 @@ Status AgentKv::set(const std::string& key, const std::string& value) {
 }
 
 Result<std::optional<std::string>> AgentKv::get(const std::string& key) {
+  if (Status fresh = check_generation("kv.get '" + key + "'"); !fresh) return fresh.error();
   Result<json> reply = connection_->request({{"type", wire::kKvGet}, {"key", key}}, kRequestTimeout);
   if (!reply) return reply.error();
   const json& value = (*reply)["value"];
@@ -229,6 +274,7 @@ Result<std::optional<std::string>> AgentKv::get(const std::string& key) {
 }
 
 Result<std::vector<std::string>> AgentKv::wait(const std::vector<std::string>& keys, Millis timeout) {
+  if (Status fresh = check_generation("kv.wait"); !fresh) return fresh.error();
   Result<json> reply = connection_->request(
       {{"type", wire::kKvWait}, {"keys", keys}, {"timeout_ms", timeout.count()}}, timeout + kWaitGrace);
   if (!reply) return reply.error();
@@ -248,6 +294,10 @@ Result<bool> AgentKv::generation_is_current() {
   auto current = reply->find("current");
   if (current == reply->end() || !current->is_boolean()) {
     return Error{"gen.check: malformed reply from the agent (no boolean \"current\")"};
+  }
+  auto generation = reply->find("generation");
+  if (generation != reply->end() && generation->is_number_integer() && generation->get<int>() != generation_) {
+    return false;  // re-stamped by gen.changed, but this worker has not adopted that generation
   }
   return current->get<bool>();
 }

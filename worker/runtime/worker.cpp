@@ -1,4 +1,5 @@
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -93,6 +94,9 @@ Status read_contract(Topology& topology, Settings& settings) {
   settings.resume_step = read(env::kResumeStep, -1, -1);
   settings.heartbeat_interval_ms = static_cast<int>(read(env::kHeartbeatIntervalMs, 1000, 0));
   settings.fault_ckpt_delay_ms = static_cast<int>(read(env::kFaultCkptDelayMs, 0, 0));
+  settings.in_place = env_text(env::kInPlace) == "1";
+  settings.in_place_timeout_ms = static_cast<int>(read(env::kInPlaceTimeoutMs, 30'000, 1));
+  settings.join_live = env_text(env::kJoinLive) == "1";
   if (status.ok() && !settings.backend.empty() && settings.backend != "gloo" && settings.backend != "nccl") {
     status = Error{"DTRAIN_BACKEND='" + settings.backend + "' is not a back end; use gloo or nccl"};
   }
@@ -117,6 +121,17 @@ struct Worker::Beats {
   int64_t last_sent_ms = 0;
   int64_t last_step = -1;
   std::optional<std::pair<int64_t, Metrics>> unsent;
+};
+
+/// Generations announced (gen.changed; in process: announce_generation) and what is reported
+/// once per generation.
+struct Worker::Generations {
+  mutable std::mutex mutex;
+  std::condition_variable announced_cv;
+  std::optional<int> announced;                 // in process only; agents: the connection's
+  std::shared_ptr<KvClient> announced_store;    // in process: the store of `announced`
+  std::vector<std::shared_ptr<KvClient>> retired_stores;  // outlive whatever still refers to them
+  int comm_ready_generation = -1;               // comm.ready was sent for this generation
 };
 
 struct Worker::Recorded {
@@ -152,7 +167,10 @@ Result<std::unique_ptr<Worker>> Worker::from_env(bool allow_standalone) {
   worker->topology_ = topology;
   worker->settings_ = settings;
   worker->connection_ = *connection;
-  worker->kv_ = std::make_shared<AgentKv>(*connection);
+  auto agent_kv = std::make_shared<AgentKv>(*connection, settings.generation);
+  worker->agent_kv_ = agent_kv.get();
+  worker->kv_ = std::move(agent_kv);
+  worker->generations_ = std::make_unique<Generations>();
   worker->beats_ = std::make_unique<Beats>();
   worker->recorded_ = std::make_unique<Recorded>();
   worker->send_line(json{{"type", wire::kHello},
@@ -174,6 +192,7 @@ std::unique_ptr<Worker> Worker::in_process(Topology topology, Settings settings,
   worker->topology_ = topology;
   worker->settings_ = std::move(settings);
   worker->kv_ = std::move(kv);
+  worker->generations_ = std::make_unique<Generations>();
   worker->beats_ = std::make_unique<Beats>();
   worker->recorded_ = std::make_unique<Recorded>();
   worker->send_line(json{{"type", wire::kHello},
@@ -291,7 +310,62 @@ Result<std::unique_ptr<Communicator>> Worker::connect(Millis timeout) {
 }
 
 void Worker::report_comm_ready(int64_t init_ms) {
+  {
+    std::lock_guard lock(generations_->mutex);
+    if (generations_->comm_ready_generation == settings_.generation) return;
+    generations_->comm_ready_generation = settings_.generation;
+  }
   send_line(json{{"type", wire::kCommReady}, {"ms", init_ms}}.dump());
+}
+
+std::optional<int> Worker::generation_change() const {
+  std::optional<int> announced;
+  if (connection_) {
+    announced = connection_->announced_generation();
+  } else {
+    std::lock_guard lock(generations_->mutex);
+    announced = generations_->announced;
+  }
+  if (announced && *announced > settings_.generation) return announced;
+  return std::nullopt;
+}
+
+void Worker::announce_generation(int generation, std::shared_ptr<KvClient> store) {
+  if (connection_) return;
+  std::lock_guard lock(generations_->mutex);
+  if (generations_->announced && *generations_->announced >= generation) return;
+  generations_->announced = generation;
+  generations_->announced_store = std::move(store);
+  generations_->announced_cv.notify_all();
+}
+
+Result<int> Worker::adopt_new_generation(Millis timeout) {
+  int adopted;
+  if (connection_) {
+    Result<int> announced = connection_->wait_for_generation_after(settings_.generation, timeout);
+    if (!announced) return announced.error();
+    adopted = *announced;
+    agent_kv_->set_generation(adopted);  // the same connection serves the new generation's store
+  } else {
+    std::unique_lock lock(generations_->mutex);
+    auto newer = [&] { return generations_->announced && *generations_->announced > settings_.generation; };
+    if (!generations_->announced_cv.wait_for(lock, timeout, newer)) {
+      return Error{"no new generation (after " + std::to_string(settings_.generation) + ") announced within " +
+                   std::to_string(timeout.count()) + "ms"};
+    }
+    adopted = *generations_->announced;
+    if (generations_->announced_store) {
+      // Communicators of the old generation may still hold a reference to its store.
+      generations_->retired_stores.push_back(kv_);
+      kv_ = generations_->announced_store;
+    }
+  }
+  settings_.generation = adopted;
+  std::lock_guard lock(beats_->mutex);
+  beats_->sent_any = false;
+  beats_->last_step = -1;
+  beats_->unsent.reset();
+  return adopted;
 }
 
 }  // namespace dtrain::worker

@@ -95,6 +95,10 @@ struct Settings {
   int64_t resume_step = -1;       ///< DTRAIN_RESUME_STEP; -1 = the latest complete one
   int heartbeat_interval_ms = 1000;  ///< DTRAIN_HEARTBEAT_INTERVAL_MS
   int fault_ckpt_delay_ms = 0;    ///< DTRAIN_FAULT_CKPT_DELAY_MS: sleep before writing shards
+  // In-place recovery (see Worker::adopt_new_generation).
+  bool in_place = false;          ///< DTRAIN_IN_PLACE=1: survive a peer's failure, do not exit
+  int in_place_timeout_ms = 30'000;  ///< DTRAIN_IN_PLACE_TIMEOUT_MS: wait for gen.changed, then rejoin
+  bool join_live = false;         ///< DTRAIN_JOIN_LIVE=1: a replacement; state comes from a live replica
 };
 
 /// What one training step reports. Unset fields are left off the wire.
@@ -148,7 +152,8 @@ class InProcessKv final : public KvClient {
 /// One interface, several back ends (Gloo over TCP; NCCL when built with CUDA; a trivial one
 /// for a world of one). Every operation has a timeout; a dead or stopped peer becomes an Error
 /// naming the operation and the peers, never a hang. After an error the communicator is
-/// unusable (collectives cannot be resumed half-way): the caller should exit.
+/// unusable (collectives cannot be resumed half-way): the caller should exit, or, with
+/// DTRAIN_IN_PLACE=1, destroy it and rejoin (Worker::adopt_new_generation).
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -197,6 +202,7 @@ struct ParallelGroups {
 // --- the worker ----------------------------------------------------------------------------------
 
 class AgentConnection;
+class AgentKv;
 struct CommGroup;
 
 /// One training process's link to dtrain: identity, heartbeats, the KV store, collectives.
@@ -252,7 +258,8 @@ class Worker {
   /// comm.ready {ms}: this rank's communicator is initialised and the first collective could
   /// run; `init_ms` is how long that took. The supervisor ends the recovery's "rendezvous" phase
   /// when every rank has said it. Only for programs that build their own communicator: connect()
-  /// calls it. Independent of beat(): it never delays or replaces a beat.
+  /// calls it. Independent of beat(): it never delays or replaces a beat. Sent once per
+  /// generation: a second call in the same generation sends nothing.
   void report_comm_ready(int64_t init_ms);
 
   /// ckpt.committed {step, bytes, ms}: the supervisor turns it into a checkpoint.committed event.
@@ -269,6 +276,47 @@ class Worker {
   /// The ranks agreed to save `step` for a checkpoint request: a request this rank hears only
   /// now (for that step or an earlier one) is served already and is not taken again.
   void checkpoint_request_served(int64_t step);
+
+  // --- in-place recovery (DTRAIN_IN_PLACE=1; wire.h gen.changed) ---------------------------
+  //
+  // When a rank fails, the supervisor moves the store to generation G+1 and the agent sends
+  // gen.changed to every surviving worker instead of restarting it. A survivor then:
+  //   1. notices: a collective fails (a dead peer's socket closes), or generation_change()
+  //      says so at the top of a step;
+  //   2. destroys every communicator (for Gloo that closes its sockets, which is what makes the
+  //      peers still blocked in a collective with it fail too) and waits for a background
+  //      checkpoint save (Checkpointer::wait: its commit is refused, see below);
+  //   3. adopt_new_generation(timeout);
+  //   4. connect() / connect_groups() again: G+1's store is empty, so the same keys rendezvous
+  //      afresh, and comm.ready is reported for G+1;
+  //   5. agrees with the other ranks on the state (the program's business; dtrain-train: its
+  //      worker/trainer/live_recovery.h) and carries on.
+  // The replacement rank starts with DTRAIN_JOIN_LIVE=1 in generation G+1 and skips step 3.
+  // A checkpoint save interrupted by the failure does not commit: gen.check answers "not
+  // current" to a worker whose generation is not the store's, and after gen.changed the store's
+  // is G+1 while this worker's is still G until it adopts.
+
+  /// A generation newer than settings().generation that was announced (gen.changed from the
+  /// agent, or announce_generation() in process), if any. Cheap (a mutex, no I/O): call it at
+  /// the top of every step.
+  std::optional<int> generation_change() const;
+
+  /// Waits up to `timeout` for a newer generation to be announced, then makes it this worker's:
+  /// settings().generation = G, the store is G's (in process: the one given to
+  /// announce_generation), and the per-generation state is reset: the beat rate limit (the
+  /// first step beat of G goes out at once) and a beat not yet sent (a step of the old
+  /// generation must not be read as progress in G), the checkpoint phase (G starts in "train"),
+  /// and comm.ready (reported again by the next connect). A pending ckpt.request is kept: it
+  /// names a step, not a generation. Call it only with every communicator destroyed and no
+  /// checkpoint save in flight. Returns G; an error when no announcement came in time (the
+  /// worker should then exit non-zero: the supervisor falls back to a full restart).
+  Result<int> adopt_new_generation(Millis timeout);
+
+  /// In-process workers (tests): announces generation `generation`, served by `store` (a fresh
+  /// one, as the supervisor's store is empty in a new generation), as the agent's gen.changed
+  /// would. Thread-safe: the "supervisor" thread calls it while the rank's thread trains.
+  /// Ignored for workers connected to an agent.
+  void announce_generation(int generation, std::shared_ptr<KvClient> store);
 
   /// Says goodbye (flushing the newest beat first). Called by the destructor with "exit" if not
   /// called before.
@@ -288,6 +336,9 @@ class Worker {
   bool said_bye_ = false;
   std::shared_ptr<KvClient> kv_;
   std::shared_ptr<AgentConnection> connection_;  // null when in process
+  AgentKv* agent_kv_ = nullptr;                  // kv_ when connected to an agent
+  struct Generations;
+  std::unique_ptr<Generations> generations_;
   struct Beats;
   std::unique_ptr<Beats> beats_;
   struct Recorded;

@@ -32,7 +32,11 @@ const char* usage() {
          "pipeline parallel (stages of whole pairs, 1F1B micro-batch schedule) and data parallel\n"
          "on top. DTRAIN_GLOBAL_BATCH, DTRAIN_MICRO_BATCH, DTRAIN_CKPT_DIR and DTRAIN_CKPT_INTERVAL\n"
          "override the batch and checkpoint flags when set. With no batch from the spec or\n"
-         "--global-batch, the global batch is the multiple of data x micro batch nearest 64.\n";
+         "--global-batch, the global batch is the multiple of data x micro batch nearest 64.\n"
+         "With DTRAIN_IN_PLACE=1 (spec elastic.in_place) a rank that loses a peer does not exit: it\n"
+         "waits for the next generation, reconnects, and continues from the newest step every rank\n"
+         "completed (rolling back one step from a kept copy if it is ahead); a replacement\n"
+         "(DTRAIN_JOIN_LIVE=1) takes its state from a live data-parallel replica, not from disk.\n";
 }
 
 worker::Result<Options> parse_options(const std::vector<std::string>& args) {
