@@ -56,6 +56,15 @@ TEST_CASE("agreement: the oldest completed step wins, a rank one step ahead roll
   REQUIRE(plan_dp0.ok());
   CHECK(plan_dp0->source_dp == 1);
   CHECK(plan_dp0->source_rank == 2);
+  // A lost host takes two ranks with it (data 4, two replacements): both take rank 0's state.
+  std::vector<RankReport> data4;
+  for (int rank = 0; rank < 4; ++rank) data4.push_back({rank, rank < 2 ? 30 : -1, 29, 0, 0, rank});
+  for (int rank : {2, 3}) {
+    auto plan = plan_agreement(data4, rank);
+    REQUIRE(plan.ok());
+    CHECK(plan->step == 30);
+    CHECK(plan->source_rank == 0);
+  }
 }
 
 TEST_CASE("agreement: what cannot be recovered in place is an error that says why, on every rank alike") {
