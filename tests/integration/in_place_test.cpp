@@ -1,0 +1,199 @@
+// In-place recovery (elastic.in_place) end to end, on the embedded localhost default with the
+// reference trainer: a killed (or stopped) rank is the only process replaced; the survivors keep
+// running, re-rendezvous under the next generation and hand the newest completed step to the
+// replacement, so no step is lost and the run ends bit-identical to an uninterrupted one. A
+// recovery that cannot finish falls back to today's full restart. Nothing of a run survives.
+
+#include <doctest/doctest.h>
+
+#include <signal.h>
+
+#include <set>
+
+#include "tests/integration/dtrain_runner.h"
+
+using namespace dtrain::testing;
+
+namespace {
+
+struct Layout {
+  int slots = 4;
+  int tensor = 1;
+};
+
+std::string trainer_spec(const std::string& name, int steps, const Layout& layout, bool in_place,
+                         const std::string& extra = "") {
+  return "version: 1\nname: " + name + "\nslots_per_host: " + std::to_string(layout.slots) +
+         "\nworker:\n  command: [dtrain-train, --steps, \"" + std::to_string(steps) +
+         "\", --log-every, \"50\", --layers, \"2\"]\n  backend: gloo\n"
+         "parallelism: {tensor: " + std::to_string(layout.tensor) + "}\n"
+         "batch: {global: 32, micro: 8}\n"
+         "checkpoint: {interval_steps: 50, keep: 3}\n"
+         "heartbeat: {interval: 200ms, timeout: 2s, hang_timeout: 3s}\n"
+         "elastic: {max_restarts: 2" + std::string(in_place ? ", in_place: true" : "") + "}\n"
+         "stop_grace: 2s\n" + extra;
+}
+
+std::string final_line(const std::string& log) {
+  size_t at = log.rfind("dtrain-train: final");
+  return at == std::string::npos ? "" : log.substr(at, log.find('\n', at) - at);
+}
+
+/// Every rank's final line of a run directory (loss, and the checksum of the rank's own shard).
+std::vector<std::string> final_lines(const std::string& dir, int world) {
+  std::vector<std::string> lines;
+  for (int rank = 0; rank < world; ++rank) lines.push_back(final_line(read_text(dir + "/ranks/" + std::to_string(rank) + ".log")));
+  return lines;
+}
+
+/// Every rank's final line of a fault-free run (in_place off: the same arithmetic). Empty
+/// when that run failed.
+std::vector<std::string> uninterrupted_final_lines(int steps, const Layout& layout) {
+  DtrainEnv env;
+  DtrainProcess reference = env.run({"submit", env.write_spec("ref.yaml", trainer_spec("ref", steps, layout, false))});
+  if (reference.exit_code != 0 || env.run_dirs().empty()) return {};
+  std::vector<std::string> lines = final_lines(env.run_dirs().at(0), layout.slots);
+  for (const std::string& line : lines) {
+    if (line.empty()) return {};
+  }
+  return lines;
+}
+
+/// What every in-place recovery of one rank must show in the run log.
+void check_in_place_recovery(const std::string& dir, int victim_rank, int world) {
+  auto events = read_events(dir + "/events.jsonl");
+  auto started = events_named(events, "recovery.started");
+  REQUIRE(started.size() == 1);
+  CHECK(started[0]["action"] == "in-place");
+  auto completed = events_named(events, "recovery.completed");
+  REQUIRE(completed.size() == 1);
+  CHECK(completed[0]["action"] == "in-place");
+  CHECK(completed[0]["steps_lost"] == 0);
+  CHECK_FALSE(completed[0].contains("fallback"));
+  CHECK(completed[0]["phases"].contains("rendezvous_ms"));
+  CHECK(completed[0]["phases"].contains("state_and_first_step_ms"));
+  CHECK(events_named(events, "recovery.fallback").empty());
+  // Only the victim was started again: world + 1 worker.started, the last one for its rank.
+  auto workers = events_named(events, "worker.started");
+  REQUIRE(workers.size() == static_cast<size_t>(world + 1));
+  CHECK(workers.back()["rank"] == victim_rank);
+  CHECK(workers.back()["gen"] == 1);
+  std::set<std::string> carried_hosts;
+  for (const auto& carried : events_named(events, "recovery.carried_over")) {
+    carried_hosts.insert(carried["host"].get<std::string>());
+    CHECK(carried["ranks"].size() == static_cast<size_t>(world - 1));
+  }
+  CHECK(carried_hosts.size() == 1);
+  // Nothing of generation 0 was stopped: the only release is the end of the run's.
+  for (const auto& released : events_named(events, "resources.released")) CHECK(released["gen"] == 1);
+  CHECK(events_named(events, "plan.generation").size() == 2);
+}
+
+}  // namespace
+
+TEST_CASE("in place: kill -9 of one of 4 data-parallel ranks replaces only it, 0 steps lost, same final parameters") {
+  Layout layout{4, 1};
+  std::vector<std::string> expected = uninterrupted_final_lines(300, layout);
+  REQUIRE(!expected.empty());
+
+  DtrainEnv env;
+  DtrainProcess run = env.start({"submit", env.write_spec("kill.yaml", trainer_spec("kill", 300, layout, true))});
+  std::string dir = only_run_dir(env);
+  REQUIRE(!dir.empty());
+  REQUIRE(wait_until([&] { return rank_field(dir, 0, "step") >= 80; }, 60000));
+  int victim = rank_pid(dir, 2);
+  int survivor = rank_pid(dir, 1);
+  REQUIRE(victim > 0);
+  REQUIRE(::kill(victim, SIGKILL) == 0);
+  REQUIRE(run.wait(120000));
+  CHECK(run.exit_code == 0);
+
+  check_in_place_recovery(dir, 2, 4);
+  auto events = read_events(dir + "/events.jsonl");
+  auto detected = events_named(events, "failure.detected");
+  REQUIRE(detected.size() == 1);
+  CHECK(detected[0]["rank"] == 2);
+  CHECK(detected[0]["signal"] == "SIGKILL");
+  // The survivor kept its process (pid) through the recovery and said so in its log.
+  std::string survivor_log = read_text(dir + "/ranks/1.log");
+  CHECK(survivor_log.find("rejoined generation 1") != std::string::npos);
+  bool survivor_restarted = false;
+  for (const auto& started : events_named(events, "worker.started")) {
+    if (started["rank"] == 1 && started["pid"] != survivor) survivor_restarted = true;
+  }
+  CHECK_FALSE(survivor_restarted);
+  CHECK(final_lines(dir, 4) == expected);
+  CHECK(processes_of_run(run_id_of(dir)).empty());
+}
+
+TEST_CASE("in place: tensor 2 x data 2, a killed rank's replacement takes its shard from the live replica, bit-identical") {
+  Layout layout{4, 2};
+  std::vector<std::string> expected = uninterrupted_final_lines(300, layout);
+  REQUIRE(!expected.empty());
+
+  DtrainEnv env;
+  DtrainProcess run = env.start({"submit", env.write_spec("tp.yaml", trainer_spec("tp", 300, layout, true))});
+  std::string dir = only_run_dir(env);
+  REQUIRE(wait_until([&] { return rank_field(dir, 0, "step") >= 80; }, 60000));
+  int victim = rank_pid(dir, 3);
+  REQUIRE(victim > 0);
+  REQUIRE(::kill(victim, SIGKILL) == 0);
+  REQUIRE(run.wait(120000));
+  CHECK(run.exit_code == 0);
+
+  check_in_place_recovery(dir, 3, 4);
+  CHECK(final_lines(dir, 4) == expected);
+  CHECK(processes_of_run(run_id_of(dir)).empty());
+}
+
+TEST_CASE("in place: a stopped rank is killed alone and replaced, its peers keep their processes") {
+  DtrainEnv env;
+  DtrainProcess run = env.start({"submit", env.write_spec("hang.yaml", trainer_spec("hang", 300, Layout{4, 1}, true))});
+  std::string dir = only_run_dir(env);
+  REQUIRE(wait_until([&] { return rank_field(dir, 0, "step") >= 60; }, 60000));
+  int victim = rank_pid(dir, 1);
+  REQUIRE(victim > 0);
+  REQUIRE(::kill(victim, SIGSTOP) == 0);
+  REQUIRE(run.wait(120000));
+  CHECK(run.exit_code == 0);
+
+  check_in_place_recovery(dir, 1, 4);
+  auto events = read_events(dir + "/events.jsonl");
+  auto hangs = events_named(events, "worker.hang");
+  REQUIRE(hangs.size() == 1);
+  CHECK(hangs[0]["rank"] == 1);
+  auto completed = events_named(events, "recovery.completed");
+  REQUIRE(completed.size() == 1);
+  CHECK(completed[0]["kind"] == "worker.hang");
+  CHECK(completed[0]["phases"].contains("kill_ms"));
+  CHECK(process_gone(victim));
+  CHECK(processes_of_run(run_id_of(dir)).empty());
+}
+
+TEST_CASE("in place: with no live replica of the lost shard the recovery falls back to a full restart from the checkpoint") {
+  // tensor 2 x data 1: rank 1's shard has no other replica, so the survivors cannot hand it over.
+  Layout layout{2, 2};
+  std::vector<std::string> expected = uninterrupted_final_lines(200, layout);
+  REQUIRE(!expected.empty());
+
+  DtrainEnv env;
+  DtrainProcess run = env.start({"submit", env.write_spec("solo.yaml", trainer_spec("solo", 200, layout, true))});
+  std::string dir = only_run_dir(env);
+  REQUIRE(wait_until([&] { return rank_field(dir, 0, "step") >= 70; }, 60000));
+  int victim = rank_pid(dir, 1);
+  REQUIRE(victim > 0);
+  REQUIRE(::kill(victim, SIGKILL) == 0);
+  REQUIRE(run.wait(120000));
+  CHECK(run.exit_code == 0);
+
+  auto events = read_events(dir + "/events.jsonl");
+  auto fallback = events_named(events, "recovery.fallback");
+  REQUIRE(fallback.size() >= 1);
+  auto completed = events_named(events, "recovery.completed");
+  REQUIRE(completed.size() == 1);
+  CHECK(completed[0]["action"] == "restart");
+  CHECK(completed[0].contains("fallback"));
+  CHECK(completed[0]["resume_step"].get<int>() >= 50);
+  CHECK(final_lines(dir, 2) == expected);
+  CHECK(processes_of_run(run_id_of(dir)).empty());
+}
