@@ -151,7 +151,8 @@ std::string opt_int(const json& object, const char* key) {
 /// *_ms phase recovery.completed carries, known ones in the order they happen, unknown ones
 /// (a newer supervisor's) after them in key order; total_ms is the headline, not a phase.
 std::string phases_text(const json& phases) {
-  static const std::vector<std::string> order = {"detect", "stop", "replan", "spawn", "rendezvous", "first_step"};
+  static const std::vector<std::string> order = {"detect", "kill", "abort", "stop", "replan", "spawn", "rendezvous",
+                                                 "state_and_first_step", "first_step"};
   std::vector<std::string> parts;
   auto add = [&](const std::string& name) {
     std::optional<int64_t> ms = json_int(phases, name + "_ms");
@@ -178,7 +179,8 @@ std::string recovery_text(const json& recovery) {
     text += " after " + (json_member(*cause, "rank") ? "rank " + opt_int(*cause, "rank") + " on " : std::string()) +
             json_string(*cause, "host", "?") + " " + json_string(*cause, "detail");
   }
-  text += ": resumed at step " + opt_int(recovery, "resume_step") + " (" + opt_int(recovery, "steps_lost") +
+  text += std::string(json_string(recovery, "action") == "in-place" ? ": resumed in place at step " : ": resumed at step ") +
+          opt_int(recovery, "resume_step") + " (" + opt_int(recovery, "steps_lost") +
           " steps lost)";
   if (const json* phases = json_member(recovery, "phases"); phases && phases->is_object()) {
     if (json_int(*phases, "total_ms")) text += " in " + opt_int(*phases, "total_ms") + "ms";

@@ -98,8 +98,9 @@ void line(std::string& out, const std::string& label, const std::string& value) 
 
 std::string phases_text(const json& phases) {
   std::string text;
-  for (const auto& [key, label] : {std::pair{"stop_ms", "stop"}, {"replan_ms", "replan"}, {"spawn_ms", "spawn"},
-                                    {"rendezvous_ms", "rendezvous"}, {"first_step_ms", "first step"}}) {
+  for (const auto& [key, label] : {std::pair{"kill_ms", "kill"}, {"abort_ms", "abort"}, {"stop_ms", "stop"},
+                                    {"replan_ms", "replan"}, {"spawn_ms", "spawn"}, {"rendezvous_ms", "rendezvous"},
+                                    {"state_and_first_step_ms", "state + first step"}, {"first_step_ms", "first step"}}) {
     if (auto value = json_int(phases, key)) {
       text += (text.empty() ? "" : " · ") + std::string(label) + " " + format_duration(Millis(*value));
     }

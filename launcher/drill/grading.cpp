@@ -92,6 +92,32 @@ void grade_host_loss(FaultVerdict& verdict, const Injection& injection, const st
   check(verdict, "host left out of the new generation", without, detail);
 }
 
+// In place, the hit generation is not stopped: every host that still has its workers must have
+// carried them over (recovery.carried_over), and the faulted process must not be among them.
+void grade_carry_over(FaultVerdict& verdict, const Injection& injection, const std::vector<json>& events) {
+  std::set<std::string> carried_hosts;
+  for (const json& event : events) {
+    if (name_of(event) == events::kRecoveryCarriedOver && json_int(event, "gen").value_or(-1) == injection.generation + 1) {
+      carried_hosts.insert(json_string(event, "host"));
+    }
+  }
+  std::vector<std::string> missing;
+  for (const std::string& host : injection.hosts) {
+    if (is_host_fault(injection.fault.kind) && host == injection.fault.target) continue;
+    if (!carried_hosts.count(host)) missing.push_back(host);
+  }
+  std::vector<int> carried = carried_over_pids(events, injection.generation);
+  bool victim_carried = injection.pid > 0 && std::find(carried.begin(), carried.end(), injection.pid) != carried.end();
+  bool ok = missing.empty() && !victim_carried;
+  verdict.resources_released = ok;
+  std::string detail = ok ? std::to_string(carried.size()) + " worker(s) on " + std::to_string(carried_hosts.size()) +
+                                " host(s) carried over to generation " + std::to_string(injection.generation + 1) +
+                                "; the faulted process was not"
+                          : victim_carried ? "the faulted pid " + std::to_string(injection.pid) + " was carried over"
+                                           : "no carry-over seen from " + missing.front();
+  check(verdict, "survivors carried over in place", ok, detail);
+}
+
 // Every host of the hit generation must report its processes gone (resources.released with
 // nothing remaining) before the next generation is planned: otherwise the old and the new
 // generation ran side by side.
@@ -202,16 +228,26 @@ void grade_recovery(FaultVerdict& verdict, const Injection& injection, const std
                   : supervisor_fault ? "no recovery.completed {kind: supervisor.lost} after the injection"
                                      : "no recovery.completed after the failure");
   if (is_host_fault(injection.fault.kind)) grade_host_loss(verdict, injection, events);
+  bool in_place = completed && json_string(*completed, "action") == "in-place";
   if (supervisor_fault) {
     // No supervisor is left to confirm releases: the drill's fence check stands for it.
     verdict.resources_released = verdict.detected_wall_ms.has_value();
+  } else if (in_place) {
+    grade_carry_over(verdict, injection, events);
   } else {
     grade_release(verdict, injection, events);
   }
-  check(verdict, "old processes gone", context.surviving_pids.empty(),
-        context.surviving_pids.empty() ? "every pid of generation " + std::to_string(injection.generation) + " is gone"
-                                       : std::to_string(context.surviving_pids.size()) + " still alive, e.g. pid " +
-                                             std::to_string(context.surviving_pids.front()));
+  // In place, the carried-over survivors live on by design; anything else of the hit
+  // generation must be gone.
+  std::vector<int> carried = in_place ? carried_over_pids(events, injection.generation) : std::vector<int>{};
+  std::vector<int> left;
+  for (int pid : context.surviving_pids) {
+    if (std::find(carried.begin(), carried.end(), pid) == carried.end()) left.push_back(pid);
+  }
+  check(verdict, "old processes gone", left.empty(),
+        left.empty() ? "every pid of generation " + std::to_string(injection.generation) + " is gone" +
+                           (carried.empty() ? "" : " but the " + std::to_string(carried.size()) + " carried over in place")
+                     : std::to_string(left.size()) + " still alive, e.g. pid " + std::to_string(left.front()));
 
   if (injection.fault.kind == FaultKind::corrupt_checkpoint && injection.corrupted_step) {
     int64_t bad = *injection.corrupted_step;
@@ -278,6 +314,19 @@ void grade_slow_storage(FaultVerdict& verdict, const Injection& injection, const
 }
 
 }  // namespace
+
+std::vector<int> carried_over_pids(const std::vector<json>& events, int from_gen) {
+  std::vector<int> pids;
+  for (const json& event : events) {
+    if (name_of(event) != events::kRecoveryCarriedOver || json_int(event, "gen").value_or(-1) != from_gen + 1) continue;
+    if (const json* list = json_member(event, "pids"); list && list->is_array()) {
+      for (const json& pid : *list) {
+        if (pid.is_number_integer()) pids.push_back(pid.get<int>());
+      }
+    }
+  }
+  return pids;
+}
 
 bool FaultVerdict::passed() const {
   for (const ObjectiveResult& objective : objectives) {

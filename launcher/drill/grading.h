@@ -87,6 +87,10 @@ struct FaultVerdict {
 
 /// Grades one fault. `events_after` are the run's events logged after the injection, oldest
 /// first, up to the end of the drill's wait for it.
+/// The pids an in-place recovery carried over from generation `from_gen` to the next
+/// (recovery.carried_over): survivors by design, not leftovers of the hit generation.
+std::vector<int> carried_over_pids(const std::vector<nlohmann::json>& events, int from_gen);
+
 FaultVerdict grade_fault(const Injection& injection, const std::vector<nlohmann::json>& events_after,
                          const Objectives& objectives, const GradeContext& context);
 

@@ -202,7 +202,15 @@ Result<FaultRecord> inject_and_follow(LiveRun& run, const Fault& fault, Deadline
   if (followed.error) return Error::infra(*followed.error);
   record.recovered = followed.recovered;
   record.run_ended = followed.run_ended;
-  record.surviving_pids = wait_until_gone(ready->view.pids, kGoneGrace);
+  // Survivors an in-place recovery carried over live on by design: do not wait for them.
+  (void)run.poll();
+  std::vector<json> after(run.events().begin() + static_cast<std::ptrdiff_t>(events_before), run.events().end());
+  std::vector<int> carried = carried_over_pids(after, injection.generation);
+  std::vector<int> watched;
+  for (int pid : ready->view.pids) {
+    if (std::find(carried.begin(), carried.end(), pid) == carried.end()) watched.push_back(pid);
+  }
+  record.surviving_pids = wait_until_gone(watched, kGoneGrace);
   if (fault.kind == FaultKind::hang_rank && process_alive(injection.pid)) {
     // Never leave a worker frozen by the drill behind: the run would hang for good.
     (void)send_signal(injection.pid, SIGCONT);

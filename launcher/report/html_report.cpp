@@ -721,7 +721,8 @@ std::string checkpoints_section(const RunRecord& record, const Timeline& timelin
 const char* phase_color(const std::string& phase) {
   static const std::map<std::string, const char*> colors = {
       {"detect", "#ef6c00"}, {"stop", "#78909c"}, {"replan", "#1565c0"}, {"spawn", "#2e7d32"},
-      {"rendezvous", "#00838f"}, {"first_step", "#7cb342"}};
+      {"rendezvous", "#00838f"}, {"first_step", "#7cb342"}, {"kill", "#d84315"}, {"abort", "#5d4037"},
+      {"state_and_first_step", "#9ccc65"}};
   auto found = colors.find(phase);
   return found == colors.end() ? "#8d6e63" : found->second;
 }
@@ -766,6 +767,9 @@ std::string recovery_section(const Timeline& timeline, const ReportLimits& limit
   for (const std::string& phase : {std::string("detect"), std::string("stop"), std::string("replan"), std::string("spawn"),
                                    std::string("rendezvous"), std::string("first_step")}) {
     out += legend_item(phase_color(phase), phase);
+  }
+  for (const std::string& phase : {std::string("kill"), std::string("abort"), std::string("state_and_first_step")}) {
+    if (phases_seen.count(phase)) out += legend_item(phase_color(phase), phase);  // in-place recoveries only
   }
   out += "</div>";
   if (timeline.recoveries.size() > count) out += "<p class=\"note\">" + std::to_string(timeline.recoveries.size() - count) + " more recoveries in timeline.json.</p>";

@@ -60,7 +60,8 @@ const char* mark_kind_name(MarkKind kind) {
 }
 
 std::vector<std::pair<std::string, int64_t>> recovery_phases(const json& phases) {
-  static const std::vector<std::string> order = {"detect", "stop", "replan", "spawn", "rendezvous", "first_step"};
+  static const std::vector<std::string> order = {"detect", "kill", "abort", "stop", "replan", "spawn", "rendezvous",
+                                                 "state_and_first_step", "first_step"};
   std::vector<std::pair<std::string, int64_t>> out;
   for (const std::string& name : order) {
     if (std::optional<int64_t> ms = json_int(phases, name + "_ms")) out.emplace_back(name, *ms);

@@ -200,3 +200,34 @@ TEST_CASE("--spec mode: passing faults still fail the drill when the job did not
   CHECK_FALSE(report.passed());
   CHECK(format_report(report).find("1 process(es) of the run remained (killed), e.g. pid 777") != std::string::npos);
 }
+
+TEST_CASE("an in-place recovery passes with its survivors alive, and fails when the faulted process was carried over") {
+  std::vector<json> events = {
+      at(20, {{"ev", "failure.detected"}, {"kind", "worker.exit"}, {"rank", 1}, {"gen", 0}}),
+      at(22, {{"ev", "recovery.started"}, {"gen", 0}, {"action", "in-place"}}),
+      at(25, {{"ev", "plan.generation"}, {"gen", 1}}),
+      at(40, {{"ev", "recovery.carried_over"}, {"gen", 1}, {"host", "localhost"}, {"ranks", {0, 2, 3}},
+              {"pids", {4241, 4243, 4244}}}),
+      at(140, {{"ev", "recovery.completed"}, {"gen", 1}, {"action", "in-place"}, {"resume_step", 64},
+               {"last_step", 64}, {"steps_lost", 0},
+               {"phases", {{"abort_ms", 18}, {"spawn_ms", 30}, {"rendezvous_ms", 50}, {"state_and_first_step_ms", 20}}}}),
+  };
+  GradeContext context = running();
+  context.surviving_pids = {4241, 4243, 4244};  // the carried-over survivors, alive by design
+  Objectives objectives{Millis(10'000), Millis(1'000), 0};
+  FaultVerdict verdict = grade_fault(kill_rank_1(), events, objectives, context);
+  CHECK(verdict.passed());
+  CHECK(verdict.steps_lost == 0);
+  CHECK(has_check(verdict, "survivors carried over in place", true));
+  CHECK(has_check(verdict, "old processes gone", true));
+  DrillReport report;
+  report.faults.push_back(verdict);
+  CHECK(format_report(report).find("abort 18ms") != std::string::npos);
+
+  context.surviving_pids = {4241, 4243, 4244, 4299};  // one more of generation 0: a leftover
+  CHECK(has_check(grade_fault(kill_rank_1(), events, objectives, context), "old processes gone", false));
+
+  events[3]["pids"] = {4241, 4242, 4244};  // the faulted pid 4242 among the carried
+  context.surviving_pids = {4241, 4242, 4244};
+  CHECK(has_check(grade_fault(kill_rank_1(), events, objectives, context), "survivors carried over in place", false));
+}
