@@ -22,6 +22,13 @@ comm.ready, and beats its steps itself (a script that connects to dtrain owns it
 so the bootstrap sends none); otherwise (torchrun, or no flag) it is the usual
 init_method="env://".
 
+--in-place (opt-in, under dtrain with `elastic.in_place: true`): the training loop runs under
+dtrain_worker.InPlace: when a rank dies, the others keep their processes, rejoin the next
+generation's process group and hand the replacement the newest completed step by broadcast (no
+checkpoint is loaded by the replacement, no step is redone). The step log's restart= is then the
+rank's current generation (a survivor's changes without a restart), and rank 0 logs
+"resume S t=..." at its first step after a rejoin. Implies the dtrain store and self-beating.
+
 --pg-timeout SECONDS: the process group's timeout (init_process_group(timeout=...)), after which
 a collective that waits for a missing (e.g. SIGSTOPped) rank raises; without it, torch's
 default (30 min).
@@ -53,6 +60,8 @@ def parse_args():
                         help="seconds to sleep per step (to pace a very fast model)")
     parser.add_argument("--dtrain-store", action="store_true",
                         help="under dtrain, rendezvous through dtrain's store instead of env://")
+    parser.add_argument("--in-place", action="store_true",
+                        help="under dtrain (elastic.in_place): recover in place through dtrain_worker.InPlace")
     parser.add_argument("--pg-timeout", type=float, default=0,
                         help="process-group timeout in seconds (0: torch's default, 30 min)")
     return parser.parse_args()
@@ -91,14 +100,26 @@ def save_checkpoint(ckpt_dir, step, model, optimizer):
     os.rename(temp, final)  # a reader never sees a half-written step
 
 
-def dtrain_worker_or_none(args):
-    """A connected dtrain_worker.Worker when --dtrain-store applies (under dtrain), else None."""
-    if not args.dtrain_store or not os.environ.get("DTRAIN_AGENT_SOCKET"):
-        return None
+def import_dtrain_worker():
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, os.path.join(here, "..", "..", "worker", "python"))
-    from dtrain_worker import Worker
-    return Worker.from_env()
+    import dtrain_worker
+    return dtrain_worker
+
+
+def dtrain_worker_or_none(args):
+    """A connected dtrain_worker.Worker when --dtrain-store or --in-place applies (under dtrain),
+    else None."""
+    if not (args.dtrain_store or args.in_place) or not os.environ.get("DTRAIN_AGENT_SOCKET"):
+        return None
+    return import_dtrain_worker().Worker.from_env()
+
+
+def make_model(args):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, args.hidden), nn.ReLU(), nn.Linear(args.hidden, args.hidden), nn.ReLU(),
+                          nn.Linear(args.hidden, 10))
+    return model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
 
 
 def main():
@@ -124,32 +145,50 @@ def main():
     torch.set_num_threads(1)
     worker = dtrain_worker_or_none(args)
     group_options = {"timeout": datetime.timedelta(seconds=args.pg_timeout)} if args.pg_timeout > 0 else {}
-    if worker is not None:
+    trainer = None
+    if args.in_place and worker is not None:
+        # The model exists before the process group: an in-place replacement receives its
+        # state while it joins (InPlace.init_process_group).
+        model, optimizer = make_model(args)
+        trainer = import_dtrain_worker().InPlace(worker, model, optimizer)
+        trainer.init_process_group(backend="gloo", **group_options)
+    elif worker is not None:
         worker.init_process_group(barrier=False, use_dtrain_store=True, backend="gloo", **group_options)
     else:
         dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world, **group_options)
+
+    def restart():
+        """The step log's restart=: a survivor of an in-place recovery changes generation in place."""
+        return str(worker.generation) if trainer is not None else restart_id()
+
     if steps_log:
-        steps_log.write("joined " + mark % (rank, time.time(), restart_id(), os.getpid()))
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(64, args.hidden), nn.ReLU(), nn.Linear(args.hidden, args.hidden), nn.ReLU(),
-                          nn.Linear(args.hidden, 10))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        steps_log.write("joined " + mark % (rank, time.time(), restart(), os.getpid()))
+    if trainer is None:
+        model, optimizer = make_model(args)
 
     start_step = 0
     latest = latest_checkpoint(ckpt_dir)
-    if latest is not None:
+    if latest is not None and not (trainer is not None and trainer.join_live):  # a replacement gets the live state
         state = torch.load(os.path.join(ckpt_dir, "step-%d.pt" % latest))
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         start_step = state["step"]
         if steps_log:
-            steps_log.write("resume %d t=%.6f restart=%s pid=%d\n" % (start_step, time.time(), restart_id(), os.getpid()))
-    ddp = DistributedDataParallel(model)
+            steps_log.write("resume %d t=%.6f restart=%s pid=%d\n" % (start_step, time.time(), restart(), os.getpid()))
+    elif trainer is not None and trainer.join_live and steps_log:
+        steps_log.write("resume %d t=%.6f restart=%s pid=%d\n" % (trainer.resume_step, time.time(), restart(), os.getpid()))
+    ddp = trainer.wrap(model) if trainer is not None else DistributedDataParallel(model)
     loss_fn = nn.CrossEntropyLoss()
     teacher = torch.Generator().manual_seed(1234)
     teacher_weights = torch.randn(64, 10, generator=teacher)
+    logged_generation = [worker.generation if worker is not None else None]
 
-    for step in range(start_step + 1, args.steps + 1):
+    def train_step(step):
+        if trainer is not None and worker.generation != logged_generation[0]:
+            logged_generation[0] = worker.generation
+            if steps_log:  # rank 0 rejoined (or joined) in place: it continues after resume_step
+                steps_log.write("resume %d t=%.6f restart=%s pid=%d\n" %
+                                (trainer.resume_step, time.time(), restart(), os.getpid()))
         data = torch.Generator().manual_seed(step * world + rank)
         inputs = torch.randn(args.batch, 64, generator=data)
         labels = (inputs @ teacher_weights).argmax(dim=1)
@@ -161,13 +200,20 @@ def main():
             time.sleep(args.step_sleep)
         if steps_log:
             steps_log.write("step %d t=%.6f restart=%s pid=%d loss=%.4f\n" %
-                            (step, time.time(), restart_id(), os.getpid(), loss.item()))
+                            (step, time.time(), restart(), os.getpid(), loss.item()))
         if worker is not None:
-            worker.beat(step)  # rate-limited by the worker client
+            worker.beat(step, loss=loss.item())  # rate-limited by the worker client
         if step % args.ckpt_every == 0:
             if rank == 0:
                 save_checkpoint(ckpt_dir, step, model, optimizer)
             dist.barrier()  # nobody runs ahead of a checkpoint that is not on disk yet
+        return loss
+
+    if trainer is not None:
+        loss = trainer.run(train_step, start_step + 1, args.steps)
+    else:
+        for step in range(start_step + 1, args.steps + 1):
+            loss = train_step(step)
     if rank == 0:
         print("ddp_train: finished step %d loss %.4f" % (args.steps, loss.item()), flush=True)
     dist.destroy_process_group()

@@ -3,7 +3,7 @@
 -> first resumed training step.
 
   recovery.py --dtrain BUILD/cli/dtrain [--reps 5] [--cases trainer,ddp-dtrain,ddp-torchrun]
-              (more cases: ddp-dtrain-store) [--faults kill,stop]
+              (more cases: ddp-dtrain-store, ddp-dtrain-in-place, trainer-in-place) [--faults kill,stop]
               [--hang-timeout 5] [--pg-timeout 20]
               [--kill-at 110] [--run-timeout 240] [--torch-python /usr/bin/python3]
 
@@ -22,6 +22,10 @@ Cases:
                  of a TCPStore that rank 0 opens at MASTER_PORT (torch 1.13's TCPStore client
                  retries a refused connect only once a second); the script then beats itself.
                  Not in the default --cases.
+  ddp-dtrain-in-place  the same script with --in-place under dtrain with elastic.in_place: the
+                 survivors keep their processes and rejoin (dtrain_worker.InPlace), only rank 1
+                 is started again and takes the newest completed step from rank 0 by broadcast;
+                 f->exec is then that one new process. Not in the default --cases.
 Faults (--faults, default both), injected into rank 1 once rank 0 has logged step >= --kill-at:
   kill           SIGKILL.
   stop           SIGSTOP: the rank hangs, alive. dtrain finds it by its beats after
@@ -247,9 +251,10 @@ class ExitWatch:
             self.victim_gone_s = now
 
 
-def fault_and_time_ddp(args, work, job, fault, injected):
+def fault_and_time_ddp(args, work, job, fault, injected, new_workers=4):
     """Sends `fault` to rank 1 at step >= kill_at; returns the timings seen in the step log.
-    `injected` (a dict) gets the victim's pid as soon as it is signalled, for the cleanup."""
+    `injected` (a dict) gets the victim's pid as soon as it is signalled, for the cleanup.
+    new_workers: how many processes the recovery starts (4; in place, only the victim's)."""
     mark = os.path.join(work, "mark")
 
     def reached():
@@ -282,7 +287,7 @@ def fault_and_time_ddp(args, work, job, fault, injected):
     resume_step = resume[0][1] if resume else first_step - 1
     # The launcher's part ends when the last new worker runs the script; the rest (importing
     # torch, rendezvous, loading the checkpoint, one step) is the script's and the same for both.
-    respawn_s = max(execs) - fault_t if len(execs) >= 4 else None
+    respawn_s = max(execs) - fault_t if len(execs) >= new_workers else None
     # Rank 0's own phases after the restart: interpreter start -> torch imported -> rendezvous
     # (init_process_group) done -> first step (which includes loading the checkpoint).
     def rank0(kind):
@@ -391,17 +396,18 @@ def write_spec(path, name, command, hang_timeout_s, extra="", elastic="max_resta
         spec.write("stop_grace: 5s\n" + extra)
 
 
-def run_ddp_dtrain(args, work, fault, script_flags=()):
+def run_ddp_dtrain(args, work, fault, script_flags=(), in_place=False):
     home = os.path.join(work, "home")
     os.makedirs(home)
     spec = os.path.join(work, "ddp.yaml")
     # No `worker.instrument` line: the default (on) puts the bootstrap in front of the script.
-    write_spec(spec, "bench-ddp", [args.torch_python] + ddp_args(args, work) + list(script_flags), args.hang_timeout)
+    write_spec(spec, "bench-ddp", [args.torch_python] + ddp_args(args, work) + list(script_flags), args.hang_timeout,
+               elastic="max_restarts: 3, in_place: true" if in_place else "max_restarts: 3")
     job = Job([args.dtrain, "submit", spec], work, dtrain_env(home), os.path.join(work, "dtrain.out"))
     injected = {}
     try:
         run_dir = only_run_dir(home)
-        result = fault_and_time_ddp(args, work, job, fault, injected)
+        result = fault_and_time_ddp(args, work, job, fault, injected, 1 if in_place else 4)
         job.wait(args.run_timeout)
     finally:
         code, left = finish(job, signal.SIGINT, injected.get("victim"),
@@ -519,6 +525,8 @@ CASES = {
     "ddp-torchrun": ("torchrun + ddp_train.py", run_ddp_torchrun),
     "ddp-dtrain-store": ("dtrain + ddp_train.py --dtrain-store",
                          lambda args, work, fault: run_ddp_dtrain(args, work, fault, ["--dtrain-store"])),
+    "ddp-dtrain-in-place": ("dtrain + ddp_train.py --in-place",
+                            lambda args, work, fault: run_ddp_dtrain(args, work, fault, ["--in-place"], in_place=True)),
 }
 
 
