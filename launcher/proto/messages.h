@@ -23,6 +23,15 @@
 //           its runtime directory, as torchrun does). instrument (default false): put the
 //           agent's Python bootstrap (worker/python/bootstrap) first on PYTHONPATH, before the
 //           PYTHONPATH the worker would otherwise get. Workers start in their own process group.
+//           standby (default 0): warm standbys (elastic.standby_per_host). The agent keeps this
+//           many extra processes of argv started with the spawn's env, workdir and instrument,
+//           without any worker's own env, plus DTRAIN_STANDBY=1 and DTRAIN_AGENT_SOCKET: each
+//           connects and says hello {standby:true, pid} and waits. A later spawn of a worker
+//           whose env has DTRAIN_JOIN_LIVE=1 takes a ready standby instead of a new process:
+//           the agent sends it assign {gen, rank, env} (wire.h) and reports started {gen, rank,
+//           local_rank, pid, standby:true}; then it starts another to refill the pool. Standbys
+//           belong to no generation: a fence and kill {gen:-1} end them, other kills do not;
+//           one that exits before it is assigned is replaced (at most once a second).
 //   kill    {gen, signal:"TERM"|"KILL", grace_ms}
 //           TERM every worker group of `gen`, KILL whatever remains after grace_ms, then answer
 //           released. gen -1: every generation. Each TERM is followed by SIGCONT, so a stopped

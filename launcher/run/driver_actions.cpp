@@ -239,7 +239,7 @@ json RunDriver::spawn_frame(int gen, const plan::RankPlan& plan, const Generatio
   }
   return {{"type", msg::kSpawn}, {"gen", gen}, {"argv", spec_.worker.command}, {"workdir", spec_.worker.workdir},
           {"env", common}, {"workers", workers}, {"log_tail_lines", 20},
-          {"instrument", spec_.worker.instrument}};
+          {"instrument", spec_.worker.instrument}, {"standby", spec_.elastic.standby_per_host}};
 }
 
 MasterAddressFacts RunDriver::master_address_facts(const plan::RankPlan& plan) {

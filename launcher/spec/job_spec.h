@@ -103,6 +103,10 @@ struct ElasticSettings {
   /// being up again; past it the generation is stopped and restarted the usual way (every
   /// worker, from the newest checkpoint). 0: 2 × heartbeat.timeout, at least 10 s.
   Millis in_place_timeout{0};
+  /// Warm standbys: worker processes each agent keeps started but unassigned (the program
+  /// loaded, a Python script's imports done), so that an in-place recovery's replacement on
+  /// that host is a standby taking a rank instead of a new process. Refilled in the background.
+  int standby_per_host = 0;
 
   bool operator==(const ElasticSettings&) const = default;
 };

@@ -177,7 +177,7 @@ void read_batch(DiagnosticSink& sink, const Section& root, BatchSettings& batch)
 void read_elastic(DiagnosticSink& sink, const Section& root, int host_count, ElasticSettings& elastic) {
   Section e(sink, root.get("elastic"), "elastic", {"min_hosts", "max_restarts", "restart_window", "exclude_after",
                                                        "crash_loop_after", "progress_window", "in_place",
-                                                       "in_place_timeout"});
+                                                       "in_place_timeout", "standby_per_host"});
   if (auto v = read_int(sink, e.get("min_hosts"), e.path("min_hosts"), 0, kMaxCount)) {
     if (*v > host_count && host_count > 0) {
       sink.error(*e.get("min_hosts"), e.path("min_hosts"),
@@ -201,6 +201,9 @@ void read_elastic(DiagnosticSink& sink, const Section& root, int host_count, Ela
   }
   if (auto v = read_duration(sink, e.get("in_place_timeout"), e.path("in_place_timeout"), Millis(1))) {
     elastic.in_place_timeout = *v;
+  }
+  if (auto v = read_int(sink, e.get("standby_per_host"), e.path("standby_per_host"), 0, 64)) {
+    elastic.standby_per_host = *v;
   }
 }
 

@@ -114,6 +114,7 @@ std::string to_yaml(const JobSpec& spec) {
   if (spec.elastic.progress_window.count() > 0) duration_value(out, "progress_window", spec.elastic.progress_window);
   if (spec.elastic.in_place) out << YAML::Key << "in_place" << YAML::Value << true;
   if (spec.elastic.in_place_timeout.count() > 0) duration_value(out, "in_place_timeout", spec.elastic.in_place_timeout);
+  if (spec.elastic.standby_per_host > 0) out << YAML::Key << "standby_per_host" << YAML::Value << spec.elastic.standby_per_host;
   out << YAML::EndMap;
 
   out << YAML::Key << "heartbeat" << YAML::Value << YAML::BeginMap;

@@ -81,7 +81,7 @@ TEST_CASE("unknown keys get 'did you mean' at every level") {
         "job.yaml:3:15: hosts[0].slot: unknown key 'slot'; did you mean 'slots'?");
   CHECK(only_error("version: 1\nelastic: {zzzzzz: 1}\n" + kWorker) ==
         "job.yaml:2:11: elastic.zzzzzz: unknown key 'zzzzzz'; known keys here: min_hosts, max_restarts, "
-        "restart_window, exclude_after, crash_loop_after, progress_window, in_place, in_place_timeout");
+        "restart_window, exclude_after, crash_loop_after, progress_window, in_place, in_place_timeout, standby_per_host");
 }
 
 TEST_CASE("a key given twice is an error at the second") {

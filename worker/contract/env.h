@@ -65,6 +65,11 @@ inline constexpr const char* kInPlaceTimeoutMs = "DTRAIN_IN_PLACE_TIMEOUT_MS";
 /// surviving data-parallel replica by broadcast, not from a checkpoint on disk.
 inline constexpr const char* kJoinLive = "DTRAIN_JOIN_LIVE";
 
+/// "1": a warm standby (elastic.standby_per_host): connect to the agent, say hello {standby:
+/// true, pid} and wait for assign {gen, rank, env} (wire.h) before reading the rest of the
+/// contract; until then no rank's variables are set.
+inline constexpr const char* kStandby = "DTRAIN_STANDBY";
+
 /// "1": run alone outside dtrain (world size 1, in-process store) — for debugging a trainer.
 inline constexpr const char* kStandalone = "DTRAIN_STANDALONE";
 

@@ -28,6 +28,12 @@
 // agent → worker, unsolicited (no id)
 //   {"type":"ckpt.request","step":S,"reason":R}    save a checkpoint at step S (the first step
 //                                                   >= S this rank reaches), then carry on
+//   {"type":"assign","gen":G,"rank":R,"env":{K:V}}  to a warm standby (DTRAIN_STANDBY=1, which
+//                                                   said {"type":"hello","standby":true,"pid":P}):
+//                                                   from now on it is rank R of generation G; env
+//                                                   is the whole worker environment dtrain would
+//                                                   have given a new process (set it, then say the
+//                                                   usual hello {rank, gen, pid} on this connection)
 //   {"type":"gen.changed","gen":G}                 in-place recovery (DTRAIN_IN_PLACE=1): a rank
 //                                                   failed and the supervisor continues with
 //                                                   generation G without restarting this process.
@@ -87,5 +93,6 @@ inline constexpr const char* kGenOk = "gen.ok";
 inline constexpr const char* kError = "error";
 inline constexpr const char* kCkptRequest = "ckpt.request";
 inline constexpr const char* kGenChanged = "gen.changed";
+inline constexpr const char* kAssign = "assign";
 
 }  // namespace dtrain::contract::wire
