@@ -197,3 +197,32 @@ TEST_CASE("in place: with no live replica of the lost shard the recovery falls b
   CHECK(final_lines(dir, 2) == expected);
   CHECK(processes_of_run(run_id_of(dir)).empty());
 }
+
+TEST_CASE("in place: dtrain drill kill-rank grades the recovery (carried over, 0 steps lost) and passes") {
+  DtrainEnv env;
+  std::string spec = env.write_spec("drill.yaml", trainer_spec("drill", 1000000, Layout{4, 1}, true));
+  DtrainProcess submit = env.run({"submit", spec, "--detach"}, 60000);
+  REQUIRE(submit.exit_code == 0);
+  std::string id = submit.out().substr(0, submit.out().find('\n'));
+  REQUIRE(!id.empty());
+  std::string dir = env.home() + "/runs/" + id;
+  DtrainProcess drill = env.run({"drill", id, "--fault", "kill-rank:2", "--detect", "10s", "--recover", "30s",
+                                 "--max-lost-steps", "0", "--json"}, 120000);
+  DtrainProcess stop = env.run({"stop", id}, 60000);
+  CHECK(stop.exit_code == 0);
+  nlohmann::json verdict = nlohmann::json::parse(drill.out(), nullptr, false);
+  REQUIRE_MESSAGE(verdict.is_object(), "stdout: " << drill.out() << "\nstderr: " << drill.err());
+  CHECK_MESSAGE(drill.exit_code == 0, drill.out() << drill.err());
+  CHECK(verdict["verdict"] == "pass");
+  REQUIRE(verdict["faults"].size() == 1);
+  const nlohmann::json& fault = verdict["faults"][0];
+  CHECK(fault["steps_lost"] == 0);
+  CHECK(fault["phases"].contains("abort_ms"));
+  bool carried_check = false;
+  for (const nlohmann::json& check : fault["checks"]) {
+    if (check["name"] == "survivors carried over in place") carried_check = check["met"] == true;
+  }
+  CHECK(carried_check);
+  CHECK(process_gone(fault["pid"].get<int>()));
+  CHECK(wait_until([&] { return processes_of_run(id).empty(); }, 10000));
+}
