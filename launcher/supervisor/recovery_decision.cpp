@@ -113,10 +113,11 @@ RecoveryDecision decide_recovery(const FailureFacts& failure, const FailureHisto
     return decision;
   }
   std::string budget = std::to_string(history.restarts_in_window + 1) + " of " + std::to_string(spec.elastic.max_restarts);
-  if (spec.elastic.in_place && failure.single_rank && !history.in_place_failed && !decision.exclusion_refused) {
+  if (spec.elastic.in_place && failure.single_rank && !history.in_place_failed) {
     decision.action = RecoveryAction::in_place;
     decision.replaced_ranks = {failure.rank};
-    decision.why = "in-place recovery " + budget + " (elastic.in_place): only the failed rank is replaced; the other " +
+    decision.why = (decision.exclusion_refused ? failure.host + " " + offence + "; " : std::string()) +
+                   "in-place recovery " + budget + " (elastic.in_place): only the failed rank is replaced; the other " +
                    std::to_string(failure.world_size - 1) + " workers keep running and their state";
     decision.next_plan = std::move(same).value();
     return decision;

@@ -250,7 +250,9 @@ void Supervisor::finish_stop() {
 }
 
 void Supervisor::handle_failure(RootCause cause, bool host_lost) {
-  if (!root_cause_ || state_ == RunState::running || state_ == RunState::launching) {
+  // During an in-place recovery the failure that started it stays the root cause: what fails
+  // meanwhile (a survivor that cannot rejoin) follows from it.
+  if (!in_place_ && (!root_cause_ || state_ == RunState::running || state_ == RunState::launching)) {
     root_cause_ = cause;
   }
   int64_t now_wall = clock_.wall_ms();
@@ -260,14 +262,22 @@ void Supervisor::handle_failure(RootCause cause, bool host_lost) {
   add_incident(detected);
   record(detected);
 
-  // A failure while an in-place recovery is under way ends that attempt: this decision restarts
-  // every worker (or replaces, shrinks, gives up) as it would have without elastic.in_place.
+  // A failure while an in-place recovery is under way ends that attempt. A rank's (a survivor
+  // that cannot rejoin: a script that does not support it, a shard without a live replica) is a
+  // consequence: the same recovery goes on as a restart of every worker, with no second restart
+  // counted. A lost host is news: the decision below handles it (replace, shrink or give up) as
+  // it would have without elastic.in_place.
   std::optional<std::string> in_place_failed;
   if (in_place_) {
-    in_place_failed = "rank " + std::to_string(cause.rank) + (cause.host.empty() ? "" : " on " + cause.host) + ": " +
-                      cause.kind + " (" + cause.detail + ")";
-    if (cause.rank < 0) in_place_failed = cause.kind + " " + cause.host + " (" + cause.detail + ")";
-    record(events::RecoveryFallback{generation_, "the in-place recovery failed: " + *in_place_failed}.to_json());
+    in_place_failed = cause.rank >= 0 ? "rank " + std::to_string(cause.rank) +
+                                            (cause.host.empty() ? "" : " on " + cause.host) + ": " + cause.kind +
+                                            " (" + cause.detail + ")"
+                                      : cause.kind + " " + cause.host + " (" + cause.detail + ")";
+    if (!host_lost) {
+      fall_back_from_in_place(*in_place_failed);
+      return;
+    }
+    record(events::RecoveryFallback{generation_, *in_place_failed}.to_json());
     in_place_.reset();
   }
 

@@ -1050,18 +1050,38 @@ TEST_CASE("an in-place recovery past elastic.in_place_timeout falls back, naming
   REQUIRE(of_type<StopGeneration>(actions).size() == 1);
 }
 
-TEST_CASE("a failure during an in-place recovery falls back to a restart, and counts as a failure of its own") {
+TEST_CASE("a survivor failing during an in-place recovery makes the same recovery a full restart, with no second restart") {
   InPlaceHarness h(in_place_spec());
   h.crash_rank_2();
   h.carry_over(1);
   auto actions = h.feed(h.exit_code(1, 3, 1));  // a survivor could not rejoin
-  CHECK(events_named(actions, "recovery.fallback").size() == 1);
-  auto started = events_named(actions, "recovery.started");
-  REQUIRE(started.size() == 1);
-  CHECK(started[0]["action"] == "restart");
+  auto fallback = events_named(actions, "recovery.fallback");
+  REQUIRE(fallback.size() == 1);
+  CHECK(fallback[0]["detail"].get<std::string>().find("rank 3") != std::string::npos);
+  CHECK(events_named(actions, "recovery.started").empty());
   CHECK(of_type<StopGeneration>(actions).size() == 1);
   CHECK(of_type<ContinueInPlace>(actions).empty());
-  CHECK(h.supervisor->restarts() == 2);
+  CHECK(h.supervisor->restarts() == 1);
+  // The failure that started it all stays the root cause.
+  REQUIRE(h.supervisor->root_cause());
+  CHECK(h.supervisor->root_cause()->rank == 2);
+  h.feed(GenerationReleased{1, "h1"});
+  auto starts = of_type<StartGeneration>(h.feed(GenerationReleased{1, "h2"}));
+  REQUIRE(starts.size() == 1);
+  for (int rank = 0; rank < 4; ++rank) h.feed(WorkerStarted{2, rank, 3000 + rank});
+  auto completed = events_named(h.feed(WorkerProgress{2, 0, 1, std::nullopt}), "recovery.completed");
+  REQUIRE(completed.size() == 1);
+  CHECK(completed[0]["cause"]["rank"] == 2);
+  CHECK(completed[0]["action"] == "restart");
+}
+
+TEST_CASE("a host that failed exclude_after times but cannot be spared is still repaired in place") {
+  spec::JobSpec spec = in_place_spec();
+  spec.elastic.exclude_after = 1;
+  InPlaceHarness h(spec);
+  auto actions = h.feed(h.exit_code(0, 2, 1));
+  REQUIRE(of_type<ContinueInPlace>(actions).size() == 1);
+  CHECK(events_named(actions, "host.exclusion_skipped").size() == 1);
 }
 
 TEST_CASE("without elastic.in_place, recovery stops every worker as before") {
