@@ -97,7 +97,7 @@ struct ElasticSettings {
   /// its host is still there, the other workers are not restarted: they abort their
   /// communicators, re-rendezvous under the next generation and take the newest completed step
   /// from a live data-parallel replica; only the failed rank's process is replaced. The workers
-  /// must support it (dtrain-train does; PyTorch scripts through dtrain_worker.in_place).
+  /// must support it (dtrain-train does; PyTorch DDP scripts through dtrain_worker.InPlace).
   bool in_place = false;
   /// How long an in-place recovery may take, from the decision to every rank's communicator
   /// being up again; past it the generation is stopped and restarted the usual way (every
