@@ -130,6 +130,44 @@ TEST_CASE("host killed with a spare listed: replaced by the spare at the same wo
   check_nothing_left(cluster, job);
 }
 
+TEST_CASE("host killed with a spare and elastic.in_place: only its ranks start on the spare, the others keep running") {
+  TestCluster cluster(4);
+  DTRAIN_REQUIRE_CLUSTER(cluster);
+  ClusterJob job(cluster, "inplace");
+  ClusterSpec spec = trainer_job("inplace");
+  spec.spares = {4};
+  spec.extra = "batch: {global: 24, micro: 2}\nelastic: {min_hosts: 2, max_restarts: 1, in_place: true}\n";
+  job.write_spec(spec, 50);
+  job.start();
+  REQUIRE(job.wait_exec());
+  REQUIRE(job.wait_checkpoint(100, 90000));
+  REQUIRE(cluster.kill(3).status == 0);
+  REQUIRE(job.wait(120000));
+  INFO(job.err());
+  CHECK(job.exit_code() == 0);
+
+  auto completed = job.events("recovery.completed");
+  REQUIRE(completed.size() == 1);
+  CHECK(completed[0]["kind"] == "host.lost");
+  CHECK(completed[0]["action"] == "in-place");
+  CHECK(completed[0]["steps_lost"] == 0);
+  CHECK(job.events("recovery.fallback").empty());
+  // Hosts 1 and 2 carried their ranks 0-3 over; only ranks 4 and 5 started again, on the spare.
+  int carried = 0;
+  for (const auto& event : job.events("recovery.carried_over")) carried += static_cast<int>(event["ranks"].size());
+  CHECK(carried == 4);
+  auto started = job.events("worker.started");
+  REQUIRE(started.size() == 8);
+  for (size_t i = 6; i < started.size(); ++i) CHECK(started[i]["host"] == cluster.host(4).name);
+  nlohmann::json after = job.plan(1);
+  CHECK(after["world_size"] == 6);
+  CHECK(after["hosts"][2]["name"] == cluster.host(4).name);
+  CHECK(job.rank_log(4).find("rejoined generation 1") != std::string::npos);
+  check_final_loss(job, 6);
+  report_recovery(job);
+  check_nothing_left(cluster, job);
+}
+
 TEST_CASE("partitioned host: detected within timeout + interval - its agent fences - clean after heal") {
   TestCluster cluster(3);
   DTRAIN_REQUIRE_CLUSTER(cluster);
