@@ -3,10 +3,12 @@
 every process in its namespace, sshd included, like a power cut) while the reference trainer
 runs, and time kill -> host.lost -> first resumed step, with dtrain's recovery phases.
 
-  host_loss.py --dtrain BUILD/cli/dtrain [--reps 5] [--cases shrink,spare]
+  host_loss.py --dtrain BUILD/cli/dtrain [--reps 5] [--cases shrink,spare,spare-in-place]
 
   shrink  3 hosts x 2 slots, no spare: the job shrinks to 2 hosts (global batch kept)
   spare   3 hosts + 1 spare: the spare takes the lost host's ranks (world size kept)
+  spare-in-place  the same with elastic.in_place: only the lost host's ranks start, on the
+          spare; the other hosts' workers are carried over and hand them the state
 
 Times: the harness's clock at the kill vs the events.jsonl stamps of host.lost and
 recovery.completed (same machine, same clock); phases from recovery.completed. Reps outer,
@@ -70,7 +72,7 @@ def wait_for(predicate, timeout, what):
     raise TimeoutError("timed out after %ds waiting for %s" % (timeout, what))
 
 
-def write_spec(path, env, name, spare, dtrain):
+def write_spec(path, env, name, spare, dtrain, in_place=False):
     host = lambda n: "%s-h%d" % (PREFIX, n)  # noqa: E731
     lines = ["version: 1", "name: " + name, "hosts:"] + ["  - " + host(n) for n in (1, 2, 3)]
     if spare:
@@ -82,7 +84,7 @@ def write_spec(path, env, name, spare, dtrain):
               'worker:\n  command: [dtrain-train, --steps, "400", --log-every, "100"]\n  backend: gloo',
               "batch: {global: 24, micro: 2}",
               "checkpoint: {interval_steps: 50, keep: 3}",
-              "elastic: {min_hosts: 2, max_restarts: 1}",
+              "elastic: {min_hosts: 2, max_restarts: 1%s}" % (", in_place: true" if in_place else ""),
               "heartbeat: {interval: 200ms, timeout: 2s, hang_timeout: 10s}", "stop_grace: 2s"]
     with open(path, "w") as out:
         out.write("\n".join(lines) + "\n")
@@ -92,7 +94,7 @@ def one_run(args, env, case, work):
     home = os.path.join(work, "home")
     os.makedirs(home)
     spec = os.path.join(work, "job.yaml")
-    write_spec(spec, env, "bench-" + case, case == "spare", args.dtrain)
+    write_spec(spec, env, "bench-" + case, case.startswith("spare"), args.dtrain, case == "spare-in-place")
     log = open(os.path.join(work, "dtrain.out"), "w")
     job = subprocess.Popen([TESTCLUSTER, "exec", "ctl", "env", "DTRAIN_HOME=" + home, args.dtrain, "submit", spec],
                            env=ENV, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -142,9 +144,9 @@ def main():
               "reference trainer, %d reps; load before %s" % (args.reps, open("/proc/loadavg").read().split()[0]))
         print("# kill->: from the start of `testcluster.sh kill` (kill_cmd: how long that command took;"
               " the processes die somewhere inside it)")
-        print("%-7s %3s %6s %9s %12s %12s %8s %8s %8s %8s %8s %8s %6s %5s" % (
-            "case", "rep", "world", "kill_cmd", "kill->lost", "kill->step", "stop", "replan", "spawn", "rendzv", "1st_step",
-            "total", "lost", "exit"))
+        print("%-14s %3s %6s %9s %12s %12s %8s %8s %8s %8s %8s %8s %6s %5s" % (
+            "case", "rep", "world", "kill_cmd", "kill->lost", "kill->step", "stop|abrt", "replan", "spawn", "rendzv",
+            "1st_step", "total", "lost", "exit"))
         results = {case: [] for case in cases}
         for rep in range(1, args.reps + 1):
             for case in cases:
@@ -154,15 +156,16 @@ def main():
                 try:
                     result = one_run(args, env, case, work)
                 except (RuntimeError, TimeoutError, subprocess.TimeoutExpired) as failure:
-                    print("%-7s %3d  failed: %s" % (case, rep, failure))
+                    print("%-14s %3d  failed: %s" % (case, rep, failure))
                     cluster("restart", "3", check=False)
                     continue
                 cluster("restart", "3")
                 p = result["phases"]
-                print("%-7s %3d %6s %7.0fms %10.0fms %10.0fms %8s %8s %8s %8s %8s %8s %6s %5s" % (
+                print("%-14s %3d %6s %7.0fms %10.0fms %10.0fms %8s %8s %8s %8s %8s %8s %6s %5s" % (
                     case, rep, result["world"], result["kill_cmd_ms"], result["kill_to_lost_ms"], result["kill_to_step_ms"],
-                    p.get("stop_ms", "-"), p.get("replan_ms", "-"), p.get("spawn_ms", "-"), p.get("rendezvous_ms", "-"),
-                    p.get("first_step_ms", "-"), p.get("total_ms", "-"), result["lost"], result["exit"]))
+                    p.get("stop_ms", p.get("abort_ms", "-")), p.get("replan_ms", "-"), p.get("spawn_ms", "-"),
+                    p.get("rendezvous_ms", "-"), p.get("first_step_ms", p.get("state_and_first_step_ms", "-")),
+                    p.get("total_ms", "-"), result["lost"], result["exit"]))
                 sys.stdout.flush()
                 results[case].append(result)
                 shutil.rmtree(work, ignore_errors=True)
@@ -171,10 +174,11 @@ def main():
             if not runs:
                 continue
             med = lambda get: statistics.median([get(r) for r in runs])  # noqa: E731
-            print("%-7s runs %d: kill command %.0f ms, kill->host.lost %.0f ms, kill->first resumed step %.0f ms; phases: %s" % (
+            print("%-14s runs %d: kill command %.0f ms, kill->host.lost %.0f ms, kill->first resumed step %.0f ms; phases: %s" % (
                 case, len(runs), med(lambda r: r["kill_cmd_ms"]), med(lambda r: r["kill_to_lost_ms"]), med(lambda r: r["kill_to_step_ms"]),
                 ", ".join("%s %.0f" % (key[:-3], med(lambda r, k=key: r["phases"].get(k, 0)))
-                          for key in ("stop_ms", "replan_ms", "spawn_ms", "rendezvous_ms", "first_step_ms"))))
+                          for key in ("stop_ms", "abort_ms", "replan_ms", "spawn_ms", "rendezvous_ms", "first_step_ms",
+                                      "state_and_first_step_ms") if any(key in r["phases"] for r in runs))))
         print("# load after %s" % open("/proc/loadavg").read().split()[0])
     finally:
         cluster("down", check=False)
