@@ -56,6 +56,8 @@ constexpr int kNvidiaSmiTimeoutMs = 5'000;     // per nvidia-smi call at hello
 constexpr int64_t kFenceGraceCapMs = 2'000;    // TERM → KILL when fencing
 constexpr int64_t kLastWordsMs = 1'000;        // flushing bye before exit
 constexpr size_t kMaxTailLines = 10'000;
+constexpr int64_t kStandbyRestartMs = 1'000;   // at most one replacement of a dead standby per second
+constexpr int kMaxStandbys = 64;               // as elastic.standby_per_host
 
 struct Config {
   std::string run_id;
@@ -148,6 +150,16 @@ class Agent {
   void spawn_one(WorkerLaunch launch, bool instrument);
   void open_worker_files();
   void add_worker_files(WorkerLaunch& launch, bool instrument);
+  /// The bootstrap first on PYTHONPATH (spec worker.instrument).
+  void add_bootstrap_path(WorkerLaunch& launch, bool instrument);
+
+  /// Warm standbys (messages.h spawn.standby): starts what the pool lacks (a dead standby's
+  /// replacement at most once a second).
+  void keep_standbys(int64_t now);
+  int standby_count() const;
+  /// A ready standby becomes the worker of `launch` (assign): true when one did, and it is reported
+  /// started; false when none is ready (or the assign could not be sent), for a normal spawn.
+  bool assign_standby(const WorkerLaunch& launch);
   void send_beat(int64_t now);
   /// Tells the resource sampler which workers are alive (after a spawn or a reap).
   void update_sampled_workers();
@@ -179,6 +191,16 @@ class Agent {
   std::set<std::pair<int, int>> beaten_;  ///< (gen, rank) of live workers whose first beat went out
   std::vector<KillOperation> kills_;
   std::map<int, int> moved_generations_;  ///< gen_changed so far: from → to
+  /// Warm standbys: the newest spawn's argv, workdir and common env (launch), its instrument, and
+  /// how many to keep (0 after a kill of every generation, until a spawn asks again).
+  struct StandbyPool {
+    WorkerLaunch launch;
+    bool instrument = false;
+    int wanted = 0;
+  };
+  StandbyPool standbys_;
+  int64_t standby_not_before_ms_ = 0;  ///< no standby starts before (a dead one's replacement waits)
+  int64_t last_standby_start_ms_ = 0;
   std::unique_ptr<ResourceSampler> sampler_;  ///< started after hello; its thread reads /proc and GPUs
   int64_t started_ms_ = 0;
   int64_t last_frame_ms_ = 0;
@@ -228,6 +250,7 @@ void Agent::loop_once() {
   reap_children();
   advance_kills(now);
   if (fence_kill_ && fence_kill_->advance(now, workers_)) return finish_fence(now);
+  keep_standbys(now);
   poll_and_dispatch();
   out_.flush_some();
   if (out_.broken() && !fence_reason_) {
@@ -243,6 +266,7 @@ int64_t Agent::next_wakeup_ms(int64_t now) const {
   }
   for (const KillOperation& kill : kills_) wakeup = std::min(wakeup, kill.next_check_ms(now));
   if (fence_kill_) wakeup = std::min(wakeup, fence_kill_->next_check_ms(now));
+  if (standby_count() < standbys_.wanted) wakeup = std::min(wakeup, std::max(now, standby_not_before_ms_));
   return wakeup;
 }
 
@@ -287,6 +311,12 @@ void Agent::poll_and_dispatch() {
           if (it == workers_.end()) return;
           WorkerProcess& worker = *it->second;
           worker.read_output(fd, [&](const char* stream, std::string line) {
+            if (worker.standby()) {
+              // No rank's output: a standby's log lines would land in no rank's log, or a wrong one.
+              std::fprintf(stderr, "%s: standby pid %d %s: %s\n", who().c_str(), static_cast<int>(pid), stream,
+                           line.c_str());
+              return;
+            }
             out_.send({{"type", proto::msg::kLog}, {"gen", worker.gen()}, {"rank", worker.rank()},
                        {"stream", stream}, {"line", std::move(line)}});
           });
@@ -379,6 +409,22 @@ void Agent::reap_children() {
     auto it = workers_.find(pid);
     if (it == workers_.end()) continue;  // a reparented orphan: reaping it is all we owe it
     WorkerProcess& worker = *it->second;
+    if (worker.standby()) {
+      // Nobody's worker: not reported. Its last words go where its output went; a replacement
+      // starts, but not in a tight loop when the program dies at once.
+      worker.drain_output([&](const char* stream, std::string line) {
+        std::fprintf(stderr, "%s: standby pid %d %s: %s\n", who().c_str(), static_cast<int>(pid), stream, line.c_str());
+      });
+      if (!worker.signalled_by_agent) {
+        json how = describe_wait_status(status);
+        std::fprintf(stderr, "%s: standby pid %d exited before it was assigned a rank (%s)\n", who().c_str(),
+                     static_cast<int>(pid), how.dump().c_str());
+      }
+      if (sockets_) sockets_->forget_moves_of(pid);
+      standby_not_before_ms_ = std::max(standby_not_before_ms_, last_standby_start_ms_ + kStandbyRestartMs);
+      workers_.erase(it);
+      continue;
+    }
     // Every line the worker wrote is in its pipes now; they go out before its exit.
     worker.drain_output([&](const char* stream, std::string line) {
       out_.send({{"type", proto::msg::kLog}, {"gen", worker.gen()}, {"rank", worker.rank()},
@@ -414,7 +460,9 @@ void Agent::reap_children() {
 void Agent::update_sampled_workers() {
   if (!sampler_) return;
   std::vector<WatchedWorker> watched;
-  for (const auto& [pid, worker] : workers_) watched.push_back({worker->gen(), worker->rank(), pid});
+  for (const auto& [pid, worker] : workers_) {
+    if (!worker->standby()) watched.push_back({worker->gen(), worker->rank(), pid});
+  }
   sampler_->set_workers(std::move(watched));
 }
 
@@ -521,6 +569,10 @@ void Agent::on_spawn(const json& message) {
   if (!common_env) fields.note("env", "an object of strings");
   const json& workers = message.contains("workers") ? message["workers"] : json();
   if (!workers.is_array()) fields.note("workers", "an array of {rank, local_rank, env}");
+  int64_t standby = fields.has("standby") ? fields.integer("standby") : 0;
+  if (fields.problem.empty() && (standby < 0 || standby > kMaxStandbys)) {
+    fields.problem = "spawn: standby must be 0 to " + std::to_string(kMaxStandbys) + ", got " + std::to_string(standby);
+  }
   if (!fields.problem.empty()) return protocol_error(fields.problem);
 
   for (const json& worker : workers) {
@@ -539,6 +591,71 @@ void Agent::on_spawn(const json& message) {
     launch.env[contract::env::kAgentSocket] = sockets_->path();
     spawn_one(std::move(launch), instrument);
   }
+  // The pool follows the newest spawn; standbys started from an older one stay (assign gives
+  // them the whole environment of the worker they become).
+  if (standby > 0) {
+    standbys_.launch = common;
+    for (const auto& [name, value] : *common_env) standbys_.launch.env[name] = value;
+    standbys_.instrument = instrument;
+  }
+  if (fields.has("standby")) standbys_.wanted = static_cast<int>(standby);  // absent: as before
+  keep_standbys(now_ms());
+}
+
+int Agent::standby_count() const {
+  return static_cast<int>(std::count_if(workers_.begin(), workers_.end(),
+                                        [](const auto& entry) { return entry.second->standby(); }));
+}
+
+void Agent::keep_standbys(int64_t now) {
+  if (fence_reason_ || !sockets_ || now < standby_not_before_ms_) return;
+  for (int missing = standbys_.wanted - standby_count(); missing > 0; --missing) {
+    WorkerLaunch launch = standbys_.launch;
+    launch.standby = true;
+    launch.rank = -1;
+    launch.local_rank = -1;
+    launch.env.erase(contract::env::kGeneration);  // it belongs to none until assigned
+    launch.env[contract::env::kStandby] = "1";
+    launch.env[contract::env::kAgentSocket] = sockets_->path();
+    add_bootstrap_path(launch, standbys_.instrument);
+    last_standby_start_ms_ = now;
+    auto spawned = WorkerProcess::spawn(launch);
+    if (!spawned) {
+      std::fprintf(stderr, "%s: cannot start a standby: %s\n", who().c_str(), spawned.error().message.c_str());
+      standby_not_before_ms_ = now + kStandbyRestartMs;
+      return;
+    }
+    pid_t pid = (*spawned)->pid();
+    workers_[pid] = std::move(*spawned);
+  }
+}
+
+bool Agent::assign_standby(const WorkerLaunch& launch) {
+  for (auto& [pid, worker] : workers_) {
+    if (!worker->standby() || worker->signalled_by_agent || !sockets_->standby_ready(pid)) continue;
+    std::optional<char> state = process_state(pid);
+    if (!state || *state == 'Z') continue;  // dead, not reaped yet
+    // What a new process would have had (spawn_one's env, PATH as build_environment makes it);
+    // the standby sets it over its own environment.
+    json env = json::object();
+    for (const auto& [name, value] : launch.env) env[name] = value;
+    env["PATH"] = worker_path_for(launch);
+    env.erase(contract::env::kStandby);
+    json assign = {{"type", contract::wire::kAssign}, {"gen", launch.gen}, {"rank", launch.rank}, {"env", std::move(env)}};
+    if (Status sent = sockets_->assign_standby(pid, assign); !sent) {
+      std::fprintf(stderr, "%s: %s; starting rank %d as a new process\n", who().c_str(), sent.error().message.c_str(),
+                   launch.rank);
+      return false;
+    }
+    worker->assign(launch);
+    out_.send({{"type", proto::msg::kStarted}, {"gen", launch.gen}, {"rank", launch.rank},
+               {"local_rank", launch.local_rank}, {"pid", pid}, {"agent_time_ms", agent_time_ms()},
+               {"standby", true}});
+    update_sampled_workers();
+    keep_standbys(now_ms());  // refill the pool
+    return true;
+  }
+  return false;
 }
 
 // Next to the socket: `<runtime dir>/<host>.files`. Without it the workers still run (no
@@ -564,7 +681,11 @@ void Agent::add_worker_files(WorkerLaunch& launch, bool instrument) {
   ::unlink(error_file.c_str());  // a record left by an earlier worker is not this one's
   launch.env["TORCHELASTIC_ERROR_FILE"] = error_file;
   add_hang_evidence_env(launch.env, files_->flight_recorder_prefix(launch.gen));
-  if (!instrument) return;
+  add_bootstrap_path(launch, instrument);
+}
+
+void Agent::add_bootstrap_path(WorkerLaunch& launch, bool instrument) {
+  if (!files_ || !instrument) return;
   auto given = launch.env.find("PYTHONPATH");
   const char* inherited = std::getenv("PYTHONPATH");
   launch.env["PYTHONPATH"] = prepend_python_path(
@@ -588,6 +709,8 @@ void Agent::spawn_one(WorkerLaunch launch, bool instrument) {
     }
   }
   add_worker_files(launch, instrument);
+  auto join_live = launch.env.find(contract::env::kJoinLive);
+  if (join_live != launch.env.end() && join_live->second == "1" && assign_standby(launch)) return;
   auto spawned = WorkerProcess::spawn(launch);
   if (!spawned) {
     std::fprintf(stderr, "%s: rank %d: %s\n", who().c_str(), launch.rank,
@@ -616,6 +739,9 @@ void Agent::on_kill(const json& message) {
     fields.problem = "kill: signal must be \"TERM\" or \"KILL\", got \"" + signal + "\"";
   }
   if (!fields.problem.empty()) return protocol_error(fields.problem);
+  // A kill of every generation ends the standbys too (KillOperation covers them) and keeps the
+  // pool empty until a spawn asks again, or the kill could never be done.
+  if (gen < 0) standbys_.wanted = 0;
   kills_.emplace_back(gen, signal == "KILL" ? SIGKILL : SIGTERM,
                       static_cast<int>(std::clamp<int64_t>(grace_ms, 0, 3'600'000)), now_ms(),
                       std::move(ranks), moved_generations_);
@@ -789,6 +915,7 @@ void Agent::flush_held_beat(int gen, int rank) {
 void Agent::send_beat(int64_t) {
   json workers = json::array();
   for (const auto& [pid, worker] : workers_) {
+    if (worker->standby()) continue;
     std::optional<char> state = process_state(pid);
     // Only the workers that need attention (messages.h): running ones make the beat no longer.
     if (state && (*state == 'R' || *state == 'S' || *state == 'D' || *state == 'I')) continue;
@@ -834,7 +961,7 @@ void Agent::begin_fence(std::string reason, ExitCode code) {
   fence_reason_ = std::move(reason);
   exit_code_ = code;
   input_open_ = false;
-  workers_at_fence_ = workers_.size();
+  workers_at_fence_ = workers_.size() - static_cast<size_t>(standby_count());
   int64_t grace = config_ ? std::min(kFenceGraceCapMs, config_->heartbeat_timeout_ms)
                           : kFenceGraceCapMs;
   fence_kill_.emplace(-1, SIGTERM, static_cast<int>(grace), now_ms());

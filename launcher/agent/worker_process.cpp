@@ -33,16 +33,19 @@ std::vector<std::string> build_environment(const WorkerLaunch& launch) {
     merged[std::string(*entry, static_cast<size_t>(equals - *entry))] = equals + 1;
   }
   for (const auto& [name, value] : launch.env) merged[name] = value;
-  auto requested = launch.env.find("PATH");
-  merged["PATH"] = worker_search_path(own_directory(),
-                                      requested == launch.env.end() ? nullptr : &requested->second,
-                                      std::getenv("PATH"));
+  merged["PATH"] = worker_path_for(launch);
   std::vector<std::string> flat;
   for (const auto& [name, value] : merged) flat.push_back(name + "=" + value);
   return flat;
 }
 
 }  // namespace
+
+std::string worker_path_for(const WorkerLaunch& launch) {
+  auto requested = launch.env.find("PATH");
+  return worker_search_path(own_directory(), requested == launch.env.end() ? nullptr : &requested->second,
+                            std::getenv("PATH"));
+}
 
 std::string worker_search_path(const std::string& dtrain_dir, const std::string* requested_path,
                                const char* agent_path) {
@@ -55,7 +58,7 @@ std::string worker_search_path(const std::string& dtrain_dir, const std::string*
 
 WorkerProcess::WorkerProcess(WorkerLaunch launch, pid_t pid, UniqueFd out, UniqueFd err)
     : launch_(std::move(launch)),
-      gen_(launch_.gen),
+      gen_(launch_.standby ? kStandbyGeneration : launch_.gen),
       pid_(pid),
       stdout_{"stdout", std::move(out), LineSplitter()},
       stderr_{"stderr", std::move(err), LineSplitter()} {}
@@ -93,6 +96,13 @@ Result<std::unique_ptr<WorkerProcess>> WorkerProcess::spawn(const WorkerLaunch& 
   (void)set_nonblocking(err->read_end.get());
   return std::unique_ptr<WorkerProcess>(
       new WorkerProcess(launch, spawned.pid, std::move(out->read_end), std::move(err->read_end)));
+}
+
+void WorkerProcess::assign(WorkerLaunch launch) {
+  launch.standby = false;
+  launch_ = std::move(launch);
+  gen_ = launch_.gen;
+  tail_.clear();
 }
 
 void WorkerProcess::deliver(Stream& stream, std::vector<std::string> lines, const LineSink& sink) {

@@ -28,7 +28,17 @@ struct WorkerLaunch {
   std::string workdir;                       ///< empty: the agent's working directory
   std::map<std::string, std::string> env;    ///< merged over the agent's environment
   size_t log_tail_lines = 20;
+  /// A warm standby (messages.h spawn.standby): no rank yet, no generation; assign() makes it one.
+  bool standby = false;
 };
+
+/// The generation a standby is reported under internally: none a kill or dump can name (a kill
+/// of every generation, gen -1, still covers it).
+inline constexpr int kStandbyGeneration = -1'000'000;
+
+/// The value of PATH a worker of `launch` gets (worker_search_path with this agent's own
+/// directory and PATH): an assign must give a standby what a new process would have had.
+std::string worker_path_for(const WorkerLaunch& launch);
 
 /// The worker's PATH: `dtrain_dir` (the directory of the dtrain running this agent, where
 /// dtrain-train lies beside it) first, then the base: the PATH the spawn asked for (the spec's
@@ -65,6 +75,13 @@ class WorkerProcess {
   void change_generation(int gen) { gen_ = gen; }
   int rank() const { return launch_.rank; }
   int local_rank() const { return launch_.local_rank; }
+
+  /// A warm standby not assigned yet: it belongs to no generation (gen() is kStandbyGeneration),
+  /// its output is not a rank's, and its exit is nobody's business but the agent's.
+  bool standby() const { return launch_.standby; }
+  /// The standby takes the place of `launch` (its gen, rank, local_rank and env): from now on it
+  /// is that worker. The tail starts afresh: what it wrote as a standby is no rank's output.
+  void assign(WorkerLaunch launch);
 
   /// The open output pipes (for poll), -1 once closed.
   int stdout_fd() const { return stdout_.fd.get(); }

@@ -5,6 +5,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 
@@ -51,6 +52,16 @@ Status claim_socket_path(const std::string& path) {
     return Error::infra("cannot remove stale socket '" + path + "': " + errno_text(errno));
   }
   return {};
+}
+
+// {"type":"hello","standby":true,...} (wire.h): a warm standby's hello, which names no rank
+// or generation and so is not a WorkerHello.
+bool is_standby_hello(std::string_view line) {
+  nlohmann::json raw = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (!raw.is_object()) return false;
+  auto type = raw.find("type");
+  auto standby = raw.find("standby");
+  return type != raw.end() && *type == contract::wire::kHello && standby != raw.end() && *standby == true;
 }
 
 }  // namespace
@@ -195,6 +206,14 @@ void WorkerSocketServer::report(Connection& connection, const WorkerProblemSink&
 bool WorkerSocketServer::handle_line(Connection& connection, std::string_view line, const WorkerMessageSink& sink,
                                      const WorkerProblemSink& problems) {
   if (line.find_first_not_of(" \t\r") == std::string_view::npos) return true;  // blank line
+  if (connection.standby) {
+    report(connection, problems, "a standby says nothing but its hello before it is assigned a rank", /*close=*/false);
+    return true;
+  }
+  if (!connection.gen && is_standby_hello(line)) {
+    connection.standby = true;  // not forwarded: the supervisor knows no standbys, only what they become
+    return true;
+  }
   // The one place a worker's line becomes a typed message (proto/worker_messages.h).
   Result<proto::WorkerMessage> message = proto::parse_worker_line(line);
   if (!connection.gen) {
@@ -287,6 +306,39 @@ size_t WorkerSocketServer::change_generation(int from, int to, int rank, pid_t w
     if (auto it = connections_.find(fd); it != connections_.end()) write_to(it->second);
   }
   return told.size();
+}
+
+bool WorkerSocketServer::is_standby_of(const Connection& connection, pid_t standby) {
+  // The standby itself, or a process of its group (a launcher script that execs the program).
+  return connection.standby && (connection.peer_pid == standby || ::getpgid(connection.peer_pid) == standby);
+}
+
+WorkerSocketServer::Connection* WorkerSocketServer::standby_connection(pid_t standby) {
+  for (auto& [fd, connection] : connections_) {
+    if (is_standby_of(connection, standby)) return &connection;
+  }
+  return nullptr;
+}
+
+bool WorkerSocketServer::standby_ready(pid_t standby) const {
+  return std::any_of(connections_.begin(), connections_.end(),
+                     [standby](const auto& entry) { return is_standby_of(entry.second, standby); });
+}
+
+Status WorkerSocketServer::assign_standby(pid_t standby, const nlohmann::json& assign) {
+  Connection* connection = standby_connection(standby);
+  if (connection == nullptr) {
+    return Error::infra("standby pid " + std::to_string(standby) + " has no connection waiting for its assign");
+  }
+  connection->standby = false;  // its next line is the hello of the worker it becomes
+  connection->output += assign.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  connection->output += '\n';
+  int fd = connection->fd.get();
+  write_to(*connection);
+  if (!connections_.contains(fd)) {
+    return Error::infra("standby pid " + std::to_string(standby) + ": its connection failed while sending assign");
+  }
+  return {};
 }
 
 void WorkerSocketServer::forget_moves_of(pid_t worker_group) {

@@ -77,6 +77,13 @@ class WorkerSocketServer {
   /// pid, and so a group of that number, may come back as someone else's).
   void forget_moves_of(pid_t worker_group);
 
+  /// Warm standbys (messages.h spawn.standby): whether a process of the group `standby` (the
+  /// standby's pid) has connected and said hello {standby:true}, and waits for its assign.
+  bool standby_ready(pid_t standby) const;
+  /// Sends `assign` (wire.h) on that connection; from then on the connection is like a fresh
+  /// one: its next line must be the worker's hello {rank, gen, pid}.
+  Status assign_standby(pid_t standby, const nlohmann::json& assign);
+
   /// Number of open connections (for tests and logs).
   size_t connection_count() const { return connections_.size(); }
 
@@ -88,6 +95,7 @@ class WorkerSocketServer {
     std::string output;
     std::optional<int> gen;
     std::optional<int> rank;
+    bool standby = false;  ///< said hello {standby:true}; waits for assign (no gen, no rank)
     uint64_t serial = 0;  // newer connections win when two claim the same (gen, rank)
   };
 
@@ -106,6 +114,8 @@ class WorkerSocketServer {
   /// change_generation() moved that worker on and the peer is in its process group.
   int current_generation(int gen, int rank, pid_t peer_pid) const;
   void drop(int fd, const std::string& why);
+  static bool is_standby_of(const Connection& connection, pid_t standby);
+  Connection* standby_connection(pid_t standby);
 
   std::string runtime_dir_;
   std::string path_;

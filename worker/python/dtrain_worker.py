@@ -118,6 +118,40 @@ def _check_listener_uid(sock, path):
                           % (path, pid, uid, os.geteuid()))
 
 
+def _become_assigned_standby(sock):
+    """A warm standby (DTRAIN_STANDBY=1, elastic.standby_per_host): says hello {standby}, waits
+    as long as the agent keeps it (no time limit; it dies with the agent) for assign {gen, rank,
+    env} and makes env this process's os.environ, so that everything read from the environment
+    from then on (here, by torch.distributed) is the rank's. Returns bytes read past the assign."""
+    sock.sendall((json.dumps({"type": "hello", "standby": True, "pid": os.getpid()}) + "\n").encode())
+    buffer = b""
+    while True:
+        newline = buffer.find(b"\n")
+        if newline < 0:
+            chunk = sock.recv(65536)
+            if not chunk:
+                sock.close()
+                raise DtrainError("a standby waiting for its rank: the dtrain agent closed the connection")
+            buffer += chunk
+            continue
+        line, buffer = buffer[:newline], buffer[newline + 1:]
+        try:
+            message = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(message, dict) or message.get("type") != "assign":
+            continue
+        variables = message.get("env")
+        if not isinstance(variables, dict):
+            sock.close()
+            raise DtrainError("assign from the dtrain agent without an env object: %r" % (message,))
+        for name, value in variables.items():
+            if isinstance(value, str):
+                os.environ[name] = value
+        os.environ.pop("DTRAIN_STANDBY", None)
+        return buffer
+
+
 class Worker:
     """One training process's link to dtrain: hello, heartbeats, the KV store, bye."""
 
@@ -149,7 +183,10 @@ class Worker:
     def from_env(cls, _instrument=False):
         """Connects to $DTRAIN_AGENT_SOCKET and says hello {rank, gen, pid}. (_instrument: the
         connection of dtrain's bootstrap, sitecustomize.py; any other one is the script's own,
-        and from then on the script's beats are the rank's and the bootstrap sends none.)"""
+        and from then on the script's beats are the rank's and the bootstrap sends none.)
+        A warm standby (DTRAIN_STANDBY=1) blocks here until the agent assigns it a rank and takes
+        that rank's environment first: whatever the script did before (import torch, build the
+        model) is done by the time it is needed, and whatever it reads after is the rank's."""
         global _script_worker_created
         if not _instrument:
             _script_worker_created = True
@@ -157,10 +194,11 @@ class Worker:
         if not path:
             raise DtrainError("not running under dtrain: DTRAIN_AGENT_SOCKET is unset; "
                               "start this script with `dtrain submit job.yaml`")
-        rank = _env_int("RANK", 0)
-        world_size = _env_int("WORLD_SIZE", 1)
-        generation = _env_int("DTRAIN_GENERATION", 0)
-        interval = _env_int("DTRAIN_HEARTBEAT_INTERVAL_MS", 1000)
+        standby = os.environ.get("DTRAIN_STANDBY") == "1"
+        if standby and _instrument:
+            # The bootstrap's beats need a rank; a standby's script takes one in its own from_env().
+            raise DtrainError("a warm standby (DTRAIN_STANDBY=1) has no rank until the script's "
+                              "own Worker.from_env() takes one; the bootstrap does not beat for it")
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.connect(path)
@@ -169,7 +207,13 @@ class Worker:
             raise DtrainError("cannot connect to the dtrain agent at DTRAIN_AGENT_SOCKET=%r: %s "
                               "(is the agent still running?)" % (path, error))
         _check_listener_uid(sock, path)
+        unread = _become_assigned_standby(sock) if standby else b""
+        rank = _env_int("RANK", 0)
+        world_size = _env_int("WORLD_SIZE", 1)
+        generation = _env_int("DTRAIN_GENERATION", 0)
+        interval = _env_int("DTRAIN_HEARTBEAT_INTERVAL_MS", 1000)
         worker = cls(sock, rank, world_size, generation, interval)
+        worker._buffer = unread
         worker._send({"type": "hello", "rank": rank, "gen": generation, "pid": os.getpid()})
         return worker
 

@@ -172,6 +172,12 @@ void AgentConnection::read_loop() {
         note_generation_change(reply);
         continue;
       }
+      if (reply.is_object() && type != reply.end() && type->is_string() && *type == wire::kAssign) {
+        std::lock_guard lock(mutex_);
+        assignment_ = std::move(reply);
+        replied_.notify_all();
+        continue;
+      }
       if (!reply.is_object() || !reply.contains("id") || !reply["id"].is_number_integer()) continue;
       int64_t id = reply["id"].get<int64_t>();
       std::lock_guard lock(mutex_);
@@ -238,6 +244,13 @@ Result<int> AgentConnection::wait_for_generation_after(int after, Millis timeout
   if (closed_) return Error{"waiting for gen.changed: " + closed_reason_};
   return Error{"no gen.changed (a generation after " + std::to_string(after) + ") from the dtrain agent within " +
                std::to_string(timeout.count()) + "ms"};
+}
+
+Result<json> AgentConnection::wait_for_assignment() {
+  std::unique_lock lock(mutex_);
+  replied_.wait(lock, [&] { return assignment_.has_value() || closed_; });
+  if (!assignment_) return Error{"a standby waiting for its assign: " + closed_reason_};
+  return *std::exchange(assignment_, std::nullopt);
 }
 
 void AgentConnection::close_with(std::string reason) {

@@ -52,6 +52,11 @@ class AgentConnection {
   /// it; an error when none came in time or the agent closed the connection.
   Result<int> wait_for_generation_after(int after, Millis timeout);
 
+  /// A warm standby (DTRAIN_STANDBY=1) that said hello {standby:true}: waits, without a time
+  /// limit (the agent decides how long a standby lives, and it dies with the agent), for the
+  /// agent's assign {gen, rank, env} (wire.h) and returns it; an error when the connection closed.
+  Result<nlohmann::json> wait_for_assignment();
+
  private:
   explicit AgentConnection(int fd, std::string path);
   void read_loop();
@@ -74,6 +79,7 @@ class AgentConnection {
   int64_t served_checkpoint_step_ = -1;  // requests up to this step are served (checkpoint_request_served)
   std::string requested_checkpoint_reason_;
   std::optional<int> announced_generation_;  // gen.changed: the newest generation announced
+  std::optional<nlohmann::json> assignment_;  // assign, for a standby
   std::thread reader_;
 };
 

@@ -113,6 +113,35 @@ json beat_message(int64_t step, const Metrics& metrics) {
   return beat;
 }
 
+// DTRAIN_STANDBY=1 (a warm standby): connect, say hello {standby}, wait as long as the agent
+// keeps us for assign {gen, rank, env}, and take its environment as our own; the caller then
+// reads the contract from it as any worker does, and says the usual hello on this connection.
+Result<std::shared_ptr<AgentConnection>> become_assigned_standby() {
+  std::string socket_path = env_text(env::kAgentSocket);
+  if (socket_path.empty()) {
+    return Error{"DTRAIN_STANDBY=1 but DTRAIN_AGENT_SOCKET is unset: a standby is started by a dtrain agent"};
+  }
+  Result<std::shared_ptr<AgentConnection>> connection = AgentConnection::connect(socket_path);
+  if (!connection) return connection.error();
+  if (Status said = (*connection)->send(json{{"type", wire::kHello}, {"standby", true},
+                                             {"pid", static_cast<int64_t>(::getpid())}});
+      !said) {
+    return said.error();
+  }
+  Result<json> assign = (*connection)->wait_for_assignment();
+  if (!assign) return assign.error();
+  auto variables = assign->find("env");
+  if (variables == assign->end() || !variables->is_object()) {
+    return Error{"assign from the dtrain agent without an env object: " +
+                 assign->dump(-1, ' ', false, json::error_handler_t::replace)};
+  }
+  for (const auto& [name, value] : variables->items()) {
+    if (value.is_string()) ::setenv(name.c_str(), value.get<std::string>().c_str(), 1);
+  }
+  ::unsetenv(env::kStandby);
+  return *connection;
+}
+
 }  // namespace
 
 struct Worker::Beats {
@@ -140,6 +169,12 @@ struct Worker::Recorded {
 };
 
 Result<std::unique_ptr<Worker>> Worker::from_env(bool allow_standalone) {
+  std::shared_ptr<AgentConnection> standby_connection;
+  if (env_text(env::kStandby) == "1") {
+    Result<std::shared_ptr<AgentConnection>> assigned = become_assigned_standby();
+    if (!assigned) return assigned.error();
+    standby_connection = std::move(*assigned);
+  }
   Topology topology;
   Settings settings;
   if (Status read = read_contract(topology, settings); !read) return read.error();
@@ -161,7 +196,9 @@ Result<std::unique_ptr<Worker>> Worker::from_env(bool allow_standalone) {
     return Error{"not running under dtrain: DTRAIN_AGENT_SOCKET and RANK are unset. Run it with "
                  "`dtrain submit job.yaml`, or pass --standalone (DTRAIN_STANDALONE=1) to train alone"};
   }
-  Result<std::shared_ptr<AgentConnection>> connection = AgentConnection::connect(socket_path);
+  Result<std::shared_ptr<AgentConnection>> connection =
+      standby_connection ? Result<std::shared_ptr<AgentConnection>>(standby_connection)
+                         : AgentConnection::connect(socket_path);
   if (!connection) return connection.error();
   std::unique_ptr<Worker> worker(new Worker());
   worker->topology_ = topology;

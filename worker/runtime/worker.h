@@ -211,7 +211,10 @@ class Worker {
   /// Reads the worker contract and connects to $DTRAIN_AGENT_SOCKET, sending hello {rank, gen,
   /// pid}. Outside dtrain (neither DTRAIN_AGENT_SOCKET nor RANK set) this is an error that says
   /// how to run under dtrain, unless `allow_standalone` or DTRAIN_STANDALONE=1: then it is
-  /// standalone() with the DTRAIN_* settings that are set.
+  /// standalone() with the DTRAIN_* settings that are set. A warm standby (DTRAIN_STANDBY=1)
+  /// first says hello {standby} and blocks until the agent assigns it a rank (no time limit),
+  /// sets the assign's env in this process (so anything read from the environment afterwards is
+  /// that rank's) and goes on as above on the same connection.
   static Result<std::unique_ptr<Worker>> from_env(bool allow_standalone = false);
 
   /// A world of one with an in-process KV store; checkpoints still work. For debugging.
