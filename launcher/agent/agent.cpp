@@ -57,6 +57,7 @@ constexpr int64_t kFenceGraceCapMs = 2'000;    // TERM → KILL when fencing
 constexpr int64_t kLastWordsMs = 1'000;        // flushing bye before exit
 constexpr size_t kMaxTailLines = 10'000;
 constexpr int64_t kStandbyRestartMs = 1'000;   // at most one replacement of a dead standby per second
+constexpr int64_t kStandbyRefillDelayMs = 1'000;  // from an assign to the standby that replaces it
 constexpr int kMaxStandbys = 64;               // as elastic.standby_per_host
 
 struct Config {
@@ -154,7 +155,7 @@ class Agent {
   void add_bootstrap_path(WorkerLaunch& launch, bool instrument);
 
   /// Warm standbys (messages.h spawn.standby): starts what the pool lacks (a dead standby's
-  /// replacement at most once a second).
+  /// replacement at most once a second, an assigned one's a second after the assign).
   void keep_standbys(int64_t now);
   int standby_count() const;
   /// A ready standby becomes the worker of `launch` (assign): true when one did, and it is reported
@@ -652,7 +653,11 @@ bool Agent::assign_standby(const WorkerLaunch& launch) {
                {"local_rank", launch.local_rank}, {"pid", pid}, {"agent_time_ms", agent_time_ms()},
                {"standby", true}});
     update_sampled_workers();
-    keep_standbys(now_ms());  // refill the pool
+    // Refilled a moment later, not now: starting a process here would delay this started report
+    // (fork in this loop) and a Python standby's imports would compete with the recovery's state
+    // transfer for the CPUs (kill -9 of 1 of 4 DDP ranks: 149-190 ms to the first step with an
+    // immediate refill, 125-133 ms with this).
+    standby_not_before_ms_ = std::max(standby_not_before_ms_, now_ms() + kStandbyRefillDelayMs);
     return true;
   }
   return false;

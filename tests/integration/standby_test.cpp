@@ -148,7 +148,7 @@ void report_phases(const char* what, const std::vector<nlohmann::json>& events) 
 }  // namespace
 
 TEST_CASE("standby: kill -9 of one of 4 ranks is replaced by the warm standby taking the rank, same final parameters") {
-  constexpr int kSteps = 300;
+  constexpr int kSteps = 1000;  // long enough after the kill (step 80) for the refill, a second after the assign
   std::vector<std::string> expected;
   {
     DtrainEnv env;
