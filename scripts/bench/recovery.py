@@ -3,7 +3,8 @@
 -> first resumed training step.
 
   recovery.py --dtrain BUILD/cli/dtrain [--reps 5] [--cases trainer,ddp-dtrain,ddp-torchrun]
-              (more cases: ddp-dtrain-store, ddp-dtrain-in-place, trainer-in-place) [--faults kill,stop]
+              (more cases: ddp-dtrain-store, ddp-dtrain-in-place, ddp-dtrain-standby, trainer-in-place,
+              trainer-standby) [--faults kill,stop]
               [--hang-timeout 5] [--pg-timeout 20]
               [--kill-at 110] [--run-timeout 240] [--torch-python /usr/bin/python3]
 
@@ -22,6 +23,8 @@ Cases:
                  of a TCPStore that rank 0 opens at MASTER_PORT (torch 1.13's TCPStore client
                  retries a refused connect only once a second); the script then beats itself.
                  Not in the default --cases.
+  ddp-dtrain-standby / trainer-standby  in place with elastic.standby_per_host: 1: the
+                 replacement is a warm standby (started, torch imported) taking the rank.
   ddp-dtrain-in-place  the same script with --in-place under dtrain with elastic.in_place: the
                  survivors keep their processes and rejoin (dtrain_worker.InPlace), only rank 1
                  is started again and takes the newest completed step from rank 0 by broadcast;
@@ -396,13 +399,22 @@ def write_spec(path, name, command, hang_timeout_s, extra="", elastic="max_resta
         spec.write("stop_grace: 5s\n" + extra)
 
 
-def run_ddp_dtrain(args, work, fault, script_flags=(), in_place=False):
+def elastic_line(in_place, standby):
+    line = "max_restarts: 3"
+    if in_place:
+        line += ", in_place: true"
+    if standby:
+        line += ", standby_per_host: %d" % standby
+    return line
+
+
+def run_ddp_dtrain(args, work, fault, script_flags=(), in_place=False, standby=0):
     home = os.path.join(work, "home")
     os.makedirs(home)
     spec = os.path.join(work, "ddp.yaml")
     # No `worker.instrument` line: the default (on) puts the bootstrap in front of the script.
     write_spec(spec, "bench-ddp", [args.torch_python] + ddp_args(args, work) + list(script_flags), args.hang_timeout,
-               elastic="max_restarts: 3, in_place: true" if in_place else "max_restarts: 3")
+               elastic=elastic_line(in_place, standby))
     job = Job([args.dtrain, "submit", spec], work, dtrain_env(home), os.path.join(work, "dtrain.out"))
     injected = {}
     try:
@@ -465,7 +477,7 @@ def trainer_worker_pids(run_dir):
     return lambda: sorted({e.get("pid") for e in read_events(run_dir) if e["ev"] == "worker.started" and e.get("pid")})
 
 
-def run_trainer(args, work, fault, in_place=False):
+def run_trainer(args, work, fault, in_place=False, standby=0):
     home = os.path.join(work, "home")
     os.makedirs(home)
     spec = os.path.join(work, "trainer.yaml")
@@ -476,7 +488,7 @@ def run_trainer(args, work, fault, in_place=False):
                [dtrain_train, "--steps", str(args.kill_at + 200), "--hidden", "256", "--layers", "3",
                 "--log-every", "1"], args.hang_timeout,
                "batch: {global: 64, micro: 8}\ncheckpoint: {interval_steps: 20, keep: 3}\n",
-               "max_restarts: 3, in_place: true" if in_place else "max_restarts: 3")
+               elastic_line(in_place, standby))
     job = Job([args.dtrain, "submit", spec], work, dtrain_env(home), os.path.join(work, "dtrain.out"))
     injected = {}
     run_dir = None
@@ -521,12 +533,17 @@ CASES = {
     "trainer": ("dtrain + dtrain-train", run_trainer),
     "trainer-in-place": ("dtrain + dtrain-train, elastic.in_place",
                          lambda args, work, fault: run_trainer(args, work, fault, in_place=True)),
+    "trainer-standby": ("dtrain + dtrain-train, in place + 1 standby",
+                        lambda args, work, fault: run_trainer(args, work, fault, in_place=True, standby=1)),
     "ddp-dtrain": ("dtrain + ddp_train.py", run_ddp_dtrain),
     "ddp-torchrun": ("torchrun + ddp_train.py", run_ddp_torchrun),
     "ddp-dtrain-store": ("dtrain + ddp_train.py --dtrain-store",
                          lambda args, work, fault: run_ddp_dtrain(args, work, fault, ["--dtrain-store"])),
     "ddp-dtrain-in-place": ("dtrain + ddp_train.py --in-place",
                             lambda args, work, fault: run_ddp_dtrain(args, work, fault, ["--in-place"], in_place=True)),
+    "ddp-dtrain-standby": ("dtrain + ddp_train.py --in-place, 1 standby",
+                           lambda args, work, fault: run_ddp_dtrain(args, work, fault, ["--in-place"], in_place=True,
+                                                                    standby=1)),
 }
 
 
