@@ -124,6 +124,12 @@ def make_model(args):
 
 def main():
     args = parse_args()
+    torch.set_num_threads(1)
+    # In place, the model is built and the agent connected before the rank is read: a warm
+    # standby (elastic.standby_per_host) gets here with torch imported and the model built, and
+    # waits in Worker.from_env() until it is given a rank (os.environ is that rank's after it).
+    built = make_model(args) if args.in_place and os.environ.get("DTRAIN_AGENT_SOCKET") else None
+    worker = dtrain_worker_or_none(args)
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
     ckpt_dir = args.ckpt_dir or os.environ.get("DTRAIN_CKPT_DIR") or "ddp-ckpt"
@@ -142,14 +148,12 @@ def main():
     mark = "%d t=%.6f restart=%s pid=%d\n"
     if steps_log:
         steps_log.write("imported " + mark % (rank, time.time(), restart_id(), os.getpid()))
-    torch.set_num_threads(1)
-    worker = dtrain_worker_or_none(args)
     group_options = {"timeout": datetime.timedelta(seconds=args.pg_timeout)} if args.pg_timeout > 0 else {}
     trainer = None
     if args.in_place and worker is not None:
         # The model exists before the process group: an in-place replacement receives its
         # state while it joins (InPlace.init_process_group).
-        model, optimizer = make_model(args)
+        model, optimizer = built if built else make_model(args)
         trainer = import_dtrain_worker().InPlace(worker, model, optimizer)
         trainer.init_process_group(backend="gloo", **group_options)
     elif worker is not None:
