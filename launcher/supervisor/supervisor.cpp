@@ -570,10 +570,11 @@ void Supervisor::on(const WorkerExited& event) {
     return;
   }
   // Exits after we decided to stop are consequences — unless the agent saw this one before we
-  // sent the stop and earlier than the failure we blamed: then it is the real root cause.
+  // sent the stop and earlier than the failure we blamed: then it is the real root cause. One
+  // that the agent killed (for our stop) is a consequence whatever its time stamp says.
   int64_t stop_sent_wall = clock_.wall_ms() - (clock_.monotonic_ms() - stop_sent_ms_);
   int64_t latest_possible = event.observed_ms + std::max<int64_t>(0, event.observed_uncertainty_ms);
-  if (during_stop && root_cause_ && event.observed_ms > 0 && latest_possible < stop_sent_wall &&
+  if (during_stop && !event.killed_by_agent && root_cause_ && event.observed_ms > 0 && latest_possible < stop_sent_wall &&
       latest_possible < root_cause_->observed_ms && root_cause_->kind == "worker.exit") {
     root_cause_ = cause;
     if (recovery_) recovery_->cause = cause;

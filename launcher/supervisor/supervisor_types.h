@@ -55,6 +55,8 @@ struct WorkerExited {
   /// How far observed_ms may be off (the clock offset's uncertainty): an exit is only ordered
   /// before another event when it is earlier by more than this.
   int64_t observed_uncertainty_ms = 0;
+  /// The agent's kill or fence signalled it: a consequence of a stop, never a root cause.
+  bool killed_by_agent = false;
   /// The exception the worker left in its TORCHELASTIC_ERROR_FILE (exit.error), if any.
   std::optional<std::string> error_type;     ///< "ValueError"
   std::optional<std::string> error_message;  ///< "bad batch"

@@ -144,6 +144,25 @@ TEST_CASE("without elastic settings the first failing worker fails the run with 
   CHECK(h.supervisor->ranks()[2].state == RankState::failed);
 }
 
+TEST_CASE("an exit the agent's kill caused is never the root cause, whatever its time stamp") {
+  Harness h(make_spec(2, 1));
+  h.connect_all();
+  h.start_all(0);
+  h.clock.advance_ms(1000);
+  WorkerExited crash = h.exit_code(0, 1, 7);
+  WorkerExited terminated = h.exit_code(0, 0, 0);
+  terminated.code.reset();
+  terminated.signal = "SIGTERM";
+  terminated.killed_by_agent = true;
+  terminated.observed_ms = crash.observed_ms - 300;  // a skewed agent clock
+  h.feed(crash);
+  h.clock.advance_ms(5);
+  auto actions = h.feed(terminated);
+  CHECK(!has_event(actions, "failure.root_cause"));
+  CHECK(h.supervisor->root_cause()->rank == 1);
+  CHECK(h.supervisor->root_cause()->code == 7);
+}
+
 TEST_CASE("the root cause is the first failure by time, even when reported second") {
   Harness h(make_spec(2, 1));
   h.connect_all();
