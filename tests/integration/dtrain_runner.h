@@ -165,6 +165,18 @@ inline int64_t rank_field(const std::string& run_dir, int rank, const char* fiel
 
 inline int rank_pid(const std::string& run_dir, int rank) { return static_cast<int>(rank_field(run_dir, rank, "pid")); }
 
+/// Each rank's "dtrain-train: final step=N loss=L checksum=C" line (loss, and the checksum of
+/// that rank's own shard), "" for a rank without one: what bit-identical runs compare.
+inline std::vector<std::string> ranks_final_lines(const std::string& run_dir, int world) {
+  std::vector<std::string> lines;
+  for (int rank = 0; rank < world; ++rank) {
+    std::string log = read_text(run_dir + "/ranks/" + std::to_string(rank) + ".log");
+    size_t at = log.rfind("dtrain-train: final");
+    lines.push_back(at == std::string::npos ? "" : log.substr(at, log.find('\n', at) - at));
+  }
+  return lines;
+}
+
 /// Every event of an events.jsonl, header excluded.
 inline std::vector<nlohmann::json> read_events(const std::string& path) {
   std::vector<nlohmann::json> events;

@@ -34,17 +34,6 @@ std::string trainer_spec(const std::string& name, int steps, bool in_place, int 
          "stop_grace: 2s\n";
 }
 
-std::string final_line(const std::string& log) {
-  size_t at = log.rfind("dtrain-train: final");
-  return at == std::string::npos ? "" : log.substr(at, log.find('\n', at) - at);
-}
-
-std::vector<std::string> final_lines(const std::string& dir, int world) {
-  std::vector<std::string> lines;
-  for (int rank = 0; rank < world; ++rank) lines.push_back(final_line(read_text(dir + "/ranks/" + std::to_string(rank) + ".log")));
-  return lines;
-}
-
 /// The standbys of a run: its processes that were started as one (their /proc environ keeps
 /// DTRAIN_STANDBY=1 even after an assign, which sets the variables inside the process only).
 std::vector<pid_t> standbys_of_run(const std::string& run_id) {
@@ -154,7 +143,7 @@ TEST_CASE("standby: kill -9 of one of 4 ranks is replaced by the warm standby ta
     DtrainEnv env;
     DtrainProcess reference = env.run({"submit", env.write_spec("ref.yaml", trainer_spec("ref", kSteps, false, 0))});
     REQUIRE(reference.exit_code == 0);
-    expected = final_lines(env.run_dirs().at(0), 4);
+    expected = ranks_final_lines(env.run_dirs().at(0), 4);
     for (const std::string& line : expected) REQUIRE(!line.empty());
   }
 
@@ -177,7 +166,7 @@ TEST_CASE("standby: kill -9 of one of 4 ranks is replaced by the warm standby ta
   check_standby_took_rank(events, 2, standby);
   // The assigned standby writes the rank's log as that rank.
   CHECK(read_text(dir + "/ranks/2.log").find("dtrain-train: final") != std::string::npos);
-  CHECK(final_lines(dir, 4) == expected);
+  CHECK(ranks_final_lines(dir, 4) == expected);
   check_nothing_left(run_id);
   CHECK(process_gone(standby));
 }
