@@ -146,7 +146,9 @@ def _become_assigned_standby(sock):
             sock.close()
             raise DtrainError("assign from the dtrain agent without an env object: %r" % (message,))
         for name, value in variables.items():
-            if isinstance(value, str):
+            # From a peer: only what an environment can hold (os.environ raises on '=' or NUL).
+            if (isinstance(value, str) and name and "=" not in name and "\0" not in name
+                    and "\0" not in value):
                 os.environ[name] = value
         os.environ.pop("DTRAIN_STANDBY", None)
         return buffer

@@ -135,8 +135,13 @@ Result<std::shared_ptr<AgentConnection>> become_assigned_standby() {
     return Error{"assign from the dtrain agent without an env object: " +
                  assign->dump(-1, ' ', false, json::error_handler_t::replace)};
   }
+  // Names and values come from a peer: only what an environment can hold is taken (a name with
+  // '=' or a NUL would be another variable, or cut short; setenv refuses an empty one).
   for (const auto& [name, value] : variables->items()) {
-    if (value.is_string()) ::setenv(name.c_str(), value.get<std::string>().c_str(), 1);
+    if (!value.is_string() || name.empty() || name.find_first_of(std::string("=\0", 2)) != std::string::npos) continue;
+    const std::string& text = value.get_ref<const std::string&>();
+    if (text.find('\0') != std::string::npos) continue;
+    ::setenv(name.c_str(), text.c_str(), 1);
   }
   ::unsetenv(env::kStandby);
   return *connection;
