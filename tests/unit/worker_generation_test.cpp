@@ -66,6 +66,21 @@ struct ScopedEnv {
   }
 };
 
+/// In-process Gloo workers of a data-parallel world of `size`, in generation 0 of `store`.
+std::vector<std::unique_ptr<worker::Worker>> data_parallel_workers(int size, std::shared_ptr<worker::InProcessKv> store) {
+  worker::Settings settings;
+  settings.backend = "gloo";
+  settings.in_place = true;
+  std::vector<std::unique_ptr<worker::Worker>> workers;
+  for (int rank = 0; rank < size; ++rank) {
+    worker::Topology topology;
+    topology.world_size = topology.dp_size = size;
+    topology.rank = topology.dp_rank = rank;
+    workers.push_back(worker::Worker::in_process(topology, settings, store));
+  }
+  return workers;
+}
+
 }  // namespace
 
 TEST_CASE("worker runtime: gen.changed from the agent is adopted, and gen.check refuses a commit until it is") {
@@ -190,19 +205,10 @@ TEST_CASE("worker runtime: without an announcement adopt_new_generation is an er
 }
 
 TEST_CASE("worker runtime: a survivor whose peer died connects again under the new generation's store") {
-  worker::Topology topology;
-  topology.world_size = 2;
-  topology.dp_size = 2;
-  worker::Settings settings;
-  settings.backend = "gloo";
-  settings.in_place = true;
   auto old_store = std::make_shared<worker::InProcessKv>();
-  std::vector<std::unique_ptr<worker::Worker>> workers;
-  for (int rank = 0; rank < 2; ++rank) {
-    worker::Topology mine = topology;
-    mine.rank = mine.dp_rank = rank;
-    workers.push_back(worker::Worker::in_process(mine, settings, old_store));
-  }
+  std::vector<std::unique_ptr<worker::Worker>> workers = data_parallel_workers(2, old_store);
+  worker::Topology topology = workers[0]->topology();
+  worker::Settings settings = workers[0]->settings();
   std::vector<std::unique_ptr<worker::Communicator>> comms(2);
   std::vector<std::string> errors(2);
   std::vector<double> sums(2);
@@ -255,4 +261,66 @@ TEST_CASE("worker runtime: a survivor whose peer died connects again under the n
   both_connect_and_sum();  // generation 1: the same store keys, in the new store
   std::vector<std::string> types = types_of(workers[0]->sent_lines());
   CHECK(std::count(types.begin(), types.end(), "comm.ready") == 2);  // once in each generation
+}
+
+TEST_CASE("worker runtime: an announced generation ends a collective that waits for a live but absent peer") {
+  // The survivor that used to miss the in-place deadline: blocked in an all-reduce with peers
+  // that are alive but will never take part (they wait for a dead rank elsewhere), with a
+  // timeout far beyond the deadline. The announcement must end the wait, and say so.
+  std::vector<std::unique_ptr<worker::Worker>> workers = data_parallel_workers(3, std::make_shared<worker::InProcessKv>());
+  std::vector<std::unique_ptr<worker::Communicator>> comms(3);
+  std::vector<std::string> errors(3);
+  {
+    std::vector<std::thread> connecting;
+    for (int rank = 0; rank < 3; ++rank) {
+      connecting.emplace_back([&, rank] {
+        auto comm = workers[static_cast<size_t>(rank)]->connect(20s);
+        if (comm) comms[static_cast<size_t>(rank)] = std::move(*comm);
+        else errors[static_cast<size_t>(rank)] = comm.error().message;
+      });
+    }
+    for (auto& thread : connecting) thread.join();
+  }
+  for (const std::string& error : errors) REQUIRE_MESSAGE(error.empty(), error);
+
+  // Ranks 0 and 1 reduce; rank 2 never comes (its communicator stays open).
+  std::vector<std::string> outcomes(2);
+  std::atomic<int> finished{0};
+  std::vector<std::thread> reducing;
+  for (int rank = 0; rank < 2; ++rank) {
+    reducing.emplace_back([&, rank] {
+      std::vector<double> values(1 << 16, 1.0);
+      auto reduced = comms[static_cast<size_t>(rank)]->allreduce_sum(values.data(), values.size(), 600s);
+      outcomes[static_cast<size_t>(rank)] = reduced.ok() ? "ok" : reduced.error().message;
+      finished += 1;
+    });
+  }
+  // Usually they are waiting in Gloo by now; if not, the announcement is seen at the start of
+  // the collective instead: the same outcome either way.
+  std::this_thread::sleep_for(200ms);
+  CHECK(finished == 0);
+  workers[0]->announce_generation(1, std::make_shared<worker::InProcessKv>());
+  workers[1]->announce_generation(1, std::make_shared<worker::InProcessKv>());
+  auto deadline = std::chrono::steady_clock::now() + 60s;  // far below the 600 s op timeout
+  while (finished < 2 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(5ms);
+  REQUIRE_MESSAGE(finished == 2, "the announcement did not end the all-reduce");
+  for (auto& thread : reducing) thread.join();
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string& outcome = outcomes[static_cast<size_t>(rank)];
+    INFO(outcome);
+    CHECK(outcome.find("gloo allreduce(float64 x 65536) on rank " + std::to_string(rank) + " abandoned: generation 1 was announced") == 0);
+    CHECK(outcome.find("peer rank") == std::string::npos);  // no peer is blamed for it
+  }
+  // The communicator stays unusable: a later collective says why at once.
+  double value = 1;
+  auto later = comms[0]->allreduce_sum(&value, 1, 600s);
+  REQUIRE_FALSE(later.ok());
+  CHECK(later.error().message.find("abandoned: generation 1 was announced") != std::string::npos);
+
+  // Rank 2, which heard nothing, finds its peers gone at its next collective instead of
+  // waiting out its timeout: the interrupted ranks shut their connections.
+  auto orphan = comms[2]->allreduce_sum(&value, 1, 600s);
+  REQUIRE_FALSE(orphan.ok());
+  CHECK(orphan.error().message.find("abandoned") == std::string::npos);
+  for (auto& comm : comms) comm.reset();
 }

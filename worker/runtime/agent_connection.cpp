@@ -224,11 +224,23 @@ std::optional<std::string> AgentConnection::take_checkpoint_request(int64_t step
 void AgentConnection::note_generation_change(const json& change) {
   auto gen = change.find("gen");
   if (gen == change.end() || !gen->is_number_integer()) return;  // malformed: nothing to adopt
-  std::lock_guard lock(mutex_);
   int announced = gen->get<int>();
-  if (!announced_generation_ || announced > *announced_generation_) announced_generation_ = announced;
-  abandoned_.insert(waiting_.begin(), waiting_.end());
-  replied_.notify_all();
+  std::function<void(int)> callback;
+  {
+    std::lock_guard lock(mutex_);
+    if (!announced_generation_ || announced > *announced_generation_) {
+      announced_generation_ = announced;
+      callback = on_generation_announced_;  // news: the old generation's collectives end
+    }
+    abandoned_.insert(waiting_.begin(), waiting_.end());
+    replied_.notify_all();
+  }
+  if (callback) callback(announced);
+}
+
+void AgentConnection::on_generation_announced(std::function<void(int)> callback) {
+  std::lock_guard lock(mutex_);
+  on_generation_announced_ = std::move(callback);
 }
 
 std::optional<int> AgentConnection::announced_generation() {

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -51,6 +52,9 @@ class AgentConnection {
   /// Waits up to `timeout` for an announcement of a generation newer than `after` and returns
   /// it; an error when none came in time or the agent closed the connection.
   Result<int> wait_for_generation_after(int after, Millis timeout);
+  /// Called on the connection's reader thread with each gen.changed's generation, after
+  /// announced_generation() returns it. Must not block (nor call back into this connection).
+  void on_generation_announced(std::function<void(int)> callback);
 
   /// A warm standby (DTRAIN_STANDBY=1) that said hello {standby:true}: waits, without a time
   /// limit (the agent decides how long a standby lives, and it dies with the agent), for the
@@ -79,6 +83,7 @@ class AgentConnection {
   int64_t served_checkpoint_step_ = -1;  // requests up to this step are served (checkpoint_request_served)
   std::string requested_checkpoint_reason_;
   std::optional<int> announced_generation_;  // gen.changed: the newest generation announced
+  std::function<void(int)> on_generation_announced_;
   std::optional<nlohmann::json> assignment_;  // assign, for a standby
   std::thread reader_;
 };

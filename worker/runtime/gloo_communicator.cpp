@@ -7,10 +7,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <mutex>
+#include <optional>
 #include <regex>
 
 #include <gloo/allreduce.h>
@@ -36,26 +39,45 @@ constexpr uint8_t kPointToPointSlotPrefix = 0x70;
 
 /// gloo::rendezvous::Store over our KV store, in the namespace of one group (each group's
 /// context rendezvouses separately). Values are hex so that any byte survives JSON.
+///
+/// Every store call is a round trip through the agent (and, across hosts, to the supervisor),
+/// and Gloo's connectFullMesh asks key by key: a host name from each lower rank, then for
+/// each peer a wait and a get of its addresses — 8 to 11 sequential round trips in a group of
+/// four. This store answers the first question of each kind by waiting for every key of that
+/// kind at once and keeps the answers: 4 round trips whatever the group size, which is most
+/// of what an in-place rejoin costs. Waiting for all at once cannot deadlock: every rank
+/// publishes before it waits.
 class KvGlooStore final : public gloo::rendezvous::Store {
  public:
-  KvGlooStore(KvClient& kv, const std::string& group_key, Millis timeout)
-      : kv_(kv), prefix_(kKeyPrefix + group_key), timeout_(timeout) {}
+  KvGlooStore(KvClient& kv, const std::string& group_key, int index, int size, Millis timeout)
+      : kv_(kv), prefix_(kKeyPrefix + group_key), index_(index), size_(size), timeout_(timeout) {}
 
   void set(const std::string& key, const std::vector<char>& data) override {
     Status status = kv_.set(prefix_ + key, to_hex(data));
     if (!status) throw gloo::IoException("rendezvous store: " + status.error().message);
   }
   std::vector<char> get(const std::string& key) override {
-    Result<std::vector<std::string>> values = kv_.wait({prefix_ + key}, timeout_);
-    if (!values) throw gloo::IoException("rendezvous store: " + values.error().message);
-    return from_hex((*values)[0]);
+    fetch({key}, timeout_);
+    return known_.at(key);
   }
   void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
   void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
-    std::vector<std::string> prefixed;
-    for (const std::string& key : keys) prefixed.push_back(prefix_ + key);
-    Result<std::vector<std::string>> values = kv_.wait(prefixed, timeout);
-    if (!values) throw gloo::IoException("rendezvous store: " + values.error().message);
+    fetch(keys, timeout);
+  }
+
+  /// The keys that connectFullMesh will ask for along with `key`: the host names of the lower
+  /// ranks ("rank_<i>", i < index) or the addresses of every peer ("<i>"). Others alone.
+  std::vector<std::string> kind_of(const std::string& key) const {
+    std::vector<std::string> keys;
+    if (key.rfind("rank_", 0) == 0) {
+      for (int i = 0; i < index_; ++i) keys.push_back("rank_" + std::to_string(i));
+    } else if (!key.empty() && key.find_first_not_of("0123456789") == std::string::npos) {
+      for (int i = 0; i < size_; ++i) {
+        if (i != index_) keys.push_back(std::to_string(i));
+      }
+    }
+    if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
+    return keys;
   }
 
   static std::string to_hex(const std::vector<char>& data) {
@@ -79,9 +101,30 @@ class KvGlooStore final : public gloo::rendezvous::Store {
   }
 
  private:
+  void fetch(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+    std::vector<std::string> missing;
+    for (const std::string& key : keys) {
+      if (known_.count(key) != 0) continue;
+      for (const std::string& companion : kind_of(key)) {
+        if (known_.count(companion) == 0 && std::find(missing.begin(), missing.end(), companion) == missing.end()) {
+          missing.push_back(companion);
+        }
+      }
+    }
+    if (missing.empty()) return;
+    std::vector<std::string> prefixed;
+    for (const std::string& key : missing) prefixed.push_back(prefix_ + key);
+    Result<std::vector<std::string>> values = kv_.wait(prefixed, timeout);
+    if (!values) throw gloo::IoException("rendezvous store: " + values.error().message);
+    for (size_t i = 0; i < missing.size(); ++i) known_[missing[i]] = from_hex((*values)[i]);
+  }
+
   KvClient& kv_;
   std::string prefix_;
+  int index_;
+  int size_;
   Millis timeout_;
+  std::map<std::string, std::vector<char>> known_;
 };
 
 /// The local address that routes toward MASTER_ADDR: loopback for a one-host job, the right
@@ -109,14 +152,65 @@ std::string local_address_toward(const std::string& master_addr) {
   return address;
 }
 
+/// One TCP connection of this process, as the kernel names its ends: an fd number alone could
+/// have been closed by Gloo (a pair closes its socket on error) and reused since.
+struct TcpConnection {
+  int fd;
+  sockaddr_storage local;
+  sockaddr_storage peer;
+};
+
+/// The sockets (connected or listening) open in this process: fd numbers from /proc/self/fd.
+std::vector<int> open_socket_fds() {
+  std::vector<int> fds;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", error)) {
+    int fd = std::atoi(entry.path().filename().c_str());
+    sockaddr_storage local{};
+    socklen_t length = sizeof(local);
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) == 0) fds.push_back(fd);
+  }
+  return fds;
+}
+
+/// The ends of `fd` if it is a connected TCP socket.
+std::optional<TcpConnection> tcp_connection(int fd) {
+  TcpConnection connection{fd, {}, {}};
+  socklen_t local_length = sizeof(connection.local);
+  socklen_t peer_length = sizeof(connection.peer);
+  int type = 0;
+  socklen_t type_length = sizeof(type);
+  if (::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &type_length) != 0 || type != SOCK_STREAM) return std::nullopt;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&connection.local), &local_length) != 0) return std::nullopt;
+  if (connection.local.ss_family != AF_INET && connection.local.ss_family != AF_INET6) return std::nullopt;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&connection.peer), &peer_length) != 0) return std::nullopt;
+  return connection;
+}
+
+bool same_ends(const TcpConnection& a, const TcpConnection& b) {
+  return std::memcmp(&a.local, &b.local, sizeof(a.local)) == 0 && std::memcmp(&a.peer, &b.peer, sizeof(a.peer)) == 0;
+}
+
 class GlooCommunicator final : public Communicator {
  public:
-  GlooCommunicator(std::shared_ptr<gloo::rendezvous::Context> context, KvClient& kv, CommGroup group)
+  /// `connections`: the TCP connections the context's rendezvous opened (what an interrupt
+  /// shuts down).
+  GlooCommunicator(std::shared_ptr<gloo::rendezvous::Context> context, KvClient& kv, CommGroup group,
+                   std::vector<TcpConnection> connections, const std::shared_ptr<CommInterrupts>& interrupts)
       : context_(std::move(context)),
         kv_(kv),
         group_(std::move(group)),
         sent_(group_.ranks.size(), 0),
-        received_(group_.ranks.size(), 0) {}
+        received_(group_.ranks.size(), 0),
+        connections_(std::move(connections)) {
+    if (interrupts) {
+      registration_ = CommInterrupts::add(interrupts, [this](const std::string& why) { interrupt(why); });
+    }
+  }
+  ~GlooCommunicator() override {
+    // Before the context closes its sockets: after this no interrupt touches their numbers.
+    registration_.reset();
+  }
 
   const char* backend() const override { return "gloo"; }
   int rank() const override { return context_->rank; }
@@ -191,8 +285,27 @@ class GlooCommunicator final : public Communicator {
     return gloo::Slot::build(kPointToPointSlotPrefix, (sequence << 1) | (from < to ? 0u : 1u));
   }
 
+  /// From another thread (CommInterrupts): Gloo's device thread sees each connection end and
+  /// fails whatever waits on it, as when a peer closes; run() then says why.
+  void interrupt(const std::string& why) {
+    {
+      std::lock_guard lock(interrupted_mutex_);
+      if (interrupted_) return;
+      interrupted_ = why;
+    }
+    for (const TcpConnection& connection : connections_) {
+      std::optional<TcpConnection> now = tcp_connection(connection.fd);
+      if (now && same_ends(*now, connection)) ::shutdown(connection.fd, SHUT_RDWR);
+    }
+  }
+  std::optional<std::string> interrupted() {
+    std::lock_guard lock(interrupted_mutex_);
+    return interrupted_;
+  }
+
   template <class Operation>
   Status run(const std::string& what, Millis timeout, Operation operation) {
+    if (std::optional<std::string> why = interrupted()) return abandoned(what, *why);
     if (broken_) return Error{"gloo " + what + ": the communicator failed earlier: " + broken_reason_};
     try {
       operation();
@@ -200,8 +313,16 @@ class GlooCommunicator final : public Communicator {
     } catch (const std::exception& failure) {
       broken_ = true;
       broken_reason_ = failure.what();
+      // Interrupted: the connections this rank shut itself are no peer's failure.
+      if (std::optional<std::string> why = interrupted()) return abandoned(what, *why);
       return Error{describe_failure(what, timeout, failure.what())};
     }
+  }
+
+  Error abandoned(const std::string& what, const std::string& why) {
+    broken_ = true;
+    broken_reason_ = "interrupted: " + why;
+    return Error{"gloo " + what + " on rank " + std::to_string(global(rank())) + " abandoned: " + why};
   }
 
   /// Names the peer when Gloo's message carries its address, else the whole group.
@@ -256,6 +377,10 @@ class GlooCommunicator final : public Communicator {
   uint32_t tag_ = 0;
   bool broken_ = false;
   std::string broken_reason_;
+  std::vector<TcpConnection> connections_;
+  std::mutex interrupted_mutex_;
+  std::optional<std::string> interrupted_;
+  std::unique_ptr<CommInterrupts::Registration> registration_;
 };
 
 /// Every local TCP endpoint of this process as Gloo prints addresses ("[127.0.0.1]:41234"):
@@ -318,7 +443,8 @@ std::string describe_send_recv(const CommGroup& group, size_t send_bytes, int se
 }
 
 Result<std::unique_ptr<Communicator>> make_gloo_communicator(KvClient& kv, const CommGroup& group,
-                                                             const Settings& settings, Millis timeout) {
+                                                             const Settings& settings, Millis timeout,
+                                                             std::shared_ptr<CommInterrupts> interrupts) {
   // Gloo writes to peer sockets with plain write(2): when a peer dies mid-collective, the default
   // SIGPIPE would kill this rank silently instead of letting Gloo raise the IoException that we
   // turn into "peer rank N is gone". Only a default disposition is changed; a program's own
@@ -334,12 +460,21 @@ Result<std::unique_ptr<Communicator>> make_gloo_communicator(KvClient& kv, const
     auto device = gloo::transport::tcp::CreateDevice(attr);
     auto context = std::make_shared<gloo::rendezvous::Context>(group.index, group.size());
     context->setTimeout(timeout);
-    KvGlooStore store(kv, group.store_key, timeout);
+    KvGlooStore store(kv, group.store_key, group.index, group.size(), timeout);
+    // The connections the mesh opens are the new sockets (this process opens none on another
+    // thread meanwhile: the agent connection is a unix socket opened at start).
+    std::vector<int> before = open_socket_fds();
     context->connectFullMesh(store, device);
+    std::vector<TcpConnection> connections;
+    for (int fd : open_socket_fds()) {
+      if (std::find(before.begin(), before.end(), fd) != before.end()) continue;
+      if (std::optional<TcpConnection> connection = tcp_connection(fd)) connections.push_back(*connection);
+    }
     // Best effort: without it errors name the whole group instead of the peer. A process in
     // several groups republishes a superset (every socket it has) after each.
     (void)kv.set(kEndpointsPrefix + std::to_string(group.global_rank()), local_endpoints());
-    return std::unique_ptr<Communicator>(std::make_unique<GlooCommunicator>(context, kv, group));
+    return std::unique_ptr<Communicator>(
+        std::make_unique<GlooCommunicator>(context, kv, group, std::move(connections), interrupts));
   } catch (const std::exception& failure) {
     std::string where = group.name.empty() ? "" : " in its " + group.name;
     return Error{"gloo rendezvous of rank " + std::to_string(group.global_rank()) + where + " (index " +

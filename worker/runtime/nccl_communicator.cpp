@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -46,10 +47,20 @@ using Clock = std::chrono::steady_clock;
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(ncclComm_t comm, cudaStream_t stream, CommGroup group, float* scratch)
+  NcclCommunicator(ncclComm_t comm, cudaStream_t stream, CommGroup group, float* scratch,
+                   const std::shared_ptr<CommInterrupts>& interrupts)
       : comm_(comm), stream_(stream), group_(std::move(group)), rank_(group_.index), size_(group_.size()),
-        scratch_(scratch) {}
+        scratch_(scratch) {
+    // The waiting thread aborts (it owns comm_): an interrupt only tells it to.
+    if (interrupts) {
+      registration_ = CommInterrupts::add(interrupts, [this](const std::string& why) {
+        std::lock_guard lock(interrupted_mutex_);
+        if (!interrupted_) interrupted_ = why;
+      });
+    }
+  }
   ~NcclCommunicator() override {
+    registration_.reset();
     if (comm_ != nullptr) {
       if (broken_) {
         ncclCommAbort(comm_);
@@ -102,13 +113,20 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
+  std::optional<std::string> interrupted() {
+    std::lock_guard lock(interrupted_mutex_);
+    return interrupted_;
+  }
+
   template <class Enqueue>
   Status run(const std::string& what, Millis timeout, Enqueue enqueue) {
     if (comm_ == nullptr || broken_) return Error{"nccl " + what + ": the communicator was aborted earlier"};
+    if (std::optional<std::string> why = interrupted()) return fail(what, "abandoned: " + *why);
     auto deadline = Clock::now() + timeout;
     ncclResult_t result = enqueue();
     // Non-blocking communicator: enqueueing may itself be in progress.
     while (result == ncclInProgress) {
+      if (std::optional<std::string> why = interrupted()) return fail(what, "abandoned: " + *why);
       if (Clock::now() > deadline) return fail(what, "timed out enqueueing after " + std::to_string(timeout.count()) + "ms");
       std::this_thread::sleep_for(std::chrono::microseconds(100));
       ncclCommGetAsyncError(comm_, &result);
@@ -123,6 +141,7 @@ class NcclCommunicator final : public Communicator {
       if (async_error != ncclSuccess && async_error != ncclInProgress) {
         return fail(what, ncclGetErrorString(async_error));
       }
+      if (std::optional<std::string> why = interrupted()) return fail(what, "abandoned: " + *why);
       if (Clock::now() > deadline) {
         return fail(what, "no progress within the " + std::to_string(timeout.count()) +
                               "ms timeout; a peer is stopped, hung or gone");
@@ -155,6 +174,9 @@ class NcclCommunicator final : public Communicator {
   int size_;
   float* scratch_;
   bool broken_ = false;
+  std::mutex interrupted_mutex_;
+  std::optional<std::string> interrupted_;
+  std::unique_ptr<CommInterrupts::Registration> registration_;
 };
 
 }  // namespace
@@ -165,7 +187,8 @@ bool nccl_usable() {
 }
 
 Result<std::unique_ptr<Communicator>> make_nccl_communicator(KvClient& kv, const CommGroup& group,
-                                                             const Topology& topology, Millis timeout) {
+                                                             const Topology& topology, Millis timeout,
+                                                             std::shared_ptr<CommInterrupts> interrupts) {
   int devices = 0;
   if (cudaError_t error = cudaGetDeviceCount(&devices); error != cudaSuccess || devices == 0) {
     return Error{"DTRAIN_BACKEND=nccl but no CUDA device is usable on this host (" +
@@ -221,7 +244,7 @@ Result<std::unique_ptr<Communicator>> make_nccl_communicator(KvClient& kv, const
   float* scratch = nullptr;
   cudaMalloc(&scratch, sizeof(float));
   return std::unique_ptr<Communicator>(
-      std::make_unique<NcclCommunicator>(comm, stream, group, scratch));
+      std::make_unique<NcclCommunicator>(comm, stream, group, scratch, interrupts));
 }
 
 }  // namespace dtrain::worker
@@ -232,7 +255,8 @@ namespace dtrain::worker {
 
 bool nccl_usable() { return false; }
 
-Result<std::unique_ptr<Communicator>> make_nccl_communicator(KvClient&, const CommGroup&, const Topology&, Millis) {
+Result<std::unique_ptr<Communicator>> make_nccl_communicator(KvClient&, const CommGroup&, const Topology&, Millis,
+                                                             std::shared_ptr<CommInterrupts>) {
   return Error{"DTRAIN_BACKEND=nccl, but this build has no CUDA/NCCL (configured without them); "
                "use worker.backend: gloo, or rebuild with -DDTRAIN_CUDA=ON"};
 }

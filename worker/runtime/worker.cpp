@@ -147,6 +147,12 @@ Result<std::shared_ptr<AgentConnection>> become_assigned_standby() {
   return *connection;
 }
 
+/// What a collective interrupted by an announcement says (CommInterrupts).
+std::string announced_why(int generation) {
+  return "generation " + std::to_string(generation) +
+         " was announced (gen.changed: an in-place recovery began), so this generation's collectives end";
+}
+
 }  // namespace
 
 struct Worker::Beats {
@@ -209,6 +215,10 @@ Result<std::unique_ptr<Worker>> Worker::from_env(bool allow_standalone) {
   worker->topology_ = topology;
   worker->settings_ = settings;
   worker->connection_ = *connection;
+  worker->interrupts_ = std::make_shared<CommInterrupts>();
+  (*connection)->on_generation_announced([interrupts = worker->interrupts_](int generation) {
+    interrupts->interrupt_all(announced_why(generation));
+  });
   auto agent_kv = std::make_shared<AgentKv>(*connection, settings.generation);
   worker->agent_kv_ = agent_kv.get();
   worker->kv_ = std::move(agent_kv);
@@ -234,6 +244,7 @@ std::unique_ptr<Worker> Worker::in_process(Topology topology, Settings settings,
   worker->topology_ = topology;
   worker->settings_ = std::move(settings);
   worker->kv_ = std::move(kv);
+  worker->interrupts_ = std::make_shared<CommInterrupts>();
   worker->generations_ = std::make_unique<Generations>();
   worker->beats_ = std::make_unique<Beats>();
   worker->recorded_ = std::make_unique<Recorded>();
@@ -337,8 +348,8 @@ Result<std::unique_ptr<Communicator>> Worker::connect_group(const CommGroup& gro
   if (group.size() == 1) return make_solo_communicator();
   std::string backend = settings_.backend;
   if (backend.empty()) backend = nccl_usable() ? "nccl" : "gloo";
-  if (backend == "nccl") return make_nccl_communicator(*kv_, group, topology_, timeout);
-  return make_gloo_communicator(*kv_, group, settings_, timeout);
+  if (backend == "nccl") return make_nccl_communicator(*kv_, group, topology_, timeout, interrupts_);
+  return make_gloo_communicator(*kv_, group, settings_, timeout, interrupts_);
 }
 
 Result<std::unique_ptr<Communicator>> Worker::connect(Millis timeout) {
@@ -379,6 +390,7 @@ void Worker::announce_generation(int generation, std::shared_ptr<KvClient> store
   generations_->announced = generation;
   generations_->announced_store = std::move(store);
   generations_->announced_cv.notify_all();
+  interrupts_->interrupt_all(announced_why(generation));
 }
 
 Result<int> Worker::adopt_new_generation(Millis timeout) {

@@ -202,6 +202,7 @@ struct ParallelGroups {
 // --- the worker ----------------------------------------------------------------------------------
 
 class AgentConnection;
+class CommInterrupts;
 class AgentKv;
 struct CommGroup;
 
@@ -342,6 +343,9 @@ class Worker {
   AgentKv* agent_kv_ = nullptr;                  // kv_ when connected to an agent
   struct Generations;
   std::unique_ptr<Generations> generations_;
+  // The communicators to interrupt when a newer generation is announced (connect_group
+  // registers them; the announcement may come on the agent connection's thread).
+  std::shared_ptr<CommInterrupts> interrupts_;
   struct Beats;
   std::unique_ptr<Beats> beats_;
   struct Recorded;

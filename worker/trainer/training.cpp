@@ -217,8 +217,10 @@ int train(worker::Worker& worker, const Options& options, const TrainingHooks& h
   bool request_owed = false;
   int64_t request_served_step = -1;
   // Every rank, survivors and replacement, agrees on the state; then the next step is the
-  // agreed one's successor. `noticed` is when this rank started recovering.
-  auto agree = [&](Clock::time_point noticed) -> worker::Status {
+  // agreed one's successor. `noticed` is when this rank started recovering; `phases` says
+  // where the time before the agreement went.
+  auto agree = [&](Clock::time_point noticed, const std::string& phases) -> worker::Status {
+    Clock::time_point agreeing = Clock::now();
     auto agreed = agree_on_state(worker.kv(), topology, *links.data, completed, kept, model.params(),
                                  optimizer.velocity(), rejoin_timeout);
     if (!agreed) return agreed.error();
@@ -230,15 +232,18 @@ int train(worker::Worker& worker, const Options& options, const TrainingHooks& h
     completed = agreed->step;
     if (request_served_step > completed) request_owed = true;  // its save was rolled back
     recoveries += 1;
-    std::fprintf(stderr, "dtrain-train: rank %d: rejoined generation %d at step %" PRId64 " (state from rank %d, %.0f ms)\n",
-                 topology.rank, settings.generation, agreed->step, agreed->source_rank, ms_since(noticed));
+    std::fprintf(stderr,
+                 "dtrain-train: rank %d: rejoined generation %d at step %" PRId64 " (state from rank %d, %.0f ms: %sstate %.0f)\n",
+                 topology.rank, settings.generation, agreed->step, agreed->source_rank, ms_since(noticed),
+                 phases.c_str(), ms_since(agreeing));
     return {};
   };
 
   if (settings.join_live) {
     // A replacement takes the state of a live replica, never a checkpoint on disk.
     completed = -1;
-    if (auto agreed = agree(started); !agreed) return fail(worker, links, agreed.error().message);
+    std::string phases = "start and connect " + std::to_string(static_cast<long>(ms_since(started))) + ", ";
+    if (auto agreed = agree(started, phases); !agreed) return fail(worker, links, agreed.error().message);
   } else {
     auto restored = checkpointer.restore(settings.resume_step);
     if (!restored) {
@@ -301,12 +306,18 @@ int train(worker::Worker& worker, const Options& options, const TrainingHooks& h
       std::fprintf(stderr, "dtrain-train: rank %d: the checkpoint save in flight was abandoned: %s\n", topology.rank,
                    saved.error().message.c_str());
     }
+    Clock::time_point left = Clock::now();
     auto adopted = worker.adopt_new_generation(rejoin_timeout);
     if (!adopted) return worker::Error{"in-place recovery: " + adopted.error().message};
+    Clock::time_point announced = Clock::now();
     if (auto linked = link(rejoin_timeout); !linked) {
       return worker::Error{"in-place recovery in generation " + std::to_string(*adopted) + ": " + linked.error().message};
     }
-    return agree(noticed);
+    auto ms = [](Clock::time_point from, Clock::time_point to) {
+      return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(to - from).count());
+    };
+    return agree(noticed, "leave " + ms(noticed, left) + ", wait for the generation " + ms(left, announced) +
+                              ", connect " + ms(announced, Clock::now()) + ", ");
   };
   // A save that failed because the generation moved on is a recovery, not the end.
   auto save_failed_by_generation = [&]() {
