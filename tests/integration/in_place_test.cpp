@@ -23,14 +23,13 @@ struct Layout {
 
 std::string trainer_spec(const std::string& name, int steps, const Layout& layout, bool in_place,
                          const std::string& extra = "") {
-  // In place, the collectives' timeout stays below elastic.in_place_timeout (10 s here): a
-  // survivor whose Gloo send to the dead peer was never matched waits for that timeout, not for
-  // the closed connection (see README, Performance), and must still rejoin in time. The
-  // arithmetic does not depend on it, so the reference runs keep the default.
-  std::string comm_timeout = in_place ? ", --comm-timeout-ms, \"5000\"" : "";
+  // The collectives keep dtrain-train's default 30 s timeout, three times the in-place deadline:
+  // a survivor must leave a collective the dead rank stalls when gen.changed comes, not when
+  // the collective times out (it did not always, before the interrupt: a fallback fails these
+  // tests).
   return "version: 1\nname: " + name + "\nslots_per_host: " + std::to_string(layout.slots) +
          "\nworker:\n  command: [dtrain-train, --steps, \"" + std::to_string(steps) +
-         "\", --log-every, \"50\", --layers, \"2\"" + comm_timeout + "]\n  backend: gloo\n"
+         "\", --log-every, \"50\", --layers, \"2\"]\n  backend: gloo\n"
          "parallelism: {tensor: " + std::to_string(layout.tensor) + "}\n"
          "batch: {global: 32, micro: 8}\n"
          "checkpoint: {interval_steps: 50, keep: 3}\n"

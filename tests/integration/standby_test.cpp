@@ -24,12 +24,9 @@ std::string trainer_spec(const std::string& name, int steps, bool in_place, int 
   std::string elastic = "{max_restarts: 2";
   if (in_place) elastic += ", in_place: true";
   if (standby > 0) elastic += ", standby_per_host: " + std::to_string(standby);
-  // In place, the collectives' timeout stays below the 10 s in-place deadline (in_place_test
-  // says why: Gloo's unmatched send to a dead peer waits for it).
-  std::string comm_timeout = in_place ? ", --comm-timeout-ms, \"5000\"" : "";
   return "version: 1\nname: " + name + "\nslots_per_host: 4\n"
          "worker:\n  command: [dtrain-train, --steps, \"" + std::to_string(steps) +
-         "\", --log-every, \"50\", --layers, \"2\"" + comm_timeout + "]\n  backend: gloo\n"
+         "\", --log-every, \"50\", --layers, \"2\"]\n  backend: gloo\n"
          "batch: {global: 32, micro: 8}\n"
          "checkpoint: {interval_steps: 50, keep: 3}\n"
          "heartbeat: {interval: 200ms, timeout: 2s, hang_timeout: 3s}\n"

@@ -87,8 +87,8 @@ std::string describe_send_recv(const CommGroup& group, size_t send_bytes, int se
 std::unique_ptr<Communicator> make_solo_communicator();
 
 /// Gloo over TCP, rendezvous through `kv`, listening on the address that routes to MASTER_ADDR.
-/// Registers with `interrupts` (may be null): an interrupt shuts its connections down, which
-/// ends the collective waiting on them.
+/// Registers with `interrupts` (may be null): an interrupt aborts the waits of the collective
+/// in flight.
 Result<std::unique_ptr<Communicator>> make_gloo_communicator(KvClient& kv, const CommGroup& group,
                                                              const Settings& settings, Millis timeout,
                                                              std::shared_ptr<CommInterrupts> interrupts = nullptr);

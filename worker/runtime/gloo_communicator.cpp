@@ -16,10 +16,7 @@
 #include <optional>
 #include <regex>
 
-#include <gloo/allreduce.h>
-#include <gloo/barrier.h>
 #include <gloo/broadcast.h>
-#include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/address.h>
@@ -34,8 +31,10 @@ namespace {
 
 constexpr const char* kKeyPrefix = "gloo/";
 constexpr const char* kEndpointsPrefix = "gloo-endpoints/";
-// Gloo's own algorithms use slot prefixes 0x01-0x08 (gloo/types.h); point to point has its own.
+// Gloo's own algorithms use slot prefixes 0x01-0x08 (gloo/types.h); point to point and the
+// ring all-reduce have their own.
 constexpr uint8_t kPointToPointSlotPrefix = 0x70;
+constexpr uint8_t kRingSlotPrefix = 0x71;
 
 /// gloo::rendezvous::Store over our KV store, in the namespace of one group (each group's
 /// context rendezvouses separately). Values are hex so that any byte survives JSON.
@@ -152,96 +151,44 @@ std::string local_address_toward(const std::string& master_addr) {
   return address;
 }
 
-/// One TCP connection of this process, as the kernel names its ends: an fd number alone could
-/// have been closed by Gloo (a pair closes its socket on error) and reused since.
-struct TcpConnection {
-  int fd;
-  sockaddr_storage local;
-  sockaddr_storage peer;
-};
-
-/// The sockets (connected or listening) open in this process: fd numbers from /proc/self/fd.
-std::vector<int> open_socket_fds() {
-  std::vector<int> fds;
-  std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", error)) {
-    int fd = std::atoi(entry.path().filename().c_str());
-    sockaddr_storage local{};
-    socklen_t length = sizeof(local);
-    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) == 0) fds.push_back(fd);
-  }
-  return fds;
-}
-
-/// The ends of `fd` if it is a connected TCP socket.
-std::optional<TcpConnection> tcp_connection(int fd) {
-  TcpConnection connection{fd, {}, {}};
-  socklen_t local_length = sizeof(connection.local);
-  socklen_t peer_length = sizeof(connection.peer);
-  int type = 0;
-  socklen_t type_length = sizeof(type);
-  if (::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &type_length) != 0 || type != SOCK_STREAM) return std::nullopt;
-  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&connection.local), &local_length) != 0) return std::nullopt;
-  if (connection.local.ss_family != AF_INET && connection.local.ss_family != AF_INET6) return std::nullopt;
-  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&connection.peer), &peer_length) != 0) return std::nullopt;
-  return connection;
-}
-
-bool same_ends(const TcpConnection& a, const TcpConnection& b) {
-  return std::memcmp(&a.local, &b.local, sizeof(a.local)) == 0 && std::memcmp(&a.peer, &b.peer, sizeof(a.peer)) == 0;
-}
-
 class GlooCommunicator final : public Communicator {
  public:
-  /// `connections`: the TCP connections the context's rendezvous opened (what an interrupt
-  /// shuts down).
   GlooCommunicator(std::shared_ptr<gloo::rendezvous::Context> context, KvClient& kv, CommGroup group,
-                   std::vector<TcpConnection> connections, const std::shared_ptr<CommInterrupts>& interrupts)
+                   const std::shared_ptr<CommInterrupts>& interrupts)
       : context_(std::move(context)),
         kv_(kv),
         group_(std::move(group)),
         sent_(group_.ranks.size(), 0),
-        received_(group_.ranks.size(), 0),
-        connections_(std::move(connections)) {
+        received_(group_.ranks.size(), 0) {
     if (interrupts) {
       registration_ = CommInterrupts::add(interrupts, [this](const std::string& why) { interrupt(why); });
     }
   }
   ~GlooCommunicator() override {
-    // Before the context closes its sockets: after this no interrupt touches their numbers.
-    registration_.reset();
+    registration_.reset();  // before anything an interrupt touches is destroyed
   }
 
   const char* backend() const override { return "gloo"; }
   int rank() const override { return context_->rank; }
   int size() const override { return context_->size; }
 
+  // The all-reduces are this file's ring, not gloo::allreduce: every buffer they wait on is
+  // this file's, so an interrupt can end the wait (see InFlight).
   Status allreduce_sum(float* data, size_t count, Millis timeout) override {
-    return run("allreduce(float32 x " + std::to_string(count) + ")", timeout, [&] {
-      gloo::AllreduceOptions options(context_);
-      options.setOutput(data, count);
-      options.setReduceFunction(
-          static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
-      options.setTimeout(timeout);
-      options.setTag(next_tag());
-      gloo::allreduce(options);
-    });
+    return run("allreduce(float32 x " + std::to_string(count) + ")", timeout,
+               [&] { ring_allreduce_sum(data, count, timeout); });
   }
   Status allreduce_sum(double* data, size_t count, Millis timeout) override {
-    return run("allreduce(float64 x " + std::to_string(count) + ")", timeout, [&] {
-      gloo::AllreduceOptions options(context_);
-      options.setOutput(data, count);
-      options.setReduceFunction(
-          static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<double>));
-      options.setTimeout(timeout);
-      options.setTag(next_tag());
-      gloo::allreduce(options);
-    });
+    return run("allreduce(float64 x " + std::to_string(count) + ")", timeout,
+               [&] { ring_allreduce_sum(data, count, timeout); });
   }
   Status broadcast(void* data, size_t bytes, int root, Millis timeout) override {
     return run("broadcast(" + std::to_string(bytes) + " bytes from rank " + std::to_string(root) + ")", timeout, [&] {
+      // Gloo's binomial tree, on a buffer of ours: it waits on that buffer alone.
       gloo::BroadcastOptions options(context_);
-      options.setOutput(static_cast<uint8_t*>(data), bytes);
+      auto buffer = context_->createUnboundBuffer(data, bytes);
+      InFlight tracked(*this, buffer.get());
+      options.setOutput<uint8_t>(std::move(buffer));
       options.setRoot(root);
       options.setTimeout(timeout);
       options.setTag(next_tag());
@@ -250,10 +197,8 @@ class GlooCommunicator final : public Communicator {
   }
   Status barrier(Millis timeout) override {
     return run("barrier", timeout, [&] {
-      gloo::BarrierOptions options(context_);
-      options.setTimeout(timeout);
-      options.setTag(next_tag());
-      gloo::barrier(options);
+      float token = 0;
+      ring_allreduce_sum(&token, 1, timeout);
     });
   }
   Status send_recv(const void* send_data, size_t send_bytes, int send_to, void* recv_data, size_t recv_bytes,
@@ -261,21 +206,102 @@ class GlooCommunicator final : public Communicator {
     std::string what = describe_send_recv(group_, send_bytes, send_to, recv_bytes, recv_from);
     return run(what, timeout, [&] {
       std::unique_ptr<gloo::transport::UnboundBuffer> outgoing, incoming;
+      std::optional<InFlight> outgoing_tracked, incoming_tracked;
       // Gloo takes a mutable pointer for either direction; a send only reads it.
       if (send_to != kNoPeer) {
         outgoing = context_->createUnboundBuffer(const_cast<void*>(send_data), send_bytes);
+        outgoing_tracked.emplace(*this, outgoing.get());
         outgoing->send(send_to, slot(rank(), send_to, sent_.at(static_cast<size_t>(send_to))++));
       }
       if (recv_from != kNoPeer) {
         incoming = context_->createUnboundBuffer(recv_data, recv_bytes);
+        incoming_tracked.emplace(*this, incoming.get());
         incoming->recv(recv_from, slot(recv_from, rank(), received_.at(static_cast<size_t>(recv_from))++));
       }
-      if (incoming && !incoming->waitRecv(timeout)) throw gloo::IoException("receive aborted");
-      if (outgoing && !outgoing->waitSend(timeout)) throw gloo::IoException("send aborted");
+      if (incoming) wait_recv(*incoming, timeout);
+      if (outgoing) wait_send(*outgoing, timeout);
     });
   }
 
  private:
+  /// Registers a buffer that a collective is about to wait on, for interrupt(). Gloo does not
+  /// end every wait when a connection breaks: Pair::signalException fails the sends queued on
+  /// the socket (tx_: partly written, or refused with EPIPE) only for bound buffers, and not a
+  /// receive whose message was arriving (rx_), so such a wait lasted the collective's whole
+  /// timeout (two survivors caught so, in a reproduction, with no socket left open). Aborting
+  /// the buffer's waits ends it. Registered after an interrupt: aborted at once.
+  class InFlight {
+   public:
+    InFlight(GlooCommunicator& owner, gloo::transport::UnboundBuffer* buffer) : owner_(owner), buffer_(buffer) {
+      std::lock_guard lock(owner_.interrupted_mutex_);
+      owner_.in_flight_.push_back(buffer_);
+      if (owner_.interrupted_) {
+        buffer_->abortWaitSend();
+        buffer_->abortWaitRecv();
+      }
+    }
+    ~InFlight() {
+      std::lock_guard lock(owner_.interrupted_mutex_);
+      std::erase(owner_.in_flight_, buffer_);
+    }
+    InFlight(const InFlight&) = delete;
+    InFlight& operator=(const InFlight&) = delete;
+
+   private:
+    GlooCommunicator& owner_;
+    gloo::transport::UnboundBuffer* buffer_;
+  };
+
+  static void wait_send(gloo::transport::UnboundBuffer& buffer, Millis timeout) {
+    if (!buffer.waitSend(timeout)) throw gloo::IoException("send interrupted");
+  }
+  static void wait_recv(gloo::transport::UnboundBuffer& buffer, Millis timeout) {
+    if (!buffer.waitRecv(timeout)) throw gloo::IoException("receive interrupted");
+  }
+
+  /// Sum over the ring, in place: a reduce-scatter (size - 1 steps: pass chunk i on to the
+  /// right neighbour while adding the one from the left) then an all-gather (size - 1 steps:
+  /// pass the reduced chunks around). Each chunk is summed in one order, once, and copied to
+  /// every rank: the result is bit-identical on every rank.
+  template <class T>
+  void ring_allreduce_sum(T* data, size_t count, Millis timeout) {
+    const int ranks = size();
+    if (ranks == 1 || count == 0) return;
+    const int me = rank();
+    const int right = (me + 1) % ranks;
+    const int left = (me + ranks - 1) % ranks;
+    auto first = [&](int chunk) { return count * static_cast<size_t>(chunk) / static_cast<size_t>(ranks); };
+    auto length = [&](int chunk) { return first(chunk + 1) - first(chunk); };
+    size_t largest = (count + static_cast<size_t>(ranks) - 1) / static_cast<size_t>(ranks);
+    if (scratch_.size() < largest * sizeof(T)) scratch_.resize(largest * sizeof(T));
+    const T* incoming = reinterpret_cast<const T*>(scratch_.data());
+
+    auto whole = context_->createUnboundBuffer(data, count * sizeof(T));
+    auto partial = context_->createUnboundBuffer(scratch_.data(), largest * sizeof(T));
+    InFlight whole_tracked(*this, whole.get());
+    InFlight partial_tracked(*this, partial.get());
+    const uint64_t base = gloo::Slot::build(kRingSlotPrefix, next_tag());
+    int step = 0;
+    for (int round = 0; round < ranks - 1; ++round, ++step) {
+      int sent = (me - round + ranks) % ranks;
+      int received = (me - round - 1 + ranks) % ranks;
+      partial->recv(left, base + step, 0, length(received) * sizeof(T));
+      whole->send(right, base + step, first(sent) * sizeof(T), length(sent) * sizeof(T));
+      wait_recv(*partial, timeout);
+      T* target = data + first(received);
+      for (size_t i = 0, n = length(received); i < n; ++i) target[i] += incoming[i];
+      wait_send(*whole, timeout);
+    }
+    for (int round = 0; round < ranks - 1; ++round, ++step) {
+      int sent = (me + 1 - round + ranks) % ranks;
+      int received = (me - round + ranks) % ranks;
+      whole->recv(left, base + step, first(received) * sizeof(T), length(received) * sizeof(T));
+      whole->send(right, base + step, first(sent) * sizeof(T), length(sent) * sizeof(T));
+      wait_recv(*whole, timeout);
+      wait_send(*whole, timeout);
+    }
+  }
+
   uint32_t next_tag() { return tag_++; }
   int global(int index) const { return group_.ranks.at(static_cast<size_t>(index)); }
 
@@ -285,17 +311,20 @@ class GlooCommunicator final : public Communicator {
     return gloo::Slot::build(kPointToPointSlotPrefix, (sequence << 1) | (from < to ? 0u : 1u));
   }
 
-  /// From another thread (CommInterrupts): Gloo's device thread sees each connection end and
-  /// fails whatever waits on it, as when a peer closes; run() then says why.
+  /// A collective after this fails at once, saying so. The peers see this rank leave when the
+  /// communicator is destroyed (its sockets close).
+  void abort() override { interrupt("this rank left the communicator"); }
+
+  /// From another thread (CommInterrupts): the collective waiting now ends (every buffer it
+  /// waits on is this file's, and its waits are aborted), and so does any later one; run()
+  /// says why.
   void interrupt(const std::string& why) {
-    {
-      std::lock_guard lock(interrupted_mutex_);
-      if (interrupted_) return;
-      interrupted_ = why;
-    }
-    for (const TcpConnection& connection : connections_) {
-      std::optional<TcpConnection> now = tcp_connection(connection.fd);
-      if (now && same_ends(*now, connection)) ::shutdown(connection.fd, SHUT_RDWR);
+    std::lock_guard lock(interrupted_mutex_);
+    if (interrupted_) return;
+    interrupted_ = why;
+    for (gloo::transport::UnboundBuffer* buffer : in_flight_) {
+      buffer->abortWaitSend();
+      buffer->abortWaitRecv();
     }
   }
   std::optional<std::string> interrupted() {
@@ -313,7 +342,7 @@ class GlooCommunicator final : public Communicator {
     } catch (const std::exception& failure) {
       broken_ = true;
       broken_reason_ = failure.what();
-      // Interrupted: the connections this rank shut itself are no peer's failure.
+      // Interrupted: the aborted wait is no peer's failure.
       if (std::optional<std::string> why = interrupted()) return abandoned(what, *why);
       return Error{describe_failure(what, timeout, failure.what())};
     }
@@ -377,9 +406,10 @@ class GlooCommunicator final : public Communicator {
   uint32_t tag_ = 0;
   bool broken_ = false;
   std::string broken_reason_;
-  std::vector<TcpConnection> connections_;
-  std::mutex interrupted_mutex_;
+  std::vector<char> scratch_;  // the ring's incoming chunk
+  std::mutex interrupted_mutex_;  // interrupted_ and in_flight_
   std::optional<std::string> interrupted_;
+  std::vector<gloo::transport::UnboundBuffer*> in_flight_;
   std::unique_ptr<CommInterrupts::Registration> registration_;
 };
 
@@ -461,20 +491,12 @@ Result<std::unique_ptr<Communicator>> make_gloo_communicator(KvClient& kv, const
     auto context = std::make_shared<gloo::rendezvous::Context>(group.index, group.size());
     context->setTimeout(timeout);
     KvGlooStore store(kv, group.store_key, group.index, group.size(), timeout);
-    // The connections the mesh opens are the new sockets (this process opens none on another
-    // thread meanwhile: the agent connection is a unix socket opened at start).
-    std::vector<int> before = open_socket_fds();
     context->connectFullMesh(store, device);
-    std::vector<TcpConnection> connections;
-    for (int fd : open_socket_fds()) {
-      if (std::find(before.begin(), before.end(), fd) != before.end()) continue;
-      if (std::optional<TcpConnection> connection = tcp_connection(fd)) connections.push_back(*connection);
-    }
     // Best effort: without it errors name the whole group instead of the peer. A process in
     // several groups republishes a superset (every socket it has) after each.
     (void)kv.set(kEndpointsPrefix + std::to_string(group.global_rank()), local_endpoints());
     return std::unique_ptr<Communicator>(
-        std::make_unique<GlooCommunicator>(context, kv, group, std::move(connections), interrupts));
+        std::make_unique<GlooCommunicator>(context, kv, group, interrupts));
   } catch (const std::exception& failure) {
     std::string where = group.name.empty() ? "" : " in its " + group.name;
     return Error{"gloo rendezvous of rank " + std::to_string(group.global_rank()) + where + " (index " +

@@ -180,7 +180,9 @@ class Communicator {
   Status recv(void* data, size_t bytes, int from, Millis timeout) {
     return send_recv(nullptr, 0, kNoPeer, data, bytes, from, timeout);
   }
-  /// Tears the communicator down without waiting for peers (ncclCommAbort); used on stop.
+  /// Tears the communicator down without waiting for peers (NCCL: ncclCommAbort; Gloo: a later
+  /// collective fails at once, and the destructor closes the connections); used on stop and
+  /// when a rank leaves a generation in place. Only the destructor may follow.
   virtual void abort() {}
 
   static constexpr int kNoPeer = -1;
