@@ -8,7 +8,8 @@
 #  1. nvidia-smi lists the GPUs (else skip);
 #  2. configure with DTRAIN_CUDA=ON and build (the NCCL worker path) unless --no-build;
 #  3. the tests that skip without a GPU: `ctest -R "NCCL|GPU"` (trainer: NCCL matches Gloo's loss;
-#     hybrid TP 2 x PP 2 on NCCL, which needs 4 GPUs and says so with fewer);
+#     hybrid TP 2 x PP 2 on NCCL, which needs 4 GPUs and says so with fewer; in-place recovery on
+#     NCCL, a survivor aborting its communicator at gen.changed, which needs 2);
 #  4. the agent's GPU metrics through the real NVML (dlopen of libnvidia-ml.so.1): a local job's
 #     metrics.jsonl names gpu_source "nvml", one entry per GPU, and memory.total as nvidia-smi
 #     reports it (within 1 %);

@@ -8,9 +8,11 @@
 
 #include <signal.h>
 
+#include <cstdio>
 #include <set>
 
 #include "tests/integration/dtrain_runner.h"
+#include "tests/skip.h"
 
 using namespace dtrain::testing;
 
@@ -19,6 +21,7 @@ namespace {
 struct Layout {
   int slots = 4;
   int tensor = 1;
+  std::string backend = "gloo";
 };
 
 std::string trainer_spec(const std::string& name, int steps, const Layout& layout, bool in_place,
@@ -29,7 +32,7 @@ std::string trainer_spec(const std::string& name, int steps, const Layout& layou
   // tests).
   return "version: 1\nname: " + name + "\nslots_per_host: " + std::to_string(layout.slots) +
          "\nworker:\n  command: [dtrain-train, --steps, \"" + std::to_string(steps) +
-         "\", --log-every, \"50\", --layers, \"2\"]\n  backend: gloo\n"
+         "\", --log-every, \"50\", --layers, \"2\"]\n  backend: " + layout.backend + "\n"
          "parallelism: {tensor: " + std::to_string(layout.tensor) + "}\n"
          "batch: {global: 32, micro: 8}\n"
          "checkpoint: {interval_steps: 50, keep: 3}\n"
@@ -217,4 +220,35 @@ TEST_CASE("in place: dtrain drill kill-rank grades the recovery (carried over, 0
   CHECK(carried_check);
   CHECK(process_gone(fault["pid"].get<int>()));
   CHECK(wait_until([&] { return processes_of_run(id).empty(); }, 10000));
+}
+
+TEST_CASE("in place on NCCL (GPU): kill -9 of one of 2 ranks, the survivor aborts its communicator and rejoins, bit-identical") {
+  // NCCL allows one rank per GPU in a communicator: this needs 2 GPUs (scripts/gpu_check.sh
+  // runs it where they are). The survivor's collective with the dead rank is aborted when
+  // gen.changed comes (ncclCommAbort in its polling wait), not at its comm timeout.
+  int gpus = 0;
+  if (FILE* listing = ::popen("nvidia-smi -L 2>/dev/null", "r")) {
+    char line[512];
+    while (std::fgets(line, sizeof line, listing) != nullptr) gpus += std::string(line).rfind("GPU ", 0) == 0;
+    ::pclose(listing);
+  }
+  if (gpus < 2) dtrain::testing::skip_test("in-place recovery on NCCL needs 2 GPUs; nvidia-smi -L lists " + std::to_string(gpus));
+  Layout layout{2, 1, "nccl"};
+  std::vector<std::string> expected = uninterrupted_final_lines(300, layout);
+  REQUIRE(!expected.empty());
+
+  DtrainEnv env;
+  DtrainProcess run = env.start({"submit", env.write_spec("nccl.yaml", trainer_spec("nccl", 300, layout, true))});
+  std::string dir = only_run_dir(env);
+  REQUIRE(wait_until([&] { return rank_field(dir, 0, "step") >= 80; }, 60000));
+  int victim = rank_pid(dir, 1);
+  REQUIRE(victim > 0);
+  REQUIRE(::kill(victim, SIGKILL) == 0);
+  REQUIRE(run.wait(120000));
+  CHECK(run.exit_code == 0);
+
+  check_in_place_recovery(dir, 1, 2);
+  CHECK(read_text(dir + "/ranks/0.log").find("backend nccl") != std::string::npos);
+  CHECK(ranks_final_lines(dir, 2) == expected);
+  CHECK(processes_of_run(run_id_of(dir)).empty());
 }
