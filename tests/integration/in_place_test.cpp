@@ -84,61 +84,47 @@ void check_in_place_recovery(const std::string& dir, int victim_rank, int world)
   CHECK(events_named(events, "plan.generation").size() == 2);
 }
 
-}  // namespace
-
-TEST_CASE("in place: kill -9 of one of 4 data-parallel ranks replaces only it, 0 steps lost, same final parameters") {
-  Layout layout{4, 1};
+/// Runs `name` with `layout` in place, SIGKILLs rank `victim` once rank 0 is past step 80, and
+/// checks what every such recovery must show: exit 0, the recovery's run log, final parameters
+/// identical to an uninterrupted run's, no process left. Returns the run directory.
+std::string kill_rank_in_place(const std::string& name, const Layout& layout, int victim) {
   std::vector<std::string> expected = uninterrupted_final_lines(300, layout);
   REQUIRE(!expected.empty());
-
   DtrainEnv env;
-  DtrainProcess run = env.start({"submit", env.write_spec("kill.yaml", trainer_spec("kill", 300, layout, true))});
+  DtrainProcess run = env.start({"submit", env.write_spec(name + ".yaml", trainer_spec(name, 300, layout, true))});
   std::string dir = only_run_dir(env);
   REQUIRE(!dir.empty());
   REQUIRE(wait_until([&] { return rank_field(dir, 0, "step") >= 80; }, 60000));
-  int victim = rank_pid(dir, 2);
-  int survivor = rank_pid(dir, 1);
-  REQUIRE(victim > 0);
-  REQUIRE(::kill(victim, SIGKILL) == 0);
+  int pid = rank_pid(dir, victim);
+  REQUIRE(pid > 0);
+  REQUIRE(::kill(pid, SIGKILL) == 0);
   REQUIRE(run.wait(120000));
   CHECK(run.exit_code == 0);
+  check_in_place_recovery(dir, victim, layout.slots);
+  CHECK(ranks_final_lines(dir, layout.slots) == expected);
+  CHECK(processes_of_run(run_id_of(dir)).empty());
+  return dir;
+}
 
-  check_in_place_recovery(dir, 2, 4);
+}  // namespace
+
+TEST_CASE("in place: kill -9 of one of 4 data-parallel ranks replaces only it, 0 steps lost, same final parameters") {
+  std::string dir = kill_rank_in_place("kill", Layout{4, 1}, 2);
   auto events = read_events(dir + "/events.jsonl");
   auto detected = events_named(events, "failure.detected");
   REQUIRE(detected.size() == 1);
   CHECK(detected[0]["rank"] == 2);
   CHECK(detected[0]["signal"] == "SIGKILL");
-  // The survivor kept its process (pid) through the recovery and said so in its log.
-  std::string survivor_log = read_text(dir + "/ranks/1.log");
-  CHECK(survivor_log.find("rejoined generation 1") != std::string::npos);
-  bool survivor_restarted = false;
-  for (const auto& started : events_named(events, "worker.started")) {
-    if (started["rank"] == 1 && started["pid"] != survivor) survivor_restarted = true;
-  }
-  CHECK_FALSE(survivor_restarted);
-  CHECK(ranks_final_lines(dir, 4) == expected);
-  CHECK(processes_of_run(run_id_of(dir)).empty());
+  // A survivor kept its process through the recovery (one worker.started for its rank) and
+  // said so in its log.
+  CHECK(read_text(dir + "/ranks/1.log").find("rejoined generation 1") != std::string::npos);
+  int survivor_starts = 0;
+  for (const auto& started : events_named(events, "worker.started")) survivor_starts += started["rank"] == 1;
+  CHECK(survivor_starts == 1);
 }
 
 TEST_CASE("in place: tensor 2 x data 2, a killed rank's replacement takes its shard from the live replica, bit-identical") {
-  Layout layout{4, 2};
-  std::vector<std::string> expected = uninterrupted_final_lines(300, layout);
-  REQUIRE(!expected.empty());
-
-  DtrainEnv env;
-  DtrainProcess run = env.start({"submit", env.write_spec("tp.yaml", trainer_spec("tp", 300, layout, true))});
-  std::string dir = only_run_dir(env);
-  REQUIRE(wait_until([&] { return rank_field(dir, 0, "step") >= 80; }, 60000));
-  int victim = rank_pid(dir, 3);
-  REQUIRE(victim > 0);
-  REQUIRE(::kill(victim, SIGKILL) == 0);
-  REQUIRE(run.wait(120000));
-  CHECK(run.exit_code == 0);
-
-  check_in_place_recovery(dir, 3, 4);
-  CHECK(ranks_final_lines(dir, 4) == expected);
-  CHECK(processes_of_run(run_id_of(dir)).empty());
+  kill_rank_in_place("tp", Layout{4, 2}, 3);
 }
 
 TEST_CASE("in place: a stopped rank is killed alone and replaced, its peers keep their processes") {
@@ -233,22 +219,6 @@ TEST_CASE("in place on NCCL (GPU): kill -9 of one of 2 ranks, the survivor abort
     ::pclose(listing);
   }
   if (gpus < 2) dtrain::testing::skip_test("in-place recovery on NCCL needs 2 GPUs; nvidia-smi -L lists " + std::to_string(gpus));
-  Layout layout{2, 1, "nccl"};
-  std::vector<std::string> expected = uninterrupted_final_lines(300, layout);
-  REQUIRE(!expected.empty());
-
-  DtrainEnv env;
-  DtrainProcess run = env.start({"submit", env.write_spec("nccl.yaml", trainer_spec("nccl", 300, layout, true))});
-  std::string dir = only_run_dir(env);
-  REQUIRE(wait_until([&] { return rank_field(dir, 0, "step") >= 80; }, 60000));
-  int victim = rank_pid(dir, 1);
-  REQUIRE(victim > 0);
-  REQUIRE(::kill(victim, SIGKILL) == 0);
-  REQUIRE(run.wait(120000));
-  CHECK(run.exit_code == 0);
-
-  check_in_place_recovery(dir, 1, 2);
+  std::string dir = kill_rank_in_place("nccl", Layout{2, 1, "nccl"}, 1);
   CHECK(read_text(dir + "/ranks/0.log").find("backend nccl") != std::string::npos);
-  CHECK(ranks_final_lines(dir, 2) == expected);
-  CHECK(processes_of_run(run_id_of(dir)).empty());
 }
