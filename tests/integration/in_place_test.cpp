@@ -86,11 +86,10 @@ void check_in_place_recovery(const std::string& dir, int victim_rank, int world)
 
 /// Runs `name` with `layout` in place, SIGKILLs rank `victim` once rank 0 is past step 80, and
 /// checks what every such recovery must show: exit 0, the recovery's run log, final parameters
-/// identical to an uninterrupted run's, no process left. Returns the run directory.
-std::string kill_rank_in_place(const std::string& name, const Layout& layout, int victim) {
+/// identical to an uninterrupted run's, no process left. Returns the run directory (in `env`).
+std::string kill_rank_in_place(DtrainEnv& env, const std::string& name, const Layout& layout, int victim) {
   std::vector<std::string> expected = uninterrupted_final_lines(300, layout);
   REQUIRE(!expected.empty());
-  DtrainEnv env;
   DtrainProcess run = env.start({"submit", env.write_spec(name + ".yaml", trainer_spec(name, 300, layout, true))});
   std::string dir = only_run_dir(env);
   REQUIRE(!dir.empty());
@@ -109,7 +108,8 @@ std::string kill_rank_in_place(const std::string& name, const Layout& layout, in
 }  // namespace
 
 TEST_CASE("in place: kill -9 of one of 4 data-parallel ranks replaces only it, 0 steps lost, same final parameters") {
-  std::string dir = kill_rank_in_place("kill", Layout{4, 1}, 2);
+  DtrainEnv env;
+  std::string dir = kill_rank_in_place(env, "kill", Layout{4, 1}, 2);
   auto events = read_events(dir + "/events.jsonl");
   auto detected = events_named(events, "failure.detected");
   REQUIRE(detected.size() == 1);
@@ -124,7 +124,8 @@ TEST_CASE("in place: kill -9 of one of 4 data-parallel ranks replaces only it, 0
 }
 
 TEST_CASE("in place: tensor 2 x data 2, a killed rank's replacement takes its shard from the live replica, bit-identical") {
-  kill_rank_in_place("tp", Layout{4, 2}, 3);
+  DtrainEnv env;
+  kill_rank_in_place(env, "tp", Layout{4, 2}, 3);
 }
 
 TEST_CASE("in place: a stopped rank is killed alone and replaced, its peers keep their processes") {
@@ -153,12 +154,13 @@ TEST_CASE("in place: a stopped rank is killed alone and replaced, its peers keep
 
 TEST_CASE("in place: with no live replica of the lost shard the recovery falls back to a full restart from the checkpoint") {
   // tensor 2 x data 1: rank 1's shard has no other replica, so the survivors cannot hand it over.
+  // 1000 steps: 200 took about a second, and the victim could finish before the kill.
   Layout layout{2, 2};
-  std::vector<std::string> expected = uninterrupted_final_lines(200, layout);
+  std::vector<std::string> expected = uninterrupted_final_lines(1000, layout);
   REQUIRE(!expected.empty());
 
   DtrainEnv env;
-  DtrainProcess run = env.start({"submit", env.write_spec("solo.yaml", trainer_spec("solo", 200, layout, true))});
+  DtrainProcess run = env.start({"submit", env.write_spec("solo.yaml", trainer_spec("solo", 1000, layout, true))});
   std::string dir = only_run_dir(env);
   REQUIRE(wait_until([&] { return rank_field(dir, 0, "step") >= 70; }, 60000));
   int victim = rank_pid(dir, 1);
@@ -219,6 +221,7 @@ TEST_CASE("in place on NCCL (GPU): kill -9 of one of 2 ranks, the survivor abort
     ::pclose(listing);
   }
   if (gpus < 2) dtrain::testing::skip_test("in-place recovery on NCCL needs 2 GPUs; nvidia-smi -L lists " + std::to_string(gpus));
-  std::string dir = kill_rank_in_place("nccl", Layout{2, 1, "nccl"}, 1);
+  DtrainEnv env;
+  std::string dir = kill_rank_in_place(env, "nccl", Layout{2, 1, "nccl"}, 1);
   CHECK(read_text(dir + "/ranks/0.log").find("backend nccl") != std::string::npos);
 }
