@@ -37,6 +37,8 @@
 
 namespace dtrain::supervisor {
 
+struct RecoveryDecision;
+
 class Supervisor {
  public:
   /// `initial_plan` is make_plan(spec); `clock` must outlive the supervisor.
@@ -116,6 +118,10 @@ class Supervisor {
   void on(const GenerationSpawned& event);
   void on(const LaunchStepFailed& event);
   void on(const SurvivorsCarriedOver& event);
+  // In-place recovery (supervisor_in_place.cpp).
+  /// decide_recovery chose in place for `cause`: records the attempt and continues at once (a
+  /// crash, a lost host's spare) or kills the hung rank alone first (KillRanks).
+  void start_in_place(const RootCause& cause, bool host_lost, RecoveryDecision& decision, int64_t now);
   /// The failed rank's process is gone: carry the survivors over to the next generation and
   /// spawn its replacement (ContinueInPlace).
   void continue_in_place();
@@ -123,6 +129,10 @@ class Supervisor {
   /// newest checkpoint, as the same recovery (recovery.fallback says why).
   void fall_back_from_in_place(const std::string& why);
   Millis in_place_timeout() const;
+  /// Falls back when the attempt is past elastic.in_place_timeout; true when it did.
+  bool in_place_past_deadline(int64_t now);
+  /// recovery.completed's phases of an in-place recovery (detect is the caller's).
+  void add_in_place_phases(nlohmann::json& phases, int64_t now) const;
   /// recovery.completed for the pending recovery, reached at `step` of the new generation.
   void complete_recovery(int64_t step);
   /// Fails the launching generation when a launch step is past launch_deadline().
