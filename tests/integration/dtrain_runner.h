@@ -66,9 +66,25 @@ struct DtrainProcess {
   pid_t pid = -1;
   std::string out_path, err_path;
   int exit_code = -1;
+  bool reaped = false;  // waited for: `pid` may belong to another process now
+
+  DtrainProcess() = default;
+  DtrainProcess(const DtrainProcess&) = delete;
+  DtrainProcess& operator=(const DtrainProcess&) = delete;
+  DtrainProcess(DtrainProcess&& other) noexcept { take(other); }
+  DtrainProcess& operator=(DtrainProcess&& other) noexcept {
+    if (this != &other) {
+      stop();
+      take(other);
+    }
+    return *this;
+  }
+  /// A test that ends early (a failed REQUIRE) leaves no dtrain running: see stop().
+  ~DtrainProcess() { stop(); }
 
   /// Waits for exit up to `timeout_ms`; on timeout kills it (and fails the caller's CHECKs).
   bool wait(int64_t timeout_ms) {
+    if (pid <= 0 || reaped) return reaped;
     bool done = wait_until([&] {
       int status = 0;
       pid_t got = ::waitpid(pid, &status, WNOHANG);
@@ -82,10 +98,28 @@ struct DtrainProcess {
       ::kill(pid, SIGKILL);
       ::waitpid(pid, nullptr, 0);
     }
+    reaped = true;
     return done;
+  }
+  /// Still running: SIGINT (dtrain stops its workers and releases its hosts), SIGKILL if it
+  /// has not exited within 30 s.
+  void stop() {
+    if (pid <= 0 || reaped) return;
+    ::kill(pid, SIGINT);
+    wait(30'000);
   }
   std::string out() const { return read_text(out_path); }
   std::string err() const { return read_text(err_path); }
+
+ private:
+  void take(DtrainProcess& other) {
+    pid = other.pid;
+    out_path = std::move(other.out_path);
+    err_path = std::move(other.err_path);
+    exit_code = other.exit_code;
+    reaped = other.reaped;
+    other.pid = -1;
+  }
 };
 
 /// One test's dtrain world: its own DTRAIN_HOME and working directory.
