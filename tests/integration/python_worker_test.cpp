@@ -164,3 +164,51 @@ print("store checks done")
   REQUIRE_MESSAGE(agent.wait_all_ok(120s), agent.log(0) << agent.log(1) << agent.log(2));
   for (int rank = 0; rank < 3; ++rank) CHECK(agent.log(rank).find("store checks done") != std::string::npos);
 }
+
+TEST_CASE("python client: JSON true is no generation and no step (Python counts bool as int)") {
+  // The script plays the agent on its own socket: gen.changed {gen: true} would have been
+  // generation 1 (newer than DTRAIN_GENERATION=0), ckpt.request {step: true} step 1.
+  dtrain::testing::TempDir dir;
+  std::string script = dir.path() + "/bools.py";
+  std::ofstream(script) << R"(
+import json, os, socket, sys, threading, time
+sys.path.insert(0, sys.argv[1])
+path = os.path.join(sys.argv[2], "agent.sock")
+server = socket.socket(socket.AF_UNIX)
+server.bind(path)
+server.listen(1)
+os.environ.update({"DTRAIN_AGENT_SOCKET": path, "RANK": "0", "WORLD_SIZE": "1", "DTRAIN_GENERATION": "0"})
+valid_sent = threading.Event()
+def agent():
+    conn, _ = server.accept()
+    lines = conn.makefile("rb")
+    assert json.loads(lines.readline())["type"] == "hello"
+    conn.sendall(b'{"type":"gen.changed","gen":true}\n{"type":"ckpt.request","step":true,"reason":"r"}\n')
+    valid_sent.wait(10)
+    conn.sendall(b'{"type":"gen.changed","gen":3}\n')
+    while lines.readline():
+        pass
+threading.Thread(target=agent, daemon=True).start()
+import dtrain_worker
+w = dtrain_worker.Worker.from_env()
+deadline = time.monotonic() + 10
+while not w.checkpoint_requested(0):  # step true is taken as 0: a request due now
+    assert time.monotonic() < deadline, "ckpt.request {step: true} never became a request at step 0"
+    time.sleep(0.01)
+assert w.checkpoint_reason == "r"
+assert w.generation_changed() is None, w.generation_changed()
+valid_sent.set()
+while w.generation_changed() is None:
+    assert time.monotonic() < deadline, "gen.changed {gen: 3} never noticed"
+    time.sleep(0.01)
+assert w.generation_changed() == 3 and type(w.generation_changed()) is int
+w.close()
+print("ok")
+)";
+  std::string command = "timeout 60 /usr/bin/python3 '" + script + "' '" DTRAIN_SOURCE_DIR "/worker/python' '" +
+                        dir.path() + "' > '" + dir.path() + "/out' 2>&1";
+  int status = std::system(command.c_str());
+  std::string out = dtrain::testing::read_text(dir.path() + "/out");
+  CHECK_MESSAGE(status == 0, out);
+  CHECK(out.find("ok") != std::string::npos);
+}

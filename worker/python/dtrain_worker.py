@@ -86,6 +86,12 @@ class DtrainError(RuntimeError):
     """A failure talking to the dtrain agent or the store (the message says which)."""
 
 
+def _is_int(value):
+    """An integer in a message from the agent: JSON's true and false are not (Python counts
+    bool as int, so {"gen": true} would have been generation 1, {"id": true} request 1)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _env_int(name, default):
     text = os.environ.get(name, "")
     if text == "":
@@ -452,14 +458,14 @@ class Worker:
             if message.get("type") == "ckpt.request":
                 step = message.get("step")
                 reason = message.get("reason")
-                self._checkpoint_request = (step if isinstance(step, int) else 0,
+                self._checkpoint_request = (step if _is_int(step) else 0,
                                             reason if isinstance(reason, str) else "requested by dtrain")
             elif message.get("type") == "gen.changed":
                 generation = message.get("gen")
-                if (isinstance(generation, int) and generation > self.generation and
+                if (_is_int(generation) and generation > self.generation and
                         (self._new_generation is None or generation > self._new_generation)):
                     self._new_generation = generation
-            elif isinstance(message.get("id"), int):
+            elif _is_int(message.get("id")):
                 self._replies[message["id"]] = message
 
     def _request(self, message, deadline=60.0):
