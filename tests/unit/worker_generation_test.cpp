@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/unit/fd_lines.h"
 #include "tests/unit/temp_dir.h"
 #include "worker/runtime/worker.h"
 
@@ -27,23 +28,10 @@ using namespace std::chrono_literals;
 namespace worker = dtrain::worker;
 using nlohmann::json;
 
+using dtrain::testing::read_line;
+using dtrain::testing::write_all;
+
 namespace {
-
-std::string read_line(int fd) {
-  std::string line;
-  char c;
-  while (::read(fd, &c, 1) == 1 && c != '\n') line += c;
-  return line;
-}
-
-void write_all(int fd, const std::string& text) {
-  size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n <= 0) return;
-    done += static_cast<size_t>(n);
-  }
-}
 
 std::vector<std::string> types_of(const std::vector<std::string>& lines) {
   std::vector<std::string> types;
@@ -86,22 +74,11 @@ std::vector<std::unique_ptr<worker::Worker>> data_parallel_workers(int size, std
 TEST_CASE("worker runtime: gen.changed from the agent is adopted, and gen.check refuses a commit until it is") {
   dtrain::testing::TempDir temp;
   std::string path = temp.path + "/agent.sock";
-  int listener = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  REQUIRE(listener >= 0);
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
-  path.copy(address.sun_path, sizeof address.sun_path - 1);
-  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
-  REQUIRE(::listen(listener, 1) == 0);
 
   // The agent of the contract: while the worker waits for a key, it announces generation 3
   // (the supervisor moved the store from 2 to 3), and from then on the store's generation is 3.
   std::vector<std::string> received;
-  std::atomic<int> accepted{-1};
-  std::thread agent([&] {
-    int connection = ::accept(listener, nullptr, nullptr);
-    if (connection < 0) return;
-    accepted = connection;
+  auto script = [&](int connection) {
     for (std::string line; !(line = read_line(connection)).empty();) {
       received.push_back(line);
       json request = json::parse(line, nullptr, false);
@@ -115,19 +92,6 @@ TEST_CASE("worker runtime: gen.changed from the agent is adopted, and gen.check 
         write_all(connection, json{{"type", "kv.value"}, {"id", request["id"]}, {"value", "g3"}}.dump() + "\n");
       }
     }
-    accepted = -1;
-    ::close(connection);
-  });
-  struct StopAgent {
-    int listener;
-    std::atomic<int>& accepted;
-    std::thread& agent;
-    ~StopAgent() {
-      ::shutdown(listener, SHUT_RDWR);
-      if (int connection = accepted.load(); connection >= 0) ::shutdown(connection, SHUT_RDWR);
-      agent.join();
-      ::close(listener);
-    }
   };
   {
     ScopedEnv env;
@@ -136,7 +100,7 @@ TEST_CASE("worker runtime: gen.changed from the agent is adopted, and gen.check 
     env.set("DTRAIN_IN_PLACE", "1");
     env.set("DTRAIN_IN_PLACE_TIMEOUT_MS", "20000");
     env.set("DTRAIN_HEARTBEAT_INTERVAL_MS", "600000");  // every beat after the first is held
-    StopAgent stop{listener, accepted, agent};
+    dtrain::testing::ScriptedAgent agent(path, script);
     auto created = worker::Worker::from_env();
     REQUIRE_MESSAGE(created.ok(), (created.ok() ? "" : created.error().message));
     worker::Worker& w = **created;
