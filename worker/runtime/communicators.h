@@ -25,9 +25,10 @@ struct CommGroup {
 /// The live communicators of this process, as another thread may reach them: when the agent
 /// announces a newer generation (gen.changed: an in-place recovery has begun), every collective
 /// still waiting in a communicator of the old one must end now, not at its timeout. A survivor
-/// can be blocked in a collective with live peers that themselves wait for the dead rank, or in
-/// a send to a peer that died before it posted the receive (Gloo waits for the op's timeout
-/// there); without this it would miss the in-place deadline and force a full restart.
+/// can be blocked in a collective with live peers that themselves wait for the dead rank, or on
+/// a send Gloo queued on a socket that broke (Gloo fails such a wait only at the op's timeout:
+/// gloo_communicator.cpp, InFlight); without this it would miss the in-place deadline and force
+/// a full restart.
 /// Thread-safe: the registry's mutex is held while an interrupt runs and while a communicator
 /// unregisters, so none runs on a communicator that is being destroyed.
 class CommInterrupts {
@@ -58,11 +59,6 @@ class CommInterrupts {
   void interrupt_all(const std::string& why) {
     std::lock_guard lock(mutex_);
     for (auto& [id, interrupt] : interrupts_) interrupt(why);
-  }
-
-  size_t size() {
-    std::lock_guard lock(mutex_);
-    return interrupts_.size();
   }
 
  private:

@@ -64,20 +64,6 @@ class KvGlooStore final : public gloo::rendezvous::Store {
     fetch(keys, timeout);
   }
 
-  /// The keys that connectFullMesh will ask for along with `key`: the host names of the lower
-  /// ranks ("rank_<i>", i < index) or the addresses of every peer ("<i>"). Others alone.
-  std::vector<std::string> kind_of(const std::string& key) const {
-    std::vector<std::string> keys;
-    if (key.rfind("rank_", 0) == 0) {
-      for (int i = 0; i < index_; ++i) keys.push_back("rank_" + std::to_string(i));
-    } else if (!key.empty() && key.find_first_not_of("0123456789") == std::string::npos) {
-      for (int i = 0; i < size_; ++i) {
-        if (i != index_) keys.push_back(std::to_string(i));
-      }
-    }
-    if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
-    return keys;
-  }
 
   static std::string to_hex(const std::vector<char>& data) {
     static const char* digits = "0123456789abcdef";
@@ -100,6 +86,21 @@ class KvGlooStore final : public gloo::rendezvous::Store {
   }
 
  private:
+  /// The keys that connectFullMesh will ask for along with `key`: the host names of the lower
+  /// ranks ("rank_<i>", i < index) or the addresses of every peer ("<i>"). Others alone.
+  std::vector<std::string> kind_of(const std::string& key) const {
+    std::vector<std::string> keys;
+    if (key.rfind("rank_", 0) == 0) {
+      for (int i = 0; i < index_; ++i) keys.push_back("rank_" + std::to_string(i));
+    } else if (!key.empty() && key.find_first_not_of("0123456789") == std::string::npos) {
+      for (int i = 0; i < size_; ++i) {
+        if (i != index_) keys.push_back(std::to_string(i));
+      }
+    }
+    if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
+    return keys;
+  }
+
   void fetch(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
     std::vector<std::string> missing;
     for (const std::string& key : keys) {
@@ -167,6 +168,10 @@ class GlooCommunicator final : public Communicator {
   ~GlooCommunicator() override {
     registration_.reset();  // before anything an interrupt touches is destroyed
   }
+
+  /// A collective after this fails at once, saying so. The peers see this rank leave when the
+  /// communicator is destroyed (its sockets close).
+  void abort() override { interrupt("this rank left the communicator"); }
 
   const char* backend() const override { return "gloo"; }
   int rank() const override { return context_->rank; }
@@ -310,10 +315,6 @@ class GlooCommunicator final : public Communicator {
   static uint64_t slot(int from, int to, uint32_t sequence) {
     return gloo::Slot::build(kPointToPointSlotPrefix, (sequence << 1) | (from < to ? 0u : 1u));
   }
-
-  /// A collective after this fails at once, saying so. The peers see this rank leave when the
-  /// communicator is destroyed (its sockets close).
-  void abort() override { interrupt("this rank left the communicator"); }
 
   /// From another thread (CommInterrupts): the collective waiting now ends (every buffer it
   /// waits on is this file's, and its waits are aborted), and so does any later one; run()

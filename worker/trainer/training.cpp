@@ -28,6 +28,11 @@ double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
+/// "42": whole milliseconds from `from` to `to`, for the rejoin line's phases.
+std::string whole_ms(Clock::time_point from, Clock::time_point to) {
+  return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(to - from).count());
+}
+
 /// How the global batch is split: each DP rank takes global/dp consecutive sample indices of
 /// every global batch, in `accum` micro-batches of `micro` (the pipeline's micro-batches).
 struct BatchPlan {
@@ -77,23 +82,23 @@ struct Links {
 
   void close() {
     release_step();
-    for (auto* comm : {groups.tensor.get(), groups.pipeline.get(), groups.data.get()}) {
-      if (comm != nullptr) comm->abort();  // NCCL: ncclCommAbort; Gloo: the destructor closes
-    }
+    abort_groups();
     groups = worker::ParallelGroups{};
     if (retiring.joinable()) retiring.join();
   }
 
-  /// In-place recovery: the same, but the communicators are destroyed on another thread.
+  /// In-place recovery: the same, but Gloo communicators are destroyed on another thread.
   /// Destroying a Gloo context waits for its device thread to tick (up to 10 ms) for each
   /// connection and again to stop it: 8-24 ms measured per rejoin, on the recovery's critical
   /// path otherwise. The peers learn that this rank left when its sockets close there, or from
-  /// their own gen.changed, whichever is first.
+  /// their own gen.changed, whichever is first. NCCL ones are destroyed here: their CUDA stream
+  /// and memory belong to the device this thread set.
   void retire() {
-    release_step();
     for (auto* comm : {groups.tensor.get(), groups.pipeline.get(), groups.data.get()}) {
-      if (comm != nullptr) comm->abort();
+      if (comm != nullptr && std::string(comm->backend()) == "nccl") return close();
     }
+    release_step();
+    abort_groups();
     if (retiring.joinable()) retiring.join();
     retiring = std::thread([old = std::move(groups)]() mutable { old = worker::ParallelGroups{}; });
     groups = worker::ParallelGroups{};
@@ -105,6 +110,11 @@ struct Links {
     data.reset();
     tensor.reset();
     pipeline.reset();
+  }
+  void abort_groups() {
+    for (auto* comm : {groups.tensor.get(), groups.pipeline.get(), groups.data.get()}) {
+      if (comm != nullptr) comm->abort();  // NCCL: ncclCommAbort; Gloo: the destructor closes
+    }
   }
 };
 
@@ -266,7 +276,7 @@ int train(worker::Worker& worker, const Options& options, const TrainingHooks& h
   if (settings.join_live) {
     // A replacement takes the state of a live replica, never a checkpoint on disk.
     completed = -1;
-    std::string phases = "start and connect " + std::to_string(static_cast<long>(ms_since(started))) + ", ";
+    std::string phases = "start and connect " + whole_ms(started, Clock::now()) + ", ";
     if (auto agreed = agree(started, phases); !agreed) return fail(worker, links, agreed.error().message);
   } else {
     auto restored = checkpointer.restore(settings.resume_step);
@@ -337,11 +347,8 @@ int train(worker::Worker& worker, const Options& options, const TrainingHooks& h
     if (auto linked = link(rejoin_timeout); !linked) {
       return worker::Error{"in-place recovery in generation " + std::to_string(*adopted) + ": " + linked.error().message};
     }
-    auto ms = [](Clock::time_point from, Clock::time_point to) {
-      return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(to - from).count());
-    };
-    return agree(noticed, "leave " + ms(noticed, left) + ", wait for the generation " + ms(left, announced) +
-                              ", connect " + ms(announced, Clock::now()) + ", ");
+    return agree(noticed, "leave " + whole_ms(noticed, left) + ", wait for the generation " +
+                              whole_ms(left, announced) + ", connect " + whole_ms(announced, Clock::now()) + ", ");
   };
   // A save that failed because the generation moved on is a recovery, not the end.
   auto save_failed_by_generation = [&]() {
