@@ -39,6 +39,21 @@ constexpr int kSkipExitCode = 77;
   std::_Exit(kSkipExitCode);
 }
 
+/// Skips the test unless `nvidia-smi -L` lists at least `needed` GPUs (NCCL takes one rank per
+/// GPU in a communicator); `what` says what needs them.
+inline void require_gpus(int needed, const std::string& what) {
+  int gpus = 0;
+  if (FILE* listing = ::popen("nvidia-smi -L 2>/dev/null", "r")) {
+    char line[512];
+    while (std::fgets(line, sizeof line, listing) != nullptr) gpus += std::string(line).rfind("GPU ", 0) == 0;
+    ::pclose(listing);
+  }
+  if (gpus < needed) {
+    skip_test(what + " needs " + std::to_string(needed) + " CUDA GPUs on this host; nvidia-smi -L lists " +
+              std::to_string(gpus));
+  }
+}
+
 /// Skips the test (exit 77, reported as skipped) unless /usr/bin/python3 can import `module`
 /// (python3-torch for "torch.optim", "torch.distributed").
 inline void require_python_module(const std::string& module) {

@@ -8,7 +8,6 @@
 
 #include <signal.h>
 
-#include <cstdio>
 #include <set>
 
 #include "tests/integration/dtrain_runner.h"
@@ -210,17 +209,11 @@ TEST_CASE("in place: dtrain drill kill-rank grades the recovery (carried over, 0
   CHECK(wait_until([&] { return processes_of_run(id).empty(); }, 10000));
 }
 
-TEST_CASE("in place on NCCL (GPU): kill -9 of one of 2 ranks, the survivor aborts its communicator and rejoins, bit-identical") {
+TEST_CASE("in place on NCCL: kill -9 of one of 2 ranks, the survivor aborts its communicator and rejoins, bit-identical (skips without 2 GPUs)") {
   // NCCL allows one rank per GPU in a communicator: this needs 2 GPUs (scripts/gpu_check.sh
   // runs it where they are). The survivor's collective with the dead rank is aborted when
   // gen.changed comes (ncclCommAbort in its polling wait), not at its comm timeout.
-  int gpus = 0;
-  if (FILE* listing = ::popen("nvidia-smi -L 2>/dev/null", "r")) {
-    char line[512];
-    while (std::fgets(line, sizeof line, listing) != nullptr) gpus += std::string(line).rfind("GPU ", 0) == 0;
-    ::pclose(listing);
-  }
-  if (gpus < 2) dtrain::testing::skip_test("in-place recovery on NCCL needs 2 GPUs; nvidia-smi -L lists " + std::to_string(gpus));
+  dtrain::testing::require_gpus(2, "in-place recovery on NCCL");
   DtrainEnv env;
   std::string dir = kill_rank_in_place(env, "nccl", Layout{2, 1, "nccl"}, 1);
   CHECK(read_text(dir + "/ranks/0.log").find("backend nccl") != std::string::npos);

@@ -174,17 +174,8 @@ TEST_CASE("hybrid: with no batch in the spec, 2 and 6 ranks train and the first 
 
 // Last in this file: a skip ends the process (tests/skip.h).
 TEST_CASE("hybrid: TP 2 x PP 2 on NCCL matches Gloo's final loss within 1e-5 (skips without 4 GPUs)") {
-  int gpus = 0;
-  {
-    FILE* listing = ::popen("nvidia-smi -L 2>/dev/null", "r");
-    char line[512];
-    while (listing != nullptr && std::fgets(line, sizeof(line), listing) != nullptr) {
-      if (std::string(line).rfind("GPU ", 0) == 0) ++gpus;
-    }
-    if (listing != nullptr) ::pclose(listing);
-  }
   // One GPU per rank: NCCL refuses two ranks of a communicator on one device.
-  if (gpus < 4) skip_test("this test needs 4 CUDA GPUs on this host; nvidia-smi lists " + std::to_string(gpus));
+  dtrain::testing::require_gpus(4, "hybrid TP 2 x PP 2 on NCCL");
   std::string batch = "batch: {global: 64, micro: 4}\n";
   std::string gloo_yaml = spec("gloo", {2, 2, 4}, 60, batch);
   std::string nccl_yaml = gloo_yaml;

@@ -97,6 +97,14 @@ struct Harness {
 
 }  // namespace
 
+/// `exit` as killed by SIGTERM (no exit code), seen at `observed_ms` by its agent.
+WorkerExited sigterm_of(WorkerExited exit, int64_t observed_ms) {
+  exit.code.reset();
+  exit.signal = "SIGTERM";
+  exit.observed_ms = observed_ms;
+  return exit;
+}
+
 TEST_CASE("a clean run: connect, start, every worker exits 0, release, succeed") {
   Harness h(make_spec(1, 2));
   CHECK(h.supervisor->state() == RunState::connecting);
@@ -150,11 +158,8 @@ TEST_CASE("an exit the agent's kill caused is never the root cause, whatever its
   h.start_all(0);
   h.clock.advance_ms(1000);
   WorkerExited crash = h.exit_code(0, 1, 7);
-  WorkerExited terminated = h.exit_code(0, 0, 0);
-  terminated.code.reset();
-  terminated.signal = "SIGTERM";
+  WorkerExited terminated = sigterm_of(h.exit_code(0, 0, 0), crash.observed_ms - 300);  // a skewed agent clock
   terminated.killed_by_agent = true;
-  terminated.observed_ms = crash.observed_ms - 300;  // a skewed agent clock
   h.feed(crash);
   h.clock.advance_ms(5);
   auto actions = h.feed(terminated);
@@ -545,10 +550,7 @@ TEST_CASE("an exit within the clock uncertainty of the stop is a consequence, no
   // Killed by our own stop; its host's clock offset is known only to ±40 ms, so a stamp 20 ms
   // before the stop proves nothing.
   h.clock.advance_ms(5);
-  WorkerExited killed = h.exit_code(0, 0, 0);
-  killed.code.reset();
-  killed.signal = "SIGTERM";
-  killed.observed_ms = first.observed_ms - 20;
+  WorkerExited killed = sigterm_of(h.exit_code(0, 0, 0), first.observed_ms - 20);
   killed.observed_uncertainty_ms = 40;
   auto actions = h.feed(killed);
   CHECK(!has_event(actions, "failure.root_cause"));
