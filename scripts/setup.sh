@@ -2,7 +2,18 @@
 # Installs, with apt, the Debian packages that dtrain's build and tests need — only those missing.
 # Idempotent and non-interactive; when everything is present it only runs dpkg queries.
 # CUDA and NCCL are optional: the build detects them under /usr/local/cuda (-DDTRAIN_CUDA=AUTO).
+# `--tests` adds what only the test suite needs (scripts/test.sh passes it; the quickstart does
+# not): python3-torch, so that a fresh machine runs the unmodified-PyTorch-script tests instead of
+# skipping them.
 set -euo pipefail
+
+with_tests=false
+for argument in "$@"; do
+  case "$argument" in
+    --tests) with_tests=true ;;
+    *) echo "setup: unknown option '$argument'; the only option is --tests" >&2; exit 2 ;;
+  esac
+done
 
 packages=(
   build-essential cmake ninja-build pkg-config
@@ -16,6 +27,9 @@ packages=(
   chromium  # headless: the report tests check report.html's DOM (--dump-dom) and keep a screenshot
   slurm-wlm munge  # testcluster.sh up N --slurm: a real Slurm over the namespace hosts (cluster_slurm tests)
 )
+if $with_tests; then
+  packages+=(python3-torch)  # the unmodified-script, DDP and in-place PyTorch tests (tests/skip.h)
+fi
 
 missing=()
 for package in "${packages[@]}"; do

@@ -65,16 +65,22 @@ struct SlurmJobDir {
 std::string submit_batch(const TestCluster& cluster, const SlurmJobDir& dir, const std::string& dtrain_options,
                          const std::string& steps) {
   std::string script = dir.path + "/job.sbatch";
+  // Every path is shell-quoted, and the output path goes to sbatch as an argument rather than an
+  // `#SBATCH --output=` line: sbatch splits a directive at spaces ("Invalid directive" for a
+  // checkout path that holds one).
   std::ofstream(script) << "#!/bin/bash\n"
-                        << "#SBATCH --nodes=3 --ntasks-per-node=2 --no-kill --output=" << dir.path << "/slurm-%j.out\n"
-                        << "scontrol show hostnames \"$SLURM_JOB_NODELIST\" > " << dir.path << "/hostnames\n"
-                        << "export DTRAIN_HOME=" << dir.path << "/home DTRAIN_TEST_OUT=" << dir.path
-                        << " DTRAIN_TEST_PYTHON=" << DTRAIN_SOURCE_DIR << "/worker/python DTRAIN_TEST_STEPS=" << steps
+                        << "#SBATCH --nodes=3 --ntasks-per-node=2 --no-kill\n"
+                        << "scontrol show hostnames \"$SLURM_JOB_NODELIST\" > " << shell_quote(dir.path + "/hostnames")
                         << "\n"
+                        << "export DTRAIN_HOME=" << shell_quote(dir.path + "/home")
+                        << " DTRAIN_TEST_OUT=" << shell_quote(dir.path)
+                        << " DTRAIN_TEST_PYTHON=" << shell_quote(std::string(DTRAIN_SOURCE_DIR) + "/worker/python")
+                        << " DTRAIN_TEST_STEPS=" << shell_quote(steps) << "\n"
                         // exec: Slurm's USR1 for the batch step then reaches dtrain itself.
-                        << "exec " << DTRAIN_EXE << " run --name slurm-test " << dtrain_options
-                        << " -- /usr/bin/python3 " << dir.path << "/train.py\n";
-  CommandOutput submitted = cluster.exec("ctl", {"sbatch", "--parsable", script});
+                        << "exec " << shell_quote(DTRAIN_EXE) << " run --name slurm-test " << dtrain_options
+                        << " -- /usr/bin/python3 " << shell_quote(dir.path + "/train.py") << "\n";
+  CommandOutput submitted =
+      cluster.exec("ctl", {"sbatch", "--parsable", "--output=" + dir.path + "/slurm-%j.out", script});
   REQUIRE_MESSAGE(submitted.status == 0, submitted.output);
   std::string id = std::string(trim(submitted.output));
   REQUIRE_MESSAGE(std::regex_match(id, std::regex("[0-9]+")), "sbatch printed: " << submitted.output);
