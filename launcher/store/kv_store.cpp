@@ -22,6 +22,26 @@ std::string seconds_text(int64_t ms) {
   return std::to_string(ms) + "ms";
 }
 
+/// Bytes of `text` as a JSON string in nlohmann's compact dump, quotes included: what the agent
+/// writes to the worker. Store values arrived as JSON strings, so they are valid UTF-8, which
+/// the dump copies unescaped; only '"', '\\' and control bytes grow.
+size_t json_string_bytes(const std::string& text) {
+  size_t bytes = 2;
+  for (unsigned char c : text) {
+    if (c == '"' || c == '\\' || c == '\b' || c == '\f' || c == '\n' || c == '\r' || c == '\t') {
+      bytes += 2;
+    } else {
+      bytes += c < 0x20 ? 6 : 1;
+    }
+  }
+  return bytes;
+}
+
+std::string reply_too_long(const std::string& what, size_t bytes, size_t limit, const char* fix) {
+  return what + ": reply would be " + std::to_string(bytes) + " bytes, over the " + std::to_string(limit) +
+         " limit; " + fix;
+}
+
 /// Checks a key; returns an error text or "".
 std::string key_problem(const json& key) {
   if (!key.is_string()) return "key must be a string";
@@ -39,13 +59,12 @@ std::string key_problem(const json& key) {
 std::vector<StoreReply> KvStore::begin_generation(int gen, int64_t /*now_ms*/) {
   std::vector<StoreReply> replies;
   if (gen <= generation_) return replies;
-  for (const Wait& wait : waits_) {
+  for (const PendingWait& wait : waits_.take_all()) {
     replies.push_back(error_reply(wait.from, wait.gen, wait.id,
                                   "kv.wait: generation " + std::to_string(wait.gen) +
                                       " ended (now " + std::to_string(gen) +
                                       "); the worker will be restarted"));
   }
-  waits_.clear();
   values_.clear();
   total_bytes_ = 0;
   generation_ = gen;
@@ -92,8 +111,16 @@ std::vector<StoreReply> KvStore::handle(const Requester& from, int gen, const js
     return {error_reply(from, gen, id, "kv.get: " + problem)};
   }
   auto found = values_.find(key->get<std::string>());
-  json value = found == values_.end() ? json(nullptr) : json(found->second);
-  return {{from, gen, json{{"type", "kv.value"}, {"id", id}, {"value", value}}}};
+  if (found == values_.end()) return {{from, gen, json{{"type", "kv.value"}, {"id", id}, {"value", nullptr}}}};
+  json reply{{"type", "kv.value"}, {"id", id}, {"value", ""}};
+  size_t bytes = reply.dump().size() - 2 + json_string_bytes(found->second);
+  if (bytes > limits_.max_reply_bytes) {
+    return {error_reply(from, gen, id,
+                        reply_too_long("kv.get " + quote_key(found->first), bytes, limits_.max_reply_bytes,
+                                       "store smaller values (large state belongs in checkpoints or files)"))};
+  }
+  reply["value"] = found->second;
+  return {{from, gen, std::move(reply)}};
 }
 
 std::vector<StoreReply> KvStore::handle_set(const Requester& from, int gen, const json& id,
@@ -124,11 +151,12 @@ std::vector<StoreReply> KvStore::handle_set(const Requester& from, int gen, cons
                             std::to_string(kMaxKeys) + " keys (the limit) in generation " +
                             std::to_string(gen))};
   }
-  if (std::optional<std::string> full = put(key_text, value_text)) {
+  std::vector<StoreReply> woken;
+  if (std::optional<std::string> full = put(key_text, value_text, woken)) {
     return {error_reply(from, gen, id, "kv.set " + quote_key(key_text) + ": " + *full)};
   }
   std::vector<StoreReply> replies{{from, gen, json{{"type", "kv.ok"}, {"id", id}}}};
-  for (StoreReply& done : complete_ready_waits()) replies.push_back(std::move(done));
+  for (StoreReply& done : woken) replies.push_back(std::move(done));
   return replies;
 }
 
@@ -168,25 +196,31 @@ std::vector<StoreReply> KvStore::handle_add(const Requester& from, int gen, cons
   if (__builtin_add_overflow(total, step, &total)) {
     return {error_reply(from, gen, id, "kv.add " + quote_key(key_text) + ": the sum overflows 64 bits")};
   }
-  if (std::optional<std::string> full = put(key_text, std::to_string(total))) {
+  std::vector<StoreReply> woken;
+  if (std::optional<std::string> full = put(key_text, std::to_string(total), woken)) {
     return {error_reply(from, gen, id, "kv.add " + quote_key(key_text) + ": " + *full)};
   }
   std::vector<StoreReply> replies{{from, gen, json{{"type", "kv.value"}, {"id", id}, {"value", values_[key_text]}}}};
-  for (StoreReply& done : complete_ready_waits()) replies.push_back(std::move(done));
+  for (StoreReply& done : woken) replies.push_back(std::move(done));
   return replies;
 }
 
-std::optional<std::string> KvStore::put(const std::string& key, std::string value) {
+std::optional<std::string> KvStore::put(const std::string& key, std::string value, std::vector<StoreReply>& woken) {
   auto found = values_.find(key);
   size_t old_bytes = found == values_.end() ? 0 : key.size() + found->second.size();
   size_t new_total = total_bytes_ - old_bytes + key.size() + value.size();
-  if (new_total > max_total_bytes_) {
+  if (new_total > limits_.max_total_bytes) {
     return "the store would hold " + std::to_string(new_total) + " bytes of keys and values in generation " +
-           std::to_string(generation_) + ", over its limit of " + std::to_string(max_total_bytes_) +
+           std::to_string(generation_) + ", over its limit of " + std::to_string(limits_.max_total_bytes) +
            "; keep rendezvous data small (large state belongs in checkpoints or files)";
   }
   total_bytes_ = new_total;
-  values_[key] = std::move(value);
+  if (found != values_.end()) {
+    found->second = std::move(value);  // keys never leave a generation: no wait names this one
+    return std::nullopt;
+  }
+  values_.emplace(key, std::move(value));
+  for (const PendingWait& wait : waits_.key_arrived(key)) woken.push_back(values_reply(wait));
   return std::nullopt;
 }
 
@@ -201,7 +235,7 @@ std::vector<StoreReply> KvStore::handle_wait(const Requester& from, int gen, con
                         "kv.wait: " + std::to_string(keys->size()) + " keys; the limit is " +
                             std::to_string(kMaxWaitKeys))};
   }
-  Wait wait{from, gen, id, {}, kDefaultWaitTimeoutMs, 0};
+  PendingWait wait{from, gen, id, {}, kDefaultWaitTimeoutMs, 0};
   for (const json& key : *keys) {
     if (std::string problem = key_problem(key); !problem.empty()) {
       return {error_reply(from, gen, id, "kv.wait: " + problem)};
@@ -216,76 +250,66 @@ std::vector<StoreReply> KvStore::handle_wait(const Requester& from, int gen, con
     }
     wait.timeout_ms = std::min(timeout->get<int64_t>(), kMaxWaitTimeoutMs);
   }
-  if (all_present(wait.keys)) {
-    return {{from, gen, json{{"type", "kv.values"}, {"id", id}, {"values", values_of(wait.keys)}}}};
-  }
+  std::vector<std::string> missing = missing_keys(wait.keys);
+  if (missing.empty()) return {values_reply(wait)};
   wait.deadline_ms = now_ms + wait.timeout_ms;
   if (wait.timeout_ms == 0) return expire_one(wait);
-  waits_.push_back(std::move(wait));
+  if (std::optional<std::string> refused = waits_.refusal(from, wait.keys.size())) {
+    return {error_reply(from, gen, id, "kv.wait: " + *refused)};
+  }
+  waits_.add(std::move(wait), missing);
   return {};
 }
 
 std::vector<StoreReply> KvStore::expire(int64_t now_ms) {
   std::vector<StoreReply> replies;
-  std::vector<Wait> still_waiting;
-  for (Wait& wait : waits_) {
-    if (wait.deadline_ms <= now_ms) {
-      for (StoreReply& reply : expire_one(wait)) replies.push_back(std::move(reply));
-    } else {
-      still_waiting.push_back(std::move(wait));
-    }
+  for (const PendingWait& wait : waits_.take_expired(now_ms)) {
+    for (StoreReply& reply : expire_one(wait)) replies.push_back(std::move(reply));
   }
-  waits_ = std::move(still_waiting);
   return replies;
 }
 
-std::vector<StoreReply> KvStore::expire_one(const Wait& wait) const {
-  std::string missing;
-  for (const std::string& key : wait.keys) {
-    if (values_.contains(key)) continue;
-    missing += (missing.empty() ? "" : ", ") + quote_key(key);
+std::vector<StoreReply> KvStore::expire_one(const PendingWait& wait) const {
+  // Named, up to a few: an error line with 10,000 escaped keys would itself be too long to send.
+  std::vector<std::string> missing = missing_keys(wait.keys);
+  std::string named;
+  for (size_t i = 0; i < missing.size() && i < kMaxKeysNamedInTimeout; ++i) {
+    named += (named.empty() ? "" : ", ") + quote_key(missing[i]);
+  }
+  if (missing.size() > kMaxKeysNamedInTimeout) {
+    named += " and " + std::to_string(missing.size() - kMaxKeysNamedInTimeout) + " more";
   }
   return {error_reply(wait.from, wait.gen, wait.id,
                       "kv.wait: timeout after " + seconds_text(wait.timeout_ms) +
-                          " waiting for keys [" + missing +
+                          " waiting for keys [" + named +
                           "]; a peer did not publish them (did it crash or start late?)")};
 }
 
-void KvStore::forget(const Requester& who) {
-  std::erase_if(waits_, [&](const Wait& wait) { return wait.from == who; });
-}
+void KvStore::forget(const Requester& who) { waits_.forget(who); }
 
-std::optional<int64_t> KvStore::next_deadline_ms() const {
-  std::optional<int64_t> earliest;
-  for (const Wait& wait : waits_) {
-    if (!earliest || wait.deadline_ms < *earliest) earliest = wait.deadline_ms;
+std::optional<int64_t> KvStore::next_deadline_ms() const { return waits_.next_deadline_ms(); }
+
+std::vector<std::string> KvStore::missing_keys(const std::vector<std::string>& keys) const {
+  std::vector<std::string> missing;
+  for (const std::string& key : keys) {
+    if (!values_.contains(key)) missing.push_back(key);
   }
-  return earliest;
+  return missing;
 }
 
-bool KvStore::all_present(const std::vector<std::string>& keys) const {
-  return std::all_of(keys.begin(), keys.end(), [&](const std::string& key) { return values_.contains(key); });
-}
-
-json KvStore::values_of(const std::vector<std::string>& keys) const {
-  json values = json::array();
-  for (const std::string& key : keys) values.push_back(values_.at(key));
-  return values;
-}
-
-std::vector<StoreReply> KvStore::complete_ready_waits() {
-  std::vector<StoreReply> replies;
-  std::vector<Wait> still_waiting;
-  for (Wait& wait : waits_) {
-    if (all_present(wait.keys)) {
-      replies.push_back({wait.from, wait.gen,
-                         json{{"type", "kv.values"}, {"id", wait.id}, {"values", values_of(wait.keys)}}});
-    } else {
-      still_waiting.push_back(std::move(wait));
-    }
+StoreReply KvStore::values_reply(const PendingWait& wait) const {
+  // Measured before it is built: a reply of 10,000 values of 1 MiB is never copied together.
+  json reply{{"type", "kv.values"}, {"id", wait.id}, {"values", json::array()}};
+  size_t bytes = reply.dump().size() + (wait.keys.size() - 1);  // the commas between values
+  for (const std::string& key : wait.keys) bytes += json_string_bytes(values_.at(key));
+  if (bytes > limits_.max_reply_bytes) {
+    return error_reply(wait.from, wait.gen, wait.id,
+                       reply_too_long("kv.wait", bytes, limits_.max_reply_bytes,
+                                      "wait for fewer keys or store smaller values"));
   }
-  waits_ = std::move(still_waiting);
-  return replies;
+  json& values = reply["values"];
+  for (const std::string& key : wait.keys) values.push_back(values_.at(key));
+  return {wait.from, wait.gen, std::move(reply)};
 }
 
 }  // namespace dtrain::store

@@ -9,6 +9,10 @@
 // generations, so a restarted job can never read a rendezvous address of the previous one.
 // A request stamped with any generation other than the current one is answered with an error,
 // and a kv.set from a stale generation is refused (nothing is stored).
+//
+// Bounded: a reply is never longer than a worker accepts (kMaxReplyBytes: the smallest limit on
+// its path, supervisor → agent frame → worker line); a larger one is not sent, the requester
+// gets an error naming both sizes instead. Pending waits are capped (pending_waits.h).
 
 #include <cstdint>
 #include <map>
@@ -18,14 +22,10 @@
 
 #include <nlohmann/json.hpp>
 
-namespace dtrain::store {
+#include "launcher/store/pending_waits.h"
+#include "worker/contract/wire.h"
 
-/// Who asked: the worker a reply must be routed back to.
-struct Requester {
-  std::string host;
-  int rank = -1;
-  bool operator==(const Requester&) const = default;
-};
+namespace dtrain::store {
 
 /// One line for one worker: `msg` is the agent→worker object (kv.ok, kv.value, kv.values,
 /// gen.ok or error), carrying the request's id. `gen` is the generation the request came from.
@@ -37,6 +37,8 @@ struct StoreReply {
 
 /// Limits that keep one misbehaving worker from exhausting the supervisor's memory.
 inline constexpr size_t kMaxKeyBytes = 512;
+/// A kv.set arrives as one worker line of at most wire::kMaxLineBytes, so a value is in
+/// practice a little shorter than this; a kv.get of any value a worker could set fits a reply.
 inline constexpr size_t kMaxValueBytes = 1 << 20;
 inline constexpr size_t kMaxKeys = 100'000;
 inline constexpr size_t kMaxWaitKeys = 10'000;
@@ -46,11 +48,23 @@ inline constexpr size_t kMaxTotalBytes = 256 << 20;
 inline constexpr int64_t kDefaultWaitTimeoutMs = 30'000;
 /// Longer timeouts are clamped to this (a day): a wait must end some day.
 inline constexpr int64_t kMaxWaitTimeoutMs = 86'400'000;
+/// The longest reply (one JSON line, without its newline) the store sends: the line limit of
+/// the workers' clients (worker/runtime/agent_connection.cpp closes the connection past it),
+/// the smallest on the reply's path (the agent frame that carries it allows 8 MiB).
+inline constexpr size_t kMaxReplyBytes = contract::wire::kMaxLineBytes;
+/// A wait that times out names at most this many of its missing keys (and how many more).
+inline constexpr size_t kMaxKeysNamedInTimeout = 20;
+
+/// The store's caps; tests shrink them.
+struct KvLimits {
+  size_t max_total_bytes = kMaxTotalBytes;  ///< keys + values of a generation
+  size_t max_reply_bytes = kMaxReplyBytes;
+  PendingWaitLimits waits = {};
+};
 
 class KvStore {
  public:
-  /// `max_total_bytes`: the cap on keys + values of a generation (tests use a small one).
-  explicit KvStore(size_t max_total_bytes = kMaxTotalBytes) : max_total_bytes_(max_total_bytes) {}
+  explicit KvStore(KvLimits limits = {}) : limits_(limits), waits_(limits.waits) {}
 
   /// Makes `gen` current. Keys of older generations are dropped; waits still pending from them
   /// are failed, and those error replies are RETURNED HERE (not by expire()). A `gen` that is
@@ -64,6 +78,8 @@ class KvStore {
   /// and a kv.wait that cannot be answered yet returns nothing (its reply comes from a later
   /// handle() or from expire()). Malformed requests get an error reply, never an exception.
   /// gen.check from any generation is answered with gen.ok {"current": true|false}.
+  /// A kv.get or kv.wait whose reply would be over max_reply_bytes is answered with an error
+  /// naming both sizes; a kv.wait past a cap on pending waits is answered with an error at once.
   std::vector<StoreReply> handle(const Requester& from, int gen, const nlohmann::json& request,
                                  int64_t now_ms);
 
@@ -86,34 +102,26 @@ class KvStore {
   size_t pending_waits() const { return waits_.size(); }
 
  private:
-  struct Wait {
-    Requester from;
-    int gen = -1;
-    nlohmann::json id;
-    std::vector<std::string> keys;
-    int64_t timeout_ms = 0;
-    int64_t deadline_ms = 0;
-  };
-
   std::vector<StoreReply> handle_set(const Requester& from, int gen, const nlohmann::json& id,
                                      const nlohmann::json& request);
   std::vector<StoreReply> handle_add(const Requester& from, int gen, const nlohmann::json& id,
                                      const nlohmann::json& request);
   std::vector<StoreReply> handle_wait(const Requester& from, int gen, const nlohmann::json& id,
                                       const nlohmann::json& request, int64_t now_ms);
-  bool all_present(const std::vector<std::string>& keys) const;
-  nlohmann::json values_of(const std::vector<std::string>& keys) const;
-  std::vector<StoreReply> complete_ready_waits();
-  std::vector<StoreReply> expire_one(const Wait& wait) const;
+  std::vector<std::string> missing_keys(const std::vector<std::string>& keys) const;
+  /// The kv.values reply to `wait` (all its keys present), or the error when it is too long.
+  StoreReply values_reply(const PendingWait& wait) const;
+  std::vector<StoreReply> expire_one(const PendingWait& wait) const;
 
-  /// Stores `value` under `key` if the total stays within the cap; else the error text.
-  std::optional<std::string> put(const std::string& key, std::string value);
+  /// Stores `value` under `key` if the total stays within the cap; else the error text. A key
+  /// stored for the first time completes the waits that named it: their replies go to `woken`.
+  std::optional<std::string> put(const std::string& key, std::string value, std::vector<StoreReply>& woken);
 
-  size_t max_total_bytes_;
+  KvLimits limits_;
   size_t total_bytes_ = 0;
   int generation_ = -1;
   std::map<std::string, std::string> values_;
-  std::vector<Wait> waits_;  // in arrival order, so replies are deterministic
+  PendingWaits waits_;
 };
 
 }  // namespace dtrain::store

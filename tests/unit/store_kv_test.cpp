@@ -4,6 +4,7 @@
 
 #include "launcher/store/kv_store.h"
 
+using dtrain::store::KvLimits;
 using dtrain::store::KvStore;
 using dtrain::store::Requester;
 using dtrain::store::StoreReply;
@@ -247,7 +248,7 @@ TEST_CASE("store: kv.add is atomic, starts from 0, wakes waiters, and refuses no
 }
 
 TEST_CASE("store: keys and values together are capped, overwriting counts the old value out, a new generation starts empty") {
-  KvStore store(100);
+  KvStore store(KvLimits{.max_total_bytes = 100});
   store.begin_generation(1, 0);
   CHECK(store.handle(kRank0, 1, set_request(1, "a", std::string(40, 'x')), 0)[0].msg["type"] == "kv.ok");
   CHECK(store.handle(kRank0, 1, set_request(2, "b", std::string(40, 'y')), 0)[0].msg["type"] == "kv.ok");

@@ -72,6 +72,10 @@ namespace dtrain::contract::wire {
 inline constexpr const char* kPhaseTrain = "train";
 inline constexpr const char* kPhaseCheckpoint = "checkpoint";
 
+/// The longest line, without its newline, in either direction: the agent closes a worker that
+/// sends a longer one, dtrain's C++ client (worker/runtime/agent_connection.cpp) closes on a
+/// longer reply, and the supervisor's store never sends one (launcher/store/kv_store.h
+/// kMaxReplyBytes: a kv.get or kv.wait that would be longer is answered with an error).
 inline constexpr unsigned long kMaxLineBytes = 1 << 20;
 
 inline constexpr const char* kHello = "hello";
