@@ -16,13 +16,19 @@ inline std::string login_user() {
   return "uid " + std::to_string(::getuid());
 }
 
-/// The person behind a sudo: SUDO_USER when set (and not the same user), else empty.
-inline std::string sudo_user() {
-  const char* from = std::getenv("SUDO_USER");
-  if (!from || !*from) return "";
-  std::string name = from;
-  return name == login_user() ? std::string() : name;
+/// The person behind a sudo, given the real uid and $SUDO_USER: the variable counts only when the
+/// real uid is 0 (sudo to root). Anyone can set SUDO_USER, so for any other caller it would let a
+/// user charge a run to, and write audit rows as, someone else. Empty when it does not count, is
+/// unset or empty, or names `login` itself.
+inline std::string sudo_user_of(uid_t real_uid, const char* sudo_user_variable, const std::string& login) {
+  if (real_uid != 0 || !sudo_user_variable || !*sudo_user_variable) return "";
+  std::string name = sudo_user_variable;
+  return name == login ? std::string() : name;
 }
+
+/// The person behind a sudo to root: SUDO_USER when the real uid is 0 (and it names another
+/// user), else empty.
+inline std::string sudo_user() { return sudo_user_of(::getuid(), std::getenv("SUDO_USER"), login_user()); }
 
 /// Whom a run belongs to: the person behind a sudo, else the login user.
 inline std::string run_owner() {
