@@ -24,7 +24,16 @@ void Outbox::send(const nlohmann::json& message) {
     queue_.erase(0, written_);
     written_ = 0;
   }
-  queue_ += proto::encode_frame(message);
+  Result<std::string> frame = proto::encode_frame_checked(message);
+  if (!frame) {
+    // The supervisor's decoder would refuse it and lose the stream: say so in a frame that fits.
+    std::fprintf(stderr, "agent: %s\n", frame.error().message.c_str());
+    auto type = message.find("type");
+    frame = proto::encode_frame({{"type", "error"},
+                                 {"message", frame.error().message},
+                                 {"about", type != message.end() && type->is_string() ? type->get<std::string>() : ""}});
+  }
+  queue_ += *frame;
 }
 
 void Outbox::flush_some() {

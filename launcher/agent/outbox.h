@@ -15,7 +15,8 @@ class Outbox {
   /// `fd` is set non-blocking.
   explicit Outbox(int fd);
 
-  /// Queues one message as a frame. Dropped silently once the channel is broken.
+  /// Queues one message as a frame. Dropped silently once the channel is broken. A message
+  /// over proto::kMaxFrameBytes is replaced by an error frame naming it (about: its type).
   void send(const nlohmann::json& message);
 
   /// Writes as much as the fd takes now.

@@ -17,6 +17,15 @@ std::string encode_frame(const nlohmann::json& message) {
   return frame;
 }
 
+Result<std::string> encode_frame_checked(const nlohmann::json& message) {
+  std::string frame = encode_frame(message);
+  if (frame.size() - 4 <= kMaxFrameBytes) return frame;
+  auto type = message.is_object() ? message.find("type") : message.end();
+  std::string name = type != message.end() && type->is_string() ? type->get<std::string>() : "untyped";
+  return Error::internal("a " + name + " frame of " + std::to_string(frame.size() - 4) + " bytes is over the " +
+                         std::to_string(kMaxFrameBytes) + "-byte frame limit; not sent");
+}
+
 void FrameDecoder::feed(std::string_view bytes) {
   if (failure_) return;
   // Compact lazily so that many small frames in one chunk cost no quadratic copying.

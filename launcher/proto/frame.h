@@ -16,12 +16,19 @@
 namespace dtrain::proto {
 
 /// Largest frame body either side accepts. Senders keep well under it (log lines are capped at
-/// 64 KiB, worker-protocol lines at 1 MiB).
+/// 64 KiB, worker-protocol lines and so the store's replies at 1 MiB).
 inline constexpr size_t kMaxFrameBytes = 8 << 20;
 
 /// Length prefix + compact JSON. Invalid UTF-8 in strings (worker output is arbitrary bytes) is
-/// replaced with U+FFFD rather than failing. Never throws.
+/// replaced with U+FFFD rather than failing. Never throws. Unchecked: a body over
+/// kMaxFrameBytes is framed as it is (tests build such frames); real senders use
+/// encode_frame_checked().
 std::string encode_frame(const nlohmann::json& message);
+
+/// encode_frame(), or an Error naming the message's type, its size and kMaxFrameBytes when the
+/// body is over the limit. Such a frame must not be sent: the peer's decoder would refuse it and
+/// the stream would be lost (an agent fences itself, the supervisor loses the host).
+Result<std::string> encode_frame_checked(const nlohmann::json& message);
 
 /// Checks one frame body: a JSON object with a string "type". The Error (malformed JSON with a
 /// printable excerpt, a non-object, a missing or non-string "type") is the text next() gives.

@@ -1,16 +1,36 @@
 #include "launcher/run/agent_link.h"
 
+#include <cstdio>
+
+#include "launcher/store/kv_store.h"
+
 namespace dtrain::run {
 
+// The store's largest reply travels in a to_worker frame with a few fields around it.
+static_assert(store::kMaxReplyBytes + 4096 < proto::kMaxFrameBytes,
+              "a store reply the workers accept must fit the frame that carries it to their agent");
+
 AgentLink::AgentLink(std::string host, std::unique_ptr<transport::AgentConnection> connection,
-                     int64_t now_ms, int64_t now_wall_ms)
+                     int64_t now_ms, int64_t now_wall_ms, RefusalHandler on_refused)
     : host_(std::move(host)),
       connection_(std::move(connection)),
+      on_refused_(std::move(on_refused)),
       last_heard_ms_(now_ms),
       config_sent_wall_ms_(now_wall_ms) {}
 
-void AgentLink::send(const nlohmann::json& message) {
-  connection_->send(proto::encode_frame(message));
+bool AgentLink::send(const nlohmann::json& message) {
+  Result<std::string> frame = proto::encode_frame_checked(message);
+  if (frame) {
+    connection_->send(*frame);
+    return true;
+  }
+  Error refused{frame.error().kind, "host " + host_ + ": " + frame.error().message};
+  if (on_refused_) {
+    on_refused_(refused);
+  } else {
+    std::fprintf(stderr, "dtrain: %s\n", refused.message.c_str());
+  }
+  return false;
 }
 
 Result<AgentLink::Received> AgentLink::receive(int64_t now_ms) {

@@ -2,6 +2,7 @@
 // One host's agent as the driver sees it: the transport connection, the frame decoder, liveness
 // and the clock offset measured at hello.
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,14 +17,20 @@ namespace dtrain::run {
 
 class AgentLink {
  public:
+  /// Told about a message send() refused (its Error says "internal bug: ...", the type and
+  /// the size); without one, the refusal is written to stderr.
+  using RefusalHandler = std::function<void(const Error& refused)>;
+
   AgentLink(std::string host, std::unique_ptr<transport::AgentConnection> connection,
-            int64_t now_ms, int64_t now_wall_ms);
+            int64_t now_ms, int64_t now_wall_ms, RefusalHandler on_refused = {});
 
   const std::string& host() const { return host_; }
   transport::AgentConnection& connection() { return *connection_; }
 
-  /// Frames one message to the agent.
-  void send(const nlohmann::json& message);
+  /// Frames one message to the agent. A message whose frame would be over
+  /// proto::kMaxFrameBytes is not sent (the agent would drop the stream and fence its host): it
+  /// goes to the RefusalHandler instead, and the link stays up. Returns whether it was sent.
+  bool send(const nlohmann::json& message);
 
   /// What one receive() decoded: the bodies of the complete frames, unparsed (the driver's
   /// proto::AgentFrameParser reads them; a bad one is one protocol error, the stream goes on).
@@ -56,6 +63,7 @@ class AgentLink {
  private:
   std::string host_;
   std::unique_ptr<transport::AgentConnection> connection_;
+  RefusalHandler on_refused_;
   proto::FrameDecoder decoder_;
   int64_t last_heard_ms_ = 0;
   int64_t config_sent_wall_ms_ = 0;

@@ -111,8 +111,13 @@ void RunDriver::start_agents() {
       feed(supervisor::HostLost{host.name, connection.error().message});
       continue;
     }
+    // A frame too large for the agent is not sent (it would cost the host); the bug is recorded.
+    auto refused = [this, name = host.name](const Error& error) {
+      log().error("{}", error.message);
+      record(events::AgentError{name, error.message}.to_json());
+    };
     auto link = std::make_unique<AgentLink>(host.name, std::move(connection).value(),
-                                            clock_.monotonic_ms(), clock_.wall_ms());
+                                            clock_.monotonic_ms(), clock_.wall_ms(), refused);
     link->send({{"type", msg::kConfig},
                 {"protocol", proto::kProtocolVersion},
                 {"run_id", run_.id()},
