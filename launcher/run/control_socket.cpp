@@ -7,9 +7,20 @@
 #include <unistd.h>
 
 namespace dtrain::run {
+namespace {
 
-Result<ControlSocket> ControlSocket::open(const std::string& socket_path) {
+/// Best effort: the socket is non-blocking and a one-line reply fits its buffer; a client that
+/// is gone or full loses it, and is closed anyway.
+void send_error_line(int fd, const std::string& message) {
+  std::string line = to_line(ControlReply{false, "", std::nullopt, message}) + "\n";
+  [[maybe_unused]] ssize_t ignored = ::send(fd, line.data(), line.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+}  // namespace
+
+Result<ControlSocket> ControlSocket::open(const std::string& socket_path, ControlSocketLimits limits) {
   ControlSocket control;
+  control.limits_ = limits;
   control.socket_path_ = socket_path;
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
@@ -42,8 +53,7 @@ void ControlSocket::add_poll_fds(std::vector<pollfd>& fds) const {
   for (const Client& client : clients_) fds.push_back({client.fd.get(), POLLIN, 0});
 }
 
-void ControlSocket::pump(const Handler& handler) {
-  if (!listener_.valid()) return;
+void ControlSocket::accept_clients(int64_t now_ms) {
   for (;;) {
     int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) break;
@@ -55,9 +65,28 @@ void ControlSocket::pump(const Handler& handler) {
         (peer.uid != ::getuid() && peer.uid != 0)) {
       continue;
     }
-    clients_.push_back({std::move(client_fd), {}});
+    if (clients_.size() >= limits_.max_clients) {
+      send_error_line(fd, "ctl.sock: the supervisor already serves " + std::to_string(limits_.max_clients) +
+                              " clients (the limit); retry when some have closed (a program that keeps "
+                              "connections to ctl.sock open holds them)");
+      continue;  // client_fd closes it
+    }
+    clients_.push_back({std::move(client_fd), {}, now_ms});
   }
-  for (auto it = clients_.begin(); it != clients_.end();) {
+}
+
+void ControlSocket::pump(const Handler& handler, int64_t now_ms) {
+  if (!listener_.valid()) return;
+  // Clients that closed leave before new ones are counted against the cap; a new client's
+  // request, often sent with the connect, is answered in the same pump.
+  serve_clients(handler, now_ms, 0);
+  size_t known = clients_.size();
+  accept_clients(now_ms);
+  serve_clients(handler, now_ms, known);
+}
+
+void ControlSocket::serve_clients(const Handler& handler, int64_t now_ms, size_t first) {
+  for (auto it = clients_.begin() + static_cast<std::ptrdiff_t>(first); it != clients_.end();) {
     bool done = false;
     bool would_block = false;
     Result<size_t> got = read_some(it->fd.get(), it->buffer, &would_block);
@@ -68,6 +97,10 @@ void ControlSocket::pump(const Handler& handler) {
       Result<ControlRequest> request = parse_control_request(std::string_view(it->buffer).substr(0, newline));
       ControlReply reply = request ? handler(*request) : ControlReply{false, "", std::nullopt, request.error().message};
       (void)write_all(it->fd.get(), to_line(reply) + "\n");
+      done = true;
+    } else if (!done && now_ms - it->connected_ms >= limits_.idle_ms) {
+      send_error_line(it->fd.get(), "ctl.sock: no complete request within " + std::to_string(limits_.idle_ms) +
+                                        " ms of connecting; closed (send one JSON line, e.g. {\"type\":\"status\"})");
       done = true;
     }
     it = done ? clients_.erase(it) : it + 1;

@@ -337,7 +337,9 @@ int RunDriver::run() {
     }
     // Before anything slower: pings are what keeps every agent from fencing itself.
     send_pings_when_due();
-    if (control_) control_->pump([this](const ControlRequest& request) { return handle_control(request); });
+    if (control_) {
+      control_->pump([this](const ControlRequest& request) { return handle_control(request); }, clock_.monotonic_ms());
+    }
     now = clock_.monotonic_ms();
     send_store_replies(store_.expire(now));
     if (now - last_tick_ms_ >= 100) {  // silences and ticks count in seconds: 10 looks a second
