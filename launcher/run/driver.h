@@ -35,6 +35,7 @@
 #include "launcher/run/run_recorder.h"
 #include "launcher/run/worker_env.h"
 #include "launcher/runlog/run_directory.h"
+#include "launcher/runlog/run_lock.h"
 #include "launcher/store/kv_store.h"
 #include "launcher/supervisor/supervisor.h"
 
@@ -233,8 +234,9 @@ class RunDriver {
 };
 
 /// Forks the supervisor into the background. In the parent: prints the run id and returns the
-/// exit code for it; in the child (new session, stdio on /dev/null): returns nullopt.
-std::optional<int> detach(const std::string& run_id, const char* what);
+/// exit code for it; in the child (new session, stdio on /dev/null): returns nullopt, and `lock`
+/// (shared with the parent by fork, so the run is never unlocked in between) names the child.
+std::optional<int> detach(const std::string& run_id, const char* what, const RunLock& lock);
 /// The console for a foreground (terminal or plain) or detached (quiet) supervisor.
 Console::Mode console_mode(bool detached);
 

@@ -1,6 +1,6 @@
 // `dtrain resume RUN`: check that the run may be resumed (exists, did not succeed, no live
-// supervisor), wait out the old agents' fence, find the newest complete checkpoint and the hosts,
-// and run a driver from there in the same run directory.
+// supervisor: its lock, then its state), wait out the old agents' fence, find the newest complete
+// checkpoint and the hosts, and run a driver from there in the same run directory.
 
 #include <unistd.h>
 
@@ -32,6 +32,10 @@ int resume(const ResumeOptions& options) {
   };
   Result<RunDirectory> run = RunDirectory::open(options.run);
   if (!run) return refuse(run.error().message);
+  // Before anything is written in the run directory, and held until this process ends: a
+  // second resume (or a live submit's supervisor) is refused here, naming the holder.
+  Result<RunLock> lock = RunLock::acquire(*run);
+  if (!lock) return refuse(lock.error().message, lock.error().kind == ErrorKind::user ? ExitCode::usage : ExitCode::infra);
   Result<json> state = read_state(*run);
   if (!state) return refuse("cannot read the run's state: " + state.error().message, ExitCode::infra);
   std::string previous_state = json_string(*state, "state", "unknown");
@@ -95,7 +99,7 @@ int resume(const ResumeOptions& options) {
                {{"detach", options.detach}, {"over_quota", options.over_quota}, {"previous_state", previous_state}},
                "resumed from " + resume_text + (admission.quota_note.empty() ? "" : "; " + admission.quota_note), &spec);
   if (options.detach) {
-    if (std::optional<int> parent_exit = detach(run->id(), ("resumed from " + resume_text).c_str())) return *parent_exit;
+    if (std::optional<int> parent_exit = detach(run->id(), ("resumed from " + resume_text).c_str(), *lock)) return *parent_exit;
   } else {
     std::string why = terminal ? "it had " + previous_state
                                : "its supervisor, pid " + std::to_string(previous_pid) + " on " + previous_host + ", died";

@@ -18,9 +18,7 @@ namespace dtrain::run {
 
 using nlohmann::json;
 
-/// Forks the supervisor into the background. In the parent: prints the run id and returns the
-/// exit code for it; in the child (new session, stdio on /dev/null): returns nullopt.
-std::optional<int> detach(const std::string& run_id, const char* what) {
+std::optional<int> detach(const std::string& run_id, const char* what, const RunLock& lock) {
   std::fflush(stdout);
   pid_t child = ::fork();
   if (child < 0) {
@@ -36,6 +34,8 @@ std::optional<int> detach(const std::string& run_id, const char* what) {
   }
   ::setsid();
   int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  // The parent exits at once; `dtrain resume` and status must name this process as the holder.
+  (void)lock.record_holder();
   if (null_fd >= 0) {
     ::dup2(null_fd, STDIN_FILENO);
     ::dup2(null_fd, STDOUT_FILENO);
@@ -78,6 +78,12 @@ int submit(const SubmitOptions& options) {
     std::fprintf(stderr, "dtrain: %s\n", run.error().message.c_str());
     return to_int(ExitCode::infra);
   }
+  // Before anything is written in the run directory, and held until this process ends.
+  Result<RunLock> lock = RunLock::acquire(*run);
+  if (!lock) {
+    std::fprintf(stderr, "dtrain: %s\n", lock.error().message.c_str());
+    return to_int(lock.error().kind == ErrorKind::user ? ExitCode::usage : ExitCode::infra);
+  }
   Result<EventLog> events = EventLog::create(run->events_path(), run_id, clock.wall_ms());
   if (!events) {
     std::fprintf(stderr, "dtrain: %s\n", events.error().message.c_str());
@@ -107,7 +113,7 @@ int submit(const SubmitOptions& options) {
                admission.quota_note.empty() ? "started" : "started; " + admission.quota_note, &spec);
 
   if (options.detach) {
-    if (std::optional<int> parent_exit = detach(run_id, "started")) return *parent_exit;
+    if (std::optional<int> parent_exit = detach(run_id, "started", *lock)) return *parent_exit;
   } else {
     std::fprintf(stderr, "dtrain: run %s · %d workers on %zu host(s) · run log %s\n", run_id.c_str(),
                  plan->world_size, plan->hosts.size(), run->path().c_str());

@@ -11,6 +11,7 @@
 //   plan-<gen>.json     the rank plan of generation <gen>
 //   state.json          atomic snapshot for `dtrain status` (run_state.h)
 //   ctl.sock            symlink to <runtime_dir>/ctl.sock, present while the supervisor lives
+//   lock                flock(2)ed by the supervisor for its whole life: "<pid> <host>" (run_lock.h)
 
 #include <cstdint>
 #include <optional>
