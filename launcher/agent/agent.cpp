@@ -880,7 +880,9 @@ void Agent::on_dump(const json& message) {
   std::vector<DumpTarget> targets;
   for (const auto& [pid, worker] : workers_) {
     std::optional<char> state = process_state(pid);
-    if (worker->gen() == gen && state && *state != 'Z') targets.push_back({gen, worker->rank(), pid});
+    if (worker->gen() == gen && state && *state != 'Z') {
+      targets.push_back({gen, worker->rank(), pid, assigned_dump_paths(worker->assigned_env())});
+    }
   }
   // The loop waits here, like a sample: at most half the silence that would make us fence.
   int64_t cap = std::max<int64_t>(config_->heartbeat_timeout_ms / 2, 0);

@@ -10,7 +10,6 @@
 #include <optional>
 #include <thread>
 
-#include "launcher/agent/process_tree.h"
 #include "launcher/base/clock.h"
 #include "launcher/base/fd.h"
 #include "launcher/proto/messages.h"
@@ -21,7 +20,6 @@ namespace {
 // PyTorch reads the TORCH_FR_* names first in newer releases and TORCH_NCCL_* in older ones.
 constexpr const char* kPipeVariables[] = {"TORCH_FR_DEBUG_INFO_PIPE_FILE", "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"};
 constexpr const char* kDumpVariables[] = {"TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"};
-constexpr const char* kPyTorchDefaultDumpPrefix = "/tmp/nccl_trace_rank_";
 constexpr int64_t kPollMs = 50;
 
 struct FileState {
@@ -50,11 +48,17 @@ struct PendingDump {
   std::optional<std::string> problem;
 };
 
-std::optional<std::string> first_variable(pid_t pid, const char* const (&names)[2]) {
+// The first of `names` that the assigned environment, else the agent's own, sets non-empty.
+std::string first_variable(const std::map<std::string, std::string>& assigned_env, const char* const (&names)[2]) {
   for (const char* name : names) {
-    if (std::optional<std::string> value = process_environment_value(pid, name); value && !value->empty()) return value;
+    auto given = assigned_env.find(name);
+    if (given != assigned_env.end() && !given->second.empty()) return given->second;
   }
-  return std::nullopt;
+  for (const char* name : names) {
+    const char* inherited = std::getenv(name);
+    if (inherited && *inherited) return inherited;
+  }
+  return "";
 }
 
 // O_NONBLOCK: without a reader the open fails with ENXIO instead of waiting for one.
@@ -106,6 +110,10 @@ nlohmann::json reply_for(const PendingDump& pending, size_t max_bytes, const std
 
 }  // namespace
 
+DumpPaths assigned_dump_paths(const std::map<std::string, std::string>& assigned_env) {
+  return {first_variable(assigned_env, kDumpVariables), first_variable(assigned_env, kPipeVariables)};
+}
+
 void add_hang_evidence_env(std::map<std::string, std::string>& env, const std::string& dump_prefix) {
   auto set_default = [&](const char* name, const std::string& value) {
     if (env.count(name) || std::getenv(name)) return;
@@ -123,12 +131,15 @@ std::vector<nlohmann::json> collect_flight_recorder_dumps(const std::vector<Dump
                                                           size_t max_bytes, const std::string& owned_directory) {
   std::vector<PendingDump> pending;
   for (const DumpTarget& target : targets) {
-    std::optional<std::string> pipe_prefix = first_variable(target.pid, kPipeVariables);
+    // No dump path assigned: nothing to look for (never a default in a world-writable /tmp).
+    if (target.paths.dump_prefix.empty()) continue;
+    std::optional<std::string> pipe_prefix;
+    if (!target.paths.pipe_prefix.empty()) pipe_prefix = target.paths.pipe_prefix;
     // The rank the agent assigned (the RANK it put in the worker's environment), not what the
     // worker's environment says now: that is the worker's to change, and it becomes part of a path
     // this agent reads and may unlink.
     std::string rank = std::to_string(target.rank);
-    std::string dump = first_variable(target.pid, kDumpVariables).value_or(kPyTorchDefaultDumpPrefix) + rank;
+    std::string dump = target.paths.dump_prefix + rank;
     FileState before = file_state(dump);
     struct stat pipe_info{};
     bool has_pipe = pipe_prefix && ::lstat((*pipe_prefix + rank + ".pipe").c_str(), &pipe_info) == 0;

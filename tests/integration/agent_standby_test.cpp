@@ -2,11 +2,13 @@
 // without a rank; a spawn of a DTRAIN_JOIN_LIVE worker assigns one instead of starting a
 // process (assign on its socket, started {standby:true} with its pid, its output from then on the
 // rank's) and the pool is refilled; a standby that dies unassigned is replaced, not reported;
-// kills of a generation leave standbys alone, a kill of every generation ends them. Real agent,
-// real python3 processes on the real socket.
+// kills of a generation leave standbys alone, a kill of every generation ends them; a promoted
+// standby's flight-recorder dump is looked for where the agent told it to dump, never at PyTorch's
+// default in /tmp. Real agent, real python3 processes on the real socket.
 
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -17,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/base/base64.h"
 #include "tests/integration/dtrain_runner.h"
 #include "tests/integration/support/agent_session.h"
 #include "tests/integration/support/process_probe.h"
@@ -27,11 +30,10 @@ using nlohmann::json;
 
 namespace {
 
-// A standby (DTRAIN_STANDBY=1) says hello {standby} and prints "standby ready"; on assign it
-// takes the env, prints what it became and says the worker's hello. A worker started as one says
-// hello at once. Both then print every line they receive.
-constexpr const char* kScript = R"(
-import json, os, socket
+// Both scripts below begin here: on the agent's socket; a standby (DTRAIN_STANDBY=1) says hello
+// {standby}, prints "standby ready" and reads the assign (`assign`) into its environment.
+const std::string kStandbyPrelude = R"(
+import json, os, socket, time
 s = socket.socket(socket.AF_UNIX)
 s.connect(os.environ['DTRAIN_AGENT_SOCKET'])
 def send(m):
@@ -42,6 +44,12 @@ if os.environ.get('DTRAIN_STANDBY') == '1':
     print('standby ready', flush=True)
     assign = json.loads(lines.readline())
     os.environ.update(assign['env'])
+)";
+
+// Once assigned, a standby prints what it became and says the worker's hello. A worker started
+// as one says hello at once. Both then print every line they receive.
+const std::string kScript = kStandbyPrelude + R"(
+if 'assign' in globals():
     os.environ.pop('DTRAIN_STANDBY', None)
     print('assigned rank %s gen %s error_file %s join_live %s' % (os.environ['RANK'], os.environ['DTRAIN_GENERATION'],
           'TORCHELASTIC_ERROR_FILE' in os.environ, os.environ.get('DTRAIN_JOIN_LIVE')), flush=True)
@@ -166,5 +174,90 @@ TEST_CASE("standby: a join-live spawn assigns the ready standby, the pool refill
 
   session.connection().shutdown(5000);
   CHECK(session.decode_error() == "");
+  CHECK(dtrain::test::wait_until_run_gone(session.run_id(), 5000).empty());
+}
+
+namespace {
+
+// A standby that, once assigned, plays PyTorch's flight recorder with the paths it was ASSIGNED
+// (os.environ after the assign; its /proc/<pid>/environ still shows the standby's start-up
+// environment, without them): it makes the debug-info fifo and answers a byte on it with a dump.
+const std::string kDumpingStandby = kStandbyPrelude + R"(
+rank = os.environ['RANK']
+send({'type': 'hello', 'rank': int(rank), 'gen': int(os.environ['DTRAIN_GENERATION']), 'pid': os.getpid()})
+pipe_path = os.environ['TORCH_NCCL_DEBUG_INFO_PIPE_FILE'] + rank + '.pipe'
+os.mkfifo(pipe_path, 0o600)
+pipe = os.open(pipe_path, os.O_RDONLY | os.O_NONBLOCK)
+print('pipe ready', flush=True)
+while True:
+    time.sleep(0.02)
+    try:
+        data = os.read(pipe, 16)
+    except BlockingIOError:
+        data = b''
+    if data:
+        with open(os.environ['TORCH_FR_DUMP_TEMP_FILE'] + rank, 'wb') as dump:
+            dump.write(b'real dump of promoted standby rank ' + rank.encode())
+)";
+
+// A file at PyTorch's default dump path, /tmp/nccl_trace_rank_<rank>, that any local user could
+// have written; removed when the test ends. The rank is chosen from this test's pid so that
+// parallel test processes do not meet at one name.
+struct PlantedDump {
+  std::string path;
+  explicit PlantedDump(int rank) : path("/tmp/nccl_trace_rank_" + std::to_string(rank)) {
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    REQUIRE_MESSAGE(fd >= 0, path << " exists already (left by another run?)");
+    const char planted[] = "planted by another user";
+    REQUIRE(::write(fd, planted, sizeof planted - 1) == static_cast<ssize_t>(sizeof planted - 1));
+    ::close(fd);
+  }
+  ~PlantedDump() { ::unlink(path.c_str()); }
+};
+
+}  // namespace
+
+TEST_CASE("standby: a promoted standby's flight-recorder dump is found at its assigned path, never at /tmp's default") {
+  if (::access("/usr/bin/python3", X_OK) != 0) std::exit(77);
+  const int rank = 5000 + ::getpid() % 50000;
+  PlantedDump planted(rank);
+  AgentSession session(DTRAIN_EXE);
+  REQUIRE(session.handshake());
+  auto spawn = [&](int gen, int standby, const json& extra_env) {
+    json message = spawn_message(gen, {rank}, {"/usr/bin/python3", "-c", kDumpingStandby}, session.run_id());
+    message["workers"][0]["env"] = {{"RANK", std::to_string(rank)}};
+    message["workers"][0]["env"].update(extra_env);
+    message["standby"] = standby;
+    return message;
+  };
+  session.send(spawn(0, 1, json::object()));
+  REQUIRE(session.wait_for([](const json& m) { return m["type"] == "started" && m["gen"] == 0; }));
+  pid_t standby = wait_ready_standby(session);
+  REQUIRE(standby > 0);
+  session.send({{"type", "kill"}, {"gen", 0}, {"signal", "KILL"}, {"grace_ms", 0}, {"ranks", {rank}}});
+  REQUIRE(session.wait_for([](const json& m) { return m["type"] == "released" && m["gen"] == 0; }));
+
+  session.send(spawn(1, 0, {{"DTRAIN_JOIN_LIVE", "1"}}));
+  auto started = session.wait_for([](const json& m) { return m["type"] == "started" && m["gen"] == 1; });
+  REQUIRE(started);
+  REQUIRE((*started)["pid"] == standby);
+  REQUIRE(session.wait_for([](const json& m) {
+    return m["type"] == "log" && m["gen"] == 1 && m["line"] == "pipe ready";
+  }));
+
+  session.send({{"type", "dump"}, {"id", 41}, {"gen", 1}, {"timeout_ms", 10'000}});
+  auto dump = session.wait_for([](const json& m) { return m["type"] == "dump" && m["id"] == 41; }, 20'000);
+  REQUIRE(dump);
+  CHECK((*dump)["rank"] == rank);
+  CHECK((*dump)["pid"] == standby);
+  CHECK_FALSE(dump->contains("error"));
+  std::string data;
+  REQUIRE(dtrain::base64_decode((*dump)["data"].get<std::string>(), data));
+  CHECK(data == "real dump of promoted standby rank " + std::to_string(rank));
+  CHECK(dtrain::testing::read_text(planted.path) == "planted by another user");  // neither read nor removed
+
+  session.send({{"type", "kill"}, {"gen", -1}, {"signal", "KILL"}, {"grace_ms", 0}});
+  REQUIRE(session.wait_for([](const json& m) { return m["type"] == "released" && m["gen"] == -1; }));
+  session.connection().shutdown(5000);
   CHECK(dtrain::test::wait_until_run_gone(session.run_id(), 5000).empty());
 }
