@@ -107,8 +107,10 @@ bool KillOperation::advance(int64_t now_ms,
     if (!covers(worker->gen(), worker->rank())) continue;
     workers_left = true;
     if (signalled_now_.insert(-pid).second) {
-      ::kill(-pid, signal_);  // safe: the leader is unreaped, so its pid cannot be reused
-      continue_after_term(-pid);
+      // Only groups whose leader is unreaped: the agent drops a worker from `workers` when it
+      // reaps it. The handle makes sure of it all the same (a pidfd names this process only).
+      (void)send_signal(worker->handle(), signal_, SignalScope::group);
+      continue_after_term(worker->handle(), SignalScope::group);
       if (!worker->signalled_by_agent) ++killed_workers_;
       worker->signalled_by_agent = true;
       killed_.insert(pid);
@@ -126,8 +128,10 @@ bool KillOperation::advance(int64_t now_ms,
       killed_.insert(pid);
       continue;
     }
-    if (::kill(pid, signal_) == 0) {
-      continue_after_term(pid);
+    // Not our child (an orphan or a grandchild): taken by pid now, refused if it is gone.
+    Result<ProcessHandle> target = ProcessHandle::for_process(pid);
+    if (target && send_signal(*target, signal_).ok()) {
+      continue_after_term(*target, SignalScope::process);
       killed_.insert(pid);
     }
   }
@@ -144,12 +148,12 @@ bool KillOperation::advance(int64_t now_ms,
   return false;
 }
 
-void KillOperation::continue_after_term(pid_t target) const {
+void KillOperation::continue_after_term(const ProcessHandle& target, SignalScope scope) const {
   // A stopped process (SIGSTOP, a hung-worker drill, ^Z) keeps TERM pending and does nothing
   // until it runs again, so without CONT every kill of a stopped worker would wait the whole
   // grace period and end in KILL, never letting it clean up. CONT after TERM (not before) so
   // that TERM is already pending when it runs. Harmless to a running process; KILL needs none.
-  if (signal_ == SIGTERM) ::kill(target, SIGCONT);
+  if (signal_ == SIGTERM) (void)send_signal(target, SIGCONT, scope);
 }
 
 int64_t KillOperation::next_check_ms(int64_t now_ms) const {

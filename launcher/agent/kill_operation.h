@@ -29,6 +29,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "launcher/base/process_signal.h"
+
 namespace dtrain::agent {
 
 class WorkerProcess;
@@ -83,8 +85,8 @@ class KillOperation {
   };
   bool matches(const Owner& owner) const;
   Owner orphan_owner(pid_t pid) const;
-  /// SIGCONT to `target` (a pid, or -pgid) after a TERM, so that a stopped process acts on it.
-  void continue_after_term(pid_t target) const;
+  /// SIGCONT to `target` (or the group it leads) after a TERM, so that a stopped process acts on it.
+  void continue_after_term(const ProcessHandle& target, SignalScope scope) const;
 
   int gen_;
   std::set<int> ranks_;

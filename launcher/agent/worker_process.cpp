@@ -60,6 +60,7 @@ WorkerProcess::WorkerProcess(WorkerLaunch launch, pid_t pid, UniqueFd out, Uniqu
     : launch_(std::move(launch)),
       gen_(launch_.standby ? kStandbyGeneration : launch_.gen),
       pid_(pid),
+      handle_(ProcessHandle::for_child(pid)),
       stdout_{"stdout", std::move(out), LineSplitter()},
       stderr_{"stderr", std::move(err), LineSplitter()} {}
 

@@ -15,6 +15,7 @@
 
 #include "launcher/agent/line_splitter.h"
 #include "launcher/base/fd.h"
+#include "launcher/base/process_signal.h"
 #include "launcher/base/result.h"
 
 namespace dtrain::agent {
@@ -65,6 +66,9 @@ class WorkerProcess {
   static Result<std::unique_ptr<WorkerProcess>> spawn(const WorkerLaunch& launch);
 
   pid_t pid() const { return pid_; }
+  /// What the agent's kill and fence signal it and its group through (send_signal): it names
+  /// this process, not whatever has its pid after the agent reaped it.
+  const ProcessHandle& handle() const { return handle_; }
   /// The generation the agent reports this worker under: the one it was spawned for, until an
   /// in-place recovery (gen_changed) carries it over to a later one.
   int gen() const { return gen_; }
@@ -119,6 +123,7 @@ class WorkerProcess {
   WorkerLaunch launch_;
   int gen_;
   pid_t pid_;
+  ProcessHandle handle_;
   Stream stdout_;
   Stream stderr_;
   std::deque<std::string> tail_;

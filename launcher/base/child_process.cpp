@@ -6,7 +6,6 @@
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,9 +23,6 @@ int64_t monotonic_ms() {
   using namespace std::chrono;
   return duration_cast<milliseconds>(steady_clock::now().time_since_epoch()).count();
 }
-
-// Through syscall(): glibc 2.36's <sys/pidfd.h> lacks extern "C" and does not link from C++.
-int open_pidfd(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
 
 void reap_blocking(pid_t pid, int* status) {
   while (::waitpid(pid, status, 0) < 0 && errno == EINTR) {
@@ -207,30 +203,27 @@ Result<PipedChild> PipedChild::spawn(const std::vector<std::string>& argv, Optio
 }
 
 PipedChild::PipedChild(pid_t pid, bool group, UniqueFd in, UniqueFd out, UniqueFd err)
-    : pid_(pid),
+    : handle_(ProcessHandle::for_child(pid)),
       own_group_(group),
       stdin_(std::move(in)),
       stdout_(std::move(out)),
-      stderr_(std::move(err)),
-      pidfd_(open_pidfd(pid)) {}
+      stderr_(std::move(err)) {}
 
 PipedChild::PipedChild(PipedChild&& other) noexcept
-    : pid_(std::exchange(other.pid_, -1)),
+    : handle_(std::exchange(other.handle_, ProcessHandle())),
       own_group_(other.own_group_),
       stdin_(std::move(other.stdin_)),
       stdout_(std::move(other.stdout_)),
       stderr_(std::move(other.stderr_)),
-      pidfd_(std::move(other.pidfd_)),
       outgoing_(std::move(other.outgoing_)),
       outgoing_offset_(other.outgoing_offset_),
       stdout_bytes_(std::move(other.stdout_bytes_)),
       stderr_bytes_(std::move(other.stderr_bytes_)),
       stdout_closed_ms_(other.stdout_closed_ms_),
-      killed_(other.killed_),
-      wait_status_(other.wait_status_) {}
+      killed_(other.killed_) {}
 
 PipedChild::~PipedChild() {
-  if (pid_ > 0) kill_and_reap();
+  if (pid() > 0) kill_and_reap();
 }
 
 std::vector<pollfd> PipedChild::poll_fds() const {
@@ -238,8 +231,8 @@ std::vector<pollfd> PipedChild::poll_fds() const {
   if (stdout_.valid()) fds.push_back({stdout_.get(), POLLIN, 0});
   if (stderr_.valid()) fds.push_back({stderr_.get(), POLLIN, 0});
   if (stdin_.valid() && outgoing_offset_ < outgoing_.size()) fds.push_back({stdin_.get(), POLLOUT, 0});
-  if (!stdout_.valid() && !stderr_.valid() && !wait_status_ && pidfd_.valid()) {
-    fds.push_back({pidfd_.get(), POLLIN, 0});
+  if (!stdout_.valid() && !stderr_.valid() && handle_.exit_fd() >= 0 && !handle_.reaped()) {
+    fds.push_back({handle_.exit_fd(), POLLIN, 0});
   }
   return fds;
 }
@@ -296,19 +289,8 @@ void PipedChild::close_input() {
   stdin_.reset();
 }
 
-std::optional<int> PipedChild::wait_status() const {
-  if (wait_status_ || pid_ <= 0) return wait_status_;
-  int status = 0;
-  pid_t reaped;
-  do {
-    reaped = ::waitpid(pid_, &status, WNOHANG);
-  } while (reaped < 0 && errno == EINTR);
-  if (reaped == pid_) wait_status_ = status;
-  return wait_status_;
-}
-
 void PipedChild::terminate(int grace_ms) {
-  if (pid_ <= 0) return;
+  if (pid() <= 0) return;
   close_input();
   int64_t deadline = monotonic_ms() + std::max(grace_ms, 0);
   while (!wait_status()) {
@@ -328,18 +310,17 @@ void PipedChild::terminate(int grace_ms) {
   read_into(stderr_, stderr_bytes_);
   stdout_.reset();
   stderr_.reset();
-  pidfd_.reset();
 }
 
 void PipedChild::kill_and_reap() {
   if (killed_) return;
   killed_ = true;
-  if (own_group_) ::kill(-pid_, SIGKILL);  // what it started in its group goes too
-  if (wait_status_) return;
-  ::kill(pid_, SIGKILL);
-  int status = 0;
-  reap_blocking(pid_, &status);
-  wait_status_ = status;
+  // What it started in its group goes too, while the group is still its own: send_signal skips
+  // a reaped child, whose group number may belong to someone else by now.
+  if (own_group_) (void)send_signal(handle_, SIGKILL, SignalScope::group);
+  if (handle_.reaped()) return;
+  (void)send_signal(handle_, SIGKILL);
+  (void)handle_.reap();
 }
 
 Result<CommandOutput> run_command(const std::vector<std::string>& argv, Millis timeout) {

@@ -20,6 +20,7 @@
 
 #include "launcher/base/duration.h"
 #include "launcher/base/fd.h"
+#include "launcher/base/process_signal.h"
 #include "launcher/base/result.h"
 
 namespace dtrain {
@@ -83,7 +84,8 @@ SpawnOutcome spawn_process(const SpawnRequest& request);
 
 /// A started child with our ends of its three pipes (non-blocking, CLOEXEC: no other child can
 /// hold them open and hide this one's EOF). Move-only; the destructor SIGKILLs and reaps it
-/// (its whole process group when it got one) unless it was reaped already.
+/// (its whole process group when it got one) unless it was reaped already: once reaped, neither
+/// its pid nor its group number is signalled again (either may be someone else's by then).
 class PipedChild {
  public:
   struct Options {
@@ -104,7 +106,10 @@ class PipedChild {
   PipedChild(const PipedChild&) = delete;
   ~PipedChild();
 
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return handle_.pid(); }
+  /// Its handle: copies may signal it from other threads (send_signal) while the owner reaps it,
+  /// and see the reap.
+  const ProcessHandle& handle() const { return handle_; }
 
   /// The fds to wait on before the next pump(): stdout, stderr, stdin while bytes are queued,
   /// and a pidfd once both outputs ended but the child was not reaped yet.
@@ -125,12 +130,12 @@ class PipedChild {
   /// Monotonic ms at which stdout ended; -1 before.
   int64_t stdout_closed_ms() const { return stdout_closed_ms_; }
   /// The wait status once reaped (waitpid WNOHANG now when not yet).
-  std::optional<int> wait_status() const;
+  std::optional<int> wait_status() const { return handle_.try_reap(); }
   bool reaped() const { return wait_status().has_value(); }
 
   /// Closes its input, waits up to `grace_ms` for it to exit (reading its output meanwhile, so
   /// that a child blocked on a full pipe can finish), then SIGKILLs it (its group when it has
-  /// one) and reaps it. Idempotent.
+  /// one, unless it was reaped already) and reaps it. Idempotent.
   void terminate(int grace_ms);
 
   /// "exited with code 3", "killed by SIGKILL".
@@ -142,19 +147,17 @@ class PipedChild {
   void read_into(UniqueFd& fd, std::string& into);
   void kill_and_reap();
 
-  pid_t pid_ = -1;
+  ProcessHandle handle_;  // its pid, pidfd and wait status; reaped only through it
   bool own_group_ = false;
   UniqueFd stdin_;
   UniqueFd stdout_;
   UniqueFd stderr_;
-  UniqueFd pidfd_;  // readable when the child exits; -1 where pidfd_open is unavailable
   std::string outgoing_;
   size_t outgoing_offset_ = 0;  // outgoing_[0, offset) is written already
   std::string stdout_bytes_;
   std::string stderr_bytes_;
   int64_t stdout_closed_ms_ = -1;
-  bool killed_ = false;  // kill_and_reap() ran: never signal the (maybe reused) pid again
-  mutable std::optional<int> wait_status_;
+  bool killed_ = false;  // kill_and_reap() ran
 };
 
 struct CommandOutput {

@@ -11,22 +11,30 @@
 #include <charconv>
 #include <filesystem>
 
+#include "launcher/base/events.h"
 #include "launcher/base/fd.h"
+#include "launcher/base/process_signal.h"
 #include "launcher/base/strings.h"
+#include "launcher/drill/live_run.h"
 
 namespace dtrain::drill {
 
 namespace fs = std::filesystem;
 
-Status send_signal(int pid, int signal) {
-  if (pid <= 1) return Error::internal("send_signal: refusing pid " + std::to_string(pid));
-  if (::kill(pid, signal) != 0) {
-    int error = errno;
-    return Error::infra("kill -" + std::string(::sigabbrev_np(signal) ? ::sigabbrev_np(signal) : "?") + " " +
-                        std::to_string(pid) + ": " + errno_text(error) +
-                        (error == ESRCH ? " (the worker exited before the drill reached it)" : ""));
+Status send_signal(const LiveRun& run, int pid, int signal) {
+  const char* abbreviation = ::sigabbrev_np(signal);
+  std::string name = abbreviation ? abbreviation : std::to_string(signal);
+  // Not our child: taken once, now. ProcessHandle refuses pid <= 1 as an internal bug.
+  Result<ProcessHandle> target = ProcessHandle::for_process(pid);
+  if (!target && target.error().kind == ErrorKind::internal) {
+    (void)run.append(events::SignalRefused{pid, "SIG" + name, target.error().message}.to_json());
+    return target.error();
   }
-  return {};
+  if (!target) {
+    return Error::infra("kill -" + name + " " + std::to_string(pid) +
+                        ": no such process (the worker exited before the drill reached it)");
+  }
+  return dtrain::send_signal(*target, signal);
 }
 
 std::vector<int64_t> complete_checkpoint_steps(const std::string& checkpoint_dir) {

@@ -10,8 +10,12 @@
 
 namespace dtrain::drill {
 
-/// kill(pid, signal); the error names the pid, the signal and why (ESRCH: already gone).
-Status send_signal(int pid, int signal);
+class LiveRun;
+
+/// `signal` to the process that `pid` (read from `run`'s log) names now, through
+/// dtrain::send_signal; the error names the pid, the signal and why (already gone). pid <= 1 is
+/// an internal bug: never signalled, recorded in the run's log as signal.refused.
+Status send_signal(const LiveRun& run, int pid, int signal);
 
 /// Steps of `checkpoint_dir`'s step-<N> directories that hold a MANIFEST.json, newest first.
 std::vector<int64_t> complete_checkpoint_steps(const std::string& checkpoint_dir);

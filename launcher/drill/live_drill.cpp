@@ -183,7 +183,7 @@ Result<FaultRecord> inject_and_follow(LiveRun& run, const Fault& fault, Deadline
   size_t events_before = run.events().size();
   injection.wall_ms = SystemClock().wall_ms();
   int signal = fault.kind == FaultKind::hang_rank ? SIGSTOP : SIGKILL;
-  if (Status sent = send_signal(injection.pid, signal); !sent) return sent.error();
+  if (Status sent = send_signal(run, injection.pid, signal); !sent) return sent.error();
 
   events::DrillInjected injected{to_string(fault.kind), fault.target, injection.pid, injection.at_step,
                                  injection.generation};
@@ -213,7 +213,7 @@ Result<FaultRecord> inject_and_follow(LiveRun& run, const Fault& fault, Deadline
   record.surviving_pids = wait_until_gone(watched, kGoneGrace);
   if (fault.kind == FaultKind::hang_rank && process_alive(injection.pid)) {
     // Never leave a worker frozen by the drill behind: the run would hang for good.
-    (void)send_signal(injection.pid, SIGCONT);
+    (void)send_signal(run, injection.pid, SIGCONT);
     if (say) say("the stopped worker (pid " + std::to_string(injection.pid) + ") was never replaced; sent it SIGCONT");
   }
   (void)run.poll();

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "launcher/base/fd.h"
+#include "launcher/base/process_signal.h"
 
 namespace dtrain::drill {
 
@@ -53,7 +54,13 @@ std::vector<int> processes_of_run(const std::string& run_id) {
   return pids;
 }
 
-bool process_alive(int pid) { return pid > 0 && ::kill(pid, 0) == 0 && !is_zombie(pid); }
+bool process_alive(int pid) {
+  // Not our child: taken by pid now (refused when gone or a zombie), then signal 0, which also
+  // says whether we may signal it.
+  if (pid <= 1) return false;
+  Result<ProcessHandle> process = ProcessHandle::for_process(pid);
+  return process && dtrain::send_signal(*process, 0).ok();
+}
 
 std::vector<int> wait_until_gone(const std::vector<int>& pids, Millis timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;

@@ -124,7 +124,7 @@ void clean_up(DrillReport& report, LiveRun& run, const Say& say) {
   }
   report.cleanup_checked = true;
   report.leftover_pids = wait_until_run_gone(run.id(), kCleanupGrace);
-  for (int pid : report.leftover_pids) (void)send_signal(pid, SIGKILL);
+  for (int pid : report.leftover_pids) (void)send_signal(run, pid, SIGKILL);
 }
 
 }  // namespace

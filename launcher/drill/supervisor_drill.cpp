@@ -112,7 +112,7 @@ Result<FaultRecord> inject_supervisor_kill(LiveRun& run, const Fault& fault, con
   injection.pid = pid;
   size_t events_before = run.events().size();
   injection.wall_ms = SystemClock().wall_ms();
-  if (Status sent = send_signal(pid, SIGKILL); !sent) return sent.error();
+  if (Status sent = send_signal(run, pid, SIGKILL); !sent) return sent.error();
   events::DrillInjected injected{to_string(fault.kind), "", pid, injection.at_step, injection.generation};
   if (Status appended = run.append(injected.to_json()); !appended && say) say("warning: " + appended.error().message);
   if (say) {

@@ -11,6 +11,7 @@
 
 #include "launcher/base/clock.h"
 #include "launcher/base/fd.h"
+#include "launcher/base/process_signal.h"
 #include "launcher/base/strings.h"
 #include "launcher/spec/spec_loader.h"
 #include "launcher/transport/ssh_exec.h"
@@ -133,12 +134,18 @@ Result<CommandOutput> RunHosts::shell(const std::string& host, const std::string
 
 Result<int64_t> RunHosts::kill_all(const std::string& host, int agent_pid, const std::vector<int>& worker_pids) const {
   if (is_local(host)) {
-    if (agent_pid > 1) ::kill(agent_pid, SIGKILL);
+    // Pids from the run directory, not our children: each is taken once, now, and skipped when
+    // it is gone (a worker dies with its agent; its number may be someone else's a moment later).
+    if (agent_pid > 1) {
+      if (Result<ProcessHandle> agent = ProcessHandle::for_process(agent_pid); agent) (void)send_signal(*agent, SIGKILL);
+    }
     int64_t at = SystemClock().wall_ms();
     for (int pid : worker_pids) {
       if (pid <= 1) continue;
-      ::kill(-pid, SIGKILL);  // its process group: whatever the worker started
-      ::kill(pid, SIGKILL);
+      Result<ProcessHandle> worker = ProcessHandle::for_process(pid);
+      if (!worker) continue;
+      (void)send_signal(*worker, SIGKILL, SignalScope::group);  // whatever the worker started
+      (void)send_signal(*worker, SIGKILL);
     }
     return at;
   }

@@ -20,6 +20,7 @@
 
 #include "launcher/base/child_process.h"
 #include "launcher/base/fd.h"
+#include "launcher/base/process_signal.h"
 #include "launcher/base/strings.h"
 #include "launcher/transport/ssh_digest.h"
 
@@ -114,7 +115,7 @@ class SrunStep {
   std::string close_reason(const std::string& host) const;
   /// Waits up to grace_ms for `host`'s stream to end (its agent fenced and exited).
   void wait_closed(const std::string& host, int grace_ms);
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return srun_handle_.pid(); }
   size_t size() const { return hosts_.size(); }
 
  private:
@@ -136,8 +137,13 @@ class SrunStep {
 
   std::map<std::string, HostStream> hosts_;
   std::string first_host_;  // general srun diagnostics go to its log
-  pid_t pid_ = -1;                    // srun's pid until it is reaped (then -1)
+  int stop_grace_ms_ = 5000;
+  std::function<void(pid_t)> before_stop_signal_;  // SrunOptions::before_stop_signal
+  // srun: the I/O thread reaps it through srun_; the destructor signals it through this copy of
+  // its handle, which knows about the reap (a bare pid read across threads once became -1).
+  ProcessHandle srun_handle_;
   std::optional<PipedChild> srun_;    // only the I/O thread touches it once started
+  bool srun_ended_ = false;           // its end was reported to every host (mutex held)
   UniqueFd wake_io_;
   mutable std::mutex mutex_;
   std::string outgoing_;
@@ -155,6 +161,8 @@ Result<std::shared_ptr<SrunStep>> SrunStep::launch(const SrunOptions& options, s
     step->hosts_[host].wake.reset(fd);
   }
   step->first_host_ = hosts.front();
+  step->stop_grace_ms_ = options.stop_grace_ms;
+  step->before_stop_signal_ = options.before_stop_signal;
   int wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake < 0) return Error::infra("srun transport: eventfd: " + errno_text(errno));
   step->wake_io_.reset(wake);
@@ -166,7 +174,7 @@ Result<std::shared_ptr<SrunStep>> SrunStep::launch(const SrunOptions& options, s
   if (!srun) {
     return Error::infra("transport: srun: " + srun.error().message + "; is Slurm's srun on PATH?");
   }
-  step->pid_ = srun->pid();
+  step->srun_handle_ = srun->handle();
   step->srun_.emplace(std::move(*srun));
   step->io_ = std::thread([raw = step.get()] { raw->run_io(); });
   return step;
@@ -188,18 +196,18 @@ SrunStep::~SrunStep() {
   // (srun cancels the step's tasks), then SIGKILL.
   auto reaped_within = [this](int64_t ms) {
     int64_t deadline = now_ms() + ms;
-    while (now_ms() < deadline) {
-      {
-        std::lock_guard lock(mutex_);
-        if (pid_ < 0) return true;
-      }
+    while (!srun_handle_.reaped()) {
+      if (now_ms() >= deadline) return false;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    return false;
+    return true;
   };
-  if (!reaped_within(5000)) {
-    ::kill(pid_, SIGTERM);
-    if (!reaped_within(3000)) ::kill(pid_, SIGKILL);
+  if (!reaped_within(stop_grace_ms_)) {
+    if (before_stop_signal_) before_stop_signal_(srun_handle_.pid());
+    // srun may be reaped by the I/O thread at any moment, this one included: the handle then
+    // sends nothing.
+    (void)send_signal(srun_handle_, SIGTERM);
+    if (!reaped_within(3000)) (void)send_signal(srun_handle_, SIGKILL);
   }
   {
     std::lock_guard lock(mutex_);
@@ -333,11 +341,11 @@ void SrunStep::run_io() {
     err_buffer += srun_->take_stderr();
     for_each_line(out_buffer, [this](std::string_view line) { on_stdout_line(line); });
     for_each_line(err_buffer, [this](std::string_view line) { on_stderr_line(line); });
-    if (pid_ > 0 && srun_->reaped()) {
+    if (!srun_ended_ && srun_->reaped()) {
       std::string reason = "the srun step " + PipedChild::describe_status(*srun_->wait_status());
       if (!last_error_.empty()) reason += " (" + last_error_ + ")";
       for (auto& [host, stream] : hosts_) end_host(stream, reason);
-      pid_ = -1;
+      srun_ended_ = true;
     }
   }
 }

@@ -39,6 +39,13 @@ struct SrunOptions {
   std::vector<std::string> hosts;        ///< every host the first step starts agents on, in order
   std::string dtrain_path;               ///< dtrain on the nodes (`<path> agent --srun`)
   std::vector<std::string> extra_args;   ///< more srun options (tests, sites)
+  /// Once every agent's input ended, how long a step's srun has to end by itself before it gets
+  /// SIGTERM (and 3 s later SIGKILL).
+  int stop_grace_ms = 5000;
+  /// Tests only: called with srun's pid when that grace is over, right before the SIGTERM. A
+  /// test reaps srun here to prove that the signal then goes nowhere (not to -1, not to a reused
+  /// pid).
+  std::function<void(pid_t srun_pid)> before_stop_signal;
 };
 
 /// The srun argv for a step with one agent on each of `hosts`.

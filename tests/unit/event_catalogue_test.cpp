@@ -70,6 +70,7 @@ auto sample_events() {
       ProtocolError{"worker", "h1", "bad json", 1, 4242, 0, 2},
       PlanGeneration{0, 4, 4, 1, 1, 1, -1, {"h1", "h2"}}, PlanChanged{"- h2", {"h2"}},
       GenerationSpawned{0, "10.0.0.1", 29500, "gloo", -1, "/ckpt"}, GenerationStepped{0, 1, 800},
+      SignalRefused{-1, "SIGKILL", "internal bug: refused to signal pid -1 with SIGKILL"},
       WorkerStarted{2, "h1", 0, 4242}, WorkerSpawnFailed{2, "h1", "ENOENT"},
       WorkerExit{0, 2, "h1", 4242, 0, 3, std::nullopt, "/run/ranks/2.log", {"Traceback"},
                  WorkerError{"bad batch", "ValueError", "...", 1700000000}},

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/base/process_signal.h"
 #include "worker/bench/file_kv.h"
 #include "worker/bench/options.h"
 
@@ -111,7 +112,7 @@ bool run_world(const Config& config, int world) {
   }
   std::string kv_dir = pattern;
   std::fflush(stdout);
-  std::vector<pid_t> children;
+  std::vector<ProcessHandle> children;
   for (int rank = 0; rank < world; ++rank) {
     pid_t pid = ::fork();
     if (pid == 0) {
@@ -122,24 +123,25 @@ bool run_world(const Config& config, int world) {
       std::perror("dtrain-bench-allreduce: fork");
       break;
     }
-    children.push_back(pid);
+    children.push_back(ProcessHandle::for_child(pid));
   }
   bool ok = static_cast<int>(children.size()) == world;
   auto deadline = Clock::now() + std::chrono::seconds(config.timeout_s);
   size_t running = children.size();
   while (running > 0) {
-    int status = 0;
-    pid_t done = ::waitpid(-1, &status, WNOHANG);
-    if (done > 0) {
-      --running;
-      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ok = false;
-      continue;
-    }
-    if (!ok || Clock::now() >= deadline) {
-      // One rank failed or time is up: the others would only wait for their timeout.
-      for (pid_t child : children) ::kill(child, SIGKILL);
-      while (::waitpid(-1, &status, 0) > 0) {
+    for (const ProcessHandle& child : children) {
+      if (child.reaped()) continue;
+      if (std::optional<int> status = child.try_reap()) {
+        --running;
+        if (!WIFEXITED(*status) || WEXITSTATUS(*status) != 0) ok = false;
       }
+    }
+    if (running == 0) break;
+    if (!ok || Clock::now() >= deadline) {
+      // One rank failed or time is up: the others would only wait for their timeout. A rank
+      // reaped already is not signalled (its pid may be another process's by now).
+      for (const ProcessHandle& child : children) (void)send_signal(child, SIGKILL);
+      for (const ProcessHandle& child : children) (void)child.reap();
       if (Clock::now() >= deadline) std::fprintf(stderr, "dtrain-bench-allreduce: %d ranks: over %ds, killed\n", world, config.timeout_s);
       ok = false;
       break;
