@@ -3,6 +3,9 @@
 // format does not change with the filter and scripts can rely on one shape. Without --follow
 // the ranks come in blocks, lowest rank first; with --follow new lines are printed as they
 // arrive (polling every 200 ms) until the run ends or its supervisor is gone.
+// A rank log rotated at logs.max_bytes continues in <rank>.log.1: output and tails read across
+// the two files (and --follow moves on to the new file), and when <rank>.log.1 itself begins
+// with a rotation marker, stderr says that older output was rotated away.
 
 #include <algorithm>
 #include <chrono>
@@ -22,6 +25,7 @@
 #include "launcher/base/strings.h"
 #include "launcher/runlog/json_access.h"
 #include "launcher/runlog/line_follower.h"
+#include "launcher/runlog/rank_logs.h"
 #include "launcher/runlog/run_directory.h"
 #include "launcher/runlog/run_state.h"
 
@@ -104,8 +108,46 @@ Result<std::set<int>> select_ranks(const RunDirectory& run, const Result<json>& 
   return known;
 }
 
-/// Prints a rank's existing log (its last `tail` lines if given) and returns a follower placed
-/// after it. `with_partial`: also print an unterminated final line (the writer is done).
+/// Printed when the oldest kept file of a rank begins with a rotation marker.
+void say_rotated_away(int rank, const std::string& oldest) {
+  std::fprintf(stderr, "dtrain logs: rank %d: older output was rotated away (logs.max_bytes); shown from %s\n", rank,
+               oldest.c_str());
+}
+
+/// Prints the lines of `follower`'s file until its end; the unterminated last one too when
+/// `with_partial`. `oldest`: the file is the oldest kept, so a rotation marker first is said.
+Status print_to_end(int rank, LineFollower& follower, bool with_partial, bool oldest) {
+  for (bool first = true;; first = false) {
+    Result<std::vector<std::string>> lines = follower.poll();
+    if (!lines) return lines.error();
+    if (lines->empty()) break;
+    if (first && oldest && is_rotation_marker(lines->front())) say_rotated_away(rank, follower.path());
+    for (const std::string& line : *lines) print_line(rank, line);
+  }
+  if (with_partial) {
+    if (std::string rest = follower.take_partial(); !rest.empty()) print_line(rank, rest);
+  }
+  return {};
+}
+
+/// The last `count` lines of <rank>.log.1, printed before the current file's when that has fewer.
+Status print_rotated_tail(int rank, const std::string& path, size_t count) {
+  std::string old = rotated_rank_log_path(path);
+  Result<FileTail> end = read_tail_lines(old, count);
+  if (!end) return end.error();
+  std::vector<std::string> lines = std::move(end->lines);
+  // The rotation may have cut a line: its start ends this file (the rest follows the marker).
+  if (!end->partial.empty()) lines.push_back(std::move(end->partial));
+  if (lines.size() > count) lines.erase(lines.begin());
+  bool whole_file = lines.size() < count;
+  if (whole_file && !lines.empty() && is_rotation_marker(lines.front())) say_rotated_away(rank, old);
+  for (const std::string& line : lines) print_line(rank, line);
+  return {};
+}
+
+/// Prints a rank's existing log (its last `tail` lines if given), across a rotation, and
+/// returns a follower placed after it. `with_partial`: also print an unterminated final line
+/// (the writer is done).
 Result<LineFollower> print_existing(const RunDirectory& run, int rank, std::optional<size_t> tail, bool with_partial) {
   std::string path = run.rank_log_path(rank);
   if (tail) {
@@ -114,20 +156,21 @@ Result<LineFollower> print_existing(const RunDirectory& run, int rank, std::opti
     // A final unterminated line counts as one of the last N when it is printed.
     bool show_partial = with_partial && !end->partial.empty() && *tail > 0;
     size_t skip = show_partial && end->lines.size() == *tail ? 1 : 0;
+    size_t shown = end->lines.size() - skip + (show_partial ? 1 : 0);
+    if (shown < *tail) {
+      if (Status earlier = print_rotated_tail(rank, path, *tail - shown); !earlier) return earlier.error();
+    }
     for (size_t i = skip; i < end->lines.size(); ++i) print_line(rank, end->lines[i]);
     if (show_partial) print_line(rank, end->partial);
     return LineFollower(path, end->complete_end);
   }
+  LineFollower earlier(rotated_rank_log_path(path));
+  if (Status printed = print_to_end(rank, earlier, /*with_partial=*/true, /*oldest=*/true); !printed) {
+    return printed.error();
+  }
   LineFollower follower(path);
-  for (;;) {
-    Result<std::vector<std::string>> lines = follower.poll();
-    if (!lines) return lines.error();
-    if (lines->empty()) break;
-    for (const std::string& line : *lines) print_line(rank, line);
-  }
-  if (with_partial) {
-    if (std::string rest = follower.take_partial(); !rest.empty()) print_line(rank, rest);
-  }
+  bool oldest = earlier.offset() == 0;  // no .1: this file is the oldest kept
+  if (Status printed = print_to_end(rank, follower, with_partial, oldest); !printed) return printed.error();
   return follower;
 }
 
@@ -173,14 +216,24 @@ int follow(const RunDirectory& run, std::set<int> ranks, const LogsOptions& opti
       }
     }
     for (auto& [rank, follower] : followers) {
-      for (;;) {
+      for (bool rotated = false;;) {
         Result<std::vector<std::string>> lines = follower.poll();
         if (!lines) {
           std::fprintf(stderr, "dtrain logs: %s\n", lines.error().message.c_str());
           return exit_code_for(lines.error());
         }
-        if (lines->empty()) break;
         for (const std::string& line : *lines) print_line(rank, line);
+        if (!lines->empty()) continue;
+        if (rotated) {
+          // The renamed file is final and read to its end: its cut line, then the new file.
+          if (std::string rest = follower.take_partial(); !rest.empty()) print_line(rank, rest);
+          follower = LineFollower(follower.path());
+          rotated = false;
+        } else if (follower.replaced()) {
+          rotated = true;  // one more read: what reached the old file before the rename
+        } else {
+          break;
+        }
       }
       if (done) {
         if (std::string rest = follower.take_partial(); !rest.empty()) print_line(rank, rest);

@@ -84,7 +84,7 @@ inline const std::vector<EventType>& catalogue() {
       {kRunState, "the run's state changed, and why", {"state", "why"}},
       {kRunStopRequested, "a stop was asked for (signal, dtrain stop)", {"reason"}},
       {kRunFinished, "the end: state, exit code, restarts, incidents, root cause", {"state", "exit_code", "restarts", "generations", "duration_ms"}},
-      {kRunlogDropped, "rank output not written while the run directory's file system fell behind", {"bytes", "writes", "detail"}},
+      {kRunlogDropped, "run-log writes (rank output, metrics, events) dropped while the run directory's file system fell behind: counted by kind, first and last", {"bytes", "writes", "detail", "kinds", "first_ts", "last_ts"}},
       {kSshInsecure, "host keys are not checked (ssh.host_key_policy insecure)", {"detail"}},
       {kHostConnected, "a host's agent said hello", {"host", "agent_pid", "version", "clock_offset_ms"}},
       {kHostFacts, "what the agent found on its host (CPUs, memory, GPUs)", {"host"}},

@@ -58,7 +58,10 @@ json RunFinished::to_json() const {
   return out;
 }
 
-json RunlogDropped::to_json() const { return named(name, {{"bytes", bytes}, {"writes", writes}, {"detail", detail}}); }
+json RunlogDropped::to_json() const {
+  return named(name, {{"bytes", bytes}, {"writes", writes}, {"detail", detail}, {"kinds", kinds},
+                      {"first_ts", first_ts}, {"last_ts", last_ts}});
+}
 
 // ---- hosts
 

@@ -9,6 +9,7 @@
 // of these, so they live in base.
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -78,11 +79,16 @@ struct RunFinished {
   nlohmann::json to_json() const;
 };
 
+/// What the run-log writer dropped while the run directory's file system was behind
+/// (RunLogWriter's bound): one event per stall, written once the writes go through again.
 struct RunlogDropped {
   static constexpr const char* name = kRunlogDropped;
   uint64_t bytes = 0;
   uint64_t writes = 0;
   std::string detail{};
+  std::map<std::string, uint64_t> kinds{};  ///< writes per kind: "rank_output", "metrics", an event name
+  std::string first_ts{};                   ///< when the first / last dropped write was made
+  std::string last_ts{};
   nlohmann::json to_json() const;
 };
 

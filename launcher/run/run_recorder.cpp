@@ -20,26 +20,53 @@ namespace dtrain::run {
 using nlohmann::json;
 
 RunRecorder::RunRecorder(const RunDirectory& run, EventLog events, Console console, const Clock& clock,
-                         RunLogWriter::BeforeWrite before_write)
+                         RunLogWriter::BeforeWrite before_write, uint64_t rank_log_max_bytes)
     : run_(run),
       clock_(clock),
       events_(std::move(events)),
-      rank_logs_(run.ranks_dir()),
+      rank_logs_(run.ranks_dir(), rank_log_max_bytes),
       console_(console),
       console_mode_(console.mode()),
       state_writer_(run.state_path()),
-      writer_(64ull << 20, std::move(before_write), [this](uint64_t bytes, uint64_t writes) {
-        // On the writer thread, in order with the writes.
-        json event = events::RunlogDropped{bytes, writes,
-                                           "the run directory's file system fell behind; " + std::to_string(bytes) +
-                                               " bytes of rank output were not written to ranks/*.log"}
-                         .to_json();
-        if (Status written = events_.append(event, clock_.wall_ms()); !written && log_) {
-          log_->error("events.jsonl: {}", written.error().message);
-        }
-      }) {}
+      writer_({}, std::move(before_write), [this](const RunLogWriter::DropSummary& dropped) { report_drops(dropped); }) {}
 
 RunRecorder::~RunRecorder() { writer_.flush(); }
+
+namespace {
+
+using Priority = RunLogWriter::Priority;
+
+/// What `dtrain status`, `resume` and `report` are built from is kept while the queue has room
+/// at all: the run's state and end, failures and their root cause, recoveries, plans,
+/// generations, checkpoints, drills, worker exits (with their last output) and lost hosts.
+Priority priority_of_event(std::string_view name) {
+  for (std::string_view prefix : {"run.", "failure.", "recovery.", "checkpoint.", "plan.", "generation.", "drill."}) {
+    if (name.substr(0, prefix.size()) == prefix) return Priority::kEssential;
+  }
+  if (name == events::kWorkerExit || name == events::kHostLost) return Priority::kEssential;
+  return Priority::kRecord;
+}
+
+std::string describe_drops(const RunLogWriter::DropSummary& dropped) {
+  std::string kinds;
+  for (const auto& [kind, count] : dropped.kinds) kinds += (kinds.empty() ? "" : ", ") + std::to_string(count) + " " + kind;
+  return "the run directory's file system fell behind and the run-log queue reached its bound: " +
+         std::to_string(dropped.writes) + " writes (" + std::to_string(dropped.bytes) + " bytes: " + kinds +
+         ") made between " + format_timestamp_utc(dropped.first_wall_ms) + " and " +
+         format_timestamp_utc(dropped.last_wall_ms) + " were not written";
+}
+
+}  // namespace
+
+void RunRecorder::report_drops(const RunLogWriter::DropSummary& dropped) {
+  // On the writer thread, in the queue's place of the first drop.
+  events::RunlogDropped event{dropped.bytes, dropped.writes, describe_drops(dropped), dropped.kinds,
+                              format_timestamp_utc(dropped.first_wall_ms), format_timestamp_utc(dropped.last_wall_ms)};
+  if (log_) log_->warn("{}", event.detail);
+  if (Status written = events_.append(event.to_json(), clock_.wall_ms()); !written && log_) {
+    log_->error("events.jsonl: {}", written.error().message);
+  }
+}
 
 Status RunRecorder::open() {
   try {
@@ -81,15 +108,18 @@ void RunRecorder::record(json event) {
   json copy = event;
   copy.erase("ev");
   copy.erase("tail");
-  log_->info("{} {}", name, copy.dump(-1, ' ', false, json::error_handler_t::replace));
-  uint64_t bytes = 256;
+  std::string text = copy.dump(-1, ' ', false, json::error_handler_t::replace);
+  log_->info("{} {}", name, text);
+  // The line's size stands for the queued object's (a few times larger in memory).
+  RunLogWriter::JobInfo info{priority_of_event(name), name, text.size() + name.size() + 64, wall};
   writer_.post([this, event = std::move(event), wall] {
     if (Status written = events_.append(event, wall); !written) log_->error("events.jsonl: {}", written.error().message);
-  }, bytes);
+  }, info);
 }
 
 void RunRecorder::write_file_then_record(std::string path, std::string text, json event) {
-  uint64_t bytes = text.size();
+  std::string name = event.value("ev", "");
+  RunLogWriter::JobInfo info{Priority::kRecord, name, text.size(), clock_.wall_ms()};
   writer_.post([this, path = std::move(path), text = std::move(text), event = std::move(event)]() mutable {
     (void)make_directories(path.substr(0, path.rfind('/')), 0700);  // samples/ appears with the first sample
     if (Status written = write_file_atomic(path, text); !written) {
@@ -101,31 +131,40 @@ void RunRecorder::write_file_then_record(std::string path, std::string text, jso
     if (Status appended = events_.append(event, clock_.wall_ms()); !appended) {
       log_->error("events.jsonl: {}", appended.error().message);
     }
-  }, bytes);
+  }, info);
 }
 
 void RunRecorder::write_file(std::string path, std::string text, Durability durability, int mode) {
-  uint64_t bytes = text.size();
+  // Plans are read back by status, resume and report; a .prom file is rewritten every
+  // metrics.interval, so a dropped one is superseded soon; host facts and the rest are records.
+  RunLogWriter::JobInfo info{Priority::kRecord, "file", text.size(), clock_.wall_ms()};
+  if (path.rfind(run_.path() + "/plan-", 0) == 0) {
+    info.priority = Priority::kEssential;
+    info.kind = "plan";
+  } else if (path.size() >= 5 && path.compare(path.size() - 5, 5, ".prom") == 0) {
+    info.priority = Priority::kOutput;
+    info.kind = "metrics.prom";
+  }
   writer_.post([this, path = std::move(path), text = std::move(text), durability, mode] {
     if (Status written = write_file_atomic(path, text, mode, durability); !written) {
       log_->error("{}", written.error().message);
     }
-  }, bytes);
+  }, info);
 }
 
 void RunRecorder::rank_output(int rank, int generation, std::string text) {
   int64_t wall = clock_.wall_ms();
-  uint64_t bytes = text.size();
-  writer_.post_droppable([this, rank, generation, text = std::move(text), wall] {
+  RunLogWriter::JobInfo info{Priority::kOutput, "rank_output", text.size(), wall};
+  writer_.post([this, rank, generation, text = std::move(text), wall] {
     if (Status written = rank_logs_.append(rank, generation, text, wall); !written) {
       log_->error("rank {} log: {}", rank, written.error().message);
     }
-  }, bytes);
+  }, info);
 }
 
 void RunRecorder::metrics(json line) {
   std::string text = line.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
-  uint64_t bytes = text.size();
+  RunLogWriter::JobInfo info{Priority::kOutput, "metrics", text.size(), clock_.wall_ms()};
   writer_.post([this, text = std::move(text)] {
     std::string path = run_.path() + "/metrics.jsonl";
     struct stat info {};
@@ -134,14 +173,14 @@ void RunRecorder::metrics(json line) {
     }
     UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
     if (fd.valid()) (void)write_all(fd.get(), text);
-  }, bytes);
+  }, info);
 }
 
 void RunRecorder::console_line(std::string text) {
   if (console_mode_ == Console::Mode::quiet) return;
   int64_t wall = clock_.wall_ms();
-  uint64_t bytes = text.size();
-  writer_.post([this, text = std::move(text), wall] { console_.line(wall, text); }, bytes);
+  RunLogWriter::JobInfo info{Priority::kRecord, "console", text.size(), wall};
+  writer_.post([this, text = std::move(text), wall] { console_.line(wall, text); }, info);
 }
 
 void RunRecorder::console_status(ConsoleStatus status) {
@@ -149,7 +188,8 @@ void RunRecorder::console_status(ConsoleStatus status) {
   int64_t now = clock_.monotonic_ms(), wall = clock_.wall_ms();
   // Skipped while the writer is behind: the next status supersedes this one anyway.
   if (writer_.queued() > 0) return;
-  writer_.post([this, status = std::move(status), now, wall] { console_.status(now, wall, status); });
+  writer_.post([this, status = std::move(status), now, wall] { console_.status(now, wall, status); },
+               {Priority::kOutput, "console_status", 0, wall});
 }
 
 void RunRecorder::flush() {

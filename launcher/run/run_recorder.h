@@ -30,8 +30,9 @@ namespace dtrain::run {
 class RunRecorder {
  public:
   /// `run` must outlive the recorder. `before_write`: see RunLogWriter (tests stall it).
+  /// `rank_log_max_bytes`: the spec's logs.max_bytes (RankLogs rotates at it; 0: never).
   RunRecorder(const RunDirectory& run, EventLog events, Console console, const Clock& clock,
-              RunLogWriter::BeforeWrite before_write = {});
+              RunLogWriter::BeforeWrite before_write = {}, uint64_t rank_log_max_bytes = 0);
   ~RunRecorder();  ///< writes what is queued
 
   /// Opens supervisor.log (0600) and starts the run registry's live writes (RegistrySync). Call
@@ -46,8 +47,8 @@ class RunRecorder {
   /// Writes `text` to `path` atomically; a failure goes to supervisor.log.
   void write_file(std::string path, std::string text, Durability durability = Durability::kSynced,
                   int mode = 0600);
-  /// A rank's output (whole lines, or a chunk the next call continues). Dropped, and counted in
-  /// a runlog.dropped event, while the writer is more than its bound behind.
+  /// A rank's output (whole lines, or a chunk the next call continues). Dropped first, and
+  /// counted in a runlog.dropped event, while the writer is behind (RunLogWriter's bounds).
   void rank_output(int rank, int generation, std::string text);
   /// One metrics.jsonl line; the file becomes metrics.1.jsonl at `kMetricsMaxBytes`.
   void metrics(nlohmann::json line);
@@ -75,6 +76,9 @@ class RunRecorder {
   static constexpr uint64_t kMetricsMaxBytes = 64ull << 20;
 
  private:
+  /// Writes the one runlog.dropped event of a stall (on the writer thread).
+  void report_drops(const RunLogWriter::DropSummary& dropped);
+
   const RunDirectory& run_;
   const Clock& clock_;
   EventLog events_;        ///< used on the writer thread only

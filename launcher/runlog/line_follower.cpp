@@ -65,6 +65,13 @@ Result<std::vector<std::string>> LineFollower::poll(size_t max_bytes) {
   return lines;
 }
 
+bool LineFollower::replaced() const {
+  struct stat now {}, reading {};
+  if (!fd_.valid() || ::fstat(fd_.get(), &reading) != 0) return false;
+  if (::stat(path_.c_str(), &now) != 0) return false;  // gone for now: nothing new to follow yet
+  return now.st_ino != reading.st_ino || now.st_dev != reading.st_dev;
+}
+
 std::string LineFollower::take_partial() {
   offset_ += static_cast<int64_t>(partial_.size());
   return std::exchange(partial_, std::string());

@@ -27,6 +27,11 @@ class LineFollower {
   /// unterminated line once the writer is known to be done.
   std::string take_partial();
 
+  /// True when the path now names another file than the one being read (a rotated log: the
+  /// old file was renamed away and a new one made). Read the old one to its end, then follow
+  /// the path again with a new LineFollower.
+  bool replaced() const;
+
   /// Byte offset just past the last complete line returned.
   int64_t offset() const { return offset_; }
   const std::string& path() const { return path_; }

@@ -154,6 +154,16 @@ struct MetricsSettings {
   bool operator==(const MetricsSettings&) const = default;
 };
 
+/// The run directory's rank logs (ranks/<rank>.log).
+struct LogsSettings {
+  /// A rank log that would pass this is rotated to <rank>.log.1 (one old file kept), so a rank
+  /// uses at most about 2x this on disk. 0: "unlimited". 1 GiB by default: far more than anyone
+  /// reads of one rank, yet a worker stuck printing in a loop cannot fill $DTRAIN_HOME.
+  uint64_t max_bytes = 1ull << 30;
+
+  bool operator==(const LogsSettings&) const = default;
+};
+
 struct JobSpec {
   int version = 1;
   std::string name;
@@ -170,6 +180,7 @@ struct JobSpec {
   HeartbeatSettings heartbeat;
   CheckpointSettings checkpoint;
   MetricsSettings metrics;
+  LogsSettings logs;
   Millis stop_grace{10'000};
 
   std::string source_path;       ///< the spec file, for messages; "" when built in code

@@ -304,12 +304,40 @@ void read_metrics(DiagnosticSink& sink, const Section& root, const std::string& 
   if (auto v = read_duration(sink, m.get("interval"), m.path("interval"), Millis(1000))) metrics.interval = *v;
 }
 
+// logs.max_bytes: "1GiB", "512MiB", "64KiB", a number of bytes, or "unlimited" (0).
+void read_logs(DiagnosticSink& sink, const Section& root, LogsSettings& logs) {
+  Section l(sink, root.get("logs"), "logs", {"max_bytes"});
+  const YAML::Node* node = l.get("max_bytes");
+  if (node == nullptr) return;
+  constexpr uint64_t kMinBytes = 4096, kMaxBytes = 1ull << 50;
+  std::string text = node->IsScalar() ? node->Scalar() : "";
+  if (text == "unlimited") {
+    logs.max_bytes = 0;
+    return;
+  }
+  uint64_t value = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  std::string_view unit(end, static_cast<size_t>(text.data() + text.size() - end));
+  if (!unit.empty() && unit.front() == ' ') unit.remove_prefix(1);
+  int shift = unit.empty() || unit == "B" ? 0 : unit == "KiB" ? 10 : unit == "MiB" ? 20 : unit == "GiB" ? 30 : -1;
+  bool parsed = !text.empty() && error == std::errc() && shift >= 0 && value <= (kMaxBytes >> shift);
+  if (!parsed || (value << shift) < kMinBytes) {
+    sink.error(*node, l.path("max_bytes"),
+               "expected a size of at least 4KiB such as 512MiB, 1GiB or a number of bytes, or 'unlimited', got " +
+                   (node->IsScalar() ? single_quoted(text) : describe(*node)) +
+                   "; a rank log past it is rotated to <rank>.log.1");
+    return;
+  }
+  logs.max_bytes = value << shift;
+}
+
 }  // namespace
 
 void read_spec_body(DiagnosticSink& sink, const YAML::Node& root_node, const std::string& base_dir, JobSpec& spec) {
   Section root(sink, &root_node, "",
                {"version", "name", "tenant", "hosts", "hostfile", "include", "exclude", "slots_per_host", "spares",
-                "ssh", "transport", "worker", "parallelism", "batch", "elastic", "heartbeat", "checkpoint", "metrics", "stop_grace"});
+                "ssh", "transport", "worker", "parallelism", "batch", "elastic", "heartbeat", "checkpoint", "metrics", "logs",
+                "stop_grace"});
   read_label(sink, root.get("name"), "name", spec.name);
   read_label(sink, root.get("tenant"), "tenant", spec.tenant);
   if (auto v = read_int(sink, root.get("slots_per_host"), "slots_per_host", 1, kMaxCount)) spec.slots_per_host = *v;
@@ -322,6 +350,7 @@ void read_spec_body(DiagnosticSink& sink, const YAML::Node& root_node, const std
   read_heartbeat(sink, root, spec.heartbeat);
   read_checkpoint(sink, root, spec.checkpoint);
   read_metrics(sink, root, base_dir, spec.metrics);
+  read_logs(sink, root, spec.logs);
   if (auto v = read_duration(sink, root.get("stop_grace"), "stop_grace", Millis(0))) spec.stop_grace = *v;
 
 }

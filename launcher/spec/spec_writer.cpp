@@ -144,6 +144,16 @@ std::string to_yaml(const JobSpec& spec) {
     out << YAML::EndMap;
   }
 
+  if (!(spec.logs == LogsSettings{})) {  // left out when default, like metrics
+    out << YAML::Key << "logs" << YAML::Value << YAML::BeginMap;
+    if (spec.logs.max_bytes == 0) {
+      string_value(out, "max_bytes", "unlimited");
+    } else {
+      out << YAML::Key << "max_bytes" << YAML::Value << spec.logs.max_bytes;
+    }
+    out << YAML::EndMap;
+  }
+
   duration_value(out, "stop_grace", spec.stop_grace);
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";

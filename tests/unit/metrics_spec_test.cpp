@@ -4,22 +4,15 @@
 #include <doctest/doctest.h>
 
 #include "launcher/spec/spec_loader.h"
+#include "tests/unit/spec_parse.h"
 
 using namespace dtrain;
 using namespace dtrain::spec;
 
 namespace {
 
-const std::string kWorker = "version: 1\nworker:\n  command: [python3, train.py]\n";
-
-LoadResult parse(const std::string& text) { return parse_job_spec(kWorker + text, "job.yaml", "/specs", {}); }
-
-std::string only_error(const std::string& text) {
-  LoadResult result = parse(text);
-  REQUIRE_FALSE(result.ok());
-  REQUIRE_MESSAGE(result.diagnostics.size() == 1, result.message());
-  return result.diagnostics[0].to_string();
-}
+LoadResult parse(const std::string& text) { return testing::parse_section(text); }
+std::string only_error(const std::string& text) { return testing::only_section_error(text); }
 
 }  // namespace
 

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <string>
 #include <unistd.h>
+#include <vector>
 
 #include "launcher/base/fd.h"
 #include "launcher/runlog/rank_logs.h"
@@ -80,4 +81,86 @@ TEST_CASE("a missing ranks directory is an error naming the file") {
   Status status = logs.append(0, 0, "x\n", kWall);
   REQUIRE_FALSE(status.ok());
   CHECK(status.error().message.find("/nonexistent-dtrain-dir/0.log") != std::string::npos);
+}
+
+// ---- rotation at logs.max_bytes
+
+namespace {
+
+/// The lines of `path` (without '\n'); a missing file has none.
+std::vector<std::string> lines_of(const std::string& path) {
+  std::vector<std::string> lines;
+  Result<std::string> text = read_file(path);
+  if (!text) return lines;
+  size_t start = 0;
+  for (size_t end; (end = text->find('\n', start)) != std::string::npos; start = end + 1) {
+    lines.push_back(text->substr(start, end - start));
+  }
+  return lines;
+}
+
+uint64_t size_of(const std::string& path) {
+  std::error_code error;
+  uint64_t size = std::filesystem::file_size(path, error);
+  return error ? 0 : size;
+}
+
+}  // namespace
+
+TEST_CASE("a rank log that would pass max_bytes is rotated to .1: one old file, disk bounded, the newest lines kept") {
+  TempDir dir;
+  const uint64_t max_bytes = 4096;
+  RankLogs logs(dir.path, max_bytes);
+  const std::string log = dir.path + "/0.log", old = dir.path + "/0.log.1";
+  std::vector<std::string> written;
+  for (int i = 0; i < 400; ++i) {
+    std::string line = "step " + std::to_string(i) + " " + std::string(90, 'x');
+    written.push_back(line);
+    REQUIRE(logs.append(0, 0, line + "\n", kWall).ok());
+    // Each file passes the limit by at most one write; the two together stay near 2x.
+    CHECK(size_of(log) <= max_bytes + line.size() + 1 + 200);
+    CHECK(size_of(log) + size_of(old) <= 2 * (max_bytes + line.size() + 1 + 200));
+  }
+  CHECK_FALSE(std::filesystem::exists(dir.path + "/0.log.2"));
+  std::vector<std::string> current = lines_of(log), earlier = lines_of(old);
+  REQUIRE(!current.empty());
+  REQUIRE(!earlier.empty());
+  // Both files begin with a rotation marker: .1's says that still older output is gone.
+  CHECK(is_rotation_marker(current.front()));
+  CHECK(current.front().find("earlier output is in 0.log.1") != std::string::npos);
+  CHECK(is_rotation_marker(earlier.front()));
+  CHECK_FALSE(is_rotation_marker(written.back()));
+  // Without the markers, .1 then the current file are the last lines written, whole and in order.
+  std::vector<std::string> kept;
+  for (const auto* part : {&earlier, &current}) {
+    for (const std::string& line : *part) {
+      if (!is_rotation_marker(line) && !parse_generation_marker(line)) kept.push_back(line);
+    }
+  }
+  REQUIRE(kept.size() < written.size());
+  CHECK(std::vector<std::string>(written.end() - static_cast<long>(kept.size()), written.end()) == kept);
+}
+
+TEST_CASE("rotation: a resumed writer counts what the file holds, a cut line goes on below the marker") {
+  TempDir dir;
+  REQUIRE(RankLogs(dir.path, 4096).append(1, 0, std::string(3000, 'a') + "\n", kWall).ok());
+  RankLogs resumed(dir.path, 4096);
+  REQUIRE(resumed.append(1, 1, "progress 50%", kWall).ok());  // 3000 + 12 + marker: fits
+  REQUIRE(resumed.append(1, 1, std::string(1500, 'b'), kWall).ok());  // would pass 4096: rotated first
+  std::vector<std::string> current = lines_of(dir.path + "/1.log");
+  std::string current_text = *read_file(dir.path + "/1.log");
+  REQUIRE(!current.empty());
+  CHECK(is_rotation_marker(current.front()));
+  CHECK(current.front().find("generation 1") != std::string::npos);
+  CHECK(current_text.substr(current_text.size() - 1500) == std::string(1500, 'b'));
+  std::string earlier = *read_file(dir.path + "/1.log.1");
+  CHECK(earlier.substr(earlier.size() - 12) == "progress 50%");
+}
+
+TEST_CASE("max_bytes 0 (unlimited) never rotates") {
+  TempDir dir;
+  RankLogs logs(dir.path);
+  for (int i = 0; i < 100; ++i) REQUIRE(logs.append(2, 0, std::string(1000, 'z') + "\n", kWall).ok());
+  CHECK(size_of(dir.path + "/2.log") > 100'000);
+  CHECK_FALSE(std::filesystem::exists(dir.path + "/2.log.1"));
 }
