@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <thread>
@@ -66,6 +67,14 @@ class ScriptedAgent {
   int listener_ = -1;
   std::atomic<int> accepted_{-1};
   std::thread thread_;
+};
+
+/// Points DTRAIN_AGENT_SOCKET (what Worker::from_env connects to) at `path` while it lives.
+struct AgentSocketEnv {
+  explicit AgentSocketEnv(const std::string& path) { ::setenv("DTRAIN_AGENT_SOCKET", path.c_str(), 1); }
+  ~AgentSocketEnv() { ::unsetenv("DTRAIN_AGENT_SOCKET"); }
+  AgentSocketEnv(const AgentSocketEnv&) = delete;
+  AgentSocketEnv& operator=(const AgentSocketEnv&) = delete;
 };
 
 }  // namespace dtrain::testing

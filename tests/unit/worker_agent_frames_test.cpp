@@ -50,10 +50,7 @@ TEST_CASE("worker runtime: frames from the agent of the wrong shape are ignored,
   {
     // Whatever happens below (a failed REQUIRE throws), the agent's thread is ended and joined.
     dtrain::testing::ScriptedAgent agent(path, script);
-    ::setenv("DTRAIN_AGENT_SOCKET", path.c_str(), 1);
-    struct Unset {
-      ~Unset() { ::unsetenv("DTRAIN_AGENT_SOCKET"); }
-    } unset;
+    dtrain::testing::AgentSocketEnv socket_env(path);
     auto worker = dtrain::worker::Worker::from_env();
     REQUIRE_MESSAGE(worker.ok(), (worker.ok() ? "" : worker.error().message));
     auto value = (*worker)->kv().get("key");
