@@ -24,7 +24,7 @@ namespace {
 int rebuild() {
   std::string path = registry::registry_path();
   auto tenant_of_spec = [](const std::string& spec_path) {
-    spec::LoadResult loaded = spec::load_job_spec(spec_path, {});
+    spec::LoadResult loaded = spec::load_job_spec(spec_path, {}, spec::EnvValues::names_only);
     return loaded.ok() ? loaded.spec->tenant : std::string();
   };
   Result<registry::RebuildSummary> rebuilt = registry::rebuild_registry(path, runs_root(), tenant_of_spec);

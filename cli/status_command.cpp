@@ -552,7 +552,7 @@ int show_run(const std::string& id, bool as_json, int event_count, bool all) {
 /// worker command of the run's spec.yaml. nullopt when neither does.
 std::optional<int64_t> total_steps(const RunDirectory& run, const json& state) {
   if (std::optional<int64_t> steps = json_int(state, "total_steps"); steps && *steps > 0) return steps;
-  spec::LoadResult spec = spec::load_job_spec(run.spec_path());
+  spec::LoadResult spec = spec::load_job_spec(run.spec_path(), {}, spec::EnvValues::names_only);
   if (!spec.ok()) return std::nullopt;
   static const std::vector<std::string> flags = {"--steps", "--max-steps", "--max_steps", "--total-steps",
                                                  "--num-steps", "--train-steps"};

@@ -60,8 +60,9 @@ int run_validate(const ValidateOptions& options) {
                  (plural(result.diagnostics.size(), "problem") + "; see man 5 dtrain-spec").c_str());
     return to_int(ExitCode::usage);
   }
+  for (const spec::Diagnostic& warning : result.warnings) std::fprintf(stderr, "warning: %s\n", warning.to_string().c_str());
   const spec::JobSpec& job = *result.spec;
-  if (options.resolved) {
+  if (options.resolved) {  // as spec.yaml: no secret values (worker.pass_env, env_file names)
     std::fputs(spec::to_yaml(job).c_str(), stdout);
     return to_int(ExitCode::ok);
   }

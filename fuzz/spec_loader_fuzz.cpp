@@ -4,14 +4,18 @@
 // hostfile" and "env_file: train.env" read real files.
 // Invariants: the loader returns (never throws, never crashes); a failure has diagnostics, each
 // with a message, none of them "internal bug"; a spec that loads has hosts, and its resolved
-// YAML (to_yaml, what a run directory keeps) loads back to an equal spec and writes out the same.
+// YAML (to_yaml, what a run directory keeps) loads back to an equal spec (with its pass_env
+// variables exported, as for a resume) and writes out the same.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "fuzz/fuzz_check.h"
+#include "launcher/base/secrets.h"
 #include "launcher/base/strings.h"
 #include "launcher/spec/spec_loader.h"
 
@@ -53,11 +57,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (spec.hosts.size() + spec.spares.size() > 4096) return 0;
 
   std::string yaml = spec::to_yaml(spec);
+  // As a resume reads it: pass_env values (secret worker.env values among them) exported again,
+  // the env_file read again from its absolute path.
+  spec::JobSpec expected = spec;
+  expected.source_path = "spec.yaml";
+  for (const auto& [name, value] : spec.worker.env) {
+    const auto& from_file = spec.worker.env_from_file;
+    const auto& passed = spec.worker.pass_env;
+    bool from_environment = std::binary_search(passed.begin(), passed.end(), name) ||
+                            (looks_secret(name) && !std::binary_search(from_file.begin(), from_file.end(), name));
+    if (!from_environment) continue;
+    ::setenv(name.c_str(), value.c_str(), 1);
+    if (!std::binary_search(passed.begin(), passed.end(), name)) expected.worker.pass_env.push_back(name);
+  }
+  std::sort(expected.worker.pass_env.begin(), expected.worker.pass_env.end());
   spec::LoadResult again = spec::parse_job_spec(yaml, "spec.yaml", "/nonexistent");
   check(again.ok(), "the resolved spec loads again", yaml + "\n→ " + again.message());
-  spec::JobSpec expected = spec;
-  expected.worker.env_file.clear();  // the resolved spec has its variables in env already
-  expected.source_path = "spec.yaml";
   check(*again.spec == expected, "the resolved spec loads back equal", yaml);
   check(spec::to_yaml(*again.spec) == yaml, "the resolved spec writes out the same", yaml);
   return 0;

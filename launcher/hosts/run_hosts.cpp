@@ -75,7 +75,8 @@ std::string still_running_script(const std::vector<int>& pids, const std::string
 }
 
 Result<RunHosts> RunHosts::open(const RunDirectory& directory) {
-  spec::LoadResult loaded = spec::load_job_spec(directory.spec_path());
+  // Hosts and ssh settings only: no env_file or pass_env value is needed to reach the hosts.
+  spec::LoadResult loaded = spec::load_job_spec(directory.spec_path(), {}, spec::EnvValues::names_only);
   if (!loaded.ok()) {
     return Error::infra("run " + directory.id() + ": its saved spec " + directory.spec_path() +
                         " does not load, so its hosts cannot be reached:\n" + loaded.message());

@@ -24,13 +24,6 @@ bool under_env_section(const std::string& dotted_key) {
   return key.find(".env.") != std::string::npos && lower(dotted_key) != "env";
 }
 
-std::string replace_all(std::string text, const std::string& secret) {
-  for (size_t at = text.find(secret); at != std::string::npos; at = text.find(secret, at + std::string(kRedacted).size())) {
-    text.replace(at, secret.size(), kRedacted);
-  }
-  return text;
-}
-
 json redact_value(json value, const std::vector<std::string>& secret_values, bool secret_context) {
   if (value.is_object()) {
     json out = json::object();
@@ -54,22 +47,15 @@ json redact_value(json value, const std::vector<std::string>& secret_values, boo
       text = key + "=" + kRedacted;
     }
   }
-  for (const std::string& secret : secret_values) {
-    if (secret.size() >= 4) text = replace_all(text, secret);
-  }
-  return text;
+  return redact_values(std::move(text), secret_values);
 }
 
 }  // namespace
 
 bool secret_key(const std::string& key) {
-  std::string text = lower(key);
-  if (size_t dot = text.rfind('.'); dot != std::string::npos) text = text.substr(dot + 1);
-  for (const char* word : {"token", "secret", "password", "passwd", "credential", "auth", "cookie", "private",
-                           "api_key", "apikey", "access_key"}) {
-    if (text.find(word) != std::string::npos) return true;
-  }
-  return false;
+  std::string_view last = key;
+  if (size_t dot = last.rfind('.'); dot != std::string_view::npos) last = last.substr(dot + 1);
+  return looks_secret(last);
 }
 
 json redact_secrets(json arguments, const std::vector<std::string>& secret_values) {

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "launcher/base/result.h"
+#include "launcher/base/secrets.h"
 
 namespace dtrain::registry {
 
@@ -23,10 +24,10 @@ struct AuditAction {
   std::string result;   ///< "started", "refused: ...", "stop requested", ...
 };
 
-inline constexpr const char* kRedacted = "<redacted>";
+using dtrain::kRedacted;
 
-/// True for a key that names a secret: token, secret, password, passwd, credential, auth,
-/// cookie, private or api key (case-insensitive, anywhere in the key or its last dotted part).
+/// True for a key whose last dotted part looks_secret (launcher/base/secrets.h): token, key,
+/// secret, password, passwd, credential, auth, cookie, private, in any case.
 bool secret_key(const std::string& key);
 
 /// `arguments` with secrets replaced by kRedacted: values of secret keys, the value of any

@@ -59,7 +59,12 @@ int resume(const ResumeOptions& options) {
   }
 
   spec::LoadResult loaded = spec::load_job_spec(run->spec_path(), {});
+  // The env_file is read again and pass_env taken from this process's environment: the run
+  // directory keeps neither's values (man 5 dtrain-spec, SECRETS).
   if (!loaded.ok()) return refuse("the run's saved spec cannot be loaded:\n" + loaded.message());
+  for (const spec::Diagnostic& warning : loaded.warnings) {
+    std::fprintf(stderr, "dtrain resume: warning: %s\n", warning.to_string().c_str());
+  }
   spec::JobSpec spec = std::move(*loaded.spec);
   Result<plan::RankPlan> plan = plan::make_plan(spec);
   if (!plan) return refuse(run->spec_path() + ": " + plan.error().message);

@@ -85,7 +85,7 @@ Status RunRecorder::open() {
   }
   ::chmod(run_.supervisor_log_path().c_str(), 0600);
   auto tenant_of_spec = [](const std::string& spec_path) {
-    spec::LoadResult loaded = spec::load_job_spec(spec_path, {});
+    spec::LoadResult loaded = spec::load_job_spec(spec_path, {}, spec::EnvValues::names_only);
     return loaded.ok() ? loaded.spec->tenant : std::string();
   };
   registry_ = std::make_unique<RegistrySync>(registry::registry_path(), run_.id(), run_.path(), run_.events_path(),

@@ -59,6 +59,7 @@ int submit(const SubmitOptions& options) {
     std::fprintf(stderr, "%s\n", loaded.message().c_str());
     return to_int(ExitCode::usage);
   }
+  for (const spec::Diagnostic& warning : loaded.warnings) std::fprintf(stderr, "warning: %s\n", warning.to_string().c_str());
   spec::JobSpec spec = std::move(*loaded.spec);
   if (spec.worker.workdir.empty()) spec.worker.workdir = absolute_path(".");
   if (!spec.checkpoint.dir.empty()) spec.checkpoint.dir = absolute_path(spec.checkpoint.dir);

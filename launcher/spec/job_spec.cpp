@@ -4,6 +4,8 @@
 
 #include <climits>
 
+#include "launcher/base/secrets.h"
+
 namespace dtrain::spec {
 
 bool HostEntry::is_local() const {
@@ -11,6 +13,14 @@ bool HostEntry::is_local() const {
   char buffer[HOST_NAME_MAX + 1] = {};
   if (gethostname(buffer, sizeof buffer - 1) != 0) return false;
   return name == buffer;
+}
+
+std::vector<std::string> WorkerSettings::secret_values() const {
+  std::vector<std::string> values;
+  for (const auto& [name, value] : env) {
+    if (looks_secret(name) || std::binary_search(pass_env.begin(), pass_env.end(), name)) values.push_back(value);
+  }
+  return values;
 }
 
 const char* to_string(TransportKind transport) {

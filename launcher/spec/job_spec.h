@@ -58,8 +58,22 @@ struct SshSettings {
 struct WorkerSettings {
   std::vector<std::string> command;           ///< argv, no shell; argv[0] looked up in PATH
   std::string workdir;                        ///< empty: the directory `dtrain submit` ran in
-  std::map<std::string, std::string> env;     ///< merged over env_file
+  /// The workers' variables: the env_file's, worker.env's over them, and worker.pass_env's.
+  std::map<std::string, std::string> env;
   std::string env_file;                       ///< KEY=VALUE lines, resolved relative to the spec
+  /// Every name the env_file defines, sorted. spec.yaml keeps these and the path, never the
+  /// values: a resume reads the file again (and warns when its names changed).
+  std::vector<std::string> env_file_names;
+  /// The names in `env` whose value is the env_file's (worker.env does not set them), sorted.
+  std::vector<std::string> env_from_file;
+  /// worker.pass_env: names whose values come from dtrain's own environment (at submit, and again
+  /// at resume), sorted. spec.yaml lists here every worker.env name that looks_secret, so their
+  /// values are never written to the run directory.
+  std::vector<std::string> pass_env;
+
+  /// The values that must not be printed or written: those of names that looks_secret and of
+  /// pass_env (the user kept them out of the spec).
+  std::vector<std::string> secret_values() const;
   Backend backend = Backend::auto_select;
   /// worker.instrument: put dtrain's Python bootstrap first on the workers' PYTHONPATH (beats
   /// from torch optimizer steps, error records for uncaught exceptions). off: PYTHONPATH as given.

@@ -7,6 +7,7 @@
 #include <exception>
 #include <filesystem>
 
+#include "launcher/base/secrets.h"
 #include "launcher/base/strings.h"
 #include "launcher/spec/hostlist.h"
 #include "launcher/spec/spec_reader.h"
@@ -54,9 +55,11 @@ void apply_overrides(DiagnosticSink& sink, YAML::Node& root, const std::vector<O
     try {
       value = override_.value.empty() ? YAML::Node(std::string()) : YAML::Load(override_.value);
     } catch (const YAML::Exception& error) {
+      // A worker variable's value is never repeated: it may be a token.
+      bool hidden = looks_secret(override_.key) || starts_with(override_.key, "worker.env.");
       sink.error_at("--set", 0, 0, override_.key,
-                    single_quoted(override_.value) + " is not a valid YAML value (" + error.msg + "); quote it: --set '" +
-                        override_.key + "=\"...\"'");
+                    (hidden ? std::string("the value") : single_quoted(override_.value)) + " is not a valid YAML value (" +
+                        error.msg + "); quote it: --set '" + override_.key + "=\"...\"'");
       continue;
     }
     std::vector<std::string> parts = split(override_.key, '.');
@@ -117,11 +120,13 @@ std::string syntax_hint(const std::string& text, int line) {
 }  // namespace
 
 LoadResult parse_job_spec(const std::string& yaml_text, const std::string& source_name,
-                          const std::string& base_dir, const std::vector<Override>& overrides) {
+                          const std::string& base_dir, const std::vector<Override>& overrides,
+                          EnvValues env_values) {
   std::vector<std::string> override_keys;
   for (const Override& override_ : overrides) override_keys.push_back(override_.key);
   DiagnosticSink sink(source_name, override_keys);
   LoadResult result;
+  std::vector<std::string> secrets;
   // YAML is UTF-8 without raw control characters, and the resolved spec a run keeps is written
   // as such: yaml-cpp reads other bytes leniently, and they would come back changed on resume (a
   // different argv or env). Refuse them here, where the user can fix them.
@@ -182,17 +187,23 @@ LoadResult parse_job_spec(const std::string& yaml_text, const std::string& sourc
     }
     JobSpec spec;
     spec.source_path = source_name;
-    read_spec_body(sink, root, base_dir, spec);
+    read_spec_body(sink, root, base_dir, spec, env_values);
+    secrets = spec.worker.secret_values();
     if (sink.empty()) result.spec = std::move(spec);
   } catch (const std::exception& error) {
     // yaml-cpp throws on a few exotic inputs (bad conversions, aliases); never let them escape.
     sink.error_at(source_name, 0, 0, "", std::string("internal bug: unexpected error while reading the spec: ") + error.what());
   }
   result.diagnostics = sink.take();
+  result.warnings = sink.take_warnings();
+  // A message never carries a secret value, whatever quoted it (man 5 dtrain-spec, SECRETS).
+  for (auto* list : {&result.diagnostics, &result.warnings}) {
+    for (Diagnostic& diagnostic : *list) diagnostic.message = redact_values(std::move(diagnostic.message), secrets);
+  }
   return result;
 }
 
-LoadResult load_job_spec(const std::string& path, const std::vector<Override>& overrides) {
+LoadResult load_job_spec(const std::string& path, const std::vector<Override>& overrides, EnvValues env_values) {
   auto text = read_text_file(path);
   if (!text) {
     LoadResult result;
@@ -200,7 +211,7 @@ LoadResult load_job_spec(const std::string& path, const std::vector<Override>& o
     return result;
   }
   std::string base_dir = std::filesystem::path(path).parent_path().string();
-  return parse_job_spec(*text, path, base_dir.empty() ? "." : base_dir, overrides);
+  return parse_job_spec(*text, path, base_dir.empty() ? "." : base_dir, overrides, env_values);
 }
 
 }  // namespace dtrain::spec

@@ -33,24 +33,35 @@ struct Override {
 struct LoadResult {
   std::optional<JobSpec> spec;          ///< set only when there are no diagnostics
   std::vector<Diagnostic> diagnostics;  ///< every problem found, not just the first
+  std::vector<Diagnostic> warnings;     ///< worth saying, not stopping for (an env_file whose names changed)
 
   bool ok() const { return spec.has_value(); }
   /// All diagnostics, one per line.
   std::string message() const;
 };
 
+/// What the loader does with the worker variables a spec keeps outside itself: the env_file's
+/// values and worker.pass_env's (taken from this process's environment).
+enum class EnvValues {
+  read,        ///< read them (to run workers, or to check a spec): a missing one is an error
+  names_only,  ///< leave them out of `env` (a run's spec.yaml read for its hosts or settings)
+};
+
 /// Reads and validates the spec at `path`; hostfile/env_file paths resolve relative to it.
-LoadResult load_job_spec(const std::string& path, const std::vector<Override>& overrides = {});
+LoadResult load_job_spec(const std::string& path, const std::vector<Override>& overrides = {},
+                         EnvValues env_values = EnvValues::read);
 
 /// Same, from text. `source_name` names it in diagnostics; `base_dir` resolves relative paths.
 LoadResult parse_job_spec(const std::string& yaml_text, const std::string& source_name,
-                          const std::string& base_dir, const std::vector<Override>& overrides = {});
+                          const std::string& base_dir, const std::vector<Override>& overrides = {},
+                          EnvValues env_values = EnvValues::read);
 
 /// "elastic.max_restarts=3" → {key, value}; a missing '=' or empty key is a user error.
 Result<Override> parse_override(std::string_view text);
 
 /// The resolved spec as YAML (hosts expanded, defaults filled): written to the run directory as
-/// spec.yaml; parsing it again gives an equal JobSpec.
+/// spec.yaml; parsing it again gives an equal JobSpec. It holds no secret: worker.env names that
+/// looks_secret are written as worker.pass_env names, and the env_file as its path and names.
 std::string to_yaml(const JobSpec& spec);
 
 /// Slurm/pdsh hostlist: "gpu[01-04,07]", "node[1-2]-ib[0-1]", "a,b" → names, zero padding kept.

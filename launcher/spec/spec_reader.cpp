@@ -48,6 +48,12 @@ void DiagnosticSink::error(const YAML::Node& node, const std::string& key, std::
   diagnostics_.push_back(std::move(diagnostic));
 }
 
+void DiagnosticSink::warning(const YAML::Node& node, const std::string& key, std::string message) {
+  Diagnostic diagnostic = locate(node, key);
+  diagnostic.message = std::move(message);
+  warnings_.push_back(std::move(diagnostic));
+}
+
 void DiagnosticSink::error_at(std::string file, int line, int column, std::string key, std::string message) {
   diagnostics_.push_back({std::move(file), line, column, std::move(key), std::move(message)});
 }

@@ -28,6 +28,9 @@ class DiagnosticSink {
   void error_at(std::string file, int line, int column, std::string key, std::string message);
   /// The place `node` would be reported at, without a message.
   Diagnostic locate(const YAML::Node& node, const std::string& key) const;
+  /// Something worth saying that does not stop the spec from loading.
+  void warning(const YAML::Node& node, const std::string& key, std::string message);
+  std::vector<Diagnostic> take_warnings() { return std::move(warnings_); }
 
   bool empty() const { return diagnostics_.empty(); }
   const std::string& file() const { return file_; }
@@ -39,6 +42,7 @@ class DiagnosticSink {
   std::string file_;
   std::vector<std::string> override_keys_;
   std::vector<Diagnostic> diagnostics_;
+  std::vector<Diagnostic> warnings_;
 };
 
 /// A mapping of the spec with the keys it allows. Construction reports a value that is not a

@@ -85,57 +85,18 @@ void read_command(DiagnosticSink& sink, const Section& worker, std::vector<std::
   command = std::move(*argv);
 }
 
-void read_env(DiagnosticSink& sink, const Section& worker, const std::string& base_dir, WorkerSettings& settings) {
-  if (const YAML::Node* env = worker.get("env")) {
-    if (!env->IsMap()) {
-      sink.error(*env, worker.path("env"), "expected a mapping of NAME: value, got " + describe(*env));
-    } else {
-      for (auto it = env->begin(); it != env->end(); ++it) {
-        YAML::Node name = it->first, value = it->second;
-        std::string text = name.IsScalar() ? name.Scalar() : describe(name);
-        std::string key = worker.path("env") + "." + text;
-        if (!name.IsScalar() || !is_env_name(text)) {
-          sink.error(name, key, single_quoted(text) + " is not an environment variable name; use letters, digits and '_'");
-        } else if (!value.IsScalar()) {
-          sink.error(value, key, "expected a string value, got " + describe(value) + "; write \"\" for an empty value");
-        } else if (value.Scalar().find('\x7f') != std::string::npos) {
-          sink.error(value, key, single_quoted(value.Scalar()) + " holds the control byte 0x7f (DEL); remove it");
-        } else {
-          settings.env[text] = value.Scalar();
-        }
-      }
-    }
-  }
-  const YAML::Node* file_node = worker.get("env_file");
-  auto file = read_string(sink, file_node, worker.path("env_file"));
-  if (!file) return;
-  std::string resolved = resolve_path(base_dir, *file);
-  auto text = read_text_file(resolved);
-  if (!text) {
-    sink.error(*file_node, worker.path("env_file"), text.error().message + "; the path is relative to the spec file");
-    return;
-  }
-  std::vector<LineProblem> problems;
-  for (auto& [name, value] : read_env_file(*text, problems)) settings.env.emplace(name, value);  // env wins
-  for (LineProblem& problem : problems) {
-    sink.error_at(resolved, problem.line, problem.column, worker.path("env_file"), std::move(problem.message));
-  }
-  std::error_code ignored;
-  std::filesystem::path absolute = std::filesystem::absolute(resolved, ignored);
-  settings.env_file = absolute.empty() ? resolved : absolute.lexically_normal().string();
-}
-
-void read_worker(DiagnosticSink& sink, const Section& root, const std::string& base_dir, WorkerSettings& worker) {
+void read_worker(DiagnosticSink& sink, const Section& root, const std::string& base_dir, EnvValues env_values,
+                 WorkerSettings& worker) {
   const YAML::Node* node = root.get("worker");
   if (node == nullptr) {
     sink.error_at(sink.file(), 0, 0, "worker", "the spec has no worker section; add worker: {command: [python3, train.py]}");
     return;
   }
-  Section w(sink, node, "worker", {"command", "workdir", "env", "env_file", "backend", "instrument"});
+  Section w(sink, node, "worker", {"command", "workdir", "env", "pass_env", "env_file", "env_file_names", "backend", "instrument"});
   if (!w.node()) return;  // not a mapping: reported
   read_command(sink, w, worker.command);
   if (auto v = read_string(sink, w.get("workdir"), w.path("workdir"))) worker.workdir = *v;
-  read_env(sink, w, base_dir, worker);
+  read_worker_env(sink, w, base_dir, env_values, worker);
   if (auto v = read_choice(sink, w.get("backend"), w.path("backend"), {"auto", "gloo", "nccl"})) {
     worker.backend = *v == "gloo" ? Backend::gloo : *v == "nccl" ? Backend::nccl : Backend::auto_select;
   }
@@ -333,7 +294,8 @@ void read_logs(DiagnosticSink& sink, const Section& root, LogsSettings& logs) {
 
 }  // namespace
 
-void read_spec_body(DiagnosticSink& sink, const YAML::Node& root_node, const std::string& base_dir, JobSpec& spec) {
+void read_spec_body(DiagnosticSink& sink, const YAML::Node& root_node, const std::string& base_dir, JobSpec& spec,
+                    EnvValues env_values) {
   Section root(sink, &root_node, "",
                {"version", "name", "tenant", "hosts", "hostfile", "include", "exclude", "slots_per_host", "spares",
                 "ssh", "transport", "worker", "parallelism", "batch", "elastic", "heartbeat", "checkpoint", "metrics", "logs",
@@ -343,7 +305,7 @@ void read_spec_body(DiagnosticSink& sink, const YAML::Node& root_node, const std
   if (auto v = read_int(sink, root.get("slots_per_host"), "slots_per_host", 1, kMaxCount)) spec.slots_per_host = *v;
   read_hosts(sink, root, base_dir, spec);
   read_ssh(sink, root, spec.ssh);
-  read_worker(sink, root, base_dir, spec.worker);
+  read_worker(sink, root, base_dir, env_values, spec.worker);
   read_parallelism(sink, root, spec.parallelism);
   read_batch(sink, root, spec.batch);
   read_elastic(sink, root, static_cast<int>(spec.hosts.size()), spec.elastic);

@@ -11,6 +11,12 @@ namespace dtrain::spec {
 
 /// Every key of a version-1 spec below the top level (version itself is checked by the caller).
 /// Unset keys keep JobSpec's defaults; problems go to `sink`.
-void read_spec_body(DiagnosticSink& sink, const YAML::Node& root, const std::string& base_dir, JobSpec& spec);
+void read_spec_body(DiagnosticSink& sink, const YAML::Node& root, const std::string& base_dir, JobSpec& spec,
+                    EnvValues env_values);
+
+/// worker.env, worker.pass_env and worker.env_file (with env_file_names) of the worker section,
+/// into settings.env, env_file, env_file_names, env_from_file and pass_env (spec_worker_env.cpp).
+void read_worker_env(DiagnosticSink& sink, const Section& worker, const std::string& base_dir, EnvValues env_values,
+                     WorkerSettings& settings);
 
 }  // namespace dtrain::spec

@@ -3,6 +3,11 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+#include <cstdio>
+
+#include "launcher/base/secrets.h"
+
 #include "launcher/spec/spec_loader.h"
 
 namespace dtrain::spec {
@@ -42,6 +47,40 @@ void host_list(YAML::Emitter& out, const char* key, const std::vector<HostEntry>
   out << YAML::EndSeq;
 }
 
+void string_list(YAML::Emitter& out, const char* key, const std::vector<std::string>& values) {
+  out << YAML::Key << key << YAML::Value << YAML::Flow << YAML::BeginSeq;
+  for (const std::string& value : values) out << YAML::DoubleQuoted << value;
+  out << YAML::EndSeq;
+}
+
+bool contains(const std::vector<std::string>& sorted, const std::string& name) {
+  return std::binary_search(sorted.begin(), sorted.end(), name);
+}
+
+// No secret is written: spec.yaml goes into tarballs and bug reports. worker.env keeps its plain
+// values; a name that looks_secret is written to pass_env instead (its value comes from dtrain's
+// environment on resume); the env_file is kept as its path and names and read again on resume.
+void worker_env(YAML::Emitter& out, const WorkerSettings& worker) {
+  std::vector<std::string> pass_env = worker.pass_env;
+  out << YAML::Key << "env" << YAML::Value;
+  std::vector<std::pair<std::string, std::string>> plain;
+  for (const auto& [name, value] : worker.env) {
+    if (contains(worker.pass_env, name) || contains(worker.env_from_file, name)) continue;
+    if (looks_secret(name)) pass_env.push_back(name);
+    else plain.emplace_back(name, value);
+  }
+  if (plain.empty()) out << YAML::Flow;
+  out << YAML::BeginMap;
+  for (const auto& [name, value] : plain) string_value(out, name.c_str(), value);
+  out << YAML::EndMap;
+  std::sort(pass_env.begin(), pass_env.end());
+  if (!pass_env.empty()) string_list(out, "pass_env", pass_env);
+  if (!worker.env_file.empty()) {
+    string_value(out, "env_file", worker.env_file);
+    string_list(out, "env_file_names", worker.env_file_names);
+  }
+}
+
 }  // namespace
 
 std::string to_yaml(const JobSpec& spec) {
@@ -74,18 +113,12 @@ std::string to_yaml(const JobSpec& spec) {
     out << YAML::Key << "transport" << YAML::Value << to_string(spec.transport);
   }
 
-  // env_file is not written: its variables are already merged into env, and the file may be
-  // gone by the time someone reads the run directory.
   out << YAML::Key << "worker" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "command" << YAML::Value << YAML::Flow << YAML::BeginSeq;
   for (const std::string& argument : spec.worker.command) out << YAML::DoubleQuoted << argument;
   out << YAML::EndSeq;
   string_value(out, "workdir", spec.worker.workdir);
-  out << YAML::Key << "env" << YAML::Value;
-  if (spec.worker.env.empty()) out << YAML::Flow;
-  out << YAML::BeginMap;
-  for (const auto& [name, value] : spec.worker.env) string_value(out, name.c_str(), value);
-  out << YAML::EndMap;
+  worker_env(out, spec.worker);
   out << YAML::Key << "backend" << YAML::Value << to_string(spec.worker.backend);
   out << YAML::Key << "instrument" << YAML::Value << (spec.worker.instrument ? "on" : "off");
   out << YAML::EndMap;

@@ -275,7 +275,10 @@ TEST_CASE("bytes YAML does not allow are refused with their place, not read leni
   CHECK(only_error(std::string("version: 1\nname: a\0b\n", 21) + kWorker) ==
         "job.yaml:2:8: byte 0x00 is a control character, which YAML does not allow raw; write it escaped in a "
         "double-quoted string, \"\\x00\"");
-  CHECK(parse("version: 1\nworker: {command: [x], env: {A: \"a\\x00b \\u00e9 \xc3\xa9\"}}\n").ok());  // escaped, and UTF-8
+  CHECK(parse("version: 1\nworker: {command: [x], env: {A: \"a\\x01b \\u00e9 \xc3\xa9\"}}\n").ok());  // escaped, and UTF-8
+  // An escaped NUL is YAML, but no environment can carry it (the worker would get "a").
+  CHECK(contains(only_error("version: 1\nworker: {command: [x], env: {A: \"a\\x00b\"}}\n"),
+                 "worker.env.A: the value holds a NUL byte"));
   CHECK(contains(only_error("version: 1\n" + kWorker, {Override{"name", "a\xc0\x80"}}),
                  "--set: name: byte 0xc0 in the value is not valid UTF-8"));
   TempDir dir;

@@ -241,8 +241,9 @@ TEST_CASE("to_yaml writes a resolved spec that parses back to an equal JobSpec")
   INFO(yaml);
   REQUIRE_MESSAGE(second.ok(), second.message());
   JobSpec expected = *first.spec;
-  // The resolved spec is self-contained: env_file's variables are already in env.
-  expected.worker.env_file.clear();
+  // The env_file is kept as its absolute path and names, and read again.
+  CHECK(yaml.find("FROM_FILE: ") == std::string::npos);
+  CHECK(yaml.find("env_file_names: [\"FROM_FILE\"]") != std::string::npos);
   expected.source_path = "spec.yaml";
   CHECK(expected.hosts == second.spec->hosts);
   CHECK(expected.spares == second.spec->spares);
@@ -253,6 +254,59 @@ TEST_CASE("to_yaml writes a resolved spec that parses back to an equal JobSpec")
   CHECK(second.spec->heartbeat.checkpoint_timeout == Millis(7200000));
   CHECK(second.spec->worker.env.at("FROM_FILE") == "1");
   CHECK(to_yaml(*second.spec) == yaml);
+}
+
+TEST_CASE("to_yaml keeps no secret: worker.env secrets become pass_env names, the env_file its path and names") {
+  TempDir dir;
+  dir.write("secrets.env", "HF_TOKEN=hf_from_the_file\nDATASET=imagenet\n");
+  std::string path = dir.write("job.yaml",
+                               "version: 1\nworker:\n  command: [python3, train.py]\n"
+                               "  env: {WANDB_API_KEY: \"wandb-in-the-spec\", db_Password: \"pw-in-the-spec\", LR: \"0.1\"}\n"
+                               "  env_file: secrets.env\n");
+  LoadResult first = load_job_spec(path);
+  REQUIRE_MESSAGE(first.ok(), first.message());
+  CHECK(first.spec->worker.env.at("HF_TOKEN") == "hf_from_the_file");
+  CHECK(first.spec->worker.env_file_names == std::vector<std::string>{"DATASET", "HF_TOKEN"});
+  std::string yaml = to_yaml(*first.spec);
+  INFO(yaml);
+  for (const char* secret : {"hf_from_the_file", "wandb-in-the-spec", "pw-in-the-spec", "imagenet"}) {
+    CHECK_MESSAGE(yaml.find(secret) == std::string::npos, secret);
+  }
+  CHECK(yaml.find("pass_env: [\"WANDB_API_KEY\", \"db_Password\"]") != std::string::npos);
+  CHECK(yaml.find("LR: \"0.1\"") != std::string::npos);
+
+  // For a resume: the secrets exported again, the file read again: the same spec.
+  ::setenv("WANDB_API_KEY", "wandb-in-the-spec", 1);
+  ::setenv("db_Password", "pw-in-the-spec", 1);
+  LoadResult resumed = parse_job_spec(yaml, "spec.yaml", "/nonexistent");
+  REQUIRE_MESSAGE(resumed.ok(), resumed.message());
+  CHECK(resumed.spec->worker.env == first.spec->worker.env);
+  CHECK(to_yaml(*resumed.spec) == yaml);
+  CHECK(resumed.warnings.empty());
+
+  // Not exported: refused, naming the variable and the fix; the value is never quoted.
+  ::unsetenv("WANDB_API_KEY");
+  LoadResult missing = parse_job_spec(yaml, "spec.yaml", "/nonexistent");
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.message().find("worker.pass_env: WANDB_API_KEY is not set in dtrain's environment") != std::string::npos);
+  // Read for its hosts only (dtrain stop, status): neither the file nor the variables needed.
+  std::filesystem::remove(dir.path + "/secrets.env");
+  LoadResult names_only = parse_job_spec(yaml, "spec.yaml", "/nonexistent", {}, EnvValues::names_only);
+  REQUIRE_MESSAGE(names_only.ok(), names_only.message());
+  CHECK(names_only.spec->worker.env == std::map<std::string, std::string>{{"LR", "0.1"}});
+  CHECK(to_yaml(*names_only.spec) == yaml);
+  ::unsetenv("db_Password");
+
+  // The file back with other names: loads, with a warning that says which.
+  dir.write("secrets.env", "HF_TOKEN=hf_from_the_file\nEXTRA=1\n");
+  ::setenv("WANDB_API_KEY", "wandb-in-the-spec", 1);
+  ::setenv("db_Password", "pw-in-the-spec", 1);
+  LoadResult changed = parse_job_spec(yaml, "spec.yaml", "/nonexistent");
+  REQUIRE_MESSAGE(changed.ok(), changed.message());
+  REQUIRE(changed.warnings.size() == 1);
+  CHECK(changed.warnings[0].message.find("(new: EXTRA; gone: DATASET)") != std::string::npos);
+  ::unsetenv("WANDB_API_KEY");
+  ::unsetenv("db_Password");
 }
 
 TEST_CASE("to_yaml of the embedded default round-trips too") {
