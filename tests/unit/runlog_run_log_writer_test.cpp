@@ -14,7 +14,13 @@
 #include <string>
 #include <vector>
 
+#include "launcher/base/clock.h"
+#include "launcher/base/events.h"
+#include "launcher/run/run_recorder.h"
+#include "launcher/runlog/event_log.h"
+#include "launcher/runlog/run_directory.h"
 #include "launcher/runlog/run_log_writer.h"
+#include "tests/unit/temp_dir.h"
 
 using namespace dtrain;
 using Priority = RunLogWriter::Priority;
@@ -209,4 +215,76 @@ TEST_CASE("nothing dropped, nothing reported, and the destructor writes what is 
   CHECK(posted.dropped == 0);
   CHECK(sink.written == posted.kept);
   CHECK(sink.reports.empty());
+}
+
+// ---- the same through RunRecorder, into a real run directory
+
+namespace {
+
+/// DTRAIN_HOME in a temporary directory for one test.
+struct TemporaryHome {
+  testing::TempDir dir;
+  TemporaryHome() { ::setenv("DTRAIN_HOME", (dir.path + "/home").c_str(), 1); }
+  ~TemporaryHome() { ::unsetenv("DTRAIN_HOME"); }
+};
+
+std::vector<std::string> file_lines(const std::string& path) {
+  std::vector<std::string> lines;
+  Result<std::string> text = read_file(path);
+  REQUIRE(text);
+  size_t start = 0;
+  for (size_t end; (end = text->find('\n', start)) != std::string::npos; start = end + 1) {
+    lines.push_back(text->substr(start, end - start));
+  }
+  return lines;
+}
+
+}  // namespace
+
+TEST_CASE("RunRecorder over a stalled run directory: one runlog.dropped in events.jsonl, run.finished kept, the log whole up to the drop") {
+  TemporaryHome home;
+  SystemClock clock;
+  Result<RunDirectory> run = RunDirectory::create("train-20261202-180000-beef");
+  REQUIRE(run);
+  Result<EventLog> log = EventLog::create(run->events_path(), run->id(), clock.wall_ms());
+  REQUIRE(log);
+  StallableSink sink;
+  constexpr int kLines = 40'000;  // more than half of the 65,536 entries that output may use
+  {
+    run::RunRecorder recorder(*run, std::move(*log), run::Console(run::Console::Mode::quiet, stderr), clock,
+                              [&sink] { sink.before_write(); });
+    REQUIRE(recorder.open().ok());
+    sink.stall();
+    recorder.record(events::RunState{"running", "the stall begins"}.to_json());
+    REQUIRE(sink.wait_until_held());
+    for (int i = 0; i < kLines; ++i) recorder.rank_output(0, 0, "line " + std::to_string(i) + "\n");
+    recorder.record(events::RunFinished{"succeeded", 0, 0, 1, 1000}.to_json());
+    sink.release();
+    recorder.flush();
+  }
+  CHECK_FALSE(sink.timed_out.load());
+
+  // ranks/0.log: the generation marker, then lines 0..kept-1, none missing inside.
+  std::vector<std::string> ranks = file_lines(run->rank_log_path(0));
+  REQUIRE(ranks.size() > 1);
+  const size_t kept = ranks.size() - 1;
+  for (size_t i = 0; i < kept; ++i) REQUIRE(ranks[i + 1] == "line " + std::to_string(i));
+  CHECK(kept < static_cast<size_t>(kLines));
+
+  std::vector<nlohmann::json> events;
+  for (const std::string& line : file_lines(run->events_path())) {
+    nlohmann::json event = nlohmann::json::parse(line, nullptr, false);
+    if (event.is_object() && event.contains("ev")) events.push_back(event);
+  }
+  std::vector<std::string> names;
+  for (const nlohmann::json& event : events) names.push_back(event["ev"]);
+  CHECK(names == std::vector<std::string>{"run.state", "runlog.dropped", "run.finished"});
+  REQUIRE(events.size() == 3);
+  const nlohmann::json& dropped = events[1];
+  CHECK(catalogue_problem(dropped).empty());
+  CHECK(dropped["writes"] == kLines - kept);
+  CHECK(dropped["kinds"] == nlohmann::json{{"rank_output", kLines - kept}});
+  CHECK(dropped["detail"].get<std::string>().find(std::to_string(kLines - kept) + " writes") != std::string::npos);
+  CHECK(parse_timestamp_utc(dropped["first_ts"].get<std::string>()).has_value());
+  CHECK(parse_timestamp_utc(dropped["last_ts"].get<std::string>()).has_value());
 }
