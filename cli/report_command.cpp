@@ -10,11 +10,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "cli/commands.h"
 #include "launcher/base/child_process.h"
 #include "launcher/base/exit_code.h"
+#include "launcher/base/regular_file.h"
 #include "launcher/base/strings.h"
 #include "launcher/report/report_files.h"
 #include "launcher/runlog/run_directory.h"
@@ -26,6 +28,7 @@ struct ReportOptions {
   std::string run;
   std::string output;
   std::string trace;
+  std::string mode = "0600";
   bool open = false;
 };
 
@@ -74,7 +77,15 @@ int make_report(const ReportOptions& options) {
     std::fprintf(stderr, "dtrain report: %s\n", directory.error().message.c_str());
     return exit_code_for(directory.error());
   }
-  Result<report::ReportFiles> files = report::write_report(*directory, options.output, options.trace);
+  std::optional<int> mode = parse_data_file_mode(options.mode);
+  if (!mode) {
+    std::fprintf(stderr,
+                 "dtrain report: --mode '%s' is not a report file mode; use octal with owner read-write, no execute "
+                 "bit and no write for others: 0600 (the default), 0640 (group) or 0644 (everyone, for a web server)\n",
+                 printable(options.mode, 64).c_str());
+    return to_int(ExitCode::usage);
+  }
+  Result<report::ReportFiles> files = report::write_report(*directory, options.output, options.trace, {}, *mode);
   if (!files) {
     std::fprintf(stderr, "dtrain report: %s\n", files.error().message.c_str());
     return exit_code_for(files.error());
@@ -99,6 +110,8 @@ void add_report_command(CLI::App& app, CommandContext& context) {
   command->add_option("run", options->run, "Run id, a unique prefix of one, or a run directory")->required();
   command->add_option("-o,--output", options->output, "The HTML file (default: <run dir>/report.html)");
   command->add_option("--trace", options->trace, "The Chrome trace file (default: timeline.json beside the HTML file)");
+  command->add_option("--mode", options->mode,
+                      "Permission bits of both files (default 0600: owner only; 0640 group, 0644 everyone)");
   command->add_flag("--open", options->open, "Open the report with xdg-open (prints the path when there is no display)");
   command->callback([options, &context] { context.exit_code = make_report(*options); });
 }

@@ -3,7 +3,12 @@
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
+#include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
 
 namespace dtrain {
 
@@ -70,7 +75,7 @@ Result<size_t> read_some(int fd, std::string& out, bool* would_block) {
 namespace {
 
 /// Removes a temp file unless it was renamed into place: every early return of
-/// write_file_atomic (a full disk at write or fsync) must not leave "<path>.tmp.<pid>" behind.
+/// write_file_atomic (a full disk at write or fsync) must not leave "<path>.tmp.<random>" behind.
 class TempFileGuard {
  public:
   explicit TempFileGuard(std::string path) : path_(std::move(path)) {}
@@ -85,6 +90,44 @@ class TempFileGuard {
   std::string path_;
 };
 
+}  // namespace
+
+std::string unpredictable_suffix() {
+  unsigned char bytes[8];
+  size_t filled = 0;
+  while (filled < sizeof bytes) {
+    ssize_t got = ::getrandom(bytes + filled, sizeof bytes - filled, 0);
+    if (got > 0) {
+      filled += static_cast<size_t>(got);
+    } else if (got < 0 && errno != EINTR) {
+      // No getrandom (a very old kernel, a seccomp filter): the clock and the pid still make a
+      // name nobody can pre-create reliably, and O_EXCL refuses any that was.
+      uint64_t fallback = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+                          (static_cast<uint64_t>(::getpid()) << 40);
+      std::memcpy(bytes, &fallback, sizeof bytes);
+      break;
+    }
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string text;
+  for (unsigned char byte : bytes) {
+    text += kHex[byte >> 4];
+    text += kHex[byte & 15];
+  }
+  return text;
+}
+
+UniqueFd create_exclusive_temp(const std::string& path, int mode, std::string& temp_path) {
+  for (int attempt = 0;; ++attempt) {
+    temp_path = path + ".tmp." + unpredictable_suffix();
+    UniqueFd fd(::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode));
+    // EEXIST twice in a row from 64 random bits is not chance: report it rather than loop.
+    if (fd.valid() || errno != EEXIST || attempt == 2) return fd;
+  }
+}
+
+namespace {
+
 std::string disk_full_hint(int error_number, const std::string& directory) {
   if (error_number != ENOSPC && error_number != EDQUOT) return "";
   return "; free space on the file system of " + directory;
@@ -95,13 +138,17 @@ std::string disk_full_hint(int error_number, const std::string& directory) {
 Status write_file_atomic(const std::string& path, std::string_view contents, int mode, Durability durability) {
   size_t slash = path.find_last_of('/');
   std::string directory = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-  std::string temp = path + ".tmp." + std::to_string(::getpid());
-  UniqueFd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode));
+  std::string temp;
+  UniqueFd fd = create_exclusive_temp(path, mode, temp);
   if (!fd.valid()) {
     int saved = errno;
     return Error::infra(temp + ": " + errno_text(saved) + disk_full_hint(saved, directory));
   }
   TempFileGuard guard(temp);
+  // The mode asked for, whatever the umask: a group-readable mode is a user's explicit choice.
+  if (::fchmod(fd.get(), static_cast<mode_t>(mode)) != 0) {
+    return Error::infra(temp + ": chmod: " + errno_text(errno));
+  }
   while (!contents.empty()) {
     ssize_t written = ::write(fd.get(), contents.data(), contents.size());
     if (written < 0 && errno == EINTR) continue;

@@ -46,8 +46,18 @@ Status write_all(int fd, std::string_view bytes);
 /// `would_block` set.
 Result<size_t> read_some(int fd, std::string& out, bool* would_block = nullptr);
 
-/// Writes `contents` to `path` atomically: temp file in the same directory, fsync, rename,
-/// fsync of the directory. Readers see the old or the new file, never half of one. On any
+/// 16 hex digits from getrandom(): a name part that another user cannot guess in advance.
+std::string unpredictable_suffix();
+
+/// Creates "<path>.tmp.<unpredictable_suffix()>" with O_CREAT | O_EXCL | O_NOFOLLOW, so that a
+/// file or symbolic link planted under a temp name is never opened, truncated or followed: a
+/// fixed name ("<path>.tmp", "<path>.tmp.<pid>") could be pre-created by another user of a shared
+/// directory. Sets `temp_path` to the name tried; an invalid fd leaves errno set.
+UniqueFd create_exclusive_temp(const std::string& path, int mode, std::string& temp_path);
+
+/// Writes `contents` to `path` atomically: a temp file from create_exclusive_temp() in the same
+/// directory, set to exactly `mode` (the umask does not narrow it), fsync, rename, fsync of the
+/// directory. The one way the launcher writes a file whole. Readers see the old or the new file, never half of one. On any
 /// failure (write, fsync, rename) the temp file is removed and the old file stays as it was;
 /// the error says so, and for ENOSPC/EDQUOT names the directory to free space in.
 /// `Durability::kUnsynced` skips both fsyncs: still atomic for readers, but after a machine

@@ -19,6 +19,7 @@
 #include <string_view>
 
 #include "launcher/base/event_catalogue.h"
+#include "launcher/base/regular_file.h"
 #include "launcher/registry/statement.h"
 #include "launcher/runlog/event_log.h"
 #include "launcher/runlog/json_access.h"
@@ -30,6 +31,9 @@ namespace dtrain::registry {
 using nlohmann::json;
 
 namespace {
+
+/// spec.yaml in a run directory: the resolved spec, under the 16 MiB of any spec.
+constexpr size_t kMaxSpecCopyBytes = size_t{16} << 20;
 
 /// One generation as the events tell it, until its allocations can be written.
 struct GenerationSpan {
@@ -319,11 +323,11 @@ bool newer_schema(const std::string& registry_file) {
 }  // namespace
 
 std::string spec_hash_of(const std::string& spec_path) {
-  std::ifstream file(spec_path, std::ios::binary);
-  if (!file) return "";
-  std::stringstream text;
-  text << file.rdbuf();
-  return short_id(text.str());  // FNV-1a: enough to tell specs apart, not a security hash
+  // The run directory's own copy: a link, a FIFO (a rebuild would wait on it forever) or a file
+  // past the spec limit is no spec dtrain wrote.
+  Result<std::string> text = read_regular_file(spec_path, kMaxSpecCopyBytes, FollowLinks::kNo);
+  if (!text) return "";
+  return short_id(*text);  // FNV-1a: enough to tell specs apart, not a security hash
 }
 
 void complete_run_identity(RunRecords& records, const std::string& spec_path, const TenantOfSpec& tenant_of_spec) {

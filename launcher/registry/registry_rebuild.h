@@ -70,7 +70,8 @@ Status replace_run_records(RegistryDb& db, const RunRecords& records);
 /// spec copy, through `tenant_of_spec`) and the spec hash.
 void complete_run_identity(RunRecords& records, const std::string& spec_path, const TenantOfSpec& tenant_of_spec);
 
-/// A short hash of the spec copy in a run directory (empty when unreadable).
+/// A short hash of the spec copy in a run directory (empty when unreadable, a link, not a regular
+/// file or over 16 MiB).
 std::string spec_hash_of(const std::string& spec_path);
 
 }  // namespace dtrain::registry

@@ -9,7 +9,7 @@
 namespace dtrain::report {
 
 Result<ReportFiles> write_report(const std::string& run_dir, std::string html_path, std::string trace_path,
-                                 const ReportLimits& limits) {
+                                 const ReportLimits& limits, int file_mode) {
   Result<RunRecord> record = load_run_record(run_dir);
   if (!record) return record.error();
   Timeline timeline = build_timeline(*record);
@@ -20,9 +20,10 @@ Result<ReportFiles> write_report(const std::string& run_dir, std::string html_pa
   }
   std::string html = render_html(*record, timeline, limits);
   std::string trace = json_compact(chrome_trace(*record, timeline));
-  // A report is for reading by others (a ticket, a web server): 0644, unlike the run's own files.
-  if (Status written = write_file_atomic(html_path, html, 0644); !written) return written.error();
-  if (Status written = write_file_atomic(trace_path, trace, 0644); !written) return written.error();
+  // Owner only unless the caller shares it (--mode 0644 for a web server): a report names hosts,
+  // commands and paths. write_file_atomic's temp file cannot be pre-created or be a planted link.
+  if (Status written = write_file_atomic(html_path, html, file_mode); !written) return written.error();
+  if (Status written = write_file_atomic(trace_path, trace, file_mode); !written) return written.error();
   return ReportFiles{html_path, trace_path, html.size(), trace.size(), static_cast<int64_t>(record->events.size()),
                      record->skipped_event_lines + record->skipped_metrics_lines};
 }

@@ -20,9 +20,14 @@ struct ReportFiles {
   int64_t skipped_lines = 0;  ///< damaged lines of events.jsonl and metrics.jsonl left out
 };
 
+/// Mode of report.html and timeline.json unless asked otherwise (dtrain report --mode): a report
+/// shows hosts, commands, paths and root-cause messages, for the run's owner until they share it.
+inline constexpr int kDefaultReportMode = 0600;
+
 /// `html_path` empty: <run_dir>/report.html; `trace_path` empty: timeline.json next to the
-/// HTML file. Errors: not a run directory (user), a file that cannot be written (infra).
+/// HTML file; both written with exactly `file_mode`. Errors: not a run directory, or its
+/// events.jsonl cannot be read (user), a file that cannot be written (infra).
 Result<ReportFiles> write_report(const std::string& run_dir, std::string html_path = "", std::string trace_path = "",
-                                 const ReportLimits& limits = {});
+                                 const ReportLimits& limits = {}, int file_mode = kDefaultReportMode);
 
 }  // namespace dtrain::report

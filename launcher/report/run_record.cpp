@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
+#include <sys/stat.h>
 
 #include "launcher/base/fd.h"
+#include "launcher/base/regular_file.h"
+#include "launcher/base/strings.h"
 #include "launcher/metrics/goodput.h"
 #include "launcher/runlog/event_log.h"
 #include "launcher/runlog/json_access.h"
@@ -86,14 +89,24 @@ std::optional<HostResources> parse_resources(const json& entry, int64_t wall_ms)
 }
 
 /// Reads `path` line by line into `record`; a missing file is fine (a run before its first
-/// metrics line, or one that never rotated).
+/// metrics line, or one that never rotated). One that cannot be read (a link, a FIFO, too large)
+/// is named in `problems` and left out.
 void read_metrics_file(const std::string& path, const std::string& shown_name, RunRecord& record) {
-  std::ifstream in(path);
-  if (!in) return;
-  std::string line;
+  struct stat info{};
+  if (::lstat(path.c_str(), &info) != 0 && errno == ENOENT) return;
+  Result<std::string> text = read_regular_file(path, kMaxMetricsFileBytes, FollowLinks::kNo,
+                                               "dtrain rotates metrics.jsonl at 64 MiB; left out of the report");
+  if (!text) {
+    record.problems.push_back(text.error().message);
+    return;
+  }
   int64_t number = 0;
   int shown = 0;
-  while (std::getline(in, line)) {
+  for (size_t start = 0; start < text->size();) {
+    size_t newline = text->find('\n', start);
+    size_t end = newline == std::string::npos ? text->size() : newline;
+    std::string_view line(text->data() + start, end - start);
+    start = end + 1;
     ++number;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     Result<MetricsLine> parsed = parse_metrics_line(line);
@@ -109,6 +122,21 @@ void read_metrics_file(const std::string& path, const std::string& shown_name, R
     if (parsed->training) record.training.push_back(std::move(*parsed->training));
     for (HostResources& resources : parsed->resources) record.resources.push_back(std::move(resources));
   }
+}
+
+/// events.jsonl is read whole into memory (as JSON): refuse what is not a regular file of the run
+/// or is larger than kMaxEventsFileBytes before reading a byte. Missing: read_events says so.
+Status check_events_file(const std::string& path) {
+  struct stat info{};
+  if (::lstat(path.c_str(), &info) != 0 && errno == ENOENT) return {};
+  Result<UniqueFd> fd = open_regular_file(path, FollowLinks::kNo);
+  if (!fd) return fd.error();
+  if (::fstat(fd->get(), &info) == 0 && static_cast<uint64_t>(info.st_size) > kMaxEventsFileBytes) {
+    return Error::user("'" + printable(path) + "' is " + describe_bytes(static_cast<uint64_t>(info.st_size)) +
+                       ", over the " + describe_bytes(kMaxEventsFileBytes) +
+                       " that dtrain report reads; see the run with dtrain status, or filter events.jsonl with jq");
+  }
+  return {};
 }
 
 }  // namespace
@@ -200,6 +228,9 @@ Result<RunRecord> load_run_record(const std::string& dir) {
   if (record.dir.size() > 1 && record.dir.back() == '/') record.dir.pop_back();
   record.run_id = fs::path(record.dir).filename().string();
 
+  // The events are the report: without them there is nothing to render, so a file that cannot
+  // be read (a link, a FIFO, over kMaxEventsFileBytes) fails the report with its reason.
+  if (Status readable = check_events_file(dir + "/events.jsonl"); !readable) return readable.error();
   int shown = 0;
   Result<std::vector<json>> events = read_events(dir + "/events.jsonl", [&](const std::string& warning) {
     ++record.skipped_event_lines;
@@ -222,8 +253,14 @@ Result<RunRecord> load_run_record(const std::string& dir) {
       plan_files.push_back(entry.path());
     }
   }
-  for (const fs::directory_entry& entry : fs::directory_iterator(dir + "/hosts", error)) {
-    if (entry.path().extension() == ".json") host_files.push_back(entry.path());
+  // hosts/ is a directory dtrain made: a link there would lead the report to files elsewhere.
+  if (fs::is_symlink(fs::symlink_status(dir + "/hosts", error))) {
+    record.problems.push_back("'" + printable(dir + "/hosts") +
+                              "' is a symbolic link, and dtrain follows none inside a run directory; host facts left out");
+  } else {
+    for (const fs::directory_entry& entry : fs::directory_iterator(dir + "/hosts", error)) {
+      if (entry.path().extension() == ".json") host_files.push_back(entry.path());
+    }
   }
   // Natural order: gpu2 before gpu10, as people number their hosts.
   std::sort(host_files.begin(), host_files.end(), [](const fs::path& a, const fs::path& b) {
@@ -254,7 +291,7 @@ Result<RunRecord> load_run_record(const std::string& dir) {
     digits.resize(digits.size() - 5);
     if (digits.empty() || digits.size() > 6 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
     int generation = std::stoi(digits);
-    Result<std::string> text = read_file(path.string());
+    Result<std::string> text = read_plan_text(path.string());
     json plan = text ? json::parse(*text, nullptr, false) : json();
     Result<PlanRecord> parsed = text ? parse_plan_record(plan, generation, path.string())
                                      : Result<PlanRecord>(text.error());
@@ -262,8 +299,13 @@ Result<RunRecord> load_run_record(const std::string& dir) {
     else record.problems.push_back(parsed.error().message);
   }
   for (const fs::path& path : host_files) {
-    Result<std::string> text = read_file(path.string());
-    Result<HostFacts> host = text ? parse_host_facts(*text, path.stem().string()) : Result<HostFacts>(text.error());
+    Result<std::string> text = read_regular_file(path.string(), kMaxHostFactsBytes, FollowLinks::kNo,
+                                                 "a host's facts are a few kB; left out of the report");
+    if (!text) {
+      record.problems.push_back(text.error().message);
+      continue;
+    }
+    Result<HostFacts> host = parse_host_facts(*text, path.stem().string());
     if (host) record.hosts.push_back(std::move(*host));
     else record.problems.push_back(path.string() + ": " + host.error().message);
   }

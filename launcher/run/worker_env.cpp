@@ -1,5 +1,6 @@
 #include "launcher/run/worker_env.h"
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,9 @@ EnvMap common_worker_env(const spec::JobSpec& spec, const plan::RankPlan& plan,
   set(env::kCkptDir, context.checkpoint_dir);
   set(env::kCkptInterval, spec.checkpoint.interval_steps);
   set(env::kCkptKeep, spec.checkpoint.keep);
+  char file_mode[8];
+  std::snprintf(file_mode, sizeof file_mode, "%04o", static_cast<unsigned>(spec.checkpoint.file_mode));
+  set(env::kCkptFileMode, std::string(file_mode));
   set(env::kResumeStep, context.resume_step);
   set(env::kHeartbeatIntervalMs, static_cast<long long>(spec.heartbeat.interval.count()));
   if (spec.elastic.in_place) {

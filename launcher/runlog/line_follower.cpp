@@ -6,13 +6,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "launcher/base/regular_file.h"
+
 namespace dtrain {
 namespace {
 
+// Every followed file is one of a run directory's (events.jsonl, rank logs), named by dtrain: a
+// FIFO there would block the reader (status, logs, report) and a link was planted, so either is
+// refused (open_regular_file). Not there yet is no error: the writer has not created it.
 Result<UniqueFd> open_if_exists(const std::string& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid() && errno != ENOENT) return Error::infra(path + ": " + errno_text(errno));
-  return fd;
+  struct stat info{};
+  if (::lstat(path.c_str(), &info) != 0 && errno == ENOENT) return UniqueFd();
+  return open_regular_file(path, FollowLinks::kNo);
 }
 
 // pread(2) retrying EINTR; returns bytes read (0 at end of file).

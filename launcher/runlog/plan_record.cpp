@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "launcher/base/fd.h"
+#include "launcher/base/regular_file.h"
 #include "launcher/base/strings.h"
 #include "launcher/runlog/json_access.h"
 
@@ -123,12 +124,17 @@ Result<PlanRecord> parse_plan_record(json plan, int generation, const std::strin
   return record;
 }
 
+Result<std::string> read_plan_text(const std::string& path) {
+  return read_regular_file(path, kMaxPlanFileBytes, FollowLinks::kNo,
+                           "a plan written by dtrain is far smaller; this is not a file of the run");
+}
+
 Result<PlanRecord> read_plan_record(const RunDirectory& run, int generation) {
   std::string path = run.plan_path(generation);
   if (::access(path.c_str(), F_OK) != 0 && errno == ENOENT) {
     return Error::infra("no plan-" + std::to_string(generation) + ".json in " + run.path());
   }
-  Result<std::string> text = read_file(path);
+  Result<std::string> text = read_plan_text(path);
   if (!text) return text.error();
   json plan = json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (plan.is_discarded()) return Error::infra(path + ": not valid JSON; the file is damaged");

@@ -50,6 +50,13 @@ Result<PlanRecord> parse_plan_record(nlohmann::json plan, int generation, const 
 /// plan-<gen>.json").
 Result<PlanRecord> read_plan_record(const RunDirectory& run, int generation);
 
+/// Largest plan-<gen>.json read back (by status, resume and report): a plan is about 100 bytes
+/// per rank, 50 MiB for half a million ranks.
+inline constexpr size_t kMaxPlanFileBytes = size_t{256} << 20;
+
+/// A plan file's text: read_regular_file without following a link, at most kMaxPlanFileBytes.
+Result<std::string> read_plan_text(const std::string& path);
+
 /// True when both plans put the same ranks with the same coordinates on the same hosts, with
 /// the same sizes, batch, exclusions and spares.
 bool same_layout(const PlanRecord& a, const PlanRecord& b);

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "launcher/base/fd.h"
+#include "launcher/base/regular_file.h"
 #include "launcher/runlog/json_access.h"
 
 namespace dtrain {
@@ -31,7 +32,8 @@ Result<nlohmann::json> read_state_file(const std::string& path) {
   if (::access(path.c_str(), F_OK) != 0 && errno == ENOENT) {
     return Error::infra(path + ": no state yet (the supervisor writes it once the run starts)");
   }
-  Result<std::string> text = read_file(path);
+  Result<std::string> text = read_regular_file(path, kMaxStateFileBytes, FollowLinks::kNo,
+                                              "state.json is written by dtrain and far smaller; restore the run's own");
   if (!text) return text.error();
   nlohmann::json state = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (state.is_discarded() || !state.is_object()) {

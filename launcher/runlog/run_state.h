@@ -51,8 +51,14 @@ bool is_terminal_state(std::string_view state);
 Status write_state(const RunDirectory& run, const nlohmann::json& state);
 Status write_state_file(const std::string& path, const nlohmann::json& state);
 
+/// Largest state.json read_state_file() reads: the supervisor's snapshot is a few kB per host,
+/// megabytes for the largest runs; a file far past that was not written by dtrain.
+inline constexpr size_t kMaxStateFileBytes = size_t{256} << 20;
+
 /// Reads and checks state.json: must be a JSON object with "version" 1 (a newer version is an
-/// error that says to upgrade dtrain). Missing file, bad JSON: errors naming the path.
+/// error that says to upgrade dtrain). Missing file, bad JSON: errors naming the path. Read with
+/// read_regular_file: a symbolic link, a FIFO or a device there, or a file over
+/// kMaxStateFileBytes, is an error naming it, never followed, waited on or read.
 Result<nlohmann::json> read_state(const RunDirectory& run);
 Result<nlohmann::json> read_state_file(const std::string& path);
 

@@ -149,6 +149,9 @@ struct CheckpointSettings {
   /// Inside a Slurm allocation: ask every worker for a checkpoint (ckpt.request) this long
   /// before the job's time limit. 0: only when Slurm signals USR1 (sbatch --signal=B:USR1@T).
   Millis before_walltime{0};
+  /// Permission bits of every shard and manifest (the worker gets them as DTRAIN_CKPT_FILE_MODE):
+  /// owner-only unless the spec asks for a group-readable mode such as 0640.
+  int file_mode = 0600;
 
   bool operator==(const CheckpointSettings&) const = default;
 };

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "launcher/base/regular_file.h"
 #include "launcher/base/strings.h"
 
 namespace dtrain::spec {
@@ -275,27 +276,10 @@ std::string resolve_path(const std::string& base_dir, const std::string& path) {
 }
 
 Result<std::string> read_text_file(const std::string& path) {
-  std::error_code error;
-  std::filesystem::file_status status = std::filesystem::status(path, error);
-  if (std::filesystem::is_directory(status)) return Error::user(single_quoted(path) + " is a directory, not a file");
-  // A device (/dev/zero, /dev/urandom) would be read until memory runs out; a pipe (a shell's
-  // <(...)) is fine, within the size limit like any file.
-  if (std::filesystem::is_character_file(status) || std::filesystem::is_block_file(status)) {
-    return Error::user(single_quoted(path) + " is a device, not a file");
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Error::user("cannot read " + single_quoted(path) + ": " + std::strerror(errno));
-  std::string text;
-  char buffer[65536];
-  while (in.read(buffer, sizeof buffer) || in.gcount() > 0) {
-    text.append(buffer, static_cast<size_t>(in.gcount()));
-    if (text.size() > kMaxTextFileBytes) {
-      return Error::user(single_quoted(path) + " is larger than " + std::to_string(kMaxTextFileBytes >> 20) +
-                         " MiB; a job spec, hostfile or env_file is far smaller (is it the right file?)");
-    }
-  }
-  if (in.bad()) return Error::user("cannot read " + single_quoted(path) + ": " + std::strerror(errno));
-  return text;
+  // The user's own file: a link they made is followed. A FIFO (a shell's <(...) too), a socket
+  // or a device is refused before anything waits on it or reads it without end.
+  return read_regular_file(path, kMaxTextFileBytes, FollowLinks::kYes,
+                           "a job spec, hostfile or env_file is far smaller (is it the right file?)");
 }
 
 }  // namespace dtrain::spec

@@ -98,8 +98,9 @@ void refuse_passwords(DiagnosticSink& sink, const YAML::Node& root);
 std::string resolve_path(const std::string& base_dir, const std::string& path);
 /// Largest spec, hostfile or env_file read_text_file() accepts.
 inline constexpr size_t kMaxTextFileBytes = 16 << 20;
-/// The whole file; a missing or unreadable file, a directory, a device or a file over
-/// kMaxTextFileBytes is a user error naming it and why.
+/// The whole file (read_regular_file, links followed: the path is the user's own); a missing or
+/// unreadable file, anything but a regular file (a FIFO, a socket, a device, a directory) or a
+/// file over kMaxTextFileBytes is a user error naming it and why, without waiting or reading.
 Result<std::string> read_text_file(const std::string& path);
 
 }  // namespace dtrain::spec

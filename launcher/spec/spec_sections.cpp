@@ -1,8 +1,12 @@
 #include "launcher/spec/spec_sections.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <charconv>
 #include <filesystem>
 
+#include "launcher/base/regular_file.h"
 #include "launcher/base/strings.h"
 #include "launcher/spec/hostlist.h"
 #include "launcher/spec/spec_hosts.h"
@@ -25,6 +29,20 @@ void read_label(DiagnosticSink& sink, const YAML::Node* node, const std::string&
     return;
   }
   out = *text;
+}
+
+// ssh -F reads the file itself, on this machine: a FIFO there would hold every connection
+// forever and a device would feed it without end, so anything but a regular file is refused now.
+// A missing file is left to ssh, which names it ("Can't open user config file"): a spec is
+// often validated on another machine than the one that runs it.
+void refuse_unusable_ssh_config(DiagnosticSink& sink, const YAML::Node& node, const std::string& key,
+                                const std::string& config) {
+  std::string path = expand_home(config);
+  struct stat info{};
+  if (::stat(path.c_str(), &info) != 0 && errno == ENOENT) return;
+  if (Result<UniqueFd> opened = open_regular_file(path, FollowLinks::kYes); !opened) {
+    sink.error(node, key, opened.error().message + "; ssh.config names the ssh_config file that ssh -F reads");
+  }
 }
 
 void read_ssh(DiagnosticSink& sink, const Section& root, SshSettings& ssh) {
@@ -52,6 +70,7 @@ void read_ssh(DiagnosticSink& sink, const Section& root, SshSettings& ssh) {
                  "ssh.config is read by the system's ssh only; add ssh.client: openssh (the built-in libssh2 client "
                  "reads no ssh_config)");
     }
+    refuse_unusable_ssh_config(sink, *s.get("config"), s.path("config"), ssh.config);
   }
 }
 
@@ -209,14 +228,30 @@ void read_heartbeat(DiagnosticSink& sink, const Section& root, HeartbeatSettings
   }
 }
 
+// checkpoint.file_mode: octal text ("0640"; YAML's unquoted 0640 reads the same). Owner read-write
+// is needed to write and prune; execute bits and world write make no sense for a data file.
+void read_file_mode(DiagnosticSink& sink, const YAML::Node* node, const std::string& key, int& mode) {
+  auto text = read_string(sink, node, key);
+  if (!text) return;
+  std::optional<int> value = parse_data_file_mode(*text);
+  if (!value) {
+    sink.error(*node, key, single_quoted(*text) + " is not a file mode dtrain writes checkpoints with; use octal with "
+                               "owner read-write, no execute bit and no write for others: \"0600\" (the default) or "
+                               "\"0640\" (group may read)");
+    return;
+  }
+  mode = *value;
+}
+
 void read_checkpoint(DiagnosticSink& sink, const Section& root, CheckpointSettings& checkpoint) {
-  Section c(sink, root.get("checkpoint"), "checkpoint", {"dir", "interval_steps", "keep", "before_walltime"});
+  Section c(sink, root.get("checkpoint"), "checkpoint", {"dir", "interval_steps", "keep", "before_walltime", "file_mode"});
   if (auto v = read_string(sink, c.get("dir"), c.path("dir"))) checkpoint.dir = *v;
   if (auto v = read_int(sink, c.get("interval_steps"), c.path("interval_steps"), 0, INT_MAX)) checkpoint.interval_steps = *v;
   if (auto v = read_int(sink, c.get("keep"), c.path("keep"), 1, kMaxCount)) checkpoint.keep = *v;
   if (auto v = read_duration(sink, c.get("before_walltime"), c.path("before_walltime"), Millis(0))) {
     checkpoint.before_walltime = *v;
   }
+  read_file_mode(sink, c.get("file_mode"), c.path("file_mode"), checkpoint.file_mode);
 }
 
 // metrics.listen: the one listener dtrain may open (DESIGN.md §6), so loopback only.

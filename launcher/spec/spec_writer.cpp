@@ -3,6 +3,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cstdio>
+
 #include <algorithm>
 #include <cstdio>
 
@@ -163,6 +165,11 @@ std::string to_yaml(const JobSpec& spec) {
   string_value(out, "dir", spec.checkpoint.dir);
   out << YAML::Key << "interval_steps" << YAML::Value << spec.checkpoint.interval_steps;
   out << YAML::Key << "keep" << YAML::Value << spec.checkpoint.keep;
+  if (spec.checkpoint.file_mode != 0600) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(spec.checkpoint.file_mode));
+    string_value(out, "file_mode", mode);
+  }
   if (spec.checkpoint.before_walltime.count() > 0) {
     duration_value(out, "before_walltime", spec.checkpoint.before_walltime);
   }

@@ -12,6 +12,7 @@
 
 #include "launcher/base/clock.h"
 #include "launcher/base/fd.h"
+#include "launcher/base/regular_file.h"
 #include "launcher/base/strings.h"
 #include "launcher/base/version.h"
 
@@ -23,16 +24,6 @@ constexpr size_t kStderrKept = 4096;
 /// After stdout ended, how long an `ssh` that lingers (a ProxyJump child holding a pipe) may
 /// keep its exit status from us.
 constexpr int64_t kExitAfterEofMs = 1000;
-
-std::string expand_home(const std::string& path) {
-  if (path != "~" && !starts_with(path, "~/")) return path;
-  const char* home = std::getenv("HOME");
-  std::string base = home && *home ? home : "";
-  if (base.empty()) {
-    if (const passwd* entry = ::getpwuid(::geteuid())) base = entry->pw_dir;
-  }
-  return base + path.substr(1);
-}
 
 /// An ssh_config value: quoted when it holds blanks (ssh splits option values on them).
 std::string config_value(const std::string& value) {

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "launcher/base/fd.h"
+#include "launcher/base/regular_file.h"
 #include "launcher/base/strings.h"
 #include "launcher/transport/ssh_digest.h"
 
@@ -47,7 +48,8 @@ void parse_openssh_body(const std::string& base64_body, IdentityFile& identity) 
 IdentityFile inspect_identity_file(const std::string& path) {
   IdentityFile identity;
   identity.path = path;
-  auto text = read_file(path);
+  // A private key is a few kB; a FIFO or a device named as one must not stall the connect.
+  auto text = read_regular_file(path, size_t{1} << 20, FollowLinks::kYes, "a private key is a few kB");
   if (!text) {
     identity.error = text.error().message;
     return identity;

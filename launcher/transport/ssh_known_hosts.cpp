@@ -9,11 +9,15 @@
 #include <cerrno>
 
 #include "launcher/base/fd.h"
+#include "launcher/base/regular_file.h"
 #include "launcher/base/strings.h"
 #include "launcher/transport/ssh_digest.h"
 
 namespace dtrain::transport {
 namespace {
+
+/// A known_hosts of 64 MiB holds some 100,000 host keys: far beyond any site.
+constexpr size_t kMaxKnownHostsBytes = size_t{64} << 20;
 
 std::string lowercase(std::string_view text) {
   std::string lower(text);
@@ -135,8 +139,10 @@ KnownHostsFile parse_known_hosts(std::string_view text, const std::string& path)
 
 Result<KnownHostsFile> read_known_hosts(const std::string& path) {
   if (::access(path.c_str(), F_OK) != 0 && errno == ENOENT) return KnownHostsFile{path, {}, {}};
-  Result<std::string> text = read_file(path);
-  if (!text) return Error::user(path + ": cannot read known_hosts: " + text.error().message);
+  // A FIFO or a device here would stall every connection: refused at once (read_regular_file).
+  Result<std::string> text = read_regular_file(path, kMaxKnownHostsBytes, FollowLinks::kYes,
+                                               "a known_hosts file is far smaller (is it the right file?)");
+  if (!text) return Error::user("ssh.known_hosts: " + text.error().message);
   return parse_known_hosts(*text, path);
 }
 

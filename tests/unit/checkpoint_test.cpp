@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -303,6 +304,58 @@ TEST_CASE("checkpoint: a save that fails mid-write (as on a full disk) leaves no
   CHECK_FALSE(fs::exists(scratch.path + "/step-20/MANIFEST.json"));
   CHECK(*latest_complete(scratch.path).latest == 10);
   CHECK(read_shard(scratch.path, 10, 0, 0).value() == "state at step 10");
+}
+
+/// Permission bits of `path` (not followed).
+unsigned mode_of(const std::string& path) {
+  struct stat info{};
+  REQUIRE(::lstat(path.c_str(), &info) == 0);
+  REQUIRE(S_ISREG(info.st_mode));
+  return info.st_mode & 07777;
+}
+
+TEST_CASE("checkpoint: shards and manifests are 0600, or exactly checkpoint.file_mode (0640) whatever the umask") {
+  ScratchDir scratch;
+  mode_t old_umask = ::umask(022);
+  Status saved = save_steps(scratch.path, {10});
+  ::umask(old_umask);
+  REQUIRE(saved.ok());
+  CHECK(mode_of(shard_path(scratch.path, 10)) == 0600);
+  CHECK(mode_of(scratch.path + "/step-10/MANIFEST.json") == 0600);
+
+  old_umask = ::umask(077);  // the key is the user's explicit choice: the umask does not narrow it
+  Settings settings;
+  settings.generation = 1;
+  settings.ckpt_file_mode = 0640;
+  auto worker = Worker::standalone(settings);
+  Checkpointer checkpointer(*worker, checkpoint_options([&] {
+                              Settings with_dir = settings;
+                              with_dir.ckpt_dir = scratch.path;
+                              return with_dir;
+                            }()));
+  saved = checkpointer.save(20, "state at step 20");
+  ::umask(old_umask);
+  REQUIRE(saved.ok());
+  CHECK(mode_of(shard_path(scratch.path, 20)) == 0640);
+  CHECK(mode_of(scratch.path + "/step-20/MANIFEST.json") == 0640);
+}
+
+TEST_CASE("checkpoint: a link planted at the old predictable temp name is not followed, its target untouched") {
+  ScratchDir scratch;
+  std::string victim = scratch.path + "/victim";
+  std::ofstream(victim) << "untouched\n";
+  fs::create_directories(scratch.path + "/step-10");
+  // The names every earlier dtrain used: "<step dir>/.<name>.tmp.<pid>".
+  std::string pid = std::to_string(::getpid());
+  for (const std::string& name : {std::string("shard-tp0-pp0.bin"), std::string("MANIFEST.json")}) {
+    fs::create_symlink(victim, scratch.path + "/step-10/." + name + ".tmp." + pid);
+  }
+  REQUIRE(save_steps(scratch.path, {10}).ok());
+  std::ifstream in(victim);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(text == "untouched\n");
+  CHECK(read_shard(scratch.path, 10, 0, 0).value() == "state at step 10");
+  CHECK(fs::is_symlink(scratch.path + "/step-10/.shard-tp0-pp0.bin.tmp." + pid));  // left alone, not ours
 }
 
 TEST_CASE("checkpoint: a large shard (written in pieces while checksummed) restores bit for bit and its CRC is the portable one") {

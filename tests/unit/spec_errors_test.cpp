@@ -296,7 +296,7 @@ TEST_CASE("control bytes in a value are shown escaped, so the message is never c
 }
 
 TEST_CASE("an env_file or spec that is a device or too large is refused, never read without end") {
-  CHECK(contains(only_error(load_job_spec("/dev/zero")), "'/dev/zero' is a device, not a file"));
+  CHECK(contains(only_error(load_job_spec("/dev/zero")), "'/dev/zero' is a character device, not a regular file"));
   TempDir dir;
   std::string big = dir.path + "/big.yaml";
   {
@@ -304,8 +304,9 @@ TEST_CASE("an env_file or spec that is a device or too large is refused, never r
     std::string line(1 << 20, '#');
     for (int i = 0; i < 17; ++i) out << line << "\n";
   }
-  CHECK(contains(only_error(load_job_spec(big)), "is larger than 16 MiB"));
-  CHECK(contains(only_error("version: 1\nworker:\n  command: [x]\n  env_file: /dev/zero\n"), "is a device, not a file"));
+  CHECK(contains(only_error(load_job_spec(big)), "MiB, over the 16 MiB limit; a job spec, hostfile or env_file is far smaller"));
+  CHECK(contains(only_error("version: 1\nworker:\n  command: [x]\n  env_file: /dev/zero\n"),
+                 "'/dev/zero' is a character device, not a regular file"));
 }
 
 TEST_CASE("a DEL byte in a value (a YAML escape or --set) is refused: spec.yaml could not be read back") {
@@ -313,4 +314,24 @@ TEST_CASE("a DEL byte in a value (a YAML escape or --set) is refused: spec.yaml 
   CHECK(contains(only_error("version: 1\n" + kWorker, {{"worker.command", "[py\x7fthon3, x.py]"}}),
                  "holds the control byte 0x7f (DEL)"));
   CHECK(contains(only_error("version: 1\n" + kWorker + "  env: {A: \"x\\x7f\"}\n"), "worker.env.A"));
+}
+
+TEST_CASE("checkpoint.file_mode: 0600 by default, 0640 read back through spec.yaml, modes with others' write or exec refused") {
+  LoadResult plain = parse("version: 1\n" + kWorker);
+  REQUIRE(plain.spec.has_value());
+  CHECK(plain.spec->checkpoint.file_mode == 0600);
+  for (const std::string& written : {std::string("\"0640\""), std::string("0640"), std::string("'640'")}) {
+    CAPTURE(written);
+    LoadResult group = parse("version: 1\n" + kWorker + "checkpoint: {file_mode: " + written + "}\n");
+    REQUIRE(group.spec.has_value());
+    CHECK(group.spec->checkpoint.file_mode == 0640);
+    LoadResult again = parse_job_spec(to_yaml(*group.spec), "spec.yaml", ".", {});
+    REQUIRE(again.spec.has_value());
+    CHECK(again.spec->checkpoint.file_mode == 0640);
+  }
+  for (std::string bad : {"0777", "0400", "0646", "0x1a", "rw-r-----", "06400"}) {
+    CAPTURE(bad);
+    CHECK(contains(only_error("version: 1\n" + kWorker + "checkpoint: {file_mode: \"" + bad + "\"}\n"),
+                   "job.yaml:4:25: checkpoint.file_mode: '" + bad + "' is not a file mode dtrain writes checkpoints with"));
+  }
 }

@@ -49,6 +49,10 @@ inline constexpr const char* kGradAccum = "DTRAIN_GRAD_ACCUM";       ///< micro-
 inline constexpr const char* kCkptDir = "DTRAIN_CKPT_DIR";
 inline constexpr const char* kCkptInterval = "DTRAIN_CKPT_INTERVAL";  ///< steps between checkpoints
 inline constexpr const char* kCkptKeep = "DTRAIN_CKPT_KEEP";          ///< newest steps to keep
+/// Octal mode of checkpoint shards and manifests (spec checkpoint.file_mode): "0600" unless the
+/// spec asks for a group-readable one such as "0640". Set for every worker; a PyTorch script
+/// that saves its own checkpoints may apply it (os.chmod) too.
+inline constexpr const char* kCkptFileMode = "DTRAIN_CKPT_FILE_MODE";
 inline constexpr const char* kResumeStep = "DTRAIN_RESUME_STEP";      ///< -1: discover the latest yourself
 inline constexpr const char* kHeartbeatIntervalMs = "DTRAIN_HEARTBEAT_INTERVAL_MS";
 

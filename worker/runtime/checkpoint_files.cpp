@@ -1,6 +1,7 @@
 #include "worker/runtime/checkpoint_files.h"
 
 #include <fcntl.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -109,12 +110,37 @@ Status write_payload_at(int fd, const std::string& path, const char* data, size_
   return {};
 }
 
+/// 16 hex digits from getrandom(): a temp name nobody can pre-create or plant a link at.
+std::string unpredictable_suffix() {
+  unsigned char bytes[8] = {};
+  size_t filled = 0;
+  while (filled < sizeof bytes) {
+    ssize_t got = ::getrandom(bytes + filled, sizeof bytes - filled, 0);
+    if (got > 0) {
+      filled += static_cast<size_t>(got);
+    } else if (got < 0 && errno != EINTR) {
+      // No getrandom: the clock and the pid; O_EXCL still refuses a name that was taken.
+      uint64_t fallback = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+                          (static_cast<uint64_t>(::getpid()) << 40);
+      std::memcpy(bytes, &fallback, sizeof bytes);
+      break;
+    }
+  }
+  std::string text;
+  for (unsigned char byte : bytes) text += hex32(byte).substr(6);
+  return text;
+}
+
 /// Writes a file under `dir_path` as temp name → `fill` → fsync → rename → fsync the directory,
-/// so that readers see all of the file or none; on any failure the temp file is removed.
-Status write_durably(const std::string& dir_path, const std::string& name,
+/// so that readers see all of the file or none; on any failure the temp file is removed. The
+/// temp file is created O_EXCL | O_NOFOLLOW under an unpredictable name (as the launcher's
+/// write_file_atomic; the worker does not link launcher/base, DESIGN.md §2): a checkpoint
+/// directory may be shared, and a fixed ".tmp.<pid>" name could be pre-created or planted as a
+/// link by another user. The file gets exactly `mode` (0600 unless checkpoint.file_mode says).
+Status write_durably(const std::string& dir_path, const std::string& name, int mode,
                      const std::function<Status(int fd, const std::string& temp)>& fill) {
   std::string final_path = dir_path + "/" + name;
-  std::string temp = dir_path + "/." + name + ".tmp." + std::to_string(::getpid());
+  std::string temp;
   // A temp file left by a failed save (full disk) would hold space that the next save needs
   // and would never be pruned: remove it on every failure path.
   auto failed = [&temp](Error error) {
@@ -122,8 +148,16 @@ Status write_durably(const std::string& dir_path, const std::string& name,
     return Status(std::move(error));
   };
   {
-    Fd file(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    int created = -1;
+    // EEXIST three times from 64 random bits is not chance: give up and report it.
+    for (int attempt = 0; created < 0 && attempt < 3; ++attempt) {
+      temp = dir_path + "/." + name + ".tmp." + unpredictable_suffix();
+      created = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+      if (created < 0 && errno != EEXIST) break;
+    }
+    Fd file(created);
     if (file.fd < 0) return Error{temp + ": " + errno_text(errno)};
+    if (::fchmod(file.fd, static_cast<mode_t>(mode)) != 0) return failed(write_error(temp, "chmod", errno).error());
     if (Status filled = fill(file.fd, temp); !filled) return failed(filled.error());
     if (::fsync(file.fd) != 0) return failed(write_error(temp, "fsync", errno).error());
     int fd = std::exchange(file.fd, -1);
@@ -257,7 +291,8 @@ Status make_dirs(const std::string& path) {
   return {};
 }
 
-Result<ShardRecord> write_shard(const std::string& dir, const ShardHeader& header, const std::string& payload) {
+Result<ShardRecord> write_shard(const std::string& dir, const ShardHeader& header, const std::string& payload,
+                                int file_mode) {
   std::string directory = step_dir(dir, header.step);
   Result<std::vector<fs::path>> created = create_dirs(directory);
   if (!created) return created.error();
@@ -275,7 +310,7 @@ Result<ShardRecord> write_shard(const std::string& dir, const ShardHeader& heade
   ShardHeader complete = header;
   complete.payload_size = payload.size();
   std::string name = shard_name(header.tp_rank, header.pp_rank);
-  Status written = write_durably(directory, name, [&](int fd, const std::string& temp) {
+  Status written = write_durably(directory, name, file_mode, [&](int fd, const std::string& temp) {
     return fill_shard(fd, temp, complete, payload);
   });
   if (parents_synced.valid()) parents_synced.get();
@@ -285,7 +320,7 @@ Result<ShardRecord> write_shard(const std::string& dir, const ShardHeader& heade
 }
 
 Status write_manifest(const std::string& dir, int64_t step, int64_t generation, const Topology& topology,
-                      const std::vector<ShardRecord>& shards) {
+                      const std::vector<ShardRecord>& shards, int file_mode) {
   json records = json::array();
   for (const ShardRecord& shard : shards) {
     records.push_back({{"file", shard_name(shard.tp_rank, shard.pp_rank)},
@@ -305,7 +340,7 @@ Status write_manifest(const std::string& dir, int64_t step, int64_t generation, 
                 {"time", utc_now()},
                 {"shards", records}};
   std::string text = manifest.dump(2) + "\n";
-  return write_durably(step_dir(dir, step), kManifestName, [&text](int fd, const std::string& temp) {
+  return write_durably(step_dir(dir, step), kManifestName, file_mode, [&text](int fd, const std::string& temp) {
     return pwrite_all(fd, temp, text.data(), text.size(), 0);
   });
 }

@@ -50,13 +50,16 @@ Result<ShardHeader> decode_header(const std::string& bytes);
 /// mkdir -p for the checkpoint directory and step directory, fsyncing each created parent.
 Status make_dirs(const std::string& path);
 
-/// Writes header+payload as `<step dir>/shard-tp<i>-pp<j>.bin`: temp name, fsync, rename,
-/// directory fsync; on any failure the temp file is removed. Returns the record for the manifest.
-Result<ShardRecord> write_shard(const std::string& dir, const ShardHeader& header, const std::string& payload);
+/// Writes header+payload as `<step dir>/shard-tp<i>-pp<j>.bin` with exactly `file_mode`: an
+/// unpredictable temp name created O_EXCL|O_NOFOLLOW, fsync, rename, directory fsync; on any
+/// failure the temp file is removed. Returns the record for the manifest.
+Result<ShardRecord> write_shard(const std::string& dir, const ShardHeader& header, const std::string& payload,
+                                int file_mode = 0600);
 
-/// Writes MANIFEST.json (atomically, durably) for a step whose shards are all in place.
+/// Writes MANIFEST.json (atomically, durably, as write_shard) for a step whose shards are all
+/// in place.
 Status write_manifest(const std::string& dir, int64_t step, int64_t generation, const Topology& topology,
-                      const std::vector<ShardRecord>& shards);
+                      const std::vector<ShardRecord>& shards, int file_mode = 0600);
 
 /// Step numbers of `dir`'s step-<N> directories, newest first.
 std::vector<int64_t> list_steps(const std::string& dir);

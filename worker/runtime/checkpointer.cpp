@@ -200,6 +200,7 @@ CheckpointOptions checkpoint_options(const Settings& settings) {
   options.dir = settings.ckpt_dir;
   options.keep = std::max(1, settings.ckpt_keep);
   options.fault_delay_ms = settings.fault_ckpt_delay_ms;
+  options.file_mode = settings.ckpt_file_mode;
   return options;
 }
 
@@ -271,7 +272,7 @@ Status Checkpointer::save_now(int64_t step, const std::string& payload) {
     header.generation = worker_.settings().generation;
     header.tp_rank = topology.tp_rank;
     header.pp_rank = topology.pp_rank;
-    Result<ckpt::ShardRecord> record = ckpt::write_shard(options_.dir, header, payload);
+    Result<ckpt::ShardRecord> record = ckpt::write_shard(options_.dir, header, payload, options_.file_mode);
     json note = record ? json{{"bytes", record->bytes}, {"crc32c", ckpt::hex32(record->payload_crc)}}
                        : json{{"error", record.error().message}};
     // Publish even a failure, so that rank 0 reports it instead of waiting out its timeout.
@@ -319,7 +320,8 @@ Status Checkpointer::commit_manifest(int64_t step, int64_t started_ms) {
     std::fprintf(stderr, "dtrain: %s not committed: %s; no MANIFEST.json written\n", where.c_str(), why.c_str());
     return Error{where + ": not committed: " + why};
   }
-  if (Status written = ckpt::write_manifest(options_.dir, step, worker_.settings().generation, topology, shards);
+  if (Status written = ckpt::write_manifest(options_.dir, step, worker_.settings().generation, topology, shards,
+                                               options_.file_mode);
       !written) {
     return Error{where + ": " + written.error().message};
   }

@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <tuple>
 #include <unistd.h>
 
@@ -44,6 +46,17 @@ Result<int64_t> env_int(const char* name, int64_t fallback, int64_t min_value) {
 std::string env_text(const char* name) {
   const char* text = std::getenv(name);
   return text == nullptr ? "" : text;
+}
+
+/// DTRAIN_CKPT_FILE_MODE's value: unset or empty is 0600; else 3-4 octal digits with owner
+/// read-write and no execute bit, no write for others (the launcher's spec check is the same).
+std::optional<int> checkpoint_file_mode(const std::string& text) {
+  if (text.empty()) return 0600;
+  if (text.size() < 3 || text.size() > 4 || text.find_first_not_of("01234567") != std::string::npos) return std::nullopt;
+  int mode = 0;
+  for (char digit : text) mode = mode * 8 + (digit - '0');
+  if ((mode & ~0666) != 0 || (mode & 0600) != 0600 || (mode & 0002) != 0) return std::nullopt;
+  return mode;
 }
 
 /// Reads every contract variable into `topology` and `settings`.
@@ -91,6 +104,13 @@ Status read_contract(Topology& topology, Settings& settings) {
   settings.ckpt_dir = env_text(env::kCkptDir);
   settings.ckpt_interval = static_cast<int>(read(env::kCkptInterval, 0, 0));
   settings.ckpt_keep = static_cast<int>(read(env::kCkptKeep, 3, 1));
+  if (std::optional<int> mode = checkpoint_file_mode(env_text(env::kCkptFileMode))) {
+    settings.ckpt_file_mode = *mode;
+  } else if (status.ok()) {
+    status = Error{std::string(env::kCkptFileMode) + "='" + env_text(env::kCkptFileMode) +
+                   "' is not a checkpoint file mode; use octal such as 0600 or 0640 (owner read-write, no write "
+                   "or execute for others)"};
+  }
   settings.resume_step = read(env::kResumeStep, -1, -1);
   settings.heartbeat_interval_ms = static_cast<int>(read(env::kHeartbeatIntervalMs, 1000, 0));
   settings.fault_ckpt_delay_ms = static_cast<int>(read(env::kFaultCkptDelayMs, 0, 0));

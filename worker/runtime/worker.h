@@ -92,6 +92,7 @@ struct Settings {
   std::string ckpt_dir;           ///< DTRAIN_CKPT_DIR; "" = no checkpoints
   int ckpt_interval = 0;          ///< DTRAIN_CKPT_INTERVAL; 0 = no checkpoints
   int ckpt_keep = 3;              ///< DTRAIN_CKPT_KEEP
+  int ckpt_file_mode = 0600;      ///< DTRAIN_CKPT_FILE_MODE (octal text); owner-only by default
   int64_t resume_step = -1;       ///< DTRAIN_RESUME_STEP; -1 = the latest complete one
   int heartbeat_interval_ms = 1000;  ///< DTRAIN_HEARTBEAT_INTERVAL_MS
   int fault_ckpt_delay_ms = 0;    ///< DTRAIN_FAULT_CKPT_DELAY_MS: sleep before writing shards
@@ -386,10 +387,11 @@ struct CheckpointOptions {
   int keep = 3;                ///< newest complete steps to keep (>= 1)
   bool async = false;          ///< write in the background; the next save() waits for it
   int fault_delay_ms = 0;      ///< sleep before writing shards (slow-storage drill)
+  int file_mode = 0600;        ///< shards and manifests, exactly (the umask does not narrow it)
   Millis handshake_timeout{std::chrono::minutes(5)};  ///< rank 0 waiting for every shard
 };
 
-/// Options from the worker's settings (dir, keep, fault delay).
+/// Options from the worker's settings (dir, keep, file mode, fault delay).
 CheckpointOptions checkpoint_options(const Settings& settings);
 
 /// Writes and restores checkpoints exactly as DESIGN.md §3 says: one shard per (tp, pp)
