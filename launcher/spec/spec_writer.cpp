@@ -3,8 +3,6 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include <cstdio>
-
 #include <algorithm>
 #include <cstdio>
 
