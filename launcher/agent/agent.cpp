@@ -539,6 +539,11 @@ void Agent::on_config(const json& message) {
              {"agent_time_ms", agent_time_ms()},
              {"socket", sockets_->path()},
              {"facts", std::move(facts)}});
+  // Said once, after hello (the supervisor records it as agent.error): the run goes on.
+  if (std::string note = sockets_->runtime_dir_note(); !note.empty()) {
+    std::fprintf(stderr, "%s: warning: %s\n", who().c_str(), note.c_str());
+    send_error({{"message", note}, {"about", "runtime_dir"}});
+  }
   // The sampler starts after hello: facts ran nvidia-smi on this thread, unshared.
   sampler_ = std::make_unique<ResourceSampler>(HostSampler::Options{nvml_library_path(), kNvidiaSmiTimeoutMs},
                                                config.heartbeat_interval_ms);

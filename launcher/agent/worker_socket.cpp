@@ -9,7 +9,6 @@
 #include <cerrno>
 #include <cstdio>
 
-#include "launcher/agent/runtime_directory.h"
 #include "launcher/proto/worker_messages.h"
 #include "worker/contract/wire.h"
 
@@ -68,17 +67,22 @@ bool is_standby_hello(std::string_view line) {
 
 Result<std::unique_ptr<WorkerSocketServer>> WorkerSocketServer::open(
     const std::string& runtime_dir, const std::string& host, std::string log_prefix) {
-  // Only the run id comes from the supervisor; the base is ours (runtime_directory.h).
-  Result<RuntimeDirectory> directory = choose_runtime_directory(runtime_dir);
-  if (!directory) return directory.error();
-  std::string path = directory->path() + "/" + socket_file_name(host);
-  if (path.size() > kMaxSocketPath) {
+  // The supervisor's path, whole; checked (and replaced if refused) by open_runtime_directory.
+  std::string requested_path = runtime_dir + "/" + socket_file_name(host);
+  // Checked before anything is made; a fallback base is 7 bytes longer, checked again below.
+  auto too_long = [&](const std::string& path) {
     return Error::user("worker socket path '" + path + "' is " + std::to_string(path.size()) +
                        " bytes; a unix socket path must fit in " + std::to_string(kMaxSocketPath) +
-                       "; use a shorter host name, or give the agent a shorter XDG_RUNTIME_DIR "
-                       "(or none: then /tmp/dtrain-" + std::to_string(::geteuid()) + " is used)");
+                       "; use a shorter host name or DTRAIN_RUNTIME_BASE");
+  };
+  if (requested_path.size() > kMaxSocketPath) return too_long(requested_path);
+  Result<RuntimeDirectoryChoice> directory = open_runtime_directory(runtime_dir);
+  if (!directory) return directory.error();
+  std::string path = directory->directory.path() + "/" + socket_file_name(host);
+  if (path.size() > kMaxSocketPath) {
+    remove_runtime_directory(*directory);
+    return too_long(path);
   }
-  if (Status made = make_runtime_directory(*directory); !made) return made.error();
   if (Status claimed = claim_socket_path(path); !claimed) return claimed.error();
   UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!listener.valid()) return Error::infra("socket(AF_UNIX): " + errno_text(errno));
@@ -91,10 +95,15 @@ Result<std::unique_ptr<WorkerSocketServer>> WorkerSocketServer::open(
     return Error::infra("listen '" + path + "': " + errno_text(errno));
   }
   return std::unique_ptr<WorkerSocketServer>(new WorkerSocketServer(
-      directory->path(), path, std::move(listener), std::move(log_prefix)));
+      std::move(directory).value(), path, std::move(listener), std::move(log_prefix)));
 }
 
-WorkerSocketServer::WorkerSocketServer(std::string runtime_dir, std::string path,
+std::string WorkerSocketServer::runtime_dir_note() const {
+  if (!runtime_dir_.fell_back()) return "";
+  return runtime_dir_.refused + "; this run's worker socket is in '" + runtime_dir_.directory.path() + "' instead";
+}
+
+WorkerSocketServer::WorkerSocketServer(RuntimeDirectoryChoice runtime_dir, std::string path,
                                        UniqueFd listener, std::string log_prefix)
     : runtime_dir_(std::move(runtime_dir)),
       path_(std::move(path)),
@@ -105,7 +114,7 @@ WorkerSocketServer::~WorkerSocketServer() {
   connections_.clear();
   listener_.reset();
   ::unlink(path_.c_str());
-  ::rmdir(runtime_dir_.c_str());  // fails harmlessly while other agents' sockets are there
+  remove_runtime_directory(runtime_dir_);  // fails harmlessly while other sockets are there
 }
 
 std::vector<pollfd> WorkerSocketServer::poll_fds(bool accept_input) const {

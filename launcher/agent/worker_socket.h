@@ -19,6 +19,7 @@
 
 #include "launcher/base/fd.h"
 #include "launcher/base/result.h"
+#include "launcher/base/runtime_directory.h"
 
 namespace dtrain::agent {
 
@@ -39,11 +40,10 @@ using WorkerProblemSink = std::function<void(const WorkerLineProblem&)>;
 
 class WorkerSocketServer {
  public:
-  /// Takes the run id from the supervisor's `runtime_dir` (its last component), makes this
-  /// agent's own `<base>/<run id>` (runtime_directory.h: base from our uid, every component
-  /// checked) and listens on `<base>/<run id>/<host>.sock`. Errors name the path and the fix
-  /// (a path over 107 bytes, a socket in use by a live agent, a directory owned by someone
-  /// else, a symlink, group or other access).
+  /// Makes the supervisor's `runtime_dir` (base/runtime_directory.h: the whole path as given,
+  /// every component checked; a refused one replaced by a fresh private directory for this run)
+  /// and listens on `<dir>/<host>.sock`. Errors name the path and the fix (a bad run id, a path
+  /// over 107 bytes, a socket in use by a live agent, no private directory possible at all).
   static Result<std::unique_ptr<WorkerSocketServer>> open(const std::string& runtime_dir,
                                                           const std::string& host,
                                                           std::string log_prefix);
@@ -51,6 +51,9 @@ class WorkerSocketServer {
   ~WorkerSocketServer();
 
   const std::string& path() const { return path_; }
+  /// Why the supervisor's runtime_dir was not used (its owner, mode; and the path used instead),
+  /// to be said once; empty when it was used.
+  std::string runtime_dir_note() const;
 
   /// The listening socket and every connection; connections ask for input only when
   /// `accept_input` (the agent stops reading while its output backlog is large).
@@ -99,7 +102,7 @@ class WorkerSocketServer {
     uint64_t serial = 0;  // newer connections win when two claim the same (gen, rank)
   };
 
-  WorkerSocketServer(std::string runtime_dir, std::string path, UniqueFd listener,
+  WorkerSocketServer(RuntimeDirectoryChoice runtime_dir, std::string path, UniqueFd listener,
                      std::string log_prefix);
   void accept_all();
   void read_from(Connection& connection, const WorkerMessageSink& sink, const WorkerProblemSink& problems);
@@ -117,7 +120,7 @@ class WorkerSocketServer {
   static bool is_standby_of(const Connection& connection, pid_t standby);
   Connection* standby_connection(pid_t standby);
 
-  std::string runtime_dir_;
+  RuntimeDirectoryChoice runtime_dir_;
   std::string path_;
   UniqueFd listener_;
   std::string log_prefix_;

@@ -21,6 +21,7 @@ inline constexpr const char* kRunFinished = "run.finished";
 inline constexpr const char* kRunlogDropped = "runlog.dropped";
 // ---- hosts
 inline constexpr const char* kSshInsecure = "ssh.insecure";
+inline constexpr const char* kRuntimeDirFallback = "runtime_dir.fallback";
 inline constexpr const char* kHostConnected = "host.connected";
 inline constexpr const char* kHostFacts = "host.facts";
 inline constexpr const char* kHostFailed = "host.failed";
@@ -86,6 +87,7 @@ inline const std::vector<EventType>& catalogue() {
       {kRunFinished, "the end: state, exit code, restarts, incidents, root cause", {"state", "exit_code", "restarts", "generations", "duration_ms"}},
       {kRunlogDropped, "run-log writes (rank output, metrics, events) dropped while the run directory's file system fell behind: counted by kind, first and last", {"bytes", "writes", "detail", "kinds", "first_ts", "last_ts"}},
       {kSshInsecure, "host keys are not checked (ssh.host_key_policy insecure)", {"detail"}},
+      {kRuntimeDirFallback, "the supervisor's runtime directory was refused (another owner, a link, open to others): the run uses a fresh private one", {"path", "refused"}},
       {kHostConnected, "a host's agent said hello", {"host", "agent_pid", "version", "clock_offset_ms"}},
       {kHostFacts, "what the agent found on its host (CPUs, memory, GPUs)", {"host"}},
       {kHostFailed, "no agent could be started on a host", {"host", "error"}},

@@ -65,6 +65,7 @@ json RunlogDropped::to_json() const {
 
 // ---- hosts
 
+json RuntimeDirFallback::to_json() const { return named(name, {{"path", path}, {"refused", refused}}); }
 json SshInsecure::to_json() const { return named(name, {{"detail", detail}}); }
 
 json HostConnected::to_json() const {

@@ -94,6 +94,14 @@ struct RunlogDropped {
 
 // ---- hosts
 
+/// The runtime directory asked for (/tmp/dtrain-<uid>/<id>) was refused; `path` is used instead.
+struct RuntimeDirFallback {
+  static constexpr const char* name = kRuntimeDirFallback;
+  std::string path{};
+  std::string refused{};
+  nlohmann::json to_json() const;
+};
+
 struct SshInsecure {
   static constexpr const char* name = kSshInsecure;
   std::string detail{};

@@ -10,13 +10,15 @@
 //            supervisor_time_ms, batch_beats?}
 //           batch_beats (default false): see beat.worker_beats; an agent that does not know it
 //           ignores it and forwards every beat, which the supervisor reads just as well.
-//           runtime_dir: names the run's worker-socket directory, e.g. /tmp/dtrain-0/3fa2c1d0;
-//           the agent takes only its last component (the run's short id, [A-Za-z0-9._-], at
-//           most 64 bytes) and derives the base itself from its own uid: $XDG_RUNTIME_DIR/dtrain
-//           when that is a private directory, else /tmp/dtrain-<agent's euid>. Each component
-//           must be ours, mode 0700 and not a symlink, or the agent refuses (error
-//           {about:"config"}, exit 3): another user's directory could hold a planted socket.
-//           hello.socket reports the path it chose.
+//           runtime_dir: the run's worker-socket directory, whole, e.g. /tmp/dtrain-0/3fa2c1d0
+//           (last component: the run's short id, [A-Za-z0-9._-], at most 64 bytes). The agent
+//           uses that path (never one derived from a uid) if each component is ours, mode 0700
+//           and not a symlink (another user's directory could hold a planted socket); if not,
+//           it makes a fresh private one (mkdtemp, `<base>-XXXXXX` or /tmp/dtrain-<euid>-XXXXXX)
+//           and says so once after hello: error {about:"runtime_dir", message naming the refused
+//           directory, its owner and the path used}; the run goes on. hello.socket reports the
+//           path it chose. Only a bad run id or no private directory at all is error
+//           {about:"config"} and exit 3.
 //   spawn   {gen, argv:[..], workdir, env:{K:V} (common to all), workers:[{rank, local_rank,
 //            env:{K:V}}], log_tail_lines, instrument?}
 //           The agent adds DTRAIN_AGENT_SOCKET itself, and TORCHELASTIC_ERROR_FILE (per rank, in
@@ -124,7 +126,8 @@
 //   released.remaining_pids only when remaining > 0 (processes stuck in the kernel: KILL did
 //                           not end them within 10 s)
 //   error.about, error.id, error.gen, error.rank
-//                           which request failed ("to_worker", "reserve_port", "config");
+//                           which request failed ("to_worker", "reserve_port", "config",
+//                           "runtime_dir": a warning, the agent goes on);
 //                           an error without "about" is a protocol error and the agent fences
 //   bye.killed              pids the fence signalled
 //

@@ -122,7 +122,7 @@ void RunDriver::start_agents() {
                 {"protocol", proto::kProtocolVersion},
                 {"run_id", run_.id()},
                 {"host", host.name},
-                {"runtime_dir", run_.runtime_dir()},
+                {"runtime_dir", runtime_dir_.directory.path()},
                 {"heartbeat_interval_ms", spec_.heartbeat.interval.count()},
                 {"heartbeat_timeout_ms", spec_.heartbeat.timeout.count()},
                 {"supervisor_time_ms", clock_.wall_ms()},
@@ -255,13 +255,23 @@ int RunDriver::run() {
     return to_int(ExitCode::infra);
   }
   install_signal_handlers();
-  if (Result<std::string> made = run_.create_runtime_dir(); !made) {
-    std::fprintf(stderr, "dtrain: %s\n", made.error().message.c_str());
+  Result<RuntimeDirectoryChoice> runtime_dir = run_.create_runtime_dir();
+  if (!runtime_dir) {
+    std::fprintf(stderr, "dtrain: %s\n", runtime_dir.error().message.c_str());
     return to_int(ExitCode::infra);
   }
-  if (Result<ControlSocket> control = ControlSocket::open(run_.runtime_dir() + "/ctl.sock")) {
+  runtime_dir_ = std::move(runtime_dir).value();
+  if (runtime_dir_.fell_back()) {
+    // Someone else's /tmp/dtrain-<uid> costs one warning, not the run.
+    std::string warning = runtime_dir_.refused + "; this run uses '" + runtime_dir_.directory.path() + "' instead";
+    log().warn("{}", warning);
+    recorder_.console_line("warning: " + warning);
+    record(events::RuntimeDirFallback{runtime_dir_.directory.path(), runtime_dir_.refused}.to_json());
+  }
+  std::string control_path = runtime_dir_.directory.path() + "/ctl.sock";
+  if (Result<ControlSocket> control = ControlSocket::open(control_path)) {
     control_.emplace(std::move(control).value());
-    if (Status linked = run_.link_control_socket(run_.runtime_dir() + "/ctl.sock"); !linked) {
+    if (Status linked = run_.link_control_socket(control_path); !linked) {
       log().warn("ctl.sock link: {}", linked.error().message);
     }
   } else {
@@ -369,7 +379,7 @@ int RunDriver::run() {
   recorder_.flush();
   run_.unlink_control_socket();
   control_.reset();
-  ::rmdir(run_.runtime_dir().c_str());
+  remove_runtime_directory(runtime_dir_);
   g_signal_pipe_write = -1;
   return to_int(finish.exit_code);
 }

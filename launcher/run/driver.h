@@ -189,6 +189,9 @@ class RunDriver {
   supervisor::Supervisor supervisor_;
   store::KvStore store_;
   std::optional<ControlSocket> control_;
+  /// Where ctl.sock lives and what config.runtime_dir names: /tmp/dtrain-<uid>/<id>, or this
+  /// run's private fallback when that was refused (set by run()).
+  RuntimeDirectoryChoice runtime_dir_;
   AgentTransports transports_;
   std::map<std::string, std::unique_ptr<AgentLink>> links_;
   std::vector<RankMetrics> metrics_;

@@ -228,27 +228,9 @@ std::string RunDirectory::host_facts_path(std::string_view host) const {
   return hosts_dir() + "/" + safe + ".json";
 }
 
-std::string RunDirectory::runtime_dir() const {
-  return "/tmp/dtrain-" + std::to_string(::getuid()) + "/" + short_id(id_);
-}
+std::string RunDirectory::runtime_dir() const { return default_runtime_base() + "/" + short_id(id_); }
 
-Result<std::string> RunDirectory::create_runtime_dir() const {
-  std::string path = runtime_dir();
-  std::string parent = path.substr(0, path.rfind('/'));
-  for (const std::string& dir : {parent, path}) {
-    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
-      return Error::infra(dir + ": cannot create runtime directory: " + errno_text(errno));
-    }
-    struct stat info{};
-    if (::lstat(dir.c_str(), &info) != 0) return Error::infra(dir + ": " + errno_text(errno));
-    if (!S_ISDIR(info.st_mode) || info.st_uid != ::getuid() || (info.st_mode & 077) != 0) {
-      return Error::infra(dir + ": not a private directory of this user (owner uid " +
-                          std::to_string(info.st_uid) + ", mode " + std::to_string(info.st_mode & 07777) +
-                          "); remove it or ask its owner to");
-    }
-  }
-  return path;
-}
+Result<RuntimeDirectoryChoice> RunDirectory::create_runtime_dir() const { return open_runtime_directory(runtime_dir()); }
 
 Status RunDirectory::link_control_socket(const std::string& socket_path) const {
   std::string link = ctl_link_path();

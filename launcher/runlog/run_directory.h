@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "launcher/base/result.h"
+#include "launcher/base/runtime_directory.h"
 
 namespace dtrain {
 
@@ -90,12 +91,15 @@ class RunDirectory {
   std::string plan_path(int generation) const { return path_ + "/plan-" + std::to_string(generation) + ".json"; }
   /// The symlink in the run directory; its target is runtime_dir() + "/ctl.sock".
   std::string ctl_link_path() const { return path_ + "/ctl.sock"; }
-  /// "/tmp/dtrain-<uid>/<short_id>": short enough for socket paths. Not created here.
+  /// The runtime directory asked for: "<default_runtime_base()>/<short_id>", i.e.
+  /// /tmp/dtrain-<uid>/<short_id>, short enough for socket paths. Not created here.
   std::string runtime_dir() const;
 
-  /// Creates runtime_dir() (and /tmp/dtrain-<uid>) mode 0700 and checks that both are real
-  /// directories owned by this user, not links another user planted in /tmp. Returns its path.
-  Result<std::string> create_runtime_dir() const;
+  /// open_runtime_directory(runtime_dir()) (base/runtime_directory.h): makes it mode 0700 and
+  /// checks every component; if another user made /tmp/dtrain-<uid> (or it is a link, or open
+  /// to others), a fresh private directory for this run instead, with `refused` saying why.
+  /// The caller says so once and sends the path in use to every agent.
+  Result<RuntimeDirectoryChoice> create_runtime_dir() const;
 
   /// Points ctl.sock at `socket_path` (replacing a stale link); call once the socket listens.
   Status link_control_socket(const std::string& socket_path) const;

@@ -89,7 +89,7 @@ TEST_CASE("create makes the run directory and its parents private, with ranks/ a
   CHECK(run->rank_log_path(3) == run->path() + "/ranks/3.log");
   CHECK(run->host_facts_path("gpu/01") == run->path() + "/hosts/gpu_01.json");
   CHECK(run->plan_path(2) == run->path() + "/plan-2.json");
-  CHECK(run->runtime_dir() == "/tmp/dtrain-" + std::to_string(::getuid()) + "/" +
+  CHECK(run->runtime_dir() == "/tmp/dtrain-" + std::to_string(::geteuid()) + "/" +
                                   short_id("train-20261129-234102-1a2b"));
   CHECK(run->ctl_link_path().size() > 0);
   // A second create of the same id must not reuse another run's directory.
@@ -161,25 +161,32 @@ TEST_CASE("the runtime directory is private and ctl.sock links into it") {
   std::string id = "rt-" + std::to_string(::getpid()) + "-" + std::to_string(reinterpret_cast<uintptr_t>(&home));
   Result<RunDirectory> run = RunDirectory::create(id);
   REQUIRE(run.ok());
-  Result<std::string> runtime = run->create_runtime_dir();
+  Result<RuntimeDirectoryChoice> runtime = run->create_runtime_dir();
   REQUIRE(runtime.ok());
-  CHECK(*runtime == run->runtime_dir());
-  CHECK(mode_of(*runtime) == 0700);
+  CHECK_FALSE(runtime->fell_back());
+  std::string path = runtime->directory.path();
+  CHECK(path == run->runtime_dir());
+  CHECK(mode_of(path) == 0700);
   CHECK(run->create_runtime_dir().ok());  // idempotent
 
-  REQUIRE(run->link_control_socket(*runtime + "/ctl.sock").ok());
-  REQUIRE(run->link_control_socket(*runtime + "/ctl.sock").ok());  // replaces a stale link
+  REQUIRE(run->link_control_socket(path + "/ctl.sock").ok());
+  REQUIRE(run->link_control_socket(path + "/ctl.sock").ok());  // replaces a stale link
   char target[256] = {};
   REQUIRE(::readlink(run->ctl_link_path().c_str(), target, sizeof target - 1) > 0);
-  CHECK(std::string(target) == *runtime + "/ctl.sock");
+  CHECK(std::string(target) == path + "/ctl.sock");
   run->unlink_control_socket();
   CHECK(::access(run->ctl_link_path().c_str(), F_OK) != 0);
-  ::rmdir(runtime->c_str());
+  ::rmdir(path.c_str());
 
-  // Someone else's (here: a too-open) directory is refused rather than used.
-  REQUIRE(::mkdir(runtime->c_str(), 0777) == 0);
-  ::chmod(runtime->c_str(), 0777);
-  Result<std::string> open_dir = run->create_runtime_dir();
-  CHECK_FALSE(open_dir.ok());
-  ::rmdir(runtime->c_str());
+  // Someone else's (here: a too-open) directory is not used: a private one for this run instead.
+  REQUIRE(::mkdir(path.c_str(), 0777) == 0);
+  ::chmod(path.c_str(), 0777);
+  Result<RuntimeDirectoryChoice> fallback = run->create_runtime_dir();
+  REQUIRE(fallback.ok());
+  CHECK(fallback->fell_back());
+  CHECK(fallback->refused.find("'" + path + "' has mode 0777") != std::string::npos);
+  CHECK(fallback->directory.path() != path);
+  CHECK(mode_of(fallback->directory.path()) == 0700);
+  remove_runtime_directory(*fallback);
+  ::rmdir(path.c_str());
 }

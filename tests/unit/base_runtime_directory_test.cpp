@@ -1,21 +1,28 @@
-// The agent's worker-socket directory (launcher/agent/runtime_directory.h): the base comes from
-// the agent's own uid, every component is checked, and a directory another user could have
-// planted a socket in is refused with its owner and mode named. Real directories, real owners.
+// A run's socket directory (launcher/base/runtime_directory.h): every component is checked, a
+// directory another user could have planted a socket in is refused with its owner and mode
+// named, and a refused base is replaced by a fresh private one for the run (mkdtemp) instead of
+// stopping it. Real directories, real owners.
 
 #include <doctest/doctest.h>
+#include <fcntl.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <string>
 
-#include "launcher/agent/runtime_directory.h"
+#include "launcher/base/runtime_directory.h"
 #include "tests/skip.h"
 #include "tests/unit/temp_dir.h"
 
-using dtrain::agent::choose_runtime_base;
-using dtrain::agent::make_runtime_directory;
-using dtrain::agent::run_short_id;
-using dtrain::agent::RuntimeDirectory;
+using dtrain::default_runtime_base;
+using dtrain::make_runtime_directory;
+using dtrain::open_runtime_directory;
+using dtrain::remove_runtime_directory;
+using dtrain::run_short_id;
+using dtrain::RuntimeDirectory;
+using dtrain::RuntimeDirectoryChoice;
 using dtrain::testing::TempDir;
 
 namespace {
@@ -65,24 +72,14 @@ TEST_CASE("the run id is the last component of the supervisor's runtime_dir, and
   CHECK(run_short_id("/tmp/" + std::string(64, 'd')).ok());
 }
 
-TEST_CASE("the base is $XDG_RUNTIME_DIR/dtrain when that is private to us, else /tmp/dtrain-<euid>") {
-  std::string fallback = "/tmp/dtrain-" + std::to_string(::geteuid());
-  TempDir temp;
-  std::string xdg = temp.path + "/xdg";
-  REQUIRE(::mkdir(xdg.c_str(), 0700) == 0);
-  REQUIRE(::chmod(xdg.c_str(), 0700) == 0);
-  CHECK(choose_runtime_base("", xdg) == xdg + "/dtrain");
-  CHECK(choose_runtime_base("", "") == fallback);
-  CHECK(choose_runtime_base("", "relative/xdg") == fallback);
-  CHECK(choose_runtime_base("", temp.path + "/missing") == fallback);
-  CHECK(choose_runtime_base("/somewhere/else", xdg) == "/somewhere/else");  // the test override wins
-
-  std::string link = temp.path + "/xdg-link";
-  REQUIRE(::symlink(xdg.c_str(), link.c_str()) == 0);
-  CHECK(choose_runtime_base("", link) == fallback);
-
-  REQUIRE(::chmod(xdg.c_str(), 0755) == 0);
-  CHECK(choose_runtime_base("", xdg) == fallback);
+TEST_CASE("the default base is $DTRAIN_RUNTIME_BASE when set, else /tmp/dtrain-<euid>") {
+  ::unsetenv("DTRAIN_RUNTIME_BASE");
+  CHECK(default_runtime_base() == "/tmp/dtrain-" + std::to_string(::geteuid()));
+  ::setenv("DTRAIN_RUNTIME_BASE", "/somewhere/else", 1);
+  CHECK(default_runtime_base() == "/somewhere/else");
+  ::setenv("DTRAIN_RUNTIME_BASE", "", 1);
+  CHECK(default_runtime_base() == "/tmp/dtrain-" + std::to_string(::geteuid()));
+  ::unsetenv("DTRAIN_RUNTIME_BASE");
 }
 
 TEST_CASE("a fresh base and run directory are created 0700 whatever the umask") {
@@ -145,7 +142,7 @@ TEST_CASE("a base pre-created by another uid is refused, naming both uids") {
   REQUIRE(::mkdir(directory.base.c_str(), 0700) == 0);
   REQUIRE(::chown(directory.base.c_str(), kNobody, kNobody) == 0);
   std::string message = refusal(directory);
-  CHECK(contains(message, "runtime directory '" + directory.base + "' belongs to uid 65534, not to this agent's uid " +
+  CHECK(contains(message, "runtime directory '" + directory.base + "' belongs to uid 65534, not to this process's uid " +
                               std::to_string(::geteuid())));
   CHECK(contains(message, "fix: remove it"));
   CHECK(::access(directory.path().c_str(), F_OK) != 0);
@@ -169,4 +166,95 @@ TEST_CASE("a parent owned by another user is refused") {
   REQUIRE(::chown(theirs.c_str(), kNobody, kNobody) == 0);
   RuntimeDirectory directory{theirs + "/base", "run1"};
   CHECK(contains(refusal(directory), "runtime directory parent '" + theirs + "' belongs to uid 65534"));
+}
+
+namespace {
+
+// open_runtime_directory of `requested`, which must succeed.
+RuntimeDirectoryChoice opened(const std::string& requested) {
+  dtrain::Result<RuntimeDirectoryChoice> choice = open_runtime_directory(requested);
+  REQUIRE_MESSAGE(choice.ok(), (choice.ok() ? "" : choice.error().message));
+  return *choice;
+}
+
+}  // namespace
+
+TEST_CASE("open_runtime_directory uses the requested path, whole, when it is private to us") {
+  TempDir temp;
+  RuntimeDirectoryChoice choice = opened(temp.path + "/dtrain-x/run1");
+  CHECK_FALSE(choice.fell_back());
+  CHECK(choice.directory.path() == temp.path + "/dtrain-x/run1");
+  CHECK(mode_of(choice.directory.path()) == 0700);
+  remove_runtime_directory(choice);
+  CHECK(::access(choice.directory.path().c_str(), F_OK) != 0);
+  CHECK(::access(choice.directory.base.c_str(), F_OK) == 0);  // a shared base stays
+}
+
+TEST_CASE("a base of another uid is not used: a fresh private one next to it, and why") {
+  require_root("create a directory owned by uid 65534");
+  TempDir temp;
+  std::string blocked = temp.path + "/dtrain-" + std::to_string(::geteuid());
+  REQUIRE(::mkdir(blocked.c_str(), 0700) == 0);
+  REQUIRE(::chown(blocked.c_str(), kNobody, kNobody) == 0);
+  RuntimeDirectoryChoice choice = opened(blocked + "/run1");
+  REQUIRE(choice.fell_back());
+  CHECK(contains(choice.refused, "runtime directory '" + blocked + "' belongs to uid 65534"));
+  CHECK(choice.directory.base.rfind(blocked + "-", 0) == 0);  // <base>-XXXXXX
+  CHECK(choice.directory.base.size() == blocked.size() + 7);
+  CHECK(choice.directory.path() == choice.directory.base + "/run1");
+  CHECK(mode_of(choice.directory.base) == 0700);
+  CHECK(mode_of(choice.directory.path()) == 0700);
+  CHECK(std::filesystem::is_empty(blocked));  // nothing of ours went into theirs
+
+  // A second run (or agent) gets a base of its own, never the first one's.
+  RuntimeDirectoryChoice second = opened(blocked + "/run1");
+  CHECK(second.directory.base != choice.directory.base);
+  remove_runtime_directory(second);
+  remove_runtime_directory(choice);
+  CHECK(::access(choice.directory.base.c_str(), F_OK) != 0);  // the fallback was the run's own
+}
+
+TEST_CASE("a symlinked, open or non-directory base falls back too, a bad run id does not") {
+  TempDir temp;
+  std::string base = temp.path + "/base";
+  SUBCASE("symlink") {
+    std::string real = temp.path + "/real";
+    REQUIRE(::mkdir(real.c_str(), 0700) == 0);
+    REQUIRE(::symlink(real.c_str(), base.c_str()) == 0);
+    RuntimeDirectoryChoice choice = opened(base + "/run1");
+    CHECK(contains(choice.refused, "is a symbolic link"));
+    CHECK(std::filesystem::is_empty(real));
+    remove_runtime_directory(choice);
+  }
+  SUBCASE("mode 0777") {
+    REQUIRE(::mkdir(base.c_str(), 0700) == 0);
+    REQUIRE(::chmod(base.c_str(), 0777) == 0);
+    RuntimeDirectoryChoice choice = opened(base + "/run1");
+    CHECK(contains(choice.refused, "has mode 0777, not 0700"));
+    remove_runtime_directory(choice);
+  }
+  SUBCASE("a file") {
+    REQUIRE(::close(::open(base.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600)) == 0);
+    RuntimeDirectoryChoice choice = opened(base + "/run1");
+    CHECK(contains(choice.refused, "is not a directory"));
+    remove_runtime_directory(choice);
+  }
+  SUBCASE("a bad run id") {
+    dtrain::Result<RuntimeDirectoryChoice> refused = open_runtime_directory(base + "/..");
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.error().kind == dtrain::ErrorKind::user);
+    CHECK(::access(base.c_str(), F_OK) != 0);
+  }
+}
+
+TEST_CASE("a base whose parent is missing or not ours falls back to /tmp/dtrain-<euid>-XXXXXX") {
+  TempDir temp;
+  RuntimeDirectoryChoice choice = opened(temp.path + "/missing/base/run1");
+  REQUIRE(choice.fell_back());
+  std::string prefix = "/tmp/dtrain-" + std::to_string(::geteuid()) + "-";
+  CHECK(choice.directory.base.rfind(prefix, 0) == 0);
+  CHECK(choice.directory.base.size() == prefix.size() + 6);
+  CHECK(mode_of(choice.directory.path()) == 0700);
+  remove_runtime_directory(choice);
+  CHECK(::access(choice.directory.base.c_str(), F_OK) != 0);
 }

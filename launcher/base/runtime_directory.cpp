@@ -1,4 +1,4 @@
-#include "launcher/agent/runtime_directory.h"
+#include "launcher/base/runtime_directory.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,7 +9,7 @@
 
 #include "launcher/base/fd.h"
 
-namespace dtrain::agent {
+namespace dtrain {
 namespace {
 
 std::string octal_mode(mode_t mode) {
@@ -20,7 +20,7 @@ std::string octal_mode(mode_t mode) {
 
 std::string uid_text(uid_t uid) { return std::to_string(static_cast<unsigned long>(uid)); }
 
-const char* const kFix = "remove it (as root if need be), or give the agent a private XDG_RUNTIME_DIR";
+const char* const kFix = "remove it (as root if need be); until then each run uses a fresh private directory instead";
 
 // A directory dtrain creates and then trusts: nobody else may own it, enter it or redirect it.
 Status check_private(const std::string& path) {
@@ -38,7 +38,7 @@ Status check_private(const std::string& path) {
   }
   if (info.st_uid != ::geteuid()) {
     return Error::infra("runtime directory '" + path + "' belongs to uid " + uid_text(info.st_uid) +
-                        ", not to this agent's uid " + uid_text(::geteuid()) +
+                        ", not to this process's uid " + uid_text(::geteuid()) +
                         " (another user may have created it to intercept workers); fix: " + kFix);
   }
   if ((info.st_mode & 07777) != 0700) {
@@ -60,8 +60,8 @@ Status check_trusted_ancestor(const std::string& path) {
   for (const struct stat* entry : {&link, &info}) {
     if (entry->st_uid != 0 && entry->st_uid != ::geteuid()) {
       return Error::infra("runtime directory parent '" + path + "' belongs to uid " +
-                          uid_text(entry->st_uid) + ", neither root nor this agent's uid " +
-                          uid_text(::geteuid()) + "; fix: point XDG_RUNTIME_DIR at a private directory");
+                          uid_text(entry->st_uid) + ", neither root nor this process's uid " +
+                          uid_text(::geteuid()) + "; fix: use a base under /tmp");
     }
   }
   if (!S_ISDIR(info.st_mode)) {
@@ -71,9 +71,24 @@ Status check_trusted_ancestor(const std::string& path) {
   if (others_may_write && (info.st_mode & S_ISVTX) == 0) {
     return Error::infra("runtime directory parent '" + path + "' has mode " + octal_mode(info.st_mode) +
                         ": others may write there and it is not sticky, so they could replace "
-                        "our directory; fix: chmod +t '" + path + "' or point XDG_RUNTIME_DIR elsewhere");
+                        "our directory; fix: chmod +t '" + path + "' or use a base under /tmp");
   }
   return {};
+}
+
+// Every directory from the root down to `path` itself, which we rely on but do not create.
+Status check_trusted_path(const std::string& path) {
+  if (Status trusted = check_trusted_ancestor("/"); !trusted) return trusted;
+  for (size_t slash = path.find('/', 1); slash != std::string::npos; slash = path.find('/', slash + 1)) {
+    if (Status trusted = check_trusted_ancestor(path.substr(0, slash)); !trusted) return trusted;
+  }
+  return path == "/" ? Status{} : check_trusted_ancestor(path);
+}
+
+// "/tmp" for "/tmp/dtrain-0", "/" for "/x"; `path` is absolute.
+std::string parent_of(const std::string& path) {
+  size_t slash = path.rfind('/');
+  return slash == 0 || slash == std::string::npos ? "/" : path.substr(0, slash);
 }
 
 // mkdir 0700 whatever the umask, then the checks above (also for one that was already there).
@@ -86,13 +101,6 @@ Status make_private(const std::string& path) {
     return Error::infra("runtime directory '" + path + "': cannot create it: " + errno_text(errno));
   }
   return check_private(path);
-}
-
-bool usable_xdg_runtime_dir(const std::string& path) {
-  if (path.empty() || path[0] != '/') return false;
-  struct stat info{};
-  return ::lstat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode) && info.st_uid == ::geteuid() &&
-         (info.st_mode & 07777) == 0700;
 }
 
 // The supervisor's text in our messages, with control and non-ASCII bytes as \xNN: the
@@ -139,17 +147,9 @@ Result<std::string> run_short_id(const std::string& requested_runtime_dir) {
   return id;
 }
 
-std::string choose_runtime_base(const std::string& override_base, const std::string& xdg_runtime_dir) {
-  if (!override_base.empty()) return override_base;
-  if (usable_xdg_runtime_dir(xdg_runtime_dir)) return xdg_runtime_dir + "/dtrain";
-  return "/tmp/dtrain-" + uid_text(::geteuid());
-}
-
-Result<RuntimeDirectory> choose_runtime_directory(const std::string& requested_runtime_dir) {
-  Result<std::string> id = run_short_id(requested_runtime_dir);
-  if (!id) return id.error();
-  return RuntimeDirectory{
-      choose_runtime_base(environment("DTRAIN_RUNTIME_BASE"), environment("XDG_RUNTIME_DIR")), *id};
+std::string default_runtime_base() {
+  std::string override_base = environment("DTRAIN_RUNTIME_BASE");
+  return override_base.empty() ? "/tmp/dtrain-" + uid_text(::geteuid()) : override_base;
 }
 
 Status make_runtime_directory(const RuntimeDirectory& directory) {
@@ -157,13 +157,54 @@ Status make_runtime_directory(const RuntimeDirectory& directory) {
   if (base.size() < 2 || base[0] != '/' || base.back() == '/') {
     return Error::user("runtime directory '" + base + "' is not an absolute path without a trailing '/'");
   }
-  // Every ancestor, from the root down to the base's parent.
-  for (size_t slash = base.find('/', 1); slash != std::string::npos; slash = base.find('/', slash + 1)) {
-    if (Status trusted = check_trusted_ancestor(base.substr(0, slash)); !trusted) return trusted;
-  }
-  if (Status trusted = check_trusted_ancestor("/"); !trusted) return trusted;
+  if (Status trusted = check_trusted_path(parent_of(base)); !trusted) return trusted;
   if (Status made = make_private(base); !made) return made;
   return make_private(directory.path());
 }
 
-}  // namespace dtrain::agent
+namespace {
+
+// A fresh base no one else can have made: mkdtemp creates it 0700 under a random name, and
+// fails instead of reusing a name that exists.
+Result<std::string> make_fallback_base(const std::string& refused_base) {
+  std::string pattern = refused_base + "-XXXXXX";
+  if (!check_trusted_path(parent_of(refused_base))) pattern = "/tmp/dtrain-" + uid_text(::geteuid()) + "-XXXXXX";
+  if (Status trusted = check_trusted_path(parent_of(pattern)); !trusted) return trusted.error();
+  std::string name = pattern;
+  if (::mkdtemp(name.data()) == nullptr) {
+    return Error::infra("runtime directory '" + pattern + "': mkdtemp: " + errno_text(errno));
+  }
+  if (Status checked = check_private(name); !checked) return checked.error();
+  return name;
+}
+
+}  // namespace
+
+Result<RuntimeDirectoryChoice> open_runtime_directory(const std::string& requested_runtime_dir) {
+  Result<std::string> id = run_short_id(requested_runtime_dir);
+  if (!id) return id.error();
+  std::string base = parent_of(requested_runtime_dir);
+  RuntimeDirectoryChoice choice{{base, *id}, ""};
+  Status made = make_runtime_directory(choice.directory);
+  if (made) return choice;
+  if (made.error().kind == ErrorKind::user) return made.error();  // not an absolute path
+  choice.refused = made.error().message;
+  Result<std::string> fallback = make_fallback_base(base);
+  if (!fallback) {
+    return Error::infra(choice.refused + "; and no private directory could be made instead: " +
+                        fallback.error().message);
+  }
+  choice.directory.base = *fallback;
+  if (Status inner = make_private(choice.directory.path()); !inner) {
+    ::rmdir(fallback->c_str());
+    return Error::infra(choice.refused + "; and no private directory could be made instead: " + inner.error().message);
+  }
+  return choice;
+}
+
+void remove_runtime_directory(const RuntimeDirectoryChoice& choice) {
+  ::rmdir(choice.directory.path().c_str());
+  if (choice.fell_back()) ::rmdir(choice.directory.base.c_str());
+}
+
+}  // namespace dtrain
