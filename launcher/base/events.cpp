@@ -105,14 +105,14 @@ json ProtocolError::to_json() const {
   return out;
 }
 
-// ---- generations and workers
-
-json PlanGeneration::to_json() const {
-  return named(name, {{"gen", gen}, {"world_size", world_size}, {"data", data}, {"tensor", tensor},
 json SignalRefused::to_json() const {
   return named(name, {{"target", target}, {"signal", signal}, {"error", error}});
 }
 
+// ---- generations and workers
+
+json PlanGeneration::to_json() const {
+  return named(name, {{"gen", gen}, {"world_size", world_size}, {"data", data}, {"tensor", tensor},
                       {"pipeline", pipeline}, {"grad_accum", grad_accum}, {"resume_step", resume_step},
                       {"hosts", hosts}});
 }
