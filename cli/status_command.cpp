@@ -71,7 +71,7 @@ std::string plain(const json& value) {
   if (value.is_null()) return "-";
   if (value.is_string()) {
     std::string text = value.get<std::string>();
-    return text.find_first_of(" \t\"") == std::string::npos && !text.empty() ? text : json_compact(value);
+    return text.find_first_of(" \t\"") == std::string::npos && !text.empty() ? printable(text) : json_compact(value);
   }
   if (value.is_number_float()) {
     char buffer[32];
@@ -121,11 +121,16 @@ std::string compact_event(const json& event) {
 /// Left-aligned columns, two spaces apart; no trailing blanks.
 void print_table(const std::vector<std::vector<std::string>>& rows) {
   std::vector<size_t> widths;
+  std::vector<std::vector<std::string>> shown;  // a host or exit text may come from an agent: printable
   for (const auto& row : rows) {
+    shown.emplace_back();
+    for (const std::string& cell : row) shown.back().push_back(printable(cell));
+  }
+  for (const auto& row : shown) {
     widths.resize(std::max(widths.size(), row.size()));
     for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
   }
-  for (const auto& row : rows) {
+  for (const auto& row : shown) {
     std::string line;
     for (size_t i = 0; i < row.size(); ++i) {
       line += row[i];
@@ -233,8 +238,10 @@ int list_runs(bool as_json) {
   return 0;
 }
 
+/// Values carry what workers wrote (root causes, tracebacks, event fields): printable only, so
+/// an escape sequence in an error message cannot retitle or rewrite the operator's terminal.
 void print_field(const char* label, const std::string& value) {
-  std::printf("%-12s %s\n", label, value.c_str());
+  std::printf("%-12s %s\n", label, printable(value).c_str());
 }
 
 /// "gen 2: world 4 = dp 2 × pp 1 × tp 2; global batch 24 = micro 4 × dp 2 × grad_accum 3"
@@ -460,7 +467,7 @@ void print_run_text(const RunDirectory& run, const json& state, bool alive, cons
     if (!all && ranks->size() > kRanksListed) {
       std::string summary;
       listed = standout_ranks(*ranks, age_reference, summary);
-      std::printf("%s\n", summary.c_str());
+      std::printf("%s\n", printable(summary).c_str());
     } else {
       for (const json& rank : *ranks) listed.push_back(&rank);
     }
@@ -481,7 +488,7 @@ void print_run_text(const RunDirectory& run, const json& state, bool alive, cons
 
   if (!events.empty() || !events_error.empty()) {
     std::printf("\nlast %zu events:\n", events.size());
-    for (const json& event : events) std::printf("  %s\n", compact_event(event).c_str());
+    for (const json& event : events) std::printf("  %s\n", printable(compact_event(event)).c_str());
     if (!events_error.empty()) std::printf("  (event log: %s)\n", events_error.c_str());
   }
   std::printf("\n");
@@ -664,7 +671,7 @@ int watch_run(const std::string& id, double interval_s) {
     std::vector<std::string> lines = watch_block(*run, *state, alive, total, previous, current, interval_s);
     // A terminal is redrawn in place (cursor home, clear); a pipe or file gets one block per refresh.
     std::string block = terminal_output ? "\033[H\033[2J" : "";
-    for (const std::string& line : lines) block += line + "\n";
+    for (const std::string& line : lines) block += printable(line) + "\n";
     if (!terminal_output) block += "\n";
     std::fputs(block.c_str(), stdout);
     std::fflush(stdout);

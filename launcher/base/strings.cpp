@@ -81,14 +81,24 @@ std::string printable(std::string_view text, size_t max_bytes) {
   static const char* hex = "0123456789abcdef";
   std::string out;
   size_t shown = std::min(text.size(), max_bytes);
-  for (char c : text.substr(0, shown)) {
-    auto byte = static_cast<unsigned char>(c);
+  auto escape = [&out](unsigned char byte) {
+    out += "\\x";
+    out += hex[byte >> 4];
+    out += hex[byte & 15];
+  };
+  for (size_t i = 0; i < shown; ++i) {
+    auto byte = static_cast<unsigned char>(text[i]);
+    auto next = i + 1 < shown ? static_cast<unsigned char>(text[i + 1]) : 0;
     if (byte < 0x20 || byte == 0x7f) {
-      out += "\\x";
-      out += hex[byte >> 4];
-      out += hex[byte & 15];
+      escape(byte);
+    } else if (byte == 0xc2 && next >= 0x80 && next <= 0x9f) {
+      // U+0080..U+009F, the C1 controls: U+009B is CSI and U+009D OSC to terminals that honour
+      // them in UTF-8 (xterm), as good as ESC [ and ESC ].
+      escape(byte);
+      escape(next);
+      ++i;
     } else {
-      out += c;
+      out += static_cast<char>(byte);
     }
   }
   if (shown < text.size()) out += "...";

@@ -21,8 +21,9 @@ std::string closest_match(std::string_view word, const std::vector<std::string>&
 /// Quotes one argument for a POSIX shell so that it arrives unchanged: 'it'\''s'.
 std::string shell_quote(std::string_view argument);
 
-/// Untrusted text made safe to print in a message: control bytes (NUL, ESC, newlines) become
-/// \xNN, so a NUL cannot cut the message and escape sequences cannot reach a terminal. At most
+/// Untrusted text made safe to print in a message: control bytes (NUL, ESC, newlines) and the
+/// UTF-8 C1 controls (U+0080..U+009F, e.g. CSI) become \xNN, so a NUL cannot cut the message
+/// and escape sequences cannot reach a terminal. At most
 /// `max_bytes` of the input are shown, followed by "..." when it was longer.
 std::string printable(std::string_view text, size_t max_bytes = std::string_view::npos);
 

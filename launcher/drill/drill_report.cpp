@@ -4,6 +4,7 @@
 
 #include "launcher/base/clock.h"
 #include "launcher/base/duration.h"
+#include "launcher/base/strings.h"
 #include "launcher/runlog/json_access.h"
 #include "launcher/runlog/run_directory.h"
 
@@ -93,7 +94,7 @@ std::string time_of_day(int64_t wall_ms) {
 void line(std::string& out, const std::string& label, const std::string& value) {
   char buffer[32];
   std::snprintf(buffer, sizeof buffer, "  %-17s", label.c_str());
-  out += buffer + value + "\n";
+  out += buffer + printable(value) + "\n";  // a detected kind or state may come from a worker's run
 }
 
 std::string phases_text(const json& phases) {
@@ -148,7 +149,7 @@ void format_fault(std::string& out, const FaultVerdict& verdict) {
     }
   }
   for (const CheckResult& result : verdict.checks) {
-    out += std::string("  [") + (result.met ? "ok" : "!!") + "] " + result.name + ": " + result.detail + "\n";
+    out += std::string("  [") + (result.met ? "ok" : "!!") + "] " + result.name + ": " + printable(result.detail) + "\n";
   }
 }
 
@@ -162,7 +163,7 @@ std::string format_report(const DrillReport& report) {
     format_fault(out, fault);
   }
   bool job_line = report.mode == "spec" && !report.error;
-  if (job_line) out += "\njob: " + report.final_state + "\n";
+  if (job_line) out += "\njob: " + printable(report.final_state) + "\n";
   if (report.cleanup_checked) {
     std::string cleanup = report.leftover_pids.empty()
                               ? "no process of the run remains"
@@ -170,15 +171,15 @@ std::string format_report(const DrillReport& report) {
                                     std::to_string(report.leftover_pids.front());
     out += (job_line ? "" : "\n") + std::string("cleanup: ") + cleanup + "\n";
   }
-  if (report.error) out += "\nthe drill could not run: " + *report.error + "\n";
+  if (report.error) out += "\nthe drill could not run: " + printable(*report.error) + "\n";
   if (std::string report_file = report_path(report); !report_file.empty()) out += "\nreport: " + report_file + "\n";
   out += "\nverdict: " + std::string(report.error ? "ERROR" : report.passed() ? "PASS" : "FAIL");
   if (!report.error && !report.passed()) {
     std::string missed;
     for (const FaultVerdict& fault : report.faults) {
-      for (const std::string& what : fault.missed()) missed += "\n  missed: " + fault.injection.fault.label() + ": " + what;
+      for (const std::string& what : fault.missed()) missed += "\n  missed: " + fault.injection.fault.label() + ": " + printable(what);
     }
-    for (const std::string& what : drill_level_misses(report)) missed += "\n  missed: " + what;
+    for (const std::string& what : drill_level_misses(report)) missed += "\n  missed: " + printable(what);
     out += missed;
   }
   return out + "\n";

@@ -1,6 +1,7 @@
 #include "launcher/run/console.h"
 
 #include "launcher/base/clock.h"
+#include "launcher/base/strings.h"
 
 namespace dtrain::run {
 
@@ -37,7 +38,8 @@ void Console::clear_live_line() {
 void Console::line(int64_t wall_ms, const std::string& text) {
   if (mode_ == Mode::quiet) return;
   clear_live_line();
-  std::fprintf(out_, "%s %s\n", clock_time(wall_ms).c_str(), text.c_str());
+  // Lines carry what workers and agents said (failure details, protocol errors): printable only.
+  std::fprintf(out_, "%s %s\n", clock_time(wall_ms).c_str(), printable(text).c_str());
   std::fflush(out_);
 }
 

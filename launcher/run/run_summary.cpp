@@ -1,7 +1,8 @@
 // The end of a run as a person reads it: the run.finished event (state, exit code, restarts,
 // incidents, root cause) and, in the foreground, a summary on stdout (success) or stderr: the
 // root cause with its log, traceback and last output, why the run could not go on, every
-// incident, and where the run log is.
+// incident, and where the run log is. What a worker wrote is shown printable(): an escape
+// sequence in an error message must not retitle or rewrite the operator's terminal.
 
 #include <cstdio>
 
@@ -32,7 +33,7 @@ void print_traceback(std::FILE* out, const std::string& traceback) {
   std::fprintf(out, "  traceback (from its error file):\n");
   if (lines.size() > kShownLines) std::fprintf(out, "    ...\n");
   for (size_t i = lines.size() > kShownLines ? lines.size() - kShownLines : 0; i < lines.size(); ++i) {
-    std::fprintf(out, "    %s\n", lines[i].c_str());
+    std::fprintf(out, "    %s\n", printable(lines[i]).c_str());
   }
 }
 
@@ -64,7 +65,7 @@ void RunDriver::print_summary(const supervisor::FinishRun& finish) {
     std::fprintf(out, "root cause: ");
     if (cause->rank >= 0) {
       std::fprintf(out, "rank %d (local rank %d) on host %s, pid %d: %s\n", cause->rank,
-                   cause->local_rank, cause->host.c_str(), cause->pid, cause->detail.c_str());
+                   cause->local_rank, printable(cause->host).c_str(), cause->pid, printable(cause->detail).c_str());
       std::fprintf(out, "  log: %s\n", log_path(cause->rank).c_str());
       if (cause->traceback) print_traceback(out, *cause->traceback);
       auto tail = exit_tails_.find(cause->rank);
@@ -72,25 +73,25 @@ void RunDriver::print_summary(const supervisor::FinishRun& finish) {
         std::fprintf(out, "  last output:\n");
         size_t first = tail->second.size() > 5 ? tail->second.size() - 5 : 0;
         for (size_t i = first; i < tail->second.size(); ++i) {
-          std::fprintf(out, "    %s\n", tail->second[i].get<std::string>().c_str());
+          std::fprintf(out, "    %s\n", printable(tail->second[i].get<std::string>()).c_str());
         }
       }
     } else {
-      std::fprintf(out, "%s on host %s: %s\n", cause->kind.c_str(), cause->host.c_str(),
-                   cause->detail.c_str());
+      std::fprintf(out, "%s on host %s: %s\n", printable(cause->kind).c_str(), printable(cause->host).c_str(),
+                   printable(cause->detail).c_str());
     }
   }
   if (finish.state == RunState::failed && !supervisor_.give_up_reason().empty()) {
-    std::fprintf(out, "cannot continue: %s\n", supervisor_.give_up_reason().c_str());
+    std::fprintf(out, "cannot continue: %s\n", printable(supervisor_.give_up_reason()).c_str());
   }
   if (supervisor_.incidents().size() > 1 || supervisor_.restarts() > 0) {
     std::fprintf(out, "incidents (%zu), restarts %d:\n", supervisor_.incidents().size(),
                  supervisor_.restarts());
     for (const json& incident : supervisor_.incidents()) {
       std::fprintf(out, "  gen %d: %s on %s%s: %s\n", incident.value("gen", 0),
-                   incident.value("kind", "").c_str(), incident.value("host", "").c_str(),
+                   printable(incident.value("kind", "")).c_str(), printable(incident.value("host", "")).c_str(),
                    incident.contains("rank") ? (" rank " + std::to_string(incident.value("rank", -1))).c_str() : "",
-                   incident.value("detail", "").c_str());
+                   printable(incident.value("detail", "")).c_str());
     }
   }
   std::fprintf(out, "run log: %s\n  dtrain status %s · dtrain logs %s\n", run_.path().c_str(),
