@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 
 #include "launcher/base/exit_code.h"
 #include "launcher/base/identity.h"
@@ -85,12 +86,24 @@ int submit(const SubmitOptions& options) {
     std::fprintf(stderr, "dtrain: %s\n", lock.error().message.c_str());
     return to_int(lock.error().kind == ErrorKind::user ? ExitCode::usage : ExitCode::infra);
   }
+  // The spec first: without it the run could never be resumed, so a run that cannot keep it does
+  // not start, and leaves no directory that would list as a run.
+  if (Status kept = write_file_atomic(run->spec_path(), spec::to_yaml(spec)); !kept) {
+    std::error_code removed;
+    std::filesystem::remove_all(run->path(), removed);
+    std::fprintf(stderr,
+                 "dtrain: %s; the run was not started, as it could never be resumed without its spec%s; free space "
+                 "or fix the runs directory %s and submit again\n",
+                 kept.error().message.c_str(),
+                 removed ? (" (" + run->path() + " could not be removed: " + removed.message() + ")").c_str() : "",
+                 runs_root().c_str());
+    return to_int(ExitCode::infra);
+  }
   Result<EventLog> events = EventLog::create(run->events_path(), run_id, clock.wall_ms());
   if (!events) {
     std::fprintf(stderr, "dtrain: %s\n", events.error().message.c_str());
     return to_int(ExitCode::infra);
   }
-  (void)write_file_atomic(run->spec_path(), spec::to_yaml(spec));
   std::vector<std::string> hosts;
   for (const spec::HostEntry& host : spec.hosts) hosts.push_back(host.name);
   events::RunSubmitted submitted{run_id,
