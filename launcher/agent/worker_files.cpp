@@ -29,22 +29,11 @@ Status make_private_directory(const std::string& path) {
   return {};
 }
 
-// Written whole under a temporary name and renamed, so that a worker never imports half a file.
+// Written whole and renamed into place (write_file_atomic: an unpredictable O_EXCL|O_NOFOLLOW temp
+// name), so that a worker never imports half a file. Unsynced: the files are made again at
+// every agent start, and a machine crash ends the workers that would import them anyway.
 Status write_file(const std::string& path, std::string_view text) {
-  std::string temporary = path + ".tmp";
-  ::unlink(temporary.c_str());
-  UniqueFd fd(::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
-  if (!fd.valid()) return Error::infra("cannot create '" + temporary + "': " + errno_text(errno));
-  while (!text.empty()) {
-    ssize_t wrote = ::write(fd.get(), text.data(), text.size());
-    if (wrote < 0 && errno == EINTR) continue;
-    if (wrote <= 0) return Error::infra("cannot write '" + temporary + "': " + errno_text(errno));
-    text.remove_prefix(static_cast<size_t>(wrote));
-  }
-  if (::rename(temporary.c_str(), path.c_str()) != 0) {
-    return Error::infra("cannot rename '" + temporary + "' to '" + path + "': " + errno_text(errno));
-  }
-  return {};
+  return write_file_atomic(path, text, 0600, Durability::kUnsynced);
 }
 
 // Removes `path` and what is in it: the bootstrap, error files, and the __pycache__ that Python
