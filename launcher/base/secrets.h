@@ -16,9 +16,15 @@ inline constexpr const char* kRedacted = "<redacted>";
 
 /// True for a variable or key name that names a secret: it contains TOKEN, KEY, SECRET,
 /// PASSWORD, PASSWD, CREDENTIAL, AUTH, COOKIE or PRIVATE, in any case (HF_TOKEN, WANDB_API_KEY,
-/// AWS_SECRET_ACCESS_KEY, db_password). Broad on purpose: hiding a harmless value costs a
-/// reader a look at the spec; writing a real token into a run directory cannot be undone.
+/// AWS_SECRET_ACCESS_KEY, db_password), except TOKENIZERS_PARALLELISM and NCCL_IB_PKEY. Broad on
+/// purpose: hiding a harmless value costs a reader a look at the spec; writing a real token into
+/// a run directory cannot be undone.
 inline bool looks_secret(std::string_view name) {
+  // Common settings that only look secret: Hugging Face's tokenizer threads, NCCL's InfiniBand
+  // partition key. Hiding them would make every resume ask for them.
+  for (const char* plain : {"TOKENIZERS_PARALLELISM", "NCCL_IB_PKEY"}) {
+    if (name == plain) return false;
+  }
   std::string lower(name);
   std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
   for (const char* word : {"token", "key", "secret", "password", "passwd", "credential", "auth", "cookie", "private"}) {

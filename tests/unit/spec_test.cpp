@@ -261,7 +261,8 @@ TEST_CASE("to_yaml keeps no secret: worker.env secrets become pass_env names, th
   dir.write("secrets.env", "HF_TOKEN=hf_from_the_file\nDATASET=imagenet\n");
   std::string path = dir.write("job.yaml",
                                "version: 1\nworker:\n  command: [python3, train.py]\n"
-                               "  env: {WANDB_API_KEY: \"wandb-in-the-spec\", db_Password: \"pw-in-the-spec\", LR: \"0.1\"}\n"
+                               "  env: {WANDB_API_KEY: \"wandb-in-the-spec\", db_Password: \"pw-in-the-spec\", LR: \"0.1\",\n"
+                               "        TOKENIZERS_PARALLELISM: \"false\"}\n"
                                "  env_file: secrets.env\n");
   LoadResult first = load_job_spec(path);
   REQUIRE_MESSAGE(first.ok(), first.message());
@@ -274,6 +275,7 @@ TEST_CASE("to_yaml keeps no secret: worker.env secrets become pass_env names, th
   }
   CHECK(yaml.find("pass_env: [\"WANDB_API_KEY\", \"db_Password\"]") != std::string::npos);
   CHECK(yaml.find("LR: \"0.1\"") != std::string::npos);
+  CHECK(yaml.find("TOKENIZERS_PARALLELISM: \"false\"") != std::string::npos);  // looks secret, is not
 
   // For a resume: the secrets exported again, the file read again: the same spec.
   ::setenv("WANDB_API_KEY", "wandb-in-the-spec", 1);
@@ -293,7 +295,8 @@ TEST_CASE("to_yaml keeps no secret: worker.env secrets become pass_env names, th
   std::filesystem::remove(dir.path + "/secrets.env");
   LoadResult names_only = parse_job_spec(yaml, "spec.yaml", "/nonexistent", {}, EnvValues::names_only);
   REQUIRE_MESSAGE(names_only.ok(), names_only.message());
-  CHECK(names_only.spec->worker.env == std::map<std::string, std::string>{{"LR", "0.1"}});
+  CHECK(names_only.spec->worker.env ==
+        std::map<std::string, std::string>{{"LR", "0.1"}, {"TOKENIZERS_PARALLELISM", "false"}});
   CHECK(to_yaml(*names_only.spec) == yaml);
   ::unsetenv("db_Password");
 
