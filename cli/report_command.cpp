@@ -90,6 +90,10 @@ int make_report(const ReportOptions& options) {
     std::fprintf(stderr, "dtrain report: %s\n", files.error().message.c_str());
     return exit_code_for(files.error());
   }
+  if (files->unreadable_files > 0) {
+    std::fprintf(stderr, "dtrain report: warning: %lld files of the run left out (named at the end of the report)\n",
+                 static_cast<long long>(files->unreadable_files));
+  }
   if (files->skipped_lines > 0) {
     std::fprintf(stderr, "dtrain report: warning: %lld damaged lines left out (listed at the end of the report)\n",
                  static_cast<long long>(files->skipped_lines));

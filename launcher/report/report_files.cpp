@@ -25,7 +25,7 @@ Result<ReportFiles> write_report(const std::string& run_dir, std::string html_pa
   if (Status written = write_file_atomic(html_path, html, file_mode); !written) return written.error();
   if (Status written = write_file_atomic(trace_path, trace, file_mode); !written) return written.error();
   return ReportFiles{html_path, trace_path, html.size(), trace.size(), static_cast<int64_t>(record->events.size()),
-                     record->skipped_event_lines + record->skipped_metrics_lines};
+                     record->skipped_event_lines + record->skipped_metrics_lines, record->unreadable_files};
 }
 
 }  // namespace dtrain::report

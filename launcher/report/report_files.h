@@ -18,6 +18,9 @@ struct ReportFiles {
   size_t trace_bytes = 0;
   int64_t events = 0;
   int64_t skipped_lines = 0;  ///< damaged lines of events.jsonl and metrics.jsonl left out
+  /// Files of the run directory left out (a link, a FIFO, over its bound, unparsable), each named
+  /// under "What could not be read" at the end of the page.
+  int64_t unreadable_files = 0;
 };
 
 /// Mode of report.html and timeline.json unless asked otherwise (dtrain report --mode): a report

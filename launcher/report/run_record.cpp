@@ -88,6 +88,12 @@ std::optional<HostResources> parse_resources(const json& entry, int64_t wall_ms)
   return resources;
 }
 
+/// A whole file left out of the report: named in its problems and counted.
+void note_unreadable(RunRecord& record, std::string message) {
+  record.problems.push_back(std::move(message));
+  ++record.unreadable_files;
+}
+
 /// Reads `path` line by line into `record`; a missing file is fine (a run before its first
 /// metrics line, or one that never rotated). One that cannot be read (a link, a FIFO, too large)
 /// is named in `problems` and left out.
@@ -97,7 +103,7 @@ void read_metrics_file(const std::string& path, const std::string& shown_name, R
   Result<std::string> text = read_regular_file(path, kMaxMetricsFileBytes, FollowLinks::kNo,
                                                "dtrain rotates metrics.jsonl at 64 MiB; left out of the report");
   if (!text) {
-    record.problems.push_back(text.error().message);
+    note_unreadable(record, text.error().message);
     return;
   }
   int64_t number = 0;
@@ -255,8 +261,8 @@ Result<RunRecord> load_run_record(const std::string& dir) {
   }
   // hosts/ is a directory dtrain made: a link there would lead the report to files elsewhere.
   if (fs::is_symlink(fs::symlink_status(dir + "/hosts", error))) {
-    record.problems.push_back("'" + printable(dir + "/hosts") +
-                              "' is a symbolic link, and dtrain follows none inside a run directory; host facts left out");
+    note_unreadable(record, "'" + printable(dir + "/hosts") +
+                                "' is a symbolic link, and dtrain follows none inside a run directory; host facts left out");
   } else {
     for (const fs::directory_entry& entry : fs::directory_iterator(dir + "/hosts", error)) {
       if (entry.path().extension() == ".json") host_files.push_back(entry.path());
@@ -296,18 +302,18 @@ Result<RunRecord> load_run_record(const std::string& dir) {
     Result<PlanRecord> parsed = text ? parse_plan_record(plan, generation, path.string())
                                      : Result<PlanRecord>(text.error());
     if (parsed) record.plans.emplace(generation, std::move(*parsed));
-    else record.problems.push_back(parsed.error().message);
+    else note_unreadable(record, parsed.error().message);
   }
   for (const fs::path& path : host_files) {
     Result<std::string> text = read_regular_file(path.string(), kMaxHostFactsBytes, FollowLinks::kNo,
                                                  "a host's facts are a few kB; left out of the report");
     if (!text) {
-      record.problems.push_back(text.error().message);
+      note_unreadable(record, text.error().message);
       continue;
     }
     Result<HostFacts> host = parse_host_facts(*text, path.stem().string());
     if (host) record.hosts.push_back(std::move(*host));
-    else record.problems.push_back(path.string() + ": " + host.error().message);
+    else note_unreadable(record, path.string() + ": " + host.error().message);
   }
 
   read_metrics_file(dir + "/metrics.1.jsonl", "metrics.1.jsonl", record);

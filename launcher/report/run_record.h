@@ -111,6 +111,8 @@ struct RunRecord {
   /// What could not be read, one line each ("state.json: ..."), shown in the report: the first
   /// few skipped lines of each file and every unreadable file.
   std::vector<std::string> problems;
+  /// How many of `problems` are whole files left out (plan, host, metrics or state file).
+  int64_t unreadable_files = 0;
 };
 
 /// Reads the run directory `dir`. An error only when it is not a run directory at all (no

@@ -87,6 +87,7 @@ TEST_CASE("a plan linked to a secret, a 1 GiB plan and a FIFO host file: the rep
 
   DtrainProcess report = env.run({"report", dir}, kDeadlineMs);
   CHECK_MESSAGE(report.exit_code == 0, report.err());
+  CHECK(contains(report.err(), "warning: 4 files of the run left out (named at the end of the report)"));
   std::string html = read_text(dir + "/report.html");
   REQUIRE_FALSE(html.empty());
   CHECK_FALSE(contains(html, "SECRET-OUTSIDE-THE-RUN"));
