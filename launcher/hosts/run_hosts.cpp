@@ -107,7 +107,7 @@ bool RunHosts::is_local(const std::string& host) const {
 }
 
 std::optional<int> RunHosts::agent_pid(const std::string& host) const {
-  Result<std::string> text = read_file(directory_.host_facts_path(host));
+  Result<std::string> text = directory_.read_host_facts(host);
   if (!text) return std::nullopt;
   nlohmann::json facts = nlohmann::json::parse(*text, nullptr, false);
   // A hand-edited or half-written hosts/<host>.json must not throw: read the pid checked.

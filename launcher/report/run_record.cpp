@@ -14,6 +14,7 @@
 #include "launcher/metrics/goodput.h"
 #include "launcher/runlog/event_log.h"
 #include "launcher/runlog/json_access.h"
+#include "launcher/runlog/run_directory.h"
 #include "launcher/runlog/run_state.h"
 
 namespace dtrain::report {

@@ -19,16 +19,14 @@
 
 namespace dtrain::report {
 
-/// What `dtrain report` reads at most of each file (plan-<gen>.json: runlog's kMaxPlanFileBytes,
-/// state.json: kMaxStateFileBytes). A file over its bound is named in the report's problems and
+/// What `dtrain report` reads at most of each file (from runlog: plan-<gen>.json
+/// kMaxPlanFileBytes, state.json kMaxStateFileBytes, hosts/<host>.json kMaxHostFactsBytes). A file over its bound is named in the report's problems and
 /// left out, or for events.jsonl fails the report: it is not what dtrain wrote.
 /// events.jsonl is parsed whole into memory; a long run's log is tens of MiB.
 inline constexpr uint64_t kMaxEventsFileBytes = uint64_t{512} << 20;
 /// metrics.jsonl and metrics.1.jsonl: the supervisor rotates at 64 MiB
 /// (RunRecorder::kMetricsMaxBytes); twice that allows a line past the turn.
 inline constexpr uint64_t kMaxMetricsFileBytes = uint64_t{128} << 20;
-/// hosts/<host>.json: an agent's facts (CPUs, memory, GPUs) are a few kB.
-inline constexpr uint64_t kMaxHostFactsBytes = uint64_t{1} << 20;
 
 /// min / median / max of one quantity over the ranks of a summary line.
 struct Spread {

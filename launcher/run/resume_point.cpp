@@ -43,7 +43,7 @@ std::vector<int> local_agent_pids(const RunDirectory& run, const spec::JobSpec& 
   hosts.insert(hosts.end(), spec.spares.begin(), spec.spares.end());
   for (const spec::HostEntry& host : hosts) {
     if (!host.is_local()) continue;
-    Result<std::string> text = read_file(run.host_facts_path(host.name));
+    Result<std::string> text = run.read_host_facts(host.name);
     if (!text) continue;
     json facts = json::parse(*text, nullptr, false);
     if (json_int(facts, "agent_pid").value_or(0) > 1) pids.push_back(static_cast<int>(*json_int(facts, "agent_pid")));

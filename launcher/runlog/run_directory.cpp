@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "launcher/base/fd.h"
+#include "launcher/base/regular_file.h"
 #include "launcher/base/strings.h"
 #include "launcher/runlog/json_access.h"
 #include "launcher/runlog/run_state.h"
@@ -219,6 +220,11 @@ Result<std::vector<RunSummary>> RunDirectory::list_runs() {
 
 RunDirectory RunDirectory::at(std::string path, std::string run_id) {
   return RunDirectory(std::move(path), std::move(run_id));
+}
+
+Result<std::string> RunDirectory::read_host_facts(std::string_view host) const {
+  return read_regular_file(host_facts_path(host), kMaxHostFactsBytes, FollowLinks::kNo,
+                           "a host's facts are a few kB; this is not a file of the run");
 }
 
 std::string RunDirectory::host_facts_path(std::string_view host) const {

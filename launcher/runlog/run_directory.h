@@ -58,6 +58,9 @@ struct RunSummary {
   std::string problem;
 };
 
+/// Largest hosts/<host>.json read back: an agent's facts (CPUs, memory, GPUs) are a few kB.
+inline constexpr size_t kMaxHostFactsBytes = size_t{1} << 20;
+
 class RunDirectory {
  public:
   /// Creates runs_root()/<run_id>/ with ranks/ and hosts/ (and any missing parents), all mode
@@ -88,6 +91,10 @@ class RunDirectory {
   std::string hosts_dir() const { return path_ + "/hosts"; }
   /// hosts/<host>.json; characters outside [A-Za-z0-9_.-] in `host` become '_'.
   std::string host_facts_path(std::string_view host) const;
+  /// The text of hosts/<host>.json (resume, dtrain hosts): read_regular_file without following a
+  /// link and at most kMaxHostFactsBytes, so a FIFO or a planted link there is refused, never
+  /// waited on or followed.
+  Result<std::string> read_host_facts(std::string_view host) const;
   std::string plan_path(int generation) const { return path_ + "/plan-" + std::to_string(generation) + ".json"; }
   /// The symlink in the run directory; its target is runtime_dir() + "/ctl.sock".
   std::string ctl_link_path() const { return path_ + "/ctl.sock"; }

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -95,6 +96,35 @@ TEST_CASE("create makes the run directory and its parents private, with ranks/ a
   // A second create of the same id must not reuse another run's directory.
   CHECK_FALSE(RunDirectory::create("train-20261129-234102-1a2b").ok());
   CHECK_FALSE(RunDirectory::create("../escape").ok());
+}
+
+TEST_CASE("read_host_facts reads hosts/<host>.json, and refuses a FIFO, a planted link and a file over 1 MiB at once") {
+  TempHome home;
+  Result<RunDirectory> run = RunDirectory::create("facts-20261202-180000-0a0b");
+  REQUIRE(run.ok());
+  { std::ofstream(run->host_facts_path("gpu01")) << "{\"agent_pid\": 4242}\n"; }
+  Result<std::string> facts = run->read_host_facts("gpu01");
+  REQUIRE(facts.ok());
+  CHECK(*facts == "{\"agent_pid\": 4242}\n");
+
+  ::alarm(10);  // a reader that waited on the FIFO would end the case here, as a failure
+  REQUIRE(::mkfifo(run->host_facts_path("gpu02").c_str(), 0600) == 0);
+  Result<std::string> fifo = run->read_host_facts("gpu02");
+  ::alarm(0);
+  REQUIRE_FALSE(fifo.ok());
+  CHECK(fifo.error().message == "'" + run->host_facts_path("gpu02") + "' is a FIFO (named pipe), not a regular file");
+
+  std::string elsewhere = home.path + "/facts.json";
+  { std::ofstream(elsewhere) << "{\"agent_pid\": 1}\n"; }
+  REQUIRE(::symlink(elsewhere.c_str(), run->host_facts_path("gpu03").c_str()) == 0);
+  Result<std::string> linked = run->read_host_facts("gpu03");
+  REQUIRE_FALSE(linked.ok());
+  CHECK(linked.error().message.find("is a symbolic link") != std::string::npos);
+
+  { std::ofstream(run->host_facts_path("gpu04")) << std::string((1 << 20) + 1, ' '); }
+  Result<std::string> big = run->read_host_facts("gpu04");
+  REQUIRE_FALSE(big.ok());
+  CHECK(big.error().message.find("over the 1 MiB limit") != std::string::npos);
 }
 
 TEST_CASE("open finds a run by exact id or unique prefix and explains the rest") {
