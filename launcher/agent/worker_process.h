@@ -79,14 +79,14 @@ class WorkerProcess {
   void change_generation(int gen) { gen_ = gen; }
   int rank() const { return launch_.rank; }
   int local_rank() const { return launch_.local_rank; }
-
-  /// A warm standby not assigned yet: it belongs to no generation (gen() is kStandbyGeneration),
-  /// its output is not a rank's, and its exit is nobody's business but the agent's.
-  bool standby() const { return launch_.standby; }
   /// The environment the agent gave it over its own: the spawn's, or for a promoted standby the
   /// assign's. Its /proc/<pid>/environ cannot show the latter (a standby sets it over the
   /// environment it started with), so this is what the agent reads its paths from.
   const std::map<std::string, std::string>& assigned_env() const { return launch_.env; }
+
+  /// A warm standby not assigned yet: it belongs to no generation (gen() is kStandbyGeneration),
+  /// its output is not a rank's, and its exit is nobody's business but the agent's.
+  bool standby() const { return launch_.standby; }
   /// The standby takes the place of `launch` (its gen, rank, local_rank and env): from now on it
   /// is that worker. The tail starts afresh: what it wrote as a standby is no rank's output.
   void assign(WorkerLaunch launch);

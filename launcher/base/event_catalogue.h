@@ -30,8 +30,8 @@ inline constexpr const char* kHostExcluded = "host.excluded";
 inline constexpr const char* kHostExclusionSkipped = "host.exclusion_skipped";
 inline constexpr const char* kAgentError = "agent.error";
 inline constexpr const char* kProtocolError = "protocol.error";
-// ---- generations and workers
 inline constexpr const char* kSignalRefused = "signal.refused";
+// ---- generations and workers
 inline constexpr const char* kPlanGeneration = "plan.generation";
 inline constexpr const char* kPlanChanged = "plan.changed";
 inline constexpr const char* kGenerationSpawned = "generation.spawned";
@@ -96,9 +96,9 @@ inline const std::vector<EventType>& catalogue() {
       {kHostExclusionSkipped, "a host past elastic.exclude_after that no plan can spare: restarted in place", {"host", "failures", "detail"}},
       {kAgentError, "an agent could not do what it was asked", {"host", "message"}},
       {kProtocolError, "a message from a worker or an agent that could not be parsed (dropped)", {"sender", "host", "error", "count"}},
+      {kSignalRefused, "an internal bug: a signal to pid or process group <= 1 was refused, not sent", {"target", "signal", "error"}},
       {kPlanGeneration, "the rank plan of a new generation", {"gen", "world_size", "data", "tensor", "pipeline", "grad_accum", "resume_step", "hosts"}},
       {kPlanChanged, "the plan changed: hosts left out, spares taken", {"diff", "without"}},
-      {kSignalRefused, "an internal bug: a signal to pid or process group <= 1 was refused, not sent", {"target", "signal", "error"}},
       {kGenerationSpawned, "every agent was asked to start its workers", {"gen", "master_addr", "master_port", "backend", "resume_step"}},
       {kGenerationStepped, "a generation's first step: training runs (launch or restart over; goodput counts from here)", {"gen", "step", "ms_since_spawn"}},
       {kWorkerStarted, "a worker process is running", {"rank", "host", "local_rank", "pid"}},

@@ -180,6 +180,16 @@ struct ProtocolError {
   nlohmann::json to_json() const;
 };
 
+/// send_signal() refused to signal pid or group <= 1 (launcher/base/process_signal.h): nothing
+/// was sent. `target` is the pid (or -group) as asked.
+struct SignalRefused {
+  static constexpr const char* name = kSignalRefused;
+  int target = 0;
+  std::string signal{};
+  std::string error{};
+  nlohmann::json to_json() const;
+};
+
 // ---- generations and workers
 
 struct PlanGeneration {
@@ -194,16 +204,6 @@ struct PlanGeneration {
   std::vector<std::string> hosts{};
   nlohmann::json to_json() const;
 };
-/// send_signal() refused to signal pid or group <= 1 (launcher/base/process_signal.h): nothing
-/// was sent. `target` is the pid (or -group) as asked.
-struct SignalRefused {
-  static constexpr const char* name = kSignalRefused;
-  int target = 0;
-  std::string signal{};
-  std::string error{};
-  nlohmann::json to_json() const;
-};
-
 
 struct PlanChanged {
   static constexpr const char* name = kPlanChanged;

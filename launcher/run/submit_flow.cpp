@@ -34,9 +34,9 @@ std::optional<int> detach(const std::string& run_id, const char* what, const Run
     return to_int(ExitCode::ok);
   }
   ::setsid();
-  int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
   // The parent exits at once; `dtrain resume` and status must name this process as the holder.
   (void)lock.record_holder();
+  int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
   if (null_fd >= 0) {
     ::dup2(null_fd, STDIN_FILENO);
     ::dup2(null_fd, STDOUT_FILENO);
