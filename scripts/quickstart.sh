@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds dtrain (Release), and runs a real job on the embedded
 # localhost default: configs/quickstart.yaml, 4 workers of the reference trainer.
+# It builds only what that job needs: `dtrain` (controller and agent, with the Python bootstrap
+# embedded) and `dtrain-train` (the reference trainer, which links the worker runtime).
+# Tests, fuzzers and benchmarks are built by scripts/test.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/setup.sh
 build_dir=${DTRAIN_BUILD_DIR:-build-release}
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDTRAIN_CUDA=AUTO >/dev/null
-cmake --build "$build_dir" -j "$(nproc 2>/dev/null || echo 2)"
+cmake --build "$build_dir" -j "$(nproc 2>/dev/null || echo 2)" --target dtrain dtrain-train
 
 dtrain="$build_dir/cli/dtrain"
 echo

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds, and runs the whole test suite through ctest.
+# Installs what is missing, builds every target (the product, tests, fuzzers, benchmarks; the
+# quickstart builds only the product), and runs the whole test suite through ctest.
 # .ci/run calls exactly this. Extra arguments go to ctest (e.g. -R spec, -L integration,
 # -LE cluster). At the end it says how many tests were skipped and why (a test that cannot run
 # on this machine exits 77 after printing "skipped: <reason>", tests/skip.h); its exit status
