@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# libFuzzer campaigns on the parsers of untrusted input (fuzz/, DESIGN.md §6). Builds the targets
+# libFuzzer campaigns on the parsers of untrusted input (fuzz/, docs/architecture.md §6). Builds the targets
 # with clang in their own build directory (-DDTRAIN_FUZZ=ON), then fuzzes each target in turn
 # for SECONDS, starting from its seed corpus fuzz/corpus/<target>/. New inputs go to
 # <build>/corpus/<target>/, never into the seed folder; crashes go to <build>/artifacts/<target>/.

@@ -1,5 +1,5 @@
 #pragma once
-// The agent ⇄ supervisor protocol (DESIGN.md §3), carried over an SSH channel or, for
+// The agent ⇄ supervisor protocol (docs/architecture.md §3), carried over an SSH channel or, for
 // localhost, a pipe pair to a child `dtrain agent`. Each message is one frame (frame.h): a
 // JSON object with a "type". The supervisor speaks first (config); the agent answers hello.
 // Times an agent reports are its own wall clock (ms since the epoch); the supervisor corrects

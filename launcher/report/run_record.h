@@ -2,7 +2,7 @@
 // Everything `dtrain report` reads from a run directory, parsed once at the boundary into typed
 // values: events.jsonl (through runlog's read_events), state.json, plan-<gen>.json,
 // hosts/<host>.json and metrics.jsonl (+ metrics.1.jsonl, the rotated part). Every file is
-// untrusted (DESIGN.md §6): a damaged line or file is skipped and counted, never a crash, and
+// untrusted (docs/architecture.md §6): a damaged line or file is skipped and counted, never a crash, and
 // the report says what it skipped.
 
 #include <cstdint>

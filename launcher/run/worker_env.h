@@ -1,5 +1,5 @@
 #pragma once
-// The worker environment of one generation (DESIGN.md §3), built from the plan: the
+// The worker environment of one generation (docs/architecture.md §3), built from the plan: the
 // torchrun-compatible variables and dtrain's own. Pure, so tests can check every variable.
 
 #include <map>

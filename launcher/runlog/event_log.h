@@ -2,7 +2,7 @@
 // events.jsonl: the run's append-only event log. Line 1 is a versioned header,
 // {"dtrain_events":1,"run_id":"...","created":"2026-11-29T23:40:01.123Z"}; every later line is
 // one event, {"ts":"<ISO-8601 UTC, ms>","ev":"worker.exit",...}, with "ts" first so that the
-// file reads (and sorts) well with plain text tools. Event names: DESIGN.md §3.
+// file reads (and sorts) well with plain text tools. Event names: docs/architecture.md §3.
 
 #include <cstdint>
 #include <functional>

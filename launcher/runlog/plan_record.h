@@ -1,7 +1,7 @@
 #pragma once
 // plan-<gen>.json read back: the rank plan a generation ran with, as `dtrain status` shows it.
 // The file is plan::to_json's output (launcher/plan/rank_plan.h); runlog may not link the plan
-// module (DESIGN.md §2), so this parses the JSON itself and keeps only what status prints. A
+// module (docs/architecture.md §2), so this parses the JSON itself and keeps only what status prints. A
 // hand-edited or truncated file is an error value, never a crash.
 
 #include <string>

@@ -2,7 +2,7 @@
 // Where a run lives on disk: $DTRAIN_HOME/runs/<run-id>/ and the short runtime directory for its
 // sockets. The supervisor creates it; `dtrain status/logs/stop/report` open it by id or prefix.
 //
-// Layout (DESIGN.md §3):
+// Layout (docs/architecture.md §3):
 //   spec.yaml           the spec as resolved
 //   events.jsonl        append-only event log (event_log.h)
 //   supervisor.log      human text (spdlog)

@@ -107,7 +107,7 @@ struct ElasticSettings {
   /// A generation whose progress cannot be known (no step reported, no checkpoint committed)
   /// counts as progress when it ran at least this long. 0: 2 × heartbeat.hang_timeout.
   Millis progress_window{0};
-  /// In-place recovery (DESIGN.md §6): when one rank fails (exits, or hangs and is killed) and
+  /// In-place recovery (docs/architecture.md §4): when one rank fails (exits, or hangs and is killed) and
   /// its host is still there, the other workers are not restarted: they abort their
   /// communicators, re-rendezvous under the next generation and take the newest completed step
   /// from a live data-parallel replica; only the failed rank's process is replaced. The workers

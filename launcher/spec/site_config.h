@@ -1,7 +1,7 @@
 #pragma once
 // $DTRAIN_HOME/config.yaml: the site's prices and per-tenant monthly budgets, read by
 // `dtrain usage` (cost) and `dtrain submit` (quotas). Read here because launcher/spec is the only
-// yaml-cpp user (DESIGN.md §2). A missing file is no prices and no quotas; a present one is
+// yaml-cpp user (docs/architecture.md §2). A missing file is no prices and no quotas; a present one is
 // checked like a job spec: every problem at once, as file:line:col, unknown keys with a
 // "did you mean".
 //

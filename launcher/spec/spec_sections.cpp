@@ -254,7 +254,7 @@ void read_checkpoint(DiagnosticSink& sink, const Section& root, CheckpointSettin
   read_file_mode(sink, c.get("file_mode"), c.path("file_mode"), checkpoint.file_mode);
 }
 
-// metrics.listen: the one listener dtrain may open (DESIGN.md §6), so loopback only.
+// metrics.listen: the one listener dtrain may open (docs/architecture.md §1), so loopback only.
 void read_metrics_listen(DiagnosticSink& sink, const YAML::Node* node, const std::string& key, std::string& listen) {
   auto text = read_string(sink, node, key);
   if (!text) return;

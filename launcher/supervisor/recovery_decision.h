@@ -1,5 +1,5 @@
 #pragma once
-// The recovery policy's one decision (DESIGN.md §4): given a failure, what came before it and
+// The recovery policy's one decision (docs/architecture.md §4): given a failure, what came before it and
 // the spec — restart in place, replace the lost host with a spare, shrink the world, or give
 // up — and why, in a sentence a person reads in events.jsonl and the end-of-run summary. A pure
 // function: the supervisor's event handlers gather the facts and carry the decision out.

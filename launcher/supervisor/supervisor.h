@@ -1,5 +1,5 @@
 #pragma once
-// The supervisor: the whole recovery policy of DESIGN.md §4 as a pure state machine.
+// The supervisor: the whole recovery policy of docs/architecture.md §4 as a pure state machine.
 // `on_event(Event) → Actions`, with the clock injected; no sockets, threads or sleeps. The
 // driver (launcher/run) turns transport traffic into Events and carries out the Actions.
 //

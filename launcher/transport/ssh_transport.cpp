@@ -587,7 +587,7 @@ void SshConnection::start_channel(ChannelRole role, std::string command) {
 
 void SshConnection::start_agent_command(const std::string& remote_path) {
   info_.remote_dtrain = remote_path;
-  // `exec`: the agent replaces the login shell and is sshd's direct child (DESIGN §5). Only
+  // `exec`: the agent replaces the login shell and is sshd's direct child (docs/architecture.md §5). Only
   // the path and fixed arguments travel here; configuration goes over the channel.
   std::string command = "exec " + shell_quote(remote_path);
   for (const std::string& argument : shared_->options.agent_args) command += " " + shell_quote(argument);

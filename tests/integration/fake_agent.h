@@ -3,7 +3,7 @@
 // that dtrain-train (or any worker) can run multi-rank without the launcher. It serves the
 // worker protocol (worker/contract/wire.h) on a unix socket, answers kv.* and gen.check from a
 // real launcher/store KvStore, records every other message, and spawns workers with the
-// worker environment of DESIGN.md §3. Header-only: tests/CMakeLists.txt compiles each
+// worker environment of docs/architecture.md §3. Header-only: tests/CMakeLists.txt compiles each
 // integration *_test.cpp on its own. Every process it starts is SIGKILLed and reaped by its
 // destructor.
 

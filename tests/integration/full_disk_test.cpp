@@ -1,4 +1,4 @@
-// A disk that fills up during a run (DESIGN.md §6, issue 10 item 3): the run log, state files
+// A disk that fills up during a run (docs/architecture.md §6, issue 10 item 3): the run log, state files
 // and checkpoints live on a small tmpfs that this test mounts in a private mount namespace and
 // then fills. What must hold afterwards, once space is freed: events.jsonl holds whole lines
 // only, no temp file is left, `dtrain status` shows the run, no good checkpoint was lost and

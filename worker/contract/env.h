@@ -1,6 +1,6 @@
 #pragma once
 // The worker environment: the single source of the variable names dtrain sets for every worker
-// (DESIGN.md §3). torchrun-compatible names first, so an unmodified PyTorch DDP script runs
+// (docs/architecture.md §3). torchrun-compatible names first, so an unmodified PyTorch DDP script runs
 // under dtrain; then dtrain's own.
 
 namespace dtrain::contract::env {
@@ -56,7 +56,7 @@ inline constexpr const char* kCkptFileMode = "DTRAIN_CKPT_FILE_MODE";
 inline constexpr const char* kResumeStep = "DTRAIN_RESUME_STEP";      ///< -1: discover the latest yourself
 inline constexpr const char* kHeartbeatIntervalMs = "DTRAIN_HEARTBEAT_INTERVAL_MS";
 
-// In-place recovery (spec elastic.in_place; DESIGN.md §6). Set only for jobs that opted in.
+// In-place recovery (spec elastic.in_place; docs/architecture.md §4). Set only for jobs that opted in.
 /// "1": when a collective fails because a peer died, do not exit: wait for the agent's
 /// gen.changed (wire.h), tear the communicators down, re-rendezvous under the new generation and
 /// take the newest completed step's state from a live data-parallel replica.

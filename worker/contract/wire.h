@@ -1,5 +1,5 @@
 #pragma once
-// The worker ⇄ agent wire protocol (DESIGN.md §3): one unix stream socket per worker at
+// The worker ⇄ agent wire protocol (docs/architecture.md §3): one unix stream socket per worker at
 // $DTRAIN_AGENT_SOCKET, newline-delimited JSON objects, each with a "type". Any language can
 // speak it in a few lines (see worker/python/dtrain_worker.py). Lines longer than
 // kMaxLineBytes close the connection. The agent checks the peer's uid with SO_PEERCRED.

@@ -134,7 +134,7 @@ std::string unpredictable_suffix() {
 /// Writes a file under `dir_path` as temp name → `fill` → fsync → rename → fsync the directory,
 /// so that readers see all of the file or none; on any failure the temp file is removed. The
 /// temp file is created O_EXCL | O_NOFOLLOW under an unpredictable name (as the launcher's
-/// write_file_atomic; the worker does not link launcher/base, DESIGN.md §2): a checkpoint
+/// write_file_atomic; the worker does not link launcher/base, docs/architecture.md §2): a checkpoint
 /// directory may be shared, and a fixed ".tmp.<pid>" name could be pre-created or planted as a
 /// link by another user. The file gets exactly `mode` (0600 unless checkpoint.file_mode says).
 Status write_durably(const std::string& dir_path, const std::string& name, int mode,

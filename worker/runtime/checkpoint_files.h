@@ -1,5 +1,5 @@
 #pragma once
-// The on-disk checkpoint format (DESIGN.md §3). Internal header.
+// The on-disk checkpoint format (docs/architecture.md §3). Internal header.
 //
 //   <dir>/step-<N>/shard-tp<i>-pp<j>.bin   header (below) + payload
 //   <dir>/step-<N>/MANIFEST.json           written last; its presence means "complete"

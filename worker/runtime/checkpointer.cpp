@@ -1,4 +1,4 @@
-// Saving, committing and finding checkpoints (DESIGN.md §3).
+// Saving, committing and finding checkpoints (docs/architecture.md §3).
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>

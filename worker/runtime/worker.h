@@ -1,5 +1,5 @@
 #pragma once
-// libdtrain_worker: what a training process needs to live under dtrain (DESIGN.md §3).
+// libdtrain_worker: what a training process needs to live under dtrain (docs/architecture.md §3).
 //
 //   auto worker = dtrain::worker::Worker::from_env();      // reads the contract, says hello
 //   auto comm = (*worker)->connect(std::chrono::seconds(60));  // Gloo or NCCL, by DTRAIN_BACKEND
@@ -394,7 +394,7 @@ struct CheckpointOptions {
 /// Options from the worker's settings (dir, keep, file mode, fault delay).
 CheckpointOptions checkpoint_options(const Settings& settings);
 
-/// Writes and restores checkpoints exactly as DESIGN.md §3 says: one shard per (tp, pp)
+/// Writes and restores checkpoints exactly as docs/architecture.md §3 says: one shard per (tp, pp)
 /// coordinate written by its DP rank 0 (temp name, fsync, rename, directory fsync); global rank 0
 /// waits (through the KV store) until every shard of the step is in place, asks the store
 /// whether its generation is still current, then writes MANIFEST.json last and prunes to `keep`.
