@@ -6,7 +6,7 @@
 # micro-batches per step, each stage's idle time (blocked in send/recv with its neighbour, over
 # the whole 1F1B schedule) against (p-1)/(m+p-1). Numbers are the trainer's own timers (mean
 # over steps 2..N, rank 0 for the step); median of --reps runs. Also prints each layout's final
-# loss next to one rank's (the correctness bound the README quotes). The bubble sweep uses
+# loss next to one rank's (the correctness bound docs/hybrid-parallelism.md quotes). The bubble sweep uses
 # --hidden 1024 and global batch 256, so that a micro-batch's compute outweighs a send/recv.
 #
 #   scripts/bench/hybrid.sh BUILD_DIR [--steps 100] [--reps 3]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every benchmark of the README's performance section in priority order, each under its
+# Runs every benchmark of docs/performance.md in priority order, each under its
 # own time limit and all under a total budget; a benchmark that cannot run here (no root for
 # the namespace cluster, no torch) says so and the rest go on.
 #

@@ -7,7 +7,7 @@ returns once the client joined) and when the client connected. With Debian's tor
 client connects on a whole second (2.0 s here) although the server listened earlier: a refused
 connect is retried once per second. This is why an unmodified DDP script's rendezvous is slower
 under dtrain (rank 0 of the script opens the store) than under torchrun (its agent's store is
-already listening); see README "Performance".
+already listening); see docs/performance.md.
 
   /usr/bin/python3 scripts/bench/tcpstore_retry_probe.py
 """
