@@ -31,6 +31,8 @@ INCLUDE = re.compile(r'^\s*#\s*include\s*"((?:launcher|worker|cli|tests)/[^"]+)"
 def read_arrows(doc_path):
     """{module: set of modules it may use} from the doc's ```arrows block."""
     arrows, in_block, found = {}, False, False
+    if not os.path.isfile(doc_path):
+        sys.exit(f"{doc_path}: missing; the arrows live in its §2")
     with open(doc_path, encoding="utf-8") as doc:
         for number, line in enumerate(doc, 1):
             stripped = line.strip()
