@@ -20,6 +20,8 @@
 #include "launcher/base/version.h"
 #include "launcher/proto/messages.h"
 #include "launcher/run/fd_watcher.h"
+#include "launcher/run/run_summary.h"
+#include "launcher/run/signal_pipe.h"
 #include "launcher/base/events.h"
 
 namespace dtrain::run {
@@ -28,17 +30,6 @@ namespace {
 
 namespace msg = proto::msg;
 using supervisor::RunState;
-
-// Signals become bytes on a pipe so that the loop handles them like any other input.
-int g_signal_pipe_write = -1;
-
-void on_signal(int signal_number) {
-  if (g_signal_pipe_write >= 0) {
-    unsigned char byte = static_cast<unsigned char>(signal_number);
-    [[maybe_unused]] ssize_t ignored = ::write(g_signal_pipe_write, &byte, 1);
-  }
-}
-
 
 }  // namespace
 
@@ -64,7 +55,7 @@ void RunDriver::resume_from(const supervisor::ResumeFrom& from, int64_t submitte
   submitted_wall_ms_ = submitted_wall_ms;
   resumed_wall_ms_ = clock_.wall_ms();
   pending_resume_ = from;
-  last_checkpoint_step_ = from.committed_steps.empty() ? -1 : from.committed_steps.back();
+  router_.set_last_checkpoint_step(from.committed_steps.empty() ? -1 : from.committed_steps.back());
 }
 
 std::string this_hostname() {
@@ -81,25 +72,6 @@ std::string absolute_path(const std::string& path) {
 }
 
 // ---- setup / teardown ---------------------------------------------------------------------------
-
-void RunDriver::install_signal_handlers() {
-  if (Result<Pipe> pipe = make_pipe()) {
-    signal_read_ = std::move(pipe->read_end);
-    signal_write_ = std::move(pipe->write_end);
-    (void)set_nonblocking(signal_read_.get());
-    (void)set_nonblocking(signal_write_.get());
-    g_signal_pipe_write = signal_write_.get();
-  }
-  struct sigaction action {};
-  action.sa_handler = on_signal;
-  sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESTART;
-  ::sigaction(SIGINT, &action, nullptr);
-  ::sigaction(SIGTERM, &action, nullptr);
-  ::sigaction(SIGHUP, &action, nullptr);
-  ::sigaction(SIGUSR1, &action, nullptr);  // Slurm: the time limit is near (ckpt.request)
-  ::signal(SIGPIPE, SIG_IGN);
-}
 
 void RunDriver::start_agents() {
   std::vector<spec::HostEntry> hosts = spec_.hosts;
@@ -163,7 +135,7 @@ void RunDriver::pump_links(const std::vector<AgentLink*>& links) {
     }
     for (const std::string& frame : received->frames) {
       if (link->lost) break;
-      route_frame(*link, frame);
+      router_.route(*link, frame);
     }
     if (!link->lost && link->connection().closed()) {
       host_lost(*link, "agent connection closed: " + link->connection().close_reason());
@@ -174,7 +146,7 @@ void RunDriver::pump_links(const std::vector<AgentLink*>& links) {
 void RunDriver::host_lost(AgentLink& link, const std::string& reason, int64_t silent_ms) {
   if (link.lost) return;
   link.lost = true;
-  host_resources_.erase(link.host());  // its last sample must not stand in metrics as if current
+  router_.forget_host(link.host());
   log().warn("host {} lost: {}", link.host(), reason);
   link.connection().shutdown(0);
   feed(supervisor::HostLost{link.host(), reason, silent_ms});
@@ -201,22 +173,21 @@ int64_t RunDriver::ping_spacing_ms() const {
   return std::max<int64_t>(spec_.heartbeat.interval.count(), spec_.heartbeat.timeout.count() / 5);
 }
 
+void RunDriver::ping(AgentLink& link) {
+  link.send({{"type", msg::kPing}, {"id", next_request_id_++}, {"supervisor_time_ms", clock_.wall_ms()}});
+}
+
 void RunDriver::send_pings_when_due() {
   int64_t now = clock_.monotonic_ms();
   if (now - last_ping_ms_ < ping_spacing_ms()) return;
   last_ping_ms_ = now;
   for (auto& [host, link] : links_) {
-    if (!link->lost) link->send({{"type", msg::kPing}, {"id", next_request_id_++}, {"supervisor_time_ms", clock_.wall_ms()}});
+    if (!link->lost) ping(*link);
   }
 }
 
 void RunDriver::handle_signals() {
-  std::string bytes;
-  bool would_block = false;
-  while (read_some(signal_read_.get(), bytes, &would_block) && !would_block && !bytes.empty()) {
-    if (bytes.size() > 64) break;
-  }
-  for (unsigned char byte : bytes) {
+  for (unsigned char byte : signals_->take()) {
     if (byte == SIGUSR1) {
       request_checkpoints("SIGUSR1 (Slurm's --signal before the time limit)");
       continue;
@@ -254,7 +225,7 @@ int RunDriver::run() {
     std::fprintf(stderr, "dtrain: %s\n", opened.error().message.c_str());
     return to_int(ExitCode::infra);
   }
-  install_signal_handlers();
+  signals_.emplace();
   Result<RuntimeDirectoryChoice> runtime_dir = run_.create_runtime_dir();
   if (!runtime_dir) {
     std::fprintf(stderr, "dtrain: %s\n", runtime_dir.error().message.c_str());
@@ -314,7 +285,7 @@ int RunDriver::run() {
     }
     fds.clear();
     fds.push_back({link_watcher.end_round(), POLLIN, 0});
-    if (signal_read_.valid()) fds.push_back({signal_read_.get(), POLLIN, 0});
+    if (signals_->fd() >= 0) fds.push_back({signals_->fd(), POLLIN, 0});
     if (control_) control_->add_poll_fds(fds);
 
     int64_t now = clock_.monotonic_ms();
@@ -356,7 +327,7 @@ int RunDriver::run() {
       last_tick_ms_ = now;
       check_silence();
       check_walltime();
-      flush_comm_warns(false);
+      router_.flush_comm_warns(false);
       if (now - last_log_flush_ms_ >= 1000) {  // supervisor.log is at most a second behind
         last_log_flush_ms_ = now;
         log().flush();
@@ -365,22 +336,28 @@ int RunDriver::run() {
     }
     show_status();
     write_metrics(false);
-    update_task_metrics();
+    metrics_.update(supervisor_, progress_, router_.host_resources(), [this](nlohmann::json event) { record(std::move(event)); });
     write_state(false);
   }
 
   supervisor::FinishRun finish = finished_.value_or(supervisor::FinishRun{RunState::failed, ExitCode::internal});
-  flush_comm_warns(true);
+  router_.flush_comm_warns(true);
   write_metrics(true);
   shut_down_agents();
-  print_summary(finish);
-  write_prometheus(true);  // after run.finished: the final goodput
+  const int64_t elapsed_ms = clock_.wall_ms() - submitted_wall_ms_;
+  record(run_finished_event(supervisor_, finish, elapsed_ms).to_json());
+  if (recorder_.console_mode() != Console::Mode::quiet) {
+    recorder_.flush();  // every console line first; the console is idle from here on
+    recorder_.finish_console();
+    print_run_summary(finish.exit_code == ExitCode::ok ? stdout : stderr, supervisor_, finish, run_, router_, elapsed_ms);
+  }
+  metrics_.write(true, supervisor_, progress_, router_.host_resources());  // after run.finished: the final goodput
   write_state(true);
   recorder_.flush();
   run_.unlink_control_socket();
   control_.reset();
   remove_runtime_directory(runtime_dir_);
-  g_signal_pipe_write = -1;
+  signals_.reset();
   return to_int(finish.exit_code);
 }
 

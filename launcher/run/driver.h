@@ -1,13 +1,16 @@
 #pragma once
-// RunDriver, the supervisor's event loop (internal to launcher/run). Its parts, one file each:
-//   driver.cpp           the loop: waiting, pumping links, signals, silences and pings, the end
-//   driver_routing.cpp   agent frames → typed messages → supervisor Events (one handler per type)
-//   driver_actions.cpp   supervisor Actions → frames to agents (start/stop generations, samples)
-//   driver_snapshots.cpp state.json, metrics.jsonl and the console status, built from the supervisor
-//   driver_metrics.cpp   task metrics: generation.stepped, stragglers, goodput, metrics.prom / /metrics
-//   run_summary.cpp      the end-of-run summary
-//   run_recorder.*       where records go (events.jsonl, logs, files, console), off the loop
-//   agent_transports.*   which transport reaches which host
+// RunDriver, the supervisor's event loop (internal to launcher/run). It keeps the loop, the agent
+// links and carrying out the supervisor's Actions; its parts are types of their own:
+//   driver.cpp            the loop: waiting, pumping links, signals, silences and pings, the end
+//   frame_router.*        agent frames → typed messages → supervisor Events and rank progress
+//   rank_progress.*       per-rank progress from beats, and the builder of every per-rank view
+//   driver_actions.cpp    supervisor Actions → frames to agents (start/stop generations, samples)
+//   driver_snapshots.cpp  state.json, metrics.jsonl and the console status, built from the supervisor
+//   metrics_exporter.*    task metrics: generation.stepped, stragglers, goodput, metrics.prom / /metrics
+//   slurm_time_limit.*     the Slurm job's time left (squeue), pumped by the loop, never waited for
+//   run_summary.cpp       the end-of-run summary
+//   run_recorder.*        where records go (events.jsonl, logs, files, console), off the loop
+//   agent_transports.*    which transport reaches which host
 //   submit_flow.cpp, resume_flow.cpp   `dtrain submit` and `dtrain resume` around a driver
 // Everything that happens becomes a supervisor Event; everything the supervisor decides comes
 // back as Actions that the driver carries out. One thread, one poll().
@@ -24,15 +27,16 @@
 #include "launcher/base/clock.h"
 #include "launcher/base/fd.h"
 #include "launcher/plan/rank_plan.h"
-#include "launcher/proto/agent_frame_parser.h"
-#include "launcher/proto/agent_messages.h"
-#include "launcher/proto/worker_messages.h"
 #include "launcher/run/agent_link.h"
 #include "launcher/run/agent_transports.h"
 #include "launcher/run/control_socket.h"
-#include "launcher/run/driver_metrics.h"
+#include "launcher/run/frame_router.h"
+#include "launcher/run/metrics_exporter.h"
+#include "launcher/run/rank_progress.h"
 #include "launcher/run/run_driver.h"
 #include "launcher/run/run_recorder.h"
+#include "launcher/run/signal_pipe.h"
+#include "launcher/run/slurm_time_limit.h"
 #include "launcher/run/worker_env.h"
 #include "launcher/runlog/run_directory.h"
 #include "launcher/runlog/run_lock.h"
@@ -41,21 +45,7 @@
 
 namespace dtrain::run {
 
-/// A sender whose messages could not be parsed this many times is treated as failed (a worker:
-/// its rank fails; an agent: its host is lost). One bad message is only an event.
-constexpr int kMaxProtocolErrorsPerSender = 100;
-
-/// Per-rank progress the supervisor does not need but status and metrics do.
-struct RankMetrics {
-  int64_t last_beat_wall_ms = 0;
-  std::optional<double> loss;
-  std::optional<double> step_ms;
-  std::optional<double> comm_ms, data_ms;  ///< time in collectives, waiting for input (when reported)
-  std::optional<int64_t> samples;          ///< samples in the step (when reported)
-  bool speaks_protocol = false;
-};
-
-class RunDriver {
+class RunDriver : private FrameRouter::Output {
  public:
   RunDriver(spec::JobSpec spec, plan::RankPlan plan, RunDirectory run, EventLog events, std::string dtrain_exe,
             bool detached, Console console, const DriverSeams& seams);
@@ -68,7 +58,6 @@ class RunDriver {
 
  private:
   // ---- the loop (driver.cpp)
-  void install_signal_handlers();
   void start_agents();
   void shut_down_agents();
   /// Moves bytes on each of `links` and routes the frames that arrived.
@@ -77,7 +66,7 @@ class RunDriver {
   /// Asks every worker for a checkpoint at one step all ranks reach (ckpt.request): SIGUSR1
   /// from Slurm before its time limit, or checkpoint.before_walltime (driver_checkpoint_request.cpp).
   void request_checkpoints(const std::string& reason);
-  /// checkpoint.before_walltime: looks the Slurm job's time left up once, asks when it is due.
+  /// checkpoint.before_walltime: asks for a checkpoint when it is due (SlurmTimeLimitWatch).
   void check_walltime();
   ControlReply handle_control(const ControlRequest& request);
   void check_silence();
@@ -85,63 +74,36 @@ class RunDriver {
   /// agents fence themselves when they hear nothing for heartbeat.timeout.
   void send_pings_when_due();
   int64_t ping_spacing_ms() const;
-  void host_lost(AgentLink& link, const std::string& reason, int64_t silent_ms = -1);
+  void host_lost(AgentLink& link, const std::string& reason, int64_t silent_ms);
 
-  // ---- routing: one handler per message type (driver_routing.cpp)
-  struct CommWarnWindow {  ///< NCCL WARN lines of one rank, counted within a window
-    int64_t started_ms = 0;  ///< 0: no window open
-    int64_t repeated = 0;
-    int gen = 0;
-    std::string host;
-    std::string last_line;
-  };
-  static constexpr int64_t kCommWarnWindowMs = 10'000;
-  void flush_comm_warn(int rank, CommWarnWindow& window);
-  /// Records the counts of windows that ended (all: every open one, at the end of the run).
-  void flush_comm_warns(bool all);
-  /// One frame body an agent sent (AgentLink::Received): parsed, then dispatched by type.
-  void route_frame(AgentLink& link, std::string_view body);
-  void agent_protocol_error(AgentLink& link, const std::string& problem);
-  void worker_protocol_error(AgentLink& link, std::optional<int> gen, std::optional<int> rank, int64_t pid,
-                             const std::string& problem);
-  void on_agent_message(AgentLink& link, const proto::AgentHello& hello);
-  void on_agent_message(AgentLink& link, const proto::WorkerStartedReport& started);
-  void on_agent_message(AgentLink& link, const proto::WorkerSpawnFailedReport& failed);
-  void on_agent_message(AgentLink& link, const proto::WorkerExitReport& exit);
-  void on_agent_message(AgentLink& link, const proto::WorkerLogLine& log);
-  void on_agent_message(AgentLink& link, const proto::FromWorker& from);
-  void on_agent_message(AgentLink& link, const proto::AgentBeat& beat);
-  void on_agent_message(AgentLink& link, const proto::Pong& pong);
-  void on_agent_message(AgentLink& link, const proto::PortReply& port);
-  void on_agent_message(AgentLink& link, const proto::SampleReply& sample);
-  void on_agent_message(AgentLink& link, const proto::Released& released);
-  void on_agent_message(AgentLink& link, const proto::GenChangedReply& reply);
-  void on_agent_message(AgentLink& link, const proto::AgentError& error);
-  void on_agent_message(AgentLink& link, const proto::AgentBye& bye);
-  void on_agent_message(AgentLink& link, const proto::WorkerProtocolError& error);
-  void on_agent_message(AgentLink& link, const proto::FlightRecorderDump& dump);
-  // ---- host resources from the agents' beats (driver_resources.cpp)
-  /// Keeps the newest per host, records Xids and new uncorrected ECC errors as events, and
-  /// writes the hosts' resources to metrics.jsonl at most every kResourcesMetricsSpacingMs.
-  void on_host_resources(AgentLink& link, const proto::HostResources& resources);
-  void write_resources_metrics();
-  void on_worker_message(AgentLink& link, const proto::FromWorker& from, const proto::WorkerHello& hello);
-  void on_worker_message(AgentLink& link, const proto::FromWorker& from, const proto::WorkerBeat& beat);
-  void on_worker_message(AgentLink& link, const proto::FromWorker& from, const proto::CommReady& ready);
-  void on_worker_message(AgentLink& link, const proto::FromWorker& from,
-                         const proto::CheckpointCommittedReport& committed);
-  void on_worker_message(AgentLink& link, const proto::FromWorker& from,
-                         const proto::CheckpointRejectedReport& rejected);
-  void on_worker_message(AgentLink& link, const proto::FromWorker& from, const proto::WorkerBye& bye);
-  template <class StoreRequest>
-  void on_worker_message(AgentLink& link, const proto::FromWorker& from, const StoreRequest& request);
+  // ---- what routed frames become (FrameRouter::Output)
+  void feed(const supervisor::Event& event) override;
+  void record(nlohmann::json event) override {
+    metrics_.observe(event);
+    recorder_.record(std::move(event));
+  }
+  void write_file_then_record(std::string path, std::string text, nlohmann::json event) override {
+    recorder_.write_file_then_record(std::move(path), std::move(text), std::move(event));
+  }
+  void write_unsynced_file(std::string path, std::string text) override {
+    recorder_.write_file(std::move(path), std::move(text), Durability::kUnsynced);
+  }
+  void rank_output(int rank, int gen, std::string text) override {
+    recorder_.rank_output(rank, gen, std::move(text));
+  }
+  void console_line(std::string text) override { recorder_.console_line(std::move(text)); }
+  spdlog::logger& log() override { return recorder_.log(); }
+  void metrics_line(nlohmann::json line) override { recorder_.metrics(std::move(line)); }
+  void host_lost(AgentLink& link, const std::string& reason) override { host_lost(link, reason, -1); }
+  void ping(AgentLink& link) override;
+  void send_store_replies(const std::vector<store::StoreReply>& replies) override;
+  void port_reserved(int64_t request_id, int port) override;
+  void port_reservation_failed(const std::string& host, const std::string& error) override;
 
   // ---- actions (driver_actions.cpp)
-  void feed(const supervisor::Event& event);
   void perform(const supervisor::Action& action);
   void start_generation(const supervisor::StartGeneration& start);
   void stop_generation(const supervisor::StopGeneration& stop);
-  void send_store_replies(const std::vector<store::StoreReply>& replies);
   void capture_sample(const supervisor::CaptureSample& sample);
   void spawn_generation(int port);
   /// The spawn frame for `ranks` of `host` (all of its ranks when empty), each worker's env
@@ -162,23 +124,6 @@ class RunDriver {
   void show_status();
   void write_metrics(bool force);
 
-  // ---- the end (run_summary.cpp)
-  void print_summary(const supervisor::FinishRun& finish);
-
-  // ---- task metrics (driver_metrics.cpp)
-  /// generation.stepped, straggler samples and events, then write_prometheus(false).
-  void update_task_metrics();
-  /// metrics.prom, the textfile and the endpoint's text: every metrics.interval, or now when forced.
-  void write_prometheus(bool force);
-  void observe_for_metrics(const nlohmann::json& event);
-
-  void record(nlohmann::json event) {
-    observe_for_metrics(event);
-    recorder_.record(std::move(event));
-  }
-  spdlog::logger& log() { return recorder_.log(); }
-  std::string log_path(int rank) const { return run_.rank_log_path(rank); }
-
   SystemClock system_clock_;
   const Clock& clock_;
   spec::JobSpec spec_;
@@ -194,18 +139,17 @@ class RunDriver {
   RuntimeDirectoryChoice runtime_dir_;
   AgentTransports transports_;
   std::map<std::string, std::unique_ptr<AgentLink>> links_;
-  std::vector<RankMetrics> metrics_;
+  RankProgressTable progress_;  ///< per-rank progress from beats, and every per-rank view
+  FrameRouter router_{*this, supervisor_, store_, progress_, run_, clock_};
   std::optional<supervisor::StartGeneration> pending_start_;
   std::optional<GenerationContext> spawned_context_;  ///< the newest generation spawned (in place: reused)
   std::optional<MasterAddressFacts> launch_node_facts_;  ///< looked up once, when first needed
   int64_t pending_port_id_ = 0;
   int64_t next_request_id_ = 1;
   std::optional<supervisor::FinishRun> finished_;
-  UniqueFd signal_read_;
-  UniqueFd signal_write_;
+  std::optional<SignalPipe> signals_;  ///< while run() runs
   int signals_seen_ = 0;
-  std::optional<int64_t> walltime_deadline_ms_;  ///< checkpoint.before_walltime, monotonic
-  bool walltime_request_done_ = false;
+  SlurmTimeLimitWatch walltime_{spec_.checkpoint.before_walltime};
   int64_t submitted_wall_ms_;
   bool resumed_ = false;
   int64_t resumed_wall_ms_ = 0;
@@ -217,23 +161,12 @@ class RunDriver {
   int64_t last_log_flush_ms_ = 0;
   int64_t last_tick_ms_ = 0;
   int64_t last_full_pump_ms_ = 0;
-  std::map<int, CommWarnWindow> comm_warns_;  ///< by rank
   static constexpr int64_t kStateWriteSpacingMs = 500;
   static constexpr size_t kMetricsDetailRanks = 64;
   int64_t state_write_spacing_ms_ = kStateWriteSpacingMs;
-  int64_t last_checkpoint_step_ = -1;
   std::string last_state_name_;
   std::string hostname_;  ///< of this machine, for state.json
-  std::map<int, nlohmann::json> exit_tails_;  ///< rank → its last output lines, for the failure summary
-  std::map<std::string, int> protocol_errors_;  ///< sender → messages of it that could not be parsed
-  proto::AgentFrameParser frame_parser_;  ///< one for every link: it keeps its buffers between frames
-  /// The newest resources each host's agent measured (CPU, memory, workers, GPUs): for metrics,
-  /// status and Prometheus. Xids are not kept here (they are events: gpu.xid).
-  std::map<std::string, proto::HostResources> host_resources_;
-  int64_t last_resources_metrics_ms_ = 0;
-  TaskMetricsState task_metrics_{spec_.metrics.straggler_threshold};
-  bool task_metrics_seeded_ = false;  ///< events written before this driver fed to task_metrics_
-  static constexpr int64_t kResourcesMetricsSpacingMs = 5'000;  ///< as metrics.jsonl's rank lines
+  MetricsExporter metrics_{spec_, run_, recorder_, clock_};
 };
 
 /// Forks the supervisor into the background. In the parent: prints the run id and returns the

@@ -79,9 +79,7 @@ void RunDriver::kill_ranks(const supervisor::KillRanks& kill) {
 
 void RunDriver::continue_in_place(const supervisor::ContinueInPlace& action) {
   send_store_replies(store_.begin_generation(action.gen, clock_.monotonic_ms()));
-  for (int rank : action.replaced) {
-    if (rank >= 0 && rank < static_cast<int>(metrics_.size())) metrics_[static_cast<size_t>(rank)] = RankMetrics{};
-  }
+  for (int rank : action.replaced) progress_.reset_rank(rank);
   recorder_.write_file(run_.plan_path(action.gen), plan::to_json(action.plan).dump(2));
   log().info("generation {} continues generation {} in place; replaced rank(s): {}", action.gen, action.from_gen,
              nlohmann::json(action.replaced).dump());
@@ -170,7 +168,7 @@ void RunDriver::send_store_replies(const std::vector<store::StoreReply>& replies
 
 void RunDriver::start_generation(const supervisor::StartGeneration& start) {
   send_store_replies(store_.begin_generation(start.gen, clock_.monotonic_ms()));
-  metrics_.assign(start.plan.ranks.size(), RankMetrics{});
+  progress_.reset(start.plan.ranks.size());
   recorder_.write_file(run_.plan_path(start.gen), plan::to_json(start.plan).dump(2));
   log().info("generation {} plan:\n{}", start.gen, plan::to_text(start.plan));
   pending_start_ = start;
@@ -182,6 +180,18 @@ void RunDriver::start_generation(const supervisor::StartGeneration& start) {
   }
   pending_port_id_ = next_request_id_++;
   link->second->send({{"type", msg::kReservePort}, {"id", pending_port_id_}});
+}
+
+void RunDriver::port_reserved(int64_t request_id, int port) {
+  if (request_id == pending_port_id_ && pending_start_) spawn_generation(port);
+}
+
+void RunDriver::port_reservation_failed(const std::string& host, const std::string& error) {
+  // A launch step the agent could not do ends the generation now rather than at its deadline.
+  if (!pending_start_ || pending_start_->plan.ranks.at(0).host != host) return;
+  int gen = pending_start_->gen;
+  pending_start_.reset();
+  feed(supervisor::LaunchStepFailed{gen, host, "port reservation", error});
 }
 
 void RunDriver::spawn_generation(int port) {

@@ -37,37 +37,15 @@ void RunDriver::write_state(bool force) {
     }
     hosts.push_back(entry);
   }
-  std::vector<StateRankRow> ranks;
+  std::vector<StateRankRow> ranks = progress_.state_rows(supervisor_);
   const auto& statuses = supervisor_.ranks();
-  ranks.reserve(std::min(statuses.size(), plan.ranks.size()));
-  for (size_t i = 0; i < statuses.size() && i < plan.ranks.size(); ++i) {
-    const supervisor::RankStatus& status = statuses[i];
-    const plan::RankSlot& slot = plan.ranks[i];
-    StateRankRow& rank = ranks.emplace_back();
-    rank.rank = slot.rank;
-    rank.host = slot.host;
-    rank.local_rank = slot.local_rank;
-    rank.dp = slot.dp;
-    rank.pp = slot.pp;
-    rank.tp = slot.tp;
-    rank.pid = status.pid;
-    rank.state = supervisor::to_string(status.state);
-    rank.step = status.step;
-    if (i < metrics_.size()) {
-      rank.last_beat_ms = metrics_[i].last_beat_wall_ms;
-      rank.loss = metrics_[i].loss;
-      rank.step_ms = metrics_[i].step_ms;
-    }
-    rank.exit_signal = status.exit_signal;
-    if (!status.exit_signal) rank.exit_code = status.exit_code;
-  }
   json root_cause = nullptr;
   if (const auto& cause = supervisor_.root_cause()) {
     root_cause = {{"kind", cause->kind}, {"host", cause->host}, {"message", cause->detail}};
     if (cause->rank >= 0) {
       root_cause["rank"] = cause->rank;
       root_cause["local_rank"] = cause->local_rank;
-      root_cause["log"] = log_path(cause->rank);
+      root_cause["log"] = run_.rank_log_path(cause->rank);
     }
     if (cause->pid) root_cause["pid"] = cause->pid;
     if (cause->code) root_cause["code"] = *cause->code;
@@ -91,18 +69,18 @@ void RunDriver::write_state(bool force) {
       {"finished_at_ms", finished_ ? json(clock_.wall_ms()) : json(nullptr)},
       {"updated_at_ms", clock_.wall_ms()},
       {"last_recovery", supervisor_.last_recovery().is_null() ? json(nullptr) : supervisor_.last_recovery()},
-      {"last_checkpoint_step", last_checkpoint_step_ >= 0 ? json(last_checkpoint_step_) : json(nullptr)},
+      {"last_checkpoint_step", router_.last_checkpoint_step() >= 0 ? json(router_.last_checkpoint_step()) : json(nullptr)},
       {"root_cause", root_cause}, {"spec_path", run_.spec_path()}, {"detached", detached_}};
   // Stragglers now (dtrain status shows them) and the goodput so far.
   json stragglers = json::array();
   for (size_t i = 0; i < statuses.size() && i < plan.ranks.size(); ++i) {
-    if (!task_metrics_.stragglers.is_straggler(static_cast<int>(i))) continue;
+    if (!metrics_.stragglers().is_straggler(static_cast<int>(i))) continue;
     stragglers.push_back({{"rank", plan.ranks[i].rank}, {"host", plan.ranks[i].host},
-                          {"score", task_metrics_.stragglers.score(static_cast<int>(i)).value_or(1.0)},
-                          {"median_step_ms", task_metrics_.stragglers.median_ms(static_cast<int>(i)).value_or(0.0)}});
+                          {"score", metrics_.stragglers().score(static_cast<int>(i)).value_or(1.0)},
+                          {"median_step_ms", metrics_.stragglers().median_ms(static_cast<int>(i)).value_or(0.0)}});
   }
   state["stragglers"] = std::move(stragglers);
-  state["goodput"] = task_metrics_.goodput.at(clock_.wall_ms()).to_json();
+  state["goodput"] = metrics_.goodput().at(clock_.wall_ms()).to_json();
   recorder_.state(std::move(state), std::move(ranks));
   // Copying the rows is O(ranks) on the loop and turning them into text O(ranks) on the state
   // thread (a few ms and 4-23 ms at 16,384 ranks): paced so that each takes at most ~1% of its
@@ -122,64 +100,11 @@ void RunDriver::write_state(bool force) {
 void RunDriver::write_metrics(bool force) {
   int64_t now = clock_.monotonic_ms();
   if (!force && now - last_metrics_ms_ < 5000) return;
-  struct Sample {
-    int rank;
-    int64_t step;
-    std::optional<double> step_ms, loss;
-  };
-  std::vector<Sample> samples;
-  const auto& statuses = supervisor_.ranks();
-  for (size_t i = 0; i < statuses.size() && i < metrics_.size(); ++i) {
-    if (statuses[i].step < 0) continue;
-    samples.push_back({static_cast<int>(i), statuses[i].step, metrics_[i].step_ms, metrics_[i].loss});
-  }
-  if (samples.empty()) return;
+  std::optional<json> ranks = progress_.metrics_line(supervisor_, kMetricsDetailRanks);
+  if (!ranks) return;
   last_metrics_ms_ = now;
-  auto entry = [](const Sample& sample) {
-    json rank = {{"rank", sample.rank}, {"step", sample.step}};
-    if (sample.loss) rank["loss"] = *sample.loss;
-    if (sample.step_ms) rank["step_ms"] = *sample.step_ms;
-    return rank;
-  };
   json line = {{"ts", format_timestamp_utc(clock_.wall_ms())}, {"gen", supervisor_.generation()}};
-  if (statuses.size() <= kMetricsDetailRanks) {  // by world size: one format for the whole run
-    json ranks = json::array();
-    for (const Sample& sample : samples) ranks.push_back(entry(sample));
-    line["ranks"] = std::move(ranks);
-  } else {
-    auto spread = [](std::vector<double> values) -> json {
-      if (values.empty()) return nullptr;
-      std::sort(values.begin(), values.end());
-      return {{"min", values.front()}, {"median", values[values.size() / 2]}, {"max", values.back()}};
-    };
-    std::vector<double> steps, step_times, losses;
-    for (const Sample& sample : samples) {
-      steps.push_back(static_cast<double>(sample.step));
-      if (sample.step_ms) step_times.push_back(*sample.step_ms);
-      if (sample.loss) losses.push_back(*sample.loss);
-    }
-    json step_spread = spread(steps);
-    json time_spread = spread(step_times);
-    line["ranks_reporting"] = samples.size();
-    line["step"] = step_spread;
-    line["step_ms"] = time_spread;
-    line["loss"] = spread(losses);
-    double newest = step_spread["max"].get<double>();
-    double median_ms = time_spread.is_null() ? 0.0 : time_spread["median"].get<double>();
-    std::vector<Sample> outliers;
-    for (const Sample& sample : samples) {
-      bool lagging = static_cast<double>(sample.step) < newest - 1;
-      bool slow = median_ms > 0 && sample.step_ms && *sample.step_ms > 1.5 * median_ms;
-      if (lagging || slow) outliers.push_back(sample);
-    }
-    std::sort(outliers.begin(), outliers.end(), [](const Sample& a, const Sample& b) {
-      return std::make_pair(a.step, -a.step_ms.value_or(0)) < std::make_pair(b.step, -b.step_ms.value_or(0));
-    });
-    line["outliers_total"] = outliers.size();
-    json shown = json::array();
-    for (size_t i = 0; i < outliers.size() && i < kMetricsDetailRanks; ++i) shown.push_back(entry(outliers[i]));
-    line["outliers"] = std::move(shown);
-  }
+  line.update(*ranks);
   recorder_.metrics(std::move(line));
 }
 
@@ -190,21 +115,7 @@ void RunDriver::show_status() {
   int64_t now = clock_.monotonic_ms();
   if (now - last_status_ms_ < 200) return;
   last_status_ms_ = now;
-  ConsoleStatus status;
-  status.state = supervisor::to_string(supervisor_.state());
-  status.generation = std::max(0, supervisor_.generation());
-  status.world_size = supervisor_.current_plan().world_size;
-  for (size_t i = 0; i < supervisor_.ranks().size(); ++i) {
-    const supervisor::RankStatus& rank = supervisor_.ranks()[i];
-    if (rank.state == supervisor::RankState::running) ++status.workers_running;
-    if (rank.step > status.step) {
-      status.step = rank.step;
-      if (i < metrics_.size() && metrics_[i].loss) {
-        status.loss = *metrics_[i].loss;
-        status.has_loss = true;
-      }
-    }
-  }
+  ConsoleStatus status = progress_.console_status(supervisor_);
   recorder_.console_status(std::move(status));
 }
 

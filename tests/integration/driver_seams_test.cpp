@@ -6,6 +6,9 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 
 #include "launcher/base/clock.h"
 #include "tests/integration/sim_run.h"
@@ -104,4 +107,40 @@ TEST_CASE("a checkpoint save past checkpoint_timeout is a hang of that rank, nam
   auto failures = events_named(sim.events(), "failure.detected");
   REQUIRE(!failures.empty());
   CHECK(failures[0]["detail"].get<std::string>().find("checkpoint_timeout") != std::string::npos);
+}
+
+TEST_CASE("a Slurm time-limit lookup that takes 3 s (a busy slurmctld) does not hold the loop: pings go on, its answer is used") {
+  // A fake squeue first on PATH: 3 s to answer that the job has 4 s left. With
+  // checkpoint.before_walltime 1 s the checkpoint is due as soon as the answer arrives.
+  TempDir bin;
+  std::string squeue = bin.path + "/squeue";
+  {
+    std::ofstream script(squeue);
+    script << "#!/bin/sh\nsleep 3\necho 0:04\n";
+  }
+  std::filesystem::permissions(squeue, std::filesystem::perms::owner_all);
+  std::string old_path = std::getenv("PATH") ? std::getenv("PATH") : "";
+  ::setenv("PATH", (bin.path + ":" + old_path).c_str(), 1);
+  ::setenv("SLURM_JOB_ID", "4242", 1);
+  SimRun sim;
+  std::string spec = sim_spec(3, 2, "checkpoint: {before_walltime: 1s}\n",
+                              "{interval: 100ms, timeout: 1s, hang_timeout: 10s}");
+  int64_t step_at_start = -1, step_at_request = -1;
+  CHECK(sim.run(spec, [&](run::FakeCluster& cluster, const std::atomic<bool>& ended) {
+    step_at_start = cluster.newest_step();
+    wait_until([&] { return ended.load() || !events_named(sim.events(), "checkpoint.requested").empty(); }, 15000);
+    step_at_request = cluster.newest_step();
+  }) == 0);
+  ::setenv("PATH", old_path.c_str(), 1);
+  ::unsetenv("SLURM_JOB_ID");
+  // The loop served the agents while squeue slept: no gap near heartbeat.timeout, no host lost.
+  CHECK(sim.cluster.longest_driver_silence_ms() < 1000);
+  CHECK(sim.cluster.silence_fences() == 0);
+  auto events = sim.events();
+  CHECK(events_named(events, "host.lost").empty());
+  // The answer came back to the loop and was acted on.
+  auto requested = events_named(events, "checkpoint.requested");
+  REQUIRE(requested.size() == 1);
+  CHECK(requested[0].dump().find("before_walltime") != std::string::npos);
+  CHECK(step_at_request > step_at_start);  // the job trained on meanwhile
 }

@@ -14,12 +14,15 @@
 #include "launcher/base/fd.h"
 #include "launcher/proto/frame.h"
 #include "launcher/run/agent_link.h"
+#include "tests/unit/recording_connection.h"
 
 using dtrain::Error;
 using dtrain::proto::encode_frame_checked;
 using dtrain::proto::FrameDecoder;
 using dtrain::proto::kMaxFrameBytes;
 using nlohmann::json;
+
+using dtrain::testing::RecordingConnection;
 
 namespace {
 
@@ -30,26 +33,6 @@ json message_of_body(size_t body_bytes) {
   message["pad"] = std::string(body_bytes - overhead, 'x');
   return message;
 }
-
-/// Records what the link sends; a stand-in for the transport to one agent.
-class RecordingConnection : public dtrain::transport::AgentConnection {
- public:
-  explicit RecordingConnection(std::string& sent) : sent_(sent) {}
-  std::vector<pollfd> poll_fds() const override { return {}; }
-  void pump() override {}
-  void send(std::string bytes) override { sent_ += bytes; }
-  std::string take_received() override { return ""; }
-  std::string take_diagnostics() override { return ""; }
-  bool closed() const override { return false; }
-  std::string close_reason() const override { return ""; }
-  void close_input() override {}
-  void shutdown(int) override {}
-  std::optional<pid_t> local_pid() const override { return std::nullopt; }
-  std::string describe() const override { return "recording"; }
-
- private:
-  std::string& sent_;
-};
 
 std::vector<json> decode_all(const std::string& bytes) {
   FrameDecoder decoder;

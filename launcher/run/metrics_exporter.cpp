@@ -1,15 +1,13 @@
-// Task metrics while the run goes: the first step of each generation (generation.stepped),
-// straggler scores from every rank's step times (straggler.detected / .cleared), goodput, and
-// the Prometheus exposition — <run dir>/metrics.prom, the node_exporter textfile and the
-// loopback /metrics endpoint — every metrics.interval and at the end. Files are written by
-// the recorder's thread, the endpoint serves from its own: the loop only copies numbers.
+// MetricsExporter (metrics_exporter.h): goodput and the counters from the events recorded,
+// generation.stepped and stragglers from the ranks' progress, and the Prometheus exposition.
+
+#include "launcher/run/metrics_exporter.h"
 
 #include <algorithm>
 
 #include "launcher/runlog/event_log.h"
 #include "launcher/base/events.h"
 #include "launcher/metrics/task_metrics.h"
-#include "launcher/run/driver.h"
 #include "launcher/runlog/json_access.h"
 
 namespace dtrain::run {
@@ -45,35 +43,40 @@ void TaskMetricsState::observe(const json& event, int64_t wall_ms, int64_t monot
   }
 }
 
-void RunDriver::observe_for_metrics(const json& event) {
-  if (!task_metrics_seeded_) {
+MetricsExporter::MetricsExporter(const spec::JobSpec& spec, const RunDirectory& run, RunRecorder& recorder,
+                                 const Clock& clock)
+    : spec_(spec), run_(run), recorder_(recorder), clock_(clock), state_(spec.metrics.straggler_threshold) {}
+
+void MetricsExporter::observe(const json& event) {
+  if (!seeded_) {
     // run.submitted (and, for a resumed run, its whole history) was written before this driver
     // existed: goodput counts from the submit.
-    task_metrics_seeded_ = true;
+    seeded_ = true;
     if (Result<std::vector<json>> earlier = read_events(run_.events_path())) {
       for (const json& old : *earlier) {
-        if (std::optional<int64_t> at = event_wall_ms(old)) task_metrics_.observe(old, *at, clock_.monotonic_ms());
+        if (std::optional<int64_t> at = event_wall_ms(old)) state_.observe(old, *at, clock_.monotonic_ms());
       }
     }
   }
-  task_metrics_.observe(event, clock_.wall_ms(), clock_.monotonic_ms());
+  state_.observe(event, clock_.wall_ms(), clock_.monotonic_ms());
 }
 
-void RunDriver::update_task_metrics() {
-  TaskMetricsState& state = task_metrics_;
+void MetricsExporter::update(const supervisor::Supervisor& supervisor, const RankProgressTable& progress,
+                             const HostResourcesByName& hosts, const std::function<void(json)>& record) {
+  TaskMetricsState& state = state_;
   if (!state.endpoint && !spec_.metrics.listen.empty() && state.last_write_ms < 0) {
     // Tried once: a port in use costs the run its endpoint, never the run.
     if (auto endpoint = metrics::MetricsEndpoint::start(spec_.metrics.listen)) {
       state.endpoint = std::move(endpoint).value();
-      log().info("metrics: serving GET /metrics on {}", spec_.metrics.listen);
+      recorder_.log().info("metrics: serving GET /metrics on {}", spec_.metrics.listen);
     } else {
-      log().warn("{}", endpoint.error().message);
+      recorder_.log().warn("{}", endpoint.error().message);
       recorder_.console_line("warning: " + endpoint.error().message);
     }
   }
-  const int generation = supervisor_.generation();
-  const auto& ranks = supervisor_.ranks();
-  const plan::RankPlan& plan = supervisor_.current_plan();
+  const int generation = supervisor.generation();
+  const auto& ranks = supervisor.ranks();
+  const plan::RankPlan& plan = supervisor.current_plan();
   int64_t now = clock_.monotonic_ms();
   if (generation != state.generation) {
     state.generation = generation;
@@ -93,39 +96,34 @@ void RunDriver::update_task_metrics() {
   // pass over every rank is O(ranks).
   if (state.generation_stepped && now - state.last_sample_ms >= 1000) {
     state.last_sample_ms = now;
-    for (size_t i = 0; i < ranks.size() && i < metrics_.size(); ++i) {
-      const RankMetrics& rank = metrics_[i];
-      if (ranks[i].step < 0 || !rank.step_ms) continue;
-      // The rank's own work: its step less its wait in collectives (see stragglers.h).
-      double work_ms = std::max(0.0, *rank.step_ms - rank.comm_ms.value_or(0.0));
-      state.stragglers.add(static_cast<int>(i), ranks[i].step, work_ms);
-    }
+    progress.add_straggler_samples(supervisor, state.stragglers);
     for (const metrics::StragglerChange& change : state.stragglers.evaluate()) {
       std::string host = static_cast<size_t>(change.rank) < plan.ranks.size() ? plan.ranks[change.rank].host : "";
       events::StragglerScore score{generation, host, change.rank, change.score, change.median_ms,
                                    change.fastest_median_ms};
       if (change.detected) {
-        log().warn("straggler: rank {} on {}: median {:.1f} ms of work per step, the fastest rank {:.1f} ms (score {:.2f})",
+        recorder_.log().warn("straggler: rank {} on {}: median {:.1f} ms of work per step, the fastest rank {:.1f} ms (score {:.2f})",
                    change.rank, host, change.median_ms, change.fastest_median_ms, change.score);
       }
       record(change.detected ? events::StragglerDetected{score}.to_json() : events::StragglerCleared{score}.to_json());
     }
   }
-  write_prometheus(false);
+  write(false, supervisor, progress, hosts);
 }
 
-void RunDriver::write_prometheus(bool force) {
-  TaskMetricsState& state = task_metrics_;
+void MetricsExporter::write(bool force, const supervisor::Supervisor& supervisor, const RankProgressTable& progress,
+                            const HostResourcesByName& hosts) {
+  TaskMetricsState& state = state_;
   int64_t now = clock_.monotonic_ms();
   if (!force && state.last_write_ms >= 0 && now - state.last_write_ms < spec_.metrics.interval.count()) return;
   state.last_write_ms = now;
 
   metrics::TaskSnapshot snapshot;
-  const plan::RankPlan& plan = supervisor_.current_plan();
+  const plan::RankPlan& plan = supervisor.current_plan();
   snapshot.run_id = run_.id();
   snapshot.name = spec_.name;
-  snapshot.state = supervisor::to_string(supervisor_.state());
-  snapshot.generation = std::max(0, supervisor_.generation());
+  snapshot.state = supervisor::to_string(supervisor.state());
+  snapshot.generation = std::max(0, supervisor.generation());
   snapshot.world_size = plan.world_size;
   snapshot.global_batch = spec_.batch.global;
   snapshot.restarts_by_kind = state.restarts_by_kind;
@@ -138,30 +136,8 @@ void RunDriver::write_prometheus(bool force) {
   snapshot.straggler_threshold = spec_.metrics.straggler_threshold;
   snapshot.stragglers = state.stragglers.stragglers();
   snapshot.goodput = state.goodput.at(clock_.wall_ms());
-  const auto& ranks = supervisor_.ranks();
-  snapshot.ranks.reserve(ranks.size());
-  for (size_t i = 0; i < ranks.size() && i < plan.ranks.size(); ++i) {
-    metrics::RankTaskMetrics rank;
-    rank.rank = plan.ranks[i].rank;
-    rank.host = plan.ranks[i].host;
-    rank.step = ranks[i].step;
-    if (i < metrics_.size()) {
-      const RankMetrics& progress = metrics_[i];
-      auto seconds = [](const std::optional<double>& ms) -> std::optional<double> {
-        return ms ? std::optional<double>(*ms / 1000.0) : std::nullopt;
-      };
-      rank.step_seconds = seconds(progress.step_ms);
-      rank.comm_seconds = seconds(progress.comm_ms);
-      rank.data_seconds = seconds(progress.data_ms);
-      rank.loss = progress.loss;
-      if (progress.samples && progress.step_ms && *progress.step_ms > 0) {
-        rank.samples_per_second = static_cast<double>(*progress.samples) * 1000.0 / *progress.step_ms;
-      }
-    }
-    rank.straggler_score = state.stragglers.score(static_cast<int>(i));
-    snapshot.ranks.push_back(std::move(rank));
-  }
-  for (const auto& [host, resources] : host_resources_) {
+  snapshot.ranks = progress.task_metric_rows(supervisor, state.stragglers);
+  for (const auto& [host, resources] : hosts) {
     metrics::HostResourceMetrics out;
     out.host = host;
     if (resources.cpu_percent) out.cpu_utilisation = *resources.cpu_percent / 100.0;

@@ -1,0 +1,154 @@
+#pragma once
+// FrameRouter: agent frames → typed messages → supervisor Events and per-rank progress. Every
+// frame is parsed once (proto::AgentFrameParser, which also parses a worker's message the agent
+// forwarded: an agent is a peer too) and dispatched by type to one handler, a worker's message
+// likewise. Nothing here reads raw JSON; a frame that does not parse is a protocol.error event
+// naming its sender, and only a flood of them fails that sender. What the messages become
+// leaves through Output (the driver), so a test can script frames and see what comes out.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/logger.h>
+
+#include "launcher/base/clock.h"
+#include "launcher/proto/agent_frame_parser.h"
+#include "launcher/proto/agent_messages.h"
+#include "launcher/run/agent_link.h"
+#include "launcher/run/rank_progress.h"
+#include "launcher/runlog/run_directory.h"
+#include "launcher/store/kv_store.h"
+#include "launcher/supervisor/supervisor.h"
+
+namespace dtrain::run {
+
+/// A sender whose messages could not be parsed this many times is treated as failed (a worker:
+/// its rank fails; an agent: its host is lost). One bad message is only an event.
+constexpr int kMaxProtocolErrorsPerSender = 100;
+
+class FrameRouter {
+ public:
+  /// Where routed messages go. RunDriver is the real one; an interface so that tests can feed
+  /// the router frames and collect what comes out (frame_router_test).
+  class Output {
+   public:
+    virtual ~Output() = default;
+    /// An event for the supervisor; the driver carries out its Actions before this returns.
+    virtual void feed(const supervisor::Event& event) = 0;
+    /// An event for events.jsonl.
+    virtual void record(nlohmann::json event) = 0;
+    /// `text` into `path`, then `event` naming it (RunRecorder::write_file_then_record).
+    virtual void write_file_then_record(std::string path, std::string text, nlohmann::json event) = 0;
+    /// `text` into `path`, not fsync'd (a host's facts: re-made at every connect).
+    virtual void write_unsynced_file(std::string path, std::string text) = 0;
+    /// A worker's output line(s) for its rank log.
+    virtual void rank_output(int rank, int gen, std::string text) = 0;
+    virtual void console_line(std::string text) = 0;
+    /// supervisor.log.
+    virtual spdlog::logger& log() = 0;
+    /// One metrics.jsonl line.
+    virtual void metrics_line(nlohmann::json line) = 0;
+    /// The host's agent is gone or unusable: stop listening to it, tell the supervisor.
+    virtual void host_lost(AgentLink& link, const std::string& reason) = 0;
+    /// A ping to `link` now (after hello: the clock offset from a true round trip).
+    virtual void ping(AgentLink& link) = 0;
+    /// Replies of the KV store to workers, each to its worker's agent.
+    virtual void send_store_replies(const std::vector<store::StoreReply>& replies) = 0;
+    /// The agent of rank 0's host reserved `port` for the request `request_id`.
+    virtual void port_reserved(int64_t request_id, int port) = 0;
+    /// The agent on `host` could not reserve a port.
+    virtual void port_reservation_failed(const std::string& host, const std::string& error) = 0;
+  };
+
+  /// Everything referenced must outlive the router. The router reads the supervisor (its
+  /// generation and plan) and never feeds it but through `output`.
+  FrameRouter(Output& output, const supervisor::Supervisor& supervisor, store::KvStore& store,
+              RankProgressTable& progress, const RunDirectory& run, const Clock& clock);
+
+  /// One frame body an agent sent (AgentLink::Received): parsed, then dispatched by type.
+  void route(AgentLink& link, std::string_view body);
+
+  /// Records the counts of NCCL WARN windows that ended (all: every open one, at the end).
+  void flush_comm_warns(bool all);
+  /// A lost host's last resources must not stand in metrics as if current.
+  void forget_host(const std::string& host) { host_resources_.erase(host); }
+  /// The newest resources each host's agent measured (CPU, memory, workers, GPUs), for metrics
+  /// and Prometheus. Xids are not kept here (they are events: gpu.xid).
+  const std::map<std::string, proto::HostResources>& host_resources() const { return host_resources_; }
+  /// A rank's last output lines from its exit report (the failure summary), or null.
+  const std::vector<std::string>* exit_tail(int rank) const;
+  /// The newest step any rank committed a checkpoint of; -1 when none.
+  int64_t last_checkpoint_step() const { return last_checkpoint_step_; }
+  /// A resumed run starts from the checkpoints its predecessor committed.
+  void set_last_checkpoint_step(int64_t step) { last_checkpoint_step_ = step; }
+
+  /// metrics.jsonl's host lines: at most this often (as its rank lines), and past
+  /// kMetricsDetailHosts hosts a spread with the hosts that stand out instead of every host.
+  static constexpr int64_t kResourcesMetricsSpacingMs = 5'000;
+  static constexpr size_t kMetricsDetailHosts = 64;
+
+ private:
+  struct CommWarnWindow {  ///< NCCL WARN lines of one rank, counted within a window
+    int64_t started_ms = 0;  ///< 0: no window open
+    int64_t repeated = 0;
+    int gen = 0;
+    std::string host;
+    std::string last_line;
+  };
+  static constexpr int64_t kCommWarnWindowMs = 10'000;
+  void flush_comm_warn(int rank, CommWarnWindow& window);
+
+  void agent_protocol_error(AgentLink& link, const std::string& problem);
+  void worker_protocol_error(AgentLink& link, std::optional<int> gen, std::optional<int> rank, int64_t pid,
+                             const std::string& problem);
+  void on(AgentLink& link, const proto::AgentHello& hello);
+  void on(AgentLink& link, const proto::WorkerStartedReport& started);
+  void on(AgentLink& link, const proto::WorkerSpawnFailedReport& failed);
+  void on(AgentLink& link, const proto::WorkerExitReport& exit);
+  void on(AgentLink& link, const proto::WorkerLogLine& log);
+  void on(AgentLink& link, const proto::FromWorker& from);
+  void on(AgentLink& link, const proto::AgentBeat& beat);
+  void on(AgentLink& link, const proto::Pong& pong);
+  void on(AgentLink& link, const proto::PortReply& port);
+  void on(AgentLink& link, const proto::SampleReply& sample);
+  void on(AgentLink& link, const proto::Released& released);
+  void on(AgentLink& link, const proto::GenChangedReply& reply);
+  void on(AgentLink& link, const proto::AgentError& error);
+  void on(AgentLink& link, const proto::AgentBye& bye);
+  void on(AgentLink& link, const proto::WorkerProtocolError& error);
+  void on(AgentLink& link, const proto::FlightRecorderDump& dump);
+  // Host resources from the agents' beats (host_resources.cpp): keeps the newest per host,
+  // records Xids and new uncorrected ECC errors as events, and writes metrics.jsonl lines.
+  void on_host_resources(AgentLink& link, const proto::HostResources& resources);
+  void write_resources_metrics();
+  // A worker's message, as forwarded by its agent.
+  void on_worker(AgentLink& link, const proto::FromWorker& from, const proto::WorkerHello& hello);
+  void on_worker(AgentLink& link, const proto::FromWorker& from, const proto::WorkerBeat& beat);
+  void on_worker(AgentLink& link, const proto::FromWorker& from, const proto::CommReady& ready);
+  void on_worker(AgentLink& link, const proto::FromWorker& from, const proto::CheckpointCommittedReport& committed);
+  void on_worker(AgentLink& link, const proto::FromWorker& from, const proto::CheckpointRejectedReport& rejected);
+  void on_worker(AgentLink& link, const proto::FromWorker& from, const proto::WorkerBye& bye);
+  template <class StoreRequest>
+  void on_worker(AgentLink& link, const proto::FromWorker& from, const StoreRequest& request);
+
+  Output& out_;
+  const supervisor::Supervisor& supervisor_;
+  store::KvStore& store_;
+  RankProgressTable& progress_;
+  const RunDirectory& run_;
+  const Clock& clock_;
+  proto::AgentFrameParser frame_parser_;  ///< one for every link: it keeps its buffers between frames
+  std::map<std::string, int> protocol_errors_;  ///< sender → messages of it that could not be parsed
+  std::map<int, CommWarnWindow> comm_warns_;    ///< by rank
+  std::map<int, std::vector<std::string>> exit_tails_;  ///< rank → its last output lines
+  std::map<std::string, proto::HostResources> host_resources_;
+  int64_t last_resources_metrics_ms_ = 0;
+  int64_t last_checkpoint_step_ = -1;
+};
+
+}  // namespace dtrain::run
