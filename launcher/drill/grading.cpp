@@ -253,11 +253,15 @@ void grade_recovery(FaultVerdict& verdict, const Injection& injection, const std
     int64_t bad = *injection.corrupted_step;
     bool rejected = false;
     for (const json& event : events) {
-      if (name_of(event) == events::kCheckpointRejected && json_int(event, "step") == bad) rejected = true;
+      // `bad` is the oldest step damaged; newer ones may be damaged too (the drill damages every
+      // step the restart could be told to load), and the one the supervisor names is refused.
+      if (name_of(event) == events::kCheckpointRejected && json_int(event, "step").value_or(-1) >= bad) {
+        rejected = true;
+      }
     }
     check(verdict, "corrupt checkpoint rejected", rejected,
-          rejected ? "step " + std::to_string(bad) + " refused by its checksum"
-                   : "no checkpoint.rejected for step " + std::to_string(bad));
+          rejected ? "step " + std::to_string(bad) + " (or a newer damaged one) refused by its checksum"
+                   : "no checkpoint.rejected for step " + std::to_string(bad) + " or newer");
     bool older = verdict.resume_step && *verdict.resume_step < bad;
     check(verdict, "resumed from the previous good checkpoint", older,
           verdict.resume_step ? "resumed from step " + std::to_string(*verdict.resume_step) + " (corrupted: step " +

@@ -52,17 +52,14 @@ std::vector<int64_t> complete_checkpoint_steps(const std::string& checkpoint_dir
   return steps;
 }
 
-Result<CorruptedCheckpoint> corrupt_newest_checkpoint(const std::string& checkpoint_dir) {
-  std::vector<int64_t> steps = complete_checkpoint_steps(checkpoint_dir);
-  if (steps.size() < 2) {
-    return Error::infra("corrupt-checkpoint: '" + checkpoint_dir + "' holds " + std::to_string(steps.size()) +
-                        " complete checkpoint(s); the drill needs two (one to damage, one to resume from): "
-                        "lower checkpoint.interval_steps or inject later with --at-step");
-  }
+namespace {
+
+/// Flips one payload byte of one shard of complete step `step`; `previous` is where a resume goes.
+Result<CorruptedCheckpoint> corrupt_step(const std::string& checkpoint_dir, int64_t step, int64_t previous) {
   CorruptedCheckpoint corrupted;
-  corrupted.step = steps[0];
-  corrupted.previous_step = steps[1];
-  fs::path step_dir = fs::path(checkpoint_dir) / ("step-" + std::to_string(steps[0]));
+  corrupted.step = step;
+  corrupted.previous_step = previous;
+  fs::path step_dir = fs::path(checkpoint_dir) / ("step-" + std::to_string(step));
   std::vector<std::string> shards;
   std::error_code error;
   for (const fs::directory_entry& entry : fs::directory_iterator(step_dir, error)) {
@@ -93,6 +90,35 @@ Result<CorruptedCheckpoint> corrupt_newest_checkpoint(const std::string& checkpo
   byte ^= 0xFF;
   if (::pwrite(fd.get(), &byte, 1, corrupted.offset) != 1 || ::fsync(fd.get()) != 0) {
     return Error::infra("corrupt-checkpoint: write '" + corrupted.file + "': " + errno_text(errno));
+  }
+  return corrupted;
+}
+
+Error too_few_checkpoints(const std::string& checkpoint_dir, size_t complete) {
+  return Error::infra("corrupt-checkpoint: '" + checkpoint_dir + "' holds " + std::to_string(complete) +
+                      " complete checkpoint(s); the drill needs two (one to damage, one to resume from): "
+                      "lower checkpoint.interval_steps or inject later with --at-step");
+}
+
+}  // namespace
+
+Result<CorruptedCheckpoint> corrupt_newest_checkpoint(const std::string& checkpoint_dir) {
+  std::vector<int64_t> steps = complete_checkpoint_steps(checkpoint_dir);
+  if (steps.size() < 2) return too_few_checkpoints(checkpoint_dir, steps.size());
+  return corrupt_step(checkpoint_dir, steps[0], steps[1]);
+}
+
+Result<std::vector<CorruptedCheckpoint>> corrupt_checkpoints_from(const std::string& checkpoint_dir,
+                                                                  int64_t oldest) {
+  std::vector<int64_t> steps = complete_checkpoint_steps(checkpoint_dir);  // newest first
+  size_t damage = 1;
+  while (damage < steps.size() && steps[damage] >= oldest) ++damage;
+  if (steps.size() < damage + 1) return too_few_checkpoints(checkpoint_dir, steps.size());
+  std::vector<CorruptedCheckpoint> corrupted;
+  for (size_t i = 0; i < damage; ++i) {
+    Result<CorruptedCheckpoint> one = corrupt_step(checkpoint_dir, steps[i], steps[damage]);
+    if (!one) return one.error();
+    corrupted.push_back(*one);
   }
   return corrupted;
 }

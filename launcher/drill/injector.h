@@ -32,4 +32,12 @@ struct CorruptedCheckpoint {
 /// checkpoints, so that a good one remains to resume from; errors (infra) say what is missing.
 Result<CorruptedCheckpoint> corrupt_newest_checkpoint(const std::string& checkpoint_dir);
 
+/// The same for every complete step from `oldest` up (at least the newest one), newest first.
+/// The supervisor names the newest step it has heard of, which can lag the disk by a heartbeat
+/// or more (commits travel with the agent's beat frames): damaging only the newest on disk
+/// would then let the run resume from an intact step it never doubted, and the drill would test
+/// nothing. Needs a complete step older than `oldest` to remain.
+Result<std::vector<CorruptedCheckpoint>> corrupt_checkpoints_from(const std::string& checkpoint_dir,
+                                                                  int64_t oldest);
+
 }  // namespace dtrain::drill

@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 #include <thread>
 
@@ -63,7 +64,8 @@ Status check_supervisor_here(const LiveRun& run) {
 /// then, and the supervisor ignores its commits), any newer complete step is damaged too, and
 /// the run log says so (drill.corrupted). The new generation's workers only start after the
 /// plan, so they read damaged checkpoints.
-void keep_newest_damaged(LiveRun& run, Injection& injection, size_t events_before, Deadline deadline, const Say& say) {
+void keep_newest_damaged(LiveRun& run, const Injection& injection, int64_t newest_damaged, size_t events_before,
+                         Deadline deadline, const Say& say) {
   auto planned = [&] {
     const std::vector<json>& events = run.events();
     for (size_t i = events_before; i < events.size(); ++i) {
@@ -77,11 +79,11 @@ void keep_newest_damaged(LiveRun& run, Injection& injection, size_t events_befor
     (void)run.poll();
     bool last_look = planned() || std::chrono::steady_clock::now() >= deadline || cancel_requested();
     std::vector<int64_t> steps = complete_checkpoint_steps(run.checkpoint_dir());
-    if (!steps.empty() && steps.front() > *injection.corrupted_step) {
+    if (!steps.empty() && steps.front() > newest_damaged) {
       Result<CorruptedCheckpoint> more = corrupt_newest_checkpoint(run.checkpoint_dir());
       if (more) {
-        injection.corrupted_step = more->step;
-        injection.corrupted_file = more->file;
+        // corrupted_step stays the oldest damaged step: the grading's lower bound.
+        newest_damaged = more->step;
         (void)run.append(
             events::DrillCorrupted{more->step, more->file, "committed after the drill damaged the newest checkpoint"}
                 .to_json());
@@ -174,11 +176,28 @@ Result<FaultRecord> inject_and_follow(LiveRun& run, const Fault& fault, Deadline
                                                 std::to_string(injection.generation));
   injection.pid = *pid;
 
+  int64_t newest_damaged = 0;
   if (fault.kind == FaultKind::corrupt_checkpoint) {
-    Result<CorruptedCheckpoint> corrupted = corrupt_newest_checkpoint(run.checkpoint_dir());
+    // From the newest step the run log has seen committed (what the supervisor will name, or
+    // newer) up to the newest on disk: every step the restart could be told to load is damaged.
+    int64_t newest_logged = std::numeric_limits<int64_t>::max();
+    for (const json& event : run.events()) {
+      if (json_string(event, "ev") != events::kCheckpointCommitted) continue;
+      if (std::optional<int64_t> step = json_int(event, "step")) {
+        newest_logged = newest_logged == std::numeric_limits<int64_t>::max() ? *step : std::max(newest_logged, *step);
+      }
+    }
+    Result<std::vector<CorruptedCheckpoint>> corrupted = corrupt_checkpoints_from(run.checkpoint_dir(), newest_logged);
     if (!corrupted) return corrupted.error();
-    injection.corrupted_step = corrupted->step;
-    injection.corrupted_file = corrupted->file;
+    // The oldest step damaged: a resume must go below it, and a rejection names it or a newer one.
+    injection.corrupted_step = corrupted->back().step;
+    injection.corrupted_file = corrupted->back().file;
+    newest_damaged = corrupted->front().step;
+    for (size_t i = 0; i + 1 < corrupted->size(); ++i) {
+      (void)run.append(events::DrillCorrupted{(*corrupted)[i].step, (*corrupted)[i].file,
+                                              "complete on disk but not yet in the run log: damaged too"}
+                           .to_json());
+    }
   }
   size_t events_before = run.events().size();
   injection.wall_ms = SystemClock().wall_ms();
@@ -196,7 +215,7 @@ Result<FaultRecord> inject_and_follow(LiveRun& run, const Fault& fault, Deadline
         (injection.corrupted_step ? " after damaging checkpoint step " + std::to_string(*injection.corrupted_step) : ""));
   }
 
-  if (injection.corrupted_step) keep_newest_damaged(run, injection, events_before, deadline, say);
+  if (injection.corrupted_step) keep_newest_damaged(run, injection, newest_damaged, events_before, deadline, say);
 
   FollowResult followed = follow_recovery(run, events_before, deadline, false, nullptr);
   if (followed.error) return Error::infra(*followed.error);

@@ -150,6 +150,17 @@ TEST_CASE("corrupt-checkpoint passes only when the damaged step is rejected and 
   resumed_damaged.back()["resume_step"] = 60;
   CHECK(has_check(grade_fault(injection, resumed_damaged, {}, running()), "resumed from the previous good checkpoint", false));
   CHECK(has_check(grade_fault(injection, clean_recovery(), {}, running()), "corrupt checkpoint rejected", false));
+
+  // The supervisor named a newer step, damaged too (it had heard of it after the drill read the
+  // log): its rejection counts, and the resume must still go below the oldest damaged step.
+  std::vector<json> newer_rejected = clean_recovery();
+  newer_rejected.insert(newer_rejected.begin() + 4, at(500, {{"ev", "checkpoint.rejected"}, {"step", 80}, {"reason", "crc"}}));
+  newer_rejected.back()["resume_step"] = 40;
+  CHECK(grade_fault(injection, newer_rejected, {}, running()).passed());
+  // A rejection of an older, undamaged step is not the damage being found.
+  std::vector<json> older_rejected = newer_rejected;
+  older_rejected[4]["step"] = 40;
+  CHECK(has_check(grade_fault(injection, older_rejected, {}, running()), "corrupt checkpoint rejected", false));
 }
 
 TEST_CASE("slow-storage passes when slow checkpoints commit and the run succeeds without a failure") {
