@@ -12,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "launcher/base/clock.h"
+#include "launcher/base/duration.h"
 #include "launcher/base/exit_code.h"
 #include "launcher/registry/registry_db.h"
 #include "launcher/registry/registry_queries.h"
@@ -36,21 +37,9 @@ int fail(const Error& error) {
   return exit_code_for(error);
 }
 
-/// "6h30m", "45s": how long a run held its hosts, to the minute past an hour.
+/// "45s", "6h30m", "1d02h": how long a run held its hosts ("-" while it holds them).
 std::string duration_text(const std::optional<int64_t>& duration_ms) {
-  if (!duration_ms) return "-";
-  int64_t seconds = *duration_ms / 1000;
-  char text[32];
-  if (seconds < 60) {
-    std::snprintf(text, sizeof text, "%llds", static_cast<long long>(seconds));
-  } else if (seconds < 3600) {
-    std::snprintf(text, sizeof text, "%lldm%02llds", static_cast<long long>(seconds / 60),
-                  static_cast<long long>(seconds % 60));
-  } else {
-    std::snprintf(text, sizeof text, "%lldh%02lldm", static_cast<long long>(seconds / 3600),
-                  static_cast<long long>(seconds / 60 % 60));
-  }
-  return text;
+  return duration_ms ? format_duration(Millis(*duration_ms), DurationStyle::elapsed) : "-";
 }
 
 std::string tenant_text(const registry::RunRow& run) { return run.tenant.empty() ? "(none)" : run.tenant; }

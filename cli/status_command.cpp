@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "launcher/base/duration.h"
 #include "launcher/base/exit_code.h"
 #include "launcher/base/strings.h"
 #include "launcher/runlog/event_log.h"
@@ -47,24 +48,10 @@ std::string local_datetime(int64_t wall_ms) {
 }
 
 /// "5s", "1m05s", "2h03m", "3d04h": coarse enough to read at a glance.
-std::string human_duration(int64_t ms) {
-  long long s = std::max<int64_t>(0, ms) / 1000;
-  char buffer[32];
-  if (s < 60) std::snprintf(buffer, sizeof buffer, "%llds", s);
-  else if (s < 3600) std::snprintf(buffer, sizeof buffer, "%lldm%02llds", s / 60, s % 60);
-  else if (s < 86400) std::snprintf(buffer, sizeof buffer, "%lldh%02lldm", s / 3600, s / 60 % 60);
-  else std::snprintf(buffer, sizeof buffer, "%lldd%02lldh", s / 86400, s / 3600 % 24);
-  return buffer;
-}
+std::string human_duration(int64_t ms) { return format_duration(Millis(ms), DurationStyle::elapsed); }
 
 /// "0.4s", "12.0s", then human_duration: for heartbeat ages, where tenths matter.
-std::string short_age(int64_t ms) {
-  if (ms < 0) ms = 0;
-  if (ms >= 60'000) return human_duration(ms);
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%.1fs", static_cast<double>(ms) / 1000.0);
-  return buffer;
-}
+std::string short_age(int64_t ms) { return format_duration(Millis(ms), DurationStyle::tenths); }
 
 /// A JSON value as a person reads it: strings bare (quoted if they hold spaces), null as "-".
 std::string plain(const json& value) {

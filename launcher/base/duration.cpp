@@ -1,5 +1,6 @@
 #include "launcher/base/duration.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -33,8 +34,9 @@ Result<Millis> parse_duration(std::string_view text) {
   return Millis(static_cast<long long>(std::llround(value)));
 }
 
-std::string format_duration(Millis duration) {
-  long long ms = duration.count();
+namespace {
+
+std::string exact(long long ms) {
   char buffer[64];
   if (ms != 0 && ms % 3'600'000 == 0) std::snprintf(buffer, sizeof buffer, "%lldh", ms / 3'600'000);
   else if (ms != 0 && ms % 60'000 == 0) std::snprintf(buffer, sizeof buffer, "%lldm", ms / 60'000);
@@ -42,6 +44,41 @@ std::string format_duration(Millis duration) {
   else if (ms >= 1000) std::snprintf(buffer, sizeof buffer, "%.3gs", static_cast<double>(ms) / 1000.0);
   else std::snprintf(buffer, sizeof buffer, "%lldms", ms);
   return buffer;
+}
+
+std::string elapsed(long long ms) {
+  long long s = std::max(0LL, ms) / 1000;
+  char buffer[48];
+  if (s < 60) std::snprintf(buffer, sizeof buffer, "%llds", s);
+  else if (s < 3600) std::snprintf(buffer, sizeof buffer, "%lldm%02llds", s / 60, s % 60);
+  else if (s < 86400) std::snprintf(buffer, sizeof buffer, "%lldh%02lldm", s / 3600, s / 60 % 60);
+  else std::snprintf(buffer, sizeof buffer, "%lldd%02lldh", s / 86400, s / 3600 % 24);
+  return buffer;
+}
+
+}  // namespace
+
+std::string format_duration(Millis duration, DurationStyle style) {
+  long long ms = duration.count();
+  char buffer[64];
+  switch (style) {
+    case DurationStyle::exact: return exact(ms);
+    case DurationStyle::elapsed: return elapsed(ms);
+    case DurationStyle::tenths:
+      if (ms >= 60'000) return elapsed(ms);
+      std::snprintf(buffer, sizeof buffer, "%.1fs", static_cast<double>(std::max(0LL, ms)) / 1000.0);
+      return buffer;
+    case DurationStyle::report:
+      ms = std::max(0LL, ms);
+      if (ms >= 60'000) return elapsed(ms);
+      if (ms < 1000) return std::to_string(ms) + " ms";
+      std::snprintf(buffer, sizeof buffer, "%.1f s", static_cast<double>(ms) / 1000.0);
+      return buffer;
+    case DurationStyle::decimal_seconds:
+      std::snprintf(buffer, sizeof buffer, "%lld.%03lld", ms / 1000, ms % 1000);
+      return buffer;
+  }
+  return exact(ms);
 }
 
 }  // namespace dtrain

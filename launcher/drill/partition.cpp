@@ -4,6 +4,7 @@
 #include <cctype>
 #include <charconv>
 
+#include "launcher/base/duration.h"
 #include "launcher/base/strings.h"
 
 namespace dtrain::drill {
@@ -29,16 +30,6 @@ std::string expand_host_command(const std::string& command, const std::string& h
     at = found + placeholder.size();
   }
 }
-
-namespace {
-
-std::string seconds(Millis duration) {
-  int64_t ms = duration.count();
-  return std::to_string(ms / 1000) + "." + std::string(ms % 1000 < 100 ? (ms % 1000 < 10 ? "00" : "0") : "") +
-         std::to_string(ms % 1000);
-}
-
-}  // namespace
 
 std::string firewall_cut_script(const std::string& table, Millis start_delay, Millis duration) {
   // Everything after the checks runs in the detached helper: once the rules are in, this SSH
@@ -72,8 +63,8 @@ std::string firewall_cut_script(const std::string& table, Millis start_delay, Mi
          // The moment the rules are in, on the host's clock: the check script hands it back.
          "stamp=\"${TMPDIR:-/tmp}/" + t + ".cut\"\n"
          "rm -f \"$stamp\"\n"
-         "nohup setsid /bin/sh -c \"sleep " + seconds(start_delay) + "; $cut && date +%s%3N > '$stamp'; sleep " +
-         seconds(duration) + "; $heal\" </dev/null >/dev/null 2>&1 &\n"
+         "nohup setsid /bin/sh -c \"sleep " + format_duration(start_delay, DurationStyle::decimal_seconds) + "; $cut && date +%s%3N > '$stamp'; sleep " +
+         format_duration(duration, DurationStyle::decimal_seconds) + "; $heal\" </dev/null >/dev/null 2>&1 &\n"
          "echo \"cut $addr via $tool\"\n";
 }
 

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "launcher/base/clock.h"
+#include "launcher/base/duration.h"
 #include "launcher/base/event_catalogue.h"
 #include "launcher/base/strings.h"
 #include "launcher/base/version.h"
@@ -52,16 +53,7 @@ std::string human_bytes(double bytes) {
   return (unit == 0 ? fixed(bytes, 0) : fixed(bytes, 1)) + " " + units[unit];
 }
 
-std::string human_ms(int64_t ms) {
-  if (ms < 0) ms = 0;
-  if (ms < 1000) return std::to_string(ms) + " ms";
-  if (ms < 60'000) return fixed(static_cast<double>(ms) / 1000.0, 1) + " s";
-  int64_t seconds = ms / 1000;
-  char buffer[48];
-  if (seconds < 3600) std::snprintf(buffer, sizeof buffer, "%lldm%02llds", (long long)(seconds / 60), (long long)(seconds % 60));
-  else std::snprintf(buffer, sizeof buffer, "%lldh%02lldm", (long long)(seconds / 3600), (long long)(seconds / 60 % 60));
-  return buffer;
-}
+std::string human_ms(int64_t ms) { return format_duration(Millis(ms), DurationStyle::report); }
 
 /// "+1m05s" from the run's start: times on the page are relative, the start is absolute.
 std::string since(int64_t wall_ms, int64_t start_ms) { return "+" + human_ms(wall_ms - start_ms); }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "launcher/base/duration.h"
+
 namespace dtrain::store {
 namespace {
 
@@ -15,11 +17,6 @@ StoreReply error_reply(const Requester& to, int gen, const json& id, std::string
 std::string quote_key(const std::string& key) {
   // Keys come from workers; cut long ones so an error line stays readable.
   return "'" + (key.size() > 64 ? key.substr(0, 64) + "..." : key) + "'";
-}
-
-std::string seconds_text(int64_t ms) {
-  if (ms % 1000 == 0) return std::to_string(ms / 1000) + "s";
-  return std::to_string(ms) + "ms";
 }
 
 /// Bytes of `text` as a JSON string in nlohmann's compact dump, quotes included: what the agent
@@ -280,7 +277,7 @@ std::vector<StoreReply> KvStore::expire_one(const PendingWait& wait) const {
     named += " and " + std::to_string(missing.size() - kMaxKeysNamedInTimeout) + " more";
   }
   return {error_reply(wait.from, wait.gen, wait.id,
-                      "kv.wait: timeout after " + seconds_text(wait.timeout_ms) +
+                      "kv.wait: timeout after " + format_duration(Millis(wait.timeout_ms)) +
                           " waiting for keys [" + named +
                           "]; a peer did not publish them (did it crash or start late?)")};
 }

@@ -69,8 +69,6 @@ constexpr HostKeyKind kHostKeyKinds[] = {
     {LIBSSH2_HOSTKEY_TYPE_RSA, "ssh-rsa"},
 };
 
-std::string seconds_text(Millis duration) { return format_duration(duration); }
-
 /// What the probe prints, one "key value" per line (values may contain spaces).
 std::string probe_command(const std::string& version) {
   return "v=" + shell_quote(version) +
@@ -738,14 +736,14 @@ void SshConnection::check_deadlines() {
   if (phase_ == SshPhase::running) {
     Millis liveness = shared_->options.liveness_timeout;
     if (liveness.count() > 0 && current - last_received_ms_ >= liveness.count()) {
-      close_with(target_.host + ": nothing received for " + seconds_text(liveness) +
+      close_with(target_.host + ": nothing received for " + format_duration(liveness) +
                      " (host down or cut off?); the connection is given up",
                  false);
     }
     return;
   }
   if (deadline_ < 0 || current < deadline_) return;
-  std::string limit = seconds_text(shared_->options.connect_timeout);
+  std::string limit = format_duration(shared_->options.connect_timeout);
   std::string fix = "; fix: is " + target_.host + " up and reachable from here (firewall, partition)? "
                     "ssh.connect_timeout is " + limit;
   switch (phase_) {
@@ -754,7 +752,7 @@ void SshConnection::check_deadlines() {
       break;
     case SshPhase::uploading:
       close_with(target_.host + ": provisioning: copying dtrain timed out after " +
-                     seconds_text(shared_->options.provision_timeout) + "; fix: check the link to " + target_.host +
+                     format_duration(shared_->options.provision_timeout) + "; fix: check the link to " + target_.host +
                      ", or install dtrain there and set ssh.remote_dtrain",
                  true);
       break;

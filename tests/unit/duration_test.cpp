@@ -32,6 +32,24 @@ TEST_CASE("durations format back to the shortest exact form") {
   CHECK(format_duration(Millis(3'600'000)) == "1h");
 }
 
+TEST_CASE("each duration style writes what its readers expect") {
+  using S = DurationStyle;
+  CHECK(format_duration(Millis(999), S::elapsed) == "0s");
+  CHECK(format_duration(Millis(-5'000), S::elapsed) == "0s");
+  CHECK(format_duration(Millis(65'000), S::elapsed) == "1m05s");
+  CHECK(format_duration(Millis(7'380'000), S::elapsed) == "2h03m");
+  CHECK(format_duration(Millis(273'600'000), S::elapsed) == "3d04h");
+  CHECK(format_duration(Millis(400), S::tenths) == "0.4s");
+  CHECK(format_duration(Millis(12'000), S::tenths) == "12.0s");
+  CHECK(format_duration(Millis(66'000), S::tenths) == "1m06s");
+  CHECK(format_duration(Millis(850), S::report) == "850 ms");
+  CHECK(format_duration(Millis(-3), S::report) == "0 ms");
+  CHECK(format_duration(Millis(12'340), S::report) == "12.3 s");
+  CHECK(format_duration(Millis(65'000), S::report) == "1m05s");
+  CHECK(format_duration(Millis(1'500), S::decimal_seconds) == "1.500");
+  CHECK(format_duration(Millis(20'007), S::decimal_seconds) == "20.007");
+}
+
 TEST_CASE("closest_match suggests plausible typos only") {
   CHECK(closest_match("hearbeat", {"heartbeat", "hosts", "worker"}) == "heartbeat");
   CHECK(closest_match("zzzzzz", {"heartbeat", "hosts", "worker"}).empty());
