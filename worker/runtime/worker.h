@@ -6,8 +6,8 @@
 //   dtrain::worker::Checkpointer ckpt(**worker, options);
 //   for (...) { ...; (*comm)->allreduce_sum(grads, n, timeout); (*worker)->beat(step, metrics); }
 //
-// This is the library's only public header. It depends on std only (worker/contract rules):
-// the worker side never links the launcher, so errors are this module's own small Result type.
+// This is the library's only public header. It depends on std and worker/contract only: the
+// worker side never links the launcher (errors are the contract's Result, worker/contract/result.h).
 
 #include <chrono>
 #include <cstddef>
@@ -17,8 +17,9 @@
 #include <optional>
 #include <string>
 #include <utility>
-#include <variant>
 #include <vector>
+
+#include "worker/contract/result.h"
 
 namespace dtrain::worker {
 
@@ -26,42 +27,11 @@ using Millis = std::chrono::milliseconds;
 
 // --- errors as values ----------------------------------------------------------------------
 
-/// What went wrong, written for the person reading the worker's log: where, what, the fix.
-struct Error {
-  std::string message;
-};
-
-/// Success or an Error.
-class [[nodiscard]] Status {
- public:
-  Status() = default;
-  Status(Error error) : error_(std::move(error)) {}
-  bool ok() const { return !error_.has_value(); }
-  explicit operator bool() const { return ok(); }
-  const Error& error() const { return *error_; }
-
- private:
-  std::optional<Error> error_;
-};
-
-/// A value or an Error. `if (!r) return r.error();`
-template <class T>
-class [[nodiscard]] Result {
- public:
-  Result(T value) : state_(std::move(value)) {}
-  Result(Error error) : state_(std::move(error)) {}
-  bool ok() const { return state_.index() == 0; }
-  explicit operator bool() const { return ok(); }
-  T& value() & { return std::get<0>(state_); }
-  const T& value() const& { return std::get<0>(state_); }
-  T&& value() && { return std::get<0>(std::move(state_)); }
-  T& operator*() & { return value(); }
-  T* operator->() { return &value(); }
-  const Error& error() const { return std::get<1>(state_); }
-
- private:
-  std::variant<T, Error> state_;
-};
+// One Result/Status/Error for the worker and the launcher (worker/contract/result.h); the
+// worker writes `Error{message}` and reads only `error().message`.
+using dtrain::Error;
+using dtrain::Result;
+using dtrain::Status;
 
 // --- the contract as values ------------------------------------------------------------------
 
