@@ -134,7 +134,6 @@ bool ExecChannel::pump_streams() {
     }
   }
   if (libssh2_channel_eof(channel_)) {
-    remote_eof_ = true;
     state_ = State::closing;
     moved = true;
   }

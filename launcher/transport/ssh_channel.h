@@ -33,12 +33,10 @@ class ExecChannel {
   void write(std::string_view bytes) { input_.append(bytes); }
   /// Sends EOF once everything queued is written.
   void close_input() { eof_requested_ = true; }
-  size_t input_pending() const { return input_.size() - input_offset_; }
 
   /// Output since the last take.
   std::string take_stdout() { return std::exchange(stdout_, {}); }
   std::string take_stderr() { return std::exchange(stderr_, {}); }
-  const std::string& peek_stdout() const { return stdout_; }
 
   State state() const { return state_; }
   bool finished() const { return state_ == State::done || state_ == State::failed; }
@@ -47,8 +45,6 @@ class ExecChannel {
   /// After done: exit code, or the signal name ("KILL") when the command was killed.
   std::optional<int> exit_code() const { return exit_code_; }
   const std::string& exit_signal() const { return exit_signal_; }
-  /// True once the remote command closed its output.
-  bool remote_eof() const { return remote_eof_; }
 
   /// Frees the channel now (no close handshake); for teardown of a dead session.
   void abandon();
@@ -65,7 +61,6 @@ class ExecChannel {
   size_t input_offset_ = 0;
   bool eof_requested_ = false;
   bool eof_sent_ = false;
-  bool remote_eof_ = false;
   bool close_sent_ = false;
   std::string stdout_;
   std::string stderr_;

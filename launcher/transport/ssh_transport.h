@@ -117,8 +117,6 @@ class SshConnection final : public AgentConnection {
   bool step_connect();
   bool step_handshake();
   bool step_authenticate();
-  bool step_probe();
-  bool step_upload();
   bool step_running();
   void start_channel(ChannelRole role, std::string command);
   void start_agent_command(const std::string& remote_path);

@@ -279,7 +279,6 @@ Status Checkpointer::save_now(int64_t step, const std::string& payload) {
     Status published = worker_.kv().set(shard_key(step, topology.tp_rank, topology.pp_rank), note.dump());
     if (!record) return Error{where + ": " + record.error().message};
     if (!published) return Error{where + ": not committed: " + published.error().message};
-    last_bytes_ = record->bytes;
   }
   if (topology.rank != 0) return {};
   return commit_manifest(step, started);

@@ -254,9 +254,7 @@ Result<std::unique_ptr<Worker>> Worker::from_env(bool allow_standalone) {
 }
 
 std::unique_ptr<Worker> Worker::standalone(Settings settings) {
-  std::unique_ptr<Worker> worker = in_process(Topology{}, std::move(settings), std::make_shared<InProcessKv>());
-  worker->standalone_ = true;
-  return worker;
+  return in_process(Topology{}, std::move(settings), std::make_shared<InProcessKv>());
 }
 
 std::unique_ptr<Worker> Worker::in_process(Topology topology, Settings settings, std::shared_ptr<KvClient> kv) {

@@ -205,7 +205,6 @@ class Worker {
 
   const Topology& topology() const { return topology_; }
   const Settings& settings() const { return settings_; }
-  bool is_standalone() const { return standalone_; }
 
   /// Records progress. Cheap: call it every step. On the wire at most once per
   /// DTRAIN_HEARTBEAT_INTERVAL_MS, except the first beat and beats with `final_step`, which are
@@ -309,7 +308,6 @@ class Worker {
 
   Topology topology_;
   Settings settings_;
-  bool standalone_ = false;
   bool said_bye_ = false;
   std::shared_ptr<KvClient> kv_;
   std::shared_ptr<AgentConnection> connection_;  // null when in process
@@ -390,9 +388,6 @@ class Checkpointer {
   /// >= 0: exactly that step, an error if it does not verify. nullopt: nothing to resume.
   Result<std::optional<Restored>> restore(int64_t resume_step);
 
-  /// Bytes written by the newest committed save on this rank (0 if none).
-  int64_t last_bytes() const { return last_bytes_; }
-
  private:
   Status save_now(int64_t step, const std::string& payload);
   Status commit_manifest(int64_t step, int64_t started_ms);
@@ -401,7 +396,6 @@ class Checkpointer {
   CheckpointOptions options_;
   struct Background;
   std::unique_ptr<Background> background_;
-  int64_t last_bytes_ = 0;
 };
 
 }  // namespace dtrain::worker
