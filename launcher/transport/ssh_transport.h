@@ -5,7 +5,9 @@
 //          → [probing → uploading: binary provisioning] → starting → running → closed
 // and every failure closes it with a reason that names the host, the phase and the fix:
 //   "gpu01: connect to 10.77.0.3:22 timed out after 5s; fix: is the host up and reachable ..."
-// This is the only libssh2 user in dtrain.
+// This is the only libssh2 user in dtrain. SshConnection's parts: ssh_transport.cpp (resolve,
+// connect, run, deadlines, teardown), ssh_login.cpp (handshake, host key, authentication),
+// ssh_provision.cpp (probe, copy, start the agent); ssh_shared.h holds what they share.
 
 #include <memory>
 #include <optional>
@@ -118,6 +120,8 @@ class SshConnection final : public AgentConnection {
   bool step_handshake();
   bool step_authenticate();
   bool step_running();
+  /// After authentication: the configured command, the configured dtrain, or the probe.
+  void start_remote();
   void start_channel(ChannelRole role, std::string command);
   void start_agent_command(const std::string& remote_path);
   void finish_probe();
