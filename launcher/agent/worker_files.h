@@ -1,7 +1,7 @@
 #pragma once
 // The files an agent keeps for its workers, in its own runtime directory (next to its worker
 // socket, so under the same 0700, checked directory): the Python bootstrap it puts first on
-// PYTHONPATH (worker/python/bootstrap/sitecustomize.py and dtrain_worker.py, embedded in the
+// PYTHONPATH (worker/python/bootstrap/sitecustomize.py and worker/python/*.py, embedded in the
 // binary at build time), one TORCHELASTIC_ERROR_FILE per (generation, rank), read when
 // the worker fails, and the PyTorch flight recorder's dumps and debug-info pipes. Internal to the agent module.
 

@@ -44,7 +44,9 @@ TEST_CASE("worker files: the bootstrap is written byte for byte from worker/pyth
     REQUIRE(files.ok());
     CHECK(read(files->python_path() + "/sitecustomize.py") ==
           read(DTRAIN_SOURCE_DIR "/worker/python/bootstrap/sitecustomize.py"));
-    CHECK(read(files->python_path() + "/dtrain_worker.py") == read(DTRAIN_SOURCE_DIR "/worker/python/dtrain_worker.py"));
+    for (const char* module : {"dtrain_worker.py", "dtrain_worker_in_place.py", "dtrain_worker_store.py"}) {
+      CHECK(read(files->python_path() + "/" + module) == read(std::string(DTRAIN_SOURCE_DIR "/worker/python/") + module));
+    }
     CHECK(files->error_file(3, 7) == root + "/error-g3-r7.json");
     std::ofstream(files->error_file(3, 7)) << "{}";
     ::mkdir((files->python_path() + "/__pycache__").c_str(), 0700);
