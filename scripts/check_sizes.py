@@ -36,7 +36,6 @@ ALLOWED = {
     "launcher/run/driver.cpp:RunDriver::run": "driver",
     "launcher/supervisor/supervisor.cpp": "supervisor",
     "cli/sim_main.cpp:main": "proto",
-    "worker/trainer/training.cpp:train": "quality",
     "cli/run_command.cpp:run_command": "quality",
 }
 
