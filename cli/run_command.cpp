@@ -378,109 +378,112 @@ std::string plural(size_t count, const char* word) {
   return std::to_string(count) + " " + word + (count == 1 ? "" : "s");
 }
 
-int run_command(const std::vector<std::string>& args) {
-  RunRequest request;
-  if (std::optional<std::string> error = parse_arguments(args, request)) return usage_error(*error);
-  if (request.help) {
-    std::fputs(kUsage, stdout);
-    return to_int(ExitCode::ok);
-  }
+/// The flags' values, checked: what the spec is built from.
+struct CheckedFlags {
+  int procs = 1;
+  std::optional<int> max_restarts;
+  std::optional<int> nodes_min, nodes_max;  ///< --nnodes N (both N) or MIN:MAX
+  std::vector<spec::Override> overrides;
+
+  /// --nnodes MIN:MAX with MIN < MAX: an elastic range.
+  bool ranged() const { return nodes_min && *nodes_min != *nodes_max; }
+};
+
+/// The flags that need no spec to check: a usage message (Error::user) names the first wrong one.
+Result<CheckedFlags> check_flags(const RunRequest& request) {
   if (request.command.empty()) {
-    return usage_error("no command; write the script after the options (dtrain run -n 4 train.py --lr 0.1) "
+    return Error::user("no command; write the script after the options (dtrain run -n 4 train.py --lr 0.1) "
                        "or a program after -- (dtrain run -n 4 -- python3 train.py)");
   }
   if (request.module && request.no_python) {
-    return usage_error("-m/--module and --no-python cannot be used together (a module needs python)");
+    return Error::user("-m/--module and --no-python cannot be used together (a module needs python)");
   }
+  CheckedFlags flags;
   std::optional<int> procs = parse_count(request.procs_per_host);
   if (!procs || *procs < 1) {
-    return usage_error("-n/--nproc-per-node " + single_quote(printable(request.procs_per_host, 64)) +
+    return Error::user("-n/--nproc-per-node " + single_quote(printable(request.procs_per_host, 64)) +
                        ": write the number of workers per host, e.g. -n 4");
   }
-  std::optional<int> max_restarts;
+  flags.procs = *procs;
   if (request.max_restarts) {
-    max_restarts = parse_count(*request.max_restarts);
-    if (!max_restarts) {
-      return usage_error("--max-restarts " + single_quote(printable(*request.max_restarts, 64)) +
+    flags.max_restarts = parse_count(*request.max_restarts);
+    if (!flags.max_restarts) {
+      return Error::user("--max-restarts " + single_quote(printable(*request.max_restarts, 64)) +
                          ": write a number of restarts, e.g. --max-restarts 3 (0: the first failure ends the run)");
     }
   }
   if (!request.hosts.empty() && !request.hostfile.empty()) {
-    return usage_error("--hosts and --hostfile both given; use one of them");
+    return Error::user("--hosts and --hostfile both given; use one of them");
   }
   // --nnodes N or MIN:MAX (torchrun's elastic range).
-  std::optional<int> nodes_min, nodes_max;
   if (request.nnodes) {
     size_t colon = request.nnodes->find(':');
-    nodes_min = parse_count(request.nnodes->substr(0, colon));
-    nodes_max = colon == std::string::npos ? nodes_min : parse_count(request.nnodes->substr(colon + 1));
-    if (!nodes_min || !nodes_max || *nodes_min < 1 || *nodes_max < *nodes_min) {
-      return usage_error("--nnodes " + single_quote(printable(*request.nnodes, 64)) +
+    flags.nodes_min = parse_count(request.nnodes->substr(0, colon));
+    flags.nodes_max = colon == std::string::npos ? flags.nodes_min : parse_count(request.nnodes->substr(colon + 1));
+    if (!flags.nodes_min || !flags.nodes_max || *flags.nodes_min < 1 || *flags.nodes_max < *flags.nodes_min) {
+      return Error::user("--nnodes " + single_quote(printable(*request.nnodes, 64)) +
                          ": write the number of hosts (--nnodes 2) or a range MIN:MAX (--nnodes 1:4)");
     }
   }
-  std::vector<spec::Override> overrides;
   for (const std::string& text : request.sets) {
     Result<spec::Override> parsed = spec::parse_override(text);
-    if (!parsed) return usage_error("--set " + printable(text, 200) + ": " + parsed.error().message);
-    overrides.push_back(*parsed);
+    if (!parsed) return Error::user("--set " + printable(text, 200) + ": " + parsed.error().message);
+    flags.overrides.push_back(*parsed);
   }
+  return flags;
+}
 
-  char* cwd = get_current_dir_name();
-  const std::string base_dir = cwd ? cwd : ".";
-  std::free(cwd);
+/// The job spec the command line stands for, as YAML (submit keeps it as the run's spec.yaml).
+std::string spec_yaml(const RunRequest& request, const CheckedFlags& flags, const std::string& base_dir,
+                      bool from_slurm) {
   std::vector<std::string> argv = worker_command(request);
   std::string name = request.name.empty() ? name_from_command(argv, request.module) : request.name;
   std::string yaml = "# built by dtrain run from its command line\nversion: 1\nname: " + yaml_quote(name) + "\n";
-  // Inside a Slurm allocation (salloc, sbatch) with no host option: the allocation's nodes, and
-  // Slurm's tasks per node unless -n says otherwise (spec: hosts: slurm).
-  const bool from_slurm = request.hosts.empty() && request.hostfile.empty() &&
-                          spec::in_slurm_allocation(spec::process_environment());
   if (from_slurm) yaml += "hosts: slurm\n";
   if (!request.hosts.empty()) yaml += "hosts: " + yaml_list(split_hosts(request.hosts)) + "\n";
   if (!request.hostfile.empty()) {
     std::string path = request.hostfile[0] == '/' ? request.hostfile : base_dir + "/" + request.hostfile;
     yaml += "hostfile: " + yaml_quote(path) + "\n";
   }
-  if (!from_slurm || request.procs_given) yaml += "slots_per_host: " + std::to_string(*procs) + "\n";
+  if (!from_slurm || request.procs_given) yaml += "slots_per_host: " + std::to_string(flags.procs) + "\n";
   yaml += "worker:\n  command: " + yaml_list(argv) + "\n";
-  bool ranged = nodes_min && *nodes_min != *nodes_max;
-  if (max_restarts || ranged) {
+  if (flags.max_restarts || flags.ranged()) {
     yaml += "elastic:\n";
-    if (max_restarts) yaml += "  max_restarts: " + std::to_string(*max_restarts) + "\n";
-    if (ranged) yaml += "  min_hosts: " + std::to_string(*nodes_min) + "\n";
+    if (flags.max_restarts) yaml += "  max_restarts: " + std::to_string(*flags.max_restarts) + "\n";
+    if (flags.ranged()) yaml += "  min_hosts: " + std::to_string(*flags.nodes_min) + "\n";
   }
+  return yaml;
+}
 
-  // Loaded here first, with the same loader and base directory submit uses, to check --nnodes
-  // against the hosts it expands to and to point messages at flags; submit loads it again.
-  const std::string source_name = "dtrain run";
-  spec::LoadResult loaded = spec::parse_job_spec(yaml, source_name, base_dir, overrides);
-  if (!loaded.ok()) {
-    std::fprintf(stderr, "%s\n", describe(loaded, source_name).c_str());
-    return to_int(ExitCode::usage);
-  }
-  size_t host_count = loaded.spec->hosts.size();
+/// --nnodes against the hosts the spec expands to: a usage message, or nothing (a range is
+/// then announced on stderr).
+std::optional<std::string> check_host_count(const RunRequest& request, const CheckedFlags& flags, size_t host_count,
+                                            bool from_slurm) {
   std::string host_words = plural(host_count, "host") +
                            (from_slurm ? " (Slurm job " + *spec::process_environment()("SLURM_JOB_ID") + ")"
                             : request.hosts.empty() && request.hostfile.empty()
                                 ? " (this machine; list more with --hosts or --hostfile)"
                                 : "");
-  if (nodes_min && !ranged && static_cast<size_t>(*nodes_min) != host_count) {
-    return usage_error("--nnodes " + *request.nnodes + ", but the job has " + host_words + "; dtrain starts every "
-                       "host itself, so --nnodes must equal the number of hosts, or drop it");
+  if (flags.nodes_min && !flags.ranged() && static_cast<size_t>(*flags.nodes_min) != host_count) {
+    return "--nnodes " + *request.nnodes + ", but the job has " + host_words + "; dtrain starts every "
+           "host itself, so --nnodes must equal the number of hosts, or drop it";
   }
-  if (ranged && static_cast<size_t>(*nodes_max) < host_count) {
-    return usage_error("--nnodes " + *request.nnodes + " allows at most " + plural(*nodes_max, "host") +
-                       ", but the job has " + host_words + "; list fewer hosts or raise the maximum");
+  if (flags.ranged() && static_cast<size_t>(*flags.nodes_max) < host_count) {
+    return "--nnodes " + *request.nnodes + " allows at most " + plural(*flags.nodes_max, "host") +
+           ", but the job has " + host_words + "; list fewer hosts or raise the maximum";
   }
   // MIN above the host count is the loader's elastic.min_hosts message (pointed at --nnodes).
-  if (ranged) {
+  if (flags.ranged()) {
     std::fprintf(stderr,
                  "dtrain run: --nnodes %s: starting on the job's %s; after losing hosts it goes on with "
                  "%s or more (elastic.min_hosts: %d); dtrain adds no hosts later\n",
-                 request.nnodes->c_str(), plural(host_count, "host").c_str(), plural(*nodes_min, "host").c_str(),
-                 *nodes_min);
+                 request.nnodes->c_str(), plural(host_count, "host").c_str(), plural(*flags.nodes_min, "host").c_str(),
+                 *flags.nodes_min);
   }
+  return std::nullopt;
+}
+
+void warn_ignored(const RunRequest& request) {
   if (!request.ignored_rendezvous.empty()) {
     std::fprintf(stderr, "dtrain run: warning: ignored %s: dtrain does its own rendezvous, nothing to set up\n",
                  join(request.ignored_rendezvous, ", ").c_str());
@@ -489,11 +492,44 @@ int run_command(const std::vector<std::string>& args) {
     std::fprintf(stderr, "dtrain run: warning: ignored %s: every rank's output is kept in the run directory "
                  "(dtrain logs RUN)\n", join(request.ignored_output, ", ").c_str());
   }
+}
+
+int run_command(const std::vector<std::string>& args) {
+  RunRequest request;
+  if (std::optional<std::string> error = parse_arguments(args, request)) return usage_error(*error);
+  if (request.help) {
+    std::fputs(kUsage, stdout);
+    return to_int(ExitCode::ok);
+  }
+  Result<CheckedFlags> flags = check_flags(request);
+  if (!flags) return usage_error(flags.error().message);
+
+  char* cwd = get_current_dir_name();
+  const std::string base_dir = cwd ? cwd : ".";
+  std::free(cwd);
+  // Inside a Slurm allocation (salloc, sbatch) with no host option: the allocation's nodes, and
+  // Slurm's tasks per node unless -n says otherwise (spec: hosts: slurm).
+  const bool from_slurm = request.hosts.empty() && request.hostfile.empty() &&
+                          spec::in_slurm_allocation(spec::process_environment());
+  std::string yaml = spec_yaml(request, *flags, base_dir, from_slurm);
+
+  // Loaded here first, with the same loader and base directory submit uses, to check --nnodes
+  // against the hosts it expands to and to point messages at flags; submit loads it again.
+  const std::string source_name = "dtrain run";
+  spec::LoadResult loaded = spec::parse_job_spec(yaml, source_name, base_dir, flags->overrides);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "%s\n", describe(loaded, source_name).c_str());
+    return to_int(ExitCode::usage);
+  }
+  if (auto wrong = check_host_count(request, *flags, loaded.spec->hosts.size(), from_slurm)) {
+    return usage_error(*wrong);
+  }
+  warn_ignored(request);
 
   run::SubmitOptions submit;
   submit.spec_path = source_name;
   submit.spec_text = yaml;
-  submit.overrides = overrides;
+  submit.overrides = flags->overrides;
   submit.detach = request.detach;
   submit.over_quota = request.over_quota;
   submit.audit_action = "run";

@@ -36,7 +36,6 @@ ALLOWED = {
     "launcher/run/driver.cpp:RunDriver::run": "driver",
     "launcher/supervisor/supervisor.cpp": "supervisor",
     "cli/sim_main.cpp:main": "proto",
-    "cli/run_command.cpp:run_command": "quality",
 }
 
 CONTROL_KEYWORDS = {"if", "for", "while", "switch", "catch", "do", "else", "try", "return"}
