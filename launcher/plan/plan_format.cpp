@@ -1,9 +1,9 @@
 // RankPlan → JSON (plan-<gen>.json), text (`dtrain plan`, supervisor.log) and one-line diffs.
 
 #include <algorithm>
-#include <tuple>
 #include <string>
 
+#include "launcher/base/plan_change.h"
 #include "launcher/base/strings.h"
 #include "launcher/plan/rank_plan.h"
 
@@ -30,39 +30,17 @@ std::string groups_text(const std::vector<std::vector<int>>& groups) {
   return join(parts, " ");
 }
 
-/// The (tp, pp, dp) positions of `host`'s ranks, in rank order, and its ranks.
-struct HostPositions {
-  std::vector<std::tuple<int, int, int>> positions;
-  std::vector<int> ranks;
-};
-HostPositions positions_of(const RankPlan& plan, const std::string& host) {
-  HostPositions found;
-  for (const RankSlot& slot : plan.ranks) {
-    if (slot.host != host) continue;
-    found.positions.emplace_back(slot.tp, slot.pp, slot.dp);
-    found.ranks.push_back(slot.rank);
+/// The plan as a plan change is told (launcher/base/plan_change.h).
+PlanShape shape_of(const RankPlan& plan) {
+  PlanShape shape = plan_shape_sizes(plan);
+  for (const PlanHost& host : plan.hosts) {
+    PlanShape::Host& out = shape.hosts.emplace_back();
+    out.name = host.entry.name;
+    for (const RankSlot& slot : plan.ranks) {
+      if (slot.host == host.entry.name) out.ranks.push_back({slot.rank, slot.tp, slot.pp, slot.dp});
+    }
   }
-  return found;
-}
-
-/// "ranks 4–7 at (tp,pp,dp) (0,0,1) (1,0,1) (0,1,1) (1,1,1)": at most 8 positions shown.
-std::string describe_positions(const HostPositions& host) {
-  if (host.ranks.empty()) return "no ranks";
-  std::string text = host.ranks.size() == 1 ? "rank " + str(host.ranks.front())
-                     : "ranks " + str(host.ranks.front()) + "–" + str(host.ranks.back());
-  text += " at (tp,pp,dp)";
-  for (size_t i = 0; i < host.positions.size() && i < 8; ++i) {
-    auto [tp, pp, dp] = host.positions[i];
-    text += " (" + str(tp) + "," + str(pp) + "," + str(dp) + ")";
-  }
-  if (host.positions.size() > 8) text += " …";
-  return text;
-}
-
-std::vector<std::string> host_names(const RankPlan& plan) {
-  std::vector<std::string> names;
-  for (const PlanHost& host : plan.hosts) names.push_back(host.entry.name);
-  return names;
+  return shape;
 }
 
 }  // namespace
@@ -149,39 +127,7 @@ std::string to_text(const RankPlan& plan) {
 }
 
 std::string diff_text(const RankPlan& before, const RankPlan& after) {
-  std::vector<std::string> parts;
-  auto compare = [&](const char* name, int old_value, int new_value) {
-    if (old_value != new_value) parts.push_back(std::string(name) + " " + str(old_value) + " → " + str(new_value));
-  };
-  compare("world", before.world_size, after.world_size);
-  compare("tensor", before.tensor, after.tensor);
-  compare("pipeline", before.pipeline, after.pipeline);
-  compare("data", before.data, after.data);
-  compare("global_batch", before.global_batch, after.global_batch);
-  compare("micro_batch", before.micro_batch, after.micro_batch);
-  compare("grad_accum", before.grad_accum, after.grad_accum);
-
-  std::vector<std::string> old_hosts = host_names(before), new_hosts = host_names(after);
-  std::vector<std::string> changes;
-  for (const std::string& name : old_hosts)
-    if (std::find(new_hosts.begin(), new_hosts.end(), name) == new_hosts.end()) changes.push_back("−" + name);
-  for (const std::string& name : new_hosts)
-    if (std::find(old_hosts.begin(), old_hosts.end(), name) == old_hosts.end()) changes.push_back("+" + name);
-  if (!changes.empty()) parts.push_back("hosts " + join(changes, " "));
-  // Which positions each new host takes: a spare in a lost host's place keeps its data, tensor
-  // and pipeline coordinates (its shards and its groups), which is what a person checks first.
-  for (const std::string& name : new_hosts) {
-    if (std::find(old_hosts.begin(), old_hosts.end(), name) != old_hosts.end()) continue;
-    HostPositions taken = positions_of(after, name);
-    std::string replaced;
-    for (const std::string& old_name : old_hosts) {
-      if (std::find(new_hosts.begin(), new_hosts.end(), old_name) != new_hosts.end()) continue;
-      if (positions_of(before, old_name).positions == taken.positions) replaced = old_name;
-    }
-    parts.push_back(name + (replaced.empty() ? " runs " : " takes " + replaced + "'s place: ") +
-                    describe_positions(taken));
-  }
-  return parts.empty() ? "no change" : join(parts, ", ");
+  return plan_change_line(shape_of(before), shape_of(after));
 }
 
 }  // namespace dtrain::plan

@@ -91,7 +91,8 @@ nlohmann::json to_json(const RankPlan& plan);
 std::string to_text(const RankPlan& plan);
 /// "world 8 = data 2 × pipeline 2 × tensor 2; global batch 64 = micro 8 × data 2 × grad_accum 4"
 std::string summary_line(const RankPlan& plan);
-/// One line: "world 6 → 4, data 3 → 2, grad_accum 2 → 3, hosts −gpu02"; "no change" if equal.
+/// One line in the plan-change vocabulary (launcher/base/plan_change.h): "shrunk from 6 to 4
+/// ranks; host gpu02 excluded; data 3 → 2; grad_accum 2 → 3"; "no change" if equal.
 std::string diff_text(const RankPlan& before, const RankPlan& after);
 
 }  // namespace dtrain::plan

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "launcher/base/fd.h"
+#include "launcher/base/plan_change.h"
 #include "launcher/base/regular_file.h"
 #include "launcher/base/strings.h"
 #include "launcher/runlog/json_access.h"
@@ -46,18 +47,15 @@ bool same_ranks(const std::vector<PlanRecord::Rank>& a, const std::vector<PlanRe
   });
 }
 
-/// Items of `after` that are not in `before`, in `after`'s order.
-std::vector<std::string> added(const std::vector<std::string>& before, const std::vector<std::string>& after) {
-  std::vector<std::string> out;
-  for (const std::string& item : after) {
-    if (std::find(before.begin(), before.end(), item) == before.end()) out.push_back(item);
+/// The record as a plan change is told (launcher/base/plan_change.h).
+PlanShape shape_of(const PlanRecord& plan) {
+  PlanShape shape = plan_shape_sizes(plan);
+  for (const PlanRecord::Host& host : plan.hosts) {
+    PlanShape::Host& out = shape.hosts.emplace_back();
+    out.name = host.name;
+    for (const PlanRecord::Rank& rank : host.ranks) out.ranks.push_back({rank.rank, rank.tp, rank.pp, rank.dp});
   }
-  return out;
-}
-
-/// "host a excluded" / "hosts a, b excluded".
-std::string counted(const char* one, const char* many, const std::vector<std::string>& names, const char* verb) {
-  return std::string(names.size() == 1 ? one : many) + " " + join(names, ", ") + " " + verb;
+  return shape;
 }
 
 }  // namespace
@@ -159,34 +157,9 @@ std::string plan_change_text(const PlanRecord& first, const PlanRecord& current,
   std::string when = replans > 1 ? "over " + std::to_string(replans) + " re-plans (current since gen " +
                                        std::to_string(since_generation) + ")"
                                  : "at gen " + std::to_string(since_generation);
-  std::string head;
-  if (current.world_size < first.world_size) {
-    head = "shrunk from " + std::to_string(first.world_size) + " to " + std::to_string(current.world_size) +
-           " ranks " + when;
-  } else if (current.world_size > first.world_size) {
-    head = "grew from " + std::to_string(first.world_size) + " to " + std::to_string(current.world_size) +
-           " ranks " + when;
-  } else {
-    head = "re-planned " + when + ", still " + std::to_string(current.world_size) + " ranks";
-  }
-
-  std::vector<std::string> details;
-  if (std::vector<std::string> excluded = added(first.without, current.without); !excluded.empty()) {
-    details.push_back(counted("host", "hosts", excluded, "excluded"));
-  }
-  if (std::vector<std::string> spares = added(first.spares_used, current.spares_used); !spares.empty()) {
-    details.push_back(counted("spare", "spares", spares, "in use"));
-  }
-  auto changed = [&](const char* name, int before, int after) {
-    if (before != after) details.push_back(std::string(name) + " " + std::to_string(before) + " → " + std::to_string(after));
-  };
-  changed("dp", first.data, current.data);
-  changed("pp", first.pipeline, current.pipeline);
-  changed("tp", first.tensor, current.tensor);
-  changed("micro batch", first.micro_batch, current.micro_batch);
-  changed("grad_accum", first.grad_accum, current.grad_accum);
-  changed("global batch", first.global_batch, current.global_batch);
-  return details.empty() ? head : head + ": " + join(details, "; ");
+  PlanChangeText change = describe_plan_change(shape_of(first), shape_of(current));
+  std::string head = change.world_changed ? change.size + " " + when : "re-planned " + when + ", " + change.size;
+  return change.details.empty() ? head : head + ": " + join(change.details, "; ");
 }
 
 std::string plan_history_text(const RunDirectory& run, const PlanRecord& current) {

@@ -62,8 +62,10 @@ Result<std::string> read_plan_text(const std::string& path);
 bool same_layout(const PlanRecord& a, const PlanRecord& b);
 
 /// One line saying how `current` differs from `first` (normally generation 0):
-///   "shrunk from 6 to 4 ranks at gen 2: host dt-h2 excluded; dp 3 → 2; grad_accum 2 → 3"
-///   "re-planned at gen 1, still 6 ranks: host dt-h2 excluded; spare dt-h4 in use"
+///   "shrunk from 6 to 4 ranks at gen 2: host dt-h2 excluded; data 3 → 2; grad_accum 2 → 3"
+///   "re-planned at gen 1, still 6 ranks: host dt-h2 excluded; spare dt-h4 in use; dt-h4 takes
+///    dt-h2's place: ranks 2–3 at (tp,pp,dp) (0,0,1) (1,0,1)"
+/// in the plan-change vocabulary (launcher/base/plan_change.h), which plan.changed shares.
 /// `since_generation` is the first generation of the current layout; when `replans` > 1 the
 /// line says "over N re-plans (current since gen G)" instead of "at gen G". "" when the
 /// layouts are the same.

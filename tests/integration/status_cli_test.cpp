@@ -498,7 +498,7 @@ TEST_CASE("status RUN after a shrink shows the current plan, how it changed, and
   REQUIRE(result.code == 0);
   CHECK(block_from(result.out, "plan") ==
         "plan         gen 2: world 4 = dp 2 × pp 1 × tp 2; global batch 24 = micro 4 × dp 2 × grad_accum 3\n"
-        "             shrunk from 6 to 4 ranks at gen 2: host dt-h2 excluded; dp 3 → 2; grad_accum 2 → 3\n"
+        "             shrunk from 6 to 4 ranks at gen 2: host dt-h2 excluded; data 3 → 2; grad_accum 2 → 3\n"
         "             excluded: dt-h2; spares in use: none\n"
         "             rank(dp,pp,tp) by host:\n"
         "               dt-h1  0(0,0,0) 1(0,0,1)\n"
@@ -514,7 +514,7 @@ TEST_CASE("status RUN after a shrink shows the current plan, how it changed, and
   CHECK(parsed["plan_generation"] == 2);
   CHECK(parsed["plan"]["world_size"] == 4);
   CHECK(parsed["plan"]["without"] == json{"dt-h2"});
-  CHECK(parsed["plan_change"] == "shrunk from 6 to 4 ranks at gen 2: host dt-h2 excluded; dp 3 → 2; grad_accum 2 → 3");
+  CHECK(parsed["plan_change"] == "shrunk from 6 to 4 ranks at gen 2: host dt-h2 excluded; data 3 → 2; grad_accum 2 → 3");
 }
 
 TEST_CASE("status RUN names the spare that replaced a lost host") {
@@ -530,7 +530,8 @@ TEST_CASE("status RUN names the spare that replaced a lost host") {
   Outcome result = run_dtrain({"status", id});
   INFO(result.out, result.err);
   REQUIRE(result.code == 0);
-  CHECK(contains(result.out, "             re-planned at gen 1, still 6 ranks: host dt-h2 excluded; spare dt-h4 in use\n"
+  CHECK(contains(result.out, "             re-planned at gen 1, still 6 ranks: host dt-h2 excluded; spare dt-h4 in use; dt-h4 takes "
+                             "dt-h2's place: ranks 2–3 at (tp,pp,dp) (0,0,1) (1,0,1)\n"
                              "             excluded: dt-h2; spares in use: dt-h4\n"));
   CHECK(contains(result.out, "               dt-h4 (spare)  2(1,0,0) 3(1,0,1)\n"));
 }

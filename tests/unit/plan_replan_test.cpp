@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include "launcher/plan/rank_plan.h"
+#include "launcher/runlog/plan_record.h"
 #include "tests/unit/plan_support.h"
 
 using namespace dtrain;
@@ -50,7 +51,8 @@ TEST_CASE("a lost host is replaced in place by the next spare") {
   CHECK(after.without == std::vector<std::string>{"gpu02"});
   CHECK(after.spares_used == std::vector<std::string>{"gpu09"});
   CHECK(after.notes == std::vector<std::string>{"replaced gpu02 with spare gpu09"});
-  CHECK(diff_text(before, after) == "hosts −gpu02 +gpu09, gpu09 takes gpu02's place: ranks 2–3 at (tp,pp,dp) (0,0,1) (1,0,1)");
+  CHECK(diff_text(before, after) ==
+        "host gpu02 excluded; spare gpu09 in use; gpu09 takes gpu02's place: ranks 2–3 at (tp,pp,dp) (0,0,1) (1,0,1)");
 }
 
 TEST_CASE("a spare that is itself in --without is skipped") {
@@ -81,7 +83,7 @@ TEST_CASE("shrink: one replica dropped, grad accumulation keeps the global batch
                            "left out gpu02: no spare left",
                            "dropped 1 data-parallel replica (data 3 → 2); grad_accum 2 → 3 keeps "
                            "global batch 96"});
-  CHECK(diff_text(before, after) == "world 6 → 4, data 3 → 2, grad_accum 2 → 3, hosts −gpu02");
+  CHECK(diff_text(before, after) == "shrunk from 6 to 4 ranks; host gpu02 excluded; data 3 → 2; grad_accum 2 → 3");
 }
 
 TEST_CASE("shrink picks the largest data that keeps the global batch exact") {
@@ -182,4 +184,27 @@ TEST_CASE("the re-plan shows up in JSON and text") {
   CHECK(text.find("gpu09 2/2 slots, spare") != std::string::npos);
   CHECK(text.find("without: gpu02; spares used: gpu09\n") != std::string::npos);
   CHECK(text.find("notes:\n  - replaced gpu02 with spare gpu09\n") != std::string::npos);
+}
+
+TEST_CASE("the plan.changed diff and status's plan change say it in the same words") {
+  spec::JobSpec spec = three_hosts();
+  spec.elastic.min_hosts = 2;
+  add_spares(spec, {"gpu09"});
+  RankPlan before = plan_of(spec);
+  auto record = [](const RankPlan& plan, int generation) {
+    Result<PlanRecord> parsed = parse_plan_record(to_json(plan), generation, "plan.json");
+    if (!parsed) FAIL("parse_plan_record failed: " << parsed.error().message);
+    return *parsed;
+  };
+  PlanRecord first = record(before, 0);
+
+  RankPlan replaced = plan_of(spec, {"gpu02"});
+  CHECK(plan_change_text(first, record(replaced, 1), 1) ==
+        "re-planned at gen 1, still 6 ranks: " + diff_text(before, replaced));
+
+  RankPlan shrunk = plan_of(spec, {"gpu02", "gpu09"});
+  std::string diff = diff_text(before, shrunk);
+  REQUIRE(diff.rfind("shrunk from 6 to 4 ranks; ", 0) == 0);
+  CHECK(plan_change_text(first, record(shrunk, 2), 2) ==
+        "shrunk from 6 to 4 ranks at gen 2: " + diff.substr(std::string("shrunk from 6 to 4 ranks; ").size()));
 }

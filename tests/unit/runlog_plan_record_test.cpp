@@ -88,9 +88,9 @@ TEST_CASE("plan_change_text says shrunk, by how much and why, and nothing for th
   PlanRecord first = record(plan_json(), 0);
   CHECK(plan_change_text(first, record(plan_json(), 4), 0).empty());
   CHECK(plan_change_text(first, record(plan_json({"b"}), 2), 2) ==
-        "shrunk from 8 to 6 ranks at gen 2: host b excluded; dp 4 → 3; grad_accum 3 → 4");
+        "shrunk from 8 to 6 ranks at gen 2: host b excluded; data 4 → 3; grad_accum 3 → 4");
   CHECK(plan_change_text(first, record(plan_json({"b", "c"}), 5), 5, 2) ==
-        "shrunk from 8 to 4 ranks over 2 re-plans (current since gen 5): hosts b, c excluded; dp 4 → 2; "
+        "shrunk from 8 to 4 ranks over 2 re-plans (current since gen 5): hosts b, c excluded; data 4 → 2; "
         "grad_accum 3 → 6");
 }
 
@@ -109,11 +109,11 @@ TEST_CASE("plan_history_text compares with plan-0.json and counts re-plans acros
   Result<PlanRecord> second = read_plan_record(run, 2);
   REQUIRE(second.ok());
   CHECK(plan_history_text(run, *second) ==
-        "shrunk from 8 to 6 ranks at gen 2: host b excluded; dp 4 → 3; grad_accum 3 → 4");
+        "shrunk from 8 to 6 ranks at gen 2: host b excluded; data 4 → 3; grad_accum 3 → 4");
   Result<PlanRecord> fourth = read_plan_record(run, 4);
   REQUIRE(fourth.ok());
   CHECK(plan_history_text(run, *fourth) ==
-        "shrunk from 8 to 4 ranks over 2 re-plans (current since gen 4): hosts b, c excluded; dp 4 → 2; "
+        "shrunk from 8 to 4 ranks over 2 re-plans (current since gen 4): hosts b, c excluded; data 4 → 2; "
         "grad_accum 3 → 6");
   Result<PlanRecord> restart = read_plan_record(run, 1);
   REQUIRE(restart.ok());
