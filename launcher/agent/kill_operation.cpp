@@ -111,7 +111,6 @@ bool KillOperation::advance(int64_t now_ms,
       // reaps it. The handle makes sure of it all the same (a pidfd names this process only).
       (void)send_signal(worker->handle(), signal_, SignalScope::group);
       continue_after_term(worker->handle(), SignalScope::group);
-      if (!worker->signalled_by_agent) ++killed_workers_;
       worker->signalled_by_agent = true;
       killed_.insert(pid);
     }

@@ -62,9 +62,8 @@ class KillOperation {
   /// The `released` message, valid once advance() returned true.
   nlohmann::json released_message(int64_t now_ms) const;
 
-  /// Distinct processes signalled, and how many of them were workers.
+  /// Distinct processes signalled.
   size_t killed_count() const { return killed_.size(); }
-  size_t killed_worker_count() const { return killed_workers_; }
 
   /// How long after KILL a kill gives up waiting (D-state processes cannot be killed).
   static constexpr int64_t kGiveUpAfterKillMs = 10'000;
@@ -98,7 +97,6 @@ class KillOperation {
   bool escalated_ = false;
   std::set<pid_t> signalled_now_;  // with the current signal
   std::set<pid_t> killed_;
-  size_t killed_workers_ = 0;
   std::vector<pid_t> remaining_;
 };
 

@@ -87,9 +87,6 @@ class WorkerSocketServer {
   /// one: its next line must be the worker's hello {rank, gen, pid}.
   Status assign_standby(pid_t standby, const nlohmann::json& assign);
 
-  /// Number of open connections (for tests and logs).
-  size_t connection_count() const { return connections_.size(); }
-
  private:
   struct Connection {
     UniqueFd fd;

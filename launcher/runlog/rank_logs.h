@@ -50,9 +50,6 @@ class RankLogs {
   /// reported (and tried again after another max_bytes) but the text is still written.
   Status append(int rank, int generation, std::string_view text, int64_t wall_ms);
 
-  /// Closes every file (they reopen on the next append).
-  void close_all() { files_.clear(); }
-
  private:
   struct RankFile {
     UniqueFd fd;

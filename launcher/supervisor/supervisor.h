@@ -61,7 +61,6 @@ class Supervisor {
   const std::optional<RootCause>& root_cause() const { return root_cause_; }
   int restarts() const { return restarts_; }
   const std::set<std::string>& excluded_hosts() const { return excluded_; }
-  const std::set<std::string>& connected_hosts() const { return connected_; }
   /// The last recovery.completed event, or null.
   const nlohmann::json& last_recovery() const { return last_recovery_; }
   /// Why the run could not go on, when the policy gave up (fewer hosts than elastic.min_hosts,
