@@ -34,7 +34,7 @@
 #include "launcher/run/run_driver.h"
 #include "launcher/runlog/event_log.h"
 #include "launcher/run/fake_cluster.h"
-#include "launcher/base/event_catalogue.h"
+#include "launcher/events/event_catalogue.h"
 
 using namespace dtrain;
 using nlohmann::json;

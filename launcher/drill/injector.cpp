@@ -11,7 +11,7 @@
 #include <charconv>
 #include <filesystem>
 
-#include "launcher/base/events.h"
+#include "launcher/events/events.h"
 #include "launcher/base/fd.h"
 #include "launcher/base/process_signal.h"
 #include "launcher/base/strings.h"

@@ -14,7 +14,7 @@
 #include "launcher/drill/run_processes.h"
 #include "launcher/runlog/json_access.h"
 #include "launcher/runlog/run_state.h"
-#include "launcher/base/events.h"
+#include "launcher/events/events.h"
 
 namespace dtrain::drill {
 

@@ -16,7 +16,7 @@
 #include "launcher/hosts/run_hosts.h"
 #include "launcher/drill/run_processes.h"
 #include "launcher/runlog/json_access.h"
-#include "launcher/base/events.h"
+#include "launcher/events/events.h"
 
 namespace dtrain::drill {
 

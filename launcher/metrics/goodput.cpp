@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <chrono>
 
-#include "launcher/base/event_catalogue.h"
+#include "launcher/events/event_catalogue.h"
 #include "launcher/runlog/event_log.h"
 #include "launcher/runlog/json_access.h"
 

@@ -18,7 +18,7 @@
 #include <sstream>
 #include <string_view>
 
-#include "launcher/base/event_catalogue.h"
+#include "launcher/events/event_catalogue.h"
 #include "launcher/base/regular_file.h"
 #include "launcher/registry/statement.h"
 #include "launcher/runlog/event_log.h"

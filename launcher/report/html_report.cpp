@@ -9,7 +9,7 @@
 
 #include "launcher/base/clock.h"
 #include "launcher/base/duration.h"
-#include "launcher/base/event_catalogue.h"
+#include "launcher/events/event_catalogue.h"
 #include "launcher/base/strings.h"
 #include "launcher/base/version.h"
 #include "launcher/report/downsample.h"

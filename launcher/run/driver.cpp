@@ -22,7 +22,7 @@
 #include "launcher/run/fd_watcher.h"
 #include "launcher/run/run_summary.h"
 #include "launcher/run/signal_pipe.h"
-#include "launcher/base/events.h"
+#include "launcher/events/events.h"
 
 namespace dtrain::run {
 

@@ -10,7 +10,7 @@
 
 #include "launcher/proto/messages.h"
 #include "launcher/run/driver.h"
-#include "launcher/base/events.h"
+#include "launcher/events/events.h"
 #include "worker/contract/env.h"
 
 namespace dtrain::run {

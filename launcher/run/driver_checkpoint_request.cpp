@@ -7,7 +7,7 @@
 
 #include "launcher/base/strings.h"
 #include "launcher/proto/messages.h"
-#include "launcher/base/events.h"
+#include "launcher/events/events.h"
 #include "launcher/run/driver.h"
 #include "worker/contract/wire.h"
 

@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "launcher/base/base64.h"
-#include "launcher/base/events.h"
+#include "launcher/events/events.h"
 #include "launcher/base/strings.h"
 #include "launcher/base/version.h"
 #include "launcher/proto/messages.h"

@@ -6,7 +6,7 @@
 #include <algorithm>
 
 #include "launcher/runlog/event_log.h"
-#include "launcher/base/events.h"
+#include "launcher/events/events.h"
 #include "launcher/metrics/task_metrics.h"
 #include "launcher/runlog/json_access.h"
 

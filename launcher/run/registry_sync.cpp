@@ -7,7 +7,7 @@
 #include <string_view>
 
 #include "launcher/base/clock.h"
-#include "launcher/base/event_catalogue.h"
+#include "launcher/events/event_catalogue.h"
 #include "launcher/runlog/event_log.h"
 #include "launcher/runlog/line_follower.h"
 

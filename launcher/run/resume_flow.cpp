@@ -15,7 +15,7 @@
 #include "launcher/run/resume_point.h"
 #include "launcher/runlog/json_access.h"
 #include "launcher/runlog/run_state.h"
-#include "launcher/base/events.h"
+#include "launcher/events/events.h"
 
 namespace dtrain::run {
 

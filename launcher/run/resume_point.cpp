@@ -17,7 +17,7 @@
 #include "launcher/base/strings.h"
 #include "launcher/hosts/run_hosts.h"
 #include "launcher/runlog/run_state.h"
-#include "launcher/base/event_catalogue.h"
+#include "launcher/events/event_catalogue.h"
 
 namespace dtrain::run {
 

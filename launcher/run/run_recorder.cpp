@@ -10,8 +10,8 @@
 #include <spdlog/sinks/basic_file_sink.h>
 
 #include "launcher/base/fd.h"
-#include "launcher/base/event_catalogue.h"
-#include "launcher/base/events.h"
+#include "launcher/events/event_catalogue.h"
+#include "launcher/events/events.h"
 #include "launcher/registry/registry_db.h"
 #include "launcher/spec/spec_loader.h"
 

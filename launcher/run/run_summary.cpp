@@ -11,7 +11,7 @@
 
 #include "launcher/base/exit_code.h"
 #include "launcher/base/strings.h"
-#include "launcher/base/events.h"
+#include "launcher/events/events.h"
 
 namespace dtrain::run {
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <cstdio>
 
-#include "launcher/base/events.h"
+#include "launcher/events/events.h"
 #include "launcher/run/frame_router.h"
 #include "launcher/runlog/run_directory.h"
 #include "launcher/supervisor/supervisor.h"

@@ -13,7 +13,7 @@
 #include "launcher/base/version.h"
 #include "launcher/run/driver.h"
 #include "launcher/run/governance.h"
-#include "launcher/base/events.h"
+#include "launcher/events/events.h"
 
 namespace dtrain::run {
 

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "launcher/base/clock.h"
-#include "launcher/base/event_catalogue.h"
+#include "launcher/events/event_catalogue.h"
 #include "launcher/runlog/json_access.h"
 
 namespace dtrain {

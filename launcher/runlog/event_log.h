@@ -78,7 +78,7 @@ struct EventRecord {
 Result<EventRecord> parse_event_line(std::string_view line);
 
 /// Checks `event` (an events.jsonl object) against the event catalogue
-/// (launcher/base/event_catalogue.h): a known name, and every field the catalogue says it always
+/// (launcher/events/event_catalogue.h): a known name, and every field the catalogue says it always
 /// carries. Empty when it conforms; else the problem, e.g. "worker.exit lacks \"pid\"". Tests
 /// run it over every event of real runs, so a writer and the catalogue cannot drift apart.
 std::string catalogue_problem(const nlohmann::json& event);

@@ -6,7 +6,7 @@
 #include "launcher/supervisor/recovery_decision.h"
 
 #include "launcher/base/duration.h"
-#include "launcher/base/events.h"
+#include "launcher/events/events.h"
 
 #include <algorithm>
 

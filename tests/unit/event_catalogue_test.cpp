@@ -7,7 +7,7 @@
 #include <set>
 #include <sstream>
 
-#include "launcher/base/event_catalogue.h"
+#include "launcher/events/event_catalogue.h"
 #include "launcher/runlog/event_log.h"
 
 using namespace dtrain;
@@ -42,7 +42,7 @@ TEST_CASE("catalogue_problem: conforming, unknown name, missing fields") {
 
 #include <tuple>
 
-#include "launcher/base/events.h"
+#include "launcher/events/events.h"
 
 namespace {
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "launcher/base/clock.h"
-#include "launcher/base/events.h"
+#include "launcher/events/events.h"
 #include "launcher/run/run_recorder.h"
 #include "launcher/runlog/event_log.h"
 #include "launcher/runlog/run_directory.h"

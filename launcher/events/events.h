@@ -5,8 +5,8 @@
 // so an event's fields are spelled once. The format is a contract (status, logs, report, the
 // registry and old run directories read it): optional fields are left out when absent, never
 // written as null. Parts that are open-ended by nature (a drill's report, per-phase timings, an
-// agent's host facts) stay JSON members. The supervisor (plan, spec and base only) writes most
-// of these, so they live in base.
+// agent's host facts) stay JSON members. The supervisor writes most of these, so this module
+// depends on base alone.
 
 #include <cstdint>
 #include <map>
@@ -16,7 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "launcher/base/event_catalogue.h"
+#include "launcher/events/event_catalogue.h"
 
 namespace dtrain::events {
 

@@ -1,4 +1,4 @@
-#include "launcher/base/events.h"
+#include "launcher/events/events.h"
 
 namespace dtrain::events {
 
