@@ -23,7 +23,7 @@
 #include "cli/commands.h"
 #include "launcher/base/exit_code.h"
 #include "launcher/base/strings.h"
-#include "launcher/runlog/json_access.h"
+#include "launcher/base/json_fields.h"
 #include "launcher/runlog/line_follower.h"
 #include "launcher/runlog/rank_logs.h"
 #include "launcher/runlog/run_directory.h"

@@ -20,7 +20,7 @@
 #include "launcher/base/exit_code.h"
 #include "launcher/base/strings.h"
 #include "launcher/runlog/event_log.h"
-#include "launcher/runlog/json_access.h"
+#include "launcher/base/json_fields.h"
 #include "launcher/runlog/plan_record.h"
 #include "launcher/runlog/run_directory.h"
 #include "launcher/runlog/run_state.h"

@@ -14,7 +14,7 @@
 #include "launcher/base/exit_code.h"
 #include "launcher/run/governance.h"
 #include "launcher/runlog/control_client.h"
-#include "launcher/runlog/json_access.h"
+#include "launcher/base/json_fields.h"
 #include "launcher/runlog/run_directory.h"
 #include "launcher/runlog/run_state.h"
 

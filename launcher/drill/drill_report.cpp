@@ -5,7 +5,7 @@
 #include "launcher/base/clock.h"
 #include "launcher/base/duration.h"
 #include "launcher/base/strings.h"
-#include "launcher/runlog/json_access.h"
+#include "launcher/base/json_fields.h"
 #include "launcher/runlog/run_directory.h"
 
 namespace dtrain::drill {

@@ -5,7 +5,7 @@
 
 #include "launcher/runlog/event_log.h"
 #include "launcher/base/clock.h"
-#include "launcher/runlog/json_access.h"
+#include "launcher/base/json_fields.h"
 #include "launcher/events/event_catalogue.h"
 
 namespace dtrain::drill {

@@ -13,7 +13,7 @@
 #include "launcher/drill/partition.h"
 #include "launcher/hosts/run_hosts.h"
 #include "launcher/drill/run_processes.h"
-#include "launcher/runlog/json_access.h"
+#include "launcher/base/json_fields.h"
 #include "launcher/events/events.h"
 
 namespace dtrain::drill {

@@ -10,7 +10,7 @@
 #include "launcher/base/clock.h"
 #include "launcher/base/fd.h"
 #include "launcher/runlog/event_log.h"
-#include "launcher/runlog/json_access.h"
+#include "launcher/base/json_fields.h"
 #include "launcher/runlog/run_state.h"
 #include "launcher/events/event_catalogue.h"
 

@@ -5,7 +5,7 @@
 #include <thread>
 
 #include "launcher/drill/injector.h"
-#include "launcher/runlog/json_access.h"
+#include "launcher/base/json_fields.h"
 #include "launcher/events/event_catalogue.h"
 
 namespace dtrain::drill {

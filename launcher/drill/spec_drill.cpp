@@ -12,7 +12,7 @@
 #include "launcher/drill/injector.h"
 #include "launcher/drill/run_processes.h"
 #include "launcher/runlog/control_client.h"
-#include "launcher/runlog/json_access.h"
+#include "launcher/base/json_fields.h"
 #include "launcher/runlog/run_state.h"
 #include "launcher/events/events.h"
 

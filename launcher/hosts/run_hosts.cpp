@@ -15,7 +15,7 @@
 #include "launcher/base/strings.h"
 #include "launcher/spec/spec_loader.h"
 #include "launcher/transport/ssh_exec.h"
-#include "launcher/runlog/json_access.h"
+#include "launcher/base/json_fields.h"
 
 namespace dtrain::hosts {
 

@@ -6,7 +6,7 @@
 
 #include "launcher/events/event_catalogue.h"
 #include "launcher/runlog/event_log.h"
-#include "launcher/runlog/json_access.h"
+#include "launcher/base/json_fields.h"
 
 namespace dtrain::metrics {
 

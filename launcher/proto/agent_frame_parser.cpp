@@ -22,8 +22,9 @@ constexpr int64_t kIntMax = std::numeric_limits<int>::max();
 constexpr int64_t kNoMin = std::numeric_limits<int64_t>::min();
 constexpr int64_t kNoMax = std::numeric_limits<int64_t>::max();
 
-// FieldReader's as_integer over a simdjson value: simdjson types a whole number that fits
-// int64 INT64 and one above INT64_MAX UINT64 (nlohmann's number_unsigned, refused there too).
+// json_as_integer (launcher/base/json_fields.h) over a simdjson value: simdjson types a whole
+// number that fits int64 INT64 and one above INT64_MAX UINT64 (nlohmann's number_unsigned,
+// refused there too).
 std::optional<int64_t> as_integer(element value) {
   if (value.type() == element_type::INT64) return int64_t(value);
   if (value.type() == element_type::DOUBLE) {

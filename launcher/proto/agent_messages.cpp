@@ -3,7 +3,7 @@
 #include <limits>
 
 #include "launcher/base/strings.h"
-#include "launcher/proto/field_reader.h"
+#include "launcher/base/json_fields.h"
 #include "launcher/proto/messages.h"
 #include "launcher/proto/worker_messages.h"
 

@@ -24,7 +24,7 @@ struct AgentHello {
   int64_t pid = 0;
   std::optional<int64_t> agent_time_ms;
   std::optional<std::string> socket;
-  nlohmann::json facts = nlohmann::json::object();  ///< checked: an object; fields read with json_access
+  nlohmann::json facts = nlohmann::json::object();  ///< checked: an object; fields read with json_fields.h
 };
 struct WorkerStartedReport { int gen = 0; int rank = 0; int64_t pid = 0; };
 struct WorkerSpawnFailedReport { int gen = 0; int rank = 0; std::string error; };

@@ -22,7 +22,7 @@
 #include "launcher/base/regular_file.h"
 #include "launcher/registry/statement.h"
 #include "launcher/runlog/event_log.h"
-#include "launcher/runlog/json_access.h"
+#include "launcher/base/json_fields.h"
 #include "launcher/runlog/run_directory.h"
 #include "launcher/runlog/run_state.h"
 

@@ -15,7 +15,7 @@
 #include "launcher/report/downsample.h"
 #include "launcher/metrics/goodput.h"
 #include "launcher/runlog/event_log.h"
-#include "launcher/runlog/json_access.h"
+#include "launcher/base/json_fields.h"
 
 namespace dtrain::report {
 namespace {

@@ -4,7 +4,7 @@
 #include "launcher/report/run_record.h"
 #include "launcher/report/timeline.h"
 #include "launcher/report/trace_json.h"
-#include "launcher/runlog/json_access.h"
+#include "launcher/base/json_fields.h"
 
 namespace dtrain::report {
 

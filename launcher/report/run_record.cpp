@@ -13,7 +13,7 @@
 #include "launcher/base/strings.h"
 #include "launcher/metrics/goodput.h"
 #include "launcher/runlog/event_log.h"
-#include "launcher/runlog/json_access.h"
+#include "launcher/base/json_fields.h"
 #include "launcher/runlog/run_directory.h"
 #include "launcher/runlog/run_state.h"
 

@@ -23,7 +23,7 @@
 #include "launcher/base/fd.h"
 #include "launcher/proto/frame.h"
 #include "launcher/proto/messages.h"
-#include "launcher/runlog/json_access.h"
+#include "launcher/base/json_fields.h"
 
 namespace dtrain::run {
 

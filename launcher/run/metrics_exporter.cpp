@@ -8,7 +8,7 @@
 #include "launcher/runlog/event_log.h"
 #include "launcher/events/events.h"
 #include "launcher/metrics/task_metrics.h"
-#include "launcher/runlog/json_access.h"
+#include "launcher/base/json_fields.h"
 
 namespace dtrain::run {
 

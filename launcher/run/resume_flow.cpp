@@ -13,7 +13,7 @@
 #include "launcher/run/driver.h"
 #include "launcher/run/governance.h"
 #include "launcher/run/resume_point.h"
-#include "launcher/runlog/json_access.h"
+#include "launcher/base/json_fields.h"
 #include "launcher/runlog/run_state.h"
 #include "launcher/events/events.h"
 

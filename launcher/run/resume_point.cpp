@@ -1,6 +1,6 @@
 #include "launcher/run/resume_point.h"
 
-#include "launcher/runlog/json_access.h"
+#include "launcher/base/json_fields.h"
 
 #include <unistd.h>
 

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "launcher/base/fd.h"
-#include "launcher/runlog/json_access.h"
+#include "launcher/base/json_fields.h"
 
 namespace dtrain {
 namespace {

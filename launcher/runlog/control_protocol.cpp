@@ -1,7 +1,7 @@
 #include "launcher/runlog/control_protocol.h"
 
 #include "launcher/base/strings.h"
-#include "launcher/runlog/json_access.h"
+#include "launcher/base/json_fields.h"
 
 namespace dtrain {
 

@@ -9,7 +9,7 @@
 
 #include "launcher/base/clock.h"
 #include "launcher/events/event_catalogue.h"
-#include "launcher/runlog/json_access.h"
+#include "launcher/base/json_fields.h"
 
 namespace dtrain {
 namespace {

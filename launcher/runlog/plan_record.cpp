@@ -10,7 +10,7 @@
 #include "launcher/base/plan_change.h"
 #include "launcher/base/regular_file.h"
 #include "launcher/base/strings.h"
-#include "launcher/runlog/json_access.h"
+#include "launcher/base/json_fields.h"
 
 namespace dtrain {
 namespace {

@@ -14,7 +14,7 @@
 #include "launcher/base/fd.h"
 #include "launcher/base/regular_file.h"
 #include "launcher/base/strings.h"
-#include "launcher/runlog/json_access.h"
+#include "launcher/base/json_fields.h"
 #include "launcher/runlog/run_state.h"
 
 namespace dtrain {

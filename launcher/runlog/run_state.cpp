@@ -7,7 +7,7 @@
 
 #include "launcher/base/fd.h"
 #include "launcher/base/regular_file.h"
-#include "launcher/runlog/json_access.h"
+#include "launcher/base/json_fields.h"
 
 namespace dtrain {
 

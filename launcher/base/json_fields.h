@@ -1,11 +1,16 @@
 #pragma once
-// Checked reads of one JSON object's fields, for the parsers that turn what a peer sent into a
-// typed struct (agent_messages.cpp, worker_messages.cpp, the control protocol). nlohmann's
-// value() and get<T>() throw on a type mismatch; everything that arrives from a worker, an
-// agent or a socket goes through a FieldReader instead, which never throws and remembers the
-// first problem as "<message>.<field>: expected <type>, got <what>".
+// The launcher's one way to read a field of a JSON object that someone else wrote. nlohmann's
+// value() and get<T>() throw on a type mismatch and const operator[] on a missing key is
+// undefined; nothing that arrives from a worker, an agent, a socket or a file may crash us.
+//
+// Two flavours over the same checks:
+//   - FieldReader: for a parser that turns a peer's message into a typed struct (launcher/proto,
+//     the store): a required field that is absent or mistyped is an error, and the first problem
+//     is remembered as "<message>.<field>: expected <type>, got <what>".
+//   - json_int / json_string / ...: lenient reads with a fallback, for readers of files that a
+//     person or an older version may have written (state.json, events.jsonl), where a missing
+//     field is normal and must not stop `dtrain status`.
 
-#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -17,17 +22,43 @@
 
 #include "launcher/base/result.h"
 
-namespace dtrain::proto {
+namespace dtrain {
+
+/// The member `key` of `object`, or nullptr when `object` is not an object or lacks it.
+const nlohmann::json* json_member(const nlohmann::json& object, std::string_view key);
+
+/// `value` as an integer: a whole number within int64, or a whole-valued float (some JSON writers
+/// emit every number as a double) within ±9e18; else nullopt.
+std::optional<int64_t> json_as_integer(const nlohmann::json& value);
+
+/// An integer member (json_as_integer), else nullopt.
+std::optional<int64_t> json_int(const nlohmann::json& object, std::string_view key);
+
+/// A numeric member as double, else nullopt.
+std::optional<double> json_number(const nlohmann::json& object, std::string_view key);
+
+/// A string member, else `fallback`.
+std::string json_string(const nlohmann::json& object, std::string_view key, std::string_view fallback = "");
+
+/// A boolean member, else `fallback`.
+bool json_bool(const nlohmann::json& object, std::string_view key, bool fallback = false);
+
+/// Compact, never-throwing serialisation (invalid UTF-8 is replaced, not thrown on).
+std::string json_compact(const nlohmann::json& value);
 
 /// A short description of a JSON value for error messages: `null`, `a string "ab…"`, `3.5`.
 std::string describe_json_value(const nlohmann::json& value);
 
+/// Checked reads of one JSON object's fields. Never throws; remembers the first problem.
 class FieldReader {
  public:
   /// `what` names the message in errors ("beat", "exit"); `object` must outlive the reader.
   FieldReader(std::string what, const nlohmann::json& object) : what_(std::move(what)), object_(object) {
     if (!object_.is_object()) fail("", "expected a JSON object", object_);
   }
+
+  /// Whether `key` is present and not null.
+  bool has(std::string_view key) const;
 
   /// Required fields: absent or mistyped is an error. Optional ones: absent (or null) gives
   /// nullopt, mistyped is an error. Integers must be whole numbers within [min, max].
@@ -52,6 +83,8 @@ class FieldReader {
   const nlohmann::json* optional_object(std::string_view key);
   /// A member that must be an array, or nullptr.
   const nlohmann::json* optional_array(std::string_view key);
+  /// A member of any type but null, returned as is (an opaque id the reply echoes), or nullptr.
+  const nlohmann::json* optional_value(std::string_view key) const;
 
   bool ok() const { return !problem_.has_value(); }
   /// The first problem, as an Error (user kind: the sender is at fault, not us).
@@ -63,7 +96,6 @@ class FieldReader {
   static constexpr size_t kDefaultMaxStringBytes = 1 << 20;
 
  private:
-  const nlohmann::json* member(std::string_view key) const;
   std::string where(std::string_view key) const;
 
   std::string what_;
@@ -71,4 +103,4 @@ class FieldReader {
   std::optional<std::string> problem_;
 };
 
-}  // namespace dtrain::proto
+}  // namespace dtrain

@@ -1,57 +1,92 @@
-#include "launcher/proto/field_reader.h"
+#include "launcher/base/json_fields.h"
+
+#include <cmath>
 
 #include "launcher/base/strings.h"
 
-namespace dtrain::proto {
+namespace dtrain {
 
-namespace {
+using json;
 
-std::optional<int64_t> as_integer(const nlohmann::json& value) {
-  if (value.is_number_integer()) {
-    if (value.is_number_unsigned() &&
-        value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-      return std::nullopt;
-    }
-    return value.get<int64_t>();
+const json* json_member(const json& object, std::string_view key) {
+  if (!object.is_object()) return nullptr;
+  auto found = object.find(key);
+  return found == object.end() ? nullptr : &*found;
+}
+
+std::optional<int64_t> json_as_integer(const json& value) {
+  if (value.is_number_unsigned()) {
+    uint64_t number = value.get<uint64_t>();
+    if (number > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return std::nullopt;
+    return static_cast<int64_t>(number);
   }
+  if (value.is_number_integer()) return value.get<int64_t>();
   if (value.is_number_float()) {
     double number = value.get<double>();
-    // Whole-valued floats (1e3) are accepted: some JSON writers emit every number as a double.
-    if (std::isfinite(number) && std::trunc(number) == number && number >= -9.0e18 && number <= 9.0e18) {
-      return static_cast<int64_t>(number);
-    }
+    // Range first: converting a double outside int64's range is undefined behaviour (found by
+    // fuzz/control_request: a reply's "generation" of 9.18e20). NaN fails the range test too.
+    if (!(number >= -9.0e18 && number <= 9.0e18)) return std::nullopt;
+    if (std::trunc(number) == number) return static_cast<int64_t>(number);
   }
   return std::nullopt;
 }
 
-}  // namespace
+std::optional<int64_t> json_int(const json& object, std::string_view key) {
+  const json* member = json_member(object, key);
+  return member ? json_as_integer(*member) : std::nullopt;
+}
 
-std::string describe_json_value(const nlohmann::json& value) {
+std::optional<double> json_number(const json& object, std::string_view key) {
+  const json* member = json_member(object, key);
+  if (!member || !member->is_number()) return std::nullopt;
+  return member->get<double>();
+}
+
+std::string json_string(const json& object, std::string_view key, std::string_view fallback) {
+  const json* member = json_member(object, key);
+  if (!member || !member->is_string()) return std::string(fallback);
+  return member->get<std::string>();
+}
+
+bool json_bool(const json& object, std::string_view key, bool fallback) {
+  const json* member = json_member(object, key);
+  if (!member || !member->is_boolean()) return fallback;
+  return member->get<bool>();
+}
+
+std::string json_compact(const json& value) {
+  return value.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string describe_json_value(const json& value) {
   switch (value.type()) {
-    case nlohmann::json::value_t::null: return "null";
-    case nlohmann::json::value_t::boolean: return value.get<bool>() ? "true" : "false";
-    case nlohmann::json::value_t::string: return "a string \"" + printable(value.get_ref<const std::string&>(), 40) + "\"";
-    case nlohmann::json::value_t::array: return "an array of " + std::to_string(value.size());
-    case nlohmann::json::value_t::object: return "an object";
-    case nlohmann::json::value_t::number_integer:
-    case nlohmann::json::value_t::number_unsigned:
-    case nlohmann::json::value_t::number_float:
-      return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    case json::value_t::null: return "null";
+    case json::value_t::boolean: return value.get<bool>() ? "true" : "false";
+    case json::value_t::string: return "a string \"" + printable(value.get_ref<const std::string&>(), 40) + "\"";
+    case json::value_t::array: return "an array of " + std::to_string(value.size());
+    case json::value_t::object: return "an object";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned:
+    case json::value_t::number_float:
+      return json_compact(value);
     default: return value.type_name();
   }
 }
 
-const nlohmann::json* FieldReader::member(std::string_view key) const {
-  if (!object_.is_object()) return nullptr;
-  auto found = object_.find(key);
-  return found == object_.end() ? nullptr : &*found;
+bool FieldReader::has(std::string_view key) const {
+  const json* value = json_member(object_, key);
+  return value != nullptr && !value->is_null();
+}
+
+const json* FieldReader::optional_value(std::string_view key) const {
+  return has(key) ? json_member(object_, key) : nullptr;
 }
 
 std::string FieldReader::where(std::string_view key) const {
   return key.empty() ? what_ : what_ + "." + std::string(key);
 }
 
-void FieldReader::fail(std::string_view key, std::string_view expected, const nlohmann::json& got) {
+void FieldReader::fail(std::string_view key, std::string_view expected, const json& got) {
   if (problem_) return;  // the first problem is the one to report
   problem_ = where(key) + ": " + std::string(expected) + ", got " + describe_json_value(got);
 }
@@ -61,9 +96,9 @@ void FieldReader::fail_text(std::string_view key, std::string text) {
 }
 
 std::optional<int64_t> FieldReader::optional_integer(std::string_view key, int64_t min, int64_t max) {
-  const nlohmann::json* value = member(key);
+  const json* value = json_member(object_, key);
   if (!value || value->is_null()) return std::nullopt;
-  std::optional<int64_t> number = as_integer(*value);
+  std::optional<int64_t> number = json_as_integer(*value);
   if (!number) {
     fail(key, "expected an integer", *value);
     return std::nullopt;
@@ -77,11 +112,11 @@ std::optional<int64_t> FieldReader::optional_integer(std::string_view key, int64
 }
 
 int64_t FieldReader::integer(std::string_view key, int64_t min, int64_t max) {
-  if (!member(key)) {
+  if (!json_member(object_, key)) {
     fail_text(key, "missing (expected an integer)");
     return 0;
   }
-  const nlohmann::json* value = member(key);
+  const json* value = json_member(object_, key);
   if (value->is_null()) {
     fail(key, "expected an integer", *value);
     return 0;
@@ -90,7 +125,7 @@ int64_t FieldReader::integer(std::string_view key, int64_t min, int64_t max) {
 }
 
 std::optional<double> FieldReader::optional_number(std::string_view key) {
-  const nlohmann::json* value = member(key);
+  const json* value = json_member(object_, key);
   if (!value || value->is_null()) return std::nullopt;
   if (!value->is_number()) {
     fail(key, "expected a number", *value);
@@ -105,7 +140,7 @@ std::optional<double> FieldReader::optional_number(std::string_view key) {
 }
 
 double FieldReader::number(std::string_view key) {
-  const nlohmann::json* value = member(key);
+  const json* value = json_member(object_, key);
   if (!value || value->is_null()) {
     if (value) fail(key, "expected a number", *value);
     else fail_text(key, "missing (expected a number)");
@@ -115,7 +150,7 @@ double FieldReader::number(std::string_view key) {
 }
 
 std::optional<std::string> FieldReader::optional_string(std::string_view key, size_t max_bytes) {
-  const nlohmann::json* value = member(key);
+  const json* value = json_member(object_, key);
   if (!value || value->is_null()) return std::nullopt;
   if (!value->is_string()) {
     fail(key, "expected a string", *value);
@@ -131,7 +166,7 @@ std::optional<std::string> FieldReader::optional_string(std::string_view key, si
 }
 
 std::string FieldReader::string(std::string_view key, size_t max_bytes) {
-  const nlohmann::json* value = member(key);
+  const json* value = json_member(object_, key);
   if (!value || value->is_null()) {
     if (value) fail(key, "expected a string", *value);
     else fail_text(key, "missing (expected a string)");
@@ -141,7 +176,7 @@ std::string FieldReader::string(std::string_view key, size_t max_bytes) {
 }
 
 std::optional<bool> FieldReader::optional_boolean(std::string_view key) {
-  const nlohmann::json* value = member(key);
+  const json* value = json_member(object_, key);
   if (!value || value->is_null()) return std::nullopt;
   if (!value->is_boolean()) {
     fail(key, "expected true or false", *value);
@@ -152,7 +187,7 @@ std::optional<bool> FieldReader::optional_boolean(std::string_view key) {
 
 std::optional<std::vector<std::string>> FieldReader::optional_string_array(std::string_view key, size_t max_items,
                                                                            size_t max_bytes) {
-  const nlohmann::json* value = member(key);
+  const json* value = json_member(object_, key);
   if (!value || value->is_null()) return std::nullopt;
   if (!value->is_array()) {
     fail(key, "expected an array of strings", *value);
@@ -165,7 +200,7 @@ std::optional<std::vector<std::string>> FieldReader::optional_string_array(std::
   }
   std::vector<std::string> items;
   items.reserve(value->size());
-  for (const nlohmann::json& item : *value) {
+  for (const json& item : *value) {
     if (!item.is_string()) {
       fail(key, "expected an array of strings, one item is not", item);
       return std::nullopt;
@@ -180,25 +215,25 @@ std::optional<std::vector<std::string>> FieldReader::optional_string_array(std::
 }
 
 std::vector<std::string> FieldReader::string_array(std::string_view key, size_t max_items, size_t max_bytes) {
-  if (!member(key)) {
+  if (!json_member(object_, key)) {
     fail_text(key, "missing (expected an array of strings)");
     return {};
   }
   std::optional<std::vector<std::string>> items = optional_string_array(key, max_items, max_bytes);
-  if (!items && ok()) fail(key, "expected an array of strings", *member(key));
+  if (!items && ok()) fail(key, "expected an array of strings", *json_member(object_, key));
   return items.value_or(std::vector<std::string>());
 }
 
 std::vector<int64_t> FieldReader::optional_integer_array(std::string_view key, size_t max_items) {
-  const nlohmann::json* value = member(key);
+  const json* value = json_member(object_, key);
   if (!value || value->is_null()) return {};
   if (!value->is_array() || value->size() > max_items) {
     fail(key, "expected an array of at most " + std::to_string(max_items) + " integers", *value);
     return {};
   }
   std::vector<int64_t> items;
-  for (const nlohmann::json& item : *value) {
-    std::optional<int64_t> number = as_integer(item);
+  for (const json& item : *value) {
+    std::optional<int64_t> number = json_as_integer(item);
     if (!number) {
       fail(key, "expected an array of integers, one item is not", item);
       return {};
@@ -208,8 +243,8 @@ std::vector<int64_t> FieldReader::optional_integer_array(std::string_view key, s
   return items;
 }
 
-const nlohmann::json* FieldReader::optional_object(std::string_view key) {
-  const nlohmann::json* value = member(key);
+const json* FieldReader::optional_object(std::string_view key) {
+  const json* value = json_member(object_, key);
   if (!value || value->is_null()) return nullptr;
   if (!value->is_object()) {
     fail(key, "expected an object", *value);
@@ -218,18 +253,18 @@ const nlohmann::json* FieldReader::optional_object(std::string_view key) {
   return value;
 }
 
-const nlohmann::json* FieldReader::object(std::string_view key) {
-  if (!member(key)) {
+const json* FieldReader::object(std::string_view key) {
+  if (!json_member(object_, key)) {
     fail_text(key, "missing (expected an object)");
     return nullptr;
   }
-  const nlohmann::json* value = optional_object(key);
-  if (!value && ok()) fail(key, "expected an object", *member(key));
+  const json* value = optional_object(key);
+  if (!value && ok()) fail(key, "expected an object", *json_member(object_, key));
   return value;
 }
 
-const nlohmann::json* FieldReader::optional_array(std::string_view key) {
-  const nlohmann::json* value = member(key);
+const json* FieldReader::optional_array(std::string_view key) {
+  const json* value = json_member(object_, key);
   if (!value || value->is_null()) return nullptr;
   if (!value->is_array()) {
     fail(key, "expected an array", *value);
@@ -238,4 +273,4 @@ const nlohmann::json* FieldReader::optional_array(std::string_view key) {
   return value;
 }
 
-}  // namespace dtrain::proto
+}  // namespace dtrain
