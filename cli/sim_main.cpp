@@ -34,7 +34,7 @@
 #include "launcher/run/run_driver.h"
 #include "launcher/runlog/event_log.h"
 #include "launcher/run/fake_cluster.h"
-#include "launcher/events/event_catalogue.h"
+#include "launcher/events/event.h"
 
 using namespace dtrain;
 using nlohmann::json;
@@ -212,26 +212,27 @@ int main(int argc, char** argv) {
   std::string run_dir;
   for (const auto& entry : std::filesystem::directory_iterator(runs)) run_dir = entry.path().string();
   result["run_dir"] = run_dir;
-  // read_events checks each line's fields (parse_event_line): value() below cannot throw.
-  Result<std::vector<json>> events = read_events(run_dir + "/events.jsonl");
+  Result<std::vector<LoggedEvent>> events = read_logged_events(run_dir + "/events.jsonl");
   if (!events) {
     std::fprintf(stderr, "dtrain-sim: %s\n", events.error().message.c_str());
     return 3;
   }
   int64_t count = 0, first_ms = 0, last_ms = 0, lost_ms = 0, decided_ms = 0, spawned_ms = 0, completed_ms = 0;
   int64_t hosts_lost = 0, running_ms = 0;
-  for (const json& event : *events) {
+  for (const LoggedEvent& logged : *events) {
     ++count;
-    int64_t ts = event_wall_ms(event).value_or(0);
+    int64_t ts = logged.wall_ms().value_or(0);
     if (!first_ms) first_ms = ts;
     last_ms = ts;
-    std::string name = event.value("ev", "");
-    if (name == events::kHostLost) ++hosts_lost;
-    if (!running_ms && name == events::kRunState && event.value("state", "") == "running") running_ms = ts;
-    if (!lost_ms && name == events::kFailureDetected) lost_ms = ts;
-    if (lost_ms && !decided_ms && name == events::kRecoveryStarted) decided_ms = ts;
-    if (lost_ms && !spawned_ms && name == events::kGenerationSpawned && event.value("gen", 0) >= 1) spawned_ms = ts;
-    if (lost_ms && !completed_ms && name == events::kRecoveryCompleted) completed_ms = ts;
+    const events::Event& event = logged.event;
+    if (std::holds_alternative<events::HostLost>(event)) ++hosts_lost;
+    const auto* state = std::get_if<events::RunState>(&event);
+    if (!running_ms && state && state->state == "running") running_ms = ts;
+    if (!lost_ms && std::holds_alternative<events::FailureDetected>(event)) lost_ms = ts;
+    if (lost_ms && !decided_ms && std::holds_alternative<events::RecoveryStarted>(event)) decided_ms = ts;
+    const auto* spawned = std::get_if<events::GenerationSpawned>(&event);
+    if (lost_ms && !spawned_ms && spawned && spawned->gen >= 1) spawned_ms = ts;
+    if (lost_ms && !completed_ms && std::holds_alternative<events::RecoveryCompleted>(event)) completed_ms = ts;
   }
   result["events"] = count;
   // Every host lost that the harness did not kill: the supervisor's own slowness (a stalled loop

@@ -88,8 +88,8 @@ std::string key_values(const json& object, const std::vector<std::string>& skip)
 
 /// "23:41:02.120 worker.exit rank=2 host=localhost signal=SIGKILL"; bulky fields (output tails,
 /// incident lists, causes) stay in events.jsonl.
-std::string compact_event(const json& event) {
-  std::string ts = json_string(event, "ts");
+std::string compact_event(const LoggedEvent& event) {
+  const std::string& ts = event.ts;
   std::string when = ts;
   if (std::optional<int64_t> ms = parse_timestamp_utc(ts)) {
     std::time_t seconds = static_cast<std::time_t>(*ms / 1000);
@@ -100,8 +100,8 @@ std::string compact_event(const json& event) {
                   local.tm_sec, static_cast<int>(*ms % 1000));
     when = buffer;
   }
-  std::string line = when + " " + json_string(event, "ev", "?");
-  std::string fields = key_values(event, {"ts", "ev", "tail", "incidents", "cause", "log"});
+  std::string line = when + " " + std::string(events::event_name(event.event));
+  std::string fields = key_values(to_json(event), {"ts", "ev", "tail", "incidents", "cause", "log"});
   return fields.empty() ? line : line + " " + fields;
 }
 
@@ -370,7 +370,7 @@ std::vector<const json*> standout_ranks(const json& ranks, int64_t age_reference
 }
 
 void print_run_text(const RunDirectory& run, const json& state, bool alive, const Result<PlanRecord>& plan,
-                    const std::vector<json>& events, const std::string& events_error, bool all) {
+                    const std::vector<LoggedEvent>& events, const std::string& events_error, bool all) {
   int64_t now = now_ms();
   std::string recorded = json_string(state, "state", "unknown");
   std::string shown = display_state(state, alive);
@@ -475,7 +475,7 @@ void print_run_text(const RunDirectory& run, const json& state, bool alive, cons
 
   if (!events.empty() || !events_error.empty()) {
     std::printf("\nlast %zu events:\n", events.size());
-    for (const json& event : events) std::printf("  %s\n", printable(compact_event(event)).c_str());
+    for (const LoggedEvent& event : events) std::printf("  %s\n", printable(compact_event(event)).c_str());
     if (!events_error.empty()) std::printf("  (event log: %s)\n", events_error.c_str());
   }
   std::printf("\n");
@@ -497,18 +497,19 @@ int show_run(const std::string& id, bool as_json, int event_count, bool all) {
     return exit_code_for(state.error());
   }
   bool alive = supervisor_alive(*state);
-  std::vector<json> events;
+  std::vector<LoggedEvent> events;
   std::string events_error;
   if (event_count > 0) {
     // A corrupt line (a disk that filled mid-append, a hand edit) is skipped, never fatal:
     // a few warnings on stderr, the rest of the history on stdout.
     constexpr int kWarningsShown = 5;
     int skipped = 0;
-    auto warn = [&skipped](const std::string& warning) {
-      if (++skipped <= kWarningsShown) std::fprintf(stderr, "dtrain status: warning: %s\n", warning.c_str());
+    auto warn = [&skipped](const EventLineError& line) {
+      if (++skipped <= kWarningsShown) std::fprintf(stderr, "dtrain status: warning: %s\n", line.message().c_str());
     };
     // From the end of the file: a run of 16,384 ranks writes millions of events.
-    Result<std::vector<json>> last = read_last_events(run->events_path(), static_cast<size_t>(event_count), warn);
+    Result<std::vector<LoggedEvent>> last =
+        read_last_logged_events(run->events_path(), static_cast<size_t>(event_count), warn);
     if (skipped > kWarningsShown) {
       std::fprintf(stderr, "dtrain status: warning: %d more corrupt lines skipped in %s\n",
                    skipped - kWarningsShown, run->events_path().c_str());
@@ -523,7 +524,9 @@ int show_run(const std::string& id, bool as_json, int event_count, bool all) {
   int generation = static_cast<int>(std::max<int64_t>(0, json_int(*state, "generation").value_or(0)));
   Result<PlanRecord> plan = read_plan_record(*run, generation);
   if (as_json) {
-    json out = {{"state", *state}, {"supervisor_alive", alive}, {"events", events},
+    json shown_events = json::array();
+    for (const LoggedEvent& event : events) shown_events.push_back(to_json(event));
+    json out = {{"state", *state}, {"supervisor_alive", alive}, {"events", std::move(shown_events)},
                 {"plan_generation", generation}, {"plan", plan ? plan->json : json()}};
     if (plan) {
       std::string change = plan_history_text(*run, *plan);
@@ -618,7 +621,7 @@ std::vector<std::string> watch_block(const RunDirectory& run, const json& state,
   }
   field("rate", rate + (total ? "   ETA " + eta : "   ETA - (no step count in the spec)"));
   if (std::string stragglers = stragglers_text(state); !stragglers.empty()) field("stragglers", stragglers);
-  Result<std::vector<json>> last = read_last_events(run.events_path(), 1);
+  Result<std::vector<LoggedEvent>> last = read_last_logged_events(run.events_path(), 1);
   field("last event", last && !last->empty() ? compact_event(last->back()) : last ? "-" : last.error().message);
   return lines;
 }

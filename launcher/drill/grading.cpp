@@ -1,12 +1,12 @@
 #include "launcher/drill/grading.h"
 
 #include <algorithm>
+#include <climits>
 #include <set>
 
-#include "launcher/runlog/event_log.h"
 #include "launcher/base/clock.h"
-#include "launcher/base/json_fields.h"
-#include "launcher/events/event_catalogue.h"
+#include "launcher/events/event.h"
+#include "launcher/runlog/event_log.h"
 
 namespace dtrain::drill {
 
@@ -14,17 +14,33 @@ using nlohmann::json;
 
 namespace {
 
-std::string name_of(const json& event) { return json_string(event, "ev"); }
+using Events = std::vector<LoggedEvent>;
 
-const json* first_named(const std::vector<json>& events, const std::string& name, size_t from = 0) {
+/// The event as a T, or nullptr when it is another.
+template <class T>
+const T* as(const LoggedEvent& event) {
+  return std::get_if<T>(&event.event);
+}
+
+/// The first event that is a T at or after index `from`, or nullptr.
+template <class T>
+const LoggedEvent* first_of(const Events& events, size_t from = 0) {
   for (size_t i = from; i < events.size(); ++i) {
-    if (name_of(events[i]) == name) return &events[i];
+    if (as<T>(events[i])) return &events[i];
   }
   return nullptr;
 }
 
-size_t index_of(const std::vector<json>& events, const json* event) {
+size_t index_of(const Events& events, const LoggedEvent* event) {
   return event ? static_cast<size_t>(event - events.data()) : events.size();
+}
+
+/// The failure a failure.detected names, into the verdict.
+void take_detection(FaultVerdict& verdict, const LoggedEvent& detected) {
+  verdict.detected_wall_ms = detected.wall_ms();
+  const events::FailureCause& cause = std::get<events::FailureDetected>(detected.event).cause;
+  verdict.detected_kind = cause.kind;
+  verdict.detected_rank = cause.rank;
 }
 
 void grade_duration(FaultVerdict& verdict, const char* name, const std::optional<Millis>& limit,
@@ -50,56 +66,50 @@ void check(FaultVerdict& verdict, std::string name, bool met, std::string detail
 
 bool is_host_fault(FaultKind kind) { return kind == FaultKind::kill_host || kind == FaultKind::partition_host; }
 
-const json* next_plan_after(const std::vector<json>& events, int generation) {
-  for (const json& event : events) {
-    if (name_of(event) == events::kPlanGeneration && json_int(event, "gen").value_or(-1) > generation) return &event;
+/// The first plan.generation of a generation after `generation`, or nullptr.
+const events::PlanGeneration* next_plan_after(const Events& events, int generation) {
+  for (const LoggedEvent& event : events) {
+    const auto* plan = as<events::PlanGeneration>(event);
+    if (plan && event.gen.value_or(-1) > generation) return plan;
   }
   return nullptr;
 }
 
 // A host fault must be seen as the host's loss, and the next generation must run without it
 // (shrunk over the others, or with a spare in its place).
-void grade_host_loss(FaultVerdict& verdict, const Injection& injection, const std::vector<json>& events) {
+void grade_host_loss(FaultVerdict& verdict, const Injection& injection, const Events& events) {
   const std::string& host = injection.fault.target;
-  const json* lost = nullptr;
-  for (const json& event : events) {
-    if (name_of(event) == events::kHostLost && json_string(event, "host") == host) {
-      lost = &event;
+  const events::HostLost* lost = nullptr;
+  for (const LoggedEvent& event : events) {
+    if (const auto* host_lost = as<events::HostLost>(event); host_lost && host_lost->host == host) {
+      lost = host_lost;
       break;
     }
   }
   check(verdict, "host lost", lost != nullptr,
-        lost ? host + ": " + json_string(*lost, "reason", "lost") +
-                   (json_int(*lost, "silent_ms") ? " (silent " + std::to_string(*json_int(*lost, "silent_ms")) + "ms)" : "")
+        lost ? host + ": " + (lost->reason.empty() ? "lost" : lost->reason) +
+                   (lost->silent_ms ? " (silent " + std::to_string(*lost->silent_ms) + "ms)" : "")
              : "no host.lost for " + host + " after the injection");
-  const json* plan = next_plan_after(events, injection.generation);
+  const events::PlanGeneration* plan = next_plan_after(events, injection.generation);
   bool without = false;
   std::string detail = "no next generation was planned";
   if (plan) {
-    std::vector<std::string> hosts;
-    if (const json* list = json_member(*plan, "hosts"); list && list->is_array()) {
-      for (const json& name : *list) {
-        if (name.is_string()) hosts.push_back(name.get<std::string>());
-      }
-    }
-    without = std::find(hosts.begin(), hosts.end(), host) == hosts.end();
+    without = std::find(plan->hosts.begin(), plan->hosts.end(), host) == plan->hosts.end();
     std::string joined;
-    for (const std::string& name : hosts) joined += (joined.empty() ? "" : ", ") + name;
-    detail = "generation " + std::to_string(json_int(*plan, "gen").value_or(-1)) + " runs " +
-             std::to_string(json_int(*plan, "world_size").value_or(-1)) + " rank(s) on " + joined +
-             (without ? "" : " (still including " + host + ")");
+    for (const std::string& name : plan->hosts) joined += (joined.empty() ? "" : ", ") + name;
+    detail = "generation " + std::to_string(plan->gen) + " runs " + std::to_string(plan->world_size) + " rank(s) on " +
+             joined + (without ? "" : " (still including " + host + ")");
   }
   check(verdict, "host left out of the new generation", without, detail);
 }
 
 // In place, the hit generation is not stopped: every host that still has its workers must have
 // carried them over (recovery.carried_over), and the faulted process must not be among them.
-void grade_carry_over(FaultVerdict& verdict, const Injection& injection, const std::vector<json>& events) {
+void grade_carry_over(FaultVerdict& verdict, const Injection& injection, const Events& events) {
   std::set<std::string> carried_hosts;
-  for (const json& event : events) {
-    if (name_of(event) == events::kRecoveryCarriedOver && json_int(event, "gen").value_or(-1) == injection.generation + 1) {
-      carried_hosts.insert(json_string(event, "host"));
-    }
+  for (const LoggedEvent& event : events) {
+    const auto* carried = as<events::RecoveryCarriedOver>(event);
+    if (carried && event.gen.value_or(-1) == injection.generation + 1) carried_hosts.insert(carried->host);
   }
   std::vector<std::string> missing;
   for (const std::string& host : injection.hosts) {
@@ -121,10 +131,10 @@ void grade_carry_over(FaultVerdict& verdict, const Injection& injection, const s
 // Every host of the hit generation must report its processes gone (resources.released with
 // nothing remaining) before the next generation is planned: otherwise the old and the new
 // generation ran side by side.
-void grade_release(FaultVerdict& verdict, const Injection& injection, const std::vector<json>& events) {
-  const json* next_plan = nullptr;
-  for (const json& event : events) {
-    if (name_of(event) == events::kPlanGeneration && json_int(event, "gen").value_or(-1) > injection.generation) {
+void grade_release(FaultVerdict& verdict, const Injection& injection, const Events& events) {
+  const LoggedEvent* next_plan = nullptr;
+  for (const LoggedEvent& event : events) {
+    if (as<events::PlanGeneration>(event) && event.gen.value_or(-1) > injection.generation) {
       next_plan = &event;
       break;
     }
@@ -132,13 +142,12 @@ void grade_release(FaultVerdict& verdict, const Injection& injection, const std:
   std::set<std::string> released;
   std::vector<std::string> unclean;
   for (size_t i = 0; i < index_of(events, next_plan); ++i) {
-    const json& event = events[i];
-    if (name_of(event) != events::kResourcesReleased || json_int(event, "gen").value_or(-2) != injection.generation) continue;
-    if (json_int(event, "remaining").value_or(1) == 0) {
-      released.insert(json_string(event, "host"));
+    const auto* release = as<events::ResourcesReleased>(events[i]);
+    if (!release || events[i].gen.value_or(-2) != injection.generation) continue;
+    if (release->remaining == 0) {
+      released.insert(release->host);
     } else {
-      unclean.push_back(json_string(event, "host") + " (" + std::to_string(json_int(event, "remaining").value_or(-1)) +
-                        " left)");
+      unclean.push_back(release->host + " (" + std::to_string(release->remaining) + " left)");
     }
   }
   std::vector<std::string> missing;
@@ -155,7 +164,7 @@ void grade_release(FaultVerdict& verdict, const Injection& injection, const std:
   } else if (ok) {
     detail = "every process of generation " + std::to_string(injection.generation) + " gone on " +
              std::to_string(released.size()) + " host(s) before generation " +
-             std::to_string(json_int(*next_plan, "gen").value_or(-1)) + " was planned";
+             std::to_string(next_plan->gen.value_or(-1)) + " was planned";
   } else {
     for (const std::string& host : missing) detail += (detail.empty() ? "" : "; ") + host + ": no release seen";
     for (const std::string& host : unclean) detail += (detail.empty() ? "" : "; ") + host;
@@ -171,43 +180,42 @@ void grade_final_state(FaultVerdict& verdict, const GradeContext& context) {
         context.final_state + (ok ? "" : context.require_success ? " (expected succeeded)" : " (expected running or succeeded)"));
 }
 
-void grade_recovery(FaultVerdict& verdict, const Injection& injection, const std::vector<json>& events,
+void grade_recovery(FaultVerdict& verdict, const Injection& injection, const Events& events,
                     const Objectives& objectives, const GradeContext& context) {
   // kill-supervisor: the supervisor that would log failure.detected is dead; the drill's own
   // observation (every agent fenced) is the detection, and the resumed supervisor's
   // recovery.completed {kind: supervisor.lost} the recovery.
   bool supervisor_fault = injection.fault.kind == FaultKind::kill_supervisor;
-  const json* detected = supervisor_fault ? nullptr : first_named(events, events::kFailureDetected);
+  const LoggedEvent* detected = supervisor_fault ? nullptr : first_of<events::FailureDetected>(events);
   if (supervisor_fault && context.detected_wall_ms) {
     verdict.detected_wall_ms = context.detected_wall_ms;
     verdict.detect_ms = std::max<int64_t>(0, *context.detected_wall_ms - injection.wall_ms);
     verdict.detected_kind = context.detected_by;
   }
   if (detected) {
-    verdict.detected_wall_ms = event_wall_ms(*detected);
+    take_detection(verdict, *detected);
     if (verdict.detected_wall_ms) verdict.detect_ms = std::max<int64_t>(0, *verdict.detected_wall_ms - injection.wall_ms);
-    verdict.detected_kind = json_string(*detected, "kind");
-    if (auto rank = json_int(*detected, "rank")) verdict.detected_rank = static_cast<int>(*rank);
   }
-  const json* completed = nullptr;
+  const LoggedEvent* completed_at = nullptr;
   if (supervisor_fault) {
-    for (const json& event : events) {
-      if (name_of(event) == events::kRecoveryCompleted && json_string(event, "kind") == "supervisor.lost") {
-        completed = &event;
+    for (const LoggedEvent& event : events) {
+      if (const auto* recovery = as<events::RecoveryCompleted>(event); recovery && recovery->kind == "supervisor.lost") {
+        completed_at = &event;
         break;
       }
     }
   } else if (detected) {
-    completed = first_named(events, events::kRecoveryCompleted, index_of(events, detected));
+    completed_at = first_of<events::RecoveryCompleted>(events, index_of(events, detected));
   }
+  const events::RecoveryCompleted* completed = completed_at ? as<events::RecoveryCompleted>(*completed_at) : nullptr;
   bool was_detected = detected != nullptr || (supervisor_fault && verdict.detected_wall_ms);
   if (was_detected && completed) {
-    verdict.recovered_wall_ms = event_wall_ms(*completed);
+    verdict.recovered_wall_ms = completed_at->wall_ms();
     if (verdict.recovered_wall_ms) verdict.recover_ms = std::max<int64_t>(0, *verdict.recovered_wall_ms - injection.wall_ms);
-    if (const json* phases = json_member(*completed, "phases"); phases && phases->is_object()) verdict.phases = *phases;
-    verdict.resume_step = json_int(*completed, "resume_step");
-    verdict.last_step = json_int(*completed, "last_step");
-    verdict.steps_lost = json_int(*completed, "steps_lost");
+    if (completed->phases.is_object()) verdict.phases = completed->phases;
+    verdict.resume_step = completed->resume_step;
+    verdict.last_step = completed->last_step;
+    verdict.steps_lost = completed->steps_lost;
   }
 
   grade_duration(verdict, "detect", objectives.detect, verdict.detect_ms);
@@ -228,7 +236,7 @@ void grade_recovery(FaultVerdict& verdict, const Injection& injection, const std
                   : supervisor_fault ? "no recovery.completed {kind: supervisor.lost} after the injection"
                                      : "no recovery.completed after the failure");
   if (is_host_fault(injection.fault.kind)) grade_host_loss(verdict, injection, events);
-  bool in_place = completed && json_string(*completed, "action") == "in-place";
+  bool in_place = completed && completed->action == "in-place";
   if (supervisor_fault) {
     // No supervisor is left to confirm releases: the drill's fence check stands for it.
     verdict.resources_released = verdict.detected_wall_ms.has_value();
@@ -252,12 +260,10 @@ void grade_recovery(FaultVerdict& verdict, const Injection& injection, const std
   if (injection.fault.kind == FaultKind::corrupt_checkpoint && injection.corrupted_step) {
     int64_t bad = *injection.corrupted_step;
     bool rejected = false;
-    for (const json& event : events) {
+    for (const LoggedEvent& event : events) {
       // `bad` is the oldest step damaged; newer ones may be damaged too (the drill damages every
       // step the restart could be told to load), and the one the supervisor names is refused.
-      if (name_of(event) == events::kCheckpointRejected && json_int(event, "step").value_or(-1) >= bad) {
-        rejected = true;
-      }
+      if (const auto* refused = as<events::CheckpointRejected>(event); refused && refused->step >= bad) rejected = true;
     }
     check(verdict, "corrupt checkpoint rejected", rejected,
           rejected ? "step " + std::to_string(bad) + " (or a newer damaged one) refused by its checksum"
@@ -274,36 +280,31 @@ void grade_recovery(FaultVerdict& verdict, const Injection& injection, const std
 
 // slow-storage: nothing should fail. Checkpoints must still commit (and take at least the
 // injected delay, which proves the hook was live), and training must go on to the end.
-void grade_slow_storage(FaultVerdict& verdict, const Injection& injection, const std::vector<json>& events,
+void grade_slow_storage(FaultVerdict& verdict, const Injection& injection, const Events& events,
                         const Objectives& objectives, const GradeContext& context) {
   int commits = 0;
   int slow = 0;
   int64_t newest = -1;
   int64_t lost = 0;
-  for (const json& event : events) {
-    std::string name = name_of(event);
-    if (name == events::kCheckpointCommitted) {
+  for (const LoggedEvent& event : events) {
+    if (const auto* committed = as<events::CheckpointCommitted>(event)) {
       ++commits;
-      newest = std::max(newest, json_int(event, "step").value_or(-1));
-      if (json_number(event, "seconds").value_or(0) * 1000 >= 0.9 * static_cast<double>(injection.fault.delay.count())) ++slow;
-    } else if (name == events::kRecoveryCompleted) {
-      lost += json_int(event, "steps_lost").value_or(0);
+      newest = std::max(newest, committed->step);
+      if (committed->seconds * 1000 >= 0.9 * static_cast<double>(injection.fault.delay.count())) ++slow;
+    } else if (const auto* recovery = as<events::RecoveryCompleted>(event)) {
+      lost += recovery->steps_lost;
     }
   }
   // A failure after another fault's drill.injected belongs to that fault, not to the storage.
-  const json* detected = nullptr;
-  for (const json& event : events) {
-    if (name_of(event) == events::kDrillInjected) break;
-    if (name_of(event) == events::kFailureDetected) {
+  const LoggedEvent* detected = nullptr;
+  for (const LoggedEvent& event : events) {
+    if (as<events::DrillInjected>(event)) break;
+    if (as<events::FailureDetected>(event)) {
       detected = &event;
       break;
     }
   }
-  if (detected) {
-    verdict.detected_wall_ms = event_wall_ms(*detected);
-    verdict.detected_kind = json_string(*detected, "kind");
-    if (auto rank = json_int(*detected, "rank")) verdict.detected_rank = static_cast<int>(*rank);
-  }
+  if (detected) take_detection(verdict, *detected);
   verdict.steps_lost = lost;
   verdict.last_step = newest;
   grade_lost_steps(verdict, objectives.max_lost_steps, verdict.steps_lost);
@@ -319,14 +320,13 @@ void grade_slow_storage(FaultVerdict& verdict, const Injection& injection, const
 
 }  // namespace
 
-std::vector<int> carried_over_pids(const std::vector<json>& events, int from_gen) {
+std::vector<int> carried_over_pids(const std::vector<LoggedEvent>& events, int from_gen) {
   std::vector<int> pids;
-  for (const json& event : events) {
-    if (name_of(event) != events::kRecoveryCarriedOver || json_int(event, "gen").value_or(-1) != from_gen + 1) continue;
-    if (const json* list = json_member(event, "pids"); list && list->is_array()) {
-      for (const json& pid : *list) {
-        if (pid.is_number_integer()) pids.push_back(pid.get<int>());
-      }
+  for (const LoggedEvent& event : events) {
+    const auto* carried = as<events::RecoveryCarriedOver>(event);
+    if (!carried || event.gen.value_or(-1) != from_gen + 1) continue;
+    for (int64_t pid : carried->pids) {
+      if (pid >= INT_MIN && pid <= INT_MAX) pids.push_back(static_cast<int>(pid));
     }
   }
   return pids;
@@ -353,7 +353,7 @@ std::vector<std::string> FaultVerdict::missed() const {
   return out;
 }
 
-FaultVerdict grade_fault(const Injection& injection, const std::vector<json>& events_after,
+FaultVerdict grade_fault(const Injection& injection, const std::vector<LoggedEvent>& events_after,
                          const Objectives& objectives, const GradeContext& context) {
   FaultVerdict verdict;
   verdict.injection = injection;

@@ -12,6 +12,7 @@
 
 #include "launcher/base/duration.h"
 #include "launcher/drill/fault.h"
+#include "launcher/runlog/event_log.h"
 
 namespace dtrain::drill {
 
@@ -89,9 +90,9 @@ struct FaultVerdict {
 /// first, up to the end of the drill's wait for it.
 /// The pids an in-place recovery carried over from generation `from_gen` to the next
 /// (recovery.carried_over): survivors by design, not leftovers of the hit generation.
-std::vector<int> carried_over_pids(const std::vector<nlohmann::json>& events, int from_gen);
+std::vector<int> carried_over_pids(const std::vector<LoggedEvent>& events, int from_gen);
 
-FaultVerdict grade_fault(const Injection& injection, const std::vector<nlohmann::json>& events_after,
+FaultVerdict grade_fault(const Injection& injection, const std::vector<LoggedEvent>& events_after,
                          const Objectives& objectives, const GradeContext& context);
 
 nlohmann::json to_json(const FaultVerdict& verdict);

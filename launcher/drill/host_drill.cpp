@@ -42,10 +42,9 @@ std::string pids_text(const std::vector<int>& pids) {
 /// may be left there.
 std::vector<int> worker_pids_on(const LiveRun& run, const std::string& host) {
   std::vector<int> pids;
-  for (const json& event : run.events()) {
-    if (json_string(event, "ev") == events::kWorkerStarted && json_string(event, "host") == host) {
-      if (int pid = static_cast<int>(json_int(event, "pid").value_or(0)); pid > 1) pids.push_back(pid);
-    }
+  for (const LoggedEvent& event : run.events()) {
+    const auto* started = std::get_if<events::WorkerStarted>(&event.event);
+    if (started && started->host == host && started->pid > 1) pids.push_back(started->pid);
   }
   return pids;
 }

@@ -29,7 +29,7 @@ struct FollowResult {
 /// `is_recovery`, when set, holds), the run's end, a cancel or `deadline`. With
 /// `supervisor_may_be_gone` a dead supervisor does not end the follow (kill-supervisor).
 FollowResult follow_recovery(LiveRun& run, size_t events_before, Deadline deadline, bool supervisor_may_be_gone,
-                             const std::function<bool(const nlohmann::json&)>& is_recovery);
+                             const std::function<bool(const events::RecoveryCompleted&)>& is_recovery);
 
 Result<FaultRecord> inject_host_fault(LiveRun& run, const Fault& fault, const Ready& ready, Deadline deadline,
                                       const Say& say);

@@ -29,7 +29,6 @@ constexpr auto kPoll = std::chrono::milliseconds(50);
 /// How long the old generation's processes may take to be reaped once the new one trains.
 constexpr Millis kGoneGrace{3000};
 
-std::string name_of(const json& event) { return json_string(event, "ev"); }
 
 // Host faults need the host in the run's spec, and the drill must be able to reach it.
 Status check_host_fits(const LiveRun& run, const Fault& fault) {
@@ -67,11 +66,13 @@ Status check_supervisor_here(const LiveRun& run) {
 void keep_newest_damaged(LiveRun& run, const Injection& injection, int64_t newest_damaged, size_t events_before,
                          Deadline deadline, const Say& say) {
   auto planned = [&] {
-    const std::vector<json>& events = run.events();
+    const std::vector<LoggedEvent>& events = run.events();
     for (size_t i = events_before; i < events.size(); ++i) {
-      std::string name = json_string(events[i], "ev");
-      if (name == events::kRunFinished) return true;
-      if (name == events::kPlanGeneration && json_int(events[i], "gen").value_or(-1) > injection.generation) return true;
+      if (std::holds_alternative<events::RunFinished>(events[i].event)) return true;
+      if (std::holds_alternative<events::PlanGeneration>(events[i].event) &&
+          events[i].gen.value_or(-1) > injection.generation) {
+        return true;
+      }
     }
     return false;
   };
@@ -110,7 +111,7 @@ GradeContext FaultRecord::context() const {
 }
 
 FollowResult follow_recovery(LiveRun& run, size_t events_before, Deadline deadline, bool supervisor_may_be_gone,
-                             const std::function<bool(const json&)>& is_recovery) {
+                             const std::function<bool(const events::RecoveryCompleted&)>& is_recovery) {
   FollowResult result;
   for (;;) {
     if (Status polled = run.poll(); !polled) {
@@ -118,9 +119,10 @@ FollowResult follow_recovery(LiveRun& run, size_t events_before, Deadline deadli
       return result;
     }
     for (size_t i = events_before; i < run.events().size(); ++i) {
-      const json& event = run.events()[i];
-      if (name_of(event) == events::kRecoveryCompleted && (!is_recovery || is_recovery(event))) result.recovered = true;
-      if (name_of(event) == events::kRunFinished) result.run_ended = true;
+      const events::Event& event = run.events()[i].event;
+      const auto* completed = std::get_if<events::RecoveryCompleted>(&event);
+      if (completed && (!is_recovery || is_recovery(*completed))) result.recovered = true;
+      if (std::holds_alternative<events::RunFinished>(event)) result.run_ended = true;
     }
     if (result.recovered || result.run_ended) return result;
     Result<json> state = run.state();
@@ -223,7 +225,7 @@ Result<FaultRecord> inject_and_follow(LiveRun& run, const Fault& fault, Deadline
   record.run_ended = followed.run_ended;
   // Survivors an in-place recovery carried over live on by design: do not wait for them.
   (void)run.poll();
-  std::vector<json> after(run.events().begin() + static_cast<std::ptrdiff_t>(events_before), run.events().end());
+  std::vector<LoggedEvent> after(run.events().begin() + static_cast<std::ptrdiff_t>(events_before), run.events().end());
   std::vector<int> carried = carried_over_pids(after, injection.generation);
   std::vector<int> watched;
   for (int pid : ready->view.pids) {

@@ -21,7 +21,7 @@ namespace dtrain::drill {
 struct FaultRecord {
   Injection injection;
   /// The run's events from the injection until the follow ended, oldest first.
-  std::vector<nlohmann::json> events_after;
+  std::vector<LoggedEvent> events_after;
   /// Processes of the hit generation still alive when the follow ended (after a short grace).
   std::vector<int> surviving_pids;
   bool recovered = false;   ///< a recovery.completed followed the injection

@@ -60,9 +60,9 @@ Result<LiveRun> LiveRun::open(std::string_view id_or_prefix) {
 }
 
 Status LiveRun::poll() {
-  Result<std::vector<json>> fresh = follower_.poll();
+  Result<std::vector<LoggedEvent>> fresh = follower_.poll_events();
   if (!fresh) return fresh.error();
-  for (json& event : *fresh) events_.push_back(std::move(event));
+  for (LoggedEvent& event : *fresh) events_.push_back(std::move(event));
   return {};
 }
 
@@ -75,14 +75,14 @@ Status LiveRun::append(const json& event) const {
 
 std::string LiveRun::checkpoint_dir() const {
   for (auto it = events_.rbegin(); it != events_.rend(); ++it) {
-    if (json_string(*it, "ev") == events::kGenerationSpawned) return json_string(*it, "checkpoint_dir");
+    if (const auto* spawned = std::get_if<events::GenerationSpawned>(&it->event)) return spawned->checkpoint_dir;
   }
   return "";
 }
 
 int LiveRun::generation() const {
   for (auto it = events_.rbegin(); it != events_.rend(); ++it) {
-    if (json_string(*it, "ev") == events::kPlanGeneration) return static_cast<int>(json_int(*it, "gen").value_or(-1));
+    if (std::holds_alternative<events::PlanGeneration>(it->event)) return it->gen.value_or(-1);
   }
   return -1;
 }

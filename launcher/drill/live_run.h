@@ -28,7 +28,7 @@ class LiveRun {
   /// Reads the events appended since the last call into events().
   Status poll();
   /// Every event read so far, oldest first.
-  const std::vector<nlohmann::json>& events() const { return events_; }
+  const std::vector<LoggedEvent>& events() const { return events_; }
 
   /// state.json now.
   Result<nlohmann::json> state() const;
@@ -48,7 +48,7 @@ class LiveRun {
       : directory_(std::move(directory)), follower_(directory_.events_path()) {}
   RunDirectory directory_;
   EventFollower follower_;
-  std::vector<nlohmann::json> events_;
+  std::vector<LoggedEvent> events_;
 };
 
 /// Why `state` is not a run a drill can use ("has ended (succeeded, exit 0)", "has no

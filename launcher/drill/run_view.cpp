@@ -18,8 +18,6 @@ constexpr auto kPoll = std::chrono::milliseconds(50);
 
 std::atomic<bool> g_cancel{false};
 
-std::string name_of(const json& event) { return json_string(event, "ev"); }
-
 /// The lowest step over all ranks when every rank runs and has reported one; else nullopt.
 std::optional<int64_t> min_rank_step(const json& state) {
   const json* ranks = json_member(state, "ranks");
@@ -35,9 +33,10 @@ std::optional<int64_t> min_rank_step(const json& state) {
 
 bool committed_since(const LiveRun& run, size_t from, int generation, int64_t* step) {
   for (size_t i = from; i < run.events().size(); ++i) {
-    const json& event = run.events()[i];
-    if (name_of(event) == events::kCheckpointCommitted && json_int(event, "gen") == generation) {
-      *step = json_int(event, "step").value_or(-1);
+    const LoggedEvent& event = run.events()[i];
+    const auto* committed = std::get_if<events::CheckpointCommitted>(&event.event);
+    if (committed && event.gen == generation) {
+      *step = committed->step;
       return true;
     }
   }
@@ -49,11 +48,10 @@ bool committed_since(const LiveRun& run, size_t from, int generation, int64_t* s
 void request_cancel() { g_cancel.store(true); }
 bool cancel_requested() { return g_cancel.load(); }
 
-std::optional<int> GenerationView::rank_pid(int rank, const std::vector<json>& events) const {
+std::optional<int> GenerationView::rank_pid(int rank, const std::vector<LoggedEvent>& events) const {
   for (auto it = events.rbegin(); it != events.rend(); ++it) {
-    if (name_of(*it) == events::kWorkerStarted && json_int(*it, "gen") == generation && json_int(*it, "rank") == rank) {
-      return static_cast<int>(json_int(*it, "pid").value_or(0));
-    }
+    const auto* started = std::get_if<events::WorkerStarted>(&it->event);
+    if (started && it->gen == generation && started->rank == rank) return started->pid;
   }
   return std::nullopt;
 }
@@ -61,11 +59,11 @@ std::optional<int> GenerationView::rank_pid(int rank, const std::vector<json>& e
 GenerationView view_of(const LiveRun& run) {
   GenerationView view;
   view.generation = run.generation();
-  for (const json& event : run.events()) {
-    if (name_of(event) == events::kWorkerStarted && json_int(event, "gen") == view.generation) {
-      int pid = static_cast<int>(json_int(event, "pid").value_or(0));
-      view.pids.push_back(pid);
-      view.pids_by_host[json_string(event, "host")].push_back(pid);
+  for (const LoggedEvent& event : run.events()) {
+    const auto* started = std::get_if<events::WorkerStarted>(&event.event);
+    if (started && event.gen == view.generation) {
+      view.pids.push_back(started->pid);
+      view.pids_by_host[started->host].push_back(started->pid);
     }
   }
   return view;

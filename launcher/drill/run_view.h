@@ -30,7 +30,7 @@ struct GenerationView {
   std::vector<int> pids;
   std::map<std::string, std::vector<int>> pids_by_host;
   /// The pid of `rank` in this generation, if it started.
-  std::optional<int> rank_pid(int rank, const std::vector<nlohmann::json>& events) const;
+  std::optional<int> rank_pid(int rank, const std::vector<LoggedEvent>& events) const;
 };
 
 GenerationView view_of(const LiveRun& run);

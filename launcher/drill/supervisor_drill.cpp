@@ -145,8 +145,8 @@ Result<FaultRecord> inject_supervisor_kill(LiveRun& run, const Fault& fault, con
                  : "`dtrain resume " + run.id() + " --detach` failed (exit " + std::to_string(resumed->exit_code) +
                        "): " + std::string(trim(resumed->err))});
   if (started) {
-    FollowResult followed = follow_recovery(run, events_before, deadline, true, [](const json& event) {
-      return json_string(event, "kind") == "supervisor.lost";
+    FollowResult followed = follow_recovery(run, events_before, deadline, true, [](const events::RecoveryCompleted& recovery) {
+      return recovery.kind == "supervisor.lost";
     });
     record.recovered = followed.recovered;
     record.run_ended = followed.run_ended;

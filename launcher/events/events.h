@@ -7,15 +7,22 @@
 // written as null. Parts that are open-ended by nature (a drill's report, per-phase timings, an
 // agent's host facts) stay JSON members. The supervisor writes most of these, so this module
 // depends on base alone.
+//
+// Each struct's from_json() reads what its to_json() wrote, and the Event variant (event.h)
+// holds any one of them: readers visit that, never look a field up by its name. A field
+// that is absent keeps its default (older dtrains wrote fewer of them); one of another JSON type
+// makes the event an error that names the field, never an exception. from_json(to_json(e)) == e.
 
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "launcher/base/result.h"
 #include "launcher/events/event_catalogue.h"
 
 namespace dtrain::events {
@@ -36,6 +43,8 @@ struct RunSubmitted {
   std::string supervisor_host{};
   bool detached = false;
   nlohmann::json to_json() const;
+  static Result<RunSubmitted> from_json(const nlohmann::json& event);
+  bool operator==(const RunSubmitted&) const = default;
 };
 
 struct RunResumed {
@@ -51,6 +60,8 @@ struct RunResumed {
   std::string dtrain_version{};
   bool detached = false;
   nlohmann::json to_json() const;
+  static Result<RunResumed> from_json(const nlohmann::json& event);
+  bool operator==(const RunResumed&) const = default;
 };
 
 struct RunState {
@@ -58,12 +69,29 @@ struct RunState {
   std::string state{};
   std::string why{};
   nlohmann::json to_json() const;
+  static Result<RunState> from_json(const nlohmann::json& event);
+  bool operator==(const RunState&) const = default;
 };
 
 struct RunStopRequested {
   static constexpr const char* name = kRunStopRequested;
   std::string reason{};
   nlohmann::json to_json() const;
+  static Result<RunStopRequested> from_json(const nlohmann::json& event);
+  bool operator==(const RunStopRequested&) const = default;
+};
+
+/// run.finished's root cause: the end-of-run summary's short form (rank -1 when the cause is no
+/// rank's).
+struct RunRootCause {
+  std::string kind{};
+  std::string host{};
+  int rank = -1;
+  std::string detail{};
+  std::optional<std::string> traceback{};
+  nlohmann::json to_json() const;
+  static Result<RunRootCause> from_json(const nlohmann::json& cause);
+  bool operator==(const RunRootCause&) const = default;
 };
 
 struct RunFinished {
@@ -74,9 +102,11 @@ struct RunFinished {
   int generations = 0;
   int64_t duration_ms = 0;
   std::vector<nlohmann::json> incidents{};  ///< failure.detected events; left out when none
-  std::optional<nlohmann::json> root_cause{};
+  std::optional<RunRootCause> root_cause{};
   std::string reason{};  ///< why the supervisor gave up; left out when empty
   nlohmann::json to_json() const;
+  static Result<RunFinished> from_json(const nlohmann::json& event);
+  bool operator==(const RunFinished&) const = default;
 };
 
 /// What the run-log writer dropped while the run directory's file system was behind
@@ -90,6 +120,8 @@ struct RunlogDropped {
   std::string first_ts{};                   ///< when the first / last dropped write was made
   std::string last_ts{};
   nlohmann::json to_json() const;
+  static Result<RunlogDropped> from_json(const nlohmann::json& event);
+  bool operator==(const RunlogDropped&) const = default;
 };
 
 // ---- hosts
@@ -100,12 +132,16 @@ struct RuntimeDirFallback {
   std::string path{};
   std::string refused{};
   nlohmann::json to_json() const;
+  static Result<RuntimeDirFallback> from_json(const nlohmann::json& event);
+  bool operator==(const RuntimeDirFallback&) const = default;
 };
 
 struct SshInsecure {
   static constexpr const char* name = kSshInsecure;
   std::string detail{};
   nlohmann::json to_json() const;
+  static Result<SshInsecure> from_json(const nlohmann::json& event);
+  bool operator==(const SshInsecure&) const = default;
 };
 
 struct HostConnected {
@@ -115,6 +151,8 @@ struct HostConnected {
   std::string version{};
   int64_t clock_offset_ms = 0;
   nlohmann::json to_json() const;
+  static Result<HostConnected> from_json(const nlohmann::json& event);
+  bool operator==(const HostConnected&) const = default;
 };
 
 /// The agent's facts are its own JSON (untrusted, checked where read): the known keys are
@@ -124,6 +162,8 @@ struct HostFacts {
   std::string host{};
   nlohmann::json agent_facts = nlohmann::json::object();
   nlohmann::json to_json() const;
+  static Result<HostFacts> from_json(const nlohmann::json& event);
+  bool operator==(const HostFacts&) const = default;
 };
 
 struct HostFailed {
@@ -131,6 +171,8 @@ struct HostFailed {
   std::string host{};
   std::string error{};
   nlohmann::json to_json() const;
+  static Result<HostFailed> from_json(const nlohmann::json& event);
+  bool operator==(const HostFailed&) const = default;
 };
 
 struct HostLost {
@@ -140,6 +182,8 @@ struct HostLost {
   bool was_connected = false;
   std::optional<int64_t> silent_ms{};
   nlohmann::json to_json() const;
+  static Result<HostLost> from_json(const nlohmann::json& event);
+  bool operator==(const HostLost&) const = default;
 };
 
 /// host.excluded and host.exclusion_skipped carry the same fields.
@@ -147,16 +191,21 @@ struct HostFailureCount {
   std::string host{};
   int failures = 0;
   std::string detail{};
+  bool operator==(const HostFailureCount&) const = default;
 };
 
 struct HostExcluded : HostFailureCount {
   static constexpr const char* name = kHostExcluded;
   nlohmann::json to_json() const;
+  static Result<HostExcluded> from_json(const nlohmann::json& event);
+  bool operator==(const HostExcluded&) const = default;
 };
 
 struct HostExclusionSkipped : HostFailureCount {
   static constexpr const char* name = kHostExclusionSkipped;
   nlohmann::json to_json() const;
+  static Result<HostExclusionSkipped> from_json(const nlohmann::json& event);
+  bool operator==(const HostExclusionSkipped&) const = default;
 };
 
 struct AgentError {
@@ -164,6 +213,8 @@ struct AgentError {
   std::string host{};
   std::string message{};
   nlohmann::json to_json() const;
+  static Result<AgentError> from_json(const nlohmann::json& event);
+  bool operator==(const AgentError&) const = default;
 };
 
 /// From an agent (no pid, gen or rank) or from a worker (pid always; gen and rank once it said
@@ -178,6 +229,8 @@ struct ProtocolError {
   std::optional<int> gen{};
   std::optional<int> rank{};
   nlohmann::json to_json() const;
+  static Result<ProtocolError> from_json(const nlohmann::json& event);
+  bool operator==(const ProtocolError&) const = default;
 };
 
 /// send_signal() refused to signal pid or group <= 1 (launcher/base/process_signal.h): nothing
@@ -188,6 +241,8 @@ struct SignalRefused {
   std::string signal{};
   std::string error{};
   nlohmann::json to_json() const;
+  static Result<SignalRefused> from_json(const nlohmann::json& event);
+  bool operator==(const SignalRefused&) const = default;
 };
 
 // ---- generations and workers
@@ -203,6 +258,8 @@ struct PlanGeneration {
   int64_t resume_step = -1;
   std::vector<std::string> hosts{};
   nlohmann::json to_json() const;
+  static Result<PlanGeneration> from_json(const nlohmann::json& event);
+  bool operator==(const PlanGeneration&) const = default;
 };
 
 struct PlanChanged {
@@ -210,6 +267,8 @@ struct PlanChanged {
   std::string diff{};
   std::vector<std::string> without{};
   nlohmann::json to_json() const;
+  static Result<PlanChanged> from_json(const nlohmann::json& event);
+  bool operator==(const PlanChanged&) const = default;
 };
 
 struct GenerationSpawned {
@@ -221,6 +280,8 @@ struct GenerationSpawned {
   int64_t resume_step = -1;
   std::string checkpoint_dir{};
   nlohmann::json to_json() const;
+  static Result<GenerationSpawned> from_json(const nlohmann::json& event);
+  bool operator==(const GenerationSpawned&) const = default;
 };
 
 struct GenerationStepped {
@@ -229,6 +290,8 @@ struct GenerationStepped {
   int64_t step = 0;
   int64_t ms_since_spawn = 0;
   nlohmann::json to_json() const;
+  static Result<GenerationStepped> from_json(const nlohmann::json& event);
+  bool operator==(const GenerationStepped&) const = default;
 };
 
 struct WorkerStarted {
@@ -238,6 +301,8 @@ struct WorkerStarted {
   int local_rank = 0;
   int pid = 0;
   nlohmann::json to_json() const;
+  static Result<WorkerStarted> from_json(const nlohmann::json& event);
+  bool operator==(const WorkerStarted&) const = default;
 };
 
 struct WorkerSpawnFailed {
@@ -246,6 +311,8 @@ struct WorkerSpawnFailed {
   std::string host{};
   std::string error{};
   nlohmann::json to_json() const;
+  static Result<WorkerSpawnFailed> from_json(const nlohmann::json& event);
+  bool operator==(const WorkerSpawnFailed&) const = default;
 };
 
 /// The rank's TORCHELASTIC_ERROR_FILE: the exception, not just the exit code.
@@ -255,6 +322,8 @@ struct WorkerError {
   std::optional<std::string> traceback{};
   std::optional<int64_t> timestamp{};  ///< unix seconds, the worker's clock
   nlohmann::json to_json() const;
+  static Result<WorkerError> from_json(const nlohmann::json& event);
+  bool operator==(const WorkerError&) const = default;
 };
 
 /// Exactly one of code and signal is set.
@@ -271,6 +340,8 @@ struct WorkerExit {
   std::vector<std::string> tail{};
   std::optional<WorkerError> error{};
   nlohmann::json to_json() const;
+  static Result<WorkerExit> from_json(const nlohmann::json& event);
+  bool operator==(const WorkerExit&) const = default;
 };
 
 struct WorkerHang {
@@ -282,6 +353,8 @@ struct WorkerHang {
   std::string phase{};  ///< "train" or "checkpoint"
   int64_t silent_ms = 0;
   nlohmann::json to_json() const;
+  static Result<WorkerHang> from_json(const nlohmann::json& event);
+  bool operator==(const WorkerHang&) const = default;
 };
 
 /// The sample's path and size are added where it is written (RunRecorder::write_file_then_record);
@@ -292,7 +365,11 @@ struct WorkerSample {
   std::string host{};
   int64_t pid = 0;
   std::optional<std::string> error{};
+  std::optional<std::string> path{};  ///< where the sample was written
+  std::optional<int64_t> bytes{};     ///< its size
   nlohmann::json to_json() const;
+  static Result<WorkerSample> from_json(const nlohmann::json& event);
+  bool operator==(const WorkerSample&) const = default;
 };
 
 struct CommReady {
@@ -300,6 +377,8 @@ struct CommReady {
   int ranks = 0;
   int64_t ms_since_spawn = 0;
   nlohmann::json to_json() const;
+  static Result<CommReady> from_json(const nlohmann::json& event);
+  bool operator==(const CommReady&) const = default;
 };
 
 /// The first NCCL WARN line of a rank, or (repeated > 0) the count of those that followed it
@@ -314,6 +393,8 @@ struct CommWarn {
   double window_s = 0;
   std::string detail{};
   nlohmann::json to_json() const;
+  static Result<CommWarn> from_json(const nlohmann::json& event);
+  bool operator==(const CommWarn&) const = default;
 };
 
 /// The dump's path and size on the launch node are added where it is written; else kept_path
@@ -328,7 +409,11 @@ struct HangDump {
   std::optional<std::string> error{};
   std::optional<std::string> kept_path{};
   std::optional<std::string> detail{};
+  std::optional<std::string> path{};  ///< where the copy was written
+  std::optional<int64_t> bytes{};     ///< its size
   nlohmann::json to_json() const;
+  static Result<HangDump> from_json(const nlohmann::json& event);
+  bool operator==(const HangDump&) const = default;
 };
 
 struct HangDetectionOff {
@@ -336,6 +421,8 @@ struct HangDetectionOff {
   std::vector<int> ranks{};
   std::string detail{};
   nlohmann::json to_json() const;
+  static Result<HangDetectionOff> from_json(const nlohmann::json& event);
+  bool operator==(const HangDetectionOff&) const = default;
 };
 
 struct HangDetectionOn {
@@ -344,6 +431,8 @@ struct HangDetectionOn {
   int64_t after_ms = 0;
   std::string detail{};
   nlohmann::json to_json() const;
+  static Result<HangDetectionOn> from_json(const nlohmann::json& event);
+  bool operator==(const HangDetectionOn&) const = default;
 };
 
 /// straggler.detected and straggler.cleared carry the same fields.
@@ -354,16 +443,21 @@ struct StragglerScore {
   double score = 1;
   double median_step_ms = 0;
   double fastest_median_ms = 0;
+  bool operator==(const StragglerScore&) const = default;
 };
 
 struct StragglerDetected : StragglerScore {
   static constexpr const char* name = kStragglerDetected;
   nlohmann::json to_json() const;
+  static Result<StragglerDetected> from_json(const nlohmann::json& event);
+  bool operator==(const StragglerDetected&) const = default;
 };
 
 struct StragglerCleared : StragglerScore {
   static constexpr const char* name = kStragglerCleared;
   nlohmann::json to_json() const;
+  static Result<StragglerCleared> from_json(const nlohmann::json& event);
+  bool operator==(const StragglerCleared&) const = default;
 };
 
 // ---- GPUs
@@ -374,6 +468,8 @@ struct GpuXid {
   int gpu = 0;
   int64_t xid = 0;
   nlohmann::json to_json() const;
+  static Result<GpuXid> from_json(const nlohmann::json& event);
+  bool operator==(const GpuXid&) const = default;
 };
 
 struct GpuEccErrors {
@@ -383,6 +479,8 @@ struct GpuEccErrors {
   int64_t uncorrected = 0;
   int64_t previous = 0;
   nlohmann::json to_json() const;
+  static Result<GpuEccErrors> from_json(const nlohmann::json& event);
+  bool operator==(const GpuEccErrors&) const = default;
 };
 
 // ---- failures and recoveries
@@ -400,6 +498,8 @@ struct FailureCause {
   std::optional<std::string> signal{};
   std::optional<std::string> traceback{};
   nlohmann::json to_json() const;
+  static Result<FailureCause> from_json(const nlohmann::json& event);
+  bool operator==(const FailureCause&) const = default;
 };
 
 struct FailureDetected {
@@ -408,6 +508,8 @@ struct FailureDetected {
   std::optional<int64_t> latency_ms{};  ///< from when the failure was observable
   std::optional<std::string> detected_by{};
   nlohmann::json to_json() const;
+  static Result<FailureDetected> from_json(const nlohmann::json& event);
+  bool operator==(const FailureDetected&) const = default;
 };
 
 struct FailureRootCause {
@@ -416,6 +518,8 @@ struct FailureRootCause {
   std::string host{};
   std::string detail{};
   nlohmann::json to_json() const;
+  static Result<FailureRootCause> from_json(const nlohmann::json& event);
+  bool operator==(const FailureRootCause&) const = default;
 };
 
 struct FailureBudgetExhausted {
@@ -424,6 +528,8 @@ struct FailureBudgetExhausted {
   int64_t restart_window_ms = 0;
   std::string detail{};
   nlohmann::json to_json() const;
+  static Result<FailureBudgetExhausted> from_json(const nlohmann::json& event);
+  bool operator==(const FailureBudgetExhausted&) const = default;
 };
 
 struct FailureCrashLoop {
@@ -431,12 +537,16 @@ struct FailureCrashLoop {
   int generations = 0;
   std::string detail{};
   nlohmann::json to_json() const;
+  static Result<FailureCrashLoop> from_json(const nlohmann::json& event);
+  bool operator==(const FailureCrashLoop&) const = default;
 };
 
 struct FailureUnrecoverable {
   static constexpr const char* name = kFailureUnrecoverable;
   std::string detail{};
   nlohmann::json to_json() const;
+  static Result<FailureUnrecoverable> from_json(const nlohmann::json& event);
+  bool operator==(const FailureUnrecoverable&) const = default;
 };
 
 struct RecoveryStarted {
@@ -446,6 +556,8 @@ struct RecoveryStarted {
   std::string action{};  ///< "restart", "replace", "shrink", or "resume"
   std::optional<std::string> why{};  ///< the decision's reason; a resume says who decided
   nlohmann::json to_json() const;
+  static Result<RecoveryStarted> from_json(const nlohmann::json& event);
+  bool operator==(const RecoveryStarted&) const = default;
 };
 
 struct RecoveryCompleted {
@@ -464,6 +576,8 @@ struct RecoveryCompleted {
   /// Set when an in-place recovery was tried first and fell back to this one: why.
   std::optional<std::string> fallback{};
   nlohmann::json to_json() const;
+  static Result<RecoveryCompleted> from_json(const nlohmann::json& event);
+  bool operator==(const RecoveryCompleted&) const = default;
 };
 
 /// In-place recovery: the workers of generation `gen - 1` on `host` that survived now belong to
@@ -475,6 +589,8 @@ struct RecoveryCarriedOver {
   std::vector<int> ranks{};
   std::vector<int64_t> pids{};
   nlohmann::json to_json() const;
+  static Result<RecoveryCarriedOver> from_json(const nlohmann::json& event);
+  bool operator==(const RecoveryCarriedOver&) const = default;
 };
 
 /// An in-place recovery that could not finish (a survivor missing or failing, or past
@@ -484,6 +600,8 @@ struct RecoveryFallback {
   int gen = 0;
   std::string detail{};
   nlohmann::json to_json() const;
+  static Result<RecoveryFallback> from_json(const nlohmann::json& event);
+  bool operator==(const RecoveryFallback&) const = default;
 };
 
 struct ResourcesReleased {
@@ -494,6 +612,8 @@ struct ResourcesReleased {
   int64_t remaining = 0;
   int64_t ms = 0;
   nlohmann::json to_json() const;
+  static Result<ResourcesReleased> from_json(const nlohmann::json& event);
+  bool operator==(const ResourcesReleased&) const = default;
 };
 
 struct ResourcesUnconfirmed {
@@ -501,6 +621,8 @@ struct ResourcesUnconfirmed {
   std::vector<std::string> hosts{};
   std::string detail{};
   nlohmann::json to_json() const;
+  static Result<ResourcesUnconfirmed> from_json(const nlohmann::json& event);
+  bool operator==(const ResourcesUnconfirmed&) const = default;
 };
 
 // ---- checkpoints
@@ -513,7 +635,12 @@ struct CheckpointCommitted {
   int64_t step = 0;
   int64_t bytes = 0;
   double seconds = 0;
+  /// How long training stood still for it, when the saver says (an asynchronous save stalls
+  /// less than it takes); goodput counts this rather than seconds.
+  std::optional<double> stall_seconds{};
   nlohmann::json to_json() const;
+  static Result<CheckpointCommitted> from_json(const nlohmann::json& event);
+  bool operator==(const CheckpointCommitted&) const = default;
 };
 
 struct CheckpointRejected {
@@ -524,6 +651,8 @@ struct CheckpointRejected {
   int64_t step = 0;
   std::string reason{};
   nlohmann::json to_json() const;
+  static Result<CheckpointRejected> from_json(const nlohmann::json& event);
+  bool operator==(const CheckpointRejected&) const = default;
 };
 
 struct CheckpointRequested {
@@ -533,6 +662,8 @@ struct CheckpointRequested {
   int64_t step = 0;
   int ranks = 0;
   nlohmann::json to_json() const;
+  static Result<CheckpointRequested> from_json(const nlohmann::json& event);
+  bool operator==(const CheckpointRequested&) const = default;
 };
 
 // ---- drills
@@ -553,6 +684,8 @@ struct DrillInjected {
   std::optional<std::string> detail{};
   std::optional<int64_t> duration_ms{};
   nlohmann::json to_json() const;
+  static Result<DrillInjected> from_json(const nlohmann::json& event);
+  bool operator==(const DrillInjected&) const = default;
 };
 
 struct DrillCorrupted {
@@ -561,6 +694,8 @@ struct DrillCorrupted {
   std::string file{};
   std::string why{};
   nlohmann::json to_json() const;
+  static Result<DrillCorrupted> from_json(const nlohmann::json& event);
+  bool operator==(const DrillCorrupted&) const = default;
 };
 
 /// The drill's report (drill::to_json) as it is.
@@ -568,6 +703,9 @@ struct DrillVerdict {
   static constexpr const char* name = kDrillVerdict;
   nlohmann::json report = nlohmann::json::object();
   nlohmann::json to_json() const;
+  static Result<DrillVerdict> from_json(const nlohmann::json& event);
+  bool operator==(const DrillVerdict&) const = default;
 };
+
 
 }  // namespace dtrain::events

@@ -4,9 +4,7 @@
 #include <cstdio>
 #include <chrono>
 
-#include "launcher/events/event_catalogue.h"
-#include "launcher/runlog/event_log.h"
-#include "launcher/base/json_fields.h"
+#include "launcher/events/event.h"
 
 namespace dtrain::metrics {
 
@@ -62,10 +60,11 @@ void GoodputTracker::first_step(int generation, int64_t step, int64_t wall_ms) {
   pending_silent_ms_ = -1;
 }
 
-void GoodputTracker::add(const json& event, int64_t wall_ms) {
-  const std::string name = json_string(event, "ev");
-  const int generation = static_cast<int>(json_int(event, "gen").value_or(generation_));
-  if (name == events::kRunSubmitted) {
+void GoodputTracker::add(const LoggedEvent& logged, int64_t wall_ms) {
+  using namespace events;
+  // The generation the supervisor stamped on the event (its own "gen" where the struct has one).
+  const int generation = logged.gen.value_or(generation_);
+  if (std::holds_alternative<RunSubmitted>(logged.event)) {
     if (phase_ != Phase::before_submit) return;
     phase_ = Phase::launch;
     since_ms_ = submitted_ms_ = wall_ms;
@@ -73,64 +72,76 @@ void GoodputTracker::add(const json& event, int64_t wall_ms) {
   }
   if (phase_ == Phase::before_submit || phase_ == Phase::finished) return;
 
-  if (name == events::kRunFinished) {
-    move_to(Phase::finished, wall_ms);
-    finished_ms_ = wall_ms;
-  } else if (name == events::kPlanGeneration) {
-    generation_ = std::max(generation_, generation);
-  } else if (name == events::kGenerationStepped) {
-    first_step(generation, json_int(event, "step").value_or(0), wall_ms);
-  } else if (name == events::kRecoveryCompleted) {
-    // The step that completed the recovery is the first one past the resume point.
-    first_step(generation, json_int(event, "resume_step").value_or(-1) + 1, wall_ms);
-    int64_t lost = json_int(event, "steps_lost").value_or(0);
-    int64_t last_step = json_int(event, "last_step").value_or(-1);
-    if (lost > 0 && failed_first_step_ >= 0 && last_step > failed_first_step_) {
-      double step_ms = failed_running_ms_ / static_cast<double>(last_step - failed_first_step_);
-      redone_ms_ += step_ms * static_cast<double>(lost);
-      redone_steps_ += lost;
-    }
-  } else if (!precise_ && (name == events::kCommReady ||
-                           (name == events::kRunState && json_string(event, "state") == "running"))) {
-    first_step(generation, 0, wall_ms);
-  } else if (name == events::kWorkerHang || name == events::kHostLost) {
-    if (std::optional<int64_t> silent = json_int(event, "silent_ms")) {
-      pending_silent_ms_ = std::max(pending_silent_ms_, *silent);
-    }
-  } else if (name == events::kFailureDetected) {
-    if (phase_ == Phase::running) {
-      move_to(Phase::restart, wall_ms);
-      // The failure happened before it was detected: that much of the generation's running
-      // time was not training.
-      int64_t detection = pending_silent_ms_ >= 0 ? pending_silent_ms_ : json_int(event, "latency_ms").value_or(0);
-      double moved = std::min(static_cast<double>(std::max<int64_t>(0, detection)), running_in_generation_ms_);
-      running_ms_ -= moved;
-      detection_ms_ += moved;
-      failed_running_ms_ = running_in_generation_ms_ - moved;
-      failed_first_step_ = generation_first_step_;
-    } else if (phase_ == Phase::launch) {
-      move_to(Phase::restart, wall_ms);
-      failed_first_step_ = -1;
-    }
-  } else if (name == events::kRecoveryStarted) {
-    restarts_ = std::max(restarts_, static_cast<int>(json_int(event, "restarts").value_or(restarts_ + 1)));
-  } else if (name == events::kRunResumed) {
-    // The supervisor was away; its workers were stopped: a restart.
-    if (phase_ == Phase::running || phase_ == Phase::launch) {
-      move_to(Phase::restart, wall_ms);
-      failed_first_step_ = -1;
-    }
-  } else if (name == events::kFailureBudgetExhausted || name == events::kFailureCrashLoop ||
-             name == events::kFailureUnrecoverable || name == events::kRunStopRequested) {
-    move_to(Phase::shutdown, wall_ms);
-  } else if (name == events::kWorkerExit && phase_ == Phase::running && generation == generation_ &&
-             json_int(event, "code") == 0) {
-    move_to(Phase::shutdown, wall_ms);  // training is over: the ranks finished their steps
-  } else if (name == events::kCheckpointCommitted) {
-    std::optional<double> seconds = json_number(event, "stall_seconds");
-    if (!seconds) seconds = json_number(event, "seconds");
-    double& stall = checkpoint_seconds_[{generation, json_int(event, "step").value_or(-1)}];
-    stall = std::max(stall, std::max(0.0, seconds.value_or(0.0)));
+  // A failure nothing recovers from, or a stop: the end of training.
+  auto shut_down = [&] { move_to(Phase::shutdown, wall_ms); };
+  auto silent_before = [&](int64_t silent_ms) { pending_silent_ms_ = std::max(pending_silent_ms_, silent_ms); };
+  std::visit(Overloaded{
+      [&](const RunFinished&) {
+        move_to(Phase::finished, wall_ms);
+        finished_ms_ = wall_ms;
+      },
+      [&](const PlanGeneration&) { generation_ = std::max(generation_, generation); },
+      [&](const GenerationStepped& stepped) { first_step(generation, stepped.step, wall_ms); },
+      [&](const RecoveryCompleted& completed) { recovery_completed(completed, generation, wall_ms); },
+      [&](const CommReady&) {
+        if (!precise_) first_step(generation, 0, wall_ms);
+      },
+      [&](const events::RunState& state) {
+        if (!precise_ && state.state == "running") first_step(generation, 0, wall_ms);
+      },
+      [&](const WorkerHang& hang) { silent_before(hang.silent_ms); },
+      [&](const HostLost& lost) {
+        if (lost.silent_ms) silent_before(*lost.silent_ms);
+      },
+      [&](const FailureDetected& detected) { failure_detected(detected, wall_ms); },
+      [&](const RecoveryStarted& started) { restarts_ = std::max(restarts_, started.restarts); },
+      [&](const RunResumed&) {
+        // The supervisor was away; its workers were stopped: a restart.
+        if (phase_ == Phase::running || phase_ == Phase::launch) {
+          move_to(Phase::restart, wall_ms);
+          failed_first_step_ = -1;
+        }
+      },
+      [&](const FailureBudgetExhausted&) { shut_down(); },
+      [&](const FailureCrashLoop&) { shut_down(); },
+      [&](const FailureUnrecoverable&) { shut_down(); },
+      [&](const RunStopRequested&) { shut_down(); },
+      [&](const WorkerExit& exit) {
+        // Training is over: the ranks finished their steps.
+        if (phase_ == Phase::running && generation == generation_ && exit.code == 0) move_to(Phase::shutdown, wall_ms);
+      },
+      [&](const CheckpointCommitted& committed) {
+        double& stall = checkpoint_seconds_[{generation, committed.step}];
+        stall = std::max(stall, std::max(0.0, committed.stall_seconds.value_or(committed.seconds)));
+      },
+      [](const auto&) {},
+  }, logged.event);
+}
+
+void GoodputTracker::recovery_completed(const events::RecoveryCompleted& completed, int generation, int64_t wall_ms) {
+  // The step that completed the recovery is the first one past the resume point.
+  first_step(generation, completed.resume_step + 1, wall_ms);
+  if (completed.steps_lost > 0 && failed_first_step_ >= 0 && completed.last_step > failed_first_step_) {
+    double step_ms = failed_running_ms_ / static_cast<double>(completed.last_step - failed_first_step_);
+    redone_ms_ += step_ms * static_cast<double>(completed.steps_lost);
+    redone_steps_ += completed.steps_lost;
+  }
+}
+
+void GoodputTracker::failure_detected(const events::FailureDetected& detected, int64_t wall_ms) {
+  if (phase_ == Phase::running) {
+    move_to(Phase::restart, wall_ms);
+    // The failure happened before it was detected: that much of the generation's running
+    // time was not training.
+    int64_t detection = pending_silent_ms_ >= 0 ? pending_silent_ms_ : detected.latency_ms.value_or(0);
+    double moved = std::min(static_cast<double>(std::max<int64_t>(0, detection)), running_in_generation_ms_);
+    running_ms_ -= moved;
+    detection_ms_ += moved;
+    failed_running_ms_ = running_in_generation_ms_ - moved;
+    failed_first_step_ = generation_first_step_;
+  } else if (phase_ == Phase::launch) {
+    move_to(Phase::restart, wall_ms);
+    failed_first_step_ = -1;
   }
 }
 
@@ -161,13 +172,14 @@ Goodput GoodputTracker::at(int64_t now_wall_ms) const {
   return result;
 }
 
-Goodput goodput_from_events(const std::vector<json>& events, std::optional<int64_t> now_wall_ms) {
-  bool precise = std::any_of(events.begin(), events.end(),
-                             [](const json& event) { return json_string(event, "ev") == events::kGenerationStepped; });
+Goodput goodput_from_events(const std::vector<LoggedEvent>& events, std::optional<int64_t> now_wall_ms) {
+  bool precise = std::any_of(events.begin(), events.end(), [](const LoggedEvent& event) {
+    return std::holds_alternative<events::GenerationStepped>(event.event);
+  });
   GoodputTracker tracker(precise);
   int64_t last_ms = 0;
-  for (const json& event : events) {
-    std::optional<int64_t> wall_ms = event_wall_ms(event);
+  for (const LoggedEvent& event : events) {
+    std::optional<int64_t> wall_ms = event.wall_ms();
     if (!wall_ms) continue;
     last_ms = std::max(last_ms, *wall_ms);
     tracker.add(event, *wall_ms);

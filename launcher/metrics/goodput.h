@@ -29,6 +29,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "launcher/events/events.h"
+#include "launcher/runlog/event_log.h"
+
 namespace dtrain::metrics {
 
 struct Goodput {
@@ -63,8 +66,8 @@ class GoodputTracker {
   /// restart); otherwise the older markers do (see the top of this file).
   explicit GoodputTracker(bool precise_first_steps = true) : precise_(precise_first_steps) {}
 
-  /// One event; `wall_ms` is when it happened (its "ts"). Events without a time are ignored.
-  void add(const nlohmann::json& event, int64_t wall_ms);
+  /// One event; `wall_ms` is when it happened (its "ts").
+  void add(const LoggedEvent& event, int64_t wall_ms);
   /// The breakdown as of `now_wall_ms` (only used while run.finished has not been seen).
   Goodput at(int64_t now_wall_ms) const;
 
@@ -73,6 +76,8 @@ class GoodputTracker {
   void move_to(Phase phase, int64_t wall_ms);
   void first_step(int generation, int64_t step, int64_t wall_ms);
   double& bucket(Phase phase);
+  void recovery_completed(const events::RecoveryCompleted& completed, int generation, int64_t wall_ms);
+  void failure_detected(const events::FailureDetected& detected, int64_t wall_ms);
 
   bool precise_;
   Phase phase_ = Phase::before_submit;
@@ -97,10 +102,10 @@ class GoodputTracker {
   std::map<std::pair<int64_t, int64_t>, double> checkpoint_seconds_;  ///< (gen, step) → stall
 };
 
-/// The goodput of a run from its events (read_events(): parsed events.jsonl lines, oldest
-/// first). `now_wall_ms` ends the wall time of a run that has not finished (default: its last event).
-Goodput goodput_from_events(const std::vector<nlohmann::json>& events,
-                            std::optional<int64_t> now_wall_ms = std::nullopt);
+/// The goodput of a run from its events (read_logged_events(), oldest first); events without a
+/// time are left out. `now_wall_ms` ends the wall time of a run that has not finished (default:
+/// its last event).
+Goodput goodput_from_events(const std::vector<LoggedEvent>& events, std::optional<int64_t> now_wall_ms = std::nullopt);
 
 
 }  // namespace dtrain::metrics

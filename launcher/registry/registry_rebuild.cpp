@@ -18,7 +18,7 @@
 #include <sstream>
 #include <string_view>
 
-#include "launcher/events/event_catalogue.h"
+#include "launcher/events/event.h"
 #include "launcher/base/regular_file.h"
 #include "launcher/registry/statement.h"
 #include "launcher/runlog/event_log.h"
@@ -47,16 +47,6 @@ struct GenerationSpan {
   std::map<std::string, std::pair<int64_t, std::string>> host_ended;  // a lost host: when, why
 };
 
-std::vector<std::string> string_list(const json& event, const char* key) {
-  std::vector<std::string> values;
-  const json* list = json_member(event, key);
-  if (!list || !list->is_array()) return values;
-  for (const json& item : *list) {
-    if (item.is_string()) values.push_back(item.get<std::string>());
-  }
-  return values;
-}
-
 void end_generation(GenerationSpan& generation, int64_t at_ms, const std::string& reason) {
   if (generation.end_ms) return;
   generation.end_ms = at_ms;
@@ -65,160 +55,158 @@ void end_generation(GenerationSpan& generation, int64_t at_ms, const std::string
 
 }  // namespace
 
-// Keep these two in step with records_from_events below: the live writer keeps only what they
-// let through, and a test compares its rows with a rebuild's.
-bool records_read_event(std::string_view name) {
-  static const std::set<std::string_view> kept = {
-      events::kRunSubmitted,      events::kRunState,      events::kRunFinished,     events::kPlanGeneration,
-      events::kGenerationSpawned, events::kWorkerStarted, events::kHostLost,        events::kHostExcluded,
-      events::kHostConnected,     events::kHostFacts,     events::kFailureDetected, events::kFailureRootCause,
-      events::kRecoveryCompleted};
-  return kept.count(name) > 0;
-}
+namespace {
 
-json fields_records_read(json event) {
-  static const char* const kept_fields[] = {"ts",   "ev",     "gen",   "host",       "hosts",
-                                            "world_size", "reason", "detail", "rank", "kind",
-                                            "state", "exit_code", "name", "tenant", "user"};
-  json out = json::object();
-  for (const char* field : kept_fields) {
-    auto found = event.find(field);
-    if (found != event.end()) out[field] = std::move(*found);
+/// Reads a run's events into its rows, one event at a time (records_from_events).
+class RecordsBuilder {
+ public:
+  RecordsBuilder(const std::string& run_id, const std::string& run_dir, const json& state) {
+    RunRow& run = records_.run;
+    run.id = run_id;
+    run.run_dir = run_dir;
+    // state.json: what the events do not say (a run from before run.submitted named them).
+    run.name = json_string(state, "name");
+    run.tenant = json_string(state, "tenant");
+    run.user = json_string(state, "user");
+    run.state = json_string(state, "state");
+    if (std::optional<int64_t> code = json_int(state, "exit_code")) run.exit_code = static_cast<int>(*code);
+    run.submitted_ms = json_int(state, "submitted_at_ms").value_or(0);
+    run.ended_ms = json_int(state, "finished_at_ms");
   }
-  // host.facts: only whether the host has GPUs (it holds GPUs, not worker slots).
-  auto gpus = event.find("gpus");
-  if (gpus != event.end() && gpus->is_array() && !gpus->empty()) out["gpus"] = json::array({true});
-  // run.finished: the root cause's text, for the run's exit reason.
-  auto root = event.find("root_cause");
-  if (root != event.end() && root->is_object()) {
-    json cause = json::object();
-    for (const char* field : {"detail", "message"}) {
-      if (root->contains(field)) cause[field] = (*root)[field];
+
+  void add(const LoggedEvent& logged) {
+    std::optional<int64_t> at = logged.wall_ms();
+    if (!at) return;
+    last_ms_ = std::max(last_ms_, *at);
+    at_ = *at;
+    gen_ = logged.gen;
+    std::visit(events::Overloaded{[this](const auto& event) { on(event); }}, logged.event);
+  }
+
+  RunRecords finish(bool still_running, std::optional<int64_t> first_ms);
+
+ private:
+  GenerationSpan* current() { return generations_.empty() ? nullptr : &generations_.back(); }
+
+  void on(const events::RunSubmitted& submitted) {
+    RunRow& run = records_.run;
+    if (run.name.empty()) run.name = submitted.run_name;
+    if (run.tenant.empty()) run.tenant = submitted.tenant;
+    if (run.user.empty()) run.user = submitted.user;
+    run.submitted_ms = at_;  // the log's own time wins over state.json's (a live write has no state.json)
+  }
+  void on(const events::PlanGeneration& plan) {
+    GenerationSpan* previous = current();
+    int number = gen_.value_or(previous ? previous->number + 1 : 0);
+    if (previous) end_generation(*previous, at_, "generation " + std::to_string(number));
+    GenerationSpan next;
+    next.number = number;
+    next.start_ms = at_;
+    next.hosts = plan.hosts;
+    next.world_size = plan.world_size;
+    generations_.push_back(std::move(next));
+  }
+  void on(const events::RunState& state) {
+    if (!state.state.empty()) records_.run.state = state.state;
+  }
+  void on(const events::GenerationSpawned&) {
+    if (!records_.run.started_ms) records_.run.started_ms = at_;
+  }
+  void on(const events::WorkerStarted& started) {
+    GenerationSpan* owner = current();
+    if (gen_) {
+      auto found = std::find_if(generations_.begin(), generations_.end(),
+                                [&](const GenerationSpan& generation) { return generation.number == *gen_; });
+      owner = found == generations_.end() ? nullptr : &*found;
     }
-    out["root_cause"] = std::move(cause);
+    if (owner) owner->workers_started[started.host]++;
   }
-  return out;
-}
-
-RunRecords records_from_events(const std::string& run_id, const std::string& run_dir,
-                               const std::vector<json>& events, const json& state, bool still_running) {
-  RunRecords records;
-  RunRow& run = records.run;
-  run.id = run_id;
-  run.run_dir = run_dir;
-  run.name = json_string(state, "name");
-  run.tenant = json_string(state, "tenant");
-  run.user = json_string(state, "user");
-  run.state = json_string(state, "state");
-  if (std::optional<int64_t> code = json_int(state, "exit_code")) run.exit_code = static_cast<int>(*code);
-  run.submitted_ms = json_int(state, "submitted_at_ms").value_or(0);
-  run.ended_ms = json_int(state, "finished_at_ms");
-
-  std::vector<GenerationSpan> generations;
-  std::set<std::string> gpu_hosts;
-  std::set<std::string> lost_hosts;  // for "rejoined"
-  int64_t last_ms = 0;
-  bool finished = false;
-  for (const json& event : events) {
-    std::optional<int64_t> at = event_wall_ms(event);
-    if (!at) continue;
-    last_ms = std::max(last_ms, *at);
-    std::string name = json_string(event, "ev");
-    GenerationSpan* current = generations.empty() ? nullptr : &generations.back();
-    if (name == events::kRunSubmitted) {
-      if (run.name.empty()) run.name = json_string(event, "name");
-      if (run.tenant.empty()) run.tenant = json_string(event, "tenant");
-      if (run.user.empty()) run.user = json_string(event, "user");
-      run.submitted_ms = *at;  // the log's own time wins over state.json's (a live write has no state.json)
-    } else if (name == events::kPlanGeneration) {
-      int number = static_cast<int>(json_int(event, "gen").value_or(current ? current->number + 1 : 0));
-      if (current) end_generation(*current, *at, "generation " + std::to_string(number));
-      GenerationSpan next;
-      next.number = number;
-      next.start_ms = *at;
-      next.hosts = string_list(event, "hosts");
-      next.world_size = static_cast<int>(json_int(event, "world_size").value_or(0));
-      generations.push_back(std::move(next));
-    } else if (name == events::kRunState) {
-      std::string now = json_string(event, "state");
-      if (!now.empty()) run.state = now;
-    } else if (name == events::kGenerationSpawned) {
-      if (!run.started_ms) run.started_ms = *at;
-    } else if (name == events::kWorkerStarted) {
-      std::optional<int64_t> number = json_int(event, "gen");
-      GenerationSpan* owner = current;
-      if (number) {
-        auto found = std::find_if(generations.begin(), generations.end(),
-                                  [&](const GenerationSpan& generation) { return generation.number == *number; });
-        owner = found == generations.end() ? nullptr : &*found;
-      }
-      if (owner) owner->workers_started[json_string(event, "host")]++;
-    } else if (name == events::kHostLost) {
-      std::string host = json_string(event, "host");
-      std::string reason = json_string(event, "reason");
-      if (current && !current->end_ms &&
-          std::find(current->hosts.begin(), current->hosts.end(), host) != current->hosts.end()) {
-        current->host_ended.emplace(host, std::make_pair(*at, "host lost: " + reason));
-      }
-      records.host_events.push_back({run_id, host, "lost", reason, *at});
-      lost_hosts.insert(host);
-    } else if (name == events::kHostExcluded) {
-      records.host_events.push_back({run_id, json_string(event, "host"), "excluded", json_string(event, "detail"), *at});
-    } else if (name == events::kHostConnected) {
-      std::string host = json_string(event, "host");
-      if (lost_hosts.erase(host) > 0) records.host_events.push_back({run_id, host, "rejoined", "agent connected again", *at});
-    } else if (name == events::kHostFacts) {
-      const json* gpus = json_member(event, "gpus");
-      if (gpus && gpus->is_array() && !gpus->empty()) gpu_hosts.insert(json_string(event, "host"));
-    } else if (name == events::kFailureDetected) {
-      FailureRow failure;
-      failure.run_id = run_id;
-      failure.generation = static_cast<int>(json_int(event, "gen").value_or(current ? current->number : 0));
-      failure.host = json_string(event, "host");
-      if (std::optional<int64_t> rank = json_int(event, "rank")) failure.rank = static_cast<int>(*rank);
-      failure.kind = json_string(event, "kind");
-      failure.detected_ms = *at;
-      records.failures.push_back(std::move(failure));
-    } else if (name == events::kFailureRootCause) {
-      std::string host = json_string(event, "host");
-      for (auto failure = records.failures.rbegin(); failure != records.failures.rend(); ++failure) {
-        if (failure->host == host) {
-          failure->root_cause = true;
-          break;
-        }
-      }
-    } else if (name == events::kRecoveryCompleted) {
-      for (FailureRow& failure : records.failures) {
-        if (!failure.recover_ms) failure.recover_ms = *at - failure.detected_ms;
-      }
-    } else if (name == events::kRunFinished) {
-      run.state = json_string(event, "state", run.state);
-      if (std::optional<int64_t> code = json_int(event, "exit_code")) run.exit_code = static_cast<int>(*code);
-      run.ended_ms = *at;
-      finished = true;
-      const json* root = json_member(event, "root_cause");
-      if (root) run.exit_reason = json_string(*root, "detail", json_string(*root, "message"));
-      if (current) end_generation(*current, *at, "run " + run.state);
+  void on(const events::HostLost& lost) {
+    GenerationSpan* open = current();
+    if (open && !open->end_ms && std::find(open->hosts.begin(), open->hosts.end(), lost.host) != open->hosts.end()) {
+      open->host_ended.emplace(lost.host, std::make_pair(at_, "host lost: " + lost.reason));
+    }
+    records_.host_events.push_back({records_.run.id, lost.host, "lost", lost.reason, at_});
+    lost_hosts_.insert(lost.host);
+  }
+  void on(const events::HostExcluded& excluded) {
+    records_.host_events.push_back({records_.run.id, excluded.host, "excluded", excluded.detail, at_});
+  }
+  void on(const events::HostConnected& connected) {
+    if (lost_hosts_.erase(connected.host) > 0) {
+      records_.host_events.push_back({records_.run.id, connected.host, "rejoined", "agent connected again", at_});
     }
   }
+  void on(const events::HostFacts& facts) {
+    if (const json* gpus = json_member(facts.agent_facts, "gpus"); gpus && gpus->is_array() && !gpus->empty()) {
+      gpu_hosts_.insert(facts.host);
+    }
+  }
+  void on(const events::FailureDetected& detected) {
+    FailureRow failure;
+    failure.run_id = records_.run.id;
+    GenerationSpan* open = current();
+    failure.generation = gen_.value_or(open ? open->number : 0);
+    failure.host = detected.cause.host;
+    failure.rank = detected.cause.rank;
+    failure.kind = detected.cause.kind;
+    failure.detected_ms = at_;
+    records_.failures.push_back(std::move(failure));
+  }
+  void on(const events::FailureRootCause& root) {
+    for (auto failure = records_.failures.rbegin(); failure != records_.failures.rend(); ++failure) {
+      if (failure->host == root.host) {
+        failure->root_cause = true;
+        break;
+      }
+    }
+  }
+  void on(const events::RecoveryCompleted&) {
+    for (FailureRow& failure : records_.failures) {
+      if (!failure.recover_ms) failure.recover_ms = at_ - failure.detected_ms;
+    }
+  }
+  void on(const events::RunFinished& finished) {
+    RunRow& run = records_.run;
+    if (!finished.state.empty()) run.state = finished.state;
+    run.exit_code = finished.exit_code;
+    run.ended_ms = at_;
+    finished_ = true;
+    if (finished.root_cause) run.exit_reason = finished.root_cause->detail;
+    if (GenerationSpan* open = current()) end_generation(*open, at_, "run " + run.state);
+  }
+  void on(const auto&) {}  // the rest says nothing the registry keeps
+
+  RunRecords records_;
+  std::vector<GenerationSpan> generations_;
+  std::set<std::string> gpu_hosts_;
+  std::set<std::string> lost_hosts_;  // for "rejoined"
+  int64_t last_ms_ = 0;
+  bool finished_ = false;
+  int64_t at_ = 0;           // the event being read: when
+  std::optional<int> gen_;   // and its generation stamp
+};
+
+RunRecords RecordsBuilder::finish(bool still_running, std::optional<int64_t> first_ms) {
+  RunRow& run = records_.run;
   // A failure.detected alone (no failure.root_cause) in a run of one failure is its root cause.
-  if (records.failures.size() == 1) records.failures.front().root_cause = true;
-  if (run.submitted_ms == 0) run.submitted_ms = events.empty() ? 0 : event_wall_ms(events.front()).value_or(0);
+  if (records_.failures.size() == 1) records_.failures.front().root_cause = true;
+  if (run.submitted_ms == 0) run.submitted_ms = first_ms.value_or(0);
   // As `dtrain status` shows it: a run that never finished and whose supervisor is gone.
-  if (!finished && !still_running && !is_terminal_state(run.state)) run.state = "supervisor gone";
-  if (!generations.empty() && !generations.back().end_ms && !still_running) {
-    end_generation(generations.back(), last_ms, "log ends without run.finished (supervisor gone)");
+  if (!finished_ && !still_running && !is_terminal_state(run.state)) run.state = "supervisor gone";
+  if (!generations_.empty() && !generations_.back().end_ms && !still_running) {
+    end_generation(generations_.back(), last_ms_, "log ends without run.finished (supervisor gone)");
   }
-  for (const GenerationSpan& generation : generations) {
+  for (const GenerationSpan& generation : generations_) {
     int even_share = generation.hosts.empty() ? 0 : generation.world_size / static_cast<int>(generation.hosts.size());
     for (const std::string& host : generation.hosts) {
       AllocationRow allocation;
-      allocation.run_id = run_id;
+      allocation.run_id = run.id;
       allocation.generation = generation.number;
       allocation.host = host;
       auto started = generation.workers_started.find(host);
       allocation.units = started != generation.workers_started.end() ? started->second : std::max(even_share, 1);
-      allocation.resource = gpu_hosts.count(host) ? "gpu" : "slot";
+      allocation.resource = gpu_hosts_.count(host) ? "gpu" : "slot";
       allocation.start_ms = generation.start_ms;
       auto ended = generation.host_ended.find(host);
       if (ended != generation.host_ended.end()) {
@@ -228,10 +216,50 @@ RunRecords records_from_events(const std::string& run_id, const std::string& run
         allocation.end_ms = generation.end_ms;
         allocation.end_reason = generation.end_reason;
       }
-      records.allocations.push_back(std::move(allocation));
+      records_.allocations.push_back(std::move(allocation));
     }
   }
-  return records;
+  return std::move(records_);
+}
+
+}  // namespace
+
+// Keep these two in step with RecordsBuilder above: the live writer keeps only what they let
+// through, and a test compares its rows with a rebuild's.
+bool records_read_event(const events::Event& event) {
+  return std::visit(events::Overloaded{
+      [](const events::RunSubmitted&) { return true; },     [](const events::RunState&) { return true; },
+      [](const events::RunFinished&) { return true; },      [](const events::PlanGeneration&) { return true; },
+      [](const events::GenerationSpawned&) { return true; }, [](const events::WorkerStarted&) { return true; },
+      [](const events::HostLost&) { return true; },         [](const events::HostExcluded&) { return true; },
+      [](const events::HostConnected&) { return true; },    [](const events::HostFacts&) { return true; },
+      [](const events::FailureDetected&) { return true; },  [](const events::FailureRootCause&) { return true; },
+      [](const events::RecoveryCompleted&) { return true; }, [](const auto&) { return false; },
+  }, event);
+}
+
+LoggedEvent fields_records_read(LoggedEvent logged) {
+  std::visit(events::Overloaded{
+      [](events::HostFacts& facts) {
+        // Only whether the host has GPUs (it holds GPUs, not worker slots).
+        const json* gpus = json_member(facts.agent_facts, "gpus");
+        bool any = gpus && gpus->is_array() && !gpus->empty();
+        facts.agent_facts = any ? json{{"gpus", json::array({true})}} : json::object();
+      },
+      [](events::RunFinished& finished) {
+        finished.incidents.clear();  // the run's exit reason is its root cause's text
+        if (finished.root_cause) finished.root_cause->traceback.reset();
+      },
+      [](auto&) {},
+  }, logged.event);
+  return logged;
+}
+
+RunRecords records_from_events(const std::string& run_id, const std::string& run_dir,
+                               const std::vector<LoggedEvent>& events, const json& state, bool still_running) {
+  RecordsBuilder builder(run_id, run_dir, state);
+  for (const LoggedEvent& event : events) builder.add(event);
+  return builder.finish(still_running, events.empty() ? std::nullopt : events.front().wall_ms());
 }
 
 namespace {
@@ -403,9 +431,9 @@ Result<RebuildSummary> rebuild_registry(const std::string& registry_file, const 
     std::string run_dir = runs_root + "/" + name;
     RunDirectory directory = RunDirectory::at(run_dir, name);
     int skipped = 0;
-    Result<std::vector<json>> events = read_events(directory.events_path(), [&](const std::string& warning) {
+    Result<std::vector<LoggedEvent>> events = read_logged_events(directory.events_path(), [&](const EventLineError& line) {
       ++skipped;
-      if (skipped <= 3) summary.warnings.push_back(warning);
+      if (skipped <= 3) summary.warnings.push_back(line.message());
     });
     summary.skipped_lines += skipped;
     if (!events) {

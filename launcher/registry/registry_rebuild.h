@@ -11,7 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include "launcher/base/result.h"
+#include "launcher/events/event.h"
 #include "launcher/registry/registry_db.h"
+#include "launcher/runlog/event_log.h"
 
 namespace dtrain::registry {
 
@@ -23,7 +25,7 @@ struct RunRecords {
   std::vector<HostEventRow> host_events;
 };
 
-/// The rows for the run in `run_dir` from its events (oldest first; read_events order) and its
+/// The rows for the run in `run_dir` from its events (oldest first; read_logged_events order) and its
 /// state.json (`state`, an empty object when unreadable). Generations: each one holds the hosts
 /// of its plan.generation event from that event until the next generation's plan, the run's
 /// run.finished, or (for one host) that host's host.lost; a host holds
@@ -32,15 +34,15 @@ struct RunRecords {
 /// last event and the run's state is "supervisor gone". Hosts whose host.facts list GPUs hold
 /// GPUs; others hold worker slots.
 RunRecords records_from_events(const std::string& run_id, const std::string& run_dir,
-                               const std::vector<nlohmann::json>& events, const nlohmann::json& state,
-                               bool still_running);
+                               const std::vector<LoggedEvent>& events, const nlohmann::json& state, bool still_running);
 
 /// True for the events records_from_events reads (the supervisor's live writer keeps only these).
-bool records_read_event(std::string_view name);
+bool records_read_event(const events::Event& event);
 
-/// `event` reduced to the fields records_from_events reads (a host.facts keeps only whether it
-/// lists GPUs): at 16,384 ranks the whole events held 50 MB more in the supervisor.
-nlohmann::json fields_records_read(nlohmann::json event);
+/// `event` reduced to what records_from_events reads (a host.facts keeps only whether it lists
+/// GPUs, a run.finished no incidents): at 16,384 ranks the whole events held 50 MB more in the
+/// supervisor.
+LoggedEvent fields_records_read(LoggedEvent event);
 
 struct RebuildSummary {
   int runs = 0;

@@ -239,9 +239,9 @@ Result<RunRecord> load_run_record(const std::string& dir) {
   // be read (a link, a FIFO, over kMaxEventsFileBytes) fails the report with its reason.
   if (Status readable = check_events_file(dir + "/events.jsonl"); !readable) return readable.error();
   int shown = 0;
-  Result<std::vector<json>> events = read_events(dir + "/events.jsonl", [&](const std::string& warning) {
+  Result<std::vector<LoggedEvent>> events = read_logged_events(dir + "/events.jsonl", [&](const EventLineError& line) {
     ++record.skipped_event_lines;
-    if (shown++ < kProblemsPerFile) record.problems.push_back(warning);
+    if (shown++ < kProblemsPerFile) record.problems.push_back(line.message());
   });
   if (!events) return Error::user(dir + " is not a dtrain run directory: " + events.error().message);
   record.events = std::move(*events);

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "launcher/base/result.h"
+#include "launcher/runlog/event_log.h"
 #include "launcher/runlog/plan_record.h"
 
 namespace dtrain::report {
@@ -98,7 +99,7 @@ Result<HostFacts> parse_host_facts(std::string_view text, const std::string& fal
 struct RunRecord {
   std::string dir;
   std::string run_id;
-  std::vector<nlohmann::json> events;  ///< each checked by parse_event_line()
+  std::vector<LoggedEvent> events;  ///< events.jsonl, oldest first (read_logged_events)
   int64_t skipped_event_lines = 0;
   std::optional<nlohmann::json> state;  ///< state.json, when readable
   std::map<int, PlanRecord> plans;      ///< by generation

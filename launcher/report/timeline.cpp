@@ -4,7 +4,10 @@
 #include <map>
 #include <set>
 
-#include "launcher/events/event_catalogue.h"
+#include <concepts>
+#include <optional>
+
+#include "launcher/events/event.h"
 #include "launcher/metrics/goodput.h"
 #include "launcher/runlog/event_log.h"
 #include "launcher/base/json_fields.h"
@@ -14,17 +17,11 @@ namespace {
 
 using nlohmann::json;
 
-int int_field(const json& event, std::string_view key, int fallback = -1) {
-  std::optional<int64_t> value = json_int(event, key);
-  return value && *value >= INT32_MIN && *value <= INT32_MAX ? static_cast<int>(*value) : fallback;
-}
-
 /// "rank 1 on gpu02: killed by SIGKILL" / "gpu02: silent for 2.1s".
-std::string cause_text(const json& cause) {
-  std::string where = json_member(cause, "rank") ? "rank " + std::to_string(int_field(cause, "rank")) + " on " : "";
-  where += json_string(cause, "host", "?");
-  std::string detail = json_string(cause, "detail");
-  return detail.empty() ? where : where + ": " + detail;
+std::string cause_text(const events::FailureCause& cause) {
+  std::string where = cause.rank ? "rank " + std::to_string(*cause.rank) + " on " : "";
+  where += cause.host.empty() ? "?" : cause.host;
+  return cause.detail.empty() ? where : where + ": " + cause.detail;
 }
 
 MarkKind failure_kind(const std::string& kind) {
@@ -77,148 +74,173 @@ std::vector<std::pair<std::string, int64_t>> recovery_phases(const json& phases)
   return out;
 }
 
-Timeline build_timeline(const RunRecord& record) {
-  Timeline timeline;
-  std::set<std::string> known_hosts;
-  bool have_time = false;
-  int generation = 0;  // the newest generation planned so far: events without "gen" belong to it
-  std::map<std::pair<int, int>, size_t> open_ranks;  // (gen, rank) → index into timeline.ranks
-  std::set<std::pair<int, std::string>> spawned_on;  // (gen, host) with a spawn mark already
-  constexpr size_t kNone = static_cast<size_t>(-1);
-  size_t open_recovery = kNone;  // index of the recovery not completed yet
-  std::map<std::pair<std::string, int>, int64_t> silences;  // (host, rank) → silent_ms of a hang or loss
+namespace {
 
-  for (const json& event : record.events) {
-    std::optional<int64_t> when = event_wall_ms(event);
-    if (!when) continue;
-    int64_t ts = *when;
-    if (!have_time || ts < timeline.start_ms) timeline.start_ms = ts;
-    if (!have_time || ts > timeline.end_ms) timeline.end_ms = ts;
-    have_time = true;
-    std::string name = json_string(event, "ev");
-    std::string host = json_string(event, "host");
-    int gen = int_field(event, "gen", generation);
-    int rank = int_field(event, "rank");
-
-    if (name == events::kRunSubmitted) {
-      if (const json* hosts = json_member(event, "hosts"); hosts && hosts->is_array()) {
-        for (const json& entry : *hosts) {
-          if (entry.is_string()) add_host(timeline.hosts, known_hosts, entry.get<std::string>());
-        }
-      }
-    } else if (name == events::kPlanGeneration) {
-      generation = std::max(generation, gen);
-      GenerationSpan span;
-      span.generation = gen;
-      span.start_ms = span.end_ms = ts;
-      span.world_size = int_field(event, "world_size", 0);
-      if (const json* hosts = json_member(event, "hosts"); hosts && hosts->is_array()) {
-        for (const json& entry : *hosts) {
-          if (!entry.is_string()) continue;
-          span.hosts.push_back(entry.get<std::string>());
-          add_host(timeline.hosts, known_hosts, span.hosts.back());
-        }
-      }
-      if (!timeline.generations.empty()) timeline.generations.back().end_ms = ts;
-      timeline.generations.push_back(std::move(span));
-      if (gen > 0) {
-        timeline.marks.push_back({ts, MarkKind::replan, "", gen, -1,
-                                  "gen " + std::to_string(gen) + " planned: world " +
-                                      std::to_string(int_field(event, "world_size", 0)) + " on " +
-                                      std::to_string(timeline.generations.back().hosts.size()) + " hosts"});
-      }
-    } else if (name == events::kGenerationSpawned) {
-      if (!timeline.generations.empty() && timeline.generations.back().generation == gen) {
-        timeline.generations.back().start_ms = ts;
-      }
-    } else if (name == events::kWorkerStarted) {
-      add_host(timeline.hosts, known_hosts, host);
-      open_ranks[{gen, rank}] = timeline.ranks.size();
-      timeline.ranks.push_back({gen, rank, host, ts, ts, "running"});
-      if (spawned_on.insert({gen, host}).second) {
-        timeline.marks.push_back({ts, MarkKind::spawn, host, gen, -1, "gen " + std::to_string(gen) + " workers started"});
-      }
-    } else if (name == events::kWorkerExit) {
-      auto open = open_ranks.find({gen, rank});
-      if (open != open_ranks.end()) {
-        RankSpan& span = timeline.ranks[open->second];
-        span.end_ms = ts;
-        std::string signal = json_string(event, "signal");
-        span.end = !signal.empty() ? signal : "exit " + std::to_string(int_field(event, "code", 0));
-        open_ranks.erase(open);
-      }
-    } else if (name == events::kFailureDetected) {
-      add_host(timeline.hosts, known_hosts, host);
-      std::string kind = json_string(event, "kind");
-      std::string detail = json_string(event, "detail");
-      std::string where = rank >= 0 ? "rank " + std::to_string(rank) : host;
-      // The failure itself, where it began: a hang or a lost host was silent for a while
-      // before the supervisor could tell.
-      int64_t began = ts;
-      if (auto silence = silences.find({host, rank}); silence != silences.end() && silence->second > 0) {
-        began = ts - silence->second;
-        silences.erase(silence);
-      }
-      timeline.marks.push_back({began, failure_kind(kind), host, gen, rank, kind + ": " + where + ": " + detail});
-      timeline.marks.push_back({ts, MarkKind::detected, host, gen, rank,
-                                "detected " + kind + " (" + where + ")" +
-                                    (json_int(event, "latency_ms") ? " after " + std::to_string(int_field(event, "latency_ms")) + " ms" : "")});
-    } else if (name == events::kWorkerHang || name == events::kHostLost) {
-      // The failure.detected that follows names the kind; how long the silence was is here.
-      if (std::optional<int64_t> silent = json_int(event, "silent_ms")) silences[{host, rank}] = *silent;
-    } else if (name == events::kRecoveryStarted) {
-      RecoverySpan span;
-      span.generation = gen;
-      span.start_ms = span.end_ms = ts;
-      span.action = json_string(event, "action");
-      if (const json* cause = json_member(event, "cause")) span.cause = cause_text(*cause);
-      open_recovery = timeline.recoveries.size();
-      timeline.recoveries.push_back(std::move(span));
-    } else if (name == events::kResourcesReleased) {
-      add_host(timeline.hosts, known_hosts, host);
-      timeline.marks.push_back({ts, MarkKind::stop, host, gen, -1,
-                                "gen " + std::to_string(gen) + " workers gone (" +
-                                    std::to_string(int_field(event, "ms", 0)) + " ms)"});
-    } else if (name == events::kCommReady) {
-      timeline.marks.push_back({ts, MarkKind::rendezvous, "", gen, -1,
-                                "gen " + std::to_string(gen) + ": " + std::to_string(int_field(event, "ranks", 0)) +
-                                    " ranks' communicators up"});
-    } else if (name == events::kRecoveryCompleted) {
-      RecoverySpan* span = open_recovery != kNone ? &timeline.recoveries[open_recovery] : nullptr;
-      if (!span) {  // a recovery.started lost to a damaged line: keep what this event says
-        timeline.recoveries.push_back({gen, ts, ts, "", json_string(event, "kind"), 0, {}});
-        span = &timeline.recoveries.back();
-        if (const json* cause = json_member(event, "cause")) span->cause = cause_text(*cause);
-      }
-      span->end_ms = ts;
-      span->steps_lost = json_int(event, "steps_lost").value_or(0);
-      if (const json* phases = json_member(event, "phases")) span->phases = recovery_phases(*phases);
-      open_recovery = kNone;
-      timeline.marks.push_back({ts, MarkKind::first_step, "", gen, -1,
-                                "gen " + std::to_string(gen) + " first step (resumed at " +
-                                    std::to_string(int_field(event, "resume_step", 0)) + ", " +
-                                    std::to_string(span->steps_lost) + " steps lost)"});
-    } else if (name == events::kCheckpointCommitted) {
-      timeline.marks.push_back({ts, MarkKind::checkpoint, "", gen, -1,
-                                "checkpoint step " + std::to_string(int_field(event, "step", 0))});
-    } else if (name == events::kDrillInjected) {
-      std::string target = json_string(event, "target");
-      timeline.marks.push_back({ts, MarkKind::drill, "", gen, -1,
-                                "drill: " + json_string(event, "fault") + (target.empty() ? "" : " → " + target)});
-    } else if (name == events::kRunFinished) {
-      timeline.marks.push_back({ts, MarkKind::finished, "", gen, -1,
-                                "run " + json_string(event, "state", "ended") + " (exit " +
-                                    std::to_string(int_field(event, "exit_code", 0)) + ")"});
+/// A struct's own "host", for the events the timeline only takes a lane from.
+std::string host_of(const events::Event& event) {
+  return std::visit([](const auto& typed) -> std::string {
+    if constexpr (requires { { typed.host } -> std::convertible_to<std::string>; }) {
+      return typed.host;
     } else {
-      add_host(timeline.hosts, known_hosts, host);
+      return "";
+    }
+  }, event);
+}
+
+/// Reads the run's events into its timeline, one event at a time (build_timeline).
+class TimelineBuilder {
+ public:
+  void add(const LoggedEvent& logged) {
+    std::optional<int64_t> when = logged.wall_ms();
+    if (!when) return;
+    ts_ = *when;
+    if (!have_time_ || ts_ < timeline_.start_ms) timeline_.start_ms = ts_;
+    if (!have_time_ || ts_ > timeline_.end_ms) timeline_.end_ms = ts_;
+    have_time_ = true;
+    gen_ = logged.gen.value_or(generation_);  // events without "gen" belong to the newest plan
+    std::visit([this, &logged](const auto& event) { on(event, logged.event); }, logged.event);
+  }
+
+  Timeline finish();
+
+ private:
+  void host(const std::string& name) { add_host(timeline_.hosts, known_hosts_, name); }
+  void mark(MarkKind kind, std::string text, const std::string& where = "", int rank = -1, std::optional<int64_t> at = {}) {
+    timeline_.marks.push_back({at.value_or(ts_), kind, where, gen_, rank, std::move(text)});
+  }
+  std::string gen_text() const { return "gen " + std::to_string(gen_); }
+
+  void on(const events::RunSubmitted& submitted, const events::Event&) {
+    for (const std::string& name : submitted.hosts) host(name);
+  }
+  void on(const events::PlanGeneration& plan, const events::Event&) {
+    generation_ = std::max(generation_, gen_);
+    GenerationSpan span;
+    span.generation = gen_;
+    span.start_ms = span.end_ms = ts_;
+    span.world_size = plan.world_size;
+    for (const std::string& name : plan.hosts) {
+      span.hosts.push_back(name);
+      host(name);
+    }
+    if (!timeline_.generations.empty()) timeline_.generations.back().end_ms = ts_;
+    timeline_.generations.push_back(std::move(span));
+    if (gen_ > 0) {
+      mark(MarkKind::replan, gen_text() + " planned: world " + std::to_string(plan.world_size) + " on " +
+                                 std::to_string(timeline_.generations.back().hosts.size()) + " hosts");
     }
   }
-  if (!timeline.generations.empty()) timeline.generations.back().end_ms = timeline.end_ms;
-  for (auto& [key, index] : open_ranks) timeline.ranks[index].end_ms = timeline.end_ms;
-  std::stable_sort(timeline.marks.begin(), timeline.marks.end(),
+  void on(const events::GenerationSpawned&, const events::Event&) {
+    if (!timeline_.generations.empty() && timeline_.generations.back().generation == gen_) {
+      timeline_.generations.back().start_ms = ts_;
+    }
+  }
+  void on(const events::WorkerStarted& started, const events::Event&) {
+    host(started.host);
+    open_ranks_[{gen_, started.rank}] = timeline_.ranks.size();
+    timeline_.ranks.push_back({gen_, started.rank, started.host, ts_, ts_, "running"});
+    if (spawned_on_.insert({gen_, started.host}).second) mark(MarkKind::spawn, gen_text() + " workers started", started.host);
+  }
+  void on(const events::WorkerExit& exit, const events::Event&) {
+    auto open = open_ranks_.find({gen_, exit.rank});
+    if (open == open_ranks_.end()) return;
+    RankSpan& span = timeline_.ranks[open->second];
+    span.end_ms = ts_;
+    span.end = exit.signal && !exit.signal->empty() ? *exit.signal : "exit " + std::to_string(exit.code.value_or(0));
+    open_ranks_.erase(open);
+  }
+  void on(const events::FailureDetected& detected, const events::Event&) {
+    const events::FailureCause& cause = detected.cause;
+    host(cause.host);
+    int rank = cause.rank.value_or(-1);
+    std::string where = rank >= 0 ? "rank " + std::to_string(rank) : cause.host;
+    // The failure itself, where it began: a hang or a lost host was silent for a while before
+    // the supervisor could tell.
+    int64_t began = ts_;
+    if (auto silence = silences_.find({cause.host, rank}); silence != silences_.end() && silence->second > 0) {
+      began = ts_ - silence->second;
+      silences_.erase(silence);
+    }
+    mark(failure_kind(cause.kind), cause.kind + ": " + where + ": " + cause.detail, cause.host, rank, began);
+    mark(MarkKind::detected,
+         "detected " + cause.kind + " (" + where + ")" +
+             (detected.latency_ms ? " after " + std::to_string(*detected.latency_ms) + " ms" : ""),
+         cause.host, rank);
+  }
+  // The failure.detected that follows names the kind; how long the silence was is here.
+  void on(const events::WorkerHang& hang, const events::Event&) { silences_[{hang.host, hang.rank}] = hang.silent_ms; }
+  void on(const events::HostLost& lost, const events::Event&) {
+    if (lost.silent_ms) silences_[{lost.host, -1}] = *lost.silent_ms;
+  }
+  void on(const events::RecoveryStarted& started, const events::Event&) {
+    RecoverySpan span;
+    span.generation = gen_;
+    span.start_ms = span.end_ms = ts_;
+    span.action = started.action;
+    span.cause = cause_text(started.cause);
+    open_recovery_ = timeline_.recoveries.size();
+    timeline_.recoveries.push_back(std::move(span));
+  }
+  void on(const events::ResourcesReleased& released, const events::Event&) {
+    host(released.host);
+    mark(MarkKind::stop, gen_text() + " workers gone (" + std::to_string(released.ms) + " ms)", released.host);
+  }
+  void on(const events::CommReady& ready, const events::Event&) {
+    mark(MarkKind::rendezvous, gen_text() + ": " + std::to_string(ready.ranks) + " ranks' communicators up");
+  }
+  void on(const events::RecoveryCompleted& completed, const events::Event&) {
+    RecoverySpan* span = open_recovery_ ? &timeline_.recoveries[*open_recovery_] : nullptr;
+    if (!span) {  // a recovery.started lost to a damaged line: keep what this event says
+      timeline_.recoveries.push_back({gen_, ts_, ts_, "", completed.kind, 0, {}});
+      span = &timeline_.recoveries.back();
+      span->cause = cause_text(completed.cause);
+    }
+    span->end_ms = ts_;
+    span->steps_lost = completed.steps_lost;
+    span->phases = recovery_phases(completed.phases);
+    open_recovery_.reset();
+    mark(MarkKind::first_step, gen_text() + " first step (resumed at " + std::to_string(completed.resume_step) + ", " +
+                                   std::to_string(span->steps_lost) + " steps lost)");
+  }
+  void on(const events::CheckpointCommitted& committed, const events::Event&) {
+    mark(MarkKind::checkpoint, "checkpoint step " + std::to_string(committed.step));
+  }
+  void on(const events::DrillInjected& injected, const events::Event&) {
+    mark(MarkKind::drill, "drill: " + injected.fault + (injected.target.empty() ? "" : " → " + injected.target));
+  }
+  void on(const events::RunFinished& finished, const events::Event&) {
+    mark(MarkKind::finished, "run " + (finished.state.empty() ? std::string("ended") : finished.state) + " (exit " +
+                                 std::to_string(finished.exit_code) + ")");
+  }
+  void on(const auto&, const events::Event& event) { host(host_of(event)); }
+
+  Timeline timeline_;
+  std::set<std::string> known_hosts_;
+  bool have_time_ = false;
+  int generation_ = 0;  // the newest generation planned so far
+  std::map<std::pair<int, int>, size_t> open_ranks_;  // (gen, rank) → index into timeline_.ranks
+  std::set<std::pair<int, std::string>> spawned_on_;  // (gen, host) with a spawn mark already
+  std::optional<size_t> open_recovery_;               // index of the recovery not completed yet
+  std::map<std::pair<std::string, int>, int64_t> silences_;  // (host, rank) → silent_ms of a hang or loss
+  int64_t ts_ = 0;  // the event being read: when
+  int gen_ = 0;     // and its generation
+};
+
+Timeline TimelineBuilder::finish() {
+  if (!timeline_.generations.empty()) timeline_.generations.back().end_ms = timeline_.end_ms;
+  for (auto& [key, index] : open_ranks_) timeline_.ranks[index].end_ms = timeline_.end_ms;
+  std::stable_sort(timeline_.marks.begin(), timeline_.marks.end(),
                    [](const Mark& a, const Mark& b) { return a.wall_ms < b.wall_ms; });
-  if (!timeline.marks.empty()) timeline.start_ms = std::min(timeline.start_ms, timeline.marks.front().wall_ms);
-  return timeline;
+  if (!timeline_.marks.empty()) timeline_.start_ms = std::min(timeline_.start_ms, timeline_.marks.front().wall_ms);
+  return std::move(timeline_);
+}
+
+}  // namespace
+
+Timeline build_timeline(const RunRecord& record) {
+  TimelineBuilder builder;
+  for (const LoggedEvent& event : record.events) builder.add(event);
+  return builder.finish();
 }
 
 LaneChoice choose_lanes(const Timeline& timeline, size_t max_lanes) {

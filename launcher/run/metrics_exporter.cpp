@@ -5,8 +5,8 @@
 
 #include <algorithm>
 
+#include "launcher/events/event.h"
 #include "launcher/runlog/event_log.h"
-#include "launcher/events/events.h"
 #include "launcher/metrics/task_metrics.h"
 #include "launcher/base/json_fields.h"
 
@@ -14,33 +14,32 @@ namespace dtrain::run {
 
 using nlohmann::json;
 
-void TaskMetricsState::observe(const json& event, int64_t wall_ms, int64_t monotonic_ms) {
-  goodput.add(event, wall_ms);
-  const std::string name = json_string(event, "ev");
-  if (name == events::kPlanGeneration) {
-    generation_resume_step = json_int(event, "resume_step").value_or(-1);
-  } else if (name == events::kGenerationSpawned) {
-    generation_spawned_ms = monotonic_ms;
-  } else if (name == events::kRecoveryStarted) {
-    const json* cause = json_member(event, "cause");
-    ++restarts_by_kind[cause ? json_string(*cause, "kind", "unknown") : "unknown"];
-  } else if (name == events::kCheckpointCommitted) {
-    ++checkpoints;
-    int64_t bytes = json_int(event, "bytes").value_or(0);
-    checkpoint_bytes += bytes;
-    last_checkpoint_bytes = bytes;
-    last_checkpoint_step = json_int(event, "step");
-    last_checkpoint_seconds = json_number(event, "seconds");
-  } else if (name == events::kRecoveryCompleted) {
-    last_recovery_phase_seconds.clear();
-    if (const json* phases = json_member(event, "phases"); phases && phases->is_object()) {
-      for (const auto& [phase, value] : phases->items()) {
-        if (!value.is_number()) continue;
-        std::string label = phase.size() > 3 && phase.ends_with("_ms") ? phase.substr(0, phase.size() - 3) : phase;
-        last_recovery_phase_seconds[label] = value.get<double>() / 1000.0;
-      }
-    }
-  }
+void TaskMetricsState::observe(const LoggedEvent& logged, int64_t wall_ms, int64_t monotonic_ms) {
+  using namespace events;
+  goodput.add(logged, wall_ms);
+  std::visit(Overloaded{
+      [&](const PlanGeneration& plan) { generation_resume_step = plan.resume_step; },
+      [&](const GenerationSpawned&) { generation_spawned_ms = monotonic_ms; },
+      [&](const RecoveryStarted& started) {
+        ++restarts_by_kind[started.cause.kind.empty() ? "unknown" : started.cause.kind];
+      },
+      [&](const CheckpointCommitted& committed) {
+        ++checkpoints;
+        checkpoint_bytes += committed.bytes;
+        last_checkpoint_bytes = committed.bytes;
+        last_checkpoint_step = committed.step;
+        last_checkpoint_seconds = committed.seconds;
+      },
+      [&](const RecoveryCompleted& completed) {
+        last_recovery_phase_seconds.clear();
+        for (const auto& [phase, value] : completed.phases.items()) {
+          if (!value.is_number()) continue;
+          std::string label = phase.size() > 3 && phase.ends_with("_ms") ? phase.substr(0, phase.size() - 3) : phase;
+          last_recovery_phase_seconds[label] = value.get<double>() / 1000.0;
+        }
+      },
+      [](const auto&) {},
+  }, logged.event);
 }
 
 MetricsExporter::MetricsExporter(const spec::JobSpec& spec, const RunDirectory& run, RunRecorder& recorder,
@@ -52,13 +51,14 @@ void MetricsExporter::observe(const json& event) {
     // run.submitted (and, for a resumed run, its whole history) was written before this driver
     // existed: goodput counts from the submit.
     seeded_ = true;
-    if (Result<std::vector<json>> earlier = read_events(run_.events_path())) {
-      for (const json& old : *earlier) {
-        if (std::optional<int64_t> at = event_wall_ms(old)) state_.observe(old, *at, clock_.monotonic_ms());
+    if (Result<std::vector<LoggedEvent>> earlier = read_logged_events(run_.events_path())) {
+      for (const LoggedEvent& old : *earlier) {
+        if (std::optional<int64_t> at = old.wall_ms()) state_.observe(old, *at, clock_.monotonic_ms());
       }
     }
   }
-  state_.observe(event, clock_.wall_ms(), clock_.monotonic_ms());
+  // The driver records what it built itself: a struct's to_json() always reads back.
+  if (Result<LoggedEvent> typed = to_logged_event(event)) state_.observe(*typed, clock_.wall_ms(), clock_.monotonic_ms());
 }
 
 void MetricsExporter::update(const supervisor::Supervisor& supervisor, const RankProgressTable& progress,

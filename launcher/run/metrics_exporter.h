@@ -19,6 +19,7 @@
 #include "launcher/metrics/goodput.h"
 #include "launcher/metrics/metrics_endpoint.h"
 #include "launcher/metrics/stragglers.h"
+#include "launcher/runlog/event_log.h"
 #include "launcher/proto/agent_messages.h"
 #include "launcher/run/rank_progress.h"
 #include "launcher/run/run_recorder.h"
@@ -34,7 +35,7 @@ struct TaskMetricsState {
 
   /// Every event the driver records, as it records it: goodput, restarts, checkpoints and
   /// generation boundaries follow from them.
-  void observe(const nlohmann::json& event, int64_t wall_ms, int64_t monotonic_ms);
+  void observe(const LoggedEvent& event, int64_t wall_ms, int64_t monotonic_ms);
 
   metrics::GoodputTracker goodput;
   metrics::StragglerDetector stragglers;

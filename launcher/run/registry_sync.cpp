@@ -1,13 +1,13 @@
 #include "launcher/run/registry_sync.h"
 
 #include <pthread.h>
+#include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
-#include <set>
-#include <string_view>
 
 #include "launcher/base/clock.h"
-#include "launcher/events/event_catalogue.h"
+#include "launcher/events/event.h"
 #include "launcher/runlog/event_log.h"
 #include "launcher/runlog/line_follower.h"
 
@@ -18,23 +18,17 @@ using nlohmann::json;
 namespace {
 
 /// The events after which the registry should not wait for its quiet interval.
-bool writes_soon(std::string_view name) {
-  static const std::set<std::string_view> soon = {
-      events::kGenerationSpawned, events::kFailureDetected, events::kHostLost,  events::kHostExcluded,
-      events::kRecoveryCompleted, events::kRunState,        events::kRunFinished};
-  return soon.count(name) > 0;
+bool writes_soon(const events::Event& event) {
+  using namespace events;
+  return std::holds_alternative<GenerationSpawned>(event) || std::holds_alternative<FailureDetected>(event) ||
+         std::holds_alternative<HostLost>(event) || std::holds_alternative<HostExcluded>(event) ||
+         std::holds_alternative<RecoveryCompleted>(event) || std::holds_alternative<events::RunState>(event) ||
+         std::holds_alternative<RunFinished>(event);
 }
 
-/// The "ev" of an events.jsonl line as the run log writes it ({"ts":"...","ev":"name",...}),
-/// without parsing the line: at a generation's start 16,384 worker lines arrive at once, and
-/// only those the registry reads are worth a JSON parse. Empty when not found.
-std::string_view event_name_of(std::string_view line) {
-  constexpr std::string_view key = "\"ev\":\"";
-  size_t at = line.find(key);
-  if (at == std::string_view::npos) return {};
-  size_t start = at + key.size();
-  size_t end = line.find('"', start);
-  return end == std::string_view::npos ? std::string_view() : line.substr(start, end - start);
+int64_t file_size(const std::string& path) {
+  struct stat info {};
+  return ::stat(path.c_str(), &info) == 0 ? static_cast<int64_t>(info.st_size) : 0;
 }
 
 /// end_reason of an allocation the run still held when the registry was last written.
@@ -50,6 +44,7 @@ RegistrySync::RegistrySync(std::string registry_file, std::string run_id, std::s
       run_dir_(std::move(run_dir)),
       events_path_(std::move(events_path)),
       spec_path_(std::move(spec_path)),
+      history_bytes_(file_size(events_path_)),
       tenant_of_spec_(std::move(tenant_of_spec)),
       warn_(std::move(warn)),
       thread_([this] { loop(); }) {}
@@ -63,14 +58,18 @@ RegistrySync::~RegistrySync() {
   thread_.join();
 }
 
-void RegistrySync::observe(const std::string& event_name) {
-  if (!writes_soon(event_name)) return;
+void RegistrySync::observe(LoggedEvent event, int64_t wall_ms) {
+  if (!registry::records_read_event(event.event)) return;
+  event.ts = format_timestamp_utc(wall_ms);  // as the log line will have it: a rebuild reads that
+  bool soon = writes_soon(event.event);
+  bool finished = std::holds_alternative<events::RunFinished>(event.event);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    urgent_ = true;
-    if (event_name == events::kRunFinished) finished_seen_ = true;
+    observed_.push_back(registry::fields_records_read(std::move(event)));
+    urgent_ = urgent_ || soon;
+    finished_seen_ = finished_seen_ || finished;
   }
-  wake_.notify_one();
+  if (soon) wake_.notify_one();
 }
 
 void RegistrySync::wait_if_finished() {
@@ -81,41 +80,53 @@ void RegistrySync::wait_if_finished() {
   written_.wait(lock, [this] { return final_written_ || stopping_; });
 }
 
+std::vector<LoggedEvent> RegistrySync::read_history() const {
+  std::vector<LoggedEvent> kept;
+  if (history_bytes_ == 0) return kept;
+  LineFollower follower(events_path_);
+  int64_t offset = 0;
+  bool header_seen = false;
+  for (Result<std::vector<std::string>> lines = follower.poll(); lines && !lines->empty(); lines = follower.poll()) {
+    for (const std::string& line : *lines) {
+      offset += static_cast<int64_t>(line.size()) + 1;
+      if (offset > history_bytes_) return kept;  // recorded since: observe() has it
+      if (!header_seen) {  // line 1: the log's header, not an event
+        header_seen = true;
+        continue;
+      }
+      Result<LoggedEvent> event = parse_logged_event(line);
+      if (!event || !registry::records_read_event(event->event)) continue;  // a damaged line: a rebuild skips it too
+      kept.push_back(registry::fields_records_read(std::move(*event)));
+    }
+  }
+  return kept;
+}
+
 void RegistrySync::loop() {
   ::pthread_setname_np(::pthread_self(), "dtrain-registry");  // top -H, perf and gdb name it
-  // Follows the file the run log writer writes: the registry sees what a rebuild would see.
-  LineFollower follower(events_path_);
-  bool header_seen = false;
-  std::vector<json> kept;
-  bool dirty = false;
-  bool finished = false;
+  std::vector<LoggedEvent> kept = read_history();
+  bool dirty = !kept.empty();
+  bool finished = std::any_of(kept.begin(), kept.end(), [](const LoggedEvent& event) {
+    return std::holds_alternative<events::RunFinished>(event.event);
+  });
   int64_t retry_after_ms = 0;  // after a failed write: not before this (wall ms), unless final
   int64_t last_written_ms = 0;
   while (true) {
-    bool urgent = false, final_requested = false, stopping = false;
+    bool final_requested = false, stopping = false;
+    std::vector<LoggedEvent> observed;
     {
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait_for(lock, std::chrono::milliseconds(kQuietWriteIntervalMs),
                      [this] { return urgent_ || final_requested_ || stopping_; });
-      urgent = std::exchange(urgent_, false);
+      urgent_ = false;
       final_requested = final_requested_;
       stopping = stopping_;
+      observed.swap(observed_);
     }
-    // An urgent event was handed to the writer thread a moment ago: give it time to reach the file.
-    if (urgent && !final_requested && !stopping) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    for (Result<std::vector<std::string>> lines = follower.poll(); lines && !lines->empty(); lines = follower.poll()) {
-      for (const std::string& line : *lines) {
-        if (!header_seen) {  // line 1: the log's header, not an event
-          header_seen = true;
-          continue;
-        }
-        if (!registry::records_read_event(event_name_of(line))) continue;
-        Result<EventRecord> record = parse_event_line(line);
-        if (!record) continue;  // a damaged line: a rebuild skips it too
-        finished = finished || record->name == events::kRunFinished;
-        kept.push_back(registry::fields_records_read(std::move(record->event)));
-        dirty = true;
-      }
+    for (LoggedEvent& event : observed) {
+      finished = finished || std::holds_alternative<events::RunFinished>(event.event);
+      kept.push_back(std::move(event));
+      dirty = true;
     }
     bool last_chance = final_requested || stopping;
     // Allocations still held end at the write's time: rewrite them while the run runs.
@@ -140,7 +151,7 @@ void RegistrySync::loop() {
   written_.notify_all();
 }
 
-bool RegistrySync::write(const std::vector<json>& events, bool finished) {
+bool RegistrySync::write(const std::vector<LoggedEvent>& events, bool finished) {
   registry::RunRecords records =
       registry::records_from_events(run_id_, run_dir_, events, json::object(), /*still_running=*/!finished);
   registry::complete_run_identity(records, spec_path_, tenant_of_spec_);

@@ -1,13 +1,15 @@
 #pragma once
 // RegistrySync: the supervisor's live writes to the run registry ($DTRAIN_HOME/registry.db).
-// Its thread follows the run's events.jsonl as the run log writer writes it, keeps the few
-// events the registry is made from (the run, its generations and hosts, failures, host losses
-// and exclusions), re-derives the run's rows with the same records_from_events that `dtrain
-// registry rebuild` uses and replaces them in one transaction. A write is always the complete
-// picture so far: a missed or failed write is repaired by the next one, a resumed run's earlier
-// generations are in the file it follows, and a rebuild gives the same rows.
+// The run recorder hands it every event it records (observe); it keeps the few the registry is
+// made from (the run, its generations and hosts, failures, host losses and exclusions), and its
+// thread re-derives the run's rows with the same records_from_events that `dtrain registry
+// rebuild` uses and replaces them in one transaction. A write is always the complete picture so
+// far: a missed or failed write is repaired by the next one, and a rebuild gives the same rows.
+// What the log held before this supervisor (a resumed run's earlier generations, the submit) is
+// read from events.jsonl once, up to where it ended when the sync started.
 //
-// Never on the training path: observe() only copies a few fields under a mutex. A registry that
+// Never on the training path: observe() reads the event into its struct and, for the few the
+// registry keeps, copies it under a mutex. A registry that
 // is locked (another writer, a rebuild), damaged or on a full disk costs this thread a busy
 // timeout and a warning in supervisor.log; the run goes on and its directory stays the record.
 
@@ -24,6 +26,7 @@
 
 #include "launcher/registry/registry_db.h"
 #include "launcher/registry/registry_rebuild.h"
+#include "launcher/runlog/event_log.h"
 
 namespace dtrain::run {
 
@@ -39,10 +42,10 @@ class RegistrySync {
   RegistrySync(const RegistrySync&) = delete;
   RegistrySync& operator=(const RegistrySync&) = delete;
 
-  /// Called with the name of every event the run records (before it is written): a generation's
-  /// start, a failure, a host loss or the run's end makes the thread write soon, not at its next
-  /// quiet interval. Only takes a mutex when the event matters.
-  void observe(const std::string& event_name);
+  /// Called with every event the run records (before it is written), stamped `wall_ms` as the
+  /// log stamps it: a generation's start, a failure, a host loss or the run's end makes the
+  /// thread write soon, not at its next quiet interval. Only takes a mutex when the event matters.
+  void observe(LoggedEvent event, int64_t wall_ms);
 
   /// Once run.finished was observed: waits until the final picture is written (or failed). The
   /// supervisor calls this before it exits, so that `dtrain usage` right after sees the end.
@@ -60,13 +63,16 @@ class RegistrySync {
  private:
   void loop();
   /// Replaces the run's rows; false (and a warning, at most one a minute) when it cannot.
-  bool write(const std::vector<nlohmann::json>& events, bool finished);
+  bool write(const std::vector<LoggedEvent>& events, bool finished);
+  /// The events the registry keeps from what events.jsonl held before the sync started.
+  std::vector<LoggedEvent> read_history() const;
 
   const std::string registry_file_;
   const std::string run_id_;
   const std::string run_dir_;
   const std::string events_path_;
   const std::string spec_path_;
+  const int64_t history_bytes_;  ///< events.jsonl's size when the sync started: the log before it
   registry::TenantOfSpec tenant_of_spec_;
   Warn warn_;
   std::optional<registry::RegistryDb> db_;  ///< the sync thread's; reopened after a failure
@@ -76,6 +82,7 @@ class RegistrySync {
   std::condition_variable wake_;
   std::condition_variable written_;
   bool urgent_ = false;
+  std::vector<LoggedEvent> observed_;  ///< kept events recorded since the thread last took them
   bool finished_seen_ = false;   ///< run.finished recorded (observe)
   bool final_requested_ = false; ///< wait_if_finished() waits for the write after it
   bool final_written_ = false;

@@ -72,8 +72,8 @@ int resume(const ResumeOptions& options) {
   if (admission.refused_exit_code) return *admission.refused_exit_code;
 
   // A corrupt line (a full disk, a hand edit) is skipped with a warning; the rest still counts.
-  Result<std::vector<json>> events = read_events(run->events_path(), [](const std::string& warning) {
-    std::fprintf(stderr, "dtrain resume: warning: %s\n", warning.c_str());
+  Result<std::vector<LoggedEvent>> events = read_logged_events(run->events_path(), [](const EventLineError& skipped) {
+    std::fprintf(stderr, "dtrain resume: warning: %s\n", skipped.message().c_str());
   });
   if (!events) return refuse("cannot read the run log: " + events.error().message, ExitCode::infra);
   supervisor::ResumeFrom from = resume_point(*state, *events);

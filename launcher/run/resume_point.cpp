@@ -17,7 +17,7 @@
 #include "launcher/base/strings.h"
 #include "launcher/hosts/run_hosts.h"
 #include "launcher/runlog/run_state.h"
-#include "launcher/events/event_catalogue.h"
+#include "launcher/events/event.h"
 
 namespace dtrain::run {
 
@@ -87,7 +87,7 @@ void wait_for_remote_agents(const RunDirectory& run, const std::string& run_id, 
 
 }  // namespace
 
-supervisor::ResumeFrom resume_point(const json& state, const std::vector<json>& events) {
+supervisor::ResumeFrom resume_point(const json& state, const std::vector<LoggedEvent>& events) {
   supervisor::ResumeFrom from;
   const json* supervisor_member = json_member(state, "supervisor");
   const json supervisor_info = supervisor_member && supervisor_member->is_object() ? *supervisor_member : json::object();
@@ -97,15 +97,14 @@ supervisor::ResumeFrom resume_point(const json& state, const std::vector<json>& 
   from.restarts = static_cast<int>(json_int(state, "restarts").value_or(0));
   from.last_seen_wall_ms = json_int(state, "updated_at_ms").value_or(0);
   std::set<int64_t> committed;
-  for (const json& event : events) {
-    std::string name = json_string(event, "ev");
-    if (name == events::kPlanGeneration || name == events::kGenerationSpawned) {
-      from.last_generation = std::max(from.last_generation, static_cast<int>(json_int(event, "gen").value_or(-1)));
-    } else if (name == events::kCheckpointCommitted) {
-      committed.insert(json_int(event, "step").value_or(-1));
-    } else if (name == events::kCheckpointRejected) {
-      committed.erase(json_int(event, "step").value_or(-1));
-    }
+  for (const LoggedEvent& logged : events) {
+    std::visit(events::Overloaded{
+        [&](const events::PlanGeneration&) { from.last_generation = std::max(from.last_generation, logged.gen.value_or(-1)); },
+        [&](const events::GenerationSpawned&) { from.last_generation = std::max(from.last_generation, logged.gen.value_or(-1)); },
+        [&](const events::CheckpointCommitted& checkpoint) { committed.insert(checkpoint.step); },
+        [&](const events::CheckpointRejected& checkpoint) { committed.erase(checkpoint.step); },
+        [](const auto&) {},
+    }, logged.event);
   }
   committed.erase(-1);
   from.committed_steps.assign(committed.begin(), committed.end());

@@ -4,14 +4,14 @@
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <optional>
 
 #include <spdlog/async.h>
 #include <spdlog/async_logger.h>
 #include <spdlog/sinks/basic_file_sink.h>
 
 #include "launcher/base/fd.h"
-#include "launcher/events/event_catalogue.h"
-#include "launcher/events/events.h"
+#include "launcher/events/event.h"
 #include "launcher/registry/registry_db.h"
 #include "launcher/spec/spec_loader.h"
 
@@ -39,12 +39,24 @@ using Priority = RunLogWriter::Priority;
 /// What `dtrain status`, `resume` and `report` are built from is kept while the queue has room
 /// at all: the run's state and end, failures and their root cause, recoveries, plans,
 /// generations, checkpoints, drills, worker exits (with their last output) and lost hosts.
-Priority priority_of_event(std::string_view name) {
+Priority priority_of_event(const events::Event& event) {
+  std::string_view name = events::event_name(event);
   for (std::string_view prefix : {"run.", "failure.", "recovery.", "checkpoint.", "plan.", "generation.", "drill."}) {
     if (name.substr(0, prefix.size()) == prefix) return Priority::kEssential;
   }
-  if (name == events::kWorkerExit || name == events::kHostLost) return Priority::kEssential;
-  return Priority::kRecord;
+  bool essential = std::holds_alternative<events::WorkerExit>(event) || std::holds_alternative<events::HostLost>(event);
+  return essential ? Priority::kEssential : Priority::kRecord;
+}
+
+/// The console's line for an event, when it has one (the run's state, a failure).
+std::optional<std::string> console_text(const events::Event& event) {
+  if (const auto* state = std::get_if<events::RunState>(&event)) return state->state + ": " + state->why;
+  if (const auto* detected = std::get_if<events::FailureDetected>(&event)) {
+    const events::FailureCause& cause = detected->cause;
+    return "failure: " + cause.kind + " on " + cause.host + (cause.rank ? " rank " + std::to_string(*cause.rank) : "") +
+           ": " + cause.detail;
+  }
+  return std::nullopt;
 }
 
 std::string describe_drops(const RunLogWriter::DropSummary& dropped) {
@@ -96,14 +108,14 @@ Status RunRecorder::open() {
 
 void RunRecorder::record(json event) {
   int64_t wall = clock_.wall_ms();
-  std::string name = event.value("ev", "");
-  if (registry_) registry_->observe(name);
-  if (name == events::kRunState) {
-    console_line(event.value("state", "") + ": " + event.value("why", ""));
-  } else if (name == events::kFailureDetected) {
-    console_line("failure: " + event.value("kind", "") + " on " + event.value("host", "") +
-                 (event.contains("rank") ? " rank " + std::to_string(event.value("rank", -1)) : "") + ": " +
-                 event.value("detail", ""));
+  // The driver builds its events from the structs of events.h: they always read back.
+  Result<LoggedEvent> typed = to_logged_event(event);
+  std::string name = typed ? std::string(events::event_name(typed->event)) : "event";
+  Priority priority = typed ? priority_of_event(typed->event) : Priority::kEssential;
+  if (!typed) log_->error("internal bug: an event that does not read back: {}", typed.error().message);
+  if (typed) {
+    if (std::optional<std::string> line = console_text(typed->event)) console_line(std::move(*line));
+    if (registry_) registry_->observe(std::move(*typed), wall);
   }
   json copy = event;
   copy.erase("ev");
@@ -111,14 +123,15 @@ void RunRecorder::record(json event) {
   std::string text = copy.dump(-1, ' ', false, json::error_handler_t::replace);
   log_->info("{} {}", name, text);
   // The line's size stands for the queued object's (a few times larger in memory).
-  RunLogWriter::JobInfo info{priority_of_event(name), name, text.size() + name.size() + 64, wall};
+  RunLogWriter::JobInfo info{priority, name, text.size() + name.size() + 64, wall};
   writer_.post([this, event = std::move(event), wall] {
     if (Status written = events_.append(event, wall); !written) log_->error("events.jsonl: {}", written.error().message);
   }, info);
 }
 
 void RunRecorder::write_file_then_record(std::string path, std::string text, json event) {
-  std::string name = event.value("ev", "");
+  Result<LoggedEvent> typed = to_logged_event(event);
+  std::string name = typed ? std::string(events::event_name(typed->event)) : "event";
   RunLogWriter::JobInfo info{Priority::kRecord, name, text.size(), clock_.wall_ms()};
   writer_.post([this, path = std::move(path), text = std::move(text), event = std::move(event)]() mutable {
     (void)make_directories(path.substr(0, path.rfind('/')), 0700);  // samples/ appears with the first sample

@@ -47,9 +47,7 @@ events::RunFinished run_finished_event(const supervisor::Supervisor& supervisor,
                                supervisor.generation() + 1, elapsed_ms, supervisor.incidents()};
   if (const auto& cause = supervisor.root_cause()) {
     // The summary's own short form: rank even when there is none (-1), no pid or code.
-    finished.root_cause = json{{"kind", cause->kind}, {"host", cause->host}, {"rank", cause->rank},
-                               {"detail", cause->detail}};
-    if (cause->traceback) (*finished.root_cause)["traceback"] = *cause->traceback;
+    finished.root_cause = events::RunRootCause{cause->kind, cause->host, cause->rank, cause->detail, cause->traceback};
   }
   finished.reason = supervisor.give_up_reason();
   return finished;

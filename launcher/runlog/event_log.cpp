@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <iterator>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -236,21 +237,25 @@ Status EventLog::cut_partial_line() {
   return Error::infra(path_ + ": cannot cut off a partly written line: " + why);
 }
 
-Result<std::vector<nlohmann::json>> read_events(const std::string& path, const EventWarningSink& on_warning) {
+namespace {
+
+/// Every event of the log at `path`, oldest first.
+Result<std::vector<LoggedEvent>> read_all(const std::string& path, const EventErrorSink& on_error) {
   if (::access(path.c_str(), F_OK) != 0) return Error::infra(path + ": " + errno_text(errno));
-  EventFollower follower(path, on_warning);
-  std::vector<nlohmann::json> events;
+  EventFollower follower(path);
+  std::vector<LoggedEvent> events;
   for (;;) {
-    Result<std::vector<nlohmann::json>> batch = follower.poll();
+    Result<std::vector<LoggedEvent>> batch = follower.poll_events(on_error);
     if (!batch) return batch.error();
     if (batch->empty()) break;
-    for (nlohmann::json& event : *batch) events.push_back(std::move(event));
+    for (LoggedEvent& event : *batch) events.push_back(std::move(event));
   }
   return events;
 }
 
-Result<std::vector<nlohmann::json>> read_last_events(const std::string& path, size_t count,
-                                                     const EventWarningSink& on_warning) {
+/// The newest `count` events of the log at `path`, oldest first.
+Result<std::vector<LoggedEvent>> read_last(const std::string& path, size_t count, const EventErrorSink& on_error) {
+  using T = LoggedEvent;
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) return Error::infra(path + ": " + errno_text(errno));
   struct stat info {};
@@ -263,11 +268,11 @@ Result<std::vector<nlohmann::json>> read_last_events(const std::string& path, si
     return bytes;
   };
   auto size = static_cast<size_t>(info.st_size);
-  if (size == 0) return std::vector<nlohmann::json>{};  // created, header not written yet
+  if (size == 0) return std::vector<T>{};  // created, header not written yet
   Result<std::string> head = read_at(0, std::min<size_t>(size, 4096));
   if (!head) return head.error();
   size_t header_end = head->find('\n');
-  if (header_end == std::string::npos) return std::vector<nlohmann::json>{};  // header being written
+  if (header_end == std::string::npos) return std::vector<T>{};  // header being written
   if (Status header = check_header(path, std::string_view(*head).substr(0, header_end)); !header) {
     return header.error();
   }
@@ -292,37 +297,78 @@ Result<std::vector<nlohmann::json>> read_last_events(const std::string& path, si
       lines.emplace_back(text->data() + at, newline - at);
       at = newline + 1;
     }
-    std::vector<nlohmann::json> newest_first;
-    std::vector<std::string> warnings;
+    std::vector<T> newest_first;
+    std::vector<EventLineError> errors;
     for (auto line = lines.rbegin(); line != lines.rend() && newest_first.size() < count; ++line) {
       if (line->find_first_not_of(" \t\r") == std::string_view::npos) continue;
-      Result<EventRecord> record = parse_event_line(*line);
-      if (record) {
-        newest_first.push_back(std::move(record->event));
+      Result<T> event = parse_logged_event(*line);
+      if (event) {
+        newest_first.push_back(std::move(*event));
       } else {
-        warnings.push_back(path + ": skipped a corrupt line near the end (" + record.error().message + "): '" +
-                           shown_line(*line) + "'");
+        errors.push_back({path, 0, event.error().message, shown_line(*line)});
       }
     }
     if (newest_first.size() < count && start > body_start) continue;  // look further back
-    if (on_warning) {
-      for (auto warning = warnings.rbegin(); warning != warnings.rend(); ++warning) on_warning(*warning);
+    if (on_error) {
+      for (auto error = errors.rbegin(); error != errors.rend(); ++error) on_error(*error);
     }
-    return std::vector<nlohmann::json>(std::make_move_iterator(newest_first.rbegin()),
-                                       std::make_move_iterator(newest_first.rend()));
+    return std::vector<T>(std::make_move_iterator(newest_first.rbegin()),
+                          std::make_move_iterator(newest_first.rend()));
   }
 }
 
-Result<std::vector<nlohmann::json>> EventFollower::poll() {
+}  // namespace
+
+std::optional<int64_t> LoggedEvent::wall_ms() const { return parse_timestamp_utc(ts); }
+
+nlohmann::json to_json(const LoggedEvent& event) {
+  nlohmann::json out = events::to_json(event.event);
+  out["ts"] = event.ts;
+  if (event.gen && !out.contains("gen")) out["gen"] = *event.gen;
+  return out;
+}
+
+std::string EventLineError::message() const {
+  std::string where = line > 0 ? path + ":" + std::to_string(line) + ": skipped a corrupt line ("
+                               : path + ": skipped a corrupt line near the end (";
+  return where + problem + "): '" + text + "'";
+}
+
+Result<LoggedEvent> to_logged_event(const nlohmann::json& object) {
+  Result<events::Event> event = events::parse_event(object);
+  if (!event) return Error::infra(event.error().message);
+  std::optional<int> gen;
+  if (std::optional<int64_t> stamped = json_int(object, "gen"); stamped && *stamped >= INT_MIN && *stamped <= INT_MAX) {
+    gen = static_cast<int>(*stamped);
+  }
+  return LoggedEvent{json_string(object, "ts"), gen, std::move(*event)};
+}
+
+Result<LoggedEvent> parse_logged_event(std::string_view line) {
+  Result<EventRecord> record = parse_event_line(line);
+  if (!record) return record.error();
+  return to_logged_event(record->event);
+}
+
+Result<std::vector<LoggedEvent>> read_logged_events(const std::string& path, const EventErrorSink& on_error) {
+  return read_all(path, on_error);
+}
+
+Result<std::vector<LoggedEvent>> read_last_logged_events(const std::string& path, size_t count,
+                                                         const EventErrorSink& on_error) {
+  return read_last(path, count, on_error);
+}
+
+Result<std::vector<std::pair<int64_t, std::string>>> EventFollower::next_lines() {
   // A bad header means this is not our log (or a newer one): the error stays.
   if (failure_) return *failure_;
-  std::vector<nlohmann::json> events;
+  std::vector<std::pair<int64_t, std::string>> numbered;
   // Loop so that one call returns everything present, however large.
   for (;;) {
     Result<std::vector<std::string>> lines = lines_.poll();
     if (!lines) return lines.error();
-    if (lines->empty()) return events;
-    for (const std::string& line : *lines) {
+    if (lines->empty()) return numbered;
+    for (std::string& line : *lines) {
       ++line_number_;
       if (line_number_ == 1) {
         if (Status header = check_header(lines_.path(), line); !header) {
@@ -332,20 +378,30 @@ Result<std::vector<nlohmann::json>> EventFollower::poll() {
         continue;
       }
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank line
-      Result<EventRecord> record = parse_event_line(line);
-      if (!record) {
-        // One bad line (a disk that filled mid-write, a hand edit) must not hide the rest of
-        // the run's history from status and resume.
-        ++skipped_lines_;
-        if (on_warning_) {
-          on_warning_(lines_.path() + ":" + std::to_string(line_number_) + ": skipped a corrupt line (" +
-                      record.error().message + "): '" + shown_line(line) + "'");
-        }
-        continue;
-      }
-      events.push_back(std::move(record->event));
+      numbered.emplace_back(line_number_, std::move(line));
     }
   }
+}
+
+void EventFollower::skipped(int64_t line_number, const std::string& line, const Error& why,
+                            const EventErrorSink& on_error) {
+  // One bad line (a disk that filled mid-write, a hand edit) must not hide the rest of the
+  // run's history from status and resume.
+  ++skipped_lines_;
+  EventLineError error{lines_.path(), line_number, why.message, shown_line(line)};
+  if (on_error) on_error(error);
+}
+
+Result<std::vector<LoggedEvent>> EventFollower::poll_events(const EventErrorSink& on_error) {
+  Result<std::vector<std::pair<int64_t, std::string>>> lines = next_lines();
+  if (!lines) return lines.error();
+  std::vector<LoggedEvent> events;
+  for (const auto& [number, line] : *lines) {
+    Result<LoggedEvent> event = parse_logged_event(line);
+    if (event) events.push_back(std::move(*event));
+    else skipped(number, line, event.error(), on_error);
+  }
+  return events;
 }
 
 std::optional<int64_t> event_wall_ms(const nlohmann::json& event) {

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -16,6 +17,7 @@
 #include "launcher/base/clock.h"
 #include "launcher/base/fd.h"
 #include "launcher/base/result.h"
+#include "launcher/events/event.h"
 #include "launcher/runlog/line_follower.h"
 
 namespace dtrain {
@@ -77,50 +79,87 @@ struct EventRecord {
 /// field and the problem, e.g. "\"gen\" is a string, expected an integer". Never throws.
 Result<EventRecord> parse_event_line(std::string_view line);
 
+/// One events.jsonl event line as its struct (events::Event), with the time the log stamped it.
+struct LoggedEvent {
+  std::string ts;  ///< "ts" as written, "2026-11-29T23:41:02.120Z"
+  /// "gen" of the line: the supervisor stamps every event it records with its generation (also
+  /// those whose struct has no gen of its own); absent before the first plan.
+  std::optional<int> gen;
+  events::Event event;
+  /// ts as Unix-epoch milliseconds; nullopt when it is not in format_timestamp_utc's form.
+  std::optional<int64_t> wall_ms() const;
+};
+
+/// The event as its line holds it: "ts", the "gen" stamp and the struct's fields (for
+/// `dtrain status --json` and tools that print events whole).
+nlohmann::json to_json(const LoggedEvent& event);
+
+/// A line of events.jsonl that could not be read as an event: where it is and why. Readers
+/// skip such a line and go on (one bad line must not hide the rest of a run's history).
+struct EventLineError {
+  std::string path;
+  int64_t line = 0;     ///< 1-based; 0 when read from the end of the file (number unknown)
+  std::string problem;  ///< e.g. "worker.exit.rank: expected an integer, got a string \"x\""
+  std::string text;     ///< the line's first 80 bytes, control bytes escaped
+  /// "<path>:<line>: skipped a corrupt line (<problem>): '<text>'" ("near the end" without a line).
+  std::string message() const;
+};
+
+/// Receives every line skipped as unreadable.
+using EventErrorSink = std::function<void(const EventLineError& error)>;
+
+/// An event object as a writer built it (its "ts" may not be there yet) as a LoggedEvent: the
+/// driver's own metrics read the events it records this way. Never throws.
+Result<LoggedEvent> to_logged_event(const nlohmann::json& object);
+
+/// Parses one event line (not the header line) into its struct: parse_event_line()'s checks,
+/// then events::parse_event() (an unknown name is an events::UnknownEvent, not an error). Never
+/// throws.
+Result<LoggedEvent> parse_logged_event(std::string_view line);
+
+/// Every event of the log at `path`, oldest first (the header is checked, not returned): the one
+/// reader of events.jsonl for status, resume, the report, the registry, goodput and drills. A
+/// missing file, a missing header or an unknown version is an error; a truncated final line (a
+/// writer mid-line) is skipped silently; a line that does not parse (parse_logged_event) is
+/// skipped and reported to `on_error` (when given), and the lines after it are still read. An
+/// empty file (created, header not yet written) has no events.
+Result<std::vector<LoggedEvent>> read_logged_events(const std::string& path, const EventErrorSink& on_error = nullptr);
+
+/// The newest `count` events of the log at `path`, oldest first, read from the end of the file
+/// (the header is checked too): `dtrain status` of a run with millions of events costs what the
+/// last few cost. Bad lines among those read are skipped and reported (line 0: "near the end");
+/// a truncated final line is skipped silently. Errors as read_logged_events().
+Result<std::vector<LoggedEvent>> read_last_logged_events(const std::string& path, size_t count,
+                                                         const EventErrorSink& on_error = nullptr);
+
 /// Checks `event` (an events.jsonl object) against the event catalogue
 /// (launcher/events/event_catalogue.h): a known name, and every field the catalogue says it always
 /// carries. Empty when it conforms; else the problem, e.g. "worker.exit lacks \"pid\"". Tests
 /// run it over every event of real runs, so a writer and the catalogue cannot drift apart.
 std::string catalogue_problem(const nlohmann::json& event);
 
-/// Receives one message per skipped line: "<path>:<line>: skipped a corrupt line (<why>): '<text>'".
-using EventWarningSink = std::function<void(const std::string& warning)>;
-
 /// The serialised line for `event` (without '\n'): {"ts":...,<event's fields>}. Exposed for
 /// tests and for tools that print events the way the log stores them.
 std::string format_event_line(const nlohmann::json& event, int64_t wall_ms);
 
-/// Every event of the log at `path`, oldest first (the header is checked, not returned), each
-/// one checked by parse_event_line(). A missing file, a missing header or an unknown version
-/// is an error; a truncated final line (a writer mid-line) is skipped silently; a line that
-/// fails parse_event_line() is skipped and reported to `on_warning` (when given), and the
-/// lines after it are still read. An empty file (created, header not yet written) has no events.
-Result<std::vector<nlohmann::json>> read_events(const std::string& path,
-                                                const EventWarningSink& on_warning = nullptr);
-
-/// The newest `count` events of the log at `path`, oldest first, read from the end of the file
-/// (the header is checked too): `dtrain status` of a run with millions of events costs what the
-/// last few cost. Bad lines among those read are skipped and reported ("<path>: skipped a
-/// corrupt line near the end ..."); a truncated final line is skipped silently. Errors as
-/// read_events().
-Result<std::vector<nlohmann::json>> read_last_events(const std::string& path, size_t count,
-                                                     const EventWarningSink& on_warning = nullptr);
-
 /// Reads events as they are appended, for `--follow` and `status` refreshes.
 class EventFollower {
  public:
-  explicit EventFollower(std::string path, EventWarningSink on_warning = nullptr)
-      : lines_(std::move(path)), on_warning_(std::move(on_warning)) {}
-  /// The events appended since the last call; checks the header the first time it appears.
-  /// Same errors and warnings as read_events(); after an error, every later call returns it
-  /// again. A log that does not exist yet gives no events.
-  Result<std::vector<nlohmann::json>> poll();
+  explicit EventFollower(std::string path) : lines_(std::move(path)) {}
+  /// The events appended since the last call (parse_logged_event); checks the header the first
+  /// time it appears. Same errors as read_logged_events(), skipped lines go to `on_error`; after
+  /// an error, every later call returns it again. A log that does not exist yet gives no events.
+  Result<std::vector<LoggedEvent>> poll_events(const EventErrorSink& on_error = nullptr);
   /// How many lines were skipped as corrupt so far.
   int64_t skipped_lines() const { return skipped_lines_; }
 
  private:
+  /// The event lines appended since the last call, numbered (header checked, blanks dropped).
+  Result<std::vector<std::pair<int64_t, std::string>>> next_lines();
+  /// Counts and reports a line that did not parse.
+  void skipped(int64_t line_number, const std::string& line, const Error& why, const EventErrorSink& on_error);
+
   LineFollower lines_;
-  EventWarningSink on_warning_;
   int64_t line_number_ = 0;  // of the last line seen, for warnings
   int64_t skipped_lines_ = 0;
   std::optional<Error> failure_;

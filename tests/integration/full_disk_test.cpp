@@ -98,8 +98,8 @@ void check_log_is_whole_lines(const std::string& events_path) {
   REQUIRE_FALSE(text.empty());
   CHECK_MESSAGE(text.back() == '\n', "events.jsonl ends in a partial line");
   std::vector<std::string> warnings;
-  dtrain::Result<std::vector<nlohmann::json>> events =
-      dtrain::read_events(events_path, [&](const std::string& warning) { warnings.push_back(warning); });
+  dtrain::Result<std::vector<dtrain::LoggedEvent>> events = dtrain::read_logged_events(
+      events_path, [&](const dtrain::EventLineError& skipped) { warnings.push_back(skipped.message()); });
   REQUIRE_MESSAGE(events.ok(), events.error().message);
   CHECK_MESSAGE(warnings.empty(), (warnings.empty() ? "" : warnings.front()));
 }

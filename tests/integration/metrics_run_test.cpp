@@ -110,7 +110,9 @@ TEST_CASE("a crash and a restart: restarts_total 1, the last step, goodput parts
   CHECK(sample_value(prom, "dtrain_recovery_phase_seconds") >= 0);
 
   // Goodput: the parts sum to the wall time; the live tracker agrees with the events file.
-  dtrain::metrics::Goodput from_events = dtrain::metrics::goodput_from_events(events);
+  dtrain::Result<std::vector<dtrain::LoggedEvent>> logged = dtrain::read_logged_events(run_dir + "/events.jsonl");
+  REQUIRE(logged.ok());
+  dtrain::metrics::Goodput from_events = dtrain::metrics::goodput_from_events(*logged);
   CHECK(from_events.finished);
   CHECK(from_events.restarts == 1);
   CHECK(from_events.redone_steps == completed[0]["steps_lost"].get<int64_t>());

@@ -7,8 +7,10 @@
 #include "launcher/base/clock.h"
 #include "launcher/drill/drill_report.h"
 #include "launcher/drill/grading.h"
+#include "tests/unit/typed_events.h"
 
 using namespace dtrain;
+using dtrain::testing::typed;
 using namespace dtrain::drill;
 using nlohmann::json;
 
@@ -60,7 +62,7 @@ bool has_check(const FaultVerdict& verdict, const std::string& name, bool met) {
 
 TEST_CASE("a clean recovery within the objectives passes with the measured values") {
   Objectives objectives{Millis(10'000), Millis(60'000), 100};
-  FaultVerdict verdict = grade_fault(kill_rank_1(), clean_recovery(), objectives, running());
+  FaultVerdict verdict = grade_fault(kill_rank_1(), typed(clean_recovery()), objectives, running());
   CHECK(verdict.passed());
   CHECK(verdict.detect_ms == 30);
   CHECK(verdict.recover_ms == 1800);
@@ -79,7 +81,7 @@ TEST_CASE("a clean recovery within the objectives passes with the measured value
 TEST_CASE("an objective set too tight fails, naming the objective, its limit and the measured value") {
   Objectives objectives;
   objectives.recover = Millis(1);
-  FaultVerdict verdict = grade_fault(kill_rank_1(), clean_recovery(), objectives, running());
+  FaultVerdict verdict = grade_fault(kill_rank_1(), typed(clean_recovery()), objectives, running());
   CHECK_FALSE(verdict.passed());
   std::vector<std::string> missed = verdict.missed();
   REQUIRE(missed.size() == 1);
@@ -109,31 +111,31 @@ TEST_CASE("no failure detected and no recovery: every objective is missed as 'ne
 TEST_CASE("a host that did not release the old generation before the next was planned fails") {
   std::vector<json> events = clean_recovery();
   events[2]["remaining"] = 1;  // a worker of generation 0 survived the stop
-  FaultVerdict verdict = grade_fault(kill_rank_1(), events, {}, running());
+  FaultVerdict verdict = grade_fault(kill_rank_1(), typed(events), {}, running());
   CHECK(verdict.resources_released == false);
   CHECK(has_check(verdict, "old generation released", false));
 
   std::vector<json> late = clean_recovery();
   std::swap(late[2], late[3]);  // released only after the next generation was planned
-  CHECK(grade_fault(kill_rank_1(), late, {}, running()).resources_released == false);
+  CHECK(grade_fault(kill_rank_1(), typed(late), {}, running()).resources_released == false);
 }
 
 TEST_CASE("surviving processes, a wrong blame or a failed run fail the verdict") {
   GradeContext survivors = running();
   survivors.surviving_pids = {4242};
-  CHECK(has_check(grade_fault(kill_rank_1(), clean_recovery(), {}, survivors), "old processes gone", false));
+  CHECK(has_check(grade_fault(kill_rank_1(), typed(clean_recovery()), {}, survivors), "old processes gone", false));
 
   std::vector<json> blamed_other = clean_recovery();
   blamed_other[0]["rank"] = 0;
-  CHECK(has_check(grade_fault(kill_rank_1(), blamed_other, {}, running()), "blamed the faulted rank", false));
+  CHECK(has_check(grade_fault(kill_rank_1(), typed(blamed_other), {}, running()), "blamed the faulted rank", false));
 
   GradeContext failed;
   failed.final_state = "failed";
-  CHECK_FALSE(grade_fault(kill_rank_1(), clean_recovery(), {}, failed).passed());
+  CHECK_FALSE(grade_fault(kill_rank_1(), typed(clean_recovery()), {}, failed).passed());
   GradeContext spec_mode;
   spec_mode.final_state = "running";
   spec_mode.require_success = true;
-  CHECK_FALSE(grade_fault(kill_rank_1(), clean_recovery(), {}, spec_mode).passed());
+  CHECK_FALSE(grade_fault(kill_rank_1(), typed(clean_recovery()), {}, spec_mode).passed());
 }
 
 TEST_CASE("corrupt-checkpoint passes only when the damaged step is rejected and an older one resumed") {
@@ -144,23 +146,23 @@ TEST_CASE("corrupt-checkpoint passes only when the damaged step is rejected and 
   std::vector<json> events = clean_recovery();
   events.insert(events.begin() + 4, at(500, {{"ev", "checkpoint.rejected"}, {"step", 60}, {"reason", "crc"}}));
   events.back()["resume_step"] = 40;
-  CHECK(grade_fault(injection, events, {}, running()).passed());
+  CHECK(grade_fault(injection, typed(events), {}, running()).passed());
 
   std::vector<json> resumed_damaged = events;
   resumed_damaged.back()["resume_step"] = 60;
-  CHECK(has_check(grade_fault(injection, resumed_damaged, {}, running()), "resumed from the previous good checkpoint", false));
-  CHECK(has_check(grade_fault(injection, clean_recovery(), {}, running()), "corrupt checkpoint rejected", false));
+  CHECK(has_check(grade_fault(injection, typed(resumed_damaged), {}, running()), "resumed from the previous good checkpoint", false));
+  CHECK(has_check(grade_fault(injection, typed(clean_recovery()), {}, running()), "corrupt checkpoint rejected", false));
 
   // The supervisor named a newer step, damaged too (it had heard of it after the drill read the
   // log): its rejection counts, and the resume must still go below the oldest damaged step.
   std::vector<json> newer_rejected = clean_recovery();
   newer_rejected.insert(newer_rejected.begin() + 4, at(500, {{"ev", "checkpoint.rejected"}, {"step", 80}, {"reason", "crc"}}));
   newer_rejected.back()["resume_step"] = 40;
-  CHECK(grade_fault(injection, newer_rejected, {}, running()).passed());
+  CHECK(grade_fault(injection, typed(newer_rejected), {}, running()).passed());
   // A rejection of an older, undamaged step is not the damage being found.
   std::vector<json> older_rejected = newer_rejected;
   older_rejected[4]["step"] = 40;
-  CHECK(has_check(grade_fault(injection, older_rejected, {}, running()), "corrupt checkpoint rejected", false));
+  CHECK(has_check(grade_fault(injection, typed(older_rejected), {}, running()), "corrupt checkpoint rejected", false));
 }
 
 TEST_CASE("slow-storage passes when slow checkpoints commit and the run succeeds without a failure") {
@@ -177,14 +179,14 @@ TEST_CASE("slow-storage passes when slow checkpoints commit and the run succeeds
   done.require_success = true;
   Objectives objectives;
   objectives.max_lost_steps = 0;
-  FaultVerdict verdict = grade_fault(injection, events, objectives, done);
+  FaultVerdict verdict = grade_fault(injection, typed(events), objectives, done);
   CHECK(verdict.passed());
   CHECK(verdict.last_step == 40);
 
   std::vector<json> fast = {at(900, {{"ev", "checkpoint.committed"}, {"step", 20}, {"seconds", 0.01}})};
-  CHECK(has_check(grade_fault(injection, fast, {}, done), "delay took effect", false));
+  CHECK(has_check(grade_fault(injection, typed(fast), {}, done), "delay took effect", false));
   events.push_back(at(5000, {{"ev", "failure.detected"}, {"kind", "worker.hang"}, {"rank", 0}}));
-  CHECK(has_check(grade_fault(injection, events, {}, done), "no failure detected", false));
+  CHECK(has_check(grade_fault(injection, typed(events), {}, done), "no failure detected", false));
 }
 
 TEST_CASE("a drill that could not run reports error and exit 3") {
@@ -201,7 +203,7 @@ TEST_CASE("--spec mode: passing faults still fail the drill when the job did not
   report.mode = "spec";
   report.final_state = "succeeded";
   report.cleanup_checked = true;
-  report.faults.push_back(grade_fault(kill_rank_1(), clean_recovery(), {}, running()));
+  report.faults.push_back(grade_fault(kill_rank_1(), typed(clean_recovery()), {}, running()));
   CHECK(report.passed());
   report.final_state = "failed";
   CHECK(report.exit_code() == ExitCode::job_failed);
@@ -226,7 +228,7 @@ TEST_CASE("an in-place recovery passes with its survivors alive, and fails when 
   GradeContext context = running();
   context.surviving_pids = {4241, 4243, 4244};  // the carried-over survivors, alive by design
   Objectives objectives{Millis(10'000), Millis(1'000), 0};
-  FaultVerdict verdict = grade_fault(kill_rank_1(), events, objectives, context);
+  FaultVerdict verdict = grade_fault(kill_rank_1(), typed(events), objectives, context);
   CHECK(verdict.passed());
   CHECK(verdict.steps_lost == 0);
   CHECK(has_check(verdict, "survivors carried over in place", true));
@@ -236,9 +238,9 @@ TEST_CASE("an in-place recovery passes with its survivors alive, and fails when 
   CHECK(format_report(report).find("abort 18ms") != std::string::npos);
 
   context.surviving_pids = {4241, 4243, 4244, 4299};  // one more of generation 0: a leftover
-  CHECK(has_check(grade_fault(kill_rank_1(), events, objectives, context), "old processes gone", false));
+  CHECK(has_check(grade_fault(kill_rank_1(), typed(events), objectives, context), "old processes gone", false));
 
   events[3]["pids"] = {4241, 4242, 4244};  // the faulted pid 4242 among the carried
   context.surviving_pids = {4241, 4242, 4244};
-  CHECK(has_check(grade_fault(kill_rank_1(), events, objectives, context), "survivors carried over in place", false));
+  CHECK(has_check(grade_fault(kill_rank_1(), typed(events), objectives, context), "survivors carried over in place", false));
 }

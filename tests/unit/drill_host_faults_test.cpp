@@ -24,11 +24,13 @@
 #include "launcher/base/child_process.h"
 #include "launcher/drill/fault.h"
 #include "launcher/drill/grading.h"
+#include "tests/unit/typed_events.h"
 #include "launcher/drill/partition.h"
 #include "launcher/hosts/run_hosts.h"
 #include "launcher/spec/drill_spec.h"
 
 using namespace dtrain;
+using dtrain::testing::typed;
 using namespace dtrain::drill;
 using dtrain::hosts::still_running_script;
 using nlohmann::json;
@@ -297,7 +299,7 @@ TEST_CASE("kill-host passes when the host is lost and left out — the lost host
   GradeContext context;
   context.final_state = "running";
   context.extra_checks = {{"nothing left on h3", true, "gone"}};
-  FaultVerdict pass = grade_fault(host_injection("kill-host:h3"), shrink({"h1", "h2"}), {}, context);
+  FaultVerdict pass = grade_fault(host_injection("kill-host:h3"), typed(shrink({"h1", "h2"})), {}, context);
   CHECK_MESSAGE(pass.passed(), to_json(pass).dump(2));
   CHECK(pass.detect_ms == 41);
   CHECK(pass.recover_ms == 700);
@@ -305,19 +307,19 @@ TEST_CASE("kill-host passes when the host is lost and left out — the lost host
   REQUIRE(find_check(pass, "host left out of the new generation"));
   CHECK(find_check(pass, "host left out of the new generation")->detail.find("4 rank(s) on h1, h2") != std::string::npos);
 
-  FaultVerdict kept = grade_fault(host_injection("kill-host:h3"), shrink({"h1", "h2", "h3"}), {}, context);
+  FaultVerdict kept = grade_fault(host_injection("kill-host:h3"), typed(shrink({"h1", "h2", "h3"})), {}, context);
   CHECK_FALSE(kept.passed());
   CHECK_FALSE(find_check(kept, "host left out of the new generation")->met);
 
   context.extra_checks = {{"nothing left on h3", false, "still running there: pid 77"}};
-  FaultVerdict leftover = grade_fault(host_injection("partition-host:h3"), shrink({"h1", "h2"}), {}, context);
+  FaultVerdict leftover = grade_fault(host_injection("partition-host:h3"), typed(shrink({"h1", "h2"})), {}, context);
   CHECK_FALSE(leftover.passed());
   CHECK(leftover.missed().front().find("nothing left on h3 (still running there: pid 77)") == 0);
 
   std::vector<json> other_host = shrink({"h1", "h3"});
   other_host[0]["host"] = "h2";
   context.extra_checks.clear();
-  CHECK_FALSE(find_check(grade_fault(host_injection("kill-host:h3"), other_host, {}, context), "host lost")->met);
+  CHECK_FALSE(find_check(grade_fault(host_injection("kill-host:h3"), typed(other_host), {}, context), "host lost")->met);
 }
 
 TEST_CASE("kill-supervisor is detected by the drill's fence check and recovered by the resumed supervisor") {
@@ -335,7 +337,7 @@ TEST_CASE("kill-supervisor is detected by the drill's fence check and recovered 
   context.final_state = "running";
   context.detected_wall_ms = kAt + 120;
   context.detected_by = "agents fenced";
-  FaultVerdict verdict = grade_fault(injection, events, {Millis(5000), Millis(10'000), 100}, context);
+  FaultVerdict verdict = grade_fault(injection, typed(events), {Millis(5000), Millis(10'000), 100}, context);
   CHECK_MESSAGE(verdict.passed(), to_json(verdict).dump(2));
   CHECK(verdict.detect_ms == 120);
   CHECK(verdict.detected_kind == "agents fenced");
@@ -343,13 +345,13 @@ TEST_CASE("kill-supervisor is detected by the drill's fence check and recovered 
   CHECK(verdict.steps_lost == 30);
 
   context.detected_wall_ms.reset();
-  FaultVerdict unfenced = grade_fault(injection, events, {}, context);
+  FaultVerdict unfenced = grade_fault(injection, typed(events), {}, context);
   CHECK_FALSE(unfenced.passed());
   CHECK(find_check(unfenced, "failure detected")->detail == "the agents never fenced");
 
   context.detected_wall_ms = kAt + 120;
   events.back()["kind"] = "worker.exit";
-  CHECK_FALSE(grade_fault(injection, events, {}, context).passed());
+  CHECK_FALSE(grade_fault(injection, typed(events), {}, context).passed());
 }
 
 TEST_CASE("the example configs/drill-partition.yaml is a valid drill spec with both partition methods") {

@@ -62,7 +62,8 @@ auto sample_events() {
       RunSubmitted{"run-1", "demo", "team", "alice", "/tmp/spec.yaml", {"h1", "h2"}, 4, "0.1.0", 100, "launch", false},
       RunResumed{"failed", 100, "launch", 2500, 40, 3, 101, "launch", "0.1.0", true},
       RunState{"running", "every worker started"}, RunStopRequested{"SIGINT"},
-      RunFinished{"succeeded", 0, 1, 2, 9000, {nlohmann::json{{"ev", kFailureDetected}}}, nlohmann::json::object(), "gave up"},
+      RunFinished{"succeeded", 0, 1, 2, 9000, {nlohmann::json{{"ev", kFailureDetected}}},
+                  RunRootCause{"worker.exit", "h1", 2, "exit code 3", "Traceback ..."}, "gave up"},
       RunlogDropped{4096, 3, "fell behind", {{"rank_output", 2}, {"worker.started", 1}}, "2026-12-02T18:00:00.000Z",
                     "2026-12-02T18:00:05.000Z"}, SshInsecure{"host keys are not checked"},
       RuntimeDirFallback{"/tmp/dtrain-0-Ab12Cd/3fa2c1d0", "runtime directory '/tmp/dtrain-0' belongs to uid 65534"},
@@ -133,4 +134,69 @@ TEST_CASE("typed events leave absent optional fields out rather than writing nul
   // An agent's facts: the known keys as they came, nothing else.
   nlohmann::json facts = events::HostFacts{"h1", {{"cpus", 8}, {"ev", "forged"}, {"secret", 1}}}.to_json();
   CHECK(facts == nlohmann::json{{"ev", "host.facts"}, {"host", "h1"}, {"cpus", 8}});
+}
+
+// ---- reading events back (from_json, the Event variant)
+
+#include "launcher/events/event.h"
+
+TEST_CASE("every typed event reads back equal: from_json(to_json(e)) == e, through the Event variant too") {
+  std::apply([&](const auto&... event) {
+    (([&] {
+       using Type = std::decay_t<decltype(event)>;
+       nlohmann::json json = event.to_json();
+       Result<Type> back = Type::from_json(json);
+       REQUIRE_MESSAGE(back.ok(), event.name << ": " << back.error().message);
+       CHECK_MESSAGE(*back == event, event.name << " read back differs: " << back->to_json().dump());
+
+       json["ts"] = "2026-12-02T18:00:00.000Z";  // as the log holds it
+       Result<events::Event> any = events::parse_event(json);
+       REQUIRE_MESSAGE(any.ok(), event.name << ": " << any.error().message);
+       REQUIRE_MESSAGE(std::holds_alternative<Type>(*any), event.name << " parsed as another alternative");
+       CHECK(std::get<Type>(*any) == event);
+       CHECK(events::event_name(*any) == event.name);
+       CHECK(events::to_json(*any) == event.to_json());
+     }()),
+     ...);
+  }, sample_events());
+  // One alternative per catalogue name, and UnknownEvent.
+  CHECK(std::variant_size_v<events::Event> == events::catalogue().size() + 1);
+}
+
+TEST_CASE("parse_event: an unknown name is kept as it came, a mistyped field is an error that names it") {
+  nlohmann::json newer = {{"ts", "2026-12-02T18:00:00.000Z"}, {"ev", "gpu.throttled"}, {"host", "h1"}, {"mhz", 900}};
+  Result<events::Event> unknown = events::parse_event(newer);
+  REQUIRE(unknown.ok());
+  REQUIRE(std::holds_alternative<events::UnknownEvent>(*unknown));
+  CHECK(events::event_name(*unknown) == "gpu.throttled");
+  CHECK(events::to_json(*unknown) == nlohmann::json{{"ev", "gpu.throttled"}, {"host", "h1"}, {"mhz", 900}});
+
+  Result<events::Event> bad = events::parse_event({{"ev", "worker.exit"}, {"rank", "two"}});
+  REQUIRE(!bad.ok());
+  CHECK(bad.error().message.find("worker.exit.rank") != std::string::npos);
+  CHECK(bad.error().message.find("expected an integer") != std::string::npos);
+
+  Result<events::Event> bad_cause =
+      events::parse_event({{"ev", "recovery.started"}, {"cause", {{"kind", "worker.exit"}, {"rank", 1.5}}}});
+  REQUIRE(!bad_cause.ok());
+  CHECK(bad_cause.error().message.find("cause.rank") != std::string::npos);
+
+  CHECK(!events::parse_event({{"ev", 3}}).ok());
+  CHECK(!events::parse_event(nlohmann::json::array()).ok());
+}
+
+TEST_CASE("from_json: an absent field keeps its default (an older dtrain wrote fewer)") {
+  Result<events::WorkerExit> exit = events::WorkerExit::from_json({{"ev", "worker.exit"}, {"rank", 3}, {"code", 1}});
+  REQUIRE(exit.ok());
+  CHECK(exit->rank == 3);
+  CHECK(exit->code == 1);
+  CHECK(exit->gen == 0);
+  CHECK(!exit->signal);
+  CHECK(exit->tail.empty());
+  CHECK(!exit->error);
+
+  Result<events::FailureCause> cause = events::FailureCause::from_json({{"kind", "host.lost"}});
+  REQUIRE(cause.ok());
+  CHECK(cause->local_rank == -1);
+  CHECK(!cause->rank);
 }

@@ -6,8 +6,10 @@
 
 #include "launcher/base/clock.h"
 #include "launcher/metrics/goodput.h"
+#include "tests/unit/typed_events.h"
 
 using namespace dtrain;
+using dtrain::testing::typed;
 using nlohmann::json;
 
 namespace {
@@ -41,7 +43,7 @@ std::vector<json> hang_and_restart_run() {
 }  // namespace
 
 TEST_CASE("goodput: launch, detection, restart, redone steps, checkpoint stall and shutdown") {
-  metrics::Goodput g = metrics::goodput_from_events(hang_and_restart_run());
+  metrics::Goodput g = metrics::goodput_from_events(typed(hang_and_restart_run()));
   CHECK(g.finished);
   CHECK(g.restarts == 1);
   CHECK(g.wall_seconds == doctest::Approx(205));
@@ -66,14 +68,14 @@ TEST_CASE("goodput: launch, detection, restart, redone steps, checkpoint stall a
 TEST_CASE("goodput: a live run ends at now, before any step it is all launch") {
   std::vector<json> events = hang_and_restart_run();
   events.resize(3);  // submitted, plan, first step at 10 s
-  metrics::Goodput live = metrics::goodput_from_events(events, kStart + 40'000);
+  metrics::Goodput live = metrics::goodput_from_events(typed(events), kStart + 40'000);
   CHECK(!live.finished);
   CHECK(live.wall_seconds == doctest::Approx(40));
   CHECK(live.launch_seconds == doctest::Approx(10));
   CHECK(live.productive_seconds == doctest::Approx(30));
 
   events.resize(2);
-  metrics::Goodput launching = metrics::goodput_from_events(events, kStart + 5'000);
+  metrics::Goodput launching = metrics::goodput_from_events(typed(events), kStart + 5'000);
   CHECK(launching.launch_seconds == doctest::Approx(5));
   CHECK(launching.ratio() == 0);
   CHECK(metrics::goodput_from_events({}).wall_seconds == 0);
@@ -88,7 +90,7 @@ TEST_CASE("goodput: an old log without generation.stepped starts training at run
       at(25, {{"ev", "failure.budget_exhausted"}, {"gen", 1}}),
       at(26, {{"ev", "run.finished"}, {"gen", 1}}),
   };
-  metrics::Goodput g = metrics::goodput_from_events(events);
+  metrics::Goodput g = metrics::goodput_from_events(typed(events));
   CHECK(g.launch_seconds == doctest::Approx(2));
   CHECK(g.detection_seconds == doctest::Approx(0.5));
   CHECK(g.restart_seconds == doctest::Approx(3));

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <fcntl.h>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 #include <unistd.h>
@@ -40,6 +41,34 @@ void append_raw(const std::string& path, const std::string& bytes) {
 
 const int64_t kWall = 1'795'995'662'120;  // 2026-11-29T23:41:02.120Z
 
+// The typed reader's events as JSON (as `dtrain status --json` prints them), so that the cases
+// below can name any field, and its skipped lines as their messages.
+using WarningSink = std::function<void(const std::string&)>;
+
+EventErrorSink messages_to(const WarningSink& on_warning) {
+  if (!on_warning) return nullptr;
+  return [on_warning](const EventLineError& error) { on_warning(error.message()); };
+}
+
+Result<std::vector<json>> as_json(Result<std::vector<LoggedEvent>> events) {
+  if (!events) return events.error();
+  std::vector<json> out;
+  for (const LoggedEvent& event : *events) out.push_back(to_json(event));
+  return out;
+}
+
+Result<std::vector<json>> read_as_json(const std::string& path, const WarningSink& on_warning = nullptr) {
+  return as_json(read_logged_events(path, messages_to(on_warning)));
+}
+
+Result<std::vector<json>> read_last_as_json(const std::string& path, size_t count, const WarningSink& on_warning = nullptr) {
+  return as_json(read_last_logged_events(path, count, messages_to(on_warning)));
+}
+
+Result<std::vector<json>> poll_as_json(EventFollower& follower, const WarningSink& on_warning = nullptr) {
+  return as_json(follower.poll_events(messages_to(on_warning)));
+}
+
 }  // namespace
 
 TEST_CASE("the event log starts with a versioned header and appends ts-first lines") {
@@ -56,7 +85,7 @@ TEST_CASE("the event log starts with a versioned header and appends ts-first lin
         "{\"ts\":\"2026-11-29T23:41:02.120Z\",\"ev\":\"worker.exit\",\"rank\":2,\"signal\":\"SIGKILL\"}\n"
         "{\"ts\":\"2026-11-29T23:41:02.121Z\",\"ev\":\"run.finished\",\"state\":\"failed\"}\n");
 
-  Result<std::vector<json>> events = read_events(path);
+  Result<std::vector<json>> events = read_as_json(path);
   REQUIRE(events.ok());
   REQUIRE(events->size() == 2);
   CHECK((*events)[0]["ev"] == "worker.exit");
@@ -82,13 +111,13 @@ TEST_CASE("a truncated final line is skipped and a corrupt middle line is skippe
   append_raw(path, "{\"ts\":\"2026-11-29T23:41:02.1");  // writer killed mid-line
   std::vector<std::string> warnings;
   auto collect = [&warnings](const std::string& warning) { warnings.push_back(warning); };
-  Result<std::vector<json>> events = read_events(path, collect);
+  Result<std::vector<json>> events = read_as_json(path, collect);
   REQUIRE(events.ok());
   CHECK(events->size() == 1);
   CHECK(warnings.empty());  // a final unterminated line is a writer mid-line, not corruption
 
   append_raw(path, "\n{\"ts\":\"x\",\"ev\":\"b\"}\n");  // the broken line is now line 3 of 4
-  Result<std::vector<json>> after = read_events(path, collect);
+  Result<std::vector<json>> after = read_as_json(path, collect);
   REQUIRE(after.ok());
   REQUIRE(after->size() == 2);
   CHECK((*after)[0]["ev"] == "a");
@@ -97,7 +126,7 @@ TEST_CASE("a truncated final line is skipped and a corrupt middle line is skippe
   CHECK(warnings[0].find(path + ":3: skipped a corrupt line (not valid JSON)") == 0);
   CHECK(warnings[0].find("2026-11-29T23:41:02.1") != std::string::npos);
   // Without a sink the line is skipped all the same.
-  CHECK(read_events(path)->size() == 2);
+  CHECK(read_as_json(path)->size() == 2);
 }
 
 TEST_CASE("parse_event_line accepts what the writer writes and names the field it refuses") {
@@ -185,7 +214,7 @@ TEST_CASE("every field readers look up, wrongly typed, gets its line skipped wit
     append_raw(path, format_event_line({{"ev", "checkpoint.committed"}, {"gen", 0}, {"step", 20}}, kWall) + "\n");
 
     std::vector<std::string> warnings;
-    Result<std::vector<json>> events = read_events(path, [&](const std::string& w) { warnings.push_back(w); });
+    Result<std::vector<json>> events = read_as_json(path, [&](const std::string& w) { warnings.push_back(w); });
     REQUIRE(events.ok());
     REQUIRE(events->size() == 2);
     CHECK((*events)[0]["ev"] == "plan.generation");
@@ -198,8 +227,8 @@ TEST_CASE("every field readers look up, wrongly typed, gets its line skipped wit
       CHECK_NOTHROW((void)event.value("step", int64_t{-1}));
     }
 
-    EventFollower follower(path, [&](const std::string& w) { warnings.push_back(w); });
-    Result<std::vector<json>> followed = follower.poll();
+    EventFollower follower(path);
+    Result<std::vector<json>> followed = poll_as_json(follower, [&](const std::string& w) { warnings.push_back(w); });
     REQUIRE(followed.ok());
     CHECK(followed->size() == 2);
     CHECK(follower.skipped_lines() == 1);
@@ -214,7 +243,7 @@ TEST_CASE("an append that fails part-way (file too large, as on a full disk) lea
   REQUIRE(log->append({{"ev", "a"}}, kWall).ok());
   const std::string before = *read_file(path);
   EventFollower follower(path);
-  REQUIRE(follower.poll()->size() == 1);
+  REQUIRE(poll_as_json(follower)->size() == 1);
   {
     dtrain::testing::FileSizeLimit limit(before.size() + 20);  // room for 20 bytes of the line
     Status failed = log->append({{"ev", "b"}, {"detail", std::string(200, 'x')}}, kWall);
@@ -227,12 +256,12 @@ TEST_CASE("an append that fails part-way (file too large, as on a full disk) lea
   // Room again: the next event starts on a line of its own and every reader sees both.
   REQUIRE(log->append({{"ev", "c"}}, kWall).ok());
   std::vector<std::string> warnings;
-  Result<std::vector<json>> events = read_events(path, [&](const std::string& w) { warnings.push_back(w); });
+  Result<std::vector<json>> events = read_as_json(path, [&](const std::string& w) { warnings.push_back(w); });
   REQUIRE(events.ok());
   REQUIRE(events->size() == 2);
   CHECK((*events)[1]["ev"] == "c");
   CHECK(warnings.empty());
-  Result<std::vector<json>> followed = follower.poll();
+  Result<std::vector<json>> followed = poll_as_json(follower);
   REQUIRE(followed.ok());
   REQUIRE(followed->size() == 1);
   CHECK((*followed)[0]["ev"] == "c");
@@ -244,13 +273,13 @@ TEST_CASE("a follower that saw half of a line which the writer then cut off read
   Result<EventLog> log = EventLog::create(path, "r", kWall);
   REQUIRE(log.ok());
   EventFollower follower(path);
-  REQUIRE(follower.poll()->empty());
+  REQUIRE(poll_as_json(follower)->empty());
   const int64_t header_size = static_cast<int64_t>(read_file(path)->size());
   append_raw(path, "{\"ts\":\"2026-11-29T23:41:02.120Z\",\"ev\":\"lo");  // a failed append's bytes
-  REQUIRE(follower.poll()->empty());
+  REQUIRE(poll_as_json(follower)->empty());
   REQUIRE(::truncate(path.c_str(), header_size) == 0);  // what EventLog::append does after it
   REQUIRE(log->append({{"ev", "next"}}, kWall).ok());
-  Result<std::vector<json>> events = follower.poll();
+  Result<std::vector<json>> events = poll_as_json(follower);
   REQUIRE(events.ok());
   REQUIRE(events->size() == 1);
   CHECK((*events)[0]["ev"] == "next");
@@ -261,17 +290,17 @@ TEST_CASE("an unknown header version or a missing header is a clear error") {
   TempDir dir;
   std::string newer = dir.path + "/newer.jsonl";
   REQUIRE(write_file_atomic(newer, "{\"dtrain_events\":2,\"run_id\":\"r\"}\n{\"ev\":\"a\"}\n").ok());
-  Result<std::vector<json>> events = read_events(newer);
+  Result<std::vector<json>> events = read_as_json(newer);
   REQUIRE_FALSE(events.ok());
   CHECK(events.error().message.find("version 2") != std::string::npos);
 
   std::string headless = dir.path + "/headless.jsonl";
   REQUIRE(write_file_atomic(headless, "{\"ts\":\"x\",\"ev\":\"a\"}\n").ok());
-  Result<std::vector<json>> no_header = read_events(headless);
+  Result<std::vector<json>> no_header = read_as_json(headless);
   REQUIRE_FALSE(no_header.ok());
   CHECK(no_header.error().message.find(headless + ":1: not a dtrain event log") != std::string::npos);
 
-  CHECK_FALSE(read_events(dir.path + "/missing.jsonl").ok());
+  CHECK_FALSE(read_as_json(dir.path + "/missing.jsonl").ok());
   CHECK_FALSE(EventLog::open_existing(newer).ok());
 }
 
@@ -287,7 +316,7 @@ TEST_CASE("open_existing cuts a truncated last line and appends after it") {
   Result<EventLog> resumed = EventLog::open_existing(path);
   REQUIRE(resumed.ok());
   REQUIRE(resumed->append({{"ev", "b"}}, kWall).ok());
-  Result<std::vector<json>> events = read_events(path);
+  Result<std::vector<json>> events = read_as_json(path);
   REQUIRE(events.ok());
   REQUIRE(events->size() == 2);
   CHECK((*events)[1]["ev"] == "b");
@@ -297,22 +326,22 @@ TEST_CASE("the event follower returns only events appended since its last poll")
   TempDir dir;
   std::string path = dir.path + "/events.jsonl";
   EventFollower follower(path);
-  CHECK(follower.poll()->empty());  // not created yet: nothing, not an error
+  CHECK(poll_as_json(follower)->empty());  // not created yet: nothing, not an error
 
   Result<EventLog> log = EventLog::create(path, "r", kWall);
   REQUIRE(log.ok());
-  CHECK(follower.poll()->empty());  // header only
+  CHECK(poll_as_json(follower)->empty());  // header only
   REQUIRE(log->append({{"ev", "a"}}, kWall).ok());
   REQUIRE(log->append({{"ev", "b"}}, kWall).ok());
-  Result<std::vector<json>> first = follower.poll();
+  Result<std::vector<json>> first = poll_as_json(follower);
   REQUIRE(first.ok());
   REQUIRE(first->size() == 2);
   CHECK((*first)[1]["ev"] == "b");
 
   append_raw(path, "{\"ts\":\"t\",\"ev\":\"c\"");  // half a line: not yet
-  CHECK(follower.poll()->empty());
+  CHECK(poll_as_json(follower)->empty());
   append_raw(path, "}\n");
-  Result<std::vector<json>> second = follower.poll();
+  Result<std::vector<json>> second = poll_as_json(follower);
   REQUIRE(second.ok());
   REQUIRE(second->size() == 1);
   CHECK((*second)[0]["ev"] == "c");
@@ -344,7 +373,7 @@ TEST_CASE("read_tail_lines returns the last complete lines and where they end") 
   CHECK(follower.take_partial() == "partial");
 }
 
-TEST_CASE("read_last_events: the newest N of a log much larger than its read window, as read_events ends") {
+TEST_CASE("read_last_logged_events: the newest N of a log much larger than its read window, as read_logged_events ends") {
   TempDir dir;
   std::string path = dir.path + "/events.jsonl";
   {
@@ -356,11 +385,11 @@ TEST_CASE("read_last_events: the newest N of a log much larger than its read win
                           kWall + i).ok());
     }
   }
-  Result<std::vector<json>> all = read_events(path);
+  Result<std::vector<json>> all = read_as_json(path);
   REQUIRE(all.ok());
   for (size_t count : {size_t{1}, size_t{10}, size_t{999}, size_t{2999}, size_t{3000}, size_t{5000}}) {
     CAPTURE(count);
-    Result<std::vector<json>> last = read_last_events(path, count);
+    Result<std::vector<json>> last = read_last_as_json(path, count);
     REQUIRE(last.ok());
     size_t expected = std::min(count, all->size());
     REQUIRE(last->size() == expected);
@@ -369,7 +398,7 @@ TEST_CASE("read_last_events: the newest N of a log much larger than its read win
   // A corrupt line near the end is skipped with a warning, a writer's partial last line silently.
   append_raw(path, "{not json}\n{\"ts\":\"x\",\"ev\":\"after\"}\n{\"ts\":\"2026-1");
   std::vector<std::string> warnings;
-  Result<std::vector<json>> last = read_last_events(path, 2, [&](const std::string& w) { warnings.push_back(w); });
+  Result<std::vector<json>> last = read_last_as_json(path, 2, [&](const std::string& w) { warnings.push_back(w); });
   REQUIRE(last.ok());
   REQUIRE(last->size() == 2);
   CHECK((*last)[0]["rank"] == 2999);
@@ -378,11 +407,11 @@ TEST_CASE("read_last_events: the newest N of a log much larger than its read win
   CHECK(warnings[0].find("skipped a corrupt line near the end") != std::string::npos);
 }
 
-TEST_CASE("read_last_events: a header-only or empty log has no events, a foreign file is an error") {
+TEST_CASE("read_last_logged_events: a header-only or empty log has no events, a foreign file is an error") {
   TempDir dir;
   std::string path = dir.path + "/events.jsonl";
   REQUIRE(EventLog::create(path, "r", kWall).ok());
-  Result<std::vector<json>> none = read_last_events(path, 10);
+  Result<std::vector<json>> none = read_last_as_json(path, 10);
   REQUIRE(none.ok());
   CHECK(none->empty());
   std::string foreign = dir.path + "/other.jsonl";
@@ -391,6 +420,6 @@ TEST_CASE("read_last_events: a header-only or empty log has no events, a foreign
     std::fputs("{\"something\":1}\n{\"ts\":\"x\",\"ev\":\"a\"}\n", file);
     std::fclose(file);
   }
-  CHECK_FALSE(read_last_events(foreign, 10).ok());
-  CHECK_FALSE(read_last_events(dir.path + "/missing.jsonl", 10).ok());
+  CHECK_FALSE(read_last_as_json(foreign, 10).ok());
+  CHECK_FALSE(read_last_as_json(dir.path + "/missing.jsonl", 10).ok());
 }

@@ -1,0 +1,185 @@
+// report.html's sections about the run as a whole: its outcome and root cause, and its plan
+// (ranks, hosts, GPU topology) per generation.
+
+#include "launcher/report/html_parts.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+
+#include "launcher/base/clock.h"
+#include "launcher/base/json_fields.h"
+#include "launcher/base/strings.h"
+#include "launcher/report/downsample.h"
+
+namespace dtrain::report::page {
+
+using nlohmann::json;
+
+/// "rank 1 on localhost (worker.exit): killed by SIGKILL"
+std::string cause_line(int rank, const std::string& host, const std::string& kind, const std::string& detail) {
+  std::string text;
+  if (rank >= 0) text += "rank " + std::to_string(rank) + " on ";
+  text += host.empty() ? "?" : host;
+  if (!kind.empty()) text += " (" + kind + ")";
+  return detail.empty() ? text : text + ": " + detail;
+}
+
+/// The root cause: what run.finished names, else the supervisor's failure.root_cause, else the
+/// first failure detected; empty when there was no failure.
+std::string root_cause_line(const RunRecord& record, const events::RunFinished* finished,
+                            const std::vector<const LoggedEvent*>& detected) {
+  if (finished && finished->root_cause) {
+    const events::RunRootCause& cause = *finished->root_cause;
+    return cause_line(cause.rank, cause.host, cause.kind, cause.detail);
+  }
+  if (const auto* root = last_event<events::FailureRootCause>(record)) return cause_line(root->rank, root->host, "", root->detail);
+  if (detected.empty()) return "";
+  const events::FailureCause& first = std::get<events::FailureDetected>(detected.front()->event).cause;
+  return cause_line(first.rank.value_or(-1), first.host, first.kind, first.detail);
+}
+
+std::string outcome_section(const RunRecord& record, const Timeline& timeline) {
+  const auto* finished = last_event<events::RunFinished>(record);
+  std::string state = finished ? (finished->state.empty() ? "unknown" : finished->state)
+                               : (record.state ? json_string(*record.state, "state", "unknown") : "unknown");
+  std::string css = state == "succeeded" ? "succeeded" : state == "failed" ? "failed" : "other";
+  std::string out = "<section id=\"outcome\"><h2>Outcome and root cause</h2>";
+  out += "<div class=\"outcome " + css + "\" data-state=\"" + e(state) + "\">" + e(state);
+  if (finished) out += " · exit " + std::to_string(finished->exit_code);
+  out += "</div>";
+  if (!finished) {
+    out += "<p class=\"warn\">No run.finished event: the run was still going when this report was made, or its "
+           "supervisor ended without a final state (state.json says <b>" +
+           e(record.state ? json_string(*record.state, "state", "unknown") : "nothing") + "</b>).</p>";
+  }
+  out += "<table>";
+  auto row = [&](const std::string& label, const std::string& value) {
+    out += "<tr><th>" + e(label) + "</th><td>" + value + "</td></tr>";
+  };
+  row("started", e(format_timestamp_utc(timeline.start_ms)));
+  row("duration", e(human_ms(finished ? finished->duration_ms : timeline.end_ms - timeline.start_ms)));
+  row("generations", std::to_string(timeline.generations.size()));
+  row("restarts", finished ? std::to_string(finished->restarts) : std::to_string(timeline.recoveries.size()));
+  if (const auto* submitted = last_event<events::RunSubmitted>(record)) {
+    row("world size at submit", std::to_string(submitted->world_size));
+    row("spec", e(submitted->spec));
+  }
+  out += "</table>";
+
+  std::vector<const LoggedEvent*> detected = events_of<events::FailureDetected>(record);
+  if (std::string cause = root_cause_line(record, finished, detected); !cause.empty()) {
+    out += "<div class=\"cause\" id=\"root-cause\"><b>" +
+           std::string(state == "failed" ? "Root cause" : "Failure (recovered)") + ":</b> " + e(cause) + "</div>";
+  } else {
+    out += "<p>No failure was detected.</p>";
+  }
+  if (!detected.empty()) {
+    out += "<h3>Every failure detected (" + std::to_string(detected.size()) + ")</h3><table><tr><th>when</th><th>gen</th><th>kind</th><th>where</th><th>detail</th></tr>";
+    size_t shown = 0;
+    for (const LoggedEvent* event : detected) {
+      if (++shown > 50) break;
+      const events::FailureCause& cause = std::get<events::FailureDetected>(event->event).cause;
+      std::optional<int64_t> at = event->wall_ms();
+      std::string where = cause.rank ? "rank " + std::to_string(*cause.rank) + " on " : "";
+      out += "<tr class=\"failure-row\" data-kind=\"" + e(cause.kind) + "\"><td>" +
+             e(at ? since(*at, timeline.start_ms) : "?") + "</td><td class=\"n\">" + std::to_string(event->gen.value_or(0)) +
+             "</td><td>" + e(cause.kind) + "</td><td>" + e(where + cause.host) + "</td><td>" + e(cause.detail) +
+             "</td></tr>";
+    }
+    out += "</table>";
+    if (detected.size() > 50) out += "<p class=\"note\">" + std::to_string(detected.size() - 50) + " more in events.jsonl.</p>";
+  }
+  return out + "</section>";
+}
+
+std::string plan_section(const RunRecord& record) {
+  std::string out = "<section id=\"plan\"><h2>Plan and GPU topology</h2>";
+  if (record.plans.empty()) out += "<p>No plan-&lt;gen&gt;.json in the run directory.</p>";
+  // Each host's GPUs as "8 × NVIDIA H100", for the plan tables (hosts/*.json).
+  std::map<std::string, std::string> gpus_of;
+  for (const HostFacts& host : record.hosts) {
+    std::map<std::string, int> models;
+    for (const HostFacts::Gpu& gpu : host.gpus) ++models[gpu.name.empty() ? "GPU" : gpu.name];
+    std::vector<std::string> parts;
+    for (const auto& [model, count] : models) parts.push_back(std::to_string(count) + " × " + model);
+    gpus_of[host.name] = parts.empty() ? "none" : join(parts, ", ");
+  }
+  auto gpus_text = [&](const std::string& host) {
+    auto found = gpus_of.find(host);
+    return found == gpus_of.end() ? std::string("?") : found->second;
+  };
+  const PlanRecord* previous = nullptr;
+  for (const auto& [generation, plan] : record.plans) {
+    std::string headline = "gen " + std::to_string(generation) + ": world " + std::to_string(plan.world_size) + " = dp " +
+                           std::to_string(plan.data) + " × pp " + std::to_string(plan.pipeline) + " × tp " +
+                           std::to_string(plan.tensor) + "; global batch " +
+                           (plan.global_batch ? std::to_string(plan.global_batch) : std::string("not set")) + " = micro " +
+                           std::to_string(plan.micro_batch) + " × dp × grad_accum " + std::to_string(plan.grad_accum);
+    // A restart in place keeps the layout: one line says so instead of the same table again.
+    if (previous && same_layout(*previous, plan)) {
+      out += "<h3 data-gen=\"" + std::to_string(generation) + "\">" + e(headline) + "</h3><p class=\"note\">same hosts and ranks as gen " +
+             std::to_string(previous->generation) + "</p>";
+      previous = &plan;
+      continue;
+    }
+    previous = &plan;
+    out += "<h3 data-gen=\"" + std::to_string(generation) + "\">" + e(headline) + "</h3>";
+    if (!plan.without.empty()) out += "<p>without: " + e(join(plan.without, ", ")) + "</p>";
+    if (!plan.spares_used.empty()) out += "<p>spares in use: " + e(join(plan.spares_used, ", ")) + "</p>";
+    // Up to 8 hosts one per row; more: the first and last few, the rest counted.
+    constexpr size_t kShownHosts = 8;
+    out += "<table><tr><th>host</th><th>ranks</th><th>GPUs</th></tr>";
+    for (size_t i = 0; i < plan.hosts.size(); ++i) {
+      bool shown = plan.hosts.size() <= kShownHosts || i < kShownHosts / 2 || i >= plan.hosts.size() - 2;
+      if (!shown) {
+        if (i == kShownHosts / 2) {
+          out += "<tr><td colspan=\"3\" class=\"note\">… " + std::to_string(plan.hosts.size() - kShownHosts / 2 - 2) +
+                 " more hosts (plan-" + std::to_string(generation) + ".json)</td></tr>";
+        }
+        continue;
+      }
+      const PlanRecord::Host& host = plan.hosts[i];
+      std::vector<int> ranks;
+      for (const PlanRecord::Rank& rank : host.ranks) ranks.push_back(rank.rank);
+      out += "<tr><td>" + e(host.name) + (host.spare ? " (spare)" : "") + "</td><td>" + e(ranges(ranks)) + "</td><td>" +
+             e(gpus_text(host.name)) + "</td></tr>";
+    }
+    out += "</table>";
+  }
+
+  // Hosts with the same facts are one row: a thousand-host run has a handful of machine types.
+  if (!record.hosts.empty()) {
+    struct Group {
+      std::vector<std::string> names;
+      const HostFacts* facts;
+    };
+    std::map<std::string, Group> groups;
+    for (const HostFacts& host : record.hosts) {
+      std::string key = std::to_string(host.cpus) + "|" + std::to_string(host.memory_mb) + "|" + host.topology + "|" + host.version;
+      for (const HostFacts::Gpu& gpu : host.gpus) key += "|" + gpu.name;
+      auto [group, added] = groups.try_emplace(key, Group{{}, &host});
+      group->second.names.push_back(host.name);
+    }
+    out += "<h3>Hosts (hosts/*.json)</h3><table><tr><th>hosts</th><th>CPUs</th><th>memory</th><th>GPUs</th><th>dtrain</th></tr>";
+    std::vector<std::string> topologies;
+    for (const auto& [key, group] : groups) {
+      std::string names = group.names.size() <= 6 ? join(group.names, ", ")
+                                                   : group.names.front() + " … " + group.names.back() + " (" +
+                                                         std::to_string(group.names.size()) + " hosts)";
+      out += "<tr><td>" + e(names) + "</td><td class=\"n\">" + std::to_string(group.facts->cpus) + "</td><td class=\"n\">" +
+             e(human_bytes(static_cast<double>(group.facts->memory_mb) * 1048576.0)) + "</td><td>" +
+             e(gpus_text(group.facts->name)) + "</td><td>" + e(group.facts->version) + "</td></tr>";
+      if (!group.facts->topology.empty()) {
+        topologies.push_back("<h3>GPU topology: " + e(names) + "</h3><pre>" + e(group.facts->topology) + "</pre>");
+      }
+    }
+    out += "</table>";
+    for (const std::string& topology : topologies) out += topology;
+  }
+  return out + "</section>";
+}
+
+}  // namespace dtrain::report::page
