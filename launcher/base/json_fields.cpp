@@ -6,7 +6,7 @@
 
 namespace dtrain {
 
-using json;
+using nlohmann::json;
 
 const json* json_member(const json& object, std::string_view key) {
   if (!object.is_object()) return nullptr;
