@@ -183,11 +183,11 @@ Result<FaultRecord> inject_and_follow(LiveRun& run, const Fault& fault, Deadline
     // From the newest step the run log has seen committed (what the supervisor will name, or
     // newer) up to the newest on disk: every step the restart could be told to load is damaged.
     int64_t newest_logged = std::numeric_limits<int64_t>::max();
-    for (const json& event : run.events()) {
-      if (json_string(event, "ev") != events::kCheckpointCommitted) continue;
-      if (std::optional<int64_t> step = json_int(event, "step")) {
-        newest_logged = newest_logged == std::numeric_limits<int64_t>::max() ? *step : std::max(newest_logged, *step);
-      }
+    for (const LoggedEvent& event : run.events()) {
+      const auto* committed = std::get_if<events::CheckpointCommitted>(&event.event);
+      if (!committed) continue;
+      newest_logged = newest_logged == std::numeric_limits<int64_t>::max() ? committed->step
+                                                                          : std::max(newest_logged, committed->step);
     }
     Result<std::vector<CorruptedCheckpoint>> corrupted = corrupt_checkpoints_from(run.checkpoint_dir(), newest_logged);
     if (!corrupted) return corrupted.error();
