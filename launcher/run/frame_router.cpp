@@ -137,6 +137,7 @@ void FrameRouter::on(AgentLink& link, const proto::WorkerExitReport& exit) {
   exited.signal = signal_name;
   exited.observed_uncertainty_ms = link.offset_uncertainty_ms();
   exited.killed_by_agent = exit.killed_by_agent;
+  exited.last_output = exit.tail;
   if (exit.error) {  // the rank's TORCHELASTIC_ERROR_FILE: the exception, not just the exit code
     event.error =
         events::WorkerError{exit.error->message, exit.error->type, exit.error->traceback, exit.error->timestamp};

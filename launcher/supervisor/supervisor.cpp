@@ -1,5 +1,6 @@
 #include "launcher/supervisor/supervisor.h"
 
+#include "launcher/supervisor/failure_blame.h"
 #include "launcher/supervisor/recovery_decision.h"
 
 #include "launcher/base/duration.h"
@@ -481,6 +482,7 @@ void Supervisor::on(const WorkerExited& event) {
     cause.traceback = event.traceback;
   }
   cause.observed_ms = event.observed_ms;
+  cause.reads_as_lost_peer = reads_as_lost_peer(event.last_output, cause.detail);
 
   if (state_ == RunState::running || state_ == RunState::launching) {
     handle_failure(cause, false);
@@ -498,6 +500,19 @@ void Supervisor::on(const WorkerExited& event) {
     record(events::FailureRootCause{cause.rank, cause.host,
                                     "rank " + std::to_string(cause.rank) + " failed earlier (" + cause.detail +
                                         ") than the failure first reported"}
+               .to_json());
+    return;
+  }
+  // A rank that blamed a lost peer was blamed first; this one exited on its own (a status, not
+  // our signal) with words of its own: it is the peer that went first.
+  if (during_stop && !in_place_ && root_cause_ && root_cause_->kind == "worker.exit" &&
+      root_cause_->reads_as_lost_peer && !cause.reads_as_lost_peer && !event.signal) {
+    std::string blamed_first = "rank " + std::to_string(root_cause_->rank);
+    root_cause_ = cause;
+    if (recovery_) recovery_->cause = cause;
+    record(events::FailureRootCause{cause.rank, cause.host,
+                                    "rank " + std::to_string(cause.rank) + " failed on its own (" + cause.detail +
+                                        "); " + blamed_first + ", reported first, names a lost peer"}
                .to_json());
   }
 }

@@ -61,6 +61,8 @@ struct WorkerExited {
   std::optional<std::string> error_type;     ///< "ValueError"
   std::optional<std::string> error_message;  ///< "bad batch"
   std::optional<std::string> traceback;
+  /// Its last lines of output (the agent's tail): whether it blames a peer (failure_blame.h).
+  std::vector<std::string> last_output;
 };
 /// A worker's heartbeat carried a step.
 /// A worker's beat: its step, and whether it is in a checkpoint save from now on (nullopt:
@@ -168,6 +170,9 @@ struct RootCause {
                        ///< or, from the rank's error file, "ValueError: bad batch"
   std::optional<std::string> traceback;  ///< from the rank's error file
   int64_t observed_ms = 0;
+  /// Its own words say a peer went first (failure_blame.h): a consequence, blamed only until a
+  /// rank that failed on its own is heard of. Not written anywhere.
+  bool reads_as_lost_peer = false;
 };
 
 /// A run picked up again by `dtrain resume` after its supervisor died: what the dead

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "launcher/events/events.h"
+#include "launcher/supervisor/failure_blame.h"
 #include "launcher/supervisor/supervisor.h"
 
 using namespace dtrain;
@@ -185,6 +187,69 @@ TEST_CASE("the root cause is the first failure by time, even when reported secon
   CHECK(has_event(actions, "failure.root_cause"));
   CHECK(h.supervisor->root_cause()->rank == 0);
   CHECK(h.supervisor->root_cause()->signal == "SIGKILL");
+}
+
+TEST_CASE("a rank that blames a lost peer yields the root cause to the peer that failed on its own") {
+  Harness h(make_spec(1, 3));
+  h.connect_all();
+  h.start_all(0);
+  h.clock.advance_ms(1000);
+  // Rank 1 is reaped first: rank 0 closed its sockets before it was a zombie.
+  WorkerExited consequence = h.exit_code(0, 1, 1);
+  consequence.last_output = {"step 60 loss 1.0681",
+                             "dtrain-train: rank 1: step 61: gloo allreduce failed on rank 1 of 2: peer rank 0 is gone "
+                             "(crashed or killed?): Connection closed by peer [127.0.0.1]:42383"};
+  auto first = h.feed(consequence);
+  CHECK(has_event(first, "failure.detected"));
+  CHECK(h.supervisor->root_cause()->rank == 1);
+  h.clock.advance_ms(3);
+  WorkerExited own = h.exit_code(0, 0, 1);  // later by its time stamp too
+  own.last_output = {"step 60 loss 1.0681", "dtrain-train: rank 0: checkpoint step 60: write: No space left on device"};
+  auto actions = h.feed(own);
+  REQUIRE(has_event(actions, "failure.root_cause"));
+  for (const RecordEvent& event : of_type<RecordEvent>(actions)) {
+    if (event.event.value("ev", "") != "failure.root_cause") continue;
+    Result<events::FailureRootCause> said = events::FailureRootCause::from_json(event.event);
+    REQUIRE(said.ok());
+    CHECK(said->rank == 0);
+    CHECK(said->detail == "rank 0 failed on its own (exit code 1); rank 1, reported first, names a lost peer");
+  }
+  CHECK(h.supervisor->root_cause()->rank == 0);
+  // A third rank that also lost its peer, or one our stop killed, changes nothing now.
+  WorkerExited third = h.exit_code(0, 2, 1);
+  third.last_output = {"RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection reset by peer"};
+  CHECK(!has_event(h.feed(third), "failure.root_cause"));
+  CHECK(h.supervisor->root_cause()->rank == 0);
+}
+
+TEST_CASE("after a rank that blames a lost peer, neither another such rank nor one our stop killed is blamed") {
+  Harness h(make_spec(1, 3));
+  h.connect_all();
+  h.start_all(0);
+  h.clock.advance_ms(1000);
+  WorkerExited consequence = h.exit_code(0, 1, 1);
+  consequence.last_output = {"NCCL error: remote process exited or there was a network error"};
+  h.feed(consequence);
+  h.clock.advance_ms(3);
+  WorkerExited also_lost = h.exit_code(0, 2, 1);
+  also_lost.last_output = {"torch.distributed.DistBackendError: NCCL communicator was aborted on rank 2"};
+  CHECK(!has_event(h.feed(also_lost), "failure.root_cause"));
+  WorkerExited terminated = sigterm_of(h.exit_code(0, 0, 0), h.clock.wall_ms());
+  terminated.killed_by_agent = true;
+  CHECK(!has_event(h.feed(terminated), "failure.root_cause"));
+  CHECK(h.supervisor->root_cause()->rank == 1);
+}
+
+TEST_CASE("reads_as_lost_peer: the phrases of dtrain-train, Gloo, NCCL and torch, in the last five lines only") {
+  CHECK(reads_as_lost_peer({"peer rank 3 is gone (crashed or killed?): x"}, ""));
+  CHECK(reads_as_lost_peer({"[pair.cc:598] CONNECTION CLOSED BY PEER [10.0.0.2]:1"}, ""));
+  CHECK(reads_as_lost_peer({}, "DistBackendError: NCCL error: remote process exited or there was a network error"));
+  CHECK_FALSE(reads_as_lost_peer({"OSError: [Errno 28] No space left on device"}, "exit code 1"));
+  CHECK_FALSE(reads_as_lost_peer({}, ""));
+  // A reset connection long before the failure is history, not the reason.
+  CHECK_FALSE(reads_as_lost_peer({"warning: Connection reset by peer, retrying", "step 1", "step 2", "step 3", "step 4",
+                                  "ValueError: bad batch"},
+                                 "exit code 1"));
 }
 
 TEST_CASE("a stop request ends the run as stopped with exit code 130") {
