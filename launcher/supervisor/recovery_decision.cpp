@@ -1,5 +1,6 @@
 #include "launcher/supervisor/recovery_decision.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "launcher/base/duration.h"
@@ -115,6 +116,7 @@ RecoveryDecision decide_recovery(const FailureFacts& failure, const FailureHisto
   std::string budget = std::to_string(history.restarts_in_window + 1) + " of " + std::to_string(spec.elastic.max_restarts);
   if (spec.elastic.in_place && failure.single_rank && !history.in_place_failed) {
     decision.action = RecoveryAction::in_place;
+    decision.uses_restart = true;
     decision.replaced_ranks = {failure.rank};
     decision.why = (decision.exclusion_refused ? failure.host + " " + offence + "; " : std::string()) +
                    "in-place recovery " + budget + " (elastic.in_place): only the failed rank is replaced; the other " +
@@ -123,12 +125,124 @@ RecoveryDecision decide_recovery(const FailureFacts& failure, const FailureHisto
     return decision;
   }
   decision.action = RecoveryAction::restart;
+  decision.uses_restart = true;
   decision.why = decision.exclusion_refused
                      ? failure.host + " " + offence
                      : "restart " + budget + " on the same hosts" +
                            (history.in_place_failed ? " (every worker: the in-place recovery could not finish)" : "");
   decision.next_plan = std::move(same).value();
   return decision;
+}
+
+int restarts_in_window(std::vector<int64_t>& restart_times_ms, int64_t now_ms, const spec::JobSpec& spec) {
+  const int64_t window = spec.elastic.restart_window.count();
+  std::erase_if(restart_times_ms, [&](int64_t t) { return window > 0 && now_ms - t > window; });
+  return static_cast<int>(restart_times_ms.size());
+}
+
+RecoveryDecision decide_spawn_failure(const RootCause& cause) {
+  RecoveryDecision decision;
+  decision.why = "rank " + std::to_string(cause.rank) + " cannot be spawned" +
+                 (cause.host.empty() ? "" : " on " + cause.host) + "; it would not start next time either";
+  return decision;
+}
+
+RecoveryDecision decide_loss_while_connecting(const std::string& host, const std::set<std::string>& excluded,
+                                              int world_size, const spec::JobSpec& spec) {
+  RecoveryDecision decision;
+  decision.exclude_host = true;
+  std::set<std::string> without = excluded;
+  without.insert(host);
+  Result<plan::RankPlan> next =
+      spec.elastic.min_hosts > 0
+          ? replan_without(without, spec)
+          : Result<plan::RankPlan>(
+                Error::user("cannot start without " + host + " (set elastic.min_hosts to start with fewer hosts)"));
+  if (!next) {
+    decision.exit_code = ExitCode::infra;
+    decision.why = next.error().message;
+    return decision;
+  }
+  decision.action = next->world_size == world_size ? RecoveryAction::replace : RecoveryAction::shrink;
+  decision.why = host + " is lost before the first generation; starting without it at world size " +
+                 std::to_string(next->world_size) + " (elastic.min_hosts " + std::to_string(spec.elastic.min_hosts) + ")";
+  decision.next_plan = std::move(next).value();
+  return decision;
+}
+
+Result<plan::RankPlan> replan_without(const std::set<std::string>& excluded, const spec::JobSpec& spec) {
+  return plan::make_plan(spec, std::vector<std::string>(excluded.begin(), excluded.end()));
+}
+
+int64_t stop_deadline_ms(int64_t stop_sent_ms, const spec::JobSpec& spec) {
+  return stop_sent_ms + spec.stop_grace.count() + spec.heartbeat.timeout.count();
+}
+
+bool exclude_unconfirmed_hosts(bool recovering) { return recovering; }
+
+Millis progress_window(const spec::JobSpec& spec) {
+  return spec.elastic.progress_window.count() > 0 ? spec.elastic.progress_window : 2 * spec.heartbeat.hang_timeout;
+}
+
+bool made_progress(const GenerationProgress& generation, const spec::JobSpec& spec) {
+  // Steps: any rank of the generation reported one (a worker of the protocol, or instrumented).
+  bool steps_known = generation.newest_step >= 0;
+  if (steps_known && generation.newest_step > generation.start_step) return true;
+  if (generation.latest_checkpoint > generation.start_checkpoint) return true;
+  if (steps_known) return false;
+  // Neither can be known (a script that does not speak the worker protocol and wrote no
+  // checkpoint through it): a generation that ran long enough is taken to have trained.
+  return generation.ran_ms >= progress_window(spec).count();
+}
+
+CrashLoopVerdict judge_crash_loop(const GenerationProgress& generation, int without_progress_before,
+                                  const spec::JobSpec& spec) {
+  CrashLoopVerdict verdict;
+  verdict.generations_without_progress = made_progress(generation, spec) ? 0 : without_progress_before + 1;
+  const int crash_loop_after = spec.elastic.crash_loop_after;
+  if (verdict.generations_without_progress < crash_loop_after) return verdict;
+  verdict.give_up = "no progress across " + std::to_string(verdict.generations_without_progress) +
+                    " consecutive generations (no step advanced, no checkpoint committed" +
+                    (generation.newest_step >= 0 ? "" : ", none ran " + format_duration(progress_window(spec)) + " or longer") +
+                    "; elastic.crash_loop_after " + std::to_string(crash_loop_after) + ")";
+  return verdict;
+}
+
+InPlaceEnd end_in_place_on_failure(const RootCause& cause, bool host_lost) {
+  InPlaceEnd end;
+  end.fall_back = !host_lost;
+  end.why = cause.rank >= 0 ? "rank " + std::to_string(cause.rank) + (cause.host.empty() ? "" : " on " + cause.host) +
+                                  ": " + cause.kind + " (" + cause.detail + ")"
+                            : cause.kind + " " + cause.host + " (" + cause.detail + ")";
+  return end;
+}
+
+std::string in_place_timeout_reason(bool awaiting_exit, const std::vector<RankStatus>& ranks,
+                                    const spec::JobSpec& spec) {
+  std::string missing;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (!ranks[i].comm_ready) missing += (missing.empty() ? "" : ",") + std::to_string(i);
+  }
+  return "not finished within " + format_duration(spec.in_place_timeout()) + " (elastic.in_place_timeout)" +
+         (awaiting_exit     ? "; the killed rank's exit was never seen"
+          : missing.empty() ? ""
+                            : "; no communicator from rank(s) " + missing);
+}
+
+std::optional<std::string> carry_over_shortfall(const plan::RankPlan& plan, const std::vector<int>& replaced,
+                                                const std::string& host, const std::vector<int>& carried, int gen) {
+  std::string missing;
+  for (size_t i = 0; i < plan.ranks.size(); ++i) {
+    const int rank = static_cast<int>(i);
+    bool anew = std::find(replaced.begin(), replaced.end(), rank) != replaced.end();
+    if (plan.ranks[i].host != host || anew) continue;
+    if (std::find(carried.begin(), carried.end(), rank) == carried.end()) {
+      missing += (missing.empty() ? "" : ",") + std::to_string(rank);
+    }
+  }
+  if (missing.empty()) return std::nullopt;
+  return "rank(s) " + missing + " on " + host + " had ended before they could be carried over to generation " +
+         std::to_string(gen);
 }
 
 }  // namespace dtrain::supervisor

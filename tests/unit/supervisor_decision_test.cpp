@@ -1,5 +1,8 @@
 // decide_recovery, the recovery policy's one decision, case by case: what a person would expect
-// the supervisor to do after each kind of failure, and the sentence that says why.
+// the supervisor to do after each kind of failure, and the sentence that says why. Then the rules
+// beside it (recovery_decision.h), each alone: which decisions spend the restart budget, the
+// restart window, the spawn failure, a loss before the first generation, the plan after
+// exclusions during a stop, the stop deadline, the crash loop and the end of an in-place attempt.
 
 #include <doctest/doctest.h>
 
@@ -18,6 +21,15 @@ spec::JobSpec four_hosts(int max_restarts, int min_hosts = 0) {
   spec.elastic.max_restarts = max_restarts;
   spec.elastic.min_hosts = min_hosts;
   return spec;
+}
+
+RootCause rank_failure(int rank, std::string host, std::string kind, std::string detail) {
+  RootCause cause;
+  cause.rank = rank;
+  cause.host = std::move(host);
+  cause.kind = std::move(kind);
+  cause.detail = std::move(detail);
+  return cause;
 }
 
 }  // namespace
@@ -101,4 +113,163 @@ TEST_CASE("a failure tied to no host (a launch step of the run) restarts like a 
   RecoveryDecision decision = decide_recovery({"", false, 0, 8}, {}, four_hosts(1));
   CHECK(decision.action == RecoveryAction::restart);
   CHECK(!decision.exclude_host);
+}
+
+// ---- the rules beside decide_recovery ----------------------------------------------------------
+
+TEST_CASE("restarts and in-place repairs of a rank spend the budget, membership changes do not") {
+  spec::JobSpec spec = four_hosts(3, 2);
+  CHECK(decide_recovery({"b", false, 1, 8}, {}, spec).uses_restart);  // restart
+  RecoveryDecision shrink = decide_recovery({"c", true, 0, 8}, {}, spec);
+  CHECK(shrink.action == RecoveryAction::shrink);
+  CHECK(!shrink.uses_restart);
+  spec::JobSpec spared = four_hosts(3);
+  add_spares(spared, {"spare"});
+  RecoveryDecision replace = decide_recovery({"c", true, 0, 8}, {}, spared);
+  CHECK(replace.action == RecoveryAction::replace);
+  CHECK(!replace.uses_restart);
+  CHECK(!decide_recovery({"b", false, 1, 8}, {{}, 3}, spec).uses_restart);  // give up
+
+  spared.elastic.in_place = true;
+  Result<plan::RankPlan> plan = plan::make_plan(spared);
+  REQUIRE(plan.ok());
+  FailureFacts crash{"b", false, 1, 8, true, &*plan, 3};
+  RecoveryDecision repair = decide_recovery(crash, {}, spared);
+  CHECK(repair.action == RecoveryAction::in_place);
+  CHECK(repair.uses_restart);
+  FailureFacts lost{"c", true, 0, 8, false, &*plan, -1};
+  RecoveryDecision moved = decide_recovery(lost, {}, spared);
+  CHECK(moved.action == RecoveryAction::in_place);  // the spare takes c's ranks in place
+  CHECK(!moved.uses_restart);
+}
+
+TEST_CASE("restarts older than elastic.restart_window no longer count, and a window of 0 keeps them all") {
+  spec::JobSpec spec = four_hosts(3);
+  spec.elastic.restart_window = Millis(60'000);
+  std::vector<int64_t> times{1'000, 50'000, 100'000};
+  CHECK(restarts_in_window(times, 100'000, spec) == 2);
+  CHECK(times == std::vector<int64_t>{50'000, 100'000});
+  CHECK(restarts_in_window(times, 160'001, spec) == 0);
+  spec.elastic.restart_window = Millis(0);
+  std::vector<int64_t> kept{1'000, 2'000};
+  CHECK(restarts_in_window(kept, 10'000'000, spec) == 2);
+}
+
+TEST_CASE("a worker that cannot be spawned ends the run at once, naming the rank and its host") {
+  RecoveryDecision decision = decide_spawn_failure(rank_failure(5, "b", "worker.spawn", "No such file"));
+  CHECK(decision.action == RecoveryAction::give_up);
+  CHECK(decision.exit_code == ExitCode::job_failed);
+  CHECK(!decision.uses_restart);
+  CHECK(decision.why == "rank 5 cannot be spawned on b; it would not start next time either");
+}
+
+TEST_CASE("a host lost before the first generation: start without it only when elastic.min_hosts allows") {
+  RecoveryDecision refused = decide_loss_while_connecting("c", {}, 8, four_hosts(0));
+  CHECK(refused.action == RecoveryAction::give_up);
+  CHECK(refused.exit_code == ExitCode::infra);
+  CHECK(refused.exclude_host);
+  CHECK(refused.why == "cannot start without c (set elastic.min_hosts to start with fewer hosts)");
+
+  RecoveryDecision shrink = decide_loss_while_connecting("c", {"a"}, 8, four_hosts(0, 2));
+  CHECK(shrink.action == RecoveryAction::shrink);
+  REQUIRE(shrink.next_plan);
+  CHECK(shrink.next_plan->world_size == 4);  // neither a nor c
+  for (const plan::RankSlot& slot : shrink.next_plan->ranks) CHECK((slot.host != "a" && slot.host != "c"));
+
+  RecoveryDecision too_few = decide_loss_while_connecting("c", {"a", "b"}, 8, four_hosts(0, 3));
+  CHECK(too_few.action == RecoveryAction::give_up);
+  CHECK(too_few.exit_code == ExitCode::infra);
+  CHECK(!too_few.next_plan);
+
+  spec::JobSpec spared = four_hosts(0, 1);
+  add_spares(spared, {"spare"});
+  RecoveryDecision replace = decide_loss_while_connecting("c", {}, 8, spared);
+  CHECK(replace.action == RecoveryAction::replace);
+  REQUIRE(replace.next_plan);
+  CHECK(replace.next_plan->world_size == 8);
+}
+
+TEST_CASE("the plan after exclusions during a stop leaves out every excluded host, or says why there is none") {
+  Result<plan::RankPlan> plan = replan_without({"b", "d"}, four_hosts(0, 2));
+  REQUIRE(plan.ok());
+  CHECK(plan->world_size == 4);
+  Result<plan::RankPlan> none = replan_without({"b", "c", "d"}, four_hosts(0, 2));
+  CHECK(!none.ok());
+}
+
+TEST_CASE("the stop deadline is stop_grace + heartbeat.timeout, and only a recovering run excludes the silent hosts") {
+  spec::JobSpec spec = four_hosts(1);
+  spec.stop_grace = Millis(2'000);
+  spec.heartbeat.timeout = Millis(5'000);
+  CHECK(stop_deadline_ms(10'000, spec) == 17'000);
+  CHECK(exclude_unconfirmed_hosts(true));
+  CHECK(!exclude_unconfirmed_hosts(false));
+}
+
+TEST_CASE("progress: a step past the start, a newer checkpoint, or without either a long enough run") {
+  spec::JobSpec spec = four_hosts(1);
+  spec.heartbeat.hang_timeout = Millis(20'000);  // progress_window: 40 s
+  CHECK(progress_window(spec) == Millis(40'000));
+  CHECK(made_progress({100, 101, 100, 100, 0}, spec));       // a step advanced
+  CHECK(!made_progress({100, 100, 100, 100, 999'999}, spec));  // steps known, none advanced: time is no excuse
+  CHECK(made_progress({100, 100, 100, 120, 0}, spec));       // a newer checkpoint
+  CHECK(made_progress({-1, -1, -1, -1, 40'000}, spec));      // nothing known: it ran progress_window
+  CHECK(!made_progress({-1, -1, -1, -1, 39'999}, spec));
+  spec.elastic.progress_window = Millis(5'000);
+  CHECK(made_progress({-1, -1, -1, -1, 5'000}, spec));
+}
+
+TEST_CASE("the crash loop: crash_loop_after generations in a row without progress end the run, progress resets the count") {
+  spec::JobSpec spec = four_hosts(10);
+  spec.elastic.crash_loop_after = 3;
+  spec.heartbeat.hang_timeout = Millis(20'000);
+  GenerationProgress stuck{100, 100, 100, 100, 1'000};
+  CrashLoopVerdict first = judge_crash_loop(stuck, 0, spec);
+  CHECK(first.generations_without_progress == 1);
+  CHECK(!first.give_up);
+  CHECK(!judge_crash_loop(stuck, 1, spec).give_up);
+  CrashLoopVerdict third = judge_crash_loop(stuck, 2, spec);
+  CHECK(third.generations_without_progress == 3);
+  REQUIRE(third.give_up);
+  CHECK(*third.give_up == "no progress across 3 consecutive generations (no step advanced, no checkpoint "
+                          "committed; elastic.crash_loop_after 3)");
+  CHECK(judge_crash_loop({100, 101, 100, 100, 1'000}, 2, spec).generations_without_progress == 0);
+  CrashLoopVerdict silent = judge_crash_loop({-1, -1, -1, -1, 1'000}, 2, spec);
+  REQUIRE(silent.give_up);
+  CHECK(silent.give_up->find(", none ran 40s or longer;") != std::string::npos);
+}
+
+TEST_CASE("a rank failing during an in-place attempt falls back to a full restart, a lost host is decided anew") {
+  InPlaceEnd rank = end_in_place_on_failure(rank_failure(3, "h1", "worker.exit", "exit code 1"), false);
+  CHECK(rank.fall_back);
+  CHECK(rank.why == "rank 3 on h1: worker.exit (exit code 1)");
+  RootCause lost;
+  lost.kind = "host.lost";
+  lost.host = "h2";
+  lost.detail = "channel closed";
+  InPlaceEnd host = end_in_place_on_failure(lost, true);
+  CHECK(!host.fall_back);
+  CHECK(host.why == "host.lost h2 (channel closed)");
+}
+
+TEST_CASE("an in-place attempt past its deadline says what it was waiting for") {
+  spec::JobSpec spec = four_hosts(1);
+  spec.elastic.in_place_timeout = Millis(30'000);
+  std::vector<RankStatus> ranks(4);
+  ranks[0].comm_ready = ranks[2].comm_ready = true;
+  CHECK(in_place_timeout_reason(true, ranks, spec) ==
+        "not finished within 30s (elastic.in_place_timeout); the killed rank's exit was never seen");
+  CHECK(in_place_timeout_reason(false, ranks, spec) ==
+        "not finished within 30s (elastic.in_place_timeout); no communicator from rank(s) 1,3");
+  for (RankStatus& r : ranks) r.comm_ready = true;
+  CHECK(in_place_timeout_reason(false, ranks, spec) == "not finished within 30s (elastic.in_place_timeout)");
+}
+
+TEST_CASE("a host's carry-over that misses a survivor of that host ends the attempt, naming the ranks") {
+  Result<plan::RankPlan> plan = plan::make_plan(four_hosts(1));  // 2 ranks per host: b has 2 and 3
+  REQUIRE(plan.ok());
+  CHECK(!carry_over_shortfall(*plan, {3}, "b", {2}, 1));       // 3 is replaced, 2 carried
+  CHECK(!carry_over_shortfall(*plan, {3}, "a", {0, 1}, 1));
+  CHECK(carry_over_shortfall(*plan, {3}, "a", {1}, 1) ==
+        "rank(s) 0 on a had ended before they could be carried over to generation 1");
 }

@@ -1,0 +1,71 @@
+#include "launcher/supervisor/hang_detector.h"
+
+#include <algorithm>
+#include <tuple>
+
+namespace dtrain::supervisor {
+
+HangLimits HangLimits::of(const spec::HeartbeatSettings& heartbeat) {
+  return {heartbeat.hang_timeout.count(), heartbeat.checkpoint_hang_timeout().count(), heartbeat.interval.count()};
+}
+
+HangDetector::HangDetector(HangLimits limits, int64_t generation_started_ms)
+    : limits_(limits), started_ms_(generation_started_ms) {}
+
+HangCheck HangDetector::check(const std::vector<RankStatus>& ranks, int64_t now) {
+  HangCheck found;
+  const int64_t hang_timeout = limits_.hang_timeout_ms;
+  // Workers that never speak the worker protocol have no step to watch: say so once, so that an
+  // operator does not rely on hang detection that cannot happen.
+  if (!exemption_checked_ && now - started_ms_ > hang_timeout) {
+    exemption_checked_ = true;
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      if (ranks[i].state == RankState::running && ranks[i].step < 0) found.unwatched.push_back(static_cast<int>(i));
+    }
+    unwatched_.insert(unwatched_.end(), found.unwatched.begin(), found.unwatched.end());
+  }
+  // Ranks named there that have beaten since are watched now: say so, once, for all of them.
+  std::erase_if(unwatched_, [&](int rank) {
+    bool beating = rank >= 0 && rank < static_cast<int>(ranks.size()) && ranks[static_cast<size_t>(rank)].step >= 0;
+    if (beating) found.watched_again.push_back(rank);
+    return beating;
+  });
+
+  // When one rank stalls, its peers soon block in the next collective and stall too. Blame a
+  // rank the agent saw stopped first; then the one that stalled first — lowest step, then the
+  // oldest step change (beats are rate-limited, so steps alone can mislead).
+  // A rank in a checkpoint save holds its peers the same way: while one saves, only the saver is
+  // watched, with heartbeat.checkpoint_timeout, and when a save ends every rank's clock restarts.
+  // A saver seen stopped (SIGSTOP, a debugger) is not saving: it gets hang_timeout.
+  auto saving = [](const RankStatus& r) { return r.in_checkpoint && !r.seen_stopped; };
+  bool any_saving = std::any_of(ranks.begin(), ranks.end(), [&](const RankStatus& r) {
+    return r.state == RankState::running && saving(r);
+  });
+  auto quiet_since = [&](const RankStatus& r) { return std::max({r.step_changed_ms, r.phase_changed_ms, save_ended_ms_}); };
+  auto limit_of = [&](const RankStatus& r) { return saving(r) ? limits_.checkpoint_timeout_ms : hang_timeout; };
+  auto watched = [&](const RankStatus& r) {
+    return r.state == RankState::running && r.step >= 0 && (!any_saving || saving(r));
+  };
+  int64_t most_overdue_ms = 0;  // how long ago the first rank went past its limit
+  for (const RankStatus& r : ranks) {
+    if (watched(r)) most_overdue_ms = std::max(most_overdue_ms, now - quiet_since(r) - limit_of(r));
+  }
+  if (most_overdue_ms <= 0) return found;
+  // Once one rank is past its limit, the blame goes to the most suspicious rank among those
+  // silent almost as long: beats are rate-limited, so the rank that stopped may have beaten a
+  // moment after a peer that it then blocked, and crosses the limit a tick later.
+  const int64_t slack = 2 * limits_.interval_ms;
+  auto suspicion = [&](const RankStatus& r) { return std::make_tuple(!r.seen_stopped, r.step, quiet_since(r)); };
+  std::optional<size_t> hung;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const RankStatus& rank = ranks[i];
+    if (!watched(rank) || now - quiet_since(rank) <= limit_of(rank) - slack) continue;
+    if (!hung || suspicion(rank) < suspicion(ranks[*hung])) hung = i;
+  }
+  if (!hung) return found;
+  const RankStatus& rank = ranks[*hung];
+  found.hang = Hang{static_cast<int>(*hung), saving(rank), now - quiet_since(rank), limit_of(rank), most_overdue_ms};
+  return found;
+}
+
+}  // namespace dtrain::supervisor
