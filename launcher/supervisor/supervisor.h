@@ -3,41 +3,46 @@
 // `on_event(Event) → Actions`, with the clock injected; no sockets, threads or sleeps. The
 // driver (launcher/run) turns transport traffic into Events and carries out the Actions.
 //
-// Transitions (every one is also a `run.state` event in events.jsonl):
-//
-//   connecting --all hosts connected-------------------------> launching (StartGeneration 0)
-//   connecting --host lost-----------------------------------> stopping → failed (exit 3)
-//   launching  --all workers started-------------------------> running
-//   launching  --a launch step past its deadline or failed---> (a failure, as below)
-//   launching/running --failure, budget left-----------------> recovering (StopGeneration)
-//   launching/running --failure, no budget-------------------> stopping (StopGeneration) → failed
-//   running    --every worker exited 0-----------------------> stopping (StopGeneration) → succeeded
-//   recovering --all hosts released--------------------------> launching (StartGeneration g+1)
-//   any        --stop requested------------------------------> stopping → stopped (exit 130)
-//   stopping   --all hosts released (or stop deadline)-------> succeeded | failed | stopped
+// It is a state × event table: Supervisor::Phase are the states, the Event variant's types the
+// events, and supervisor_table.cpp the table, one row per event naming the handler of each
+// state; on_event looks the cell up and calls it, and there is no other dispatch. Every change
+// of the reported RunState is also a `run.state` event in events.jsonl. The policy's decisions
+// are pure functions beside decide_recovery (recovery_decision.h); hang detection is
+// HangDetector (hang_detector.h); a generation is one Generation value (generation.h).
 //
 // A failure is a worker exiting non-zero or by signal, a worker that cannot be spawned, a hung
 // worker (its step unchanged for heartbeat.hang_timeout), or a lost host. Failures count against
 // elastic.max_restarts within elastic.restart_window; a lost host is excluded and the plan is
 // rebuilt without it (spare or shrink, if elastic.min_hosts allows) — membership changes do not
-// use the budget. Three consecutive generations without step progress end the run as a crash
-// loop. Every launch step has a deadline, launch_deadline() (2 × heartbeat.timeout): rank 0's
-// port reply, then every worker's `started`; one missed is a failure of kind launch.timeout
-// naming the host and the step.
+// use the budget. elastic.crash_loop_after consecutive generations without step progress end the
+// run as a crash loop. Every launch step has a deadline, launch_deadline() (2 × heartbeat.timeout):
+// rank 0's port reply, then every worker's `started`; one missed is a failure of kind
+// launch.timeout naming the host and the step. With elastic.in_place, a single rank's failure
+// (or a lost host whose ranks a spare takes) is repaired in place: the other workers keep
+// running, carried over to the next generation; past elastic.in_place_timeout, or when a survivor
+// fails, the same recovery falls back to a restart of every worker.
 
+#include <array>
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <set>
 #include <string>
+#include <tuple>
+#include <variant>
 #include <vector>
 
 #include "launcher/base/clock.h"
 #include "launcher/spec/job_spec.h"
+#include "launcher/supervisor/generation.h"
+#include "launcher/supervisor/recovery_decision.h"
 #include "launcher/supervisor/supervisor_types.h"
 
-namespace dtrain::supervisor {
+namespace dtrain::events {
+struct FailureCause;
+}
 
-struct RecoveryDecision;
+namespace dtrain::supervisor {
 
 class Supervisor {
  public:
@@ -54,10 +59,29 @@ class Supervisor {
   /// wait for the old agents to fence), recorded like any other.
   std::vector<Action> resume_from(const ResumeFrom& from);
 
-  RunState state() const { return state_; }
-  int generation() const { return generation_; }
+  /// The states of the table: RunState as reported, with in-place replacement's three steps
+  /// as states of their own (reported as recovering, launching and running).
+  enum class Phase {
+    connecting,          ///< RunState::connecting
+    launching,           ///< RunState::launching
+    running,             ///< RunState::running
+    in_place_killing,    ///< in place, a hung rank killed alone, its exit awaited (recovering)
+    in_place_launching,  ///< in place: survivors carried over, the replacement starting (launching)
+    in_place_running,    ///< in place: every worker there, the first step awaited (running)
+    recovering,          ///< RunState::recovering: the failed generation stopping for a restart
+    stopping,            ///< RunState::stopping
+    succeeded,           ///< terminal; so are the two below
+    failed,
+    stopped
+  };
+  /// The table has a column for each phase before `succeeded`: nothing happens after the end.
+  static constexpr size_t kTablePhases = static_cast<size_t>(Phase::succeeded);
+
+  Phase phase() const { return phase_; }
+  RunState state() const { return reported(phase_); }
+  int generation() const { return gen_.number; }
   const plan::RankPlan& current_plan() const { return plan_; }
-  const std::vector<RankStatus>& ranks() const { return ranks_; }
+  const std::vector<RankStatus>& ranks() const { return gen_.ranks; }
   const std::optional<RootCause>& root_cause() const { return root_cause_; }
   int restarts() const { return restarts_; }
   const std::set<std::string>& excluded_hosts() const { return excluded_; }
@@ -84,40 +108,91 @@ class Supervisor {
     bool membership_change = false;
     std::string action;                  ///< recovery.started's action: "restart", "in-place", ...
     std::optional<std::string> fallback; ///< why an in-place attempt gave way to a restart
+    /// The next generation's plan as decided (decide_recovery, or replan_without when hosts
+    /// were excluded while the failed generation stopped); unset: none, `no_plan` says why.
+    std::optional<plan::RankPlan> next_plan;
+    std::string no_plan;
   };
-  /// An in-place recovery under way (elastic.in_place): generation `from_gen` continues as the
-  /// next one without restarting its survivors.
+  /// An in-place recovery under way (elastic.in_place), meaningful in the in_place_* phases only:
+  /// generation `from_gen` continues as the next one without restarting its survivors.
   struct InPlace {
     int from_gen = 0;
     std::vector<int> replaced;        ///< ranks started anew (the failed one, or a lost host's)
     int rank = -1;                    ///< a hung rank killed first (single-rank failures), else -1
-    bool awaiting_exit = false;       ///< a hung rank: killed, its exit not seen yet
     int64_t decided_ms = 0;           ///< monotonic
     int64_t deadline_ms = 0;          ///< monotonic: past it, fall back to a full restart
     int64_t killed_ms = 0;            ///< the hung rank's exit seen (0: it had exited already)
     int64_t carried_ms = 0;           ///< every host carried its survivors over
     std::set<std::string> awaiting_carry;
   };
-  enum class Ending { none, succeed, fail, stop, recover };
+  /// How a stopping run ends.
+  enum class Ending { succeed, fail, stop };
 
-  void on(const HostConnected& event);
-  void on(const HostLost& event);
-  void on(const WorkerStarted& event);
-  void on(const WorkerSpawnFailed& event);
-  void on(const WorkerExited& event);
-  void on(const WorkerProgress& event);
-  void on(const WorkerCommReady& event);
-  void on(const CheckpointCommitted& event);
-  void on(const CheckpointRejected& event);
-  void on(const WorkerStoppedSeen& event);
-  void on(const WorkerMisbehaved& event);
-  void on(const GenerationReleased& event);
-  void on(const StopRequested& event);
-  void on(const Tick& event);
-  void on(const GenerationSpawned& event);
-  void on(const LaunchStepFailed& event);
-  void on(const SurvivorsCarriedOver& event);
-  // In-place recovery (supervisor_in_place.cpp).
+  // ---- the table (supervisor_table.cpp) ----
+  template <class E>
+  using Handler = void (Supervisor::*)(const E&);
+  template <class E>
+  using Row = std::array<Handler<E>, kTablePhases>;  ///< by phase; null: the event is ignored
+  template <class V>
+  struct RowsOf;
+  template <class... E>
+  struct RowsOf<std::variant<E...>> {
+    using type = std::tuple<Row<E>...>;
+  };
+  using Table = RowsOf<Event>::type;
+  static const Table& table();
+  template <class E>
+  void dispatch(const E& event);
+  static RunState reported(Phase phase);
+
+  // ---- the cells: one handler per distinct behaviour (supervisor_events.cpp) ----
+  void connect_host(const HostConnected& event);
+  void connect_host_and_start(const HostConnected& event);
+  /// Records the loss (every phase does); true when the host is in the plan (not an unused spare).
+  bool note_host_lost(const HostLost& event);
+  void lose_host_before_start(const HostLost& event);
+  void fail_lost_host(const HostLost& event);
+  void lose_host_while_recovering(const HostLost& event);
+  void lose_host_while_stopping(const HostLost& event);
+  void note_started(const WorkerStarted& event);
+  /// note_started, and `when_all_started` once every rank of the generation runs.
+  void start_rank_then(const WorkerStarted& event, Phase when_all_started);
+  void launch_started(const WorkerStarted& event);
+  void replacement_started(const WorkerStarted& event);
+  void give_up_on_spawn_failure(const WorkerSpawnFailed& event);
+  void note_spawn_failed(const WorkerSpawnFailed& event);
+  RootCause exit_cause(const WorkerExited& event) const;
+  void worker_exited(const WorkerExited& event);
+  void exit_while_killing(const WorkerExited& event);
+  void exit_while_stopping(const WorkerExited& event);
+  /// Updates the rank's step and phase; false when the beat is not of this generation.
+  bool note_progress(const WorkerProgress& event);
+  /// A beat of a generation that ran: the first step past the resume step completes a pending
+  /// recovery (also when the run is stopping meanwhile: the step was made). Before every worker
+  /// started, and while a failed generation stops for a restart, it is only noted: the pending
+  /// recovery is the next generation's.
+  void progress(const WorkerProgress& event);
+  void note_beat(const WorkerProgress& event);
+  void progress_in_place(const WorkerProgress& event);
+  void comm_ready(const WorkerCommReady& event);
+  void checkpoint_committed(const CheckpointCommitted& event);
+  void checkpoint_rejected(const CheckpointRejected& event);
+  void stopped_seen(const WorkerStoppedSeen& event);
+  void misbehaved(const WorkerMisbehaved& event);
+  void host_released(const GenerationReleased& event);
+  void stop_run(const StopRequested& event);
+  void stop_while_recovering(const StopRequested& event);
+  void check_launch(const Tick& event);
+  void watch_hangs(const Tick& event);
+  void check_in_place(const Tick& event);
+  void check_in_place_launch(const Tick& event);
+  void check_in_place_hangs(const Tick& event);
+  void check_release(const Tick& event);
+  void generation_spawned(const GenerationSpawned& event);
+  void launch_step_failed(const LaunchStepFailed& event);
+  void survivors_carried_over(const SurvivorsCarriedOver& event);
+
+  // ---- in-place recovery (supervisor_in_place.cpp) ----
   /// decide_recovery chose in place for `cause`: records the attempt and continues at once (a
   /// crash, a lost host's spare) or kills the hung rank alone first (KillRanks).
   void start_in_place(const RootCause& cause, bool host_lost, RecoveryDecision& decision, int64_t now);
@@ -127,37 +202,47 @@ class Supervisor {
   /// The in-place recovery cannot finish: stop the generation and restart every worker from the
   /// newest checkpoint, as the same recovery (recovery.fallback says why).
   void fall_back_from_in_place(const std::string& why);
-  Millis in_place_timeout() const;
   /// Falls back when the attempt is past elastic.in_place_timeout; true when it did.
-  bool in_place_past_deadline(int64_t now);
+  bool in_place_past_deadline();
   /// recovery.completed's phases of an in-place recovery (detect is the caller's).
   void add_in_place_phases(nlohmann::json& phases, int64_t now) const;
+  bool replacing() const;
+
+  // ---- the rest (supervisor.cpp) ----
   /// recovery.completed for the pending recovery, reached at `step` of the new generation.
-  void complete_recovery(int64_t step);
+  void complete_recovery(int64_t step, bool in_place);
+  /// The cause as events name it.
+  static events::FailureCause event_cause(const RootCause& cause);
   /// Fails the launching generation when a launch step is past launch_deadline().
   void check_launch_deadline(int64_t now);
   Millis launch_deadline() const;
-
   void start_when_all_connected();
-  void set_state(RunState next, const std::string& why);
+  /// Enters `next`, recording a `run.state` event when the reported RunState changes.
+  void set_phase(Phase next, const std::string& why);
   void record(nlohmann::json event);
   void start_generation(plan::RankPlan plan);
-  /// `decision`: the recovery decision's why, shown with the state change.
+  /// Stops the generation to end the run as `ending`; `decision`: the why shown with the state.
   void stop_generation(Ending ending, ExitCode exit_code, const std::string& decision = "");
+  /// Stops the generation to restart it (the recovering phase).
+  void stop_to_recover(const std::string& decision);
+  void send_stop();
   void finish_stop();
+  /// Continues a recovery once every host released the failed generation.
+  void finish_recovery();
   /// A failure of the running generation: gathers the facts for decide_recovery() (restart,
-  /// replace, shrink or give up) and carries its decision out.
+  /// replace, shrink, in place or give up) and carries its decision out.
   void handle_failure(RootCause cause, bool host_lost);
+  /// Hosts were excluded while the failed generation stopped: the decided plan is void.
+  void replan_after_exclusion();
+  void give_up(const RecoveryDecision& decision);
   int64_t newest_step() const;
-  /// Whether the generation being ended made progress (elastic.crash_loop_after counts those
-  /// that did not): its step advanced, a newer checkpoint was committed, or — when neither can
-  /// be known — it ran at least progress_window().
-  bool generation_made_progress();
-  Millis progress_window() const;
+  GenerationProgress progress_of_generation() const;
   void add_incident(nlohmann::json incident);
   /// A RootCause of `kind` for `rank` of this generation: its host, local rank and pid from the
   /// plan and its status, observed now (callers adjust pid, code, signal or time).
   RootCause rank_cause(std::string kind, int rank, std::string detail) const;
+  /// The status of `rank` when `gen` is this generation's number and the rank is in it, else null.
+  RankStatus* rank_of(int gen, int rank);
   std::vector<std::string> live_hosts() const;
   const plan::RankSlot* slot(int rank) const;
 
@@ -166,41 +251,28 @@ class Supervisor {
   const Clock& clock_;
   std::vector<Action> out_;
 
-  RunState state_ = RunState::connecting;
-  int generation_ = -1;
+  Phase phase_ = Phase::connecting;
+  Generation gen_;
+  InPlace in_place_;
+  Ending ending_ = Ending::fail;
+  ExitCode ending_code_ = ExitCode::ok;
   std::set<std::string> connected_;
   std::set<std::string> excluded_;
   std::map<std::string, int> host_failures_;
-  std::vector<RankStatus> ranks_;
-  int started_count_ = 0;
-  int comm_ready_count_ = 0;
-  bool hang_exemption_recorded_ = false;  ///< this generation's "not watched for hangs" event
-  std::vector<int> unwatched_ranks_;       ///< named in it and not heard since (hang_detection.on)
-  int64_t generation_started_ms_ = 0;
-  int64_t save_ended_ms_ = 0;  ///< this generation's last end of a checkpoint save (any rank)
-  int64_t generation_spawned_ms_ = 0;     ///< monotonic; 0 until GenerationSpawned
-
-  Ending ending_ = Ending::none;
-  ExitCode ending_code_ = ExitCode::ok;
   std::set<std::string> awaiting_release_;
   int64_t stop_sent_ms_ = 0;
-  int64_t stop_deadline_ms_ = 0;
 
   std::optional<RootCause> root_cause_;
   std::string give_up_reason_;
   std::optional<PendingRecovery> recovery_;
-  std::optional<InPlace> in_place_;
   nlohmann::json last_recovery_;
   std::vector<nlohmann::json> incidents_;
-  std::vector<int64_t> failure_times_ms_;  ///< monotonic, for restart_window
+  std::vector<int64_t> restart_times_ms_;  ///< monotonic, for restart_window
   int restarts_ = 0;
   int64_t latest_checkpoint_step_ = -1;
   std::set<int64_t> committed_steps_;  ///< minus the ones found damaged
   int generations_without_progress_ = 0;
-  int64_t generation_start_checkpoint_ = -1;  ///< newest committed step when this generation started
-  bool steps_reported_ = false;
-  std::set<std::string> exclusion_refused_;   ///< hosts past exclude_after that no plan can spare               ///< the last generation judged had reported steps
-  int64_t generation_start_step_ = -1;
+  std::set<std::string> exclusion_refused_;  ///< hosts past exclude_after that no plan can spare
 };
 
 }  // namespace dtrain::supervisor

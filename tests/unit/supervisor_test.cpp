@@ -46,6 +46,14 @@ std::vector<std::string> event_names(const std::vector<Action>& actions) {
   return names;
 }
 
+std::vector<nlohmann::json> events_named(const std::vector<Action>& actions, const std::string& name) {
+  std::vector<nlohmann::json> found;
+  for (const RecordEvent& event : of_type<RecordEvent>(actions)) {
+    if (event.event.value("ev", "") == name) found.push_back(event.event);
+  }
+  return found;
+}
+
 bool has_event(const std::vector<Action>& actions, const std::string& name) {
   auto names = event_names(actions);
   return std::find(names.begin(), names.end(), name) != names.end();
@@ -390,6 +398,47 @@ TEST_CASE("a lost host with elastic.min_hosts shrinks without using the restart 
   CHECK(starts[0].plan.world_size == 2);
   CHECK(h.supervisor->restarts() == 0);
   CHECK(h.supervisor->excluded_hosts().count("h3") == 1);
+}
+
+TEST_CASE("hosts excluded while the failed generation stops change the decided plan: lost, or silent past the stop deadline") {
+  spec::JobSpec spec = make_spec(3, 1);
+  spec.elastic.min_hosts = 1;
+  spec.elastic.max_restarts = 3;
+  Harness h(spec);
+  h.connect_all();
+  h.start_all(0);
+  auto crash = h.feed(h.exit_code(0, 0, 1));  // decided: a restart on h1, h2, h3
+  REQUIRE(of_type<StopGeneration>(crash).size() == 1);
+  CHECK(h.supervisor->phase() == Supervisor::Phase::recovering);
+  h.feed(GenerationReleased{0, "h1"});
+  auto lost = h.feed(HostLost{"h3", "channel closed"});  // while stopping: no new decision, a new plan
+  CHECK(!has_event(lost, "recovery.started"));
+  h.clock.advance_ms(2000 + 5000 + 1);  // h2 never confirms
+  auto actions = h.feed(Tick{});
+  CHECK(has_event(actions, "resources.unconfirmed"));
+  auto changed = events_named(actions, "plan.changed");
+  REQUIRE(changed.size() == 1);
+  CHECK(changed[0]["without"] == nlohmann::json::array({"h2", "h3"}));
+  auto starts = of_type<StartGeneration>(actions);
+  REQUIRE(starts.size() == 1);
+  CHECK(starts[0].plan.world_size == 1);
+  CHECK(starts[0].plan.ranks[0].host == "h1");
+  CHECK(h.supervisor->restarts() == 1);
+
+  // Without a plan left, the recovery ends the run instead (hosts_lost).
+  spec::JobSpec strict = make_spec(2, 1);
+  strict.elastic.max_restarts = 3;
+  Harness s(strict);
+  s.connect_all();
+  s.start_all(0);
+  s.feed(s.exit_code(0, 0, 1));
+  s.feed(GenerationReleased{0, "h1"});
+  auto ended = s.feed(HostLost{"h2", "channel closed"});
+  CHECK(has_event(ended, "failure.unrecoverable"));
+  auto finish = of_type<FinishRun>(ended);
+  REQUIRE(finish.size() == 1);
+  CHECK(finish[0].exit_code == ExitCode::hosts_lost);
+  CHECK(of_type<StartGeneration>(ended).empty());
 }
 
 TEST_CASE("hosts that never confirm release are given up after stop_grace + heartbeat.timeout") {
@@ -955,14 +1004,6 @@ TEST_CASE("a port reservation the agent answers with an error ends the generatio
 
 namespace {
 
-std::vector<nlohmann::json> events_named(const std::vector<Action>& actions, const std::string& name) {
-  std::vector<nlohmann::json> found;
-  for (const RecordEvent& event : of_type<RecordEvent>(actions)) {
-    if (event.event.value("ev", "") == name) found.push_back(event.event);
-  }
-  return found;
-}
-
 spec::JobSpec in_place_spec() {
   spec::JobSpec spec = make_spec(2, 2);
   spec.elastic.max_restarts = 3;
@@ -1016,6 +1057,7 @@ TEST_CASE("a crashed rank is replaced in place: survivors carried over, recovery
   CHECK(continued.restart_count == 1);
   CHECK(h.supervisor->generation() == 1);
   CHECK(h.supervisor->state() == RunState::launching);
+  CHECK(h.supervisor->phase() == Supervisor::Phase::in_place_launching);
   CHECK(h.supervisor->restarts() == 1);
   CHECK(h.supervisor->ranks()[0].state == RankState::running);
   CHECK(h.supervisor->ranks()[0].pid == 1000);
@@ -1028,6 +1070,7 @@ TEST_CASE("a crashed rank is replaced in place: survivors carried over, recovery
   h.clock.advance_ms(30);
   h.feed(WorkerStarted{1, 2, 2002});
   CHECK(h.supervisor->state() == RunState::running);
+  CHECK(h.supervisor->phase() == Supervisor::Phase::in_place_running);
   // A survivor's old step, in flight when it was carried over, does not complete the recovery.
   h.feed(WorkerProgress{1, 0, 50, std::nullopt});
   CHECK(events_named(h.all, "recovery.completed").empty());
@@ -1038,6 +1081,7 @@ TEST_CASE("a crashed rank is replaced in place: survivors carried over, recovery
   auto completed = events_named(actions, "recovery.completed");
   REQUIRE(completed.size() == 1);
   CHECK(completed[0]["action"] == "in-place");
+  CHECK(h.supervisor->phase() == Supervisor::Phase::running);  // the in-place recovery is over
   CHECK(completed[0]["kind"] == "worker.exit");
   CHECK(completed[0]["steps_lost"] == 0);
   CHECK(completed[0]["resume_step"] == 50);
@@ -1070,9 +1114,10 @@ TEST_CASE("a hung rank is killed alone, and its exit starts the in-place recover
   CHECK(of_type<StopGeneration>(actions).empty());
   CHECK(of_type<ContinueInPlace>(actions).empty());
   CHECK(h.supervisor->state() == RunState::recovering);
+  CHECK(h.supervisor->phase() == Supervisor::Phase::in_place_killing);
   // An agent's partial release, if the driver passed one on, must not end anything.
   h.feed(GenerationReleased{0, "h2"});
-  CHECK(h.supervisor->state() == RunState::recovering);
+  CHECK(h.supervisor->phase() == Supervisor::Phase::in_place_killing);
 
   h.clock.advance_ms(15);
   WorkerExited killed = h.exit_code(0, 2, 0);
@@ -1213,4 +1258,31 @@ TEST_CASE("a lost host's ranks move to a spare in place, without a spare the job
   auto lost = shrink.feed(HostLost{"h2", "silent", 5000});
   CHECK(of_type<ContinueInPlace>(lost).empty());
   CHECK(of_type<StopGeneration>(lost).size() == 1);
+}
+
+TEST_CASE("after an in-place attempt falls back, beats of the generation being stopped do not complete the recovery") {
+  spec::JobSpec spec = in_place_spec();
+  spec.elastic.in_place_timeout = Millis(3000);
+  InPlaceHarness h(spec);
+  h.crash_rank_2();
+  h.carry_over(1);
+  h.feed(WorkerStarted{1, 2, 2002});
+  REQUIRE(h.supervisor->phase() == Supervisor::Phase::in_place_running);
+  h.clock.advance_ms(3100);
+  REQUIRE(events_named(h.feed(Tick{}), "recovery.fallback").size() == 1);
+  REQUIRE(h.supervisor->phase() == Supervisor::Phase::recovering);
+  // A survivor still beats until its agent stops it: the recovery is not over.
+  CHECK(events_named(h.feed(WorkerProgress{1, 0, 51, std::nullopt}), "recovery.completed").empty());
+  h.feed(GenerationReleased{1, "h1"});
+  auto starts = of_type<StartGeneration>(h.feed(GenerationReleased{1, "h2"}));
+  REQUIRE(starts.size() == 1);
+  CHECK(starts[0].gen == 2);
+  h.feed(WorkerStarted{2, 0, 3000});
+  // Neither before every worker of the restarted generation runs.
+  CHECK(events_named(h.feed(WorkerProgress{2, 0, 1, std::nullopt}), "recovery.completed").empty());
+  for (int rank = 1; rank < 4; ++rank) h.feed(WorkerStarted{2, rank, 3000 + rank});
+  auto completed = events_named(h.feed(WorkerProgress{2, 0, 2, std::nullopt}), "recovery.completed");
+  REQUIRE(completed.size() == 1);
+  CHECK(completed[0]["action"] == "restart");
+  CHECK(completed[0]["phases"]["stop_ms"] >= 0);
 }
