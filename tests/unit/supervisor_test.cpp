@@ -75,6 +75,11 @@ struct Harness {
     }
     return all;
   }
+  /// Connects every host and starts every rank of generation 0.
+  void run_generation_0() {
+    connect_all();
+    start_all(0);
+  }
   void start_all(int gen) {
     for (int rank = 0; rank < supervisor->current_plan().world_size; ++rank) {
       feed(WorkerStarted{gen, rank, 1000 + rank});
@@ -405,8 +410,7 @@ TEST_CASE("hosts excluded while the failed generation stops change the decided p
   spec.elastic.min_hosts = 1;
   spec.elastic.max_restarts = 3;
   Harness h(spec);
-  h.connect_all();
-  h.start_all(0);
+  h.run_generation_0();
   auto crash = h.feed(h.exit_code(0, 0, 1));  // decided: a restart on h1, h2, h3
   REQUIRE(of_type<StopGeneration>(crash).size() == 1);
   CHECK(h.supervisor->phase() == Supervisor::Phase::recovering);
@@ -429,8 +433,7 @@ TEST_CASE("hosts excluded while the failed generation stops change the decided p
   spec::JobSpec strict = make_spec(2, 1);
   strict.elastic.max_restarts = 3;
   Harness s(strict);
-  s.connect_all();
-  s.start_all(0);
+  s.run_generation_0();
   s.feed(s.exit_code(0, 0, 1));
   s.feed(GenerationReleased{0, "h1"});
   auto ended = s.feed(HostLost{"h2", "channel closed"});
@@ -1039,6 +1042,13 @@ struct InPlaceHarness : Harness {
     feed(SurvivorsCarriedOver{gen, "h1", {0, 1}, {1000, 1001}});
     feed(SurvivorsCarriedOver{gen, "h2", {3}, {1003}});
   }
+  /// Rank 2 crashes, the survivors are carried over and its replacement starts: generation 1
+  /// runs, its communicators not yet up.
+  void rejoin_after_crash() {
+    crash_rank_2();
+    carry_over(1);
+    feed(WorkerStarted{1, 2, 2002});
+  }
   void all_comm_ready(int gen) {
     for (int rank = 0; rank < 4; ++rank) feed(WorkerCommReady{gen, rank});
   }
@@ -1166,9 +1176,7 @@ TEST_CASE("an in-place recovery past elastic.in_place_timeout falls back, naming
   spec::JobSpec spec = in_place_spec();
   spec.elastic.in_place_timeout = Millis(3000);
   InPlaceHarness h(spec);
-  h.crash_rank_2();
-  h.carry_over(1);
-  h.feed(WorkerStarted{1, 2, 2002});
+  h.rejoin_after_crash();
   h.feed(WorkerCommReady{1, 0});
   h.feed(WorkerCommReady{1, 2});
   h.clock.advance_ms(2900);
@@ -1264,9 +1272,7 @@ TEST_CASE("after an in-place attempt falls back, beats of the generation being s
   spec::JobSpec spec = in_place_spec();
   spec.elastic.in_place_timeout = Millis(3000);
   InPlaceHarness h(spec);
-  h.crash_rank_2();
-  h.carry_over(1);
-  h.feed(WorkerStarted{1, 2, 2002});
+  h.rejoin_after_crash();
   REQUIRE(h.supervisor->phase() == Supervisor::Phase::in_place_running);
   h.clock.advance_ms(3100);
   REQUIRE(events_named(h.feed(Tick{}), "recovery.fallback").size() == 1);
