@@ -65,7 +65,7 @@ class Supervisor {
     connecting,          ///< RunState::connecting
     launching,           ///< RunState::launching
     running,             ///< RunState::running
-    in_place_killing,    ///< in place, a hung rank killed alone, its exit awaited (recovering)
+    in_place_killing,    ///< in place: a hung or misbehaving rank killed alone, its exit awaited (recovering)
     in_place_launching,  ///< in place: survivors carried over, the replacement starting (launching)
     in_place_running,    ///< in place: every worker there, the first step awaited (running)
     recovering,          ///< RunState::recovering: the failed generation stopping for a restart
