@@ -4,7 +4,7 @@
 #include "launcher/supervisor/supervisor.h"
 
 #include "launcher/base/duration.h"
-#include "launcher/base/events.h"
+#include "launcher/events/events.h"
 
 #include <algorithm>
 
