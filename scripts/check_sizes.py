@@ -31,7 +31,6 @@ CPP_SUFFIXES = (".cpp", ".h", ".h.in", ".cc", ".hpp")
 ALLOWED = {
     "launcher/agent/agent.cpp": "proto",
     "launcher/run/driver.cpp:RunDriver::run": "driver",
-    "launcher/supervisor/supervisor.cpp": "supervisor",
     "cli/sim_main.cpp:main": "proto",
 }
 
