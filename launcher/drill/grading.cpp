@@ -39,7 +39,7 @@ size_t index_of(const Events& events, const LoggedEvent* event) {
 void take_detection(FaultVerdict& verdict, const LoggedEvent& detected) {
   verdict.detected_wall_ms = detected.wall_ms();
   const events::FailureCause& cause = std::get<events::FailureDetected>(detected.event).cause;
-  verdict.detected_kind = cause.kind;
+  verdict.detected_kind = events::to_string(cause.kind);
   verdict.detected_rank = cause.rank;
 }
 
@@ -199,7 +199,7 @@ void grade_recovery(FaultVerdict& verdict, const Injection& injection, const Eve
   const LoggedEvent* completed_at = nullptr;
   if (supervisor_fault) {
     for (const LoggedEvent& event : events) {
-      if (const auto* recovery = as<events::RecoveryCompleted>(event); recovery && recovery->kind == "supervisor.lost") {
+      if (const auto* recovery = as<events::RecoveryCompleted>(event); recovery && recovery->kind == events::FailureKind::supervisor_lost) {
         completed_at = &event;
         break;
       }

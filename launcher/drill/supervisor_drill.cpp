@@ -146,7 +146,7 @@ Result<FaultRecord> inject_supervisor_kill(LiveRun& run, const Fault& fault, con
                        "): " + std::string(trim(resumed->err))});
   if (started) {
     FollowResult followed = follow_recovery(run, events_before, deadline, true, [](const events::RecoveryCompleted& recovery) {
-      return recovery.kind == "supervisor.lost";
+      return recovery.kind == events::FailureKind::supervisor_lost;
     });
     record.recovered = followed.recovered;
     record.run_ended = followed.run_ended;

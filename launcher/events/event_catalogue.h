@@ -7,6 +7,8 @@
 // name. Header-only, std only: the supervisor (which may use only plan, spec and base) writes
 // most events.
 
+#include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -141,6 +143,51 @@ inline const EventType* find_event_type(std::string_view name) {
     if (type.name == name) return &type;
   }
   return nullptr;
+}
+
+// ---- what failed: the kind of a failure.detected cause, of run.finished's root cause and of
+// recovery.completed. Written by its name, read back by parse_failure_kind.
+
+enum class FailureKind {
+  worker_exit,      ///< a worker exited non-zero or by a signal
+  worker_spawn,     ///< a worker's command could not be started
+  worker_hang,      ///< a worker's step did not move for heartbeat.hang_timeout
+  worker_protocol,  ///< a worker broke the worker protocol (a bad message, too many of them)
+  launch_timeout,   ///< a launch step (rank 0's port, every worker's start) missed its deadline
+  host_lost,        ///< a host's agent is gone: dead, cut off, silent
+  agent_error,      ///< a host's agent reported an error it cannot go on from
+  supervisor_lost,  ///< the supervisor died; `dtrain resume` picked the run up
+};
+
+struct FailureKindInfo {
+  FailureKind kind;
+  std::string_view name;     ///< as events.jsonl writes it: "worker.exit"
+  std::string_view meaning;  ///< for dtrain(1) and the report
+};
+
+inline constexpr FailureKindInfo kFailureKinds[] = {
+    {FailureKind::worker_exit, "worker.exit", "a worker exited non-zero or by a signal"},
+    {FailureKind::worker_spawn, "worker.spawn", "a worker's command could not be started"},
+    {FailureKind::worker_hang, "worker.hang", "a worker's step did not move for heartbeat.hang_timeout"},
+    {FailureKind::worker_protocol, "worker.protocol", "a worker broke the worker protocol"},
+    {FailureKind::launch_timeout, "launch.timeout", "a launch step missed its deadline (rank 0's port, a worker's start)"},
+    {FailureKind::host_lost, "host.lost", "a host's agent is gone: dead, cut off or silent"},
+    {FailureKind::agent_error, "agent.error", "a host's agent reported an error it cannot go on from"},
+    {FailureKind::supervisor_lost, "supervisor.lost", "the supervisor died and dtrain resume picked the run up"},
+};
+
+inline std::string to_string(FailureKind kind) {
+  for (const FailureKindInfo& info : kFailureKinds) {
+    if (info.kind == kind) return std::string(info.name);
+  }
+  return "worker.exit";  // unreachable: every enumerator is in the table (event_catalogue_test)
+}
+
+inline std::optional<FailureKind> parse_failure_kind(std::string_view name) {
+  for (const FailureKindInfo& info : kFailureKinds) {
+    if (info.name == name) return info.kind;
+  }
+  return std::nullopt;
 }
 
 }  // namespace dtrain::events

@@ -15,6 +15,7 @@
 
 #include "launcher/base/json_fields.h"
 #include "launcher/base/result.h"
+#include "launcher/events/event_catalogue.h"
 
 namespace dtrain::events::detail {
 
@@ -83,6 +84,19 @@ class EventFields {
       }
       out.push_back(static_cast<int>(item));
     }
+    return *this;
+  }
+  /// A failure kind by its catalogue name ("worker.exit"); another name is a problem naming them.
+  EventFields& read(std::string_view key, FailureKind& out) {
+    std::optional<std::string> name = fields_.optional_string(key, kNoLimit);
+    if (!name) return *this;
+    if (std::optional<FailureKind> kind = parse_failure_kind(*name)) {
+      out = *kind;
+      return *this;
+    }
+    std::string known;
+    for (const FailureKindInfo& info : kFailureKinds) known += (known.empty() ? "" : ", ") + std::string(info.name);
+    fields_.fail_text(key, "'" + *name + "' is not a failure kind (" + known + ")");
     return *this;
   }
   /// An object member as it is (a drill's report, per-phase timings).

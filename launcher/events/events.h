@@ -27,6 +27,10 @@
 
 namespace dtrain::events {
 
+/// A FailureKind in JSON is its catalogue name, wherever it is written ({"kind", cause.kind}
+/// too): never the enumerator's number.
+inline void to_json(nlohmann::json& out, FailureKind kind) { out = to_string(kind); }
+
 // ---- the run
 
 struct RunSubmitted {
@@ -84,7 +88,7 @@ struct RunStopRequested {
 /// run.finished's root cause: the end-of-run summary's short form (rank -1 when the cause is no
 /// rank's).
 struct RunRootCause {
-  std::string kind{};
+  FailureKind kind = FailureKind::worker_exit;
   std::string host{};
   int rank = -1;
   std::string detail{};
@@ -488,7 +492,7 @@ struct GpuEccErrors {
 /// A failure: what, where, and the detail. failure.detected is one (flat); recovery.started and
 /// recovery.completed name theirs under "cause".
 struct FailureCause {
-  std::string kind{};  ///< "worker.exit", "worker.hang", "host.lost", ...
+  FailureKind kind = FailureKind::worker_exit;
   std::string host{};
   std::string detail{};
   std::optional<int> rank{};
@@ -562,7 +566,7 @@ struct RecoveryStarted {
 
 struct RecoveryCompleted {
   static constexpr const char* name = kRecoveryCompleted;
-  std::string kind{};  ///< the cause's kind
+  FailureKind kind = FailureKind::worker_exit;  ///< the cause's kind
   FailureCause cause{};
   nlohmann::json phases = nlohmann::json::object();  ///< "<phase>_ms" timings, the phases that happened
   int64_t resume_step = -1;

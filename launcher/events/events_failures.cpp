@@ -14,7 +14,7 @@ using detail::put_if;
 // ---- failures and recoveries
 
 json FailureCause::to_json() const {
-  json out = {{"kind", kind}, {"host", host}, {"detail", detail}};
+  json out = {{"kind", to_string(kind)}, {"host", host}, {"detail", detail}};
   if (rank) {
     out["rank"] = *rank;
     out["local_rank"] = local_rank;
@@ -107,7 +107,7 @@ Result<RecoveryStarted> RecoveryStarted::from_json(const json& object) {
 }
 
 json RecoveryCompleted::to_json() const {
-  json out = named(name, {{"kind", kind}, {"cause", cause.to_json()}, {"phases", phases}, {"resume_step", resume_step},
+  json out = named(name, {{"kind", to_string(kind)}, {"cause", cause.to_json()}, {"phases", phases}, {"resume_step", resume_step},
                       {"last_step", last_step}, {"steps_lost", steps_lost}, {"world_size", world_size},
                       {"restarts", restarts}, {"action", action}});
   put_if(out, "fallback", fallback);

@@ -80,7 +80,7 @@ Result<RunStopRequested> RunStopRequested::from_json(const json& object) {
 }
 
 json RunRootCause::to_json() const {
-  json out = {{"kind", kind}, {"host", host}, {"rank", rank}, {"detail", detail}};
+  json out = {{"kind", to_string(kind)}, {"host", host}, {"rank", rank}, {"detail", detail}};
   put_if(out, "traceback", traceback);
   return out;
 }

@@ -149,7 +149,7 @@ class RecordsBuilder {
     failure.generation = gen_.value_or(open ? open->number : 0);
     failure.host = detected.cause.host;
     failure.rank = detected.cause.rank;
-    failure.kind = detected.cause.kind;
+    failure.kind = events::to_string(detected.cause.kind);
     failure.detected_ms = at_;
     records_.failures.push_back(std::move(failure));
   }

@@ -33,12 +33,12 @@ std::string root_cause_line(const RunRecord& record, const events::RunFinished* 
                             const std::vector<const LoggedEvent*>& detected) {
   if (finished && finished->root_cause) {
     const events::RunRootCause& cause = *finished->root_cause;
-    return cause_line(cause.rank, cause.host, cause.kind, cause.detail);
+    return cause_line(cause.rank, cause.host, events::to_string(cause.kind), cause.detail);
   }
   if (const auto* root = last_event<events::FailureRootCause>(record)) return cause_line(root->rank, root->host, "", root->detail);
   if (detected.empty()) return "";
   const events::FailureCause& first = std::get<events::FailureDetected>(detected.front()->event).cause;
-  return cause_line(first.rank.value_or(-1), first.host, first.kind, first.detail);
+  return cause_line(first.rank.value_or(-1), first.host, events::to_string(first.kind), first.detail);
 }
 
 std::string outcome_section(const RunRecord& record, const Timeline& timeline) {
@@ -84,9 +84,9 @@ std::string outcome_section(const RunRecord& record, const Timeline& timeline) {
       const events::FailureCause& cause = std::get<events::FailureDetected>(event->event).cause;
       std::optional<int64_t> at = event->wall_ms();
       std::string where = cause.rank ? "rank " + std::to_string(*cause.rank) + " on " : "";
-      out += "<tr class=\"failure-row\" data-kind=\"" + e(cause.kind) + "\"><td>" +
+      out += "<tr class=\"failure-row\" data-kind=\"" + e(events::to_string(cause.kind)) + "\"><td>" +
              e(at ? since(*at, timeline.start_ms) : "?") + "</td><td class=\"n\">" + std::to_string(event->gen.value_or(0)) +
-             "</td><td>" + e(cause.kind) + "</td><td>" + e(where + cause.host) + "</td><td>" + e(cause.detail) +
+             "</td><td>" + e(events::to_string(cause.kind)) + "</td><td>" + e(where + cause.host) + "</td><td>" + e(cause.detail) +
              "</td></tr>";
     }
     out += "</table>";

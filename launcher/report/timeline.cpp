@@ -24,11 +24,13 @@ std::string cause_text(const events::FailureCause& cause) {
   return cause.detail.empty() ? where : where + ": " + cause.detail;
 }
 
-MarkKind failure_kind(const std::string& kind) {
-  if (kind == "worker.exit") return MarkKind::crash;
-  if (kind == "worker.hang") return MarkKind::hang;
-  if (kind == "host.lost") return MarkKind::host_lost;
-  return MarkKind::failure;
+MarkKind failure_kind(events::FailureKind kind) {
+  switch (kind) {
+    case events::FailureKind::worker_exit: return MarkKind::crash;
+    case events::FailureKind::worker_hang: return MarkKind::hang;
+    case events::FailureKind::host_lost: return MarkKind::host_lost;
+    default: return MarkKind::failure;
+  }
 }
 
 void add_host(std::vector<std::string>& hosts, std::set<std::string>& known, const std::string& host) {
@@ -161,9 +163,9 @@ class TimelineBuilder {
       began = ts_ - silence->second;
       silences_.erase(silence);
     }
-    mark(failure_kind(cause.kind), cause.kind + ": " + where + ": " + cause.detail, cause.host, rank, began);
+    mark(failure_kind(cause.kind), events::to_string(cause.kind) + ": " + where + ": " + cause.detail, cause.host, rank, began);
     mark(MarkKind::detected,
-         "detected " + cause.kind + " (" + where + ")" +
+         "detected " + events::to_string(cause.kind) + " (" + where + ")" +
              (detected.latency_ms ? " after " + std::to_string(*detected.latency_ms) + " ms" : ""),
          cause.host, rank);
   }
@@ -191,7 +193,7 @@ class TimelineBuilder {
   void on(const events::RecoveryCompleted& completed, const events::Event&) {
     RecoverySpan* span = open_recovery_ ? &timeline_.recoveries[*open_recovery_] : nullptr;
     if (!span) {  // a recovery.started lost to a damaged line: keep what this event says
-      timeline_.recoveries.push_back({gen_, ts_, ts_, "", completed.kind, 0, {}});
+      timeline_.recoveries.push_back({gen_, ts_, ts_, "", events::to_string(completed.kind), 0, {}});
       span = &timeline_.recoveries.back();
       span->cause = cause_text(completed.cause);
     }

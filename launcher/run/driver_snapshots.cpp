@@ -41,7 +41,7 @@ void RunDriver::write_state(bool force) {
   const auto& statuses = supervisor_.ranks();
   json root_cause = nullptr;
   if (const auto& cause = supervisor_.root_cause()) {
-    root_cause = {{"kind", cause->kind}, {"host", cause->host}, {"message", cause->detail}};
+    root_cause = {{"kind", events::to_string(cause->kind)}, {"host", cause->host}, {"message", cause->detail}};
     if (cause->rank >= 0) {
       root_cause["rank"] = cause->rank;
       root_cause["local_rank"] = cause->local_rank;

@@ -21,7 +21,7 @@ void TaskMetricsState::observe(const LoggedEvent& logged, int64_t wall_ms, int64
       [&](const PlanGeneration& plan) { generation_resume_step = plan.resume_step; },
       [&](const GenerationSpawned&) { generation_spawned_ms = monotonic_ms; },
       [&](const RecoveryStarted& started) {
-        ++restarts_by_kind[started.cause.kind.empty() ? "unknown" : started.cause.kind];
+        ++restarts_by_kind[to_string(started.cause.kind)];
       },
       [&](const CheckpointCommitted& committed) {
         ++checkpoints;

@@ -53,7 +53,7 @@ std::optional<std::string> console_text(const events::Event& event) {
   if (const auto* state = std::get_if<events::RunState>(&event)) return state->state + ": " + state->why;
   if (const auto* detected = std::get_if<events::FailureDetected>(&event)) {
     const events::FailureCause& cause = detected->cause;
-    return "failure: " + cause.kind + " on " + cause.host + (cause.rank ? " rank " + std::to_string(*cause.rank) : "") +
+    return "failure: " + events::to_string(cause.kind) + " on " + cause.host + (cause.rank ? " rank " + std::to_string(*cause.rank) : "") +
            ": " + cause.detail;
   }
   return std::nullopt;

@@ -76,7 +76,7 @@ void print_run_summary(std::FILE* out, const supervisor::Supervisor& supervisor,
         }
       }
     } else {
-      std::fprintf(out, "%s on host %s: %s\n", printable(cause->kind).c_str(), printable(cause->host).c_str(),
+      std::fprintf(out, "%s on host %s: %s\n", printable(events::to_string(cause->kind)).c_str(), printable(cause->host).c_str(),
                    printable(cause->detail).c_str());
     }
   }

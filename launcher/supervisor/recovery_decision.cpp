@@ -212,8 +212,8 @@ InPlaceEnd end_in_place_on_failure(const RootCause& cause, bool host_lost) {
   InPlaceEnd end;
   end.fall_back = !host_lost;
   end.why = cause.rank >= 0 ? "rank " + std::to_string(cause.rank) + (cause.host.empty() ? "" : " on " + cause.host) +
-                                  ": " + cause.kind + " (" + cause.detail + ")"
-                            : cause.kind + " " + cause.host + " (" + cause.detail + ")";
+                                  ": " + events::to_string(cause.kind) + " (" + cause.detail + ")"
+                            : events::to_string(cause.kind) + " " + cause.host + " (" + cause.detail + ")";
   return end;
 }
 

@@ -37,7 +37,7 @@ std::vector<Action> Supervisor::resume_from(const ResumeFrom& from) {
   if (!from.supervisor_lost) return std::move(out_);
 
   RootCause cause;
-  cause.kind = "supervisor.lost";
+  cause.kind = FailureKind::supervisor_lost;
   cause.host = from.previous_host;
   cause.pid = from.previous_pid;
   int64_t silent_ms = std::max<int64_t>(0, clock_.wall_ms() - from.waited_ms - from.last_seen_wall_ms);
@@ -84,11 +84,11 @@ void Supervisor::record(nlohmann::json event) {
   out_.push_back(RecordEvent{std::move(event)});
 }
 
-RootCause Supervisor::rank_cause(std::string kind, int rank, std::string detail) const {
+RootCause Supervisor::rank_cause(events::FailureKind kind, int rank, std::string detail) const {
   // The one place a rank's root cause is filled: where it ran, its pid, observed now.
   const plan::RankSlot* where = slot(rank);
   RootCause cause;
-  cause.kind = std::move(kind);
+  cause.kind = kind;
   cause.host = where ? where->host : "";
   cause.rank = rank;
   cause.local_rank = where ? where->local_rank : -1;
@@ -264,7 +264,7 @@ void Supervisor::handle_failure(RootCause cause, bool host_lost) {
   FailureFacts facts{cause.host, host_lost, 0, plan_.world_size};
   if (!host_lost && !cause.host.empty()) facts.host_failures = ++host_failures_[cause.host];
   facts.single_rank = !host_lost && cause.rank >= 0 &&
-                      (cause.kind == "worker.exit" || cause.kind == "worker.hang" || cause.kind == "worker.protocol");
+                      (cause.kind == FailureKind::worker_exit || cause.kind == FailureKind::worker_hang || cause.kind == FailureKind::worker_protocol);
   facts.plan = &plan_;
   facts.rank = cause.rank;
   int64_t now = clock_.monotonic_ms();
@@ -384,7 +384,7 @@ void Supervisor::check_launch_deadline(int64_t now) {
   int64_t deadline = launch_deadline().count();
   std::string limit = format_duration(launch_deadline()) + " (2 × heartbeat.timeout)";
   RootCause cause;
-  cause.kind = "launch.timeout";
+  cause.kind = FailureKind::launch_timeout;
   if (gen_.spawned_ms == 0) {
     if (now - gen_.started_ms <= deadline) return;
     // Nothing was spawned: rank 0's host never answered the port reservation.

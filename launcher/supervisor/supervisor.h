@@ -240,7 +240,7 @@ class Supervisor {
   void add_incident(nlohmann::json incident);
   /// A RootCause of `kind` for `rank` of this generation: its host, local rank and pid from the
   /// plan and its status, observed now (callers adjust pid, code, signal or time).
-  RootCause rank_cause(std::string kind, int rank, std::string detail) const;
+  RootCause rank_cause(events::FailureKind kind, int rank, std::string detail) const;
   /// The status of `rank` when `gen` is this generation's number and the rank is in it, else null.
   RankStatus* rank_of(int gen, int rank);
   std::vector<std::string> live_hosts() const;

@@ -26,7 +26,7 @@ namespace {
 /// failure was observable.
 RootCause host_lost_cause(const HostLost& event, int64_t now_wall_ms) {
   RootCause cause;
-  cause.kind = "host.lost";
+  cause.kind = FailureKind::host_lost;
   cause.host = event.host;
   cause.detail = event.reason;
   cause.observed_ms = now_wall_ms - std::max<int64_t>(0, event.silent_ms);
@@ -61,7 +61,7 @@ void Supervisor::lose_host_before_start(const HostLost& event) {
   root_cause_ = cause;
   give_up_reason_ = decision.why;
   add_incident(event_cause(cause).to_json());
-  record(events::FailureDetected{{"host.lost", event.host, event.reason}, std::nullopt, std::nullopt}.to_json());
+  record(events::FailureDetected{event_cause(cause), std::nullopt, std::nullopt}.to_json());
   stop_generation(Ending::fail, decision.exit_code);
 }
 
@@ -120,7 +120,7 @@ void Supervisor::give_up_on_spawn_failure(const WorkerSpawnFailed& event) {
   RankStatus* rank = rank_of(event.gen, event.rank);
   if (!rank) return;
   rank->state = RankState::failed;
-  RootCause cause = rank_cause("worker.spawn", event.rank, event.error);
+  RootCause cause = rank_cause(FailureKind::worker_spawn, event.rank, event.error);
   cause.pid = 0;  // it never ran
   RecoveryDecision decision = decide_spawn_failure(cause);
   root_cause_ = cause;
@@ -137,7 +137,7 @@ bool clean_exit(const WorkerExited& event) { return event.code && *event.code ==
 }  // namespace
 
 RootCause Supervisor::exit_cause(const WorkerExited& event) const {
-  RootCause cause = rank_cause("worker.exit", event.rank,
+  RootCause cause = rank_cause(FailureKind::worker_exit, event.rank,
                                event.signal ? "killed by " + *event.signal
                                             : "exit code " + std::to_string(event.code.value_or(-1)));
   cause.pid = event.pid;
@@ -176,7 +176,7 @@ void Supervisor::exit_while_stopping(const WorkerExited& event) {
   rank->exit_code = event.code;
   rank->exit_signal = event.signal;
   rank->state = clean_exit(event) ? RankState::exited : RankState::killed;
-  if (clean_exit(event) || !root_cause_ || root_cause_->kind != "worker.exit") return;
+  if (clean_exit(event) || !root_cause_ || root_cause_->kind != FailureKind::worker_exit) return;
   // Exits after we decided to stop are consequences, with two exceptions that make this one the
   // real root cause. One that the agent killed (for our stop) is a consequence whatever its time
   // stamp says.
@@ -205,7 +205,7 @@ void Supervisor::misbehaved(const WorkerMisbehaved& event) {
   RankStatus* rank = rank_of(event.gen, event.rank);
   if (!rank) return;
   rank->state = RankState::failed;
-  handle_failure(rank_cause("worker.protocol", event.rank, event.detail), false);
+  handle_failure(rank_cause(FailureKind::worker_protocol, event.rank, event.detail), false);
 }
 
 bool Supervisor::note_progress(const WorkerProgress& event) {
@@ -313,7 +313,7 @@ void Supervisor::watch_hangs(const Tick&) {
                                           format_duration(Millis(hang.limit_ms)) + ")"
                                     : "no step progress for " + std::to_string(hang.silent_ms / 1000) + "s at step " +
                                           std::to_string(rank.step);
-  RootCause cause = rank_cause("worker.hang", hang.rank, detail);
+  RootCause cause = rank_cause(FailureKind::worker_hang, hang.rank, detail);
   cause.observed_ms = clock_.wall_ms() - hang.overdue_ms;
   handle_failure(cause, false);
 }
@@ -340,7 +340,7 @@ void Supervisor::generation_spawned(const GenerationSpawned& event) {
 void Supervisor::launch_step_failed(const LaunchStepFailed& event) {
   if (event.gen != gen_.number) return;
   RootCause cause;
-  cause.kind = "agent.error";
+  cause.kind = FailureKind::agent_error;
   cause.host = event.host;
   cause.detail = event.step + " failed on " + event.host + ": " + event.detail;
   cause.observed_ms = clock_.wall_ms();

@@ -25,7 +25,7 @@ void Supervisor::start_in_place(const RootCause& cause, bool host_lost, Recovery
     record(events::PlanChanged{plan::diff_text(plan_, *decision.next_plan), without}.to_json());
     plan_ = std::move(*decision.next_plan);
   }
-  if (host_lost || cause.kind == "worker.exit") {
+  if (host_lost || cause.kind == FailureKind::worker_exit) {
     continue_in_place();
     return;
   }

@@ -11,9 +11,13 @@
 #include <nlohmann/json.hpp>
 
 #include "launcher/base/exit_code.h"
+#include "launcher/events/event_catalogue.h"
 #include "launcher/plan/rank_plan.h"
 
 namespace dtrain::supervisor {
+
+/// What failed (the events catalogue's kinds: worker.exit, host.lost, ...).
+using FailureKind = events::FailureKind;
 
 /// The states of a run. Terminal: succeeded, failed, stopped.
 enum class RunState {
@@ -159,7 +163,7 @@ struct RankStatus {
 
 /// The first failure by time: what `dtrain status` and the end-of-run summary lead with.
 struct RootCause {
-  std::string kind;   ///< "worker.exit", "worker.spawn", "host.lost", "launch.timeout", "agent.error"
+  FailureKind kind = FailureKind::worker_exit;
   std::string host;
   int rank = -1;
   int local_rank = -1;

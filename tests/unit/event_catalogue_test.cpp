@@ -47,7 +47,7 @@ TEST_CASE("catalogue_problem: conforming, unknown name, missing fields") {
 namespace {
 
 events::FailureCause sample_cause() {
-  events::FailureCause cause{"worker.exit", "h1", "exit code 3"};
+  events::FailureCause cause{events::FailureKind::worker_exit, "h1", "exit code 3"};
   cause.rank = 2;
   cause.local_rank = 0;
   cause.pid = 4242;
@@ -63,7 +63,7 @@ auto sample_events() {
       RunResumed{"failed", 100, "launch", 2500, 40, 3, 101, "launch", "0.1.0", true},
       RunState{"running", "every worker started"}, RunStopRequested{"SIGINT"},
       RunFinished{"succeeded", 0, 1, 2, 9000, {nlohmann::json{{"ev", kFailureDetected}}},
-                  RunRootCause{"worker.exit", "h1", 2, "exit code 3", "Traceback ..."}, "gave up"},
+                  RunRootCause{events::FailureKind::worker_exit, "h1", 2, "exit code 3", "Traceback ..."}, "gave up"},
       RunlogDropped{4096, 3, "fell behind", {{"rank_output", 2}, {"worker.started", 1}}, "2026-12-02T18:00:00.000Z",
                     "2026-12-02T18:00:05.000Z"}, SshInsecure{"host keys are not checked"},
       RuntimeDirFallback{"/tmp/dtrain-0-Ab12Cd/3fa2c1d0", "runtime directory '/tmp/dtrain-0' belongs to uid 65534"},
@@ -85,7 +85,7 @@ auto sample_events() {
       FailureRootCause{2, "h1", "failed earlier"}, FailureBudgetExhausted{3, 600000, "no restart left"},
       FailureCrashLoop{3, "no progress"}, FailureUnrecoverable{"no plan"},
       RecoveryStarted{sample_cause(), 1, "restart", "within budget"},
-      RecoveryCompleted{"worker.exit", sample_cause(), {{"total_ms", 900}}, 10, 14, 4, 4, 1, "restart"},
+      RecoveryCompleted{events::FailureKind::worker_exit, sample_cause(), {{"total_ms", 900}}, 10, 14, 4, 4, 1, "restart"},
       RecoveryCarriedOver{1, "h1", {0, 1}, {4242, 4243}}, RecoveryFallback{1, "rank 3 had ended"},
       ResourcesReleased{0, "h1", {4242}, 0, 35}, ResourcesUnconfirmed{{"h2"}, "no confirmation"},
       CheckpointCommitted{0, 0, "h1", 10, 1 << 20, 0.5}, CheckpointRejected{0, 0, "h1", 10, "checksum"},
@@ -119,7 +119,7 @@ TEST_CASE("typed events leave absent optional fields out rather than writing nul
   nlohmann::json lost = events::HostLost{"h1", "connection closed", true, std::nullopt}.to_json();
   CHECK(lost == nlohmann::json{{"ev", "host.lost"}, {"host", "h1"}, {"reason", "connection closed"}, {"was_connected", true}});
 
-  events::FailureCause lost_host{"host.lost", "h2", "silent"};
+  events::FailureCause lost_host{events::FailureKind::host_lost, "h2", "silent"};
   CHECK(events::FailureDetected{lost_host, std::nullopt, std::nullopt}.to_json() ==
         nlohmann::json{{"ev", "failure.detected"}, {"kind", "host.lost"}, {"host", "h2"}, {"detail", "silent"}});
 
@@ -161,6 +161,33 @@ TEST_CASE("every typed event reads back equal: from_json(to_json(e)) == e, throu
   }, sample_events());
   // One alternative per catalogue name, and UnknownEvent.
   CHECK(std::variant_size_v<events::Event> == events::catalogue().size() + 1);
+}
+
+TEST_CASE("failure kinds: one name each, read back by name, documented in dtrain(1); another name is an error") {
+  std::ifstream man(std::string(DTRAIN_SOURCE_DIR) + "/man/dtrain.1");
+  REQUIRE(man.good());
+  std::stringstream text;
+  text << man.rdbuf();
+  std::set<std::string_view> names;
+  for (const events::FailureKindInfo& info : events::kFailureKinds) {
+    CHECK_MESSAGE(names.insert(info.name).second, "duplicate: " << info.name);
+    CHECK(events::to_string(info.kind) == info.name);
+    CHECK(events::parse_failure_kind(info.name) == info.kind);
+    CHECK(!info.meaning.empty());
+    CHECK_MESSAGE(text.str().find(std::string(info.name)) != std::string::npos, info.name << " is not in man/dtrain.1");
+  }
+  CHECK(names.size() == 8);  // one per enumerator of FailureKind
+  CHECK(!events::parse_failure_kind("worker.crash"));
+
+  Result<events::Event> unknown_kind =
+      events::parse_event({{"ev", "failure.detected"}, {"kind", "worker.crash"}, {"host", "h1"}, {"detail", "x"}});
+  REQUIRE(!unknown_kind.ok());
+  CHECK(unknown_kind.error().message.find("'worker.crash' is not a failure kind (worker.exit, worker.spawn") !=
+        std::string::npos);
+  Result<events::Event> launch = events::parse_event(
+      {{"ev", "failure.detected"}, {"kind", "launch.timeout"}, {"host", "h1"}, {"detail", "rank 0's port"}});
+  REQUIRE(launch.ok());
+  CHECK(std::get<events::FailureDetected>(*launch).cause.kind == events::FailureKind::launch_timeout);
 }
 
 TEST_CASE("parse_event: an unknown name is kept as it came, a mistyped field is an error that names it") {

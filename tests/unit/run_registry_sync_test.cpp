@@ -76,7 +76,7 @@ TEST_CASE("the live registry writer takes its events from the recorder, and from
       started["gen"] = 0;  // the supervisor's stamp
       sync.observe(typed(started), kStart + 200);
     }
-    events::FailureCause cause{"worker.exit", "h1", "exit code 3"};
+    events::FailureCause cause{events::FailureKind::worker_exit, "h1", "exit code 3"};
     cause.rank = 0;
     sync.observe(typed(events::FailureDetected{cause, 20, std::nullopt}.to_json()), kStart + 300);
     sync.observe(typed(events::RunFinished{"failed", 1, 0, 1, 400}.to_json()), kStart + 400);

@@ -23,11 +23,11 @@ spec::JobSpec four_hosts(int max_restarts, int min_hosts = 0) {
   return spec;
 }
 
-RootCause rank_failure(int rank, std::string host, std::string kind, std::string detail) {
+RootCause rank_failure(int rank, std::string host, FailureKind kind, std::string detail) {
   RootCause cause;
   cause.rank = rank;
   cause.host = std::move(host);
-  cause.kind = std::move(kind);
+  cause.kind = kind;
   cause.detail = std::move(detail);
   return cause;
 }
@@ -156,7 +156,7 @@ TEST_CASE("restarts older than elastic.restart_window no longer count, and a win
 }
 
 TEST_CASE("a worker that cannot be spawned ends the run at once, naming the rank and its host") {
-  RecoveryDecision decision = decide_spawn_failure(rank_failure(5, "b", "worker.spawn", "No such file"));
+  RecoveryDecision decision = decide_spawn_failure(rank_failure(5, "b", FailureKind::worker_spawn, "No such file"));
   CHECK(decision.action == RecoveryAction::give_up);
   CHECK(decision.exit_code == ExitCode::job_failed);
   CHECK(!decision.uses_restart);
@@ -240,11 +240,11 @@ TEST_CASE("the crash loop: crash_loop_after generations in a row without progres
 }
 
 TEST_CASE("a rank failing during an in-place attempt falls back to a full restart, a lost host is decided anew") {
-  InPlaceEnd rank = end_in_place_on_failure(rank_failure(3, "h1", "worker.exit", "exit code 1"), false);
+  InPlaceEnd rank = end_in_place_on_failure(rank_failure(3, "h1", FailureKind::worker_exit, "exit code 1"), false);
   CHECK(rank.fall_back);
   CHECK(rank.why == "rank 3 on h1: worker.exit (exit code 1)");
   RootCause lost;
-  lost.kind = "host.lost";
+  lost.kind = FailureKind::host_lost;
   lost.host = "h2";
   lost.detail = "channel closed";
   InPlaceEnd host = end_in_place_on_failure(lost, true);

@@ -363,7 +363,7 @@ TEST_CASE("a worker whose step stops advancing for hang_timeout is a failure") {
   CHECK(samples[0].rank == 1);
   CHECK(samples[0].pid == 1001);
   CHECK(of_type<StopGeneration>(actions).size() == 1);
-  CHECK(h.supervisor->root_cause()->kind == "worker.hang");
+  CHECK(h.supervisor->root_cause()->kind == FailureKind::worker_hang);
   CHECK(h.supervisor->root_cause()->rank == 1);
 }
 
@@ -464,7 +464,7 @@ TEST_CASE("a host that cannot be reached at start fails the run with an infrastr
   REQUIRE(finish.size() == 1);
   CHECK(finish[0].exit_code == ExitCode::infra);
   CHECK(h.supervisor->state() == RunState::failed);
-  CHECK(h.supervisor->root_cause()->kind == "host.lost");
+  CHECK(h.supervisor->root_cause()->kind == FailureKind::host_lost);
 }
 
 TEST_CASE("events of an older generation are ignored") {
@@ -492,7 +492,7 @@ TEST_CASE("when every rank stalls, the one that stopped first is blamed for the 
   h.clock.advance_ms(21000);
   auto actions = h.feed(Tick{});
   REQUIRE(h.supervisor->root_cause());
-  CHECK(h.supervisor->root_cause()->kind == "worker.hang");
+  CHECK(h.supervisor->root_cause()->kind == FailureKind::worker_hang);
   CHECK(h.supervisor->root_cause()->rank == 1);
 }
 
@@ -554,7 +554,7 @@ TEST_CASE("a checkpoint save longer than heartbeat.checkpoint_timeout is a hang 
   h.clock.advance_ms(61000);
   auto actions = h.feed(Tick{});
   REQUIRE(h.supervisor->root_cause());
-  CHECK(h.supervisor->root_cause()->kind == "worker.hang");
+  CHECK(h.supervisor->root_cause()->kind == FailureKind::worker_hang);
   CHECK(h.supervisor->root_cause()->rank == 0);
   CHECK(h.supervisor->root_cause()->detail.find("checkpoint save at step 20") != std::string::npos);
   CHECK(h.supervisor->root_cause()->detail.find("heartbeat.checkpoint_timeout") != std::string::npos);
@@ -946,7 +946,7 @@ TEST_CASE("launch deadline: no port reply from rank 0's host within 2 x heartbea
   auto next = of_type<StartGeneration>(h.release_all(0));
   REQUIRE(next.size() == 1);
   CHECK(next[0].gen == 1);
-  CHECK(h.supervisor->root_cause()->kind == "launch.timeout");
+  CHECK(h.supervisor->root_cause()->kind == FailureKind::launch_timeout);
 }
 
 TEST_CASE("launch deadline: ranks that never report started are named with their host, and the run fails without budget") {
