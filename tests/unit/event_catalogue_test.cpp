@@ -163,7 +163,7 @@ TEST_CASE("every typed event reads back equal: from_json(to_json(e)) == e, throu
   CHECK(std::variant_size_v<events::Event> == events::catalogue().size() + 1);
 }
 
-TEST_CASE("failure kinds: one name each, read back by name, documented in dtrain(1); another name is an error") {
+TEST_CASE("failure kinds: one name each, read back by name, documented in dtrain(1), another name is an error") {
   std::ifstream man(std::string(DTRAIN_SOURCE_DIR) + "/man/dtrain.1");
   REQUIRE(man.good());
   std::stringstream text;
