@@ -1,5 +1,5 @@
 // dtrain-sim: the real supervisor and driver (run::submit) over a simulated cluster
-// (run::FakeCluster: N hosts × M ranks that beat at the spec's interval, in this process),
+// (sim::FakeCluster: N hosts × M ranks that beat at the spec's interval, in this process),
 // to measure what one supervisor costs at sizes no test machine has. It injects one fault, lets
 // the run recover, ends it, and prints what it measured as one JSON object on stdout:
 //
@@ -33,7 +33,7 @@
 #include "launcher/base/duration.h"
 #include "launcher/run/run_driver.h"
 #include "launcher/runlog/event_log.h"
-#include "launcher/run/fake_cluster.h"
+#include "launcher/sim/fake_cluster.h"
 #include "launcher/events/event.h"
 
 using namespace dtrain;
@@ -144,9 +144,9 @@ int main(int argc, char** argv) {
       "heartbeat: {interval: " + std::to_string(interval_ms) + "ms, timeout: " + std::to_string(10 * interval_ms) +
       "ms, hang_timeout: " + std::to_string(30 * interval_ms) + "ms}\nstop_grace: 2s\n";
 
-  run::FakeClusterOptions options;
+  sim::FakeClusterOptions options;
   options.step_ms = interval_ms;
-  run::FakeCluster cluster(options);
+  sim::FakeCluster cluster(options);
   run::SubmitOptions submit;
   submit.spec_path = "sim.yaml";
   submit.spec_text = spec;

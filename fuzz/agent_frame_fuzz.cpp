@@ -5,7 +5,8 @@
 // Invariants: nothing throws; the stream decodes to the same messages and errors whether it
 // arrives at once or in 3-byte pieces; a decoded frame is an object with a string "type" and
 // re-encodes to a frame that decodes equal; an accepted message respects the catalogue's
-// ranges (an exit has exactly one of code and signal); errors are printable text;
+// ranges (an exit has exactly one of code and signal) and survives its own serialisation
+// (parse(to_json(m)) == m); errors are printable text;
 // AgentFrameParser gives every body the same message or error as the generic path, and its
 // beat fast path accepts only what the generic path accepts, with the same fields.
 
@@ -68,6 +69,18 @@ void check_agent_message(const proto::AgentMessage& message) {
   }
 }
 
+// Whether every worker message a from_worker or a beat carries parsed: only such a message is
+// what an agent sends (to_json writes no Error).
+bool carries_no_error(const proto::AgentMessage& message) {
+  if (const auto* from = std::get_if<proto::FromWorker>(&message)) return from->msg.ok();
+  if (const auto* beat = std::get_if<proto::AgentBeat>(&message)) {
+    for (const proto::FromWorker& held : beat->worker_beats) {
+      if (!held.msg) return false;
+    }
+  }
+  return true;
+}
+
 // The fast path against the generic one, for one frame body.
 void check_frame_parser(proto::AgentFrameParser& parser, std::string_view body) {
   Result<nlohmann::json> frame = proto::parse_frame_body(body);
@@ -122,6 +135,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto parsed = proto::parse_agent_message(message);
     if (parsed) {
       check_agent_message(*parsed);
+      if (carries_no_error(*parsed)) {
+        auto again = proto::parse_agent_message(proto::to_json(*parsed));
+        check(again && *again == *parsed, "parse(to_json(m)) == m for an accepted agent message", message.dump());
+      }
     } else {
       check(!parsed.error().message.empty(), "an error says what is wrong");
       check_printable(parsed.error().message, "an error about an agent frame is printable");

@@ -43,6 +43,7 @@
 #include "launcher/proto/frame.h"
 #include "launcher/proto/agent_messages.h"
 #include "launcher/proto/messages.h"
+#include "launcher/proto/supervisor_messages.h"
 #include "worker/contract/env.h"
 #include "worker/contract/wire.h"
 
@@ -58,7 +59,6 @@ constexpr int64_t kLastWordsMs = 1'000;        // flushing bye before exit
 constexpr size_t kMaxTailLines = 10'000;
 constexpr int64_t kStandbyRestartMs = 1'000;   // at most one replacement of a dead standby per second
 constexpr int64_t kStandbyRefillDelayMs = 1'000;  // from an assign to the standby that replaces it
-constexpr int kMaxStandbys = 64;               // as elastic.standby_per_host
 
 struct Config {
   std::string run_id;
@@ -69,61 +69,12 @@ struct Config {
   bool batch_beats = false;  ///< worker beats ride on the agent's beat (messages.h)
 };
 
-// Field access that turns a missing or mistyped field into a message for protocol_error().
-struct Fields {
-  const json& message;
-  std::string problem;
-
-  bool has(const char* key) const { return message.contains(key) && !message[key].is_null(); }
-  int64_t integer(const char* key) {
-    if (has(key) && message[key].is_number_integer()) return message[key].get<int64_t>();
-    note(key, "an integer");
-    return 0;
-  }
-  std::string string(const char* key) {
-    if (has(key) && message[key].is_string()) return message[key].get<std::string>();
-    note(key, "a string");
-    return {};
-  }
-  /// A required array of integers (kill.ranks): nullopt, noted, when it is not one or is empty.
-  std::optional<std::set<int>> integers(const char* key) {
-    bool ok = has(key) && message[key].is_array() && !message[key].empty();
-    for (const json& item : ok ? message[key] : json::array()) ok = ok && item.is_number_integer();
-    if (!ok) {
-      note(key, "a non-empty array of integers");
-      return std::nullopt;
-    }
-    std::set<int> values;
-    for (const json& item : message[key]) values.insert(item.get<int>());
-    return values;
-  }
-  void note(const char* key, const char* expected) {
-    if (problem.empty()) {
-      problem = message.value("type", std::string("?")) + ": field '" + key + "' must be " +
-                expected + (has(key) ? ", got " + message[key].dump() : " and is missing");
-    }
-  }
-};
-
-std::optional<std::map<std::string, std::string>> string_map(const json& value) {
-  std::map<std::string, std::string> out;
-  if (value.is_null()) return out;
-  if (!value.is_object()) return std::nullopt;
-  for (const auto& [key, item] : value.items()) {
-    if (!item.is_string()) return std::nullopt;
-    out[key] = item.get<std::string>();
-  }
-  return out;
-}
-
 class Agent {
  public:
   Agent(int input_fd, int output_fd) : input_fd_(input_fd), out_(output_fd) {}
   int run();
 
  private:
-  using Handler = void (Agent::*)(const json&);
-
   Status install_signal_handling();
   void loop_once();
   void poll_and_dispatch();
@@ -133,18 +84,19 @@ class Agent {
   void read_signals();
   void reap_children();
   void advance_kills(int64_t now);
-  void handle_frame(const json& message);
+  void handle_frame(const json& frame);
 
-  void on_config(const json& message);
-  void on_spawn(const json& message);
-  void on_kill(const json& message);
-  void on_ping(const json& message);
-  void on_to_worker(const json& message);
-  void on_reserve_port(const json& message);
-  void on_fence(const json& message);
-  void on_sample(const json& message);
-  void on_dump(const json& message);
-  void on_gen_changed(const json& message);
+  // One handler per supervisor → agent message (proto/supervisor_messages.h).
+  void on(const proto::AgentConfig& config);
+  void on(const proto::SpawnRequest& spawn);
+  void on(const proto::KillRequest& kill);
+  void on(const proto::PingRequest& ping);
+  void on(const proto::ToWorkerRequest& to_worker);
+  void on(const proto::ReservePortRequest& reserve);
+  void on(const proto::FenceRequest& fence);
+  void on(const proto::SampleRequest& sample);
+  void on(const proto::DumpRequest& dump);
+  void on(const proto::GenChangedRequest& change);
 
   /// Refuses a launch that would collide with a live worker or a generation gen_changed moved
   /// on from (spawn_failed), else adds its files and starts it.
@@ -167,9 +119,9 @@ class Agent {
   /// A worker's message to the supervisor: at once as from_worker, except (with batch_beats)
   /// a beat after the worker's first one without a phase, which waits for the agent's next beat
   /// (newest wins). Anything else the worker sends first flushes its held beat, so its order holds.
-  void forward_from_worker(int gen, int rank, pid_t pid, json message);
+  void forward_from_worker(int gen, int rank, pid_t pid, proto::WorkerMessage message);
   void flush_held_beat(int gen, int rank);
-  void send_error(json message);
+  void send_error(proto::AgentError error);
   void protocol_error(const std::string& what);
   void begin_fence(std::string reason, ExitCode code);
   void finish_fence(int64_t now);
@@ -188,7 +140,7 @@ class Agent {
   std::unique_ptr<WorkerSocketServer> sockets_;
   std::optional<WorkerFiles> files_;  ///< bootstrap + error files; absent if they could not be made
   std::map<pid_t, std::unique_ptr<WorkerProcess>> workers_;
-  std::map<std::pair<int, int>, std::pair<pid_t, json>> held_beats_;  ///< (gen, rank) → newest beat
+  std::map<std::pair<int, int>, std::pair<pid_t, proto::WorkerBeat>> held_beats_;  ///< (gen, rank) → newest beat
   std::set<std::pair<int, int>> beaten_;  ///< (gen, rank) of live workers whose first beat went out
   std::vector<KillOperation> kills_;
   std::map<int, int> moved_generations_;  ///< gen_changed so far: from → to
@@ -289,15 +241,12 @@ void Agent::poll_and_dispatch() {
         if (!sockets_) return;
         sockets_->on_ready(
             fd, revents,
-            [this](int gen, int rank, pid_t peer_pid, json message) {
+            [this](int gen, int rank, pid_t peer_pid, proto::WorkerMessage message) {
               forward_from_worker(gen, rank, peer_pid, std::move(message));
             },
             [this](const WorkerLineProblem& problem) {
-              json report = {{"type", proto::msg::kProtocolError}, {"pid", problem.peer_pid},
-                             {"error", problem.error}, {"closed", problem.closed}};
-              if (problem.gen) report["gen"] = *problem.gen;
-              if (problem.rank) report["rank"] = *problem.rank;
-              out_.send(report);
+              out_.send(proto::WorkerProtocolError{problem.gen, problem.rank, problem.peer_pid, problem.error,
+                                                   problem.closed});
             });
       });
     }
@@ -318,8 +267,7 @@ void Agent::poll_and_dispatch() {
                            line.c_str());
               return;
             }
-            out_.send({{"type", proto::msg::kLog}, {"gen", worker.gen()}, {"rank", worker.rank()},
-                       {"stream", stream}, {"line", std::move(line)}});
+            out_.send(proto::WorkerLogLine{worker.gen(), worker.rank(), stream, std::move(line)});
           });
         });
       }
@@ -417,9 +365,8 @@ void Agent::reap_children() {
         std::fprintf(stderr, "%s: standby pid %d %s: %s\n", who().c_str(), static_cast<int>(pid), stream, line.c_str());
       });
       if (!worker.signalled_by_agent) {
-        json how = describe_wait_status(status);
         std::fprintf(stderr, "%s: standby pid %d exited before it was assigned a rank (%s)\n", who().c_str(),
-                     static_cast<int>(pid), how.dump().c_str());
+                     static_cast<int>(pid), describe_wait_status(status).c_str());
       }
       if (sockets_) sockets_->forget_moves_of(pid);
       standby_not_before_ms_ = std::max(standby_not_before_ms_, last_standby_start_ms_ + kStandbyRestartMs);
@@ -428,28 +375,27 @@ void Agent::reap_children() {
     }
     // Every line the worker wrote is in its pipes now; they go out before its exit.
     worker.drain_output([&](const char* stream, std::string line) {
-      out_.send({{"type", proto::msg::kLog}, {"gen", worker.gen()}, {"rank", worker.rank()},
-                 {"stream", stream}, {"line", std::move(line)}});
+      out_.send(proto::WorkerLogLine{worker.gen(), worker.rank(), stream, std::move(line)});
     });
     flush_held_beat(worker.gen(), worker.rank());  // its last step before its exit
     if (sockets_) sockets_->forget_moves_of(pid);
     beaten_.erase({worker.gen(), worker.rank()});
-    json exit = describe_wait_status(status);
-    exit["type"] = proto::msg::kExit;
-    exit["gen"] = worker.gen();
-    exit["rank"] = worker.rank();
-    exit["local_rank"] = worker.local_rank();
-    exit["pid"] = pid;
-    exit["agent_time_ms"] = agent_time_ms();
-    exit["tail"] = worker.tail();
-    exit["killed_by_agent"] = worker.signalled_by_agent;
+    proto::WorkerExitReport exit;
+    set_wait_status(exit, status);
+    exit.gen = worker.gen();
+    exit.rank = worker.rank();
+    exit.local_rank = worker.local_rank();
+    exit.pid = pid;
+    exit.agent_time_ms = agent_time_ms();
+    exit.tail = worker.tail();
+    exit.killed_by_agent = worker.signalled_by_agent;
     if (files_) {
       // The file its environment names: that of the generation it was spawned for, even when
       // gen_changed carried it over since.
-      std::optional<json> error = take_error_record(files_->error_file(worker.spawn_gen(), worker.rank()),
-                                                    proto::kMaxErrorFileBytes);
+      std::optional<proto::WorkerErrorRecord> error =
+          take_error_record(files_->error_file(worker.spawn_gen(), worker.rank()), proto::kMaxErrorFileBytes);
       bool failed = !WIFEXITED(status) || WEXITSTATUS(status) != 0;
-      if (error && failed) exit["error"] = std::move(*error);
+      if (error && failed) exit.error = std::move(*error);
     }
     out_.send(exit);
     workers_.erase(it);
@@ -478,71 +424,50 @@ void Agent::advance_kills(int64_t now) {
   }
 }
 
-void Agent::handle_frame(const json& message) {
-  static const std::map<std::string, Handler> handlers = {
-      {proto::msg::kConfig, &Agent::on_config},
-      {proto::msg::kSpawn, &Agent::on_spawn},
-      {proto::msg::kKill, &Agent::on_kill},
-      {proto::msg::kPing, &Agent::on_ping},
-      {proto::msg::kToWorker, &Agent::on_to_worker},
-      {proto::msg::kReservePort, &Agent::on_reserve_port},
-      {proto::msg::kFence, &Agent::on_fence},
-      {proto::msg::kSample, &Agent::on_sample},
-      {proto::msg::kDump, &Agent::on_dump},
-      {proto::msg::kGenChanged, &Agent::on_gen_changed},
-  };
-  std::string type = message["type"].get<std::string>();
-  auto handler = handlers.find(type);
-  if (handler == handlers.end()) return protocol_error("unknown message type '" + type + "'");
-  if (!config_ && type != proto::msg::kConfig) {
-    return protocol_error("'" + type + "' before config; config must be the first frame");
+void Agent::handle_frame(const json& frame) {
+  // The one place a supervisor's frame becomes a typed message.
+  Result<proto::SupervisorMessage> message = proto::parse_supervisor_message(frame);
+  if (!message) return protocol_error(message.error().message);
+  if (!config_ && !std::holds_alternative<proto::AgentConfig>(*message)) {
+    return protocol_error(std::string("'") + proto::type_of(*message) +
+                          "' before config; config must be the first frame");
   }
-  (this->*handler->second)(message);
+  std::visit([this](const auto& typed) { on(typed); }, *message);
 }
 
-void Agent::on_config(const json& message) {
+void Agent::on(const proto::AgentConfig& message) {
   if (config_) return protocol_error("a second config");
-  Fields fields{message, {}};
-  int64_t protocol = fields.integer("protocol");
-  Config config;
-  config.run_id = fields.string("run_id");
-  config.host = fields.string("host");
-  config.runtime_dir = fields.string("runtime_dir");
-  config.heartbeat_interval_ms = fields.integer("heartbeat_interval_ms");
-  config.heartbeat_timeout_ms = fields.integer("heartbeat_timeout_ms");
-  if (!fields.problem.empty()) return protocol_error(fields.problem);
-  auto batch = message.find("batch_beats");
-  config.batch_beats = batch != message.end() && batch->is_boolean() && batch->get<bool>();
-  if (protocol != proto::kProtocolVersion) {
-    send_error({{"message", "agent speaks protocol " + std::to_string(proto::kProtocolVersion) +
-                                " (dtrain " + kVersion + "), the supervisor " +
-                                std::to_string(protocol) + "; install the same dtrain version"}});
+  if (message.protocol != proto::kProtocolVersion) {
+    send_error({"agent speaks protocol " + std::to_string(proto::kProtocolVersion) + " (dtrain " + kVersion +
+                "), the supervisor " + std::to_string(message.protocol) + "; install the same dtrain version"});
     return begin_fence("protocol version mismatch", ExitCode::infra);
   }
-  if (config.heartbeat_interval_ms <= 0 || config.heartbeat_timeout_ms <= 0) {
+  if (message.heartbeat_interval_ms <= 0 || message.heartbeat_timeout_ms <= 0) {
     return protocol_error("config: heartbeat_interval_ms and heartbeat_timeout_ms must be > 0");
   }
+  Config config{message.run_id, message.host, message.runtime_dir, message.heartbeat_interval_ms,
+                message.heartbeat_timeout_ms, message.batch_beats};
   config_ = config;
   auto sockets = WorkerSocketServer::open(config.runtime_dir, config.host, who());
   if (!sockets) {
-    send_error({{"message", sockets.error().message}, {"about", "config"}});
+    send_error({sockets.error().message, "config"});
     return begin_fence(sockets.error().message, ExitCode::infra);
   }
   sockets_ = std::move(*sockets);
   open_worker_files();
-  json facts = collect_host_facts(kNvidiaSmiTimeoutMs);
-  out_.send({{"type", proto::msg::kHello},
-             {"protocol", proto::kProtocolVersion},
-             {"version", kVersion},
-             {"host", config.host},
-             {"pid", ::getpid()},
-             {"agent_time_ms", agent_time_ms()},
-             {"socket", sockets_->path()},
-             {"facts", std::move(facts)}});
+  proto::AgentHello hello;
+  hello.protocol = proto::kProtocolVersion;
+  hello.version = kVersion;
+  hello.host = config.host;
+  hello.pid = ::getpid();
+  hello.agent_time_ms = agent_time_ms();
+  hello.socket = sockets_->path();
+  hello.facts = collect_host_facts(kNvidiaSmiTimeoutMs);
+  out_.send(hello);
   // Said once, after hello (the supervisor records it as agent.error): the run goes on.
   if (std::string note = sockets_->runtime_dir_note(); !note.empty()) {
     std::fprintf(stderr, "%s: warning: %s\n", who().c_str(), note.c_str());
-    send_error({{"message", note}, {"about", "runtime_dir"}});
+    send_error({note, "runtime_dir"});
   }
   // The sampler starts after hello: facts ran nvidia-smi on this thread, unshared.
   sampler_ = std::make_unique<ResourceSampler>(HostSampler::Options{nvml_library_path(), kNvidiaSmiTimeoutMs},
@@ -552,59 +477,33 @@ void Agent::on_config(const json& message) {
   next_beat_ms_ = last_frame_ms_ + config.heartbeat_interval_ms;
 }
 
-void Agent::on_spawn(const json& message) {
-  Fields fields{message, {}};
+void Agent::on(const proto::SpawnRequest& spawn) {
   WorkerLaunch common;
-  common.gen = static_cast<int>(fields.integer("gen"));
-  if (fields.has("workdir")) common.workdir = fields.string("workdir");
-  bool instrument = false;
-  if (fields.has("instrument")) {
-    if (message["instrument"].is_boolean()) instrument = message["instrument"].get<bool>();
-    else fields.note("instrument", "a boolean");
+  common.gen = spawn.gen;
+  common.workdir = spawn.workdir.value_or(common.workdir);
+  if (spawn.log_tail_lines) {
+    common.log_tail_lines = static_cast<size_t>(std::clamp<int64_t>(*spawn.log_tail_lines, 0, kMaxTailLines));
   }
-  if (fields.has("log_tail_lines")) {
-    common.log_tail_lines = static_cast<size_t>(
-        std::clamp<int64_t>(fields.integer("log_tail_lines"), 0, kMaxTailLines));
-  }
-  const json& argv = message.contains("argv") ? message["argv"] : json();
-  bool argv_ok = argv.is_array() && !argv.empty();
-  for (const json& arg : argv_ok ? argv : json::array()) argv_ok = argv_ok && arg.is_string();
-  if (!argv_ok) fields.note("argv", "a non-empty array of strings");
-  for (const json& arg : argv_ok ? argv : json::array()) common.argv.push_back(arg.get<std::string>());
-  auto common_env = string_map(message.contains("env") ? message["env"] : json());
-  if (!common_env) fields.note("env", "an object of strings");
-  const json& workers = message.contains("workers") ? message["workers"] : json();
-  if (!workers.is_array()) fields.note("workers", "an array of {rank, local_rank, env}");
-  int64_t standby = fields.has("standby") ? fields.integer("standby") : 0;
-  if (fields.problem.empty() && (standby < 0 || standby > kMaxStandbys)) {
-    fields.problem = "spawn: standby must be 0 to " + std::to_string(kMaxStandbys) + ", got " + std::to_string(standby);
-  }
-  if (!fields.problem.empty()) return protocol_error(fields.problem);
-
-  for (const json& worker : workers) {
-    if (!worker.is_object()) return protocol_error("spawn: every worker must be an object");
-    Fields worker_fields{worker, {}};
+  common.argv = spawn.argv;
+  for (const proto::SpawnWorker& worker : spawn.workers) {
     WorkerLaunch launch = common;
-    launch.rank = static_cast<int>(worker_fields.integer("rank"));
-    launch.local_rank = static_cast<int>(worker_fields.integer("local_rank"));
-    auto worker_env = string_map(worker.contains("env") ? worker["env"] : json());
-    if (!worker_env) worker_fields.note("env", "an object of strings");
-    if (!worker_fields.problem.empty()) return protocol_error("spawn worker " + worker_fields.problem);
+    launch.rank = worker.rank;
+    launch.local_rank = worker.local_rank;
     // DTRAIN_GENERATION also lets a kill attribute a worker's orphans to their generation.
     launch.env[contract::env::kGeneration] = std::to_string(launch.gen);
-    for (const auto& [name, value] : *common_env) launch.env[name] = value;
-    for (const auto& [name, value] : *worker_env) launch.env[name] = value;
+    for (const auto& [name, value] : spawn.env) launch.env[name] = value;
+    for (const auto& [name, value] : worker.env) launch.env[name] = value;
     launch.env[contract::env::kAgentSocket] = sockets_->path();
-    spawn_one(std::move(launch), instrument);
+    spawn_one(std::move(launch), spawn.instrument);
   }
   // The pool follows the newest spawn; standbys started from an older one stay (assign gives
   // them the whole environment of the worker they become).
-  if (standby > 0) {
+  if (spawn.standby.value_or(0) > 0) {
     standbys_.launch = common;
-    for (const auto& [name, value] : *common_env) standbys_.launch.env[name] = value;
-    standbys_.instrument = instrument;
+    for (const auto& [name, value] : spawn.env) standbys_.launch.env[name] = value;
+    standbys_.instrument = spawn.instrument;
   }
-  if (fields.has("standby")) standbys_.wanted = static_cast<int>(standby);  // absent: as before
+  if (spawn.standby) standbys_.wanted = *spawn.standby;  // absent: as before
   keep_standbys(now_ms());
 }
 
@@ -643,20 +542,16 @@ bool Agent::assign_standby(const WorkerLaunch& launch) {
     if (!state || *state == 'Z') continue;  // dead, not reaped yet
     // What a new process would have had (spawn_one's env, PATH as build_environment makes it);
     // the standby sets it over its own environment.
-    json env = json::object();
-    for (const auto& [name, value] : launch.env) env[name] = value;
-    env["PATH"] = worker_path_for(launch);
-    env.erase(contract::env::kStandby);
-    json assign = {{"type", contract::wire::kAssign}, {"gen", launch.gen}, {"rank", launch.rank}, {"env", std::move(env)}};
+    proto::StandbyAssign assign{launch.gen, launch.rank, launch.env};
+    assign.env["PATH"] = worker_path_for(launch);
+    assign.env.erase(contract::env::kStandby);
     if (Status sent = sockets_->assign_standby(pid, assign); !sent) {
       std::fprintf(stderr, "%s: %s; starting rank %d as a new process\n", who().c_str(), sent.error().message.c_str(),
                    launch.rank);
       return false;
     }
     worker->assign(launch);
-    out_.send({{"type", proto::msg::kStarted}, {"gen", launch.gen}, {"rank", launch.rank},
-               {"local_rank", launch.local_rank}, {"pid", pid}, {"agent_time_ms", agent_time_ms()},
-               {"standby", true}});
+    out_.send(proto::WorkerStartedReport{launch.gen, launch.rank, pid, launch.local_rank, agent_time_ms(), true});
     update_sampled_workers();
     // Refilled a moment later, not now: starting a process here would delay this started report
     // (fork in this loop) and a Python standby's imports would compete with the recovery's state
@@ -703,9 +598,7 @@ void Agent::add_bootstrap_path(WorkerLaunch& launch, bool instrument) {
 }
 
 void Agent::spawn_one(WorkerLaunch launch, bool instrument) {
-  auto refuse = [&](const std::string& why) {
-    out_.send({{"type", proto::msg::kSpawnFailed}, {"gen", launch.gen}, {"rank", launch.rank}, {"error", why}});
-  };
+  auto refuse = [&](const std::string& why) { out_.send(proto::WorkerSpawnFailedReport{launch.gen, launch.rank, why}); };
   // Checked before add_worker_files, which clears the (gen, rank) error file: a refused spawn
   // must not touch the files of the worker it collides with.
   if (auto moved = moved_generations_.find(launch.gen); moved != moved_generations_.end()) {
@@ -725,35 +618,22 @@ void Agent::spawn_one(WorkerLaunch launch, bool instrument) {
   if (!spawned) {
     std::fprintf(stderr, "%s: rank %d: %s\n", who().c_str(), launch.rank,
                  spawned.error().message.c_str());
-    out_.send({{"type", proto::msg::kSpawnFailed}, {"gen", launch.gen}, {"rank", launch.rank},
-               {"error", spawned.error().message}});
-    return;
+    return refuse(spawned.error().message);
   }
   pid_t pid = (*spawned)->pid();
-  out_.send({{"type", proto::msg::kStarted}, {"gen", launch.gen}, {"rank", launch.rank},
-             {"local_rank", launch.local_rank}, {"pid", pid}, {"agent_time_ms", agent_time_ms()}});
+  out_.send(proto::WorkerStartedReport{launch.gen, launch.rank, pid, launch.local_rank, agent_time_ms()});
   workers_[pid] = std::move(*spawned);
   update_sampled_workers();
 }
 
-void Agent::on_kill(const json& message) {
-  Fields fields{message, {}};
-  int gen = static_cast<int>(fields.integer("gen"));
-  std::string signal = fields.string("signal");
-  int64_t grace_ms = fields.has("grace_ms") ? fields.integer("grace_ms") : 0;
+void Agent::on(const proto::KillRequest& kill) {
   std::set<int> ranks;  // empty: every worker of gen
-  if (fields.has("ranks")) {
-    if (std::optional<std::set<int>> given = fields.integers("ranks")) ranks = std::move(*given);
-  }
-  if (fields.problem.empty() && signal != "TERM" && signal != "KILL") {
-    fields.problem = "kill: signal must be \"TERM\" or \"KILL\", got \"" + signal + "\"";
-  }
-  if (!fields.problem.empty()) return protocol_error(fields.problem);
+  if (kill.ranks) ranks.insert(kill.ranks->begin(), kill.ranks->end());
   // A kill of every generation ends the standbys too (KillOperation covers them) and keeps the
   // pool empty until a spawn asks again, or the kill could never be done.
-  if (gen < 0) standbys_.wanted = 0;
-  kills_.emplace_back(gen, signal == "KILL" ? SIGKILL : SIGTERM,
-                      static_cast<int>(std::clamp<int64_t>(grace_ms, 0, 3'600'000)), now_ms(),
+  if (kill.gen < 0) standbys_.wanted = 0;
+  kills_.emplace_back(kill.gen, kill.signal == proto::KillSignal::kill ? SIGKILL : SIGTERM,
+                      static_cast<int>(std::clamp<int64_t>(kill.grace_ms, 0, 3'600'000)), now_ms(),
                       std::move(ranks), moved_generations_);
 }
 
@@ -761,20 +641,12 @@ void Agent::on_kill(const json& message) {
 // `to`. Everything the agent keys by generation follows them; their environment cannot, which
 // is why the error file is looked up by spawn_gen() and an orphan's DTRAIN_GENERATION through
 // moved_generations_.
-void Agent::on_gen_changed(const json& message) {
-  Fields fields{message, {}};
-  if (!fields.has("id")) fields.note("id", "present (any JSON value but null)");
-  int from = static_cast<int>(fields.integer("from"));
-  int to = static_cast<int>(fields.integer("to"));
-  if (fields.problem.empty() && to <= from) {
-    fields.problem = "gen_changed: 'to' must be greater than 'from', got from " + std::to_string(from) +
-                     " to " + std::to_string(to);
-  }
-  if (!fields.problem.empty()) return protocol_error(fields.problem);
+void Agent::on(const proto::GenChangedRequest& change) {
+  int from = change.from;
+  int to = change.to;
   // A worker that has exited already is reported (as `from`) now, not carried over.
   reap_children();
-  json ranks = json::array();
-  json pids = json::array();
+  proto::GenChangedReply reply{change.id, from, to, {}, {}};
   for (auto& [pid, worker] : workers_) {
     if (worker->gen() != from) continue;
     // A worker being killed (the hung rank this recovery replaces) leaves as a member of `from`:
@@ -787,37 +659,25 @@ void Agent::on_gen_changed(const json& message) {
     beaten_.erase({from, worker->rank()});
     worker->change_generation(to);
     sockets_->change_generation(from, to, worker->rank(), pid);
-    ranks.push_back(worker->rank());
-    pids.push_back(pid);
+    reply.ranks.push_back(worker->rank());
+    reply.pids.push_back(pid);
   }
   moved_generations_[from] = to;
   update_sampled_workers();
-  out_.send({{"type", proto::msg::kGenChanged}, {"id", message["id"]}, {"from", from}, {"to", to},
-             {"ranks", std::move(ranks)}, {"pids", std::move(pids)}});
+  out_.send(reply);
 }
 
-void Agent::on_ping(const json& message) {
-  json pong = {{"type", proto::msg::kPong},
-               {"id", message.contains("id") ? message["id"] : json()},
-               {"agent_time_ms", agent_time_ms()}};
-  if (message.contains("supervisor_time_ms")) pong["supervisor_time_ms"] = message["supervisor_time_ms"];
-  out_.send(pong);
+void Agent::on(const proto::PingRequest& ping) {
+  out_.send(proto::Pong{ping.id, agent_time_ms(), ping.supervisor_time_ms});
 }
 
-void Agent::on_to_worker(const json& message) {
-  Fields fields{message, {}};
-  int gen = static_cast<int>(fields.integer("gen"));
-  int rank = static_cast<int>(fields.integer("rank"));
-  if (!message.contains("msg") || !message["msg"].is_object()) fields.note("msg", "an object");
-  if (!fields.problem.empty()) return protocol_error(fields.problem);
-  if (Status sent = sockets_->send_to(gen, rank, message["msg"]); !sent) {
-    send_error({{"message", sent.error().message}, {"about", proto::msg::kToWorker},
-                {"gen", gen}, {"rank", rank}});
+void Agent::on(const proto::ToWorkerRequest& to_worker) {
+  if (Status sent = sockets_->send_to(to_worker.gen, to_worker.rank, to_worker.msg); !sent) {
+    send_error({sent.error().message, proto::msg::kToWorker, std::nullopt, to_worker.gen, to_worker.rank});
   }
 }
 
-void Agent::on_reserve_port(const json& message) {
-  json id = message.contains("id") ? message["id"] : json();
+void Agent::on(const proto::ReservePortRequest& reserve) {
   // Bound and released at once: the kernel will not hand out this ephemeral port again soon,
   // which is all MASTER_PORT needs (rank 0 binds it moments later).
   UniqueFd probe(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -828,29 +688,21 @@ void Agent::on_reserve_port(const json& message) {
   if (!probe.valid() ||
       ::bind(probe.get(), reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
       ::getsockname(probe.get(), reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-    send_error({{"message", "cannot find a free TCP port: " + errno_text(errno)},
-                {"about", proto::msg::kReservePort}, {"id", id}});
+    send_error({"cannot find a free TCP port: " + errno_text(errno), proto::msg::kReservePort, reserve.id});
     return;
   }
-  out_.send({{"type", proto::msg::kPort}, {"id", id}, {"port", ntohs(address.sin_port)}});
+  out_.send(proto::PortReply{reserve.id.value_or(0), ntohs(address.sin_port)});
 }
 
-void Agent::on_fence(const json& message) {
-  std::string reason = message.contains("reason") && message["reason"].is_string()
-                           ? message["reason"].get<std::string>()
-                           : "no reason given";
-  begin_fence("the supervisor asked to fence (" + reason + ")", ExitCode::ok);
+void Agent::on(const proto::FenceRequest& fence) {
+  begin_fence("the supervisor asked to fence (" + fence.reason.value_or("no reason given") + ")", ExitCode::ok);
 }
 
-void Agent::on_sample(const json& message) {
-  Fields fields{message, {}};
-  int gen = static_cast<int>(fields.integer("gen"));
-  int rank = static_cast<int>(fields.integer("rank"));
-  int64_t pid = fields.integer("pid");
-  int64_t timeout_ms = fields.integer("timeout_ms");
-  if (!fields.problem.empty()) return protocol_error(fields.problem);
-  json reply = {{"type", proto::msg::kSample}, {"id", message.contains("id") ? message["id"] : json()},
-                {"gen", gen}, {"rank", rank}, {"pid", pid}};
+void Agent::on(const proto::SampleRequest& sample) {
+  int gen = sample.gen;
+  int rank = sample.rank;
+  int64_t pid = sample.pid;
+  proto::SampleReply reply{sample.id, gen, rank, pid, std::nullopt, std::nullopt};
   // Only our own live workers: the supervisor must not be able to point gdb at any process of
   // this user on this host, and a pid that has exited may already belong to someone else.
   auto worker = pid > 0 ? workers_.find(static_cast<pid_t>(pid)) : workers_.end();
@@ -858,16 +710,16 @@ void Agent::on_sample(const json& message) {
   std::string where = "rank " + std::to_string(rank) + " of generation " + std::to_string(gen) +
                       " on " + config_->host;
   if (worker == workers_.end() || worker->second->gen() != gen || worker->second->rank() != rank) {
-    reply["error"] = "sample: pid " + std::to_string(pid) + " is not " + where +
+    reply.error = "sample: pid " + std::to_string(pid) + " is not " + where +
                      " (not a live worker of this agent; did it exit?); nothing sampled";
   } else if (!state || *state == 'Z') {
-    reply["error"] = "sample: " + where + " (pid " + std::to_string(pid) +
+    reply.error = "sample: " + where + " (pid " + std::to_string(pid) +
                      ") has exited; nothing to sample";
   } else {
     // The loop is blocked while gdb runs: at most half the silence that would make us fence.
     int64_t cap = std::max<int64_t>(config_->heartbeat_timeout_ms / 2, 0);
-    Millis gdb_timeout(std::clamp<int64_t>(timeout_ms, 0, cap));
-    reply["text"] = capture_local_sample(static_cast<int>(pid), gdb_timeout, proto::kMaxSampleTextBytes);
+    Millis gdb_timeout(std::clamp<int64_t>(sample.timeout_ms, 0, cap));
+    reply.text = capture_local_sample(static_cast<int>(pid), gdb_timeout, proto::kMaxSampleTextBytes);
   }
   out_.send(reply);
   // A beat right after: several samples in a row must not look like a silent agent.
@@ -877,11 +729,8 @@ void Agent::on_sample(const json& message) {
   out_.flush_some();
 }
 
-void Agent::on_dump(const json& message) {
-  Fields fields{message, {}};
-  int gen = static_cast<int>(fields.integer("gen"));
-  int64_t timeout_ms = fields.integer("timeout_ms");
-  if (!fields.problem.empty()) return protocol_error(fields.problem);
+void Agent::on(const proto::DumpRequest& dump) {
+  int gen = dump.gen;
   std::vector<DumpTarget> targets;
   for (const auto& [pid, worker] : workers_) {
     std::optional<char> state = process_state(pid);
@@ -891,10 +740,10 @@ void Agent::on_dump(const json& message) {
   }
   // The loop waits here, like a sample: at most half the silence that would make us fence.
   int64_t cap = std::max<int64_t>(config_->heartbeat_timeout_ms / 2, 0);
-  Millis timeout(std::clamp<int64_t>(timeout_ms, 0, cap));
+  Millis timeout(std::clamp<int64_t>(dump.timeout_ms, 0, cap));
   std::string owned = files_ ? files_->directory() : "";
-  for (json& reply : collect_flight_recorder_dumps(targets, timeout, proto::kMaxDumpBytes, owned)) {
-    reply["id"] = message.contains("id") ? message["id"] : json();
+  for (proto::FlightRecorderDump& reply : collect_flight_recorder_dumps(targets, timeout, proto::kMaxDumpBytes, owned)) {
+    reply.id = dump.id;
     out_.send(reply);
   }
   int64_t now = now_ms();
@@ -903,67 +752,52 @@ void Agent::on_dump(const json& message) {
   out_.flush_some();
 }
 
-void Agent::forward_from_worker(int gen, int rank, pid_t pid, json message) {
+void Agent::forward_from_worker(int gen, int rank, pid_t pid, proto::WorkerMessage message) {
   std::pair<int, int> key{gen, rank};
-  auto type = message.find("type");
-  bool beat = type != message.end() && type->is_string() && *type == contract::wire::kBeat;
-  if (beat && config_ && config_->batch_beats && !message.contains("phase") && beaten_.count(key)) {
-    held_beats_[key] = {pid, std::move(message)};
+  const auto* beat = std::get_if<proto::WorkerBeat>(&message);
+  if (beat && config_ && config_->batch_beats && !beat->phase && beaten_.count(key)) {
+    held_beats_[key] = {pid, *beat};
     return;
   }
   flush_held_beat(gen, rank);
   if (beat) beaten_.insert(key);
-  out_.send({{"type", proto::msg::kFromWorker}, {"gen", gen}, {"rank", rank}, {"pid", pid}, {"msg", std::move(message)}});
+  out_.send(proto::FromWorker{gen, rank, pid, std::move(message)});
 }
 
 void Agent::flush_held_beat(int gen, int rank) {
   auto held = held_beats_.find({gen, rank});
   if (held == held_beats_.end()) return;
-  out_.send({{"type", proto::msg::kFromWorker}, {"gen", gen}, {"rank", rank}, {"pid", held->second.first},
-             {"msg", std::move(held->second.second)}});
+  out_.send(proto::FromWorker{gen, rank, held->second.first, proto::WorkerMessage(held->second.second)});
   held_beats_.erase(held);
 }
 
 void Agent::send_beat(int64_t) {
-  json workers = json::array();
+  proto::AgentBeat beat;
   for (const auto& [pid, worker] : workers_) {
     if (worker->standby()) continue;
     std::optional<char> state = process_state(pid);
     // Only the workers that need attention (messages.h): running ones make the beat no longer.
     if (state && (*state == 'R' || *state == 'S' || *state == 'D' || *state == 'I')) continue;
-    workers.push_back({{"gen", worker->gen()},
-                       {"rank", worker->rank()},
-                       {"pid", pid},
-                       {"alive", state.has_value() && *state != 'Z'},
-                       {"state", std::string(1, state.value_or('?'))}});
+    beat.workers.push_back({worker->gen(), worker->rank(), pid, state.has_value() && *state != 'Z',
+                            std::string(1, state.value_or('?'))});
   }
-  json beat = {{"type", proto::msg::kBeat},
-               {"agent_time_ms", agent_time_ms()},
-               {"workers", std::move(workers)},
-               {"load1", load_average_1m()},
-               {"mem_available_mb", memory_available_mb()}};
-  if (!held_beats_.empty()) {
-    json worker_beats = json::array();
-    for (auto& [key, held] : held_beats_) {
-      worker_beats.push_back({{"gen", key.first}, {"rank", key.second}, {"pid", held.first}, {"msg", std::move(held.second)}});
-    }
-    held_beats_.clear();
-    beat["worker_beats"] = std::move(worker_beats);
+  beat.agent_time_ms = agent_time_ms();
+  beat.load1 = load_average_1m();
+  beat.mem_available_mb = memory_available_mb();
+  beat.worker_beats.reserve(held_beats_.size());
+  for (auto& [key, held] : held_beats_) {
+    beat.worker_beats.push_back({key.first, key.second, held.first, proto::WorkerMessage(std::move(held.second))});
   }
-  if (sampler_) {
-    if (std::optional<proto::HostResources> resources = sampler_->take()) beat["resources"] = proto::to_json(*resources);
-  }
+  held_beats_.clear();
+  if (sampler_) beat.resources = sampler_->take();
   out_.send(beat);
 }
 
-void Agent::send_error(json message) {
-  message["type"] = proto::msg::kError;
-  out_.send(message);
-}
+void Agent::send_error(proto::AgentError error) { out_.send(error); }
 
 void Agent::protocol_error(const std::string& what) {
   std::fprintf(stderr, "%s: protocol error from the supervisor: %s\n", who().c_str(), what.c_str());
-  send_error({{"message", "protocol error: " + what}});
+  send_error({"protocol error: " + what});
   input_open_ = false;  // a stream that lost its framing cannot be trusted further
   begin_fence("protocol error from the supervisor: " + what, ExitCode::infra);
 }
@@ -987,13 +821,13 @@ void Agent::finish_fence(int64_t now) {
   if (processes > workers_at_fence_) {
     summary += " (" + std::to_string(processes) + " processes)";
   }
-  json released = fence_kill_->released_message(now);
-  if (released["remaining"] != 0) {
-    summary += "; could not kill " + released["remaining_pids"].dump();
+  proto::Released released = fence_kill_->released_message(now);
+  if (released.remaining != 0) {
+    summary += "; could not kill " + json(released.remaining_pids).dump();
   }
   std::fprintf(stderr, "%s: %s; fencing: %s\n", who().c_str(), fence_reason_->c_str(),
                summary.c_str());
-  out_.send({{"type", proto::msg::kBye}, {"reason", *fence_reason_}, {"killed", released["killed"]}});
+  out_.send(proto::AgentBye{*fence_reason_, released.killed});
   out_.flush_until(now_ms() + kLastWordsMs);
   sampler_.reset();  // joins its thread (a running nvidia-smi is bounded by kNvidiaSmiTimeoutMs)
   files_.reset();    // before the socket: the runtime dir is removed once it is empty

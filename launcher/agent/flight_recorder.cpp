@@ -72,17 +72,19 @@ std::optional<std::string> request_dump(const std::string& pipe) {
   return std::nullopt;
 }
 
-nlohmann::json reply_for(const PendingDump& pending, size_t max_bytes, const std::string& owned_directory) {
-  nlohmann::json reply = {{"type", proto::msg::kDump}, {"gen", pending.target.gen}, {"rank", pending.target.rank},
-                          {"pid", pending.target.pid}, {"bytes", 0}};
+proto::FlightRecorderDump reply_for(const PendingDump& pending, size_t max_bytes, const std::string& owned_directory) {
+  proto::FlightRecorderDump reply;
+  reply.gen = pending.target.gen;
+  reply.rank = pending.target.rank;
+  reply.pid = pending.target.pid;
   FileState now = file_state(pending.dump);
   if (!now.exists || now.size == 0) {
-    reply["error"] = pending.problem.value_or("no flight-recorder dump at " + pending.dump + " in time");
+    reply.error = pending.problem.value_or("no flight-recorder dump at " + pending.dump + " in time");
     return reply;
   }
-  reply["bytes"] = static_cast<int64_t>(now.size);
+  reply.bytes = static_cast<int64_t>(now.size);
   if (static_cast<size_t>(now.size) > max_bytes) {
-    reply["kept_path"] = pending.dump;
+    reply.kept_path = pending.dump;
     return reply;
   }
   UniqueFd fd(::open(pending.dump.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
@@ -96,15 +98,15 @@ nlohmann::json reply_for(const PendingDump& pending, size_t max_bytes, const std
   }
   // A dump that changed size while read, or a failed read, is not shipped as if it were whole.
   if (read_failed || data.size() > max_bytes || data.size() != static_cast<size_t>(now.size)) {
-    reply["error"] = "cannot read " + pending.dump + " whole (" + std::to_string(data.size()) + " of " +
+    reply.error = "cannot read " + pending.dump + " whole (" + std::to_string(data.size()) + " of " +
                      std::to_string(now.size) + " bytes)";
     return reply;
   }
-  reply["bytes"] = static_cast<int64_t>(data.size());
-  reply["data"] = base64_encode(data);
+  reply.bytes = static_cast<int64_t>(data.size());
+  reply.data_base64 = base64_encode(data);
   bool ours = !owned_directory.empty() && pending.dump.compare(0, owned_directory.size() + 1, owned_directory + "/") == 0;
   if (ours) ::unlink(pending.dump.c_str());  // a later generation's dump must not be taken for it
-  if (pending.problem) reply["note"] = *pending.problem + "; this dump was written earlier";
+  if (pending.problem) reply.note = *pending.problem + "; this dump was written earlier";
   return reply;
 }
 
@@ -127,8 +129,9 @@ void add_hang_evidence_env(std::map<std::string, std::string>& env, const std::s
   for (const char* name : kPipeVariables) set_default(name, dump_prefix);
 }
 
-std::vector<nlohmann::json> collect_flight_recorder_dumps(const std::vector<DumpTarget>& targets, Millis timeout,
-                                                          size_t max_bytes, const std::string& owned_directory) {
+std::vector<proto::FlightRecorderDump> collect_flight_recorder_dumps(const std::vector<DumpTarget>& targets,
+                                                                     Millis timeout, size_t max_bytes,
+                                                                     const std::string& owned_directory) {
   std::vector<PendingDump> pending;
   for (const DumpTarget& target : targets) {
     // No dump path assigned: nothing to look for (never a default in a world-writable /tmp).
@@ -174,7 +177,7 @@ std::vector<nlohmann::json> collect_flight_recorder_dumps(const std::vector<Dump
     if (!waiting || clock.monotonic_ms() >= deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(kPollMs));
   }
-  std::vector<nlohmann::json> replies;
+  std::vector<proto::FlightRecorderDump> replies;
   for (PendingDump& entry : pending) {
     if (entry.requested && !entry.complete) {
       entry.problem = "no dump within " + format_duration(timeout) + " of writing to " + entry.pipe;

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include "launcher/proto/agent_messages.h"
 
 #include "launcher/base/duration.h"
 
@@ -57,7 +57,8 @@ struct DumpTarget {
 /// paths, costs no wait and gets no reply. A user's own TORCH_* settings are honoured
 /// (assigned_dump_paths). A dump of at most `max_bytes` travels in the frame (base64); a dump
 /// inside `owned_directory` is removed once read, one elsewhere is left alone.
-std::vector<nlohmann::json> collect_flight_recorder_dumps(const std::vector<DumpTarget>& targets, Millis timeout,
-                                                          size_t max_bytes, const std::string& owned_directory);
+std::vector<proto::FlightRecorderDump> collect_flight_recorder_dumps(const std::vector<DumpTarget>& targets,
+                                                                     Millis timeout, size_t max_bytes,
+                                                                     const std::string& owned_directory);
 
 }  // namespace dtrain::agent

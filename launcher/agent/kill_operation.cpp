@@ -161,16 +161,14 @@ int64_t KillOperation::next_check_ms(int64_t now_ms) const {
   return next;
 }
 
-nlohmann::json KillOperation::released_message(int64_t now_ms) const {
-  nlohmann::json killed = nlohmann::json::array();
-  for (pid_t pid : killed_) killed.push_back(pid);
-  nlohmann::json message = {{"type", "released"},
-                            {"gen", gen_},
-                            {"killed", std::move(killed)},
-                            {"remaining", remaining_.size()},
-                            {"ms", now_ms - started_ms_}};
-  if (!ranks_.empty()) message["ranks"] = ranks_;
-  if (!remaining_.empty()) message["remaining_pids"] = remaining_;
+proto::Released KillOperation::released_message(int64_t now_ms) const {
+  proto::Released message;
+  message.gen = gen_;
+  message.killed.assign(killed_.begin(), killed_.end());
+  message.remaining = static_cast<int64_t>(remaining_.size());
+  message.ms = now_ms - started_ms_;
+  if (!ranks_.empty()) message.ranks = std::vector<int64_t>(ranks_.begin(), ranks_.end());
+  message.remaining_pids.assign(remaining_.begin(), remaining_.end());
   return message;
 }
 

@@ -27,7 +27,7 @@
 #include <set>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include "launcher/proto/agent_messages.h"
 
 #include "launcher/base/process_signal.h"
 
@@ -60,7 +60,7 @@ class KillOperation {
   bool covers(int gen, int rank) const { return matches(gen) && (ranks_.empty() || ranks_.count(rank) > 0); }
 
   /// The `released` message, valid once advance() returned true.
-  nlohmann::json released_message(int64_t now_ms) const;
+  proto::Released released_message(int64_t now_ms) const;
 
   /// Distinct processes signalled.
   size_t killed_count() const { return killed_.size(); }

@@ -18,20 +18,17 @@ Outbox::Outbox(int fd) : fd_(fd) {
   }
 }
 
-void Outbox::send(const nlohmann::json& message) {
+void Outbox::send(const proto::AgentMessage& message) {
   if (broken_) return;
   if (written_ > 0 && written_ >= queue_.size() / 2) {
     queue_.erase(0, written_);
     written_ = 0;
   }
-  Result<std::string> frame = proto::encode_frame_checked(message);
+  Result<std::string> frame = proto::encode_frame_checked(proto::to_json(message));
   if (!frame) {
     // The supervisor's decoder would refuse it and lose the stream: say so in a frame that fits.
     std::fprintf(stderr, "agent: %s\n", frame.error().message.c_str());
-    auto type = message.find("type");
-    frame = proto::encode_frame({{"type", "error"},
-                                 {"message", frame.error().message},
-                                 {"about", type != message.end() && type->is_string() ? type->get<std::string>() : ""}});
+    frame = proto::encode_frame(proto::to_json(proto::AgentError{frame.error().message, proto::type_of(message)}));
   }
   queue_ += *frame;
 }

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include <nlohmann/json.hpp>
+#include "launcher/proto/agent_messages.h"
 
 namespace dtrain::agent {
 
@@ -17,7 +17,7 @@ class Outbox {
 
   /// Queues one message as a frame. Dropped silently once the channel is broken. A message
   /// over proto::kMaxFrameBytes is replaced by an error frame naming it (about: its type).
-  void send(const nlohmann::json& message);
+  void send(const proto::AgentMessage& message);
 
   /// Writes as much as the fd takes now.
   void flush_some();

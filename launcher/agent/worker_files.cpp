@@ -100,7 +100,7 @@ std::string prepend_python_path(const std::string& bootstrap, const std::string&
   return inherited.empty() ? bootstrap : bootstrap + ":" + inherited;
 }
 
-std::optional<json> take_error_record(const std::string& path, size_t max_bytes) {
+std::optional<proto::WorkerErrorRecord> take_error_record(const std::string& path, size_t max_bytes) {
   // O_NONBLOCK: a FIFO planted under that name must not block the agent's loop.
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
   ::unlink(path.c_str());
@@ -134,21 +134,22 @@ std::optional<json> take_error_record(const std::string& path, size_t max_bytes)
     return std::nullopt;
   }
   auto [type, rest] = split_type(text_message);
-  json record = {{"message", rest}};
-  if (type) record["type"] = *type;
+  proto::WorkerErrorRecord record;
+  record.message = rest;
+  record.type = type;
   if (extra.contains("py_callstack") && extra["py_callstack"].is_string()) {
-    record["traceback"] = extra["py_callstack"];
+    record.traceback = extra["py_callstack"].get<std::string>();
   }
   if (extra.contains("timestamp")) {
     // torch writes str(int(time.time())); accept a number too.
     const json& stamp = extra["timestamp"];
     if (stamp.is_number_unsigned() || (stamp.is_number_integer() && stamp.get<int64_t>() >= 0)) {
-      record["timestamp"] = stamp.get<int64_t>();
+      record.timestamp = stamp.get<int64_t>();
     } else if (stamp.is_string()) {
       const std::string& digits = stamp.get_ref<const std::string&>();
       if (!digits.empty() && digits.size() <= 12 &&
           digits.find_first_not_of("0123456789") == std::string::npos) {
-        record["timestamp"] = std::stoll(digits);
+        record.timestamp = std::stoll(digits);
       }
     }
   }

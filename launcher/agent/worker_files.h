@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-#include <nlohmann/json.hpp>
+#include "launcher/proto/agent_messages.h"
 
 #include "launcher/base/result.h"
 
@@ -53,6 +53,6 @@ std::string prepend_python_path(const std::string& bootstrap, const std::string&
 /// {"message": "text"}) and returns exit.error {type?, message, traceback?, timestamp?}, or
 /// nullopt when there is none or it is not one: the worker wrote it, so a missing, non-regular,
 /// oversized (> max_bytes) or malformed file is no error record, and nothing here throws.
-std::optional<nlohmann::json> take_error_record(const std::string& path, size_t max_bytes);
+std::optional<proto::WorkerErrorRecord> take_error_record(const std::string& path, size_t max_bytes);
 
 }  // namespace dtrain::agent

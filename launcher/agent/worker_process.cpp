@@ -148,11 +148,7 @@ void WorkerProcess::drain_output(const LineSink& sink) {
   stderr_.fd.reset();
 }
 
-nlohmann::json WorkerProcess::tail() const {
-  nlohmann::json lines = nlohmann::json::array();
-  for (const std::string& line : tail_) lines.push_back(line);
-  return lines;
-}
+std::vector<std::string> WorkerProcess::tail() const { return {tail_.begin(), tail_.end()}; }
 
 std::string signal_name(int signal_number) {
   if (const char* abbreviation = sigabbrev_np(signal_number)) {
@@ -161,16 +157,22 @@ std::string signal_name(int signal_number) {
   return "signal " + std::to_string(signal_number);
 }
 
-nlohmann::json describe_wait_status(int status) {
-  nlohmann::json out;
+void set_wait_status(proto::WorkerExitReport& exit, int status) {
   if (WIFEXITED(status)) {
-    out["code"] = WEXITSTATUS(status);
+    exit.code = WEXITSTATUS(status);
   } else if (WIFSIGNALED(status)) {
-    out["signal"] = WTERMSIG(status);
-    out["signal_name"] = signal_name(WTERMSIG(status));
-    if (WCOREDUMP(status)) out["core_dumped"] = true;
+    exit.signal = WTERMSIG(status);
+    exit.signal_name = signal_name(WTERMSIG(status));
+    exit.core_dumped = WCOREDUMP(status);
   }
-  return out;
+}
+
+std::string describe_wait_status(int status) {
+  if (WIFEXITED(status)) return "exit code " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    return signal_name(WTERMSIG(status)) + (WCOREDUMP(status) ? " (core dumped)" : "");
+  }
+  return "wait status " + std::to_string(status);
 }
 
 }  // namespace dtrain::agent

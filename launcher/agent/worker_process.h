@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include "launcher/proto/agent_messages.h"
 
 #include "launcher/agent/line_splitter.h"
 #include "launcher/base/fd.h"
@@ -105,7 +105,7 @@ class WorkerProcess {
   void drain_output(const LineSink& sink);
 
   /// The last log_tail_lines lines, both streams in arrival order.
-  nlohmann::json tail() const;
+  std::vector<std::string> tail() const;
 
   /// Set when a kill or fence signalled this worker; reported as exit.killed_by_agent.
   bool signalled_by_agent = false;
@@ -129,9 +129,12 @@ class WorkerProcess {
   std::deque<std::string> tail_;
 };
 
-/// The exit part of an `exit` message from a waitpid status: {code} or {signal, signal_name}
+/// The exit part of an `exit` message from a waitpid status: code, or signal and signal_name
 /// (+ core_dumped when the kernel says so).
-nlohmann::json describe_wait_status(int status);
+void set_wait_status(proto::WorkerExitReport& exit, int status);
+
+/// The same as text for a log line: "exit code 3", "SIGKILL (core dumped)".
+std::string describe_wait_status(int status);
 
 /// "SIGKILL" for SIGKILL; "signal 64" when the number has no name.
 std::string signal_name(int signal_number);

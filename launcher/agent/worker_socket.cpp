@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdio>
 
+#include "launcher/base/json_fields.h"
 #include "launcher/proto/worker_messages.h"
 #include "worker/contract/wire.h"
 
@@ -57,10 +58,7 @@ Status claim_socket_path(const std::string& path) {
 // or generation and so is not a WorkerHello.
 bool is_standby_hello(std::string_view line) {
   nlohmann::json raw = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (!raw.is_object()) return false;
-  auto type = raw.find("type");
-  auto standby = raw.find("standby");
-  return type != raw.end() && *type == contract::wire::kHello && standby != raw.end() && *standby == true;
+  return json_string(raw, "type") == contract::wire::kHello && json_bool(raw, "standby");
 }
 
 }  // namespace
@@ -241,7 +239,7 @@ bool WorkerSocketServer::handle_line(Connection& connection, std::string_view li
       // A carried-over worker connecting late (or again): its hello names the generation of its
       // environment. It goes to the supervisor under the one the worker belongs to now, and the
       // worker hears of it right after (it missed the gen.changed of the recovery).
-      sink(*connection.gen, hello->rank, connection.peer_pid, proto::to_json(*message));
+      sink(*connection.gen, hello->rank, connection.peer_pid, std::move(*message));
       tell_generation(connection, *connection.gen);  // written when poll says the socket takes it
       return true;
     }
@@ -250,17 +248,15 @@ bool WorkerSocketServer::handle_line(Connection& connection, std::string_view li
     // A request with a usable id is answered here, so the worker fails fast instead of waiting
     // out its own timeout for a reply the supervisor will never send (it never sees the line).
     nlohmann::json raw = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    auto id = raw.is_object() ? raw.find("id") : raw.end();
-    if (raw.is_object() && id != raw.end() && id->is_number_integer()) {
-      connection.output += nlohmann::json{{"type", contract::wire::kError}, {"id", *id},
-                                          {"error", message.error().message}}
-                               .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    const nlohmann::json* id = json_member(raw, "id");
+    if (id != nullptr && id->is_number_integer()) {
+      connection.output += json_compact(proto::to_json(proto::RequestFailed{id->get<int64_t>(), message.error().message}));
       connection.output += '\n';
     }
     report(connection, problems, message.error().message, /*close=*/false);
     return true;
   }
-  sink(*connection.gen, *connection.rank, connection.peer_pid, proto::to_json(*message));
+  sink(*connection.gen, *connection.rank, connection.peer_pid, std::move(*message));
   return true;
 }
 
@@ -295,7 +291,7 @@ Status WorkerSocketServer::send_to(int gen, int rank, const nlohmann::json& mess
     drop(fd, "the worker does not read its replies (over 64 MiB queued)");
     return Error::infra("rank " + std::to_string(rank) + " does not read its socket; closed it");
   }
-  newest->output += message.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  newest->output += json_compact(message);
   newest->output += '\n';
   write_to(*newest);
   return {};
@@ -334,13 +330,13 @@ bool WorkerSocketServer::standby_ready(pid_t standby) const {
                      [standby](const auto& entry) { return is_standby_of(entry.second, standby); });
 }
 
-Status WorkerSocketServer::assign_standby(pid_t standby, const nlohmann::json& assign) {
+Status WorkerSocketServer::assign_standby(pid_t standby, const proto::StandbyAssign& assign) {
   Connection* connection = standby_connection(standby);
   if (connection == nullptr) {
     return Error::infra("standby pid " + std::to_string(standby) + " has no connection waiting for its assign");
   }
   connection->standby = false;  // its next line is the hello of the worker it becomes
-  connection->output += assign.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  connection->output += json_compact(proto::to_json(assign));
   connection->output += '\n';
   int fd = connection->fd.get();
   write_to(*connection);
@@ -356,7 +352,7 @@ void WorkerSocketServer::forget_moves_of(pid_t worker_group) {
 
 void WorkerSocketServer::tell_generation(Connection& connection, int gen) {
   connection.gen = gen;
-  connection.output += nlohmann::json{{"type", contract::wire::kGenChanged}, {"gen", gen}}.dump();
+  connection.output += json_compact(proto::to_json(proto::GenerationChanged{gen}));
   connection.output += '\n';
 }
 

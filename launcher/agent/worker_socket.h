@@ -1,9 +1,9 @@
 #pragma once
 // The agent's end of the worker protocol (worker/contract/wire.h): a unix socket in a 0700
 // runtime directory, one connection per worker, newline-delimited JSON. Every line is parsed
-// into a typed message (proto/worker_messages.h) at this boundary; the agent learns (gen, rank)
-// from the hello and forwards the canonical form of each message to the supervisor, which
-// answers through to_worker. A line that cannot be parsed is reported, not forwarded.
+// into a typed message (proto/worker_messages.h) at this boundary, once; the agent learns
+// (gen, rank) from the hello and forwards the typed message to the supervisor, which answers
+// through to_worker. A line that cannot be parsed is reported, not forwarded.
 
 #include <poll.h>
 #include <sys/types.h>
@@ -17,6 +17,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "launcher/proto/worker_messages.h"
+
 #include "launcher/base/fd.h"
 #include "launcher/base/result.h"
 #include "launcher/base/runtime_directory.h"
@@ -25,7 +27,7 @@ namespace dtrain::agent {
 
 /// Receives every valid message from a worker connection: the (gen, rank) of its hello, the
 /// peer's pid as the kernel reports it, and the message itself (hello included).
-using WorkerMessageSink = std::function<void(int gen, int rank, pid_t peer_pid, nlohmann::json)>;
+using WorkerMessageSink = std::function<void(int gen, int rank, pid_t peer_pid, proto::WorkerMessage)>;
 
 /// What the agent reports about a line it dropped: gen and rank are unknown before the hello;
 /// `closed` when the connection was closed too (no hello first, or a line over the limit).
@@ -64,7 +66,8 @@ class WorkerSocketServer {
   /// lost (a line over the limit) or it never said hello.
   void on_ready(int fd, short revents, const WorkerMessageSink& sink, const WorkerProblemSink& problems);
 
-  /// Queues one line for the newest connection whose hello said (gen, rank).
+  /// Queues one line for the newest connection whose hello said (gen, rank): a to_worker
+  /// frame's msg, relayed as the supervisor wrote it.
   Status send_to(int gen, int rank, const nlohmann::json& message);
 
   /// gen_changed (in-place recovery): the worker of `rank` whose process group is
@@ -85,7 +88,7 @@ class WorkerSocketServer {
   bool standby_ready(pid_t standby) const;
   /// Sends `assign` (wire.h) on that connection; from then on the connection is like a fresh
   /// one: its next line must be the worker's hello {rank, gen, pid}.
-  Status assign_standby(pid_t standby, const nlohmann::json& assign);
+  Status assign_standby(pid_t standby, const proto::StandbyAssign& assign);
 
  private:
   struct Connection {

@@ -39,7 +39,7 @@ class FakeClock final : public Clock {
 };
 
 /// The system clock, running `speed` times faster from the moment it is made (thread-safe).
-/// Driver tests share one with run::FakeCluster: a 30 s heartbeat timeout or a 10 min
+/// Driver tests share one with sim::FakeCluster: a 30 s heartbeat timeout or a 10 min
 /// checkpoint timeout then passes in a fraction of a second, on both sides of the protocol.
 class ScaledClock final : public Clock {
  public:

@@ -46,6 +46,12 @@ bool json_bool(const nlohmann::json& object, std::string_view key, bool fallback
 /// Compact, never-throwing serialisation (invalid UTF-8 is replaced, not thrown on).
 std::string json_compact(const nlohmann::json& value);
 
+/// Sets object[key] to *value when there is one: how every writer leaves an absent field out.
+template <class T>
+void put_optional(nlohmann::json& object, const char* key, const std::optional<T>& value) {
+  if (value) object[key] = *value;
+}
+
 /// A short description of a JSON value for error messages: `null`, `a string "ab…"`, `3.5`.
 std::string describe_json_value(const nlohmann::json& value);
 

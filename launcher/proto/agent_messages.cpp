@@ -33,6 +33,7 @@ Result<AgentMessage> parse_hello(FieldReader& reader) {
   AgentHello hello;
   hello.protocol = static_cast<int>(reader.integer("protocol", 0, kIntMax));
   hello.version = reader.optional_string("version", 256).value_or("");
+  hello.host = reader.optional_string("host", 4096).value_or("");
   hello.pid = reader.optional_integer("pid", 0, kIntMax).value_or(0);
   hello.agent_time_ms = reader.optional_integer("agent_time_ms");
   hello.socket = reader.optional_string("socket", 4096);
@@ -76,6 +77,8 @@ Result<AgentMessage> parse_exit(FieldReader& reader, const json& frame) {
   exit.tail = reader.optional_string_array("tail", kMaxTailLines, kMaxLogLineBytes).value_or(std::vector<std::string>());
   exit.killed_by_agent = reader.optional_boolean("killed_by_agent").value_or(false);
   exit.error = read_error_record(reader);
+  if (auto local_rank = reader.optional_integer("local_rank", 0, kIntMax)) exit.local_rank = static_cast<int>(*local_rank);
+  exit.core_dumped = reader.optional_boolean("core_dumped").value_or(false);
   return checked(reader, std::move(exit));
 }
 
@@ -209,6 +212,7 @@ Result<AgentMessage> parse_dump(FieldReader& reader) {
   dump.data_base64 = reader.optional_string("data", (kMaxDumpBytes + 2) / 3 * 4);
   dump.kept_path = reader.optional_string("kept_path", 4096);
   dump.error = reader.optional_string("error", 4096);
+  dump.note = reader.optional_string("note", 8192);
   return checked(reader, std::move(dump));
 }
 
@@ -238,13 +242,10 @@ Result<AgentMessage> parse_protocol_error(FieldReader& reader) {
 
 json to_json(const HostResources& resources) {
   json out = json::object();
-  auto put = [](json& into, const char* key, const auto& value) {
-    if (value) into[key] = *value;
-  };
-  put(out, "agent_time_ms", resources.agent_time_ms);
-  put(out, "cpu_percent", resources.cpu_percent);
-  put(out, "memory_used_mb", resources.memory_used_mb);
-  put(out, "memory_total_mb", resources.memory_total_mb);
+  put_optional(out, "agent_time_ms", resources.agent_time_ms);
+  put_optional(out, "cpu_percent", resources.cpu_percent);
+  put_optional(out, "memory_used_mb", resources.memory_used_mb);
+  put_optional(out, "memory_total_mb", resources.memory_total_mb);
   json workers = json::array();
   for (const WorkerResources& worker : resources.workers) {
     workers.push_back({{"gen", worker.gen}, {"rank", worker.rank}, {"pid", worker.pid},
@@ -254,26 +255,180 @@ json to_json(const HostResources& resources) {
   json gpus = json::array();
   for (const GpuResources& gpu : resources.gpus) {
     json entry = {{"index", gpu.index}};
-    put(entry, "utilization_percent", gpu.utilization_percent);
-    put(entry, "memory_used_mb", gpu.memory_used_mb);
-    put(entry, "memory_total_mb", gpu.memory_total_mb);
-    put(entry, "power_w", gpu.power_w);
-    put(entry, "temperature_c", gpu.temperature_c);
-    put(entry, "ecc_corrected", gpu.ecc_corrected);
-    put(entry, "ecc_uncorrected", gpu.ecc_uncorrected);
+    put_optional(entry, "utilization_percent", gpu.utilization_percent);
+    put_optional(entry, "memory_used_mb", gpu.memory_used_mb);
+    put_optional(entry, "memory_total_mb", gpu.memory_total_mb);
+    put_optional(entry, "power_w", gpu.power_w);
+    put_optional(entry, "temperature_c", gpu.temperature_c);
+    put_optional(entry, "ecc_corrected", gpu.ecc_corrected);
+    put_optional(entry, "ecc_uncorrected", gpu.ecc_uncorrected);
     gpus.push_back(std::move(entry));
   }
   out["gpus"] = std::move(gpus);
   out["gpu_source"] = resources.gpu_source;
-  put(out, "gpu_error", resources.gpu_error);
+  put_optional(out, "gpu_error", resources.gpu_error);
   json xids = json::array();
   for (const XidEvent& xid : resources.xids) {
     json entry = {{"gpu", xid.gpu}, {"xid", xid.xid}};
-    put(entry, "agent_time_ms", xid.agent_time_ms);
+    put_optional(entry, "agent_time_ms", xid.agent_time_ms);
     xids.push_back(std::move(entry));
   }
   out["xids"] = std::move(xids);
   return out;
+}
+
+namespace {
+
+json from_worker_fields(const FromWorker& from) {
+  json out = {{"gen", from.gen}, {"rank", from.rank}};
+  put_optional(out, "pid", from.pid);
+  // An Error here is the supervisor's reading of a bad line: never sent (agent_messages.h).
+  out["msg"] = from.msg ? to_json(*from.msg) : json::object();
+  return out;
+}
+
+struct ToJson {
+  json operator()(const AgentHello& m) const {
+    json out = {{"type", msg::kHello}, {"protocol", m.protocol}, {"version", m.version}, {"host", m.host},
+                {"pid", m.pid}};
+    put_optional(out, "agent_time_ms", m.agent_time_ms);
+    put_optional(out, "socket", m.socket);
+    out["facts"] = m.facts;
+    return out;
+  }
+  json operator()(const WorkerStartedReport& m) const {
+    json out = {{"type", msg::kStarted}, {"gen", m.gen}, {"rank", m.rank}, {"pid", m.pid}};
+    put_optional(out, "local_rank", m.local_rank);
+    put_optional(out, "agent_time_ms", m.agent_time_ms);
+    if (m.standby) out["standby"] = true;
+    return out;
+  }
+  json operator()(const WorkerSpawnFailedReport& m) const {
+    return {{"type", msg::kSpawnFailed}, {"gen", m.gen}, {"rank", m.rank}, {"error", m.error}};
+  }
+  json operator()(const WorkerExitReport& m) const {
+    json out = {{"type", msg::kExit}, {"gen", m.gen}, {"rank", m.rank}, {"pid", m.pid}};
+    put_optional(out, "local_rank", m.local_rank);
+    if (m.signal) {
+      out["signal"] = *m.signal;
+      put_optional(out, "signal_name", m.signal_name);
+    } else {
+      out["code"] = m.code.value_or(-1);
+    }
+    if (m.core_dumped) out["core_dumped"] = true;
+    put_optional(out, "agent_time_ms", m.agent_time_ms);
+    out["tail"] = m.tail;
+    out["killed_by_agent"] = m.killed_by_agent;
+    if (m.error) {
+      json error = {{"message", m.error->message}};
+      put_optional(error, "type", m.error->type);
+      put_optional(error, "traceback", m.error->traceback);
+      put_optional(error, "timestamp", m.error->timestamp);
+      out["error"] = std::move(error);
+    }
+    return out;
+  }
+  json operator()(const WorkerLogLine& m) const {
+    return {{"type", msg::kLog}, {"gen", m.gen}, {"rank", m.rank}, {"stream", m.stream}, {"line", m.line}};
+  }
+  json operator()(const FromWorker& m) const {
+    json out = from_worker_fields(m);
+    out["type"] = msg::kFromWorker;
+    return out;
+  }
+  json operator()(const AgentBeat& m) const {
+    json workers = json::array();
+    for (const AgentWorkerState& worker : m.workers) {
+      workers.push_back({{"gen", worker.gen}, {"rank", worker.rank}, {"pid", worker.pid}, {"alive", worker.alive},
+                         {"state", worker.state}});
+    }
+    json out = {{"type", msg::kBeat}};
+    put_optional(out, "agent_time_ms", m.agent_time_ms);
+    out["workers"] = std::move(workers);
+    put_optional(out, "load1", m.load1);
+    put_optional(out, "mem_available_mb", m.mem_available_mb);
+    if (!m.worker_beats.empty()) {
+      json held = json::array();
+      for (const FromWorker& from : m.worker_beats) held.push_back(from_worker_fields(from));
+      out["worker_beats"] = std::move(held);
+    }
+    if (m.resources) out["resources"] = to_json(*m.resources);
+    return out;
+  }
+  json operator()(const Pong& m) const {
+    json out = {{"type", msg::kPong}};
+    put_optional(out, "id", m.id);
+    put_optional(out, "agent_time_ms", m.agent_time_ms);
+    put_optional(out, "supervisor_time_ms", m.supervisor_time_ms);
+    return out;
+  }
+  json operator()(const PortReply& m) const { return {{"type", msg::kPort}, {"id", m.id}, {"port", m.port}}; }
+  json operator()(const SampleReply& m) const {
+    json out = {{"type", msg::kSample}, {"gen", m.gen}, {"rank", m.rank}, {"pid", m.pid}};
+    put_optional(out, "id", m.id);
+    put_optional(out, "text", m.text);
+    put_optional(out, "error", m.error);
+    return out;
+  }
+  json operator()(const Released& m) const {
+    json out = {{"type", msg::kReleased}, {"gen", m.gen}, {"killed", m.killed}, {"remaining", m.remaining},
+                {"ms", m.ms}};
+    put_optional(out, "ranks", m.ranks);
+    if (!m.remaining_pids.empty()) out["remaining_pids"] = m.remaining_pids;
+    return out;
+  }
+  json operator()(const AgentError& m) const {
+    json out = {{"type", msg::kError}, {"message", m.message}};
+    put_optional(out, "about", m.about);
+    put_optional(out, "id", m.id);
+    put_optional(out, "gen", m.gen);
+    put_optional(out, "rank", m.rank);
+    return out;
+  }
+  json operator()(const AgentBye& m) const {
+    return {{"type", msg::kBye}, {"reason", m.reason}, {"killed", m.killed}};
+  }
+  json operator()(const WorkerProtocolError& m) const {
+    json out = {{"type", msg::kProtocolError}, {"pid", m.pid}, {"error", m.error}, {"closed", m.closed}};
+    put_optional(out, "gen", m.gen);
+    put_optional(out, "rank", m.rank);
+    return out;
+  }
+  json operator()(const FlightRecorderDump& m) const {
+    json out = {{"type", msg::kDump}, {"gen", m.gen}, {"rank", m.rank}, {"pid", m.pid}, {"bytes", m.bytes}};
+    put_optional(out, "id", m.id);
+    put_optional(out, "data", m.data_base64);
+    put_optional(out, "kept_path", m.kept_path);
+    put_optional(out, "error", m.error);
+    put_optional(out, "note", m.note);
+    return out;
+  }
+  json operator()(const GenChangedReply& m) const {
+    json out = {{"type", msg::kGenChanged}, {"from", m.from}, {"to", m.to}, {"ranks", m.ranks}, {"pids", m.pids}};
+    put_optional(out, "id", m.id);
+    return out;
+  }
+};
+
+}  // namespace
+
+bool FromWorker::operator==(const FromWorker& other) const {
+  if (gen != other.gen || rank != other.rank || pid != other.pid || failed_request_id != other.failed_request_id ||
+      msg.ok() != other.msg.ok()) {
+    return false;
+  }
+  return msg ? *msg == *other.msg : msg.error().message == other.msg.error().message;
+}
+
+json to_json(const AgentMessage& message) { return std::visit(ToJson{}, message); }
+
+const char* type_of(const AgentMessage& message) {
+  static constexpr const char* kNames[] = {msg::kHello,  msg::kStarted,  msg::kSpawnFailed, msg::kExit,
+                                           msg::kLog,    msg::kFromWorker, msg::kBeat,      msg::kPong,
+                                           msg::kPort,   msg::kSample,   msg::kReleased,    msg::kError,
+                                           msg::kBye,    msg::kProtocolError, msg::kDump,   msg::kGenChanged};
+  static_assert(std::size(kNames) == std::variant_size_v<AgentMessage>);
+  return kNames[message.index()];
 }
 
 Result<AgentMessage> parse_agent_message(const json& frame) {
@@ -285,6 +440,11 @@ Result<AgentMessage> parse_agent_message(const json& frame) {
   if (type == msg::kHello) return parse_hello(reader);
   if (type == msg::kStarted) {
     WorkerStartedReport started{read_gen(reader), read_rank(reader), read_pid(reader)};
+    if (auto local_rank = reader.optional_integer("local_rank", 0, kIntMax)) {
+      started.local_rank = static_cast<int>(*local_rank);
+    }
+    started.agent_time_ms = reader.optional_integer("agent_time_ms");
+    started.standby = reader.optional_boolean("standby").value_or(false);
     return checked(reader, std::move(started));
   }
   if (type == msg::kSpawnFailed) {
@@ -335,10 +495,13 @@ Result<AgentMessage> parse_agent_message(const json& frame) {
   }
   if (type == msg::kError) {
     AgentError error{reader.optional_string("message", 64 << 10).value_or(""), reader.optional_string("about", 64)};
+    error.id = reader.optional_integer("id");
+    if (auto gen = reader.optional_integer("gen", -1, kIntMax)) error.gen = static_cast<int>(*gen);
+    if (auto rank = reader.optional_integer("rank", 0, kIntMax)) error.rank = static_cast<int>(*rank);
     return checked(reader, std::move(error));
   }
   if (type == msg::kBye) {
-    AgentBye bye{reader.optional_string("reason", 4096).value_or("")};
+    AgentBye bye{reader.optional_string("reason", 4096).value_or(""), reader.optional_integer_array("killed", kMaxPids)};
     return checked(reader, std::move(bye));
   }
   if (type == msg::kProtocolError) return parse_protocol_error(reader);

@@ -132,26 +132,19 @@ Result<WorkerMessage> parse_worker_line(std::string_view line) {
 
 namespace {
 
-void put(json& out, const char* key, const std::optional<double>& value) {
-  if (value) out[key] = *value;
-}
-void put(json& out, const char* key, const std::optional<int64_t>& value) {
-  if (value) out[key] = *value;
-}
-
 struct ToJson {
   json operator()(const WorkerHello& m) const {
     json out = {{"type", wire::kHello}, {"rank", m.rank}, {"gen", m.gen}};
-    put(out, "pid", m.pid);
+    put_optional(out, "pid", m.pid);
     return out;
   }
   json operator()(const WorkerBeat& m) const {
     json out = {{"type", wire::kBeat}, {"step", m.step}};
-    put(out, "loss", m.loss);
-    put(out, "step_ms", m.step_ms);
-    put(out, "comm_ms", m.comm_ms);
-    put(out, "data_ms", m.data_ms);
-    put(out, "samples", m.samples);
+    put_optional(out, "loss", m.loss);
+    put_optional(out, "step_ms", m.step_ms);
+    put_optional(out, "comm_ms", m.comm_ms);
+    put_optional(out, "data_ms", m.data_ms);
+    put_optional(out, "samples", m.samples);
     if (m.phase) out["phase"] = to_string(*m.phase);
     return out;
   }
@@ -161,7 +154,7 @@ struct ToJson {
   json operator()(const KvGetRequest& m) const { return {{"type", wire::kKvGet}, {"id", m.id}, {"key", m.key}}; }
   json operator()(const KvWaitRequest& m) const {
     json out = {{"type", wire::kKvWait}, {"id", m.id}, {"keys", m.keys}};
-    put(out, "timeout_ms", m.timeout_ms);
+    put_optional(out, "timeout_ms", m.timeout_ms);
     return out;
   }
   json operator()(const KvAddRequest& m) const {
@@ -170,7 +163,7 @@ struct ToJson {
   json operator()(const GenCheckRequest& m) const { return {{"type", wire::kGenCheck}, {"id", m.id}}; }
   json operator()(const CommReady& m) const {
     json out = {{"type", wire::kCommReady}};
-    put(out, "ms", m.ms);
+    put_optional(out, "ms", m.ms);
     return out;
   }
   json operator()(const CheckpointCommittedReport& m) const {
@@ -180,11 +173,32 @@ struct ToJson {
     return {{"type", wire::kCkptRejected}, {"step", m.step}, {"reason", m.reason}};
   }
   json operator()(const WorkerBye& m) const { return {{"type", wire::kBye}, {"reason", m.reason}}; }
+
+
+  json operator()(const StoreOk& m) const { return {{"type", wire::kKvOk}, {"id", m.id}}; }
+  json operator()(const StoreValue& m) const {
+    return {{"type", wire::kKvValue}, {"id", m.id}, {"value", m.value ? json(*m.value) : json(nullptr)}};
+  }
+  json operator()(const StoreValues& m) const { return {{"type", wire::kKvValues}, {"id", m.id}, {"values", m.values}}; }
+  json operator()(const GenOk& m) const {
+    return {{"type", wire::kGenOk}, {"id", m.id}, {"current", m.current}, {"generation", m.generation}};
+  }
+  json operator()(const RequestFailed& m) const { return {{"type", wire::kError}, {"id", m.id}, {"error", m.error}}; }
+  json operator()(const CheckpointRequest& m) const {
+    return {{"type", wire::kCkptRequest}, {"step", m.step}, {"reason", m.reason}};
+  }
+  json operator()(const GenerationChanged& m) const { return {{"type", wire::kGenChanged}, {"gen", m.gen}}; }
+  json operator()(const StandbyAssign& m) const {
+    json env = json::object();
+    for (const auto& [name, value] : m.env) env[name] = value;
+    return {{"type", wire::kAssign}, {"gen", m.gen}, {"rank", m.rank}, {"env", std::move(env)}};
+  }
 };
 
 }  // namespace
 
 json to_json(const WorkerMessage& message) { return std::visit(ToJson{}, message); }
+json to_json(const ToWorkerMessage& message) { return std::visit(ToJson{}, message); }
 
 const char* type_of(const WorkerMessage& message) {
   static constexpr const char* kNames[] = {wire::kHello,    wire::kBeat,      wire::kKvSet,

@@ -6,6 +6,7 @@
 // the wrong type is a protocol error naming the field, never an exception in the loop.
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -26,7 +27,8 @@ inline constexpr size_t kMaxWorkerReasonBytes = 4096;
 struct WorkerHello {
   int rank = 0;
   int gen = 0;
-  std::optional<int64_t> pid;  ///< what the worker says; the agent trusts SO_PEERCRED instead
+  std::optional<int64_t> pid{};  ///< what the worker says; the agent trusts SO_PEERCRED instead
+  bool operator==(const WorkerHello&) const = default;
 };
 /// What a rank is doing, from the beat that says so on (wire.h: "phase").
 enum class WorkerPhase { train, checkpoint };
@@ -34,23 +36,103 @@ const char* to_string(WorkerPhase phase);
 
 struct WorkerBeat {
   int64_t step = 0;
-  std::optional<double> loss, step_ms, comm_ms, data_ms;
-  std::optional<int64_t> samples;
-  std::optional<WorkerPhase> phase;  ///< nullopt: unchanged
+  std::optional<double> loss{}, step_ms{}, comm_ms{}, data_ms{};
+  std::optional<int64_t> samples{};
+  std::optional<WorkerPhase> phase{};  ///< nullopt: unchanged
+  bool operator==(const WorkerBeat&) const = default;
 };
-struct KvSetRequest { int64_t id = 0; std::string key; std::string value; };
-struct KvGetRequest { int64_t id = 0; std::string key; };
-struct KvWaitRequest { int64_t id = 0; std::vector<std::string> keys; std::optional<int64_t> timeout_ms; };
-struct KvAddRequest { int64_t id = 0; std::string key; int64_t delta = 0; };
-struct GenCheckRequest { int64_t id = 0; };
-struct CommReady { std::optional<double> ms; };
-struct CheckpointCommittedReport { int64_t step = 0; int64_t bytes = 0; double ms = 0; };
-struct CheckpointRejectedReport { int64_t step = 0; std::string reason; };
-struct WorkerBye { std::string reason; };
+struct KvSetRequest {
+  int64_t id = 0;
+  std::string key{};
+  std::string value{};
+  bool operator==(const KvSetRequest&) const = default;
+};
+struct KvGetRequest {
+  int64_t id = 0;
+  std::string key{};
+  bool operator==(const KvGetRequest&) const = default;
+};
+struct KvWaitRequest {
+  int64_t id = 0;
+  std::vector<std::string> keys{};  ///< never empty
+  std::optional<int64_t> timeout_ms{};
+  bool operator==(const KvWaitRequest&) const = default;
+};
+struct KvAddRequest {
+  int64_t id = 0;
+  std::string key{};
+  int64_t delta = 0;
+  bool operator==(const KvAddRequest&) const = default;
+};
+struct GenCheckRequest {
+  int64_t id = 0;
+  bool operator==(const GenCheckRequest&) const = default;
+};
+struct CommReady {
+  std::optional<double> ms{};
+  bool operator==(const CommReady&) const = default;
+};
+struct CheckpointCommittedReport {
+  int64_t step = 0;
+  int64_t bytes = 0;
+  double ms = 0;
+  bool operator==(const CheckpointCommittedReport&) const = default;
+};
+struct CheckpointRejectedReport {
+  int64_t step = 0;
+  std::string reason{};
+  bool operator==(const CheckpointRejectedReport&) const = default;
+};
+struct WorkerBye {
+  std::string reason{};
+  bool operator==(const WorkerBye&) const = default;
+};
 
 using WorkerMessage = std::variant<WorkerHello, WorkerBeat, KvSetRequest, KvGetRequest, KvWaitRequest,
                                    KvAddRequest, GenCheckRequest, CommReady, CheckpointCommittedReport,
                                    CheckpointRejectedReport, WorkerBye>;
+
+// agent → worker: the lines a worker reads (wire.h). The supervisor's store and checkpoint
+// requests travel inside to_worker frames (supervisor_messages.h), the agent's own (gen.changed,
+// assign) straight from the agent. The worker's client parses them (worker/runtime,
+// worker/python); here they are only written.
+struct StoreOk {  ///< kv.ok: a kv.set was stored
+  int64_t id = 0;
+};
+struct StoreValue {  ///< kv.value: a kv.get's or kv.add's answer; nullopt: no such key
+  int64_t id = 0;
+  std::optional<std::string> value{};
+};
+struct StoreValues {  ///< kv.values: a kv.wait's answer, one value per key in its order
+  int64_t id = 0;
+  std::vector<std::string> values{};
+};
+struct GenOk {  ///< gen.ok: a gen.check's answer
+  int64_t id = 0;
+  bool current = false;
+  int generation = -1;
+};
+struct RequestFailed {  ///< error: a request (its id) could not be done, or a bad line
+  int64_t id = 0;
+  std::string error{};
+};
+struct CheckpointRequest {  ///< ckpt.request: save at `step` (an operator's or a drill's ask)
+  int64_t step = 0;
+  std::string reason{};
+};
+struct GenerationChanged {  ///< gen.changed: in-place recovery moved this worker to `gen`
+  int gen = 0;
+};
+struct StandbyAssign {  ///< assign: a warm standby becomes rank `rank` of `gen` with `env`
+  int gen = 0;
+  int rank = 0;
+  std::map<std::string, std::string> env{};
+};
+using ToWorkerMessage = std::variant<StoreOk, StoreValue, StoreValues, GenOk, RequestFailed, CheckpointRequest,
+                                     GenerationChanged, StandbyAssign>;
+
+/// The line (without its '\n') of one agent → worker message, "type" first.
+nlohmann::json to_json(const ToWorkerMessage& message);
 
 /// Checks one decoded message: an object with a known string "type" and every field of the
 /// right type and range. The Error names the message and the field:

@@ -18,6 +18,8 @@ AgentLink::AgentLink(std::string host, std::unique_ptr<transport::AgentConnectio
       last_heard_ms_(now_ms),
       config_sent_wall_ms_(now_wall_ms) {}
 
+bool AgentLink::send(const proto::SupervisorMessage& message) { return send(proto::to_json(message)); }
+
 bool AgentLink::send(const nlohmann::json& message) {
   Result<std::string> frame = proto::encode_frame_checked(message);
   if (frame) {

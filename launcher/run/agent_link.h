@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "launcher/proto/frame.h"
+#include "launcher/proto/supervisor_messages.h"
 #include "launcher/transport/transport.h"
 
 namespace dtrain::run {
@@ -30,6 +31,8 @@ class AgentLink {
   /// Frames one message to the agent. A message whose frame would be over
   /// proto::kMaxFrameBytes is not sent (the agent would drop the stream and fence its host): it
   /// goes to the RefusalHandler instead, and the link stays up. Returns whether it was sent.
+  bool send(const proto::SupervisorMessage& message);
+  /// The same for a frame built by hand (tests of the frame limit).
   bool send(const nlohmann::json& message);
 
   /// What one receive() decoded: the bodies of the complete frames, unparsed (the driver's

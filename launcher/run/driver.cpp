@@ -28,7 +28,6 @@ namespace dtrain::run {
 
 namespace {
 
-namespace msg = proto::msg;
 using supervisor::RunState;
 
 }  // namespace
@@ -90,15 +89,9 @@ void RunDriver::start_agents() {
     };
     auto link = std::make_unique<AgentLink>(host.name, std::move(connection).value(),
                                             clock_.monotonic_ms(), clock_.wall_ms(), refused);
-    link->send({{"type", msg::kConfig},
-                {"protocol", proto::kProtocolVersion},
-                {"run_id", run_.id()},
-                {"host", host.name},
-                {"runtime_dir", runtime_dir_.directory.path()},
-                {"heartbeat_interval_ms", spec_.heartbeat.interval.count()},
-                {"heartbeat_timeout_ms", spec_.heartbeat.timeout.count()},
-                {"supervisor_time_ms", clock_.wall_ms()},
-                {"batch_beats", true}});
+    link->send(proto::AgentConfig{proto::kProtocolVersion, run_.id(), host.name, runtime_dir_.directory.path(),
+                                  spec_.heartbeat.interval.count(), spec_.heartbeat.timeout.count(),
+                                  clock_.wall_ms(), /*batch_beats=*/true});
     log().info("host {}: starting agent ({})", host.name, link->connection().describe());
     links_[host.name] = std::move(link);
   }
@@ -106,7 +99,7 @@ void RunDriver::start_agents() {
 
 void RunDriver::shut_down_agents() {
   for (auto& [host, link] : links_) {
-    if (!link->connection().closed()) link->send({{"type", msg::kFence}, {"reason", "run finished"}});
+    if (!link->connection().closed()) link->send(proto::FenceRequest{"run finished"});
     link->connection().pump();
     link->connection().close_input();
   }
@@ -174,7 +167,7 @@ int64_t RunDriver::ping_spacing_ms() const {
 }
 
 void RunDriver::ping(AgentLink& link) {
-  link.send({{"type", msg::kPing}, {"id", next_request_id_++}, {"supervisor_time_ms", clock_.wall_ms()}});
+  link.send(proto::PingRequest{next_request_id_++, clock_.wall_ms()});
 }
 
 void RunDriver::send_pings_when_due() {
@@ -201,7 +194,7 @@ void RunDriver::handle_signals() {
       // The user insists: skip the grace period.
       recorder_.console_line("received " + name + " again: killing workers now");
       for (auto& [host, link] : links_) {
-        if (!link->lost) link->send({{"type", msg::kKill}, {"gen", -1}, {"signal", "KILL"}, {"grace_ms", 0}});
+        if (!link->lost) link->send(proto::KillRequest{-1, proto::KillSignal::kill, 0, std::nullopt});
       }
     }
   }

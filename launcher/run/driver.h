@@ -108,9 +108,9 @@ class RunDriver : private FrameRouter::Output {
   void spawn_generation(int port);
   /// The spawn frame for `ranks` of `host` (all of its ranks when empty), each worker's env
   /// with `extra` on top.
-  nlohmann::json spawn_frame(int gen, const plan::RankPlan& plan, const GenerationContext& context,
-                             const EnvMap& common, const plan::PlanHost& host, const std::vector<int>& ranks,
-                             const EnvMap& extra);
+  proto::SpawnRequest spawn_frame(int gen, const plan::RankPlan& plan, const GenerationContext& context,
+                                  const EnvMap& common, const plan::PlanHost& host, const std::vector<int>& ranks,
+                                  const EnvMap& extra);
   /// In-place recovery: store to the new generation, gen_changed to every host, a spawn of the
   /// replaced ranks only (DTRAIN_JOIN_LIVE), on the generation's master address and port.
   void continue_in_place(const supervisor::ContinueInPlace& action);

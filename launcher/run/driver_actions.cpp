@@ -17,7 +17,6 @@ namespace dtrain::run {
 
 namespace {
 
-namespace msg = proto::msg;
 using nlohmann::json;
 
 /// True when `name` resolves to an address that is not loopback (127/8, ::1): one that another
@@ -73,8 +72,7 @@ void RunDriver::kill_ranks(const supervisor::KillRanks& kill) {
   auto link = links_.find(kill.host);
   if (link == links_.end() || link->second->lost) return;  // its loss is a failure of its own
   // KILL at once: the rank is hung (or misbehaving), and its peers wait for it.
-  link->second->send({{"type", msg::kKill}, {"gen", kill.gen}, {"signal", "KILL"}, {"grace_ms", 0},
-                      {"ranks", kill.ranks}});
+  link->second->send(proto::KillRequest{kill.gen, proto::KillSignal::kill, 0, kill.ranks});
 }
 
 void RunDriver::continue_in_place(const supervisor::ContinueInPlace& action) {
@@ -88,8 +86,7 @@ void RunDriver::continue_in_place(const supervisor::ContinueInPlace& action) {
   for (const std::string& host : action.hosts) {
     auto link = links_.find(host);
     if (link == links_.end() || link->second->lost) continue;
-    link->second->send({{"type", msg::kGenChanged}, {"id", next_request_id_++}, {"from", action.from_gen},
-                        {"to", action.gen}});
+    link->second->send(proto::GenChangedRequest{next_request_id_++, action.from_gen, action.gen});
   }
   // The generation keeps its rendezvous address; only the counters change.
   GenerationContext context = spawned_context_.value_or(GenerationContext{});
@@ -124,8 +121,7 @@ void RunDriver::stop_generation(const supervisor::StopGeneration& stop) {
       feed(supervisor::GenerationReleased{stop.gen, host});
       continue;
     }
-    link->second->send({{"type", msg::kKill}, {"gen", stop.gen}, {"signal", "TERM"},
-                        {"grace_ms", stop.grace_ms}});
+    link->second->send(proto::KillRequest{stop.gen, proto::KillSignal::term, stop.grace_ms, std::nullopt});
   }
 }
 
@@ -147,22 +143,20 @@ void RunDriver::capture_sample(const supervisor::CaptureSample& sample) {
   for (const plan::PlanHost& host : supervisor_.current_plan().hosts) {
     auto peer = links_.find(host.entry.name);
     if (peer == links_.end() || peer->second->lost) continue;
-    peer->second->send({{"type", msg::kDump}, {"id", next_request_id_++}, {"gen", sample.gen},
-                        {"timeout_ms", gdb_timeout.count()}});
+    peer->second->send(proto::DumpRequest{next_request_id_++, sample.gen, gdb_timeout.count()});
   }
   // Every host's agent samples its own worker, the launch node's too: the supervisor's loop never
   // blocks on gdb. Sent before the kill; the agent handles frames in order, so it samples the
   // hung process before it stops it. Its answer is a sample frame (handle_frame).
-  link->second->send({{"type", msg::kSample}, {"id", next_request_id_++}, {"gen", sample.gen},
-                      {"rank", sample.rank}, {"pid", sample.pid}, {"timeout_ms", gdb_timeout.count()}});
+  link->second->send(
+      proto::SampleRequest{next_request_id_++, sample.gen, sample.rank, sample.pid, gdb_timeout.count()});
 }
 
 void RunDriver::send_store_replies(const std::vector<store::StoreReply>& replies) {
   for (const store::StoreReply& reply : replies) {
     auto target = links_.find(reply.to.host);
     if (target == links_.end() || target->second->lost) continue;
-    target->second->send({{"type", msg::kToWorker}, {"gen", reply.gen}, {"rank", reply.to.rank},
-                          {"msg", reply.msg}});
+    target->second->send(proto::ToWorkerRequest{reply.gen, reply.to.rank, proto::to_json(reply.msg)});
   }
 }
 
@@ -179,7 +173,7 @@ void RunDriver::start_generation(const supervisor::StartGeneration& start) {
     return;
   }
   pending_port_id_ = next_request_id_++;
-  link->second->send({{"type", msg::kReservePort}, {"id", pending_port_id_}});
+  link->second->send(proto::ReservePortRequest{pending_port_id_});
 }
 
 void RunDriver::port_reserved(int64_t request_id, int port) {
@@ -233,23 +227,28 @@ void RunDriver::spawn_generation(int port) {
   feed(supervisor::GenerationSpawned{start.gen});
 }
 
-json RunDriver::spawn_frame(int gen, const plan::RankPlan& plan, const GenerationContext& context,
-                           const EnvMap& common, const plan::PlanHost& host, const std::vector<int>& ranks,
-                           const EnvMap& extra) {
+proto::SpawnRequest RunDriver::spawn_frame(int gen, const plan::RankPlan& plan, const GenerationContext& context,
+                                          const EnvMap& common, const plan::PlanHost& host,
+                                          const std::vector<int>& ranks, const EnvMap& extra) {
   auto link = links_.find(host.entry.name);
   bool host_has_gpus = link != links_.end() && link->second->facts.contains("gpus") &&
                        link->second->facts["gpus"].is_array() && !link->second->facts["gpus"].empty();
-  json workers = json::array();
+  proto::SpawnRequest spawn;
+  spawn.gen = gen;
+  spawn.argv = spec_.worker.command;
+  spawn.workdir = spec_.worker.workdir;
+  spawn.env = common;
+  spawn.log_tail_lines = 20;
+  spawn.instrument = spec_.worker.instrument;
+  spawn.standby = spec_.elastic.standby_per_host;
   for (int rank : ranks.empty() ? host.ranks : ranks) {
     const plan::RankSlot& slot = plan.ranks.at(static_cast<size_t>(rank));
     EnvMap env = rank_worker_env(plan, slot);
     env.merge(device_worker_env(spec_, plan, slot, context.backend == "nccl" || host_has_gpus));
     for (const auto& [name, value] : extra) env[name] = value;
-    workers.push_back({{"rank", rank}, {"local_rank", slot.local_rank}, {"env", env}});
+    spawn.workers.push_back({rank, slot.local_rank, std::move(env)});
   }
-  return {{"type", msg::kSpawn}, {"gen", gen}, {"argv", spec_.worker.command}, {"workdir", spec_.worker.workdir},
-          {"env", common}, {"workers", workers}, {"log_tail_lines", 20},
-          {"instrument", spec_.worker.instrument}, {"standby", spec_.elastic.standby_per_host}};
+  return spawn;
 }
 
 MasterAddressFacts RunDriver::master_address_facts(const plan::RankPlan& plan) {

@@ -26,7 +26,7 @@ void RunDriver::request_checkpoints(const std::string& reason) {
     margin += static_cast<int64_t>(std::ceil(2.0 * static_cast<double>(spec_.heartbeat.interval.count()) / fastest_step_ms));
   }
   const int64_t at_step = newest_step < 0 ? margin : newest_step + margin;
-  nlohmann::json request = {{"type", contract::wire::kCkptRequest}, {"step", at_step}, {"reason", reason}};
+  nlohmann::json request = proto::to_json(proto::CheckpointRequest{at_step, reason});
   int asked = 0;
   for (const plan::RankSlot& slot : supervisor_.current_plan().ranks) {
     auto link = links_.find(slot.host);
@@ -34,7 +34,7 @@ void RunDriver::request_checkpoints(const std::string& reason) {
     // Workers that never spoke the worker protocol (plain scripts) could not hear it.
     const RankProgress* progress = progress_.find(slot.rank);
     if (!progress || !progress->speaks_protocol) continue;
-    link->second->send({{"type", proto::msg::kToWorker}, {"gen", gen}, {"rank", slot.rank}, {"msg", request}});
+    link->second->send(proto::ToWorkerRequest{gen, slot.rank, request});
     ++asked;
   }
   record(events::CheckpointRequested{gen, reason, at_step, asked}.to_json());

@@ -294,9 +294,7 @@ void FrameRouter::on(AgentLink& link, const proto::FromWorker& from) {
     if (from.failed_request_id) {
       out_.send_store_replies({{{link.host(), from.rank},
                                 from.gen,
-                                json{{"type", contract::wire::kError},
-                                     {"id", *from.failed_request_id},
-                                     {"error", from.msg.error().message}}}});
+                                proto::RequestFailed{*from.failed_request_id, from.msg.error().message}}});
     }
     return;
   }
@@ -340,9 +338,8 @@ void FrameRouter::on_worker(AgentLink&, const proto::FromWorker&, const proto::W
 
 template <class StoreRequest>
 void FrameRouter::on_worker(AgentLink& link, const proto::FromWorker& from, const StoreRequest& request) {
-  // kv.set/get/wait/add and gen.check: the store answers the canonical, already checked form.
-  out_.send_store_replies(store_.handle({link.host(), from.rank}, from.gen,
-                                        proto::to_json(proto::WorkerMessage(request)), clock_.monotonic_ms()));
+  // kv.set/get/wait/add and gen.check: the store answers the typed request, already checked.
+  out_.send_store_replies(store_.handle({link.host(), from.rank}, from.gen, request, clock_.monotonic_ms()));
 }
 
 void FrameRouter::on_host_resources(AgentLink& link, const proto::HostResources& resources) {

@@ -24,7 +24,7 @@ struct DriverSeams {
   /// The supervisor's and driver's clock (not owned; must outlive the run). Null: the system
   /// clock. A test with a FakeClock moves time past heartbeat and hang deadlines at once.
   const Clock* clock = nullptr;
-  /// Every host's agent through this transport instead of local/ssh (run::FakeCluster). Not
+  /// Every host's agent through this transport instead of local/ssh (sim::FakeCluster). Not
   /// owned; must outlive the run.
   transport::Transport* transport = nullptr;
   /// Runs on the run log's writer thread before each write (a test stalls the file system).

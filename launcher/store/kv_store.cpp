@@ -4,14 +4,13 @@
 #include <utility>
 
 #include "launcher/base/duration.h"
+#include "launcher/base/json_fields.h"
 
 namespace dtrain::store {
 namespace {
 
-using nlohmann::json;
-
-StoreReply error_reply(const Requester& to, int gen, const json& id, std::string message) {
-  return {to, gen, json{{"type", "error"}, {"id", id}, {"error", std::move(message)}}};
+StoreReply error_reply(const Requester& to, int gen, int64_t id, std::string message) {
+  return {to, gen, proto::RequestFailed{id, std::move(message)}};
 }
 
 std::string quote_key(const std::string& key) {
@@ -40,9 +39,7 @@ std::string reply_too_long(const std::string& what, size_t bytes, size_t limit, 
 }
 
 /// Checks a key; returns an error text or "".
-std::string key_problem(const json& key) {
-  if (!key.is_string()) return "key must be a string";
-  const std::string& text = key.get_ref<const std::string&>();
+std::string key_problem(const std::string& text) {
   if (text.empty()) return "key must not be empty";
   if (text.size() > kMaxKeyBytes) {
     return "key " + quote_key(text) + " is " + std::to_string(text.size()) + " bytes; the limit is " +
@@ -68,74 +65,51 @@ std::vector<StoreReply> KvStore::begin_generation(int gen, int64_t /*now_ms*/) {
   return replies;
 }
 
-std::vector<StoreReply> KvStore::handle(const Requester& from, int gen, const json& request,
+std::vector<StoreReply> KvStore::handle(const Requester& from, int gen, const StoreRequest& request,
                                         int64_t now_ms) {
-  if (!request.is_object()) {
-    return {error_reply(from, gen, nullptr, "store: request must be a JSON object")};
+  if (const auto* check = std::get_if<proto::GenCheckRequest>(&request)) {
+    return {{from, gen, proto::GenOk{check->id, gen == generation_ && gen >= 0, generation_}}};
   }
-  json id = request.contains("id") ? request["id"] : json(nullptr);
-  auto type_it = request.find("type");
-  if (type_it == request.end() || !type_it->is_string()) {
-    return {error_reply(from, gen, id, "store: request has no \"type\"")};
-  }
-  const std::string& type = type_it->get_ref<const std::string&>();
-  if (!id.is_number_integer()) {
-    return {error_reply(from, gen, id, type + ": request needs an integer \"id\"")};
-  }
-  if (type == "gen.check") {
-    return {{from, gen,
-             json{{"type", "gen.ok"}, {"id", id}, {"current", gen == generation_ && gen >= 0},
-                  {"generation", generation_}}}};
-  }
-  if (type != "kv.set" && type != "kv.get" && type != "kv.wait" && type != "kv.add") {
-    return {error_reply(from, gen, id,
-                        "store: unknown request type '" + type +
-                            "'; expected kv.set, kv.get, kv.wait, kv.add or gen.check")};
-  }
+  static constexpr const char* kTypes[] = {contract::wire::kKvSet, contract::wire::kKvGet, contract::wire::kKvWait,
+                                           contract::wire::kKvAdd, contract::wire::kGenCheck};
+  static_assert(std::size(kTypes) == std::variant_size_v<StoreRequest>);
+  const char* type = kTypes[request.index()];
+  int64_t id = std::visit([](const auto& typed) { return typed.id; }, request);
   if (gen != generation_) {
     const char* age = gen < generation_ ? "stale" : "unknown";
     return {error_reply(from, gen, id,
-                        type + ": " + age + " generation " + std::to_string(gen) + " (current " +
+                        std::string(type) + ": " + age + " generation " + std::to_string(gen) + " (current " +
                             std::to_string(generation_) + ")")};
   }
-  if (type == "kv.set") return handle_set(from, gen, id, request);
-  if (type == "kv.add") return handle_add(from, gen, id, request);
-  if (type == "kv.wait") return handle_wait(from, gen, id, request, now_ms);
+  if (const auto* set = std::get_if<proto::KvSetRequest>(&request)) return handle_set(from, gen, *set);
+  if (const auto* add = std::get_if<proto::KvAddRequest>(&request)) return handle_add(from, gen, *add);
+  if (const auto* wait = std::get_if<proto::KvWaitRequest>(&request)) return handle_wait(from, gen, *wait, now_ms);
+  return handle_get(from, gen, std::get<proto::KvGetRequest>(request));
+}
 
-  auto key = request.find("key");
-  if (key == request.end()) return {error_reply(from, gen, id, "kv.get: missing \"key\"")};
-  if (std::string problem = key_problem(*key); !problem.empty()) {
+std::vector<StoreReply> KvStore::handle_get(const Requester& from, int gen, const proto::KvGetRequest& request) {
+  int64_t id = request.id;
+  if (std::string problem = key_problem(request.key); !problem.empty()) {
     return {error_reply(from, gen, id, "kv.get: " + problem)};
   }
-  auto found = values_.find(key->get<std::string>());
-  if (found == values_.end()) return {{from, gen, json{{"type", "kv.value"}, {"id", id}, {"value", nullptr}}}};
-  json reply{{"type", "kv.value"}, {"id", id}, {"value", ""}};
-  size_t bytes = reply.dump().size() - 2 + json_string_bytes(found->second);
+  auto found = values_.find(request.key);
+  if (found == values_.end()) return {{from, gen, proto::StoreValue{id, std::nullopt}}};
+  size_t bytes = json_compact(proto::to_json(proto::StoreValue{id, ""})).size() - 2 + json_string_bytes(found->second);
   if (bytes > limits_.max_reply_bytes) {
     return {error_reply(from, gen, id,
                         reply_too_long("kv.get " + quote_key(found->first), bytes, limits_.max_reply_bytes,
                                        "store smaller values (large state belongs in checkpoints or files)"))};
   }
-  reply["value"] = found->second;
-  return {{from, gen, std::move(reply)}};
+  return {{from, gen, proto::StoreValue{id, found->second}}};
 }
 
-std::vector<StoreReply> KvStore::handle_set(const Requester& from, int gen, const json& id,
-                                            const json& request) {
-  auto key = request.find("key");
-  auto value = request.find("value");
-  if (key == request.end() || value == request.end()) {
-    return {error_reply(from, gen, id, "kv.set: needs \"key\" and \"value\"")};
-  }
-  if (std::string problem = key_problem(*key); !problem.empty()) {
+std::vector<StoreReply> KvStore::handle_set(const Requester& from, int gen, const proto::KvSetRequest& request) {
+  int64_t id = request.id;
+  if (std::string problem = key_problem(request.key); !problem.empty()) {
     return {error_reply(from, gen, id, "kv.set: " + problem)};
   }
-  const std::string& key_text = key->get_ref<const std::string&>();
-  if (!value->is_string()) {
-    return {error_reply(from, gen, id,
-                        "kv.set " + quote_key(key_text) + ": value must be a string (hex for binary)")};
-  }
-  const std::string& value_text = value->get_ref<const std::string&>();
+  const std::string& key_text = request.key;
+  const std::string& value_text = request.value;
   if (value_text.size() > kMaxValueBytes) {
     return {error_reply(from, gen, id,
                         "kv.set " + quote_key(key_text) + ": value is " +
@@ -152,27 +126,18 @@ std::vector<StoreReply> KvStore::handle_set(const Requester& from, int gen, cons
   if (std::optional<std::string> full = put(key_text, value_text, woken)) {
     return {error_reply(from, gen, id, "kv.set " + quote_key(key_text) + ": " + *full)};
   }
-  std::vector<StoreReply> replies{{from, gen, json{{"type", "kv.ok"}, {"id", id}}}};
+  std::vector<StoreReply> replies{{from, gen, proto::StoreOk{id}}};
   for (StoreReply& done : woken) replies.push_back(std::move(done));
   return replies;
 }
 
 // Atomic because the store is single-threaded: read, add, write and reply happen in one call.
-std::vector<StoreReply> KvStore::handle_add(const Requester& from, int gen, const json& id,
-                                            const json& request) {
-  auto key = request.find("key");
-  auto delta = request.find("delta");
-  if (key == request.end() || delta == request.end()) {
-    return {error_reply(from, gen, id, "kv.add: needs \"key\" and \"delta\"")};
-  }
-  if (std::string problem = key_problem(*key); !problem.empty()) {
+std::vector<StoreReply> KvStore::handle_add(const Requester& from, int gen, const proto::KvAddRequest& request) {
+  int64_t id = request.id;
+  if (std::string problem = key_problem(request.key); !problem.empty()) {
     return {error_reply(from, gen, id, "kv.add: " + problem)};
   }
-  const std::string& key_text = key->get_ref<const std::string&>();
-  if (!delta->is_number_integer()) {
-    return {error_reply(from, gen, id, "kv.add " + quote_key(key_text) + ": \"delta\" must be an integer, got " +
-                                           delta->dump())};
-  }
+  const std::string& key_text = request.key;
   int64_t total = 0;
   if (auto found = values_.find(key_text); found != values_.end()) {
     size_t used = 0;
@@ -189,7 +154,7 @@ std::vector<StoreReply> KvStore::handle_add(const Requester& from, int gen, cons
     return {error_reply(from, gen, id, "kv.add " + quote_key(key_text) + ": the store already holds " +
                                            std::to_string(kMaxKeys) + " keys (the limit)")};
   }
-  int64_t step = delta->get<int64_t>();
+  int64_t step = request.delta;
   if (__builtin_add_overflow(total, step, &total)) {
     return {error_reply(from, gen, id, "kv.add " + quote_key(key_text) + ": the sum overflows 64 bits")};
   }
@@ -197,7 +162,7 @@ std::vector<StoreReply> KvStore::handle_add(const Requester& from, int gen, cons
   if (std::optional<std::string> full = put(key_text, std::to_string(total), woken)) {
     return {error_reply(from, gen, id, "kv.add " + quote_key(key_text) + ": " + *full)};
   }
-  std::vector<StoreReply> replies{{from, gen, json{{"type", "kv.value"}, {"id", id}, {"value", values_[key_text]}}}};
+  std::vector<StoreReply> replies{{from, gen, proto::StoreValue{id, values_[key_text]}}};
   for (StoreReply& done : woken) replies.push_back(std::move(done));
   return replies;
 }
@@ -221,31 +186,29 @@ std::optional<std::string> KvStore::put(const std::string& key, std::string valu
   return std::nullopt;
 }
 
-std::vector<StoreReply> KvStore::handle_wait(const Requester& from, int gen, const json& id,
-                                             const json& request, int64_t now_ms) {
-  auto keys = request.find("keys");
-  if (keys == request.end() || !keys->is_array() || keys->empty()) {
-    return {error_reply(from, gen, id, "kv.wait: needs a non-empty array \"keys\"")};
-  }
-  if (keys->size() > kMaxWaitKeys) {
+std::vector<StoreReply> KvStore::handle_wait(const Requester& from, int gen, const proto::KvWaitRequest& request,
+                                             int64_t now_ms) {
+  int64_t id = request.id;
+  if (request.keys.empty()) return {error_reply(from, gen, id, "kv.wait: needs a non-empty array \"keys\"")};
+  if (request.keys.size() > kMaxWaitKeys) {
     return {error_reply(from, gen, id,
-                        "kv.wait: " + std::to_string(keys->size()) + " keys; the limit is " +
+                        "kv.wait: " + std::to_string(request.keys.size()) + " keys; the limit is " +
                             std::to_string(kMaxWaitKeys))};
   }
   PendingWait wait{from, gen, id, {}, kDefaultWaitTimeoutMs, 0};
-  for (const json& key : *keys) {
+  for (const std::string& key : request.keys) {
     if (std::string problem = key_problem(key); !problem.empty()) {
       return {error_reply(from, gen, id, "kv.wait: " + problem)};
     }
-    wait.keys.push_back(key.get<std::string>());
   }
-  if (auto timeout = request.find("timeout_ms"); timeout != request.end()) {
-    if (!timeout->is_number_integer() || timeout->get<int64_t>() < 0) {
+  wait.keys = request.keys;
+  if (request.timeout_ms) {
+    if (*request.timeout_ms < 0) {
       return {error_reply(from, gen, id,
                           "kv.wait: \"timeout_ms\" must be a non-negative integer, got " +
-                              timeout->dump())};
+                              std::to_string(*request.timeout_ms))};
     }
-    wait.timeout_ms = std::min(timeout->get<int64_t>(), kMaxWaitTimeoutMs);
+    wait.timeout_ms = std::min(*request.timeout_ms, kMaxWaitTimeoutMs);
   }
   std::vector<std::string> missing = missing_keys(wait.keys);
   if (missing.empty()) return {values_reply(wait)};
@@ -296,16 +259,16 @@ std::vector<std::string> KvStore::missing_keys(const std::vector<std::string>& k
 
 StoreReply KvStore::values_reply(const PendingWait& wait) const {
   // Measured before it is built: a reply of 10,000 values of 1 MiB is never copied together.
-  json reply{{"type", "kv.values"}, {"id", wait.id}, {"values", json::array()}};
-  size_t bytes = reply.dump().size() + (wait.keys.size() - 1);  // the commas between values
+  proto::StoreValues reply{wait.id, {}};
+  size_t bytes = json_compact(proto::to_json(reply)).size() + (wait.keys.size() - 1);  // the commas between values
   for (const std::string& key : wait.keys) bytes += json_string_bytes(values_.at(key));
   if (bytes > limits_.max_reply_bytes) {
     return error_reply(wait.from, wait.gen, wait.id,
                        reply_too_long("kv.wait", bytes, limits_.max_reply_bytes,
                                       "wait for fewer keys or store smaller values"));
   }
-  json& values = reply["values"];
-  for (const std::string& key : wait.keys) values.push_back(values_.at(key));
+  reply.values.reserve(wait.keys.size());
+  for (const std::string& key : wait.keys) reply.values.push_back(values_.at(key));
   return {wait.from, wait.gen, std::move(reply)};
 }
 

@@ -20,20 +20,26 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <variant>
 
+#include "launcher/proto/worker_messages.h"
 #include "launcher/store/pending_waits.h"
 #include "worker/contract/wire.h"
 
 namespace dtrain::store {
 
-/// One line for one worker: `msg` is the agent→worker object (kv.ok, kv.value, kv.values,
+/// One line for one worker: `msg` is the agent→worker message (kv.ok, kv.value, kv.values,
 /// gen.ok or error), carrying the request's id. `gen` is the generation the request came from.
 struct StoreReply {
   Requester to;
   int gen = -1;
-  nlohmann::json msg;
+  proto::ToWorkerMessage msg;
 };
+
+/// A worker's store request, as proto::parse_worker_message checked it (types, sizes, a
+/// non-empty key list): the store adds what only it can judge (generation, room, timeouts).
+using StoreRequest = std::variant<proto::KvSetRequest, proto::KvGetRequest, proto::KvWaitRequest,
+                                  proto::KvAddRequest, proto::GenCheckRequest>;
 
 /// Limits that keep one misbehaving worker from exhausting the supervisor's memory.
 inline constexpr size_t kMaxKeyBytes = 512;
@@ -76,12 +82,12 @@ class KvStore {
   /// with the new value as decimal text. Returns the replies to
   /// send now: usually one for `from`, but a kv.set may also complete waits of OTHER workers,
   /// and a kv.wait that cannot be answered yet returns nothing (its reply comes from a later
-  /// handle() or from expire()). Malformed requests get an error reply, never an exception.
+  /// handle() or from expire()). A request the store refuses gets an error reply, never an
+  /// exception.
   /// gen.check from any generation is answered with gen.ok {"current": true|false}.
   /// A kv.get or kv.wait whose reply would be over max_reply_bytes is answered with an error
   /// naming both sizes; a kv.wait past a cap on pending waits is answered with an error at once.
-  std::vector<StoreReply> handle(const Requester& from, int gen, const nlohmann::json& request,
-                                 int64_t now_ms);
+  std::vector<StoreReply> handle(const Requester& from, int gen, const StoreRequest& request, int64_t now_ms);
 
   /// Fails waits whose deadline is at or before `now_ms`; the error names the missing keys.
   std::vector<StoreReply> expire(int64_t now_ms);
@@ -102,12 +108,11 @@ class KvStore {
   size_t pending_waits() const { return waits_.size(); }
 
  private:
-  std::vector<StoreReply> handle_set(const Requester& from, int gen, const nlohmann::json& id,
-                                     const nlohmann::json& request);
-  std::vector<StoreReply> handle_add(const Requester& from, int gen, const nlohmann::json& id,
-                                     const nlohmann::json& request);
-  std::vector<StoreReply> handle_wait(const Requester& from, int gen, const nlohmann::json& id,
-                                      const nlohmann::json& request, int64_t now_ms);
+  std::vector<StoreReply> handle_set(const Requester& from, int gen, const proto::KvSetRequest& request);
+  std::vector<StoreReply> handle_get(const Requester& from, int gen, const proto::KvGetRequest& request);
+  std::vector<StoreReply> handle_add(const Requester& from, int gen, const proto::KvAddRequest& request);
+  std::vector<StoreReply> handle_wait(const Requester& from, int gen, const proto::KvWaitRequest& request,
+                                      int64_t now_ms);
   std::vector<std::string> missing_keys(const std::vector<std::string>& keys) const;
   /// The kv.values reply to `wait` (all its keys present), or the error when it is too long.
   StoreReply values_reply(const PendingWait& wait) const;

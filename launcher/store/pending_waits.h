@@ -16,7 +16,6 @@
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 
 namespace dtrain::store {
 
@@ -32,7 +31,7 @@ struct Requester {
 struct PendingWait {
   Requester from;
   int gen = -1;
-  nlohmann::json id;
+  int64_t id = 0;
   std::vector<std::string> keys;  ///< as asked: order and duplicates kept for the reply
   int64_t timeout_ms = 0;
   int64_t deadline_ms = 0;

@@ -1,6 +1,6 @@
 #pragma once
 // How the supervisor reaches one host's agent. An interface so that tests can fake it
-// (run::FakeCluster: simulated agents for driver tests and dtrain-sim) and so that `local`
+// (sim::FakeCluster: simulated agents for driver tests and dtrain-sim) and so that `local`
 // (child process over pipes) and `ssh` (libssh2 channel) are interchangeable: the supervisor's one event loop polls every connection's fds
 // and pumps them; no thread per host.
 

@@ -219,7 +219,7 @@ TEST_CASE("a malformed frame from the supervisor gives an error and a clean fenc
       {"oversized", std::string("\x7f\x00\x00\x00", 4), "exceeds the 8 MiB limit"},
       {"unknown type", dtrain::proto::encode_frame({{"type", "launch_missiles"}}), "unknown message type 'launch_missiles'"},
       {"bad field", dtrain::proto::encode_frame({{"type", "kill"}, {"gen", "one"}, {"signal", "TERM"}}),
-       "kill: field 'gen' must be an integer"},
+       "kill.gen: expected an integer, got a string \"one\""},
   };
   for (const Case& c : cases) {
     CAPTURE(c.name);

@@ -366,11 +366,11 @@ TEST_CASE("bad gen_changed and kill.ranks fields are protocol errors: error, fen
   std::vector<Case> cases = {
       {"to not after from", {{"type", "gen_changed"}, {"id", 1}, {"from", 2}, {"to", 2}},
        "gen_changed: 'to' must be greater than 'from', got from 2 to 2"},
-      {"no id", {{"type", "gen_changed"}, {"from", 0}, {"to", 1}}, "gen_changed: field 'id' must be present"},
+      {"no id", {{"type", "gen_changed"}, {"from", 0}, {"to", 1}}, "gen_changed.id: missing (expected an integer)"},
       {"ranks of strings", {{"type", "kill"}, {"gen", 0}, {"signal", "KILL"}, {"ranks", {"0"}}},
-       "kill: field 'ranks' must be a non-empty array of integers"},
+       "kill.ranks: expected a non-empty array of integers"},
       {"ranks not an array", {{"type", "kill"}, {"gen", 0}, {"signal", "KILL"}, {"ranks", 0}},
-       "kill: field 'ranks' must be a non-empty array of integers"},
+       "kill.ranks: expected a non-empty array of integers"},
   };
   for (const Case& c : cases) {
     CAPTURE(c.name);

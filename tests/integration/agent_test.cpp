@@ -90,10 +90,10 @@ TEST_CASE("hello answers config with host facts and the socket lives in a 0700 r
   CHECK((*pong)["id"] == 42);
   CHECK((*pong)["agent_time_ms"].get<int64_t>() > 0);
 
-  session.send({{"type", "reserve_port"}, {"id", "p1"}});
+  session.send({{"type", "reserve_port"}, {"id", 43}});
   auto port = session.wait_for_type("port");
   REQUIRE(port);
-  CHECK((*port)["id"] == "p1");
+  CHECK((*port)["id"] == 43);
   CHECK((*port)["port"].get<int>() > 0);
 
   finish(session, {});

@@ -1,5 +1,5 @@
 // The driver through its seams: a stalled run-log file system (RunLogWriter's hook) and a clock
-// that runs fast (ScaledClock, shared with the simulated agents), over run::FakeCluster. What
+// that runs fast (ScaledClock, shared with the simulated agents), over sim::FakeCluster. What
 // end-to-end tests cannot reach in their time: a $DTRAIN_HOME that hangs for longer than
 // heartbeat.timeout, and the default 30 s / 10 min timeouts.
 
@@ -30,7 +30,7 @@ TEST_CASE("a run-log file system stalled for 3 x heartbeat.timeout: pings go on,
   };
   int64_t step_at_stall = 0, step_after_stall = 0;
   std::string spec = sim_spec(3, 2, "elastic: {max_restarts: 1}\n", "{interval: 100ms, timeout: 1s, hang_timeout: 10s}");
-  CHECK(sim.run(spec, [&](run::FakeCluster& cluster, const std::atomic<bool>& ended) {
+  CHECK(sim.run(spec, [&](sim::FakeCluster& cluster, const std::atomic<bool>& ended) {
     step_at_stall = cluster.newest_step();
     stall_until_ms = real.monotonic_ms() + 3000;
     // A crash during the stall: its events must queue, not block the loop's handling of it.
@@ -57,7 +57,7 @@ TEST_CASE("a run-log file system stalled for 3 x heartbeat.timeout: pings go on,
 TEST_CASE("default heartbeat.timeout (10 s) and hang_timeout (60 s) on a 50x clock: a partitioned host is lost by its silence") {
   SimRun sim(50);
   std::string spec = sim_spec(3, 1, "elastic: {max_restarts: 1, min_hosts: 2}\n", "{}");
-  CHECK(sim.run(spec, [&](run::FakeCluster& cluster, const std::atomic<bool>& ended) {
+  CHECK(sim.run(spec, [&](sim::FakeCluster& cluster, const std::atomic<bool>& ended) {
     int before = cluster.newest_generation();
     cluster.partition_host("sim3");
     wait_until([&] { return ended.load() || (cluster.newest_generation() > before && cluster.newest_step() >= 3); }, 20000);
@@ -76,7 +76,7 @@ TEST_CASE("a checkpoint save longer than hang_timeout but within checkpoint_time
   const ScaledClock& clock = sim.clock;
   // hang_timeout 20 s, checkpoint_timeout 2 min: a 60 s save is fine.
   std::string spec = sim_spec(2, 1, "", "{interval: 1s, timeout: 10s, hang_timeout: 20s, checkpoint_timeout: 2m}");
-  CHECK(sim.run(spec, [&](run::FakeCluster& cluster, const std::atomic<bool>& ended) {
+  CHECK(sim.run(spec, [&](sim::FakeCluster& cluster, const std::atomic<bool>& ended) {
     cluster.set_saving(0, true);
     int64_t until = clock.monotonic_ms() + 60'000;
     wait_until([&] { return ended.load() || clock.monotonic_ms() >= until; }, 20000);
@@ -94,7 +94,7 @@ TEST_CASE("a checkpoint save past checkpoint_timeout is a hang of that rank, nam
   const ScaledClock& clock = sim.clock;
   std::string spec = sim_spec(2, 1, "", "{interval: 1s, timeout: 10s, hang_timeout: 20s, checkpoint_timeout: 1m}");
   int64_t save_started = 0;
-  CHECK(sim.run(spec, [&](run::FakeCluster& cluster, const std::atomic<bool>& ended) {
+  CHECK(sim.run(spec, [&](sim::FakeCluster& cluster, const std::atomic<bool>& ended) {
     save_started = clock.monotonic_ms();
     cluster.set_saving(1, true);
     wait_until([&] { return ended.load(); }, 30000);
@@ -126,7 +126,7 @@ TEST_CASE("a Slurm time-limit lookup that takes 3 s (a busy slurmctld) does not 
   std::string spec = sim_spec(3, 2, "checkpoint: {before_walltime: 1s}\n",
                               "{interval: 100ms, timeout: 1s, hang_timeout: 10s}");
   int64_t step_at_start = -1, step_at_request = -1;
-  CHECK(sim.run(spec, [&](run::FakeCluster& cluster, const std::atomic<bool>& ended) {
+  CHECK(sim.run(spec, [&](sim::FakeCluster& cluster, const std::atomic<bool>& ended) {
     step_at_start = cluster.newest_step();
     wait_until([&] { return ended.load() || !events_named(sim.events(), "checkpoint.requested").empty(); }, 15000);
     step_at_request = cluster.newest_step();

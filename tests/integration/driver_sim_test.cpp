@@ -1,4 +1,4 @@
-// The real driver and supervisor (run::submit) over simulated agents (run::FakeCluster):
+// The real driver and supervisor (run::submit) over simulated agents (sim::FakeCluster):
 // host loss, partition, hang and crash reach the same recovery paths as with real processes,
 // without any process or network. The run log is real (events.jsonl, state.json), in a
 // temporary DTRAIN_HOME.
@@ -22,8 +22,8 @@ namespace {
 /// stepped. `recovered`: a new generation started and stepped.
 struct SimRecovery : SimRun {
   bool recovered = false;
-  int submit(const std::string& spec, const std::function<void(run::FakeCluster&)>& inject) {
-    return run(spec, [&](run::FakeCluster& cluster, const std::atomic<bool>& ended) {
+  int submit(const std::string& spec, const std::function<void(sim::FakeCluster&)>& inject) {
+    return run(spec, [&](sim::FakeCluster& cluster, const std::atomic<bool>& ended) {
       int before = cluster.newest_generation();
       inject(cluster);
       wait_until([&] { return ended || (cluster.newest_generation() > before && cluster.newest_step() >= 3); }, 30000);
@@ -37,7 +37,7 @@ struct SimRecovery : SimRun {
 TEST_CASE("simulated cluster: a host that dies is replaced by the spare, world size kept, run succeeds") {
   SimRecovery sim;
   std::string spec = sim_spec(4, 2, "spares: [spare1]\nelastic: {max_restarts: 2}\n");
-  CHECK(sim.submit(spec, [](run::FakeCluster& cluster) { cluster.kill_host("sim3"); }) == 0);
+  CHECK(sim.submit(spec, [](sim::FakeCluster& cluster) { cluster.kill_host("sim3"); }) == 0);
   CHECK(sim.recovered);
   auto events = sim.events();
   auto lost = events_named(events, "host.lost");
@@ -57,7 +57,7 @@ TEST_CASE("simulated cluster: a host that dies is replaced by the spare, world s
 TEST_CASE("simulated cluster: a partitioned host is lost to silence after heartbeat.timeout and the job shrinks") {
   SimRecovery sim;
   std::string spec = sim_spec(4, 2, "elastic: {max_restarts: 2, min_hosts: 3}\n");
-  CHECK(sim.submit(spec, [](run::FakeCluster& cluster) { cluster.partition_host("sim2"); }) == 0);
+  CHECK(sim.submit(spec, [](sim::FakeCluster& cluster) { cluster.partition_host("sim2"); }) == 0);
   CHECK(sim.recovered);
   auto events = sim.events();
   auto lost = events_named(events, "host.lost");
@@ -72,7 +72,7 @@ TEST_CASE("simulated cluster: a partitioned host is lost to silence after heartb
 TEST_CASE("simulated cluster: a rank that stops beating is hung, sampled and restarted") {
   SimRecovery sim;
   std::string spec = sim_spec(3, 2, "elastic: {max_restarts: 1}\n");
-  CHECK(sim.submit(spec, [](run::FakeCluster& cluster) { cluster.hang_rank(3); }) == 0);
+  CHECK(sim.submit(spec, [](sim::FakeCluster& cluster) { cluster.hang_rank(3); }) == 0);
   CHECK(sim.recovered);
   auto events = sim.events();
   auto hangs = events_named(events, "worker.hang");
@@ -86,7 +86,7 @@ TEST_CASE("simulated cluster: a rank that stops beating is hung, sampled and res
 TEST_CASE("simulated cluster: a crash past elastic.max_restarts ends the run with the rank's root cause") {
   SimRecovery sim;
   std::string spec = sim_spec(2, 2, "");  // no restarts allowed
-  CHECK(sim.submit(spec, [](run::FakeCluster& cluster) { cluster.crash_rank(2, 7); }) == 1);
+  CHECK(sim.submit(spec, [](sim::FakeCluster& cluster) { cluster.crash_rank(2, 7); }) == 1);
   CHECK_FALSE(sim.recovered);
   nlohmann::json state = nlohmann::json::parse(read_text(sim.run_dir() + "/state.json"));
   CHECK(state["state"] == "failed");
@@ -100,7 +100,7 @@ TEST_CASE("simulated cluster: past 64 ranks metrics.jsonl holds a summary and th
   std::string spec = "version: 1\nname: sim\nslots_per_host: 8\nhosts: ['sim[1-20]']\n"
                      "worker: {command: [/simulated/train]}\n"
                      "heartbeat: {interval: 100ms, timeout: 1s, hang_timeout: 60s}\nstop_grace: 1s\n";
-  CHECK(sim.submit(spec, [&](run::FakeCluster& cluster) {
+  CHECK(sim.submit(spec, [&](sim::FakeCluster& cluster) {
     cluster.hang_rank(77);
     // Two metrics samples (every 5 s) after the hang, then the job ends.
     std::string path = sim.run_dir() + "/metrics.jsonl";

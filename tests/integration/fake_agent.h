@@ -32,6 +32,7 @@
 #include <nlohmann/json.hpp>
 
 #include "launcher/store/kv_store.h"
+#include "tests/store_json.h"
 
 namespace dtrain::testing {
 
@@ -76,7 +77,7 @@ class FakeAgent {
  public:
   /// Called with the store before each store request is handled (tests use it to start a newer
   /// generation at exactly the right moment).
-  using RequestHook = std::function<void(store::KvStore&, int rank, const nlohmann::json& request)>;
+  using RequestHook = std::function<void(JsonStore&, int rank, const nlohmann::json& request)>;
 
   explicit FakeAgent(int generation = 1) : generation_(generation) {
     socket_path_ = dir_.path() + "/agent.sock";
@@ -303,8 +304,8 @@ class FakeAgent {
     received_.push_back({connection.rank, connection.gen, msg});
   }
 
-  void route(const std::vector<store::StoreReply>& replies) {
-    for (const store::StoreReply& reply : replies) {
+  void route(const std::vector<JsonStoreReply>& replies) {
+    for (const JsonStoreReply& reply : replies) {
       auto fd = fd_by_rank_.find(reply.to.rank);
       if (fd == fd_by_rank_.end()) continue;
       std::string line = reply.msg.dump() + "\n";
@@ -320,7 +321,7 @@ class FakeAgent {
   int wake_write_ = -1;
   std::thread thread_;
   mutable std::mutex mutex_;
-  store::KvStore store_;
+  JsonStore store_;
   RequestHook hook_;
   std::map<int, Connection> connections_;  // serve() thread only
   std::map<int, int> fd_by_rank_;

@@ -5,7 +5,7 @@
 //    in the timeline; `dtrain status --watch` follows the run and ends by itself with it;
 //  - the same on the namespace cluster plus a killed host: crash, hang and host loss
 //    (build/test-artefacts/report.png, the README's picture);
-//  - a 1,000-rank simulated run (run::FakeCluster) with all three faults: the page stays under
+//  - a 1,000-rank simulated run (sim::FakeCluster) with all three faults: the page stays under
 //    a few MB and opens.
 // Chromium missing (Debian package chromium): the test is skipped with that reason.
 
@@ -231,7 +231,7 @@ TEST_CASE("report of a 1,000-rank simulated run with a crash, a hang and a lost 
   SimRun sim(10);  // a clock 10 × real time: a 20 s hang_timeout passes in 2 s
   std::string spec = sim_spec(125, 8, "elastic: {max_restarts: 5, min_hosts: 100}\n",
                               "{interval: 1s, timeout: 10s, hang_timeout: 20s}");
-  int exit_code = sim.run(spec, [](run::FakeCluster& cluster, const std::atomic<bool>& ended) {
+  int exit_code = sim.run(spec, [](sim::FakeCluster& cluster, const std::atomic<bool>& ended) {
     auto recovered_from = [&](int before) {
       return wait_until([&] { return ended || (cluster.newest_generation() > before && cluster.newest_step() >= 3); }, 60000);
     };

@@ -1,6 +1,6 @@
 #pragma once
 // One run of the real driver and supervisor (run::submit) over simulated agents
-// (run::FakeCluster), in a temporary DTRAIN_HOME, with the driver's seams open to the test: a
+// (sim::FakeCluster), in a temporary DTRAIN_HOME, with the driver's seams open to the test: a
 // clock (ScaledClock: long timeouts in a fraction of a second) and the run log writer's hook
 // (a stalled file system).
 
@@ -13,7 +13,7 @@
 #include <doctest/doctest.h>
 
 #include "launcher/base/clock.h"
-#include "launcher/run/fake_cluster.h"
+#include "launcher/sim/fake_cluster.h"
 #include "launcher/run/run_driver.h"
 #include "launcher/runlog/event_log.h"
 #include "tests/integration/dtrain_runner.h"
@@ -37,13 +37,13 @@ struct SimRun {
 
   ScaledClock clock;
   TempDir home;
-  run::FakeCluster cluster;
+  sim::FakeCluster cluster;
   run::DriverSeams seams;  ///< transport is set by submit()
   int exit_code = -1;
 
   /// Submits `spec` on this thread; `scenario` runs on another once every rank beat 3 steps (or
   /// at once if the run ended before). Every worker then finishes. Returns the exit code.
-  int run(const std::string& spec, const std::function<void(run::FakeCluster&, const std::atomic<bool>& ended)>& scenario) {
+  int run(const std::string& spec, const std::function<void(sim::FakeCluster&, const std::atomic<bool>& ended)>& scenario) {
     ::setenv("DTRAIN_HOME", home.path.c_str(), 1);
     run::SubmitOptions options;
     options.spec_path = "sim.yaml";
@@ -75,8 +75,8 @@ struct SimRun {
   std::vector<nlohmann::json> events() const { return read_events(run_dir() + "/events.jsonl"); }
 
  private:
-  static run::FakeClusterOptions options_for(const ScaledClock& clock) {
-    run::FakeClusterOptions options;
+  static sim::FakeClusterOptions options_for(const ScaledClock& clock) {
+    sim::FakeClusterOptions options;
     options.clock = &clock;
     return options;
   }

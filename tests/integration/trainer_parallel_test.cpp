@@ -165,7 +165,7 @@ TEST_CASE("trainer: hello, rate-limited beats, the final beat, ckpt.committed an
 TEST_CASE("trainer: a commit from a stale generation is refused: no manifest, the worker stops and says why") {
   TempDir dirs;
   FakeAgent agent(4);
-  agent.set_hook([](dtrain::store::KvStore& store, int, const nlohmann::json& request) {
+  agent.set_hook([](dtrain::testing::JsonStore& store, int, const nlohmann::json& request) {
     if (request.value("type", "") == "gen.check") (void)store.begin_generation(5, dtrain::testing::steady_ms());
   });
   agent.spawn(1, {kTrainer, "--steps", "40"}, {{"DTRAIN_CKPT_INTERVAL", "10"}, {"DTRAIN_CKPT_DIR", dirs.path()}});

@@ -79,8 +79,11 @@ TEST_CASE("frame limit: the agent's outbox sends an error frame about an oversiz
   auto pipe = dtrain::make_pipe();
   REQUIRE(pipe.ok());
   dtrain::agent::Outbox outbox(pipe->write_end.get());
-  outbox.send(message_of_body(kMaxFrameBytes + 10));
-  outbox.send({{"type", "pong"}, {"id", 2}});
+  // A log line whose frame body is 10 bytes over the limit.
+  dtrain::proto::WorkerLogLine log{0, 3, "stdout", ""};
+  log.line.assign(kMaxFrameBytes + 10 - dtrain::proto::to_json(log).dump().size(), 'x');
+  outbox.send(log);
+  outbox.send(dtrain::proto::Pong{2, std::nullopt, std::nullopt});
   outbox.flush_some();
   std::string bytes;
   REQUIRE(dtrain::set_nonblocking(pipe->read_end.get()).ok());
@@ -90,8 +93,8 @@ TEST_CASE("frame limit: the agent's outbox sends an error frame about an oversiz
   auto decoded = decode_all(bytes);
   REQUIRE(decoded.size() == 2);
   CHECK(decoded[0]["type"] == "error");
-  CHECK(decoded[0]["about"] == "to_worker");
-  CHECK(decoded[0]["message"] == "internal bug: a to_worker frame of 8388618 bytes is over the 8388608-byte frame "
+  CHECK(decoded[0]["about"] == "log");
+  CHECK(decoded[0]["message"] == "internal bug: a log frame of 8388618 bytes is over the 8388608-byte frame "
                                  "limit; not sent");
   CHECK(decoded[1]["type"] == "pong");
 }

@@ -250,7 +250,9 @@ TEST_CASE("a worker's message that does not parse is its own protocol error, a r
   CHECK(errors[0]["rank"] == 1);
   REQUIRE(scripted.outside.store_replies.size() == 1);
   CHECK(scripted.outside.store_replies[0].to.rank == 1);
-  CHECK(scripted.outside.store_replies[0].msg.dump().find("\"id\":12") != std::string::npos);
+  const auto* failed = std::get_if<proto::RequestFailed>(&scripted.outside.store_replies[0].msg);
+  REQUIRE(failed != nullptr);
+  CHECK(failed->id == 12);
 }
 
 TEST_CASE("NCCL WARN lines: the first of a rank is an event, its repeats within the window one more at its end") {

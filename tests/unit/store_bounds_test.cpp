@@ -7,12 +7,13 @@
 #include <vector>
 
 #include "launcher/store/kv_store.h"
+#include "tests/store_json.h"
 #include "worker/contract/wire.h"
 
 using dtrain::store::KvLimits;
-using dtrain::store::KvStore;
+using dtrain::testing::JsonStore;
 using dtrain::store::Requester;
-using dtrain::store::StoreReply;
+using StoreReply = dtrain::testing::JsonStoreReply;
 using nlohmann::json;
 
 namespace {
@@ -39,7 +40,7 @@ const Requester kWaiter{"hostB", 1};
 }  // namespace
 
 TEST_CASE("store bounds: a kv.wait whose reply would be 20 MB gets an error naming both sizes, nothing that long is sent") {
-  KvStore store;
+  JsonStore store;
   store.begin_generation(0, 0);
   // 20 values of 1,000,000 bytes: each fits a worker line (a kv.set arrives as one), together 20 MB.
   std::vector<std::string> keys;
@@ -81,7 +82,7 @@ TEST_CASE("store bounds: the reply size is counted exactly as the agent writes i
   // Quotes, backslashes, control bytes (6 bytes each as \u00XX), DEL and UTF-8, which the dump
   // copies as they are.
   const std::string tricky = std::string("a\"b\\c\n\t\x01\x1f\x7f") + "\xc3\xa9\xe2\x82\xac" + std::string(50, 'z');
-  KvStore probe;
+  JsonStore probe;
   probe.begin_generation(0, 0);
   (void)probe.handle(kSetter, 0, set_request(1, "k1", tricky), 0);
   (void)probe.handle(kSetter, 0, set_request(2, "k2", "plain"), 0);
@@ -93,7 +94,7 @@ TEST_CASE("store bounds: the reply size is counted exactly as the agent writes i
 
   for (size_t limit : {wait_bytes, wait_bytes - 1, get_bytes, get_bytes - 1}) {
     CAPTURE(limit);
-    KvStore store(KvLimits{.max_reply_bytes = limit});
+    JsonStore store(KvLimits{.max_reply_bytes = limit});
     store.begin_generation(0, 0);
     (void)store.handle(kSetter, 0, set_request(1, "k1", tricky), 0);
     (void)store.handle(kSetter, 0, set_request(2, "k2", "plain"), 0);
@@ -112,7 +113,7 @@ TEST_CASE("store bounds: the reply size is counted exactly as the agent writes i
 }
 
 TEST_CASE("store bounds: pending waits are capped per worker and in total, a refused wait is answered at once") {
-  KvStore store(KvLimits{.waits = {.per_requester = 3, .total = 5, .total_keys = 12}});
+  JsonStore store(KvLimits{.waits = {.per_requester = 3, .total = 5, .total_keys = 12}});
   store.begin_generation(0, 0);
   for (int id = 0; id < 3; ++id) CHECK(store.handle(kWaiter, 0, wait_request(id, {"k" + std::to_string(id)}), 0).empty());
   auto fourth = store.handle(kWaiter, 0, wait_request(3, {"k3"}), 0);
@@ -149,7 +150,7 @@ TEST_CASE("store bounds: pending waits are capped per worker and in total, a ref
 }
 
 TEST_CASE("store bounds: a set wakes exactly the waits that name its key, in arrival order") {
-  KvStore store;
+  JsonStore store;
   store.begin_generation(0, 0);
   const Requester a{"h", 0}, b{"h", 1}, c{"h", 2}, d{"h", 3};
   CHECK(store.handle(a, 0, wait_request(1, {"x", "y"}), 0).empty());
@@ -183,7 +184,7 @@ TEST_CASE("store bounds: 100000 pending waits (the cap) are each woken by their 
   // With a scan of every pending wait per kv.set this is 5 * 10^9 key checks (far past the
   // test's timeout); with the index, one lookup per set.
   constexpr int kWaits = static_cast<int>(dtrain::store::kMaxPendingWaits);
-  KvStore store;
+  JsonStore store;
   store.begin_generation(0, 0);
   int pending = 0;
   for (int rank = 0; rank < kWaits; ++rank) {
@@ -205,7 +206,7 @@ TEST_CASE("store bounds: 100000 pending waits (the cap) are each woken by their 
 }
 
 TEST_CASE("store bounds: a timed-out wait for many keys names 20 of them, counting the rest") {
-  KvStore store;
+  JsonStore store;
   store.begin_generation(0, 0);
   std::vector<std::string> keys;
   for (int i = 0; i < 10'000; ++i) keys.push_back(std::string(500, '\x01') + std::to_string(i));

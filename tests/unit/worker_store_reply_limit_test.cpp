@@ -10,12 +10,13 @@
 #include <nlohmann/json.hpp>
 
 #include "launcher/store/kv_store.h"
+#include "tests/store_json.h"
 #include "tests/unit/fd_lines.h"
 #include "tests/unit/temp_dir.h"
 #include "worker/contract/wire.h"
 #include "worker/runtime/worker.h"
 
-using dtrain::store::KvStore;
+using KvStore = dtrain::testing::JsonStore;
 using dtrain::testing::read_line;
 using dtrain::testing::write_all;
 using nlohmann::json;

@@ -1,4 +1,4 @@
-#include "launcher/run/fake_cluster.h"
+#include "launcher/sim/fake_cluster.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -22,17 +22,17 @@
 #include "launcher/base/clock.h"
 #include "launcher/base/fd.h"
 #include "launcher/proto/frame.h"
+#include "launcher/proto/agent_messages.h"
 #include "launcher/proto/messages.h"
-#include "launcher/base/json_fields.h"
+#include "launcher/proto/supervisor_messages.h"
 
-namespace dtrain::run {
+namespace dtrain::sim {
 
 using transport::AgentConnection;
 using transport::AgentTarget;
 using transport::Transport;
 
 using nlohmann::json;
-namespace msg = proto::msg;
 
 namespace {
 
@@ -183,9 +183,9 @@ struct FakeCluster::Simulation {
     [[maybe_unused]] ssize_t ignored = ::write(wake_write.get(), &byte, 1);
   }
 
-  void emit(SimAgent& agent, const json& message) {
+  void emit(SimAgent& agent, const proto::AgentMessage& message) {
     if (agent.partitioned || !agent.fd.valid()) return;
-    agent.outgoing += proto::encode_frame(message);
+    agent.outgoing += proto::encode_frame(proto::to_json(message));
     ++sent;
   }
 
@@ -203,24 +203,31 @@ struct FakeCluster::Simulation {
     if (agent.closing && agent.outgoing.empty()) agent.fd.reset();
   }
 
-  json worker_exit(const SimWorker& worker, int64_t now_wall) {
-    return {{"type", msg::kExit}, {"gen", worker.gen}, {"rank", worker.rank}, {"local_rank", worker.local_rank},
-            {"pid", worker.pid}, {"agent_time_ms", now_wall}, {"tail", json::array()}};
+  proto::WorkerExitReport worker_exit(const SimWorker& worker, int64_t now_wall) {
+    proto::WorkerExitReport exit;
+    exit.gen = worker.gen;
+    exit.rank = worker.rank;
+    exit.local_rank = worker.local_rank;
+    exit.pid = worker.pid;
+    exit.agent_time_ms = now_wall;
+    exit.code = 0;
+    return exit;
   }
 
   /// Kills the workers of `gen` (-1: all) as the agent's kill does: exits, then released.
-  json kill_workers(SimAgent& agent, int gen, int64_t now_wall) {
-    json killed = json::array();
+  std::vector<int64_t> kill_workers(SimAgent& agent, int gen, int64_t now_wall) {
+    std::vector<int64_t> killed;
     std::vector<SimWorker> kept;
     for (const SimWorker& worker : agent.workers) {
       if (gen != -1 && worker.gen != gen) {
         kept.push_back(worker);
         continue;
       }
-      json exit = worker_exit(worker, now_wall);
-      exit["signal"] = 15;
-      exit["signal_name"] = "SIGTERM";
-      exit["killed_by_agent"] = true;
+      proto::WorkerExitReport exit = worker_exit(worker, now_wall);
+      exit.code.reset();
+      exit.signal = 15;
+      exit.signal_name = "SIGTERM";
+      exit.killed_by_agent = true;
       emit(agent, exit);
       killed.push_back(worker.pid);
     }
@@ -230,92 +237,102 @@ struct FakeCluster::Simulation {
 
   void on_frame(SimAgent& agent, const json& frame, int64_t now) {
     ++received;
-    const std::string type = json_string(frame, "type");
-    int64_t wall = clock_().wall_ms();
-    if (type == msg::kConfig) {
-      agent.configured = true;
-      agent.batch_beats = json_bool(frame, "batch_beats");
-      agent.interval_ms = std::max<int64_t>(1, json_int(frame, "heartbeat_interval_ms").value_or(1000));
-      agent.timeout_ms = std::max<int64_t>(1, json_int(frame, "heartbeat_timeout_ms").value_or(10'000));
-      // Agents beat at their own phases, spread over the interval as real ones are.
-      agent.next_beat_ms = now + (agent.index * 7919) % agent.interval_ms;
-      json gpus = json::array();
-      for (int i = 0; i < options.gpus_per_host; ++i) {
-        gpus.push_back({{"index", i}, {"name", "Simulated GPU"}, {"uuid", "GPU-sim-" + agent.host + "-" + std::to_string(i)}});
-      }
-      emit(agent, {{"type", msg::kHello}, {"protocol", proto::kProtocolVersion}, {"version", "simulated"},
-                   {"host", agent.host}, {"pid", 1000 + agent.index}, {"agent_time_ms", wall},
-                   {"socket", "/simulated/" + agent.host + "/agent.sock"},
-                   {"facts", {{"hostname", agent.host}, {"os", "Linux (simulated)"}, {"arch", "x86_64"},
-                              {"cpus", 96}, {"memory_mb", 2'000'000}, {"gpus", gpus}}}});
-    } else if (type == msg::kPing) {
-      emit(agent, {{"type", msg::kPong}, {"id", json_int(frame, "id").value_or(0)}, {"agent_time_ms", wall},
-                   {"supervisor_time_ms", json_int(frame, "supervisor_time_ms").value_or(0)}});
-    } else if (type == msg::kReservePort) {
-      emit(agent, {{"type", msg::kPort}, {"id", json_int(frame, "id").value_or(0)}, {"port", 29500}});
-    } else if (type == msg::kSpawn) {
-      int gen = static_cast<int>(json_int(frame, "gen").value_or(0));
-      newest_generation = std::max(newest_generation.load(), gen);
-      if (gen >= newest_generation) newest_step = 0;
-      const json* workers = json_member(frame, "workers");
-      for (const json& entry : workers && workers->is_array() ? *workers : json::array()) {
-        SimWorker worker;
-        worker.gen = gen;
-        worker.rank = static_cast<int>(json_int(entry, "rank").value_or(0));
-        worker.local_rank = static_cast<int>(json_int(entry, "local_rank").value_or(0));
-        worker.pid = next_pid++;
-        agent.workers.push_back(worker);
-        emit(agent, {{"type", msg::kStarted}, {"gen", gen}, {"rank", worker.rank}, {"local_rank", worker.local_rank},
-                     {"pid", worker.pid}, {"agent_time_ms", wall}});
-        emit(agent, {{"type", msg::kFromWorker}, {"gen", gen}, {"rank", worker.rank}, {"pid", worker.pid},
-                     {"msg", {{"type", "hello"}, {"rank", worker.rank}, {"gen", gen}, {"pid", worker.pid}}}});
-      }
-    } else if (type == msg::kKill) {
-      int gen = static_cast<int>(json_int(frame, "gen").value_or(-1));
-      json killed = kill_workers(agent, gen, wall);
-      emit(agent, {{"type", msg::kReleased}, {"gen", gen}, {"killed", killed}, {"remaining", 0}, {"ms", 1}});
-    } else if (type == msg::kSample) {
-      emit(agent, {{"type", msg::kSample}, {"id", json_int(frame, "id").value_or(0)}, {"gen", json_int(frame, "gen").value_or(-1)},
-                   {"rank", json_int(frame, "rank").value_or(-1)}, {"pid", json_int(frame, "pid").value_or(0)},
-                   {"text", "simulated worker on " + agent.host + "\nState:\tT (stopped)\n"}});
-    } else if (type == msg::kFence) {
-      fence(agent, json_string(frame, "reason", "fence"), wall);
-    }
-    // to_worker: simulated workers use no store.
+    Result<proto::SupervisorMessage> message = proto::parse_supervisor_message(frame);
+    if (!message) return;  // a real agent would fence; the driver's frames are not what is tested here
+    std::visit([&](const auto& typed) { on(agent, typed, now); }, *message);
   }
 
+  void on(SimAgent& agent, const proto::AgentConfig& config, int64_t now) {
+    agent.configured = true;
+    agent.batch_beats = config.batch_beats;
+    agent.interval_ms = std::max<int64_t>(1, config.heartbeat_interval_ms);
+    agent.timeout_ms = std::max<int64_t>(1, config.heartbeat_timeout_ms);
+    // Agents beat at their own phases, spread over the interval as real ones are.
+    agent.next_beat_ms = now + (agent.index * 7919) % agent.interval_ms;
+    json gpus = json::array();
+    for (int i = 0; i < options.gpus_per_host; ++i) {
+      gpus.push_back({{"index", i}, {"name", "Simulated GPU"}, {"uuid", "GPU-sim-" + agent.host + "-" + std::to_string(i)}});
+    }
+    proto::AgentHello hello;
+    hello.protocol = proto::kProtocolVersion;
+    hello.version = "simulated";
+    hello.host = agent.host;
+    hello.pid = 1000 + agent.index;
+    hello.agent_time_ms = clock_().wall_ms();
+    hello.socket = "/simulated/" + agent.host + "/agent.sock";
+    hello.facts = {{"hostname", agent.host}, {"os", "Linux (simulated)"}, {"arch", "x86_64"},
+                   {"cpus", 96},          {"memory_mb", 2'000'000},     {"gpus", gpus}};
+    emit(agent, hello);
+  }
+  void on(SimAgent& agent, const proto::PingRequest& ping, int64_t) {
+    emit(agent, proto::Pong{ping.id.value_or(0), clock_().wall_ms(), ping.supervisor_time_ms.value_or(0)});
+  }
+  void on(SimAgent& agent, const proto::ReservePortRequest& reserve, int64_t) {
+    emit(agent, proto::PortReply{reserve.id.value_or(0), 29500});
+  }
+  void on(SimAgent& agent, const proto::SpawnRequest& spawn, int64_t) {
+    int64_t wall = clock_().wall_ms();
+    int gen = spawn.gen;
+    newest_generation = std::max(newest_generation.load(), gen);
+    if (gen >= newest_generation) newest_step = 0;
+    for (const proto::SpawnWorker& entry : spawn.workers) {
+      SimWorker worker;
+      worker.gen = gen;
+      worker.rank = entry.rank;
+      worker.local_rank = entry.local_rank;
+      worker.pid = next_pid++;
+      agent.workers.push_back(worker);
+      emit(agent, proto::WorkerStartedReport{gen, worker.rank, worker.pid, worker.local_rank, wall});
+      emit(agent, proto::FromWorker{gen, worker.rank, worker.pid, proto::WorkerMessage(proto::WorkerHello{worker.rank, gen, worker.pid})});
+    }
+  }
+  void on(SimAgent& agent, const proto::KillRequest& kill, int64_t) {
+    std::vector<int64_t> killed = kill_workers(agent, kill.gen, clock_().wall_ms());
+    emit(agent, proto::Released{std::nullopt, kill.gen, std::move(killed), 0, 1, {}});
+  }
+  void on(SimAgent& agent, const proto::SampleRequest& sample, int64_t) {
+    emit(agent, proto::SampleReply{sample.id.value_or(0), sample.gen, sample.rank, sample.pid,
+                                   "simulated worker on " + agent.host + "\nState:\tT (stopped)\n", std::nullopt});
+  }
+  void on(SimAgent& agent, const proto::FenceRequest& fence_request, int64_t) {
+    fence(agent, fence_request.reason.value_or("fence"), clock_().wall_ms());
+  }
+  // to_worker: simulated workers use no store; dump and gen_changed are not simulated.
+  void on(SimAgent&, const proto::ToWorkerRequest&, int64_t) {}
+  void on(SimAgent&, const proto::DumpRequest&, int64_t) {}
+  void on(SimAgent&, const proto::GenChangedRequest&, int64_t) {}
+
   void fence(SimAgent& agent, const std::string& reason, int64_t wall) {
-    json killed = kill_workers(agent, -1, wall);
-    emit(agent, {{"type", msg::kBye}, {"reason", reason}, {"killed", killed}});
+    std::vector<int64_t> killed = kill_workers(agent, -1, wall);
+    emit(agent, proto::AgentBye{reason, std::move(killed)});
     agent.closing = true;
   }
 
   /// The agent's beat, with each worker's beat as the real agent sends it: the first one at
   /// once as from_worker, later ones (with batch_beats) inside the agent's beat.
   void beat(SimAgent& agent, int64_t wall) {
-    json states = json::array();
-    json held = json::array();
+    proto::AgentBeat beat;
     for (SimWorker& worker : agent.workers) {
       if (worker.hung) {  // a real agent lists only the workers that need attention
-        states.push_back({{"gen", worker.gen}, {"rank", worker.rank}, {"pid", worker.pid}, {"alive", true},
-                          {"state", "T"}});
+        beat.workers.push_back({worker.gen, worker.rank, worker.pid, true, "T"});
         continue;
       }
       if (!worker.saving) ++worker.step;
       if (worker.gen == newest_generation && worker.step > newest_step) newest_step = worker.step;
-      json message = {{"type", "beat"}, {"step", worker.step}, {"step_ms", options.step_ms},
-                      {"phase", worker.saving ? "checkpoint" : "train"}};
-      json from = {{"gen", worker.gen}, {"rank", worker.rank}, {"pid", worker.pid}, {"msg", std::move(message)}};
+      proto::WorkerBeat message;
+      message.step = worker.step;
+      message.step_ms = static_cast<double>(options.step_ms);
+      message.phase = worker.saving ? proto::WorkerPhase::checkpoint : proto::WorkerPhase::train;
+      proto::FromWorker from{worker.gen, worker.rank, worker.pid, proto::WorkerMessage(message)};
       if (agent.batch_beats && worker.step > 1) {
-        held.push_back(std::move(from));
+        beat.worker_beats.push_back(std::move(from));
       } else {
-        from["type"] = msg::kFromWorker;
         emit(agent, from);
       }
     }
-    json beat = {{"type", msg::kBeat}, {"agent_time_ms", wall}, {"workers", std::move(states)}, {"load1", 0.5},
-                 {"mem_available_mb", 1'000'000}};
-    if (!held.empty()) beat["worker_beats"] = std::move(held);
+    beat.agent_time_ms = wall;
+    beat.load1 = 0.5;
+    beat.mem_available_mb = 1'000'000;
     emit(agent, beat);
   }
 
@@ -500,11 +517,11 @@ void FakeCluster::crash_rank(int rank, int code) {
     SimAgent* agent = nullptr;
     SimWorker* worker = simulation->find_rank(rank, &agent);
     if (!worker) return;
-    json exit = simulation->worker_exit(*worker, simulation->clock_().wall_ms());
-    exit["code"] = code;
-    exit["tail"] = json::array({"simulated crash of rank " + std::to_string(rank)});
+    proto::WorkerExitReport exit = simulation->worker_exit(*worker, simulation->clock_().wall_ms());
+    exit.code = code;
+    exit.tail = {"simulated crash of rank " + std::to_string(rank)};
     simulation->emit(*agent, exit);
-    std::erase_if(agent->workers, [&](const SimWorker& w) { return w.pid == exit["pid"].get<int64_t>(); });
+    std::erase_if(agent->workers, [&](const SimWorker& w) { return w.pid == exit.pid; });
   });
 }
 
@@ -527,9 +544,7 @@ void FakeCluster::finish_all() {
     int64_t wall = simulation->clock_().wall_ms();
     for (auto& agent : simulation->agents) {
       for (const SimWorker& worker : agent->workers) {
-        json exit = simulation->worker_exit(worker, wall);
-        exit["code"] = 0;
-        simulation->emit(*agent, exit);
+        simulation->emit(*agent, simulation->worker_exit(worker, wall));
       }
       agent->workers.clear();
     }
@@ -544,4 +559,4 @@ int64_t FakeCluster::longest_driver_silence_ms() const { return simulation_->lon
 int64_t FakeCluster::frames_sent() const { return simulation_->sent; }
 int64_t FakeCluster::frames_received() const { return simulation_->received; }
 
-}  // namespace dtrain::run
+}  // namespace dtrain::sim

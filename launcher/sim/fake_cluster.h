@@ -25,7 +25,7 @@
 #include "launcher/base/clock.h"
 #include "launcher/transport/transport.h"
 
-namespace dtrain::run {
+namespace dtrain::sim {
 
 struct FakeClusterOptions {
   int gpus_per_host = 8;           ///< hello.facts.gpus of every simulated host
@@ -80,4 +80,4 @@ class FakeCluster {
   std::unique_ptr<transport::Transport> transport_;
 };
 
-}  // namespace dtrain::run
+}  // namespace dtrain::sim
