@@ -331,10 +331,10 @@ TEST_CASE("kill {ranks} also ends those ranks' daemonised children and orphans, 
   CHECK(dtrain::test::wait_until_all_gone(rank0, 0).empty());  // released means gone
   for (pid_t pid : {workers[1], children[1], orphans[1]}) CHECK_MESSAGE(is_running(pid), dtrain::test::describe_process(pid));
 
-  session.send({{"type", "gen_changed"}, {"id", "g"}, {"from", 0}, {"to", 1}});
+  session.send({{"type", "gen_changed"}, {"id", 7}, {"from", 0}, {"to", 1}});
   auto changed = session.wait_for_type("gen_changed");
   REQUIRE(changed);
-  CHECK((*changed)["id"] == "g");
+  CHECK((*changed)["id"] == 7);
   CHECK((*changed)["ranks"] == json::array({1}));
   CHECK((*changed)["pids"] == json::array({workers[1]}));
 
