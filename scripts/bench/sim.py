@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Scale benchmark: one real supervisor over a simulated cluster (dtrain-sim: the real driver
-and supervisor, agents simulated in-process by run::FakeCluster, speaking the real
+and supervisor, agents simulated in-process by sim::FakeCluster, speaking the real
 protocol over socketpairs), at several sizes.
 
   sim.py --build BUILD [--hosts 128,512,1024,2048] [--slots 8] [--reps 3] [--steady 10]
