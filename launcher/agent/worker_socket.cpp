@@ -54,13 +54,6 @@ Status claim_socket_path(const std::string& path) {
   return {};
 }
 
-// {"type":"hello","standby":true,...} (wire.h): a warm standby's hello, which names no rank
-// or generation and so is not a WorkerHello.
-bool is_standby_hello(std::string_view line) {
-  nlohmann::json raw = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-  return json_string(raw, "type") == contract::wire::kHello && json_bool(raw, "standby");
-}
-
 }  // namespace
 
 Result<std::unique_ptr<WorkerSocketServer>> WorkerSocketServer::open(
@@ -217,7 +210,7 @@ bool WorkerSocketServer::handle_line(Connection& connection, std::string_view li
     report(connection, problems, "a standby says nothing but its hello before it is assigned a rank", /*close=*/false);
     return true;
   }
-  if (!connection.gen && is_standby_hello(line)) {
+  if (!connection.gen && proto::is_standby_hello(line)) {
     connection.standby = true;  // not forwarded: the supervisor knows no standbys, only what they become
     return true;
   }
@@ -247,10 +240,8 @@ bool WorkerSocketServer::handle_line(Connection& connection, std::string_view li
   if (!message) {
     // A request with a usable id is answered here, so the worker fails fast instead of waiting
     // out its own timeout for a reply the supervisor will never send (it never sees the line).
-    nlohmann::json raw = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    const nlohmann::json* id = json_member(raw, "id");
-    if (id != nullptr && id->is_number_integer()) {
-      connection.output += json_compact(proto::to_json(proto::RequestFailed{id->get<int64_t>(), message.error().message}));
+    if (std::optional<int64_t> id = proto::request_id_of(line)) {
+      connection.output += json_compact(proto::to_json(proto::RequestFailed{*id, message.error().message}));
       connection.output += '\n';
     }
     report(connection, problems, message.error().message, /*close=*/false);

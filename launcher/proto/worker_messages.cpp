@@ -130,6 +130,21 @@ Result<WorkerMessage> parse_worker_line(std::string_view line) {
   return parse_worker_message(message);
 }
 
+bool is_standby_hello(std::string_view line) {
+  json message = json::parse(line, nullptr, /*allow_exceptions=*/false);
+  return json_string(message, "type") == wire::kHello && json_bool(message, "standby");
+}
+
+std::optional<int64_t> request_id_of(std::string_view line) {
+  json message = json::parse(line, nullptr, /*allow_exceptions=*/false);
+  const json* id = json_member(message, "id");
+  if (id == nullptr || !id->is_number_integer()) return std::nullopt;
+  if (id->is_number_unsigned() && id->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    return std::nullopt;  // no reply could name it
+  }
+  return id->get<int64_t>();
+}
+
 namespace {
 
 struct ToJson {

@@ -144,6 +144,14 @@ Result<WorkerMessage> parse_worker_message(const nlohmann::json& message);
 /// control bytes are escaped.
 Result<WorkerMessage> parse_worker_line(std::string_view line);
 
+/// A warm standby's first line, hello {standby:true, pid} (wire.h). It names no rank or
+/// generation, so it is no WorkerHello and parse_worker_line refuses it.
+bool is_standby_hello(std::string_view line);
+
+/// The integer "id" of a line, if it has one: a request that parse_worker_line refused still
+/// gets an error reply with it (RequestFailed), so the worker does not wait out its timeout.
+std::optional<int64_t> request_id_of(std::string_view line);
+
 /// The canonical JSON of a message (what the agent forwards): only the known fields, "type"
 /// first. parse_worker_message(to_json(m)) gives m back.
 nlohmann::json to_json(const WorkerMessage& message);

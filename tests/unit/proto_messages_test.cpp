@@ -144,6 +144,23 @@ TEST_CASE("lines that are not messages say why, with control bytes escaped") {
   CHECK_FALSE(parse_worker_line(R"({"type":"beat","step":18446744073709551615})").ok());
 }
 
+TEST_CASE("what the agent reads of a line that is no message: a standby's hello, a refused request's id") {
+  CHECK(is_standby_hello(R"({"type":"hello","standby":true,"pid":7})"));
+  CHECK_FALSE(parse_worker_line(R"({"type":"hello","standby":true,"pid":7})").ok());  // no rank, no gen
+  CHECK_FALSE(is_standby_hello(R"({"type":"hello","standby":false,"pid":7})"));
+  CHECK_FALSE(is_standby_hello(R"({"type":"hello","rank":0,"gen":0})"));
+  CHECK_FALSE(is_standby_hello(R"({"type":"beat","standby":true})"));
+  CHECK_FALSE(is_standby_hello("not json"));
+  CHECK(request_id_of(R"({"type":"kv.get","id":12})") == 12);
+  CHECK(request_id_of(R"({"type":"kv.get","id":-3,"key":5})") == -3);
+  CHECK_FALSE(request_id_of(R"({"type":"kv.get","id":"12"})"));
+  CHECK_FALSE(request_id_of(R"({"type":"kv.get","id":1.5})"));
+  CHECK_FALSE(request_id_of(R"({"type":"kv.get","id":18446744073709551615})"));
+  CHECK_FALSE(request_id_of(R"({"type":"kv.get"})"));
+  CHECK_FALSE(request_id_of("[12]"));
+  CHECK_FALSE(request_id_of("{\"id\":"));
+}
+
 TEST_CASE("a key or a value over its limit is refused") {
   std::string long_key(kMaxWorkerKeyBytes + 1, 'k');
   Result<WorkerMessage> parsed = parse_worker_message({{"type", "kv.get"}, {"id", 1}, {"key", long_key}});
