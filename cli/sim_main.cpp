@@ -99,6 +99,106 @@ bool wait_for(Condition condition, int64_t timeout_ms) {
   return true;
 }
 
+/// The job the simulated cluster runs: `hosts` hosts sim00001.. of `slots` ranks, beating every
+/// `interval_ms`, losing a host after 10 silent intervals and a rank after 30.
+std::string sim_spec(int hosts, int slots, int64_t interval_ms) {
+  char width[16];
+  std::snprintf(width, sizeof width, "%05d", hosts);
+  std::string spec =
+      "version: 1\nname: sim\nslots_per_host: " + std::to_string(slots) +
+      "\nhosts: ['sim[00001-" + width + "]']\n"
+      "worker: {command: [/simulated/train]}\n"
+      "elastic: {min_hosts: 1, max_restarts: 3}\n"
+      "heartbeat: {interval: " + std::to_string(interval_ms) + "ms, timeout: " + std::to_string(10 * interval_ms) +
+      "ms, hang_timeout: " + std::to_string(30 * interval_ms) + "ms}\nstop_grace: 2s\n";
+  return spec;
+}
+
+/// The harness: waits until every rank beats, measures the supervisor over `steady`, injects
+/// `fault` and waits for the recovery; into `result`. False when the ranks never got going.
+bool measure_then_inject(sim::FakeCluster& cluster, const std::string& fault, int hosts, int slots, Millis steady,
+                         json& result) {
+  SystemClock clock;
+  // Steady: every rank started and beating (the simulated step counts beats), and the start's
+  // backlog (16,384 worker.started events, rank logs, host facts) written: three more beats.
+  if (!wait_for([&] { return cluster.newest_step() >= 6; }, 600'000)) return false;
+  double cpu0 = process_cpu_seconds() - cluster.simulation_cpu_seconds();
+  std::map<std::string, double> threads0 = cpu_seconds_by_thread();
+  int64_t t0 = clock.monotonic_ms();
+  int64_t sent0 = cluster.frames_sent();
+  std::this_thread::sleep_for(steady);
+  double cpu1 = process_cpu_seconds() - cluster.simulation_cpu_seconds();
+  int64_t t1 = clock.monotonic_ms();
+  double seconds = static_cast<double>(t1 - t0) / 1000.0;
+  result["steady_seconds"] = seconds;
+  result["supervisor_cpu_percent"] = 100.0 * (cpu1 - cpu0) / seconds;
+  json per_thread = json::object();
+  for (const auto& [name, cpu] : cpu_seconds_by_thread()) {
+    if (name == "fake-cluster") continue;  // the simulation, not the supervisor
+    per_thread[name] = 100.0 * (cpu - threads0[name]) / seconds;
+  }
+  result["cpu_percent_by_thread"] = per_thread;
+  result["frames_per_second"] = static_cast<double>(cluster.frames_sent() - sent0) / seconds;
+  result["simulation_cpu_seconds"] = cluster.simulation_cpu_seconds();
+  char victim_name[32];
+  std::snprintf(victim_name, sizeof victim_name, "sim%05d", hosts / 2 + 1);
+  std::string victim = victim_name;
+  int generation_before = cluster.newest_generation();
+  if (fault == "host-loss") cluster.kill_host(victim);
+  else if (fault == "partition") cluster.partition_host(victim);
+  else if (fault == "crash") cluster.crash_rank(hosts * slots / 2, 1);
+  else if (fault == "hang") cluster.hang_rank(hosts * slots / 2);
+  if (fault != "none") {
+    result["victim"] = fault == "host-loss" || fault == "partition" ? victim : "rank " + std::to_string(hosts * slots / 2);
+    bool recovered = wait_for(
+        [&] { return cluster.newest_generation() > generation_before && cluster.newest_step() >= 3; }, 600'000);
+    result["recovered"] = recovered;
+  }
+  return true;
+}
+
+/// What the run log of the run under `home` says: events written, and the recovery's timeline.
+Status add_run_record(const std::string& home, json& result) {
+  std::string runs = home + "/runs";
+  std::string run_dir;
+  for (const auto& entry : std::filesystem::directory_iterator(runs)) run_dir = entry.path().string();
+  result["run_dir"] = run_dir;
+  Result<std::vector<LoggedEvent>> events = read_logged_events(run_dir + "/events.jsonl");
+  if (!events) return events.error();
+  int64_t count = 0, first_ms = 0, last_ms = 0, lost_ms = 0, decided_ms = 0, spawned_ms = 0, completed_ms = 0;
+  int64_t hosts_lost = 0, running_ms = 0;
+  for (const LoggedEvent& logged : *events) {
+    ++count;
+    int64_t ts = logged.wall_ms().value_or(0);
+    if (!first_ms) first_ms = ts;
+    last_ms = ts;
+    const events::Event& event = logged.event;
+    if (std::holds_alternative<events::HostLost>(event)) ++hosts_lost;
+    const auto* state = std::get_if<events::RunState>(&event);
+    if (!running_ms && state && state->state == "running") running_ms = ts;
+    if (!lost_ms && std::holds_alternative<events::FailureDetected>(event)) lost_ms = ts;
+    if (lost_ms && !decided_ms && std::holds_alternative<events::RecoveryStarted>(event)) decided_ms = ts;
+    const auto* spawned = std::get_if<events::GenerationSpawned>(&event);
+    if (lost_ms && !spawned_ms && spawned && spawned->gen >= 1) spawned_ms = ts;
+    if (lost_ms && !completed_ms && std::holds_alternative<events::RecoveryCompleted>(event)) completed_ms = ts;
+  }
+  result["events"] = count;
+  // Every host lost that the harness did not kill: the supervisor's own slowness (a stalled loop
+  // stops reading beats and sending pings). Should be 0, or 1 for --fault host-loss/partition.
+  result["hosts_lost"] = hosts_lost;
+  result["submit_to_running_ms"] = running_ms ? running_ms - first_ms : -1;
+  result["events_per_second"] = last_ms > first_ms ? 1000.0 * static_cast<double>(count) / static_cast<double>(last_ms - first_ms) : 0.0;
+  result["events_jsonl_bytes"] = std::filesystem::exists(run_dir + "/events.jsonl")
+                                     ? static_cast<int64_t>(std::filesystem::file_size(run_dir + "/events.jsonl"))
+                                     : 0;
+  if (lost_ms) {
+    result["detected_to_decision_ms"] = decided_ms ? decided_ms - lost_ms : -1;
+    result["detected_to_spawn_ms"] = spawned_ms ? spawned_ms - lost_ms : -1;
+    result["detected_to_first_step_ms"] = completed_ms ? completed_ms - lost_ms : -1;
+  }
+  return Status::success();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -134,15 +234,7 @@ int main(int argc, char** argv) {
   raise_open_file_limit();
 
   int64_t interval_ms = interval->count();
-  char width[16];
-  std::snprintf(width, sizeof width, "%05d", hosts);
-  std::string spec =
-      "version: 1\nname: sim\nslots_per_host: " + std::to_string(slots) +
-      "\nhosts: ['sim[00001-" + width + "]']\n"
-      "worker: {command: [/simulated/train]}\n"
-      "elastic: {min_hosts: 1, max_restarts: 3}\n"
-      "heartbeat: {interval: " + std::to_string(interval_ms) + "ms, timeout: " + std::to_string(10 * interval_ms) +
-      "ms, hang_timeout: " + std::to_string(30 * interval_ms) + "ms}\nstop_grace: 2s\n";
+  std::string spec = sim_spec(hosts, slots, interval_ms);
 
   sim::FakeClusterOptions options;
   options.step_ms = interval_ms;
@@ -157,45 +249,7 @@ int main(int argc, char** argv) {
                  {"fault", fault}};
   std::atomic<bool> harness_failed{false};
   std::thread harness([&] {
-    // Steady: every rank started and beating (the simulated step counts beats), and the start's
-    // backlog (16,384 worker.started events, rank logs, host facts) written: three more beats.
-    if (!wait_for([&] { return cluster.newest_step() >= 6; }, 600'000)) {
-      harness_failed = true;
-      cluster.finish_all();
-      return;
-    }
-    double cpu0 = process_cpu_seconds() - cluster.simulation_cpu_seconds();
-    std::map<std::string, double> threads0 = cpu_seconds_by_thread();
-    int64_t t0 = clock.monotonic_ms();
-    int64_t sent0 = cluster.frames_sent();
-    std::this_thread::sleep_for(*steady);
-    double cpu1 = process_cpu_seconds() - cluster.simulation_cpu_seconds();
-    int64_t t1 = clock.monotonic_ms();
-    double seconds = static_cast<double>(t1 - t0) / 1000.0;
-    result["steady_seconds"] = seconds;
-    result["supervisor_cpu_percent"] = 100.0 * (cpu1 - cpu0) / seconds;
-    json per_thread = json::object();
-    for (const auto& [name, cpu] : cpu_seconds_by_thread()) {
-      if (name == "fake-cluster") continue;  // the simulation, not the supervisor
-      per_thread[name] = 100.0 * (cpu - threads0[name]) / seconds;
-    }
-    result["cpu_percent_by_thread"] = per_thread;
-    result["frames_per_second"] = static_cast<double>(cluster.frames_sent() - sent0) / seconds;
-    result["simulation_cpu_seconds"] = cluster.simulation_cpu_seconds();
-    char victim_name[32];
-    std::snprintf(victim_name, sizeof victim_name, "sim%05d", hosts / 2 + 1);
-    std::string victim = victim_name;
-    int generation_before = cluster.newest_generation();
-    if (fault == "host-loss") cluster.kill_host(victim);
-    else if (fault == "partition") cluster.partition_host(victim);
-    else if (fault == "crash") cluster.crash_rank(hosts * slots / 2, 1);
-    else if (fault == "hang") cluster.hang_rank(hosts * slots / 2);
-    if (fault != "none") {
-      result["victim"] = fault == "host-loss" || fault == "partition" ? victim : "rank " + std::to_string(hosts * slots / 2);
-      bool recovered = wait_for(
-          [&] { return cluster.newest_generation() > generation_before && cluster.newest_step() >= 3; }, 600'000);
-      result["recovered"] = recovered;
-    }
+    if (!measure_then_inject(cluster, fault, hosts, slots, *steady, result)) harness_failed = true;
     cluster.finish_all();
   });
 
@@ -208,45 +262,9 @@ int main(int argc, char** argv) {
   result["harness_failed"] = harness_failed.load();
 
   // The run's own record: events written, and the recovery's timeline.
-  std::string runs = home + "/runs";
-  std::string run_dir;
-  for (const auto& entry : std::filesystem::directory_iterator(runs)) run_dir = entry.path().string();
-  result["run_dir"] = run_dir;
-  Result<std::vector<LoggedEvent>> events = read_logged_events(run_dir + "/events.jsonl");
-  if (!events) {
-    std::fprintf(stderr, "dtrain-sim: %s\n", events.error().message.c_str());
+  if (Status recorded = add_run_record(home, result); !recorded) {
+    std::fprintf(stderr, "dtrain-sim: %s\n", recorded.error().message.c_str());
     return 3;
-  }
-  int64_t count = 0, first_ms = 0, last_ms = 0, lost_ms = 0, decided_ms = 0, spawned_ms = 0, completed_ms = 0;
-  int64_t hosts_lost = 0, running_ms = 0;
-  for (const LoggedEvent& logged : *events) {
-    ++count;
-    int64_t ts = logged.wall_ms().value_or(0);
-    if (!first_ms) first_ms = ts;
-    last_ms = ts;
-    const events::Event& event = logged.event;
-    if (std::holds_alternative<events::HostLost>(event)) ++hosts_lost;
-    const auto* state = std::get_if<events::RunState>(&event);
-    if (!running_ms && state && state->state == "running") running_ms = ts;
-    if (!lost_ms && std::holds_alternative<events::FailureDetected>(event)) lost_ms = ts;
-    if (lost_ms && !decided_ms && std::holds_alternative<events::RecoveryStarted>(event)) decided_ms = ts;
-    const auto* spawned = std::get_if<events::GenerationSpawned>(&event);
-    if (lost_ms && !spawned_ms && spawned && spawned->gen >= 1) spawned_ms = ts;
-    if (lost_ms && !completed_ms && std::holds_alternative<events::RecoveryCompleted>(event)) completed_ms = ts;
-  }
-  result["events"] = count;
-  // Every host lost that the harness did not kill: the supervisor's own slowness (a stalled loop
-  // stops reading beats and sending pings). Should be 0, or 1 for --fault host-loss/partition.
-  result["hosts_lost"] = hosts_lost;
-  result["submit_to_running_ms"] = running_ms ? running_ms - first_ms : -1;
-  result["events_per_second"] = last_ms > first_ms ? 1000.0 * static_cast<double>(count) / static_cast<double>(last_ms - first_ms) : 0.0;
-  result["events_jsonl_bytes"] = std::filesystem::exists(run_dir + "/events.jsonl")
-                                     ? static_cast<int64_t>(std::filesystem::file_size(run_dir + "/events.jsonl"))
-                                     : 0;
-  if (lost_ms) {
-    result["detected_to_decision_ms"] = decided_ms ? decided_ms - lost_ms : -1;
-    result["detected_to_spawn_ms"] = spawned_ms ? spawned_ms - lost_ms : -1;
-    result["detected_to_first_step_ms"] = completed_ms ? completed_ms - lost_ms : -1;
   }
   std::printf("%s\n", result.dump().c_str());
   return code;

@@ -214,6 +214,12 @@ ControlReply RunDriver::handle_control(const ControlRequest& request) {
 // ---- the loop ---------------------------------------------------------------------------------
 
 int RunDriver::run() {
+  if (std::optional<int> failed = open_run()) return *failed;
+  loop();
+  return close_run();
+}
+
+std::optional<int> RunDriver::open_run() {
   if (Status opened = recorder_.open(); !opened) {
     std::fprintf(stderr, "dtrain: %s\n", opened.error().message.c_str());
     return to_int(ExitCode::infra);
@@ -249,7 +255,10 @@ int RunDriver::run() {
     pending_resume_.reset();
   }
   start_agents();
+  return std::nullopt;
+}
 
+void RunDriver::loop() {
   std::vector<AgentLink*> all_links;
   std::vector<AgentLink*> periodic_links;  // pumped every 100 ms whether or not an fd is ready
   for (auto& [host, link] : links_) {
@@ -332,7 +341,9 @@ int RunDriver::run() {
     metrics_.update(supervisor_, progress_, router_.host_resources(), [this](nlohmann::json event) { record(std::move(event)); });
     write_state(false);
   }
+}
 
+int RunDriver::close_run() {
   supervisor::FinishRun finish = finished_.value_or(supervisor::FinishRun{RunState::failed, ExitCode::internal});
   router_.flush_comm_warns(true);
   write_metrics(true);

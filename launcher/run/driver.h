@@ -58,6 +58,14 @@ class RunDriver : private FrameRouter::Output {
 
  private:
   // ---- the loop (driver.cpp)
+  /// Before the loop: the run log, signals, the runtime directory and ctl.sock, the first
+  /// state.json, a resume's first actions, the agents. An exit code when the run cannot start.
+  std::optional<int> open_run();
+  /// The event loop, until the supervisor finishes the run.
+  void loop();
+  /// After the loop: agents shut down, run.finished, the summary, the last metrics and
+  /// state.json, the runtime directory removed. The process exit code.
+  int close_run();
   void start_agents();
   void shut_down_agents();
   /// Moves bytes on each of `links` and routes the frames that arrived.
