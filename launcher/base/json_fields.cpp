@@ -83,16 +83,18 @@ const json* FieldReader::optional_value(std::string_view key) const {
 }
 
 std::string FieldReader::where(std::string_view key) const {
-  return key.empty() ? what_ : what_ + "." + std::string(key);
+  if (key.empty() || what_.empty()) return what_ + std::string(key);
+  return what_ + "." + std::string(key);
 }
 
 void FieldReader::fail(std::string_view key, std::string_view expected, const json& got) {
-  if (problem_) return;  // the first problem is the one to report
-  problem_ = where(key) + ": " + std::string(expected) + ", got " + describe_json_value(got);
+  fail_text(key, std::string(expected) + ", got " + describe_json_value(got));
 }
 
 void FieldReader::fail_text(std::string_view key, std::string text) {
-  if (!problem_) problem_ = where(key) + ": " + text;
+  if (problem_) return;  // the first problem is the one to report
+  std::string at = where(key);
+  problem_ = at.empty() ? std::move(text) : at + ": " + text;
 }
 
 std::optional<int64_t> FieldReader::optional_integer(std::string_view key, int64_t min, int64_t max) {

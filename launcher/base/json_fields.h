@@ -58,7 +58,8 @@ std::string describe_json_value(const nlohmann::json& value);
 /// Checked reads of one JSON object's fields. Never throws; remembers the first problem.
 class FieldReader {
  public:
-  /// `what` names the message in errors ("beat", "exit"); `object` must outlive the reader.
+  /// `what` names the message in errors ("beat", "exit"; empty: the field's name alone);
+  /// `object` must outlive the reader.
   FieldReader(std::string what, const nlohmann::json& object) : what_(std::move(what)), object_(object) {
     if (!object_.is_object()) fail("", "expected a JSON object", object_);
   }

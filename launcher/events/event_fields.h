@@ -1,6 +1,8 @@
 #pragma once
-// What every events_*.cpp writes and reads an event's JSON with (internal to launcher/events):
-// named() and put_if() for to_json, EventFields for from_json.
+// What every events_*.cpp writes and reads an event's JSON with: named() and put_if() for
+// to_json, EventFields for from_json. EventFields also reads state.json's parts
+// (launcher/runlog/run_snapshot.cpp), which hold events (a recovery.completed, failure kinds):
+// one reader of a file's structs, with the events' own types.
 
 #include <climits>
 #include <limits>
@@ -144,6 +146,23 @@ class EventFields {
     Result<T> nested = T::from_json(*value);
     if (nested) out = std::move(*nested);
     else fields_.fail_text(key, nested.error().message);
+  }
+  /// An array of objects, each read by T::from_json; a problem names its index ("ranks[3]").
+  template <class T>
+  void read_each(std::string_view key, std::vector<T>& out) {
+    const json* list = fields_.optional_array(key);
+    if (!list) return;
+    std::vector<T> items;
+    items.reserve(list->size());
+    for (size_t i = 0; i < list->size(); ++i) {
+      Result<T> item = T::from_json((*list)[i]);
+      if (!item) {
+        fields_.fail_text(std::string(key) + "[" + std::to_string(i) + "]", item.error().message);
+        return;
+      }
+      items.push_back(std::move(*item));
+    }
+    out = std::move(items);
   }
 
   const json& object() const { return object_; }
