@@ -23,7 +23,6 @@
 #include "cli/commands.h"
 #include "launcher/base/exit_code.h"
 #include "launcher/base/strings.h"
-#include "launcher/base/json_fields.h"
 #include "launcher/runlog/line_follower.h"
 #include "launcher/runlog/rank_logs.h"
 #include "launcher/runlog/run_directory.h"
@@ -31,8 +30,6 @@
 
 namespace dtrain::cli {
 namespace {
-
-using nlohmann::json;
 
 constexpr auto kPollInterval = std::chrono::milliseconds(200);
 
@@ -50,31 +47,25 @@ void print_line(int rank, const std::string& line) {
 }
 
 /// The ranks state.json places on `host`, or all its ranks when `host` is empty.
-std::set<int> ranks_in_state(const json& state, const std::string& host) {
+std::set<int> ranks_in_state(const RunSnapshot& state, const std::string& host) {
   std::set<int> ranks;
-  if (const json* list = json_member(state, "ranks"); list && list->is_array()) {
-    for (const json& rank : *list) {
-      std::optional<int64_t> number = json_int(rank, "rank");
-      if (number && (host.empty() || json_string(rank, "host") == host)) ranks.insert(static_cast<int>(*number));
-    }
+  for (const RunSnapshot::Rank& rank : state.ranks) {
+    if (host.empty() || rank.host == host) ranks.insert(rank.rank);
   }
   return ranks;
 }
 
-std::vector<std::string> host_names(const json& state) {
+std::vector<std::string> host_names(const RunSnapshot& state) {
   std::set<std::string> names;
-  if (const json* list = json_member(state, "hosts"); list && list->is_array()) {
-    for (const json& host : *list) names.insert(json_string(host, "name"));
-  }
-  if (const json* list = json_member(state, "ranks"); list && list->is_array()) {
-    for (const json& rank : *list) names.insert(json_string(rank, "host"));
-  }
+  for (const RunSnapshot::Host& host : state.hosts) names.insert(host.name);
+  for (const RunSnapshot::Rank& rank : state.ranks) names.insert(rank.host);
   names.erase("");
   return {names.begin(), names.end()};
 }
 
 /// The ranks to show now. Errors when a filter names something the run does not have.
-Result<std::set<int>> select_ranks(const RunDirectory& run, const Result<json>& state, const LogsOptions& options) {
+Result<std::set<int>> select_ranks(const RunDirectory& run, const Result<RunSnapshot>& state,
+                                   const LogsOptions& options) {
   std::vector<int> with_logs = run.ranks_with_logs();
   std::set<int> known(with_logs.begin(), with_logs.end());
   if (state) {
@@ -203,9 +194,9 @@ int follow(const RunDirectory& run, std::set<int> ranks, const LogsOptions& opti
   for (;;) {
     // Read the state before draining: whatever was written before it turned terminal is then
     // already in the files this round reads.
-    Result<json> state = read_state(run);
+    Result<RunSnapshot> state = read_state(run);
     bool alive = state && supervisor_alive(*state);
-    bool done = state && (is_terminal_state(json_string(*state, "state")) || !alive);
+    bool done = state && (is_terminal_state(state->state) || !alive);
     // Ranks appear as they start (and move between hosts across generations).
     if (!options.rank) {
       Result<std::set<int>> now = select_ranks(run, state, options);
@@ -257,7 +248,7 @@ int run_logs(const LogsOptions& options) {
     std::fprintf(stderr, "dtrain logs: %s\n", run.error().message.c_str());
     return exit_code_for(run.error());
   }
-  Result<json> state = read_state(*run);
+  Result<RunSnapshot> state = read_state(*run);
   Result<std::set<int>> ranks = select_ranks(*run, state, options);
   if (!ranks) {
     std::fprintf(stderr, "dtrain logs: %s\n", ranks.error().message.c_str());

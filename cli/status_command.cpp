@@ -47,6 +47,9 @@ std::string local_datetime(int64_t wall_ms) {
   return buffer;
 }
 
+/// `text`, or `fallback` when it is empty (a field the state file did not have).
+std::string or_unknown(const std::string& text, const char* fallback) { return text.empty() ? fallback : text; }
+
 /// "5s", "1m05s", "2h03m", "3d04h": coarse enough to read at a glance.
 std::string human_duration(int64_t ms) { return format_duration(Millis(ms), DurationStyle::elapsed); }
 
@@ -127,15 +130,15 @@ void print_table(const std::vector<std::vector<std::string>>& rows) {
   }
 }
 
-std::string exit_text(const json& exit) {
-  if (!exit.is_object()) return "-";
-  if (std::optional<int64_t> code = json_int(exit, "code")) return "code " + std::to_string(*code);
-  if (std::string signal = json_string(exit, "signal"); !signal.empty()) return signal;
-  return json_compact(exit);
+std::string exit_text(const std::optional<RunSnapshot::RankExit>& exit) {
+  if (!exit) return "-";
+  if (exit->signal) return *exit->signal;
+  if (exit->code) return "code " + std::to_string(*exit->code);
+  return "-";
 }
 
-std::string opt_int(const json& object, const char* key) {
-  std::optional<int64_t> value = json_int(object, key);
+template <class Integer>
+std::string opt_int(const std::optional<Integer>& value) {
   return value ? std::to_string(*value) : "-";
 }
 
@@ -165,18 +168,20 @@ std::string phases_text(const json& phases) {
 
 /// "gen 1 after rank 2 on localhost killed by SIGKILL: resumed at step 300 (1 steps lost) in
 /// 378ms — detect 31ms, stop 53ms, replan 0ms, spawn 221ms, first step 104ms"
-std::string recovery_text(const json& recovery) {
-  std::string text = "gen " + opt_int(recovery, "gen");
-  if (const json* cause = json_member(recovery, "cause"); cause && cause->is_object()) {
-    text += " after " + (json_member(*cause, "rank") ? "rank " + opt_int(*cause, "rank") + " on " : std::string()) +
-            json_string(*cause, "host", "?") + " " + json_string(*cause, "detail");
-  }
-  text += std::string(json_string(recovery, "action") == "in-place" ? ": resumed in place at step " : ": resumed at step ") +
-          opt_int(recovery, "resume_step") + " (" + opt_int(recovery, "steps_lost") +
-          " steps lost)";
-  if (const json* phases = json_member(recovery, "phases"); phases && phases->is_object()) {
-    if (json_int(*phases, "total_ms")) text += " in " + opt_int(*phases, "total_ms") + "ms";
-    if (std::string list = phases_text(*phases); !list.empty()) text += " — " + list;
+std::string recovery_text(const RunSnapshot::Recovery& recovery) {
+  const events::RecoveryCompleted& completed = recovery.completed;
+  const events::FailureCause& cause = completed.cause;
+  std::string text = "gen " + std::to_string(recovery.gen);
+  text += " after " + (cause.rank ? "rank " + std::to_string(*cause.rank) + " on " : std::string()) +
+          (cause.host.empty() ? "?" : cause.host) + " " + cause.detail;
+  text += std::string(completed.action == "in-place" ? ": resumed in place at step " : ": resumed at step ") +
+          std::to_string(completed.resume_step) + " (" + std::to_string(completed.steps_lost) + " steps lost)";
+  // The phases are the event's open-ended timings ("<phase>_ms"), read as the event holds them.
+  if (completed.phases.is_object()) {
+    if (std::optional<int64_t> total = json_int(completed.phases, "total_ms")) {
+      text += " in " + std::to_string(*total) + "ms";
+    }
+    if (std::string list = phases_text(completed.phases); !list.empty()) text += " — " + list;
   }
   return text;
 }
@@ -286,33 +291,33 @@ void print_plan(const RunDirectory& run, const Result<PlanRecord>& plan, bool al
 }
 
 /// "rank 7 on gpu02 (score 0.16, 30 ms of work per step)" for the first few entries of
-/// state.json "stragglers" (ranks slower than the fastest, metrics.straggler_threshold); "none"
-/// for an empty list, "" when the state has none.
-std::string stragglers_text(const json& state) {
-  const json* stragglers = json_member(state, "stragglers");
-  if (!stragglers || !stragglers->is_array()) return "";
-  if (stragglers->empty()) return "none";
+/// state.json's stragglers (ranks slower than the fastest, metrics.straggler_threshold); "none"
+/// for an empty list.
+std::string stragglers_text(const RunSnapshot& state) {
+  const std::vector<RunSnapshot::Straggler>& stragglers = state.stragglers;
+  if (stragglers.empty()) return "none";
   constexpr size_t kShown = 8;
   std::vector<std::string> named;
-  for (size_t i = 0; i < stragglers->size() && i < kShown; ++i) {
-    const json& straggler = (*stragglers)[i];
+  for (size_t i = 0; i < stragglers.size() && i < kShown; ++i) {
+    const RunSnapshot::Straggler& straggler = stragglers[i];
     char score[64];
-    std::snprintf(score, sizeof score, "score %.2f, %.0f ms of work per step",
-                  json_number(straggler, "score").value_or(0), json_number(straggler, "median_step_ms").value_or(0));
-    named.push_back("rank " + opt_int(straggler, "rank") + " on " + json_string(straggler, "host", "?") + " (" + score + ")");
+    std::snprintf(score, sizeof score, "score %.2f, %.0f ms of work per step", straggler.score,
+                  straggler.median_step_ms);
+    named.push_back("rank " + std::to_string(straggler.rank) + " on " + or_unknown(straggler.host, "?") + " (" +
+                    score + ")");
   }
-  if (stragglers->size() > kShown) named.push_back("and " + std::to_string(stragglers->size() - kShown) + " more");
+  if (stragglers.size() > kShown) named.push_back("and " + std::to_string(stragglers.size() - kShown) + " more");
   return join(named, ", ");
 }
 
 /// "2048: 2047 connected, 1 lost (sim01025)": hosts by state, naming those not connected.
-std::string hosts_summary(const json& list) {
+std::string hosts_summary(const std::vector<RunSnapshot::Host>& list) {
   std::map<std::string, size_t> by_state;
   std::vector<std::string> attention;
-  for (const json& host : list) {
-    std::string state = json_string(host, "state", "?");
+  for (const RunSnapshot::Host& host : list) {
+    std::string state = or_unknown(host.state, "?");
     ++by_state[state];
-    if (state != "connected" && attention.size() < 16) attention.push_back(json_string(host, "name", "?") + " " + state);
+    if (state != "connected" && attention.size() < 16) attention.push_back(or_unknown(host.name, "?") + " " + state);
   }
   std::vector<std::string> counts;
   for (const auto& [state, count] : by_state) counts.push_back(std::to_string(count) + " " + state);
@@ -324,13 +329,14 @@ std::string hosts_summary(const json& list) {
 /// The ranks worth a row when there are too many for all: not in the most common state, behind
 /// the median step, or silent for more than 3x the median beat age (and 2 s). At most
 /// kStandoutRanks, in rank order; `summary` gets one line about all of them.
-std::vector<const json*> standout_ranks(const json& ranks, int64_t age_reference, std::string& summary) {
+std::vector<const RunSnapshot::Rank*> standout_ranks(const std::vector<RunSnapshot::Rank>& ranks,
+                                                     int64_t age_reference, std::string& summary) {
   std::map<std::string, size_t> by_state;
   std::vector<int64_t> steps, ages;
-  for (const json& rank : ranks) {
-    ++by_state[json_string(rank, "state", "-")];
-    if (std::optional<int64_t> step = json_int(rank, "step")) steps.push_back(*step);
-    if (std::optional<int64_t> beat = json_int(rank, "last_beat_ms")) ages.push_back(age_reference - *beat);
+  for (const RunSnapshot::Rank& rank : ranks) {
+    ++by_state[or_unknown(rank.state, "-")];
+    if (rank.step) steps.push_back(*rank.step);
+    if (rank.last_beat_ms) ages.push_back(age_reference - *rank.last_beat_ms);
   }
   auto median = [](std::vector<int64_t> values) -> std::optional<int64_t> {
     if (values.empty()) return std::nullopt;
@@ -351,12 +357,12 @@ std::vector<const json*> standout_ranks(const json& ranks, int64_t age_reference
                std::to_string(*median_step) + ", max " + std::to_string(*std::max_element(steps.begin(), steps.end()));
   }
   if (median_age) summary += "; median beat age " + short_age(*median_age);
-  std::vector<const json*> out;
+  std::vector<const RunSnapshot::Rank*> out;
   size_t standing_out = 0;
-  for (const json& rank : ranks) {
-    std::optional<int64_t> step = json_int(rank, "step");
-    std::optional<int64_t> beat = json_int(rank, "last_beat_ms");
-    bool odd_state = json_string(rank, "state", "-") != common;
+  for (const RunSnapshot::Rank& rank : ranks) {
+    const std::optional<int64_t>& step = rank.step;
+    const std::optional<int64_t>& beat = rank.last_beat_ms;
+    bool odd_state = or_unknown(rank.state, "-") != common;
     bool behind = median_step && step && *step < *median_step;
     bool silent = median_age && beat && age_reference - *beat > std::max<int64_t>(3 * *median_age, 2000);
     if (!odd_state && !behind && !silent) continue;
@@ -369,106 +375,89 @@ std::vector<const json*> standout_ranks(const json& ranks, int64_t age_reference
   return out;
 }
 
-void print_run_text(const RunDirectory& run, const json& state, bool alive, const Result<PlanRecord>& plan,
+void print_run_text(const RunDirectory& run, const RunSnapshot& state, bool alive, const Result<PlanRecord>& plan,
                     const std::vector<LoggedEvent>& events, const std::string& events_error, bool all) {
   int64_t now = now_ms();
-  std::string recorded = json_string(state, "state", "unknown");
   std::string shown = display_state(state, alive);
-  std::optional<int64_t> exit_code = json_int(state, "exit_code");
-  const json* supervisor = json_member(state, "supervisor");
+  std::string supervisor_pid = state.supervisor ? std::to_string(state.supervisor->pid) : "-";
   if (shown == "supervisor gone") {
-    shown += " (last recorded state " + recorded + "; supervisor pid " +
-             (supervisor ? opt_int(*supervisor, "pid") : std::string("-")) +
+    shown += " (last recorded state " + recorded_state(state) + "; supervisor pid " + supervisor_pid +
              " no longer runs, so the run ended without a final state; `dtrain resume " + run.id() +
              "` continues it from its newest checkpoint)";
-  } else if (exit_code) {
-    shown += " (exit " + std::to_string(*exit_code) + ")";
+  } else if (state.exit_code) {
+    shown += " (exit " + std::to_string(*state.exit_code) + ")";
   }
   print_field("run", run.id());
-  print_field("name", json_string(state, "name", "-"));
-  if (std::string tenant = json_string(state, "tenant"); !tenant.empty()) print_field("tenant", tenant);
+  print_field("name", or_unknown(state.name, "-"));
+  if (!state.tenant.empty()) print_field("tenant", state.tenant);
   print_field("state", shown);
-  std::optional<int64_t> submitted = json_int(state, "submitted_at_ms");
-  std::optional<int64_t> finished = json_int(state, "finished_at_ms");
+  const std::optional<int64_t>& submitted = state.submitted_at_ms;
+  const std::optional<int64_t>& finished = state.finished_at_ms;
   if (submitted) {
     std::string started = local_datetime(*submitted);
     if (finished) started += " (ran " + human_duration(*finished - *submitted) + ")";
     else if (alive) started += " (running for " + human_duration(now - *submitted) + ")";
     print_field("started", started);
   }
-  if (std::optional<int64_t> resumed = json_int(state, "resumed_at_ms")) {
-    print_field("resumed", local_datetime(*resumed) + " by `dtrain resume` (supervisor pid " +
-                               (supervisor ? opt_int(*supervisor, "pid") : std::string("-")) + ")");
+  if (state.resumed_at_ms) {
+    print_field("resumed", local_datetime(*state.resumed_at_ms) + " by `dtrain resume` (supervisor pid " +
+                               supervisor_pid + ")");
   }
-  print_field("generation", opt_int(state, "generation") + " (restarts: " + opt_int(state, "restarts") + ")");
-  print_field("world size", opt_int(state, "world_size"));
-  std::vector<std::string> hosts;
-  const json* host_list = json_member(state, "hosts");
-  if (host_list && host_list->is_array() && !all && host_list->size() > kHostsListed) {
-    print_field("hosts", hosts_summary(*host_list));
+  print_field("generation",
+              std::to_string(state.generation) + " (restarts: " + std::to_string(state.restarts) + ")");
+  print_field("world size", std::to_string(state.world_size));
+  if (!all && state.hosts.size() > kHostsListed) {
+    print_field("hosts", hosts_summary(state.hosts));
   } else {
-    if (host_list && host_list->is_array()) {
-      for (const json& host : *host_list) {
-        hosts.push_back(json_string(host, "name", "?") + " (" + json_string(host, "state", "?") + ")");
-      }
+    std::vector<std::string> hosts;
+    for (const RunSnapshot::Host& host : state.hosts) {
+      hosts.push_back(or_unknown(host.name, "?") + " (" + or_unknown(host.state, "?") + ")");
     }
     print_field("hosts", hosts.empty() ? "-" : join(hosts, ", "));
   }
-  std::vector<std::string> excluded;
-  if (const json* list = json_member(state, "excluded_hosts"); list && list->is_array()) {
-    for (const json& host : *list) excluded.push_back(plain(host));
-  }
-  if (!excluded.empty()) print_field("excluded", join(excluded, ", "));
+  if (!state.excluded_hosts.empty()) print_field("excluded", join(state.excluded_hosts, ", "));
   print_plan(run, plan, all);
-  if (const json* cause = json_member(state, "root_cause"); cause && cause->is_object()) {
+  if (const std::optional<RunSnapshot::RootCause>& cause = state.root_cause) {
     // A run that recovered still names what went wrong, but it is no longer "the" cause.
-    bool failed = json_string(state, "state") == "failed";
-    std::string where = json_member(*cause, "rank")
-                            ? "rank " + opt_int(*cause, "rank") + " on " + json_string(*cause, "host", "?") +
-                                  " (local rank " + opt_int(*cause, "local_rank") + ", pid " +
-                                  opt_int(*cause, "pid") + ")"
-                            : json_string(*cause, "kind", "failure") + " on " + json_string(*cause, "host", "?");
-    print_field(failed ? "root cause" : "last failure", where + ": " + json_string(*cause, "message", "?"));
-    if (std::string log = json_string(*cause, "log"); !log.empty()) print_field("", "log: " + log);
+    bool failed = state.state == "failed";
+    std::string where = cause->rank ? "rank " + std::to_string(*cause->rank) + " on " + or_unknown(cause->host, "?") +
+                                          " (local rank " + opt_int(cause->local_rank) + ", pid " +
+                                          opt_int(cause->pid) + ")"
+                                    : events::to_string(cause->kind) + " on " + or_unknown(cause->host, "?");
+    print_field(failed ? "root cause" : "last failure", where + ": " + or_unknown(cause->message, "?"));
+    if (cause->log && !cause->log->empty()) print_field("", "log: " + *cause->log);
     // From the rank's TORCHELASTIC_ERROR_FILE: its innermost frames (the whole one: state.json).
-    if (std::string traceback = json_string(*cause, "traceback"); !traceback.empty()) {
-      std::vector<std::string> lines = split(traceback, '\n');
+    if (cause->traceback && !cause->traceback->empty()) {
+      std::vector<std::string> lines = split(*cause->traceback, '\n');
       while (!lines.empty() && lines.back().empty()) lines.pop_back();
       print_field("", "traceback (last lines):");
       for (size_t i = lines.size() > 6 ? lines.size() - 6 : 0; i < lines.size(); ++i) print_field("", "  " + printable(lines[i], 300));
     }
   }
-  if (const json* recovery = json_member(state, "last_recovery"); recovery && recovery->is_object()) {
-    print_field("recovery", recovery_text(*recovery));
-  }
+  if (state.last_recovery) print_field("recovery", recovery_text(*state.last_recovery));
   // Ranks slower than the fastest (metrics.straggler_threshold): the first few, by name.
-  if (std::string stragglers = stragglers_text(state); !stragglers.empty() && stragglers != "none") {
-    print_field("stragglers", stragglers);
-  }
+  if (!state.stragglers.empty()) print_field("stragglers", stragglers_text(state));
 
   // Heartbeat ages are measured against the end of the run once it has one.
-  int64_t age_reference = finished.value_or(alive ? now : json_int(state, "updated_at_ms").value_or(now));
-  if (const json* ranks = json_member(state, "ranks"); ranks && ranks->is_array() && !ranks->empty()) {
+  int64_t age_reference = finished.value_or(alive ? now : state.updated_at_ms.value_or(now));
+  if (!state.ranks.empty()) {
     std::printf("\n");
-    std::vector<const json*> listed;
-    if (!all && ranks->size() > kRanksListed) {
+    std::vector<const RunSnapshot::Rank*> listed;
+    if (!all && state.ranks.size() > kRanksListed) {
       std::string summary;
-      listed = standout_ranks(*ranks, age_reference, summary);
+      listed = standout_ranks(state.ranks, age_reference, summary);
       std::printf("%s\n", printable(summary).c_str());
     } else {
-      for (const json& rank : *ranks) listed.push_back(&rank);
+      for (const RunSnapshot::Rank& rank : state.ranks) listed.push_back(&rank);
     }
     std::vector<std::vector<std::string>> rows = {
         {"RANK", "HOST", "LOCAL", "PID", "STATE", "BEAT AGE", "STEP", "LOSS", "EXIT"}};
-    for (const json* listed_rank : listed) {
-      const json& rank = *listed_rank;
-      std::optional<int64_t> beat = json_int(rank, "last_beat_ms");
-      const json* loss = json_member(rank, "loss");
-      const json* exit = json_member(rank, "exit");
-      rows.push_back({opt_int(rank, "rank"), json_string(rank, "host", "-"), opt_int(rank, "local_rank"),
-                      opt_int(rank, "pid"), json_string(rank, "state", "-"),
-                      beat ? short_age(age_reference - *beat) : "-", opt_int(rank, "step"),
-                      loss ? plain(*loss) : "-", exit ? exit_text(*exit) : "-"});
+    for (const RunSnapshot::Rank* rank : listed) {
+      const std::optional<int64_t>& beat = rank->last_beat_ms;
+      rows.push_back({std::to_string(rank->rank), or_unknown(rank->host, "-"), std::to_string(rank->local_rank),
+                      opt_int(rank->pid), or_unknown(rank->state, "-"),
+                      beat ? short_age(age_reference - *beat) : "-", opt_int(rank->step),
+                      rank->loss ? plain(json(*rank->loss)) : "-", exit_text(rank->exit)});
     }
     print_table(rows);
   }
@@ -491,7 +480,7 @@ int show_run(const std::string& id, bool as_json, int event_count, bool all) {
     std::fprintf(stderr, "dtrain status: %s\n", run.error().message.c_str());
     return exit_code_for(run.error());
   }
-  Result<json> state = read_state(*run);
+  Result<RunSnapshot> state = read_state(*run);
   if (!state) {
     std::fprintf(stderr, "dtrain status: run %s: %s\n", run->id().c_str(), state.error().message.c_str());
     return exit_code_for(state.error());
@@ -521,12 +510,12 @@ int show_run(const std::string& id, bool as_json, int event_count, bool all) {
     }
   }
   // The plan of the generation state.json names; before generation 0 starts there is none.
-  int generation = static_cast<int>(std::max<int64_t>(0, json_int(*state, "generation").value_or(0)));
+  int generation = std::max(0, state->generation);
   Result<PlanRecord> plan = read_plan_record(*run, generation);
   if (as_json) {
     json shown_events = json::array();
     for (const LoggedEvent& event : events) shown_events.push_back(to_json(event));
-    json out = {{"state", *state}, {"supervisor_alive", alive}, {"events", std::move(shown_events)},
+    json out = {{"state", state->to_json()}, {"supervisor_alive", alive}, {"events", std::move(shown_events)},
                 {"plan_generation", generation}, {"plan", plan ? plan->json : json()}};
     if (plan) {
       std::string change = plan_history_text(*run, *plan);
@@ -544,11 +533,11 @@ int show_run(const std::string& id, bool as_json, int event_count, bool all) {
 
 // ---- --watch ------------------------------------------------------------------------------------
 
-/// The number of steps the job will train, when the run says: state.json "total_steps", else a
+/// The number of steps the job will train, when the run says: state.json's total_steps, else a
 /// --steps N (or --max-steps, --total-steps, --num-steps, --train-steps; "=N" too) in the
 /// worker command of the run's spec.yaml. nullopt when neither does.
-std::optional<int64_t> total_steps(const RunDirectory& run, const json& state) {
-  if (std::optional<int64_t> steps = json_int(state, "total_steps"); steps && *steps > 0) return steps;
+std::optional<int64_t> total_steps(const RunDirectory& run, const RunSnapshot& state) {
+  if (state.total_steps && *state.total_steps > 0) return state.total_steps;
   spec::LoadResult spec = spec::load_job_spec(run.spec_path(), {}, spec::EnvValues::names_only);
   if (!spec.ok()) return std::nullopt;
   static const std::vector<std::string> flags = {"--steps", "--max-steps", "--max_steps", "--total-steps",
@@ -572,7 +561,7 @@ struct WatchSample {
 };
 
 /// One refresh: the lines to print, and whether the run is over.
-std::vector<std::string> watch_block(const RunDirectory& run, const json& state, bool alive,
+std::vector<std::string> watch_block(const RunDirectory& run, const RunSnapshot& state, bool alive,
                                      std::optional<int64_t> total, const WatchSample& previous,
                                      WatchSample& current, double interval_s) {
   std::vector<std::string> lines;
@@ -584,21 +573,18 @@ std::vector<std::string> watch_block(const RunDirectory& run, const json& state,
   lines.push_back("dtrain status --watch " + run.id() + "   every " + plain(json(interval_s)) + "s, Ctrl-C to stop   " +
                   local_datetime(current.at_ms));
   std::string shown = display_state(state, alive);
-  if (std::optional<int64_t> code = json_int(state, "exit_code")) shown += " (exit " + std::to_string(*code) + ")";
+  if (state.exit_code) shown += " (exit " + std::to_string(*state.exit_code) + ")";
   field("state", shown);
-  field("generation", opt_int(state, "generation") + " (restarts: " + opt_int(state, "restarts") +
-                          "), world size " + opt_int(state, "world_size"));
+  field("generation", std::to_string(state.generation) + " (restarts: " + std::to_string(state.restarts) +
+                          "), world size " + std::to_string(state.world_size));
   int64_t step = -1, running = 0, ranks = 0;
   std::optional<double> loss;
-  if (const json* list = json_member(state, "ranks"); list && list->is_array()) {
-    for (const json& rank : *list) {
-      ++ranks;
-      if (json_string(rank, "state") == "running") ++running;
-      std::optional<int64_t> rank_step = json_int(rank, "step");
-      if (rank_step && *rank_step > step) {
-        step = *rank_step;
-        loss = json_number(rank, "loss");
-      }
+  for (const RunSnapshot::Rank& rank : state.ranks) {
+    ++ranks;
+    if (rank.state == "running") ++running;
+    if (rank.step && *rank.step > step) {
+      step = *rank.step;
+      loss = rank.loss;
     }
   }
   current.step = step;
@@ -620,7 +606,7 @@ std::vector<std::string> watch_block(const RunDirectory& run, const json& state,
     }
   }
   field("rate", rate + (total ? "   ETA " + eta : "   ETA - (no step count in the spec)"));
-  if (std::string stragglers = stragglers_text(state); !stragglers.empty()) field("stragglers", stragglers);
+  field("stragglers", stragglers_text(state));
   Result<std::vector<LoggedEvent>> last = read_last_logged_events(run.events_path(), 1);
   field("last event", last && !last->empty() ? compact_event(last->back()) : last ? "-" : last.error().message);
   return lines;
@@ -641,7 +627,7 @@ int watch_run(const std::string& id, double interval_s) {
   constexpr int64_t kStateWaitMs = 10'000;
   std::optional<int64_t> state_missing_since;
   for (;;) {
-    Result<json> state = read_state(*run);
+    Result<RunSnapshot> state = read_state(*run);
     if (!state) {
       if (!state_missing_since) state_missing_since = now_ms();
       if (now_ms() - *state_missing_since > kStateWaitMs) {
@@ -666,8 +652,8 @@ int watch_run(const std::string& id, double interval_s) {
     std::fputs(block.c_str(), stdout);
     std::fflush(stdout);
     // The run is over when its state is final, or when nobody is left to change it.
-    if (is_terminal_state(json_string(*state, "state")) || !alive) {
-      std::printf("%s\n", alive || is_terminal_state(json_string(*state, "state"))
+    if (is_terminal_state(state->state) || !alive) {
+      std::printf("%s\n", alive || is_terminal_state(state->state)
                               ? "the run has ended"
                               : "the supervisor is gone; the run will not change (dtrain resume continues it)");
       return 0;

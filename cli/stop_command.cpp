@@ -14,28 +14,22 @@
 #include "launcher/base/exit_code.h"
 #include "launcher/run/governance.h"
 #include "launcher/runlog/control_client.h"
-#include "launcher/base/json_fields.h"
 #include "launcher/runlog/run_directory.h"
 #include "launcher/runlog/run_state.h"
 
 namespace dtrain::cli {
 namespace {
 
-using nlohmann::json;
-
 constexpr auto kPollInterval = std::chrono::milliseconds(100);
 
-
-std::string state_and_exit(const json& state) {
-  std::string text = "state " + json_string(state, "state", "unknown");
-  if (std::optional<int64_t> code = json_int(state, "exit_code")) text += ", exit " + std::to_string(*code);
+std::string state_and_exit(const RunSnapshot& state) {
+  std::string text = "state " + recorded_state(state);
+  if (state.exit_code) text += ", exit " + std::to_string(*state.exit_code);
   return text;
 }
 
-std::string supervisor_pid(const json& state) {
-  const json* supervisor = json_member(state, "supervisor");
-  std::optional<int64_t> pid = supervisor ? json_int(*supervisor, "pid") : std::nullopt;
-  return pid ? std::to_string(*pid) : "?";
+std::string supervisor_pid(const RunSnapshot& state) {
+  return state.supervisor ? std::to_string(state.supervisor->pid) : "?";
 }
 
 /// One audit row per `dtrain stop`, written when its request was answered (or found needless):
@@ -45,8 +39,9 @@ void audit_stop(const std::string& run_id, const std::string& timeout_text, cons
 }
 
 /// Exit 0 with a message when the run is over already (or nobody is left to stop it).
-std::optional<int> report_if_ended(const RunDirectory& run, const json& state, const std::string& timeout_text) {
-  if (is_terminal_state(json_string(state, "state"))) {
+std::optional<int> report_if_ended(const RunDirectory& run, const RunSnapshot& state,
+                                   const std::string& timeout_text) {
+  if (is_terminal_state(state.state)) {
     std::printf("run %s already ended (%s)\n", run.id().c_str(), state_and_exit(state).c_str());
     audit_stop(run.id(), timeout_text, "nothing to stop: already ended (" + state_and_exit(state) + ")");
     return 0;
@@ -54,7 +49,7 @@ std::optional<int> report_if_ended(const RunDirectory& run, const json& state, c
   if (!supervisor_alive(state)) {
     std::printf("run %s has no supervisor any more (pid %s is gone; last recorded state %s); "
                 "nothing to stop\n",
-                run.id().c_str(), supervisor_pid(state).c_str(), json_string(state, "state", "unknown").c_str());
+                run.id().c_str(), supervisor_pid(state).c_str(), recorded_state(state).c_str());
     audit_stop(run.id(), timeout_text, "nothing to stop: supervisor pid " + supervisor_pid(state) + " is gone");
     return 0;
   }
@@ -72,7 +67,7 @@ int stop_run(const std::string& id, const std::string& timeout_text) {
     std::fprintf(stderr, "dtrain stop: %s\n", run.error().message.c_str());
     return exit_code_for(run.error());
   }
-  Result<json> state = read_state(*run);
+  Result<RunSnapshot> state = read_state(*run);
   if (!state) {
     std::fprintf(stderr, "dtrain stop: run %s: %s\n", run->id().c_str(), state.error().message.c_str());
     return exit_code_for(state.error());
@@ -84,7 +79,7 @@ int stop_run(const std::string& id, const std::string& timeout_text) {
   Result<ControlReply> reply = send_control(*run, ControlRequest{ControlRequestType::stop}, request_timeout);
   if (!reply) {
     // The run may have ended between reading its state and connecting.
-    if (Result<json> again = read_state(*run); again) {
+    if (Result<RunSnapshot> again = read_state(*run); again) {
       if (std::optional<int> ended = report_if_ended(*run, *again, timeout_text)) return *ended;
     }
     audit_stop(run->id(), timeout_text, "failed: " + reply.error().message);
@@ -98,11 +93,11 @@ int stop_run(const std::string& id, const std::string& timeout_text) {
   std::fprintf(stderr, "stopping %s ...\n", run->id().c_str());
   audit_stop(run->id(), timeout_text, "stop requested; the supervisor (pid " + supervisor_pid(*state) + ") acknowledged");
 
-  std::string last_state = json_string(*state, "state", "unknown");
+  std::string last_state = recorded_state(*state);
   for (;;) {
-    Result<json> now = read_state(*run);
+    Result<RunSnapshot> now = read_state(*run);
     if (now) {
-      last_state = json_string(*now, "state", "unknown");
+      last_state = recorded_state(*now);
       if (is_terminal_state(last_state)) {
         std::printf("stopped %s (%s)\n", run->id().c_str(), state_and_exit(*now).c_str());
         return 0;

@@ -13,7 +13,6 @@
 #include "launcher/drill/partition.h"
 #include "launcher/hosts/run_hosts.h"
 #include "launcher/drill/run_processes.h"
-#include "launcher/base/json_fields.h"
 #include "launcher/events/events.h"
 
 namespace dtrain::drill {
@@ -280,8 +279,7 @@ Result<FaultRecord> inject_host_fault(LiveRun& run, const Fault& fault, const Re
   record.surviving_pids = survivors_elsewhere(hosts, ready.view, host, run.id());
 
   if (Status polled = run.poll(); !polled && say) say("warning: " + polled.error().message);
-  Result<json> state_after = run.state();
-  record.state_after = state_after ? json_string(*state_after, "state", "unknown") : "unknown";
+  record.state_after = recorded_state(run.state());
   record.events_after.assign(run.events().begin() + static_cast<std::ptrdiff_t>(events_before), run.events().end());
   return record;
 }

@@ -12,7 +12,6 @@
 #include "launcher/drill/injector.h"
 #include "launcher/hosts/run_hosts.h"
 #include "launcher/drill/run_processes.h"
-#include "launcher/base/json_fields.h"
 #include "launcher/runlog/run_state.h"
 #include "launcher/events/events.h"
 
@@ -44,10 +43,9 @@ Status check_host_fits(const LiveRun& run, const Fault& fault) {
 }
 
 Status check_supervisor_here(const LiveRun& run) {
-  Result<json> state = run.state();
+  Result<RunSnapshot> state = run.state();
   if (!state) return state.error();
-  const json* supervisor = json_member(*state, "supervisor");
-  std::string host = supervisor ? json_string(*supervisor, "hostname") : "";
+  std::string host = state->supervisor ? state->supervisor->hostname : "";
   if (!host.empty() && host != this_host_name()) {
     return Error::infra("kill-supervisor: run " + run.id() + " is supervised from host " + host + ", not " +
                         this_host_name() + "; run the drill there (it must signal the supervisor and then run "
@@ -125,7 +123,7 @@ FollowResult follow_recovery(LiveRun& run, size_t events_before, Deadline deadli
       if (std::holds_alternative<events::RunFinished>(event)) result.run_ended = true;
     }
     if (result.recovered || result.run_ended) return result;
-    Result<json> state = run.state();
+    Result<RunSnapshot> state = run.state();
     if (state && !supervisor_may_be_gone && !not_live_reason(*state).empty()) {
       result.run_ended = true;
       return result;
@@ -149,11 +147,11 @@ Status check_fault_fits(const LiveRun& run, const Fault& fault) {
   }
   if (fault.kind == FaultKind::kill_supervisor) return check_supervisor_here(run);
   if (fault.rank) {
-    Result<json> state = run.state();
-    auto world = state ? json_int(*state, "world_size") : std::nullopt;
-    if (world && *fault.rank >= *world) {
-      return Error::user("--fault " + fault.label() + ": run " + run.id() + " has ranks 0-" + std::to_string(*world - 1) +
-                         "; pick one of them");
+    Result<RunSnapshot> state = run.state();
+    int world = state ? state->world_size : 0;
+    if (world > 0 && *fault.rank >= world) {
+      return Error::user("--fault " + fault.label() + ": run " + run.id() + " has ranks 0-" +
+                         std::to_string(world - 1) + "; pick one of them");
     }
   }
   return {};
@@ -238,8 +236,7 @@ Result<FaultRecord> inject_and_follow(LiveRun& run, const Fault& fault, Deadline
     if (say) say("the stopped worker (pid " + std::to_string(injection.pid) + ") was never replaced; sent it SIGCONT");
   }
   (void)run.poll();
-  Result<json> state_after = run.state();
-  record.state_after = state_after ? json_string(*state_after, "state", "unknown") : "unknown";
+  record.state_after = recorded_state(run.state());
   record.events_after.assign(run.events().begin() + static_cast<std::ptrdiff_t>(events_before), run.events().end());
   if (say) {
     say(record.recovered ? "recovered" : record.run_ended ? "the run ended before it recovered" : "no recovery before the deadline");
@@ -250,15 +247,12 @@ Result<FaultRecord> inject_and_follow(LiveRun& run, const Fault& fault, Deadline
 std::string wait_for_run_end(LiveRun& run, Deadline deadline) {
   for (;;) {
     (void)run.poll();
-    Result<json> state = run.state();
+    Result<RunSnapshot> state = run.state();
     if (state) {
-      std::string name = json_string(*state, "state", "unknown");
-      if (is_terminal_state(name)) return name;
+      if (is_terminal_state(state->state)) return state->state;
       if (!supervisor_alive(*state)) return "supervisor gone";
     }
-    if (cancel_requested() || std::chrono::steady_clock::now() >= deadline) {
-      return state ? json_string(*state, "state", "unknown") : "unknown";
-    }
+    if (cancel_requested() || std::chrono::steady_clock::now() >= deadline) return recorded_state(state);
     std::this_thread::sleep_for(kPoll);
   }
 }

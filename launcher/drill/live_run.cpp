@@ -10,7 +10,6 @@
 #include "launcher/base/clock.h"
 #include "launcher/base/fd.h"
 #include "launcher/runlog/event_log.h"
-#include "launcher/base/json_fields.h"
 #include "launcher/runlog/run_state.h"
 #include "launcher/events/event_catalogue.h"
 
@@ -23,20 +22,22 @@ namespace {
 constexpr std::chrono::seconds kStateAppearsWithin{10};
 }  // namespace
 
-std::string not_live_reason(const json& state) {
-  std::string name = json_string(state, "state", "unknown");
+std::string not_live_reason(const RunSnapshot& state) {
+  std::string name = dtrain::recorded_state(state);
   if (is_terminal_state(name)) {
     std::string text = "has ended (" + name;
-    if (auto code = json_int(state, "exit_code")) text += ", exit " + std::to_string(*code);
+    if (state.exit_code) text += ", exit " + std::to_string(*state.exit_code);
     return text + ")";
   }
   if (!supervisor_alive(state)) {
-    const json* supervisor = json_member(state, "supervisor");
-    auto pid = supervisor ? json_int(*supervisor, "pid") : std::nullopt;
-    return "has no supervisor any more (pid " + (pid ? std::to_string(*pid) : std::string("?")) +
+    return "has no supervisor any more (pid " + (state.supervisor ? std::to_string(state.supervisor->pid) : "?") +
            " is gone; last recorded state " + name + ")";
   }
   return "";
+}
+
+std::string recorded_state(const Result<RunSnapshot>& state) {
+  return state ? dtrain::recorded_state(*state) : "unknown";
 }
 
 Result<LiveRun> LiveRun::open(std::string_view id_or_prefix) {
@@ -49,7 +50,7 @@ Result<LiveRun> LiveRun::open(std::string_view id_or_prefix) {
          std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  Result<json> state = read_state(*directory);
+  Result<RunSnapshot> state = read_state(*directory);
   if (!state) return Error::user("run " + directory->id() + ": " + state.error().message);
   if (std::string reason = not_live_reason(*state); !reason.empty()) {
     return Error::user("run " + directory->id() + " " + reason +
@@ -66,7 +67,7 @@ Status LiveRun::poll() {
   return {};
 }
 
-Result<json> LiveRun::state() const { return read_state(directory_); }
+Result<RunSnapshot> LiveRun::state() const { return read_state(directory_); }
 
 Status LiveRun::append(const json& event) const {
   // Whole lines or nothing, between the supervisor's own lines (event_log.h).

@@ -11,6 +11,7 @@
 #include "launcher/base/result.h"
 #include "launcher/runlog/event_log.h"
 #include "launcher/runlog/run_directory.h"
+#include "launcher/runlog/run_snapshot.h"
 
 namespace dtrain::drill {
 
@@ -31,7 +32,7 @@ class LiveRun {
   const std::vector<LoggedEvent>& events() const { return events_; }
 
   /// state.json now.
-  Result<nlohmann::json> state() const;
+  Result<RunSnapshot> state() const;
 
   /// Appends one event (object with "ev") to the run's events.jsonl as a single O_APPEND
   /// write of one line, so it interleaves safely with the supervisor's own appends. The run's
@@ -53,6 +54,10 @@ class LiveRun {
 
 /// Why `state` is not a run a drill can use ("has ended (succeeded, exit 0)", "has no
 /// supervisor any more (pid 123 is gone)"), or "" when it is live.
-std::string not_live_reason(const nlohmann::json& state);
+std::string not_live_reason(const RunSnapshot& state);
+
+/// The run's recorded state (recorded_state, run_state.h), "unknown" when state.json could not
+/// be read.
+std::string recorded_state(const Result<RunSnapshot>& state);
 
 }  // namespace dtrain::drill

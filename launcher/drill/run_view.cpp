@@ -5,7 +5,6 @@
 #include <thread>
 
 #include "launcher/drill/injector.h"
-#include "launcher/base/json_fields.h"
 #include "launcher/events/event_catalogue.h"
 
 namespace dtrain::drill {
@@ -19,14 +18,12 @@ constexpr auto kPoll = std::chrono::milliseconds(50);
 std::atomic<bool> g_cancel{false};
 
 /// The lowest step over all ranks when every rank runs and has reported one; else nullopt.
-std::optional<int64_t> min_rank_step(const json& state) {
-  const json* ranks = json_member(state, "ranks");
-  if (!ranks || !ranks->is_array() || ranks->empty()) return std::nullopt;
+std::optional<int64_t> min_rank_step(const RunSnapshot& state) {
+  if (state.ranks.empty()) return std::nullopt;
   std::optional<int64_t> lowest;
-  for (const json& rank : *ranks) {
-    auto step = json_int(rank, "step");
-    if (json_string(rank, "state") != "running" || !step) return std::nullopt;
-    lowest = lowest ? std::min(*lowest, *step) : *step;
+  for (const RunSnapshot::Rank& rank : state.ranks) {
+    if (rank.state != "running" || !rank.step) return std::nullopt;
+    lowest = lowest ? std::min(*lowest, *rank.step) : *rank.step;
   }
   return lowest;
 }
@@ -80,15 +77,14 @@ Result<Ready> wait_until_ready(LiveRun& run, const Fault& fault, Deadline deadli
   for (;;) {
     if (cancel_requested()) return Error::infra("cancelled before the fault was injected");
     if (Status polled = run.poll(); !polled) return polled.error();
-    Result<json> state = run.state();
+    Result<RunSnapshot> state = run.state();
     if (state) {
       if (std::string reason = not_live_reason(*state); !reason.empty()) {
         return Error::infra("run " + run.id() + " " + reason + " before " + fault.label() + " could be injected");
       }
       int generation = run.generation();
       std::optional<int64_t> step = min_rank_step(*state);
-      bool running = json_string(*state, "state") == "running" &&
-                     json_int(*state, "generation").value_or(-1) == generation;
+      bool running = state->state == "running" && state->generation == generation;
       if (running && step) {
         if (generation != baseline_generation) {
           baseline_generation = generation;

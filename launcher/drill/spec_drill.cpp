@@ -12,7 +12,6 @@
 #include "launcher/drill/injector.h"
 #include "launcher/drill/run_processes.h"
 #include "launcher/runlog/control_client.h"
-#include "launcher/base/json_fields.h"
 #include "launcher/runlog/run_state.h"
 #include "launcher/events/events.h"
 
@@ -29,8 +28,7 @@ constexpr Millis kCleanupGrace{10'000};
 Deadline deadline_after(Millis timeout) { return std::chrono::steady_clock::now() + timeout; }
 
 std::string current_state(const LiveRun& run) {
-  Result<json> state = run.state();
-  return state ? json_string(*state, "state", "unknown") : "unknown";
+  return recorded_state(run.state());
 }
 
 // Log the verdict to the run and the history; a failure to do so is said, not fatal: the
@@ -107,7 +105,7 @@ Result<std::string> submit_job(const SpecDrillPlan& plan, const Say& say) {
 // Stop the run if it still runs, then prove that nothing of it is left; whatever is, the drill
 // reports and then kills, since it started the job.
 void clean_up(DrillReport& report, LiveRun& run, const Say& say) {
-  Result<json> state = run.state();
+  Result<RunSnapshot> state = run.state();
   if (state && not_live_reason(*state).empty()) {
     if (say) say("stopping " + run.id());
     Result<ControlReply> reply = send_control(run.directory(), ControlRequest{ControlRequestType::stop}, Millis(10'000));
@@ -118,7 +116,7 @@ void clean_up(DrillReport& report, LiveRun& run, const Say& say) {
   // after them: wait for it too, so the run's log is whole when the drill reports.
   Deadline supervisor_deadline = deadline_after(kStopTimeout);
   for (;;) {
-    Result<json> now = run.state();
+    Result<RunSnapshot> now = run.state();
     if (!now || !supervisor_alive(*now) || std::chrono::steady_clock::now() >= supervisor_deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }

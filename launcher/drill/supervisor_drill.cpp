@@ -15,7 +15,6 @@
 #include "launcher/drill/injector.h"
 #include "launcher/hosts/run_hosts.h"
 #include "launcher/drill/run_processes.h"
-#include "launcher/base/json_fields.h"
 #include "launcher/events/events.h"
 
 namespace dtrain::drill {
@@ -90,11 +89,10 @@ Result<FaultRecord> inject_supervisor_kill(LiveRun& run, const Fault& fault, con
   Result<RunHosts> opened = RunHosts::open(run.directory());
   if (!opened) return opened.error();
   const RunHosts& hosts = *opened;
-  Result<json> state = run.state();
+  Result<RunSnapshot> state = run.state();
   if (!state) return state.error();
-  const json* supervisor = json_member(*state, "supervisor");
-  int pid = supervisor ? static_cast<int>(json_int(*supervisor, "pid").value_or(0)) : 0;
-  std::string supervisor_host = supervisor ? json_string(*supervisor, "hostname") : "";
+  int pid = state->supervisor ? state->supervisor->pid : 0;
+  std::string supervisor_host = state->supervisor ? state->supervisor->hostname : "";
   if (pid <= 1) return Error::infra("kill-supervisor: state.json of run " + run.id() + " names no supervisor pid");
   if (!supervisor_host.empty() && supervisor_host != this_host_name()) {
     return Error::infra("kill-supervisor: run " + run.id() + " is supervised from host " + supervisor_host +
@@ -165,8 +163,7 @@ Result<FaultRecord> inject_supervisor_kill(LiveRun& run, const Fault& fault, con
     }
   }
   (void)run.poll();
-  Result<json> state_after = run.state();
-  record.state_after = state_after ? json_string(*state_after, "state", "unknown") : "unknown";
+  record.state_after = recorded_state(run.state());
   record.events_after.assign(run.events().begin() + static_cast<std::ptrdiff_t>(events_before), run.events().end());
   return record;
 }

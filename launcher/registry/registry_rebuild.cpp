@@ -60,18 +60,18 @@ namespace {
 /// Reads a run's events into its rows, one event at a time (records_from_events).
 class RecordsBuilder {
  public:
-  RecordsBuilder(const std::string& run_id, const std::string& run_dir, const json& state) {
+  RecordsBuilder(const std::string& run_id, const std::string& run_dir, const RunSnapshot& state) {
     RunRow& run = records_.run;
     run.id = run_id;
     run.run_dir = run_dir;
     // state.json: what the events do not say (a run from before run.submitted named them).
-    run.name = json_string(state, "name");
-    run.tenant = json_string(state, "tenant");
-    run.user = json_string(state, "user");
-    run.state = json_string(state, "state");
-    if (std::optional<int64_t> code = json_int(state, "exit_code")) run.exit_code = static_cast<int>(*code);
-    run.submitted_ms = json_int(state, "submitted_at_ms").value_or(0);
-    run.ended_ms = json_int(state, "finished_at_ms");
+    run.name = state.name;
+    run.tenant = state.tenant;
+    run.user = state.user;
+    run.state = state.state;
+    run.exit_code = state.exit_code;
+    run.submitted_ms = state.submitted_at_ms.value_or(0);
+    run.ended_ms = state.finished_at_ms;
   }
 
   void add(const LoggedEvent& logged) {
@@ -256,7 +256,7 @@ LoggedEvent fields_records_read(LoggedEvent logged) {
 }
 
 RunRecords records_from_events(const std::string& run_id, const std::string& run_dir,
-                               const std::vector<LoggedEvent>& events, const json& state, bool still_running) {
+                               const std::vector<LoggedEvent>& events, const RunSnapshot& state, bool still_running) {
   RecordsBuilder builder(run_id, run_dir, state);
   for (const LoggedEvent& event : events) builder.add(event);
   return builder.finish(still_running, events.empty() ? std::nullopt : events.front().wall_ms());
@@ -440,10 +440,10 @@ Result<RebuildSummary> rebuild_registry(const std::string& registry_file, const 
       summary.warnings.push_back(name + ": not in the registry: " + events.error().message);
       continue;
     }
-    Result<json> state = read_state_file(directory.state_path());
-    json state_object = state ? *state : json::object();
-    bool still_running = state && !is_terminal_state(json_string(*state, "state")) && supervisor_alive(*state);
-    RunRecords records = records_from_events(name, run_dir, *events, state_object, still_running);
+    Result<RunSnapshot> state = read_state_file(directory.state_path());
+    RunSnapshot snapshot = state ? std::move(*state) : RunSnapshot{};
+    bool still_running = state && !is_terminal_state(snapshot.state) && supervisor_alive(snapshot);
+    RunRecords records = records_from_events(name, run_dir, *events, snapshot, still_running);
     complete_run_identity(records, directory.spec_path(), tenant_of_spec);
     if (Status inserted = insert_records(db, records); !inserted) return inserted.error();
     summary.runs += 1;

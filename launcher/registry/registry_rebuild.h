@@ -14,6 +14,7 @@
 #include "launcher/events/event.h"
 #include "launcher/registry/registry_db.h"
 #include "launcher/runlog/event_log.h"
+#include "launcher/runlog/run_snapshot.h"
 
 namespace dtrain::registry {
 
@@ -26,7 +27,7 @@ struct RunRecords {
 };
 
 /// The rows for the run in `run_dir` from its events (oldest first; read_logged_events order) and its
-/// state.json (`state`, an empty object when unreadable). Generations: each one holds the hosts
+/// state.json (`state`, a default RunSnapshot when unreadable). Generations: each one holds the hosts
 /// of its plan.generation event from that event until the next generation's plan, the run's
 /// run.finished, or (for one host) that host's host.lost; a host holds
 /// as many units as it started workers in that generation (else world_size / hosts). A run whose
@@ -34,7 +35,7 @@ struct RunRecords {
 /// last event and the run's state is "supervisor gone". Hosts whose host.facts list GPUs hold
 /// GPUs; others hold worker slots.
 RunRecords records_from_events(const std::string& run_id, const std::string& run_dir,
-                               const std::vector<LoggedEvent>& events, const nlohmann::json& state, bool still_running);
+                               const std::vector<LoggedEvent>& events, const RunSnapshot& state, bool still_running);
 
 /// True for the events records_from_events reads (the supervisor's live writer keeps only these).
 bool records_read_event(const events::Event& event);

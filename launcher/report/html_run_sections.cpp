@@ -10,7 +10,6 @@
 #include <set>
 
 #include "launcher/base/clock.h"
-#include "launcher/base/json_fields.h"
 #include "launcher/base/strings.h"
 #include "launcher/report/downsample.h"
 
@@ -44,7 +43,7 @@ std::string root_cause_line(const RunRecord& record, const events::RunFinished* 
 std::string outcome_section(const RunRecord& record, const Timeline& timeline) {
   const auto* finished = last_event<events::RunFinished>(record);
   std::string state = finished ? (finished->state.empty() ? "unknown" : finished->state)
-                               : (record.state ? json_string(*record.state, "state", "unknown") : "unknown");
+                               : (record.state && !record.state->state.empty() ? record.state->state : "unknown");
   std::string css = state == "succeeded" ? "succeeded" : state == "failed" ? "failed" : "other";
   std::string out = "<section id=\"outcome\"><h2>Outcome and root cause</h2>";
   out += "<div class=\"outcome " + css + "\" data-state=\"" + e(state) + "\">" + e(state);
@@ -53,7 +52,8 @@ std::string outcome_section(const RunRecord& record, const Timeline& timeline) {
   if (!finished) {
     out += "<p class=\"warn\">No run.finished event: the run was still going when this report was made, or its "
            "supervisor ended without a final state (state.json says <b>" +
-           e(record.state ? json_string(*record.state, "state", "unknown") : "nothing") + "</b>).</p>";
+           e(!record.state ? "nothing" : record.state->state.empty() ? "unknown" : record.state->state) +
+           "</b>).</p>";
   }
   out += "<table>";
   auto row = [&](const std::string& label, const std::string& value) {

@@ -246,7 +246,7 @@ Result<RunRecord> load_run_record(const std::string& dir) {
   if (!events) return Error::user(dir + " is not a dtrain run directory: " + events.error().message);
   record.events = std::move(*events);
 
-  if (Result<json> state = read_state_file(dir + "/state.json")) {
+  if (Result<RunSnapshot> state = read_state_file(dir + "/state.json")) {
     record.state = std::move(*state);
   } else {
     record.problems.push_back(state.error().message);

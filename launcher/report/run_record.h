@@ -17,6 +17,7 @@
 #include "launcher/base/result.h"
 #include "launcher/runlog/event_log.h"
 #include "launcher/runlog/plan_record.h"
+#include "launcher/runlog/run_snapshot.h"
 
 namespace dtrain::report {
 
@@ -101,7 +102,7 @@ struct RunRecord {
   std::string run_id;
   std::vector<LoggedEvent> events;  ///< events.jsonl, oldest first (read_logged_events)
   int64_t skipped_event_lines = 0;
-  std::optional<nlohmann::json> state;  ///< state.json, when readable
+  std::optional<RunSnapshot> state;  ///< state.json, when readable
   std::map<int, PlanRecord> plans;      ///< by generation
   std::vector<HostFacts> hosts;         ///< in file-name order
   std::vector<TrainingSample> training;  ///< oldest first

@@ -22,66 +22,72 @@ void RunDriver::write_state(bool force) {
   last_state_name_ = state_name;
 
   const plan::RankPlan& plan = supervisor_.current_plan();
-  json hosts = json::array();
+  RunSnapshot snapshot;
   std::vector<spec::HostEntry> all_hosts = spec_.hosts;
   all_hosts.insert(all_hosts.end(), spec_.spares.begin(), spec_.spares.end());
   for (const spec::HostEntry& host : all_hosts) {
-    std::string host_state = "connecting";
+    RunSnapshot::Host& entry = snapshot.hosts.emplace_back();
+    entry.name = host.name;
+    entry.state = "connecting";
+    entry.spare = host.spare;
     auto link = links_.find(host.name);
-    if (supervisor_.excluded_hosts().count(host.name)) host_state = "excluded";
-    else if (link == links_.end() || link->second->lost) host_state = "lost";
-    else if (link->second->connected) host_state = "connected";
-    json entry = {{"name", host.name}, {"state", host_state}, {"spare", host.spare}};
+    if (supervisor_.excluded_hosts().count(host.name)) entry.state = "excluded";
+    else if (link == links_.end() || link->second->lost) entry.state = "lost";
+    else if (link->second->connected) entry.state = "connected";
     if (link != links_.end() && link->second->connection().local_pid()) {
-      entry["agent_pid"] = *link->second->connection().local_pid();
+      entry.agent_pid = *link->second->connection().local_pid();
     }
-    hosts.push_back(entry);
   }
-  std::vector<StateRankRow> ranks = progress_.state_rows(supervisor_);
-  const auto& statuses = supervisor_.ranks();
-  json root_cause = nullptr;
+  snapshot.ranks = progress_.state_rows(supervisor_);
   if (const auto& cause = supervisor_.root_cause()) {
-    root_cause = {{"kind", events::to_string(cause->kind)}, {"host", cause->host}, {"message", cause->detail}};
+    RunSnapshot::RootCause& root = snapshot.root_cause.emplace();
+    root.kind = cause->kind;
+    root.host = cause->host;
+    root.message = cause->detail;
     if (cause->rank >= 0) {
-      root_cause["rank"] = cause->rank;
-      root_cause["local_rank"] = cause->local_rank;
-      root_cause["log"] = run_.rank_log_path(cause->rank);
+      root.rank = cause->rank;
+      root.local_rank = cause->local_rank;
+      root.log = run_.rank_log_path(cause->rank);
     }
-    if (cause->pid) root_cause["pid"] = cause->pid;
-    if (cause->code) root_cause["code"] = *cause->code;
-    if (cause->signal) root_cause["signal"] = *cause->signal;
-    if (cause->traceback) root_cause["traceback"] = *cause->traceback;
+    if (cause->pid) root.pid = cause->pid;
+    root.code = cause->code;
+    root.signal = cause->signal;
+    root.traceback = cause->traceback;
   }
-  json state = {
-      {"version", kRunStateVersion}, {"run_id", run_.id()}, {"name", spec_.name},
-      {"tenant", spec_.tenant.empty() ? json(nullptr) : json(spec_.tenant)},
-      {"state", state_name},
-      {"exit_code", finished_ ? json(to_int(finished_->exit_code)) : json(nullptr)},
-      {"generation", std::max(0, supervisor_.generation())}, {"world_size", plan.world_size},
-      {"restarts", supervisor_.restarts()}, {"hosts", std::move(hosts)},
-      {"excluded_hosts", json(std::vector<std::string>(supervisor_.excluded_hosts().begin(),
-                                                       supervisor_.excluded_hosts().end()))},
-      {"supervisor", {{"pid", ::getpid()}, {"hostname", hostname_},
-                      {"started_at_ms", resumed_ ? resumed_wall_ms_ : submitted_wall_ms_},
-                      {"proc_start_ticks", current_process_start_ticks()}}},
-      {"submitted_at_ms", submitted_wall_ms_},
-      {"resumed_at_ms", resumed_ ? json(resumed_wall_ms_) : json(nullptr)},
-      {"finished_at_ms", finished_ ? json(clock_.wall_ms()) : json(nullptr)},
-      {"updated_at_ms", clock_.wall_ms()},
-      {"last_recovery", supervisor_.last_recovery().is_null() ? json(nullptr) : supervisor_.last_recovery()},
-      {"last_checkpoint_step", router_.last_checkpoint_step() >= 0 ? json(router_.last_checkpoint_step()) : json(nullptr)},
-      {"root_cause", root_cause}, {"spec_path", run_.spec_path()}, {"detached", detached_}};
+  snapshot.run_id = run_.id();
+  snapshot.name = spec_.name;
+  snapshot.tenant = spec_.tenant;
+  snapshot.state = state_name;
+  if (finished_) snapshot.exit_code = to_int(finished_->exit_code);
+  snapshot.generation = std::max(0, supervisor_.generation());
+  snapshot.world_size = plan.world_size;
+  snapshot.restarts = supervisor_.restarts();
+  snapshot.excluded_hosts.assign(supervisor_.excluded_hosts().begin(), supervisor_.excluded_hosts().end());
+  snapshot.supervisor = RunSnapshot::Supervisor{::getpid(), hostname_, resumed_ ? resumed_wall_ms_ : submitted_wall_ms_,
+                                                current_process_start_ticks()};
+  snapshot.submitted_at_ms = submitted_wall_ms_;
+  if (resumed_) snapshot.resumed_at_ms = resumed_wall_ms_;
+  if (finished_) snapshot.finished_at_ms = clock_.wall_ms();
+  snapshot.updated_at_ms = clock_.wall_ms();
+  // The supervisor keeps its recovery.completed as the log line it wrote (with "gen").
+  if (!supervisor_.last_recovery().is_null()) {
+    if (Result<RunSnapshot::Recovery> recovery = RunSnapshot::Recovery::from_json(supervisor_.last_recovery())) {
+      snapshot.last_recovery = std::move(*recovery);
+    }
+  }
+  if (router_.last_checkpoint_step() >= 0) snapshot.last_checkpoint_step = router_.last_checkpoint_step();
+  snapshot.spec_path = run_.spec_path();
+  snapshot.detached = detached_;
   // Stragglers now (dtrain status shows them) and the goodput so far.
-  json stragglers = json::array();
+  const auto& statuses = supervisor_.ranks();
   for (size_t i = 0; i < statuses.size() && i < plan.ranks.size(); ++i) {
     if (!metrics_.stragglers().is_straggler(static_cast<int>(i))) continue;
-    stragglers.push_back({{"rank", plan.ranks[i].rank}, {"host", plan.ranks[i].host},
-                          {"score", metrics_.stragglers().score(static_cast<int>(i)).value_or(1.0)},
-                          {"median_step_ms", metrics_.stragglers().median_ms(static_cast<int>(i)).value_or(0.0)}});
+    snapshot.stragglers.push_back({plan.ranks[i].rank, plan.ranks[i].host,
+                                   metrics_.stragglers().score(static_cast<int>(i)).value_or(1.0),
+                                   metrics_.stragglers().median_ms(static_cast<int>(i)).value_or(0.0)});
   }
-  state["stragglers"] = std::move(stragglers);
-  state["goodput"] = metrics_.goodput().at(clock_.wall_ms()).to_json();
-  recorder_.state(std::move(state), std::move(ranks));
+  snapshot.goodput = metrics_.goodput().at(clock_.wall_ms()).to_json();
+  recorder_.state(std::move(snapshot));
   // Copying the rows is O(ranks) on the loop and turning them into text O(ranks) on the state
   // thread (a few ms and 4-23 ms at 16,384 ranks): paced so that each takes at most ~1% of its
   // thread's CPU (at 2,048 hosts a snapshot every 1-2 s; at 2% the state thread alone was 2-2.7%

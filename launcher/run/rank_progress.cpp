@@ -27,28 +27,29 @@ void RankProgressTable::beat(int rank, const proto::WorkerBeat& beat, int64_t wa
   if (beat.samples) progress.samples = *beat.samples;
 }
 
-std::vector<StateRankRow> RankProgressTable::state_rows(const supervisor::Supervisor& supervisor) const {
-  std::vector<StateRankRow> rows;
+std::vector<RunSnapshot::Rank> RankProgressTable::state_rows(const supervisor::Supervisor& supervisor) const {
+  std::vector<RunSnapshot::Rank> rows;
   rows.reserve(std::min(supervisor.ranks().size(), supervisor.current_plan().ranks.size()));
   for_each_rank(supervisor, [&](const RankRow& rank) {
     if (!rank.slot) return;
-    StateRankRow& row = rows.emplace_back();
+    RunSnapshot::Rank& row = rows.emplace_back();
     row.rank = rank.slot->rank;
     row.host = rank.slot->host;
     row.local_rank = rank.slot->local_rank;
     row.dp = rank.slot->dp;
     row.pp = rank.slot->pp;
     row.tp = rank.slot->tp;
-    row.pid = rank.status.pid;
+    if (rank.status.pid != 0) row.pid = rank.status.pid;
     row.state = supervisor::to_string(rank.status.state);
-    row.step = rank.status.step;
+    if (rank.status.step >= 0) row.step = rank.status.step;
     if (rank.progress) {
-      row.last_beat_ms = rank.progress->last_beat_wall_ms;
+      if (rank.progress->last_beat_wall_ms != 0) row.last_beat_ms = rank.progress->last_beat_wall_ms;
       row.loss = rank.progress->loss;
       row.step_ms = rank.progress->step_ms;
     }
-    row.exit_signal = rank.status.exit_signal;
-    if (!rank.status.exit_signal) row.exit_code = rank.status.exit_code;
+    // The signal that killed it says more than the code that came with it.
+    if (rank.status.exit_signal) row.exit = RunSnapshot::RankExit{std::nullopt, rank.status.exit_signal};
+    else if (rank.status.exit_code) row.exit = RunSnapshot::RankExit{rank.status.exit_code, std::nullopt};
   });
   return rows;
 }

@@ -6,7 +6,7 @@
 //
 // Adding a per-rank metric that workers beat: a field of RankProgress, read from the beat in
 // RankProgressTable::beat(), and written by whichever views show it — all in rank_progress.cpp
-// (plus the view's own struct where it has one: StateRankRow, metrics::RankTaskMetrics).
+// (plus the view's own struct where it has one: RunSnapshot::Rank, metrics::RankTaskMetrics).
 
 #include <cstdint>
 #include <optional>
@@ -18,7 +18,7 @@
 #include "launcher/metrics/task_metrics.h"
 #include "launcher/proto/worker_messages.h"
 #include "launcher/run/console.h"
-#include "launcher/runlog/state_writer.h"
+#include "launcher/runlog/run_snapshot.h"
 #include "launcher/supervisor/supervisor.h"
 
 namespace dtrain::run {
@@ -69,7 +69,7 @@ class RankProgressTable {
 
   // ---- the views
   /// state.json's "ranks" (the ranks of the plan).
-  std::vector<StateRankRow> state_rows(const supervisor::Supervisor& supervisor) const;
+  std::vector<RunSnapshot::Rank> state_rows(const supervisor::Supervisor& supervisor) const;
   /// metrics.jsonl's rank line (without "ts" and "gen"): each rank's step, loss and step time up
   /// to `detail_ranks` ranks in the world; beyond, the spread and the ranks that stand out.
   /// Nullopt while no rank has stepped.

@@ -13,7 +13,6 @@
 
 namespace dtrain::run {
 
-using nlohmann::json;
 
 namespace {
 
@@ -153,7 +152,7 @@ void RegistrySync::loop() {
 
 bool RegistrySync::write(const std::vector<LoggedEvent>& events, bool finished) {
   registry::RunRecords records =
-      registry::records_from_events(run_id_, run_dir_, events, json::object(), /*still_running=*/!finished);
+      registry::records_from_events(run_id_, run_dir_, events, RunSnapshot{}, /*still_running=*/!finished);
   registry::complete_run_identity(records, spec_path_, tenant_of_spec_);
   // Held until now, as far as anyone can tell: ended here, and moved on by the next write.
   int64_t now = SystemClock().wall_ms();

@@ -13,13 +13,11 @@
 #include "launcher/run/driver.h"
 #include "launcher/run/governance.h"
 #include "launcher/run/resume_point.h"
-#include "launcher/base/json_fields.h"
 #include "launcher/runlog/run_state.h"
 #include "launcher/events/events.h"
 
 namespace dtrain::run {
 
-using nlohmann::json;
 
 
 int resume(const ResumeOptions& options) {
@@ -36,13 +34,11 @@ int resume(const ResumeOptions& options) {
   // second resume (or a live submit's supervisor) is refused here, naming the holder.
   Result<RunLock> lock = RunLock::acquire(*run);
   if (!lock) return refuse(lock.error().message, lock.error().kind == ErrorKind::user ? ExitCode::usage : ExitCode::infra);
-  Result<json> state = read_state(*run);
+  Result<RunSnapshot> state = read_state(*run);
   if (!state) return refuse("cannot read the run's state: " + state.error().message, ExitCode::infra);
-  std::string previous_state = json_string(*state, "state", "unknown");
-  const json* supervisor_member = json_member(*state, "supervisor");
-  const json supervisor_info = supervisor_member && supervisor_member->is_object() ? *supervisor_member : json::object();
-  int previous_pid = static_cast<int>(json_int(supervisor_info, "pid").value_or(0));
-  std::string previous_host = json_string(supervisor_info, "hostname");
+  std::string previous_state = recorded_state(*state);
+  int previous_pid = state->supervisor ? state->supervisor->pid : 0;
+  std::string previous_host = state->supervisor ? state->supervisor->hostname : "";
   bool terminal = is_terminal_state(previous_state);
   if (previous_state == "succeeded") {
     return refuse("run " + run->id() + " already succeeded; nothing to resume (submit the spec again for a new run)");
@@ -112,7 +108,7 @@ int resume(const ResumeOptions& options) {
                  run->id().c_str(), why.c_str(),
                  resume_text.c_str(), plan->world_size, plan->hosts.size(), run->path().c_str());
   }
-  int64_t submitted = json_int(*state, "submitted_at_ms").value_or(clock.wall_ms());
+  int64_t submitted = state->submitted_at_ms.value_or(clock.wall_ms());
   RunDriver driver(spec, std::move(plan).value(), std::move(run).value(), std::move(log).value(),
                    options.dtrain_exe, options.detach, Console(console_mode(options.detach), stderr), DriverSeams{});
   driver.resume_from(from, submitted);

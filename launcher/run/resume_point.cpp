@@ -87,15 +87,13 @@ void wait_for_remote_agents(const RunDirectory& run, const std::string& run_id, 
 
 }  // namespace
 
-supervisor::ResumeFrom resume_point(const json& state, const std::vector<LoggedEvent>& events) {
+supervisor::ResumeFrom resume_point(const RunSnapshot& state, const std::vector<LoggedEvent>& events) {
   supervisor::ResumeFrom from;
-  const json* supervisor_member = json_member(state, "supervisor");
-  const json supervisor_info = supervisor_member && supervisor_member->is_object() ? *supervisor_member : json::object();
-  from.supervisor_lost = !is_terminal_state(json_string(state, "state", "unknown"));
-  from.previous_pid = static_cast<int>(json_int(supervisor_info, "pid").value_or(0));
-  from.previous_host = json_string(supervisor_info, "hostname");
-  from.restarts = static_cast<int>(json_int(state, "restarts").value_or(0));
-  from.last_seen_wall_ms = json_int(state, "updated_at_ms").value_or(0);
+  from.supervisor_lost = !is_terminal_state(state.state);
+  from.previous_pid = state.supervisor ? state.supervisor->pid : 0;
+  from.previous_host = state.supervisor ? state.supervisor->hostname : "";
+  from.restarts = state.restarts;
+  from.last_seen_wall_ms = state.updated_at_ms.value_or(0);
   std::set<int64_t> committed;
   for (const LoggedEvent& logged : events) {
     std::visit(events::Overloaded{
@@ -108,12 +106,8 @@ supervisor::ResumeFrom resume_point(const json& state, const std::vector<LoggedE
   }
   committed.erase(-1);
   from.committed_steps.assign(committed.begin(), committed.end());
-  if (state.contains("ranks") && state["ranks"].is_array()) {
-    for (const json& rank : state["ranks"]) {
-      if (rank.contains("step") && rank["step"].is_number_integer()) {
-        from.last_step = std::max(from.last_step, rank["step"].get<int64_t>());
-      }
-    }
+  for (const RunSnapshot::Rank& rank : state.ranks) {
+    if (rank.step) from.last_step = std::max(from.last_step, *rank.step);
   }
   return from;
 }

@@ -11,6 +11,7 @@
 #include "launcher/base/result.h"
 #include "launcher/runlog/event_log.h"
 #include "launcher/runlog/run_directory.h"
+#include "launcher/runlog/run_snapshot.h"
 #include "launcher/spec/job_spec.h"
 #include "launcher/supervisor/supervisor_types.h"
 
@@ -19,7 +20,7 @@ namespace dtrain::run {
 /// The resume point from the run's state.json and events.jsonl: newest generation, committed
 /// minus rejected checkpoint steps, newest step any rank reported, restarts used, the previous
 /// supervisor and its last state write. supervisor_lost is true unless the state is terminal.
-supervisor::ResumeFrom resume_point(const nlohmann::json& state, const std::vector<LoggedEvent>& events);
+supervisor::ResumeFrom resume_point(const RunSnapshot& state, const std::vector<LoggedEvent>& events);
 
 /// Blocks until no agent of the previous supervisor runs. Old agents fence themselves once they
 /// hear nothing for heartbeat.timeout (local ones at once, on stdin EOF) and KILL what TERM left

@@ -53,11 +53,8 @@ class RunRecorder {
   /// One metrics.jsonl line; the file becomes metrics.1.jsonl at `kMetricsMaxBytes`.
   void metrics(nlohmann::json line);
   /// state.json: the newest snapshot wins.
-  void state(nlohmann::json snapshot) { state_writer_.submit(std::move(snapshot)); }
+  void state(RunSnapshot snapshot) { state_writer_.submit(std::move(snapshot)); }
   int64_t last_state_text_ms() const { return state_writer_.last_text_ms(); }
-  void state(nlohmann::json head, std::vector<StateRankRow> ranks) {
-    state_writer_.submit(std::move(head), std::move(ranks));
-  }
 
   void console_line(std::string text);
   void console_status(ConsoleStatus status);

@@ -14,7 +14,6 @@
 #include "launcher/base/fd.h"
 #include "launcher/base/regular_file.h"
 #include "launcher/base/strings.h"
-#include "launcher/base/json_fields.h"
 #include "launcher/runlog/run_state.h"
 
 namespace dtrain {
@@ -78,22 +77,19 @@ RunSummary summarise(const RunDirectory& run) {
   summary.path = run.path();
   summary.display_state = "unknown";
   summary.started_at_ms = mtime_ms(run.path());
-  Result<nlohmann::json> state = read_state(run);
+  Result<RunSnapshot> state = read_state(run);
   if (!state) {
     summary.problem = state.error().message;
     return summary;
   }
-  const nlohmann::json& s = *state;
-  summary.name = json_string(s, "name");
-  summary.supervisor_alive = supervisor_alive(s);
-  summary.display_state = display_state(s, summary.supervisor_alive);
-  if (const nlohmann::json* hosts = json_member(s, "hosts"); hosts && hosts->is_array()) {
-    summary.host_count = static_cast<int>(hosts->size());
-  }
-  summary.world_size = static_cast<int>(json_int(s, "world_size").value_or(0));
-  if (auto submitted = json_int(s, "submitted_at_ms")) summary.started_at_ms = *submitted;
-  summary.finished_at_ms = json_int(s, "finished_at_ms");
-  if (auto code = json_int(s, "exit_code")) summary.exit_code = static_cast<int>(*code);
+  summary.name = state->name;
+  summary.supervisor_alive = supervisor_alive(*state);
+  summary.display_state = display_state(*state, summary.supervisor_alive);
+  summary.host_count = static_cast<int>(state->hosts.size());
+  summary.world_size = state->world_size;
+  if (state->submitted_at_ms) summary.started_at_ms = *state->submitted_at_ms;
+  summary.finished_at_ms = state->finished_at_ms;
+  summary.exit_code = state->exit_code;
   return summary;
 }
 

@@ -7,7 +7,6 @@
 
 #include "launcher/base/fd.h"
 #include "launcher/base/regular_file.h"
-#include "launcher/base/json_fields.h"
 
 namespace dtrain {
 
@@ -15,20 +14,17 @@ bool is_terminal_state(std::string_view state) {
   return state == "succeeded" || state == "failed" || state == "stopped";
 }
 
-Status write_state(const RunDirectory& run, const nlohmann::json& state) { return write_state_file(run.state_path(), state); }
-
-Status write_state_file(const std::string& path, const nlohmann::json& state) {
-  if (!state.is_object()) return Error::internal("write_state: state is not a JSON object");
-  std::string text = state.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
-  if (!state.contains("version")) {  // added in front, without copying the whole snapshot
-    text.insert(1, "\n  \"version\": " + std::to_string(kRunStateVersion) + (state.empty() ? "" : ","));
-  }
-  return write_file_atomic(path, text + "\n");
+Status write_state(const RunDirectory& run, const RunSnapshot& snapshot) {
+  return write_state_file(run.state_path(), snapshot);
 }
 
-Result<nlohmann::json> read_state(const RunDirectory& run) { return read_state_file(run.state_path()); }
+Status write_state_file(const std::string& path, const RunSnapshot& snapshot) {
+  return write_file_atomic(path, snapshot.text());
+}
 
-Result<nlohmann::json> read_state_file(const std::string& path) {
+Result<RunSnapshot> read_state(const RunDirectory& run) { return read_state_file(run.state_path()); }
+
+Result<RunSnapshot> read_state_file(const std::string& path) {
   if (::access(path.c_str(), F_OK) != 0 && errno == ENOENT) {
     return Error::infra(path + ": no state yet (the supervisor writes it once the run starts)");
   }
@@ -40,14 +36,9 @@ Result<nlohmann::json> read_state_file(const std::string& path) {
     return Error::infra(path + ": not a JSON object; the file is damaged (it is written "
                                "atomically, so something else changed it)");
   }
-  std::optional<int64_t> version = json_int(state, "version");
-  if (!version) return Error::infra(path + ": no \"version\" field; not a dtrain state file");
-  if (*version != kRunStateVersion) {
-    return Error::user(path + ": state format version " + std::to_string(*version) +
-                       " is not the one this dtrain reads (" + std::to_string(kRunStateVersion) +
-                       "); use the dtrain version that wrote the run");
-  }
-  return state;
+  Result<RunSnapshot> snapshot = RunSnapshot::from_json(state);
+  if (!snapshot) return Error(snapshot.error().kind, path + ": " + snapshot.error().message);
+  return snapshot;
 }
 
 std::optional<int64_t> process_start_ticks(pid_t pid) {
@@ -76,27 +67,27 @@ std::optional<int64_t> process_start_ticks(pid_t pid) {
 
 int64_t current_process_start_ticks() { return process_start_ticks(::getpid()).value_or(0); }
 
-bool supervisor_alive(const nlohmann::json& state) {
-  const nlohmann::json* supervisor = json_member(state, "supervisor");
-  if (!supervisor) return false;
-  std::optional<int64_t> pid = json_int(*supervisor, "pid");
-  if (!pid || *pid <= 0 || *pid > 0x3fffffff) return false;
-  std::string hostname = json_string(*supervisor, "hostname");
+bool supervisor_alive(const RunSnapshot& state) {
+  if (!state.supervisor) return false;
+  int pid = state.supervisor->pid;
+  if (pid <= 0 || pid > 0x3fffffff) return false;
+  const std::string& hostname = state.supervisor->hostname;
   char here[256] = {};
   if (!hostname.empty() && ::gethostname(here, sizeof here - 1) == 0 && hostname != here) {
     return true;  // another host's process table: we cannot prove it gone
   }
-  std::optional<int64_t> ticks = process_start_ticks(static_cast<pid_t>(*pid));
+  std::optional<int64_t> ticks = process_start_ticks(static_cast<pid_t>(pid));
   if (!ticks) return false;
-  std::optional<int64_t> recorded = json_int(*supervisor, "proc_start_ticks");
+  std::optional<int64_t> recorded = state.supervisor->proc_start_ticks;
   return !recorded || *recorded == *ticks;
 }
 
-std::string display_state(const nlohmann::json& state, bool alive) {
-  std::string value = json_string(state, "state");
-  if (value.empty()) return "unknown";
-  if (!is_terminal_state(value) && !alive) return "supervisor gone";
-  return value;
+std::string recorded_state(const RunSnapshot& state) { return state.state.empty() ? "unknown" : state.state; }
+
+std::string display_state(const RunSnapshot& state, bool alive) {
+  if (state.state.empty()) return "unknown";
+  if (!is_terminal_state(state.state) && !alive) return "supervisor gone";
+  return state.state;
 }
 
 }  // namespace dtrain

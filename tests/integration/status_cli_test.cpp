@@ -196,7 +196,7 @@ json make_state(const std::string& id, const std::string& state, pid_t superviso
 RunDirectory make_run(const std::string& id, const json& state) {
   Result<RunDirectory> run = RunDirectory::create(id);
   REQUIRE(run.ok());
-  REQUIRE(write_state(*run, state).ok());
+  REQUIRE(write_file_atomic(run->state_path(), state.dump()).ok());
   Result<EventLog> events = EventLog::create(run->events_path(), id, kSubmitted);
   REQUIRE(events.ok());
   REQUIRE(events->append({{"ev", "run.submitted"}, {"name", "x"}}, kSubmitted).ok());
@@ -375,7 +375,7 @@ TEST_CASE("logs --follow streams new lines and new ranks, and ends with the run"
   append_in_place(run.rank_log_path(0), "last words, no newline");
   state["state"] = "succeeded";
   state["exit_code"] = 0;
-  REQUIRE(write_state(run, state).ok());
+  REQUIRE(write_file_atomic(run.state_path(), state.dump()).ok());
   int code = follow.finish();
   INFO(follow.out, follow.err);
   CHECK(code == 0);
@@ -423,7 +423,7 @@ TEST_CASE("stop asks the supervisor over ctl.sock and waits for the final state"
     json stopped = state;
     stopped["state"] = "stopped";
     stopped["exit_code"] = 130;
-    (void)write_state(run, stopped);
+    (void)write_file_atomic(run.state_path(), stopped.dump());
   });
   Outcome result = run_dtrain({"stop", "stopme", "--timeout", "20s"});
   ::shutdown(listener.get(), SHUT_RDWR);  // frees accept() should dtrain never have connected

@@ -62,16 +62,19 @@ TEST_CASE("one rank's beat shows in all four views, the others' silence too") {
   Running run(2);
   run.beat(2, 5, with(0.75, 20.0, 5.0, 64));
 
-  std::vector<StateRankRow> rows = run.progress.state_rows(run.supervisor);
+  std::vector<RunSnapshot::Rank> rows = run.progress.state_rows(run.supervisor);
   REQUIRE(rows.size() == 4);
   CHECK(rows[2].rank == 2);
   CHECK(rows[2].host == "h2");
   CHECK(rows[2].local_rank == 0);
-  CHECK(rows[2].step == 5);
+  CHECK(rows[2].step == std::optional<int64_t>(5));
   CHECK(rows[2].loss == std::optional<double>(0.75));
   CHECK(rows[2].step_ms == std::optional<double>(20.0));
-  CHECK(rows[2].last_beat_ms == run.clock.wall_ms());
-  CHECK(rows[1].last_beat_ms == 0);
+  CHECK(rows[2].last_beat_ms == std::optional<int64_t>(run.clock.wall_ms()));
+  CHECK_FALSE(rows[1].last_beat_ms);  // never beat: null in state.json
+  CHECK_FALSE(rows[1].step);
+  CHECK(rows[1].pid == std::optional<int64_t>(101));
+  CHECK_FALSE(rows[1].exit);
   CHECK_FALSE(rows[1].loss);
 
   std::optional<nlohmann::json> line = run.progress.metrics_line(run.supervisor, 64);

@@ -37,9 +37,7 @@ std::string this_host() {
   return name;
 }
 
-json supervisor_of(int64_t pid, int64_t ticks) {
-  return {{"pid", pid}, {"hostname", this_host()}, {"started_at_ms", 1}, {"proc_start_ticks", ticks}};
-}
+RunSnapshot::Supervisor supervisor_of(int pid, int64_t ticks) { return {pid, this_host(), 1, ticks}; }
 
 // A pid that surely belonged to a process that is gone: a child that exited and was reaped.
 pid_t dead_pid() {
@@ -97,11 +95,15 @@ TEST_CASE("state.json is written atomically and read back with its version check
   TempDir dir;
   RunDirectory run = RunDirectory::at(dir.path, "r");
   CHECK_FALSE(read_state(run).ok());  // not written yet
-  REQUIRE(write_state(run, {{"run_id", "r"}, {"state", "running"}, {"generation", 2}}).ok());
-  Result<json> state = read_state(run);
+  RunSnapshot written;
+  written.run_id = "r";
+  written.state = "running";
+  written.generation = 2;
+  REQUIRE(write_state(run, written).ok());
+  Result<RunSnapshot> state = read_state(run);
   REQUIRE(state.ok());
-  CHECK((*state)["version"] == 1);
-  CHECK((*state)["generation"] == 2);
+  CHECK(*state == written);
+  CHECK(json::parse(read_file(run.state_path()).value())["version"] == kRunStateVersion);
   // No temp file is left beside it.
   int files = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir.path)) {
@@ -110,40 +112,44 @@ TEST_CASE("state.json is written atomically and read back with its version check
   }
   CHECK(files == 1);
 
-  REQUIRE(write_state(run, {{"version", 9}, {"state", "running"}}).ok());
-  Result<json> newer = read_state(run);
+  REQUIRE(write_file_atomic(run.state_path(), R"({"version": 9, "state": "running"})").ok());
+  Result<RunSnapshot> newer = read_state(run);
   REQUIRE_FALSE(newer.ok());
   CHECK(newer.error().message.find("version 9") != std::string::npos);
+  CHECK(newer.error().message.find("upgrade dtrain") != std::string::npos);
+  CHECK(newer.error().message.find(run.state_path()) != std::string::npos);
 
   REQUIRE(write_file_atomic(run.state_path(), "[1,2").ok());
-  Result<json> broken = read_state(run);
+  Result<RunSnapshot> broken = read_state(run);
   REQUIRE_FALSE(broken.ok());
   CHECK(broken.error().message.find(run.state_path()) != std::string::npos);
-  CHECK_FALSE(write_state(run, json::array()).ok());
 }
 
 TEST_CASE("supervisor_alive: this process yes, a dead pid or a reused pid no") {
-  json state = {{"state", "running"}};
+  RunSnapshot state;
+  state.state = "running";
   CHECK_FALSE(supervisor_alive(state));  // no supervisor recorded
 
-  state["supervisor"] = supervisor_of(::getpid(), current_process_start_ticks());
+  state.supervisor = supervisor_of(::getpid(), current_process_start_ticks());
   CHECK(current_process_start_ticks() > 0);
   CHECK(supervisor_alive(state));
   CHECK(display_state(state, true) == "running");
 
-  state["supervisor"] = supervisor_of(dead_pid(), current_process_start_ticks());
+  state.supervisor = supervisor_of(dead_pid(), current_process_start_ticks());
   CHECK_FALSE(supervisor_alive(state));
   CHECK(display_state(state, false) == "supervisor gone");
 
   // Same pid, different start time: the pid was reused by an unrelated process.
-  state["supervisor"] = supervisor_of(::getpid(), current_process_start_ticks() + 1);
+  state.supervisor = supervisor_of(::getpid(), current_process_start_ticks() + 1);
   CHECK_FALSE(supervisor_alive(state));
 
   // A finished run whose supervisor has exited is simply finished.
-  state["state"] = "failed";
+  state.state = "failed";
   CHECK(display_state(state, false) == "failed");
   CHECK(is_terminal_state("stopped"));
   CHECK_FALSE(is_terminal_state("stopping"));
+  state.state.clear();
+  CHECK(display_state(state, true) == "unknown");
 }
 
 TEST_CASE("send_control writes one JSON line and returns the reply via the ctl.sock link") {
@@ -208,38 +214,41 @@ TEST_CASE("send_control gives up at its deadline when the supervisor never answe
   CHECK(reply.error().message.find("no reply") != std::string::npos);
 }
 
-TEST_CASE("state.json from rank rows reads back as the schema: nulls, exits, non-finite numbers") {
-  StateRankRow started;
+TEST_CASE("state.json's rank rows are written as the schema says: nulls, exits, non-finite numbers") {
+  RunSnapshot::Rank started;
   started.rank = 0;
   started.host = "gpu\"01";  // escaped, not broken
-  started.local_rank = 0;
-  started.dp = 0;
   started.pid = 4242;
   started.state = "running";
   started.step = 17;
   started.last_beat_ms = 1700000000123;
   started.loss = 0.1;
   started.step_ms = 250.5;
-  StateRankRow killed;
+  RunSnapshot::Rank killed;
   killed.rank = 1;
   killed.host = "gpu02";
   killed.local_rank = 1;
   killed.dp = 1;
   killed.state = "exited";
   killed.pid = 77;
-  killed.exit_signal = "SIGKILL";
+  killed.exit = RunSnapshot::RankExit{std::nullopt, "SIGKILL"};
   killed.loss = std::numeric_limits<double>::quiet_NaN();
-  StateRankRow pending;
+  RunSnapshot::Rank pending;
   pending.rank = 2;
   pending.host = "gpu\\03\xc3\xbc\t";  // backslash, UTF-8, control character
   pending.state = "pending";
-  pending.exit_code = 3;
+  pending.exit = RunSnapshot::RankExit{3, std::nullopt};
 
-  json head = {{"run_id", "r1"}, {"state", "running"}, {"ranks", json::array({1, 2})}};
-  json parsed = json::parse(state_json_text(head, {started, killed, pending}));
+  RunSnapshot snapshot;
+  snapshot.run_id = "r1";
+  snapshot.state = "running";
+  snapshot.ranks = {started, killed, pending};
+  std::string text = snapshot.text();
+  json parsed = json::parse(text);
+  CHECK(parsed == snapshot.to_json());  // the fast text and the JSON agree
   CHECK(parsed["version"] == kRunStateVersion);
   CHECK(parsed["run_id"] == "r1");
-  REQUIRE(parsed["ranks"].size() == 3);  // the rows, not the head's "ranks"
+  REQUIRE(parsed["ranks"].size() == 3);
   const json& first = parsed["ranks"][0];
   CHECK(first["host"] == "gpu\"01");
   CHECK(first["pid"] == 4242);
@@ -258,25 +267,28 @@ TEST_CASE("state.json from rank rows reads back as the schema: nulls, exits, non
   CHECK(third["pid"].is_null());
   CHECK(third["last_beat_ms"].is_null());
   CHECK(third["exit"] == json{{"code", 3}});
+  // "ranks" comes last, one rank a line.
+  CHECK(text.find("\n  \"ranks\": [\n    {\"rank\": 0, ") != std::string::npos);
+  CHECK(text.substr(text.size() - 7) == "\n  ]\n}\n");
 
-  // No rows and an empty head are still one valid object.
-  CHECK(json::parse(state_json_text(json::object(), {}))["ranks"] == json::array());
-  CHECK(json::parse(state_json_text(json{{"a", 1}}, {}))["a"] == 1);
+  // No rows is still one valid object.
+  CHECK(json::parse(RunSnapshot{}.text())["ranks"] == json::array());
 }
 
-TEST_CASE("the state writer writes rank rows to state.json off the caller's thread") {
+TEST_CASE("the state writer writes the snapshot to state.json off the caller's thread") {
   TempDir dir;
   std::string path = dir.path + "/state.json";
+  RunSnapshot snapshot;
+  snapshot.state = "running";
+  RunSnapshot::Rank& row = snapshot.ranks.emplace_back();
+  row.host = "h";
+  row.state = "running";
   {
     StateWriter writer(path);
-    StateRankRow row;
-    row.rank = 0;
-    row.host = "h";
-    row.state = "running";
-    writer.submit(json{{"state", "running"}}, {row});
+    writer.submit(snapshot);
     CHECK(writer.flush().ok());
   }
-  Result<json> state = read_state_file(path);
+  Result<RunSnapshot> state = read_state_file(path);
   REQUIRE(state.ok());
-  CHECK((*state)["ranks"][0]["host"] == "h");
+  CHECK(*state == snapshot);
 }
