@@ -204,8 +204,7 @@ TEST_CASE("the root cause is the first failure by time, even when reported secon
 
 TEST_CASE("a rank that blames a lost peer yields the root cause to the peer that failed on its own") {
   Harness h(make_spec(1, 3));
-  h.connect_all();
-  h.start_all(0);
+  h.run_generation_0();
   h.clock.advance_ms(1000);
   // Rank 1 is reaped first: rank 0 closed its sockets before it was a zombie.
   WorkerExited consequence = h.exit_code(0, 1, 1);
@@ -237,8 +236,7 @@ TEST_CASE("a rank that blames a lost peer yields the root cause to the peer that
 
 TEST_CASE("after a rank that blames a lost peer, neither another such rank nor one our stop killed is blamed") {
   Harness h(make_spec(1, 3));
-  h.connect_all();
-  h.start_all(0);
+  h.run_generation_0();
   h.clock.advance_ms(1000);
   WorkerExited consequence = h.exit_code(0, 1, 1);
   consequence.last_output = {"NCCL error: remote process exited or there was a network error"};
