@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <map>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <thread>
@@ -18,6 +19,7 @@
 #include "cli/commands.h"
 #include "launcher/base/duration.h"
 #include "launcher/base/exit_code.h"
+#include "launcher/base/regular_file.h"
 #include "launcher/base/strings.h"
 #include "launcher/runlog/event_log.h"
 #include "launcher/base/json_fields.h"
@@ -25,6 +27,7 @@
 #include "launcher/runlog/run_directory.h"
 #include "launcher/runlog/run_state.h"
 #include "launcher/spec/spec_loader.h"
+#include "worker/contract/beat_metrics.h"
 
 namespace dtrain::cli {
 namespace {
@@ -69,6 +72,17 @@ std::string plain(const json& value) {
     return buffer;
   }
   return json_compact(value);
+}
+
+/// A beat metric's value in `dtrain status`: "-" when unset, then by its unit.
+std::string metric_text(const contract::BeatMetric& metric, const std::optional<double>& value) {
+  if (!value) return "-";
+  switch (metric.unit) {
+    case contract::MetricUnit::milliseconds: return format_duration(Millis(std::llround(*value)), DurationStyle::tenths);
+    case contract::MetricUnit::bytes: return describe_bytes(static_cast<unsigned long long>(std::max(0.0, *value)));
+    case contract::MetricUnit::plain: break;
+  }
+  return metric.integral ? std::to_string(std::llround(*value)) : plain(json(*value));
 }
 
 /// "rank=2 host=localhost signal=SIGKILL": the fields that locate something first, then the
@@ -450,14 +464,27 @@ void print_run_text(const RunDirectory& run, const RunSnapshot& state, bool aliv
     } else {
       for (const RunSnapshot::Rank& rank : state.ranks) listed.push_back(&rank);
     }
-    std::vector<std::vector<std::string>> rows = {
-        {"RANK", "HOST", "LOCAL", "PID", "STATE", "BEAT AGE", "STEP", "LOSS", "EXIT"}};
+    // A beat metric's column (kInStatusTable) when a listed rank reported it.
+    std::vector<const contract::BeatMetric*> columns;
+    for (const contract::BeatMetric& metric : contract::kBeatMetrics) {
+      if ((metric.shown & contract::kInStatusTable) == 0) continue;
+      if (std::any_of(listed.begin(), listed.end(), [&](const RunSnapshot::Rank* rank) {
+            return (rank->metrics.*metric.field).has_value();
+          })) {
+        columns.push_back(&metric);
+      }
+    }
+    std::vector<std::string> header = {"RANK", "HOST", "LOCAL", "PID", "STATE", "BEAT AGE", "STEP"};
+    for (const contract::BeatMetric* metric : columns) header.emplace_back(metric->column);
+    header.emplace_back("EXIT");
+    std::vector<std::vector<std::string>> rows = {std::move(header)};
     for (const RunSnapshot::Rank* rank : listed) {
       const std::optional<int64_t>& beat = rank->last_beat_ms;
-      rows.push_back({std::to_string(rank->rank), or_unknown(rank->host, "-"), std::to_string(rank->local_rank),
-                      opt_int(rank->pid), or_unknown(rank->state, "-"),
-                      beat ? short_age(age_reference - *beat) : "-", opt_int(rank->step),
-                      rank->loss ? plain(json(*rank->loss)) : "-", exit_text(rank->exit)});
+      std::vector<std::string>& row = rows.emplace_back(std::vector<std::string>{
+          std::to_string(rank->rank), or_unknown(rank->host, "-"), std::to_string(rank->local_rank), opt_int(rank->pid),
+          or_unknown(rank->state, "-"), beat ? short_age(age_reference - *beat) : "-", opt_int(rank->step)});
+      for (const contract::BeatMetric* metric : columns) row.push_back(metric_text(*metric, rank->metrics.*metric->field));
+      row.push_back(exit_text(rank->exit));
     }
     print_table(rows);
   }
@@ -584,7 +611,7 @@ std::vector<std::string> watch_block(const RunDirectory& run, const RunSnapshot&
     if (rank.state == "running") ++running;
     if (rank.step && *rank.step > step) {
       step = *rank.step;
-      loss = rank.loss;
+      loss = rank.metrics.loss;
     }
   }
   current.step = step;

@@ -1,6 +1,7 @@
 #include "launcher/metrics/task_metrics.h"
 
 #include <algorithm>
+#include <array>
 
 namespace dtrain::metrics {
 
@@ -19,12 +20,12 @@ double median(std::vector<double> values) {
 class Exporter {
  public:
   explicit Exporter(std::string run_id) : run_id_(std::move(run_id)) {}
-  void family(const char* name, Type type, const char* help) { text_.family(name, type, help); }
-  void sample(const char* name, double value, Labels labels = {}) {
+  void family(std::string_view name, Type type, std::string_view help) { text_.family(name, type, help); }
+  void sample(std::string_view name, double value, Labels labels = {}) {
     labels.insert(labels.begin(), {"run", run_id_});
     text_.sample(name, value, labels);
   }
-  void optional(const char* name, const std::optional<double>& value, Labels labels = {}) {
+  void optional(std::string_view name, const std::optional<double>& value, Labels labels = {}) {
     if (value) sample(name, *value, std::move(labels));
   }
   std::string text() const { return text_.text(); }
@@ -98,9 +99,9 @@ void export_progress(Exporter& out, const TaskSnapshot& s) {
   for (const RankTaskMetrics& rank : s.ranks) {
     if (rank.step > step) {
       step = rank.step;
-      loss = rank.loss;
+      loss = rank.metrics.loss;
     }
-    if (rank.step_seconds) step_times.push_back(*rank.step_seconds);
+    if (rank.metrics.step_ms) step_times.push_back(*rank.metrics.step_ms / 1000.0);
     if (rank.samples_per_second) samples_per_second = std::max(samples_per_second.value_or(0), *rank.samples_per_second);
   }
   out.family("dtrain_step", Type::gauge, "The newest step any rank reported");
@@ -119,39 +120,58 @@ void export_progress(Exporter& out, const TaskSnapshot& s) {
   out.optional("dtrain_loss", loss);
 }
 
+/// A beat metric in Prometheus' base units: seconds, not milliseconds.
+double base_units(const contract::BeatMetric& metric, double value) {
+  return metric.unit == contract::MetricUnit::milliseconds ? value / 1000.0 : value;
+}
+
+std::string host_family(const contract::BeatMetric& metric) {
+  return "dtrain_host_" + std::string(metric.prometheus) +
+         (metric.host_summary == contract::HostSummary::max ? "_max" : "_mean");
+}
+
 void export_hosts(Exporter& out, const TaskSnapshot& s) {
+  struct Summary {
+    double sum = 0, max = 0;
+    int count = 0;
+  };
   struct HostSummary {
     int ranks = 0;
     int64_t min_step = -1;
-    std::optional<double> max_step_seconds, min_score;
-    double loss_sum = 0, comm_sum = 0, data_sum = 0;
-    int losses = 0, comms = 0, datas = 0;
+    std::optional<double> min_score;
+    std::array<Summary, contract::kBeatMetrics.size()> metrics{};
   };
   std::map<std::string, HostSummary> hosts;
   for (const RankTaskMetrics& rank : s.ranks) {
     HostSummary& host = hosts[rank.host];
     host.min_step = host.ranks++ == 0 ? rank.step : std::min(host.min_step, rank.step);
-    if (rank.step_seconds) host.max_step_seconds = std::max(host.max_step_seconds.value_or(0), *rank.step_seconds);
     if (rank.straggler_score) host.min_score = std::min(host.min_score.value_or(1), *rank.straggler_score);
-    if (rank.loss) host.loss_sum += *rank.loss, ++host.losses;
-    if (rank.comm_seconds) host.comm_sum += *rank.comm_seconds, ++host.comms;
-    if (rank.data_seconds) host.data_sum += *rank.data_seconds, ++host.datas;
+    for (size_t i = 0; i < contract::kBeatMetrics.size(); ++i) {
+      const std::optional<double>& value = rank.metrics.*contract::kBeatMetrics[i].field;
+      if (!value) continue;
+      Summary& summary = host.metrics[i];
+      summary.max = summary.count++ == 0 ? *value : std::max(summary.max, *value);
+      summary.sum += *value;
+    }
   }
   out.family("dtrain_host_ranks", Type::gauge, "Ranks placed on the host in the current generation");
   out.family("dtrain_host_step_min", Type::gauge, "The slowest-progressing rank's step on the host");
-  out.family("dtrain_host_step_seconds_max", Type::gauge, "The longest latest step time of the host's ranks");
-  out.family("dtrain_host_loss_mean", Type::gauge, "Mean latest loss of the host's ranks");
-  out.family("dtrain_host_comm_seconds_mean", Type::gauge, "Mean time per step in collectives of the host's ranks");
-  out.family("dtrain_host_data_seconds_mean", Type::gauge, "Mean time per step waiting for input of the host's ranks");
+  for (const contract::BeatMetric& metric : contract::kBeatMetrics) {
+    if (metric.prometheus.empty() || metric.host_summary == contract::HostSummary::none) continue;
+    out.family(host_family(metric), Type::gauge, metric.host_help);
+  }
   out.family("dtrain_host_straggler_score_min", Type::gauge, "The lowest straggler score of the host's ranks (1: fastest)");
   for (const auto& [name, host] : hosts) {
     Labels labels = {{"host", name}};
     out.sample("dtrain_host_ranks", host.ranks, labels);
     if (host.min_step >= 0) out.sample("dtrain_host_step_min", static_cast<double>(host.min_step), labels);
-    out.optional("dtrain_host_step_seconds_max", host.max_step_seconds, labels);
-    if (host.losses) out.sample("dtrain_host_loss_mean", host.loss_sum / host.losses, labels);
-    if (host.comms) out.sample("dtrain_host_comm_seconds_mean", host.comm_sum / host.comms, labels);
-    if (host.datas) out.sample("dtrain_host_data_seconds_mean", host.data_sum / host.datas, labels);
+    for (size_t i = 0; i < contract::kBeatMetrics.size(); ++i) {
+      const contract::BeatMetric& metric = contract::kBeatMetrics[i];
+      const Summary& summary = host.metrics[i];
+      if (metric.prometheus.empty() || metric.host_summary == contract::HostSummary::none || summary.count == 0) continue;
+      double value = metric.host_summary == contract::HostSummary::max ? summary.max : summary.sum / summary.count;
+      out.sample(host_family(metric), base_units(metric, value), labels);
+    }
     out.optional("dtrain_host_straggler_score_min", host.min_score, labels);
   }
 }
@@ -159,19 +179,22 @@ void export_hosts(Exporter& out, const TaskSnapshot& s) {
 void export_ranks(Exporter& out, const TaskSnapshot& s) {
   if (static_cast<int>(s.ranks.size()) > kPerRankLabelLimit) return;
   out.family("dtrain_rank_step", Type::gauge, "The rank's latest step");
-  out.family("dtrain_rank_step_seconds", Type::gauge, "The rank's latest step time");
-  out.family("dtrain_rank_loss", Type::gauge, "The rank's latest loss");
-  out.family("dtrain_rank_comm_seconds", Type::gauge, "The rank's latest time in collectives per step");
-  out.family("dtrain_rank_data_seconds", Type::gauge, "The rank's latest time waiting for input per step");
+  for (const contract::BeatMetric& metric : contract::kBeatMetrics) {
+    if (!metric.prometheus.empty()) {
+      out.family("dtrain_rank_" + std::string(metric.prometheus), Type::gauge, metric.rank_help);
+    }
+  }
   out.family("dtrain_rank_straggler_score", Type::gauge,
              "Fastest rank's median step work time / this rank's (1: fastest; below the threshold: straggler)");
   for (const RankTaskMetrics& rank : s.ranks) {
     Labels labels = {{"host", rank.host}, {"rank", std::to_string(rank.rank)}};
     if (rank.step >= 0) out.sample("dtrain_rank_step", static_cast<double>(rank.step), labels);
-    out.optional("dtrain_rank_step_seconds", rank.step_seconds, labels);
-    out.optional("dtrain_rank_loss", rank.loss, labels);
-    out.optional("dtrain_rank_comm_seconds", rank.comm_seconds, labels);
-    out.optional("dtrain_rank_data_seconds", rank.data_seconds, labels);
+    for (const contract::BeatMetric& metric : contract::kBeatMetrics) {
+      const std::optional<double>& value = rank.metrics.*metric.field;
+      if (!metric.prometheus.empty() && value) {
+        out.sample("dtrain_rank_" + std::string(metric.prometheus), base_units(metric, *value), labels);
+      }
+    }
     out.optional("dtrain_rank_straggler_score", rank.straggler_score, labels);
   }
 }

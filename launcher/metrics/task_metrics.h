@@ -13,6 +13,7 @@
 
 #include "launcher/metrics/goodput.h"
 #include "launcher/metrics/prometheus_text.h"
+#include "worker/contract/beat_metrics.h"
 
 namespace dtrain::metrics {
 
@@ -23,7 +24,8 @@ struct RankTaskMetrics {
   int rank = 0;
   std::string host;
   int64_t step = -1;  ///< -1: no step yet
-  std::optional<double> step_seconds, loss, comm_seconds, data_seconds, samples_per_second;
+  contract::BeatMetrics metrics;  ///< its newest beat's, as beaten (milliseconds; exported in seconds)
+  std::optional<double> samples_per_second;
   std::optional<double> straggler_score;
 };
 

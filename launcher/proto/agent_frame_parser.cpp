@@ -4,9 +4,11 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <span>
 
 #include <simdjson.h>
 
+#include "launcher/proto/beat_fields.h"
 #include "launcher/proto/frame.h"
 #include "worker/contract/wire.h"
 
@@ -51,9 +53,11 @@ std::optional<double> as_number(element value) {
 // keys wins, as in nlohmann's DOM.
 class StrictFields {
  public:
-  static constexpr size_t kMaxKeys = 10;
+  static constexpr size_t kMaxKeys = 16;
 
-  StrictFields(element value, std::initializer_list<std::string_view> keys) {
+  StrictFields(element value, std::initializer_list<std::string_view> keys)
+      : StrictFields(value, std::span<const std::string_view>(keys.begin(), keys.size())) {}
+  StrictFields(element value, std::span<const std::string_view> keys) {
     simdjson::dom::object object;
     if (value.get(object) != simdjson::SUCCESS || keys.size() > kMaxKeys) {
       ok = false;
@@ -150,15 +154,11 @@ class StrictFields {
 
 // parse_worker_message's checks for a "beat"; nullopt for any other message or a bad beat.
 std::optional<WorkerBeat> read_worker_beat(element message) {
-  StrictFields fields(message, {"type", "step", "loss", "step_ms", "comm_ms", "data_ms", "samples", "phase"});
+  StrictFields fields(message, kBeatKeys);
   if (fields.optional_string("type", SIZE_MAX) != std::optional<std::string_view>(wire::kBeat)) return std::nullopt;
   WorkerBeat beat;
   beat.step = fields.integer("step", 0);
-  beat.loss = fields.optional_number("loss");
-  beat.step_ms = fields.optional_number("step_ms");
-  beat.comm_ms = fields.optional_number("comm_ms");
-  beat.data_ms = fields.optional_number("data_ms");
-  beat.samples = fields.optional_integer("samples", 0);
+  read_beat_metrics(fields, beat.metrics);
   if (std::optional<std::string_view> phase = fields.optional_string("phase", 64)) {
     if (*phase == wire::kPhaseTrain) beat.phase = WorkerPhase::train;
     else if (*phase == wire::kPhaseCheckpoint) beat.phase = WorkerPhase::checkpoint;

@@ -4,6 +4,7 @@
 
 #include "launcher/base/strings.h"
 #include "launcher/base/json_fields.h"
+#include "launcher/proto/beat_fields.h"
 #include "worker/contract/wire.h"
 
 namespace dtrain::proto {
@@ -49,11 +50,7 @@ Result<WorkerMessage> parse_worker_message(const json& message) {
   if (type == wire::kBeat) {
     WorkerBeat beat;
     beat.step = reader.integer("step", 0);
-    beat.loss = reader.optional_number("loss");
-    beat.step_ms = reader.optional_number("step_ms");
-    beat.comm_ms = reader.optional_number("comm_ms");
-    beat.data_ms = reader.optional_number("data_ms");
-    beat.samples = reader.optional_integer("samples", 0);
+    read_beat_metrics(reader, beat.metrics);
     if (auto phase = reader.optional_string("phase", 64)) {
       if (*phase == wire::kPhaseTrain) beat.phase = WorkerPhase::train;
       else if (*phase == wire::kPhaseCheckpoint) beat.phase = WorkerPhase::checkpoint;
@@ -155,11 +152,7 @@ struct ToJson {
   }
   json operator()(const WorkerBeat& m) const {
     json out = {{"type", wire::kBeat}, {"step", m.step}};
-    put_optional(out, "loss", m.loss);
-    put_optional(out, "step_ms", m.step_ms);
-    put_optional(out, "comm_ms", m.comm_ms);
-    put_optional(out, "data_ms", m.data_ms);
-    put_optional(out, "samples", m.samples);
+    contract::write_beat_metrics(m.metrics, out);
     if (m.phase) out["phase"] = to_string(*m.phase);
     return out;
   }

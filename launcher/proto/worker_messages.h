@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "launcher/base/result.h"
+#include "worker/contract/beat_metrics.h"
 
 namespace dtrain::proto {
 
@@ -36,8 +37,7 @@ const char* to_string(WorkerPhase phase);
 
 struct WorkerBeat {
   int64_t step = 0;
-  std::optional<double> loss{}, step_ms{}, comm_ms{}, data_ms{};
-  std::optional<int64_t> samples{};
+  contract::BeatMetrics metrics{};  ///< worker/contract/beat_metrics.h
   std::optional<WorkerPhase> phase{};  ///< nullopt: unchanged
   bool operator==(const WorkerBeat&) const = default;
 };

@@ -77,16 +77,17 @@ HeatMap step_time_heat_map(const std::vector<TrainingSample>& samples, int world
     size_t column = std::min(map.columns - 1, static_cast<size_t>((sample.wall_ms - start) / map.column_ms));
     std::fill(listed.begin(), listed.end(), 0);
     for (const RankSample& rank : sample.ranks) {
-      if (rank.rank < 0 || rank.rank >= world_size || !rank.step_ms) continue;
+      if (rank.rank < 0 || rank.rank >= world_size || !rank.metrics.step_ms) continue;
       size_t at = static_cast<size_t>(rank.rank) * map.columns + column;
-      sums[at] += *rank.step_ms;
+      sums[at] += *rank.metrics.step_ms;
       ++counts[at];
       listed[static_cast<size_t>(rank.rank)] = 1;
     }
-    if (sample.summary && sample.step_ms) {
+    const std::optional<Spread>& step_ms = sample.spread(&contract::BeatMetrics::step_ms);
+    if (sample.summary && step_ms) {
       for (size_t rank = 0; rank < ranks; ++rank) {
         if (listed[rank]) continue;
-        sums[rank * map.columns + column] += sample.step_ms->median;
+        sums[rank * map.columns + column] += step_ms->median;
         ++counts[rank * map.columns + column];
       }
     }

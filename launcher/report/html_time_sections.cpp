@@ -13,6 +13,7 @@
 #include "launcher/base/json_fields.h"
 #include "launcher/base/strings.h"
 #include "launcher/report/downsample.h"
+#include "worker/contract/beat_metrics.h"
 
 namespace dtrain::report::page {
 
@@ -190,36 +191,47 @@ std::string curve_chart(const std::string& id, const std::string& title, const s
   return out + "</svg>";
 }
 
-std::string curves_section(const RunRecord& record, const Timeline& timeline, const ReportLimits& limits) {
-  std::vector<Point> loss, step_ms;
-  for (const TrainingSample& sample : record.training) {
-    double t = static_cast<double>(sample.wall_ms);
-    if (sample.summary) {
-      if (sample.loss) loss.push_back({t, sample.loss->median});
-      if (sample.step_ms) {
-        for (double value : {sample.step_ms->min, sample.step_ms->median, sample.step_ms->max}) step_ms.push_back({t, value});
-      }
-      continue;
-    }
-    double sum = 0;
-    int count = 0;
-    for (const RankSample& rank : sample.ranks) {
-      if (rank.loss) {
-        sum += *rank.loss;
-        ++count;
-      }
-      if (rank.step_ms) step_ms.push_back({t, *rank.step_ms});
-    }
-    if (count) loss.push_back({t, sum / count});
+/// A beat metric's axis: milliseconds as they are, bytes in GiB.
+std::pair<double, std::string> axis_unit(const contract::BeatMetric& metric) {
+  switch (metric.unit) {
+    case contract::MetricUnit::milliseconds: return {1.0, "ms"};
+    case contract::MetricUnit::bytes: return {1.0 / (1024.0 * 1024.0 * 1024.0), "GiB"};
+    case contract::MetricUnit::plain: break;
   }
-  std::string out = "<section id=\"curves\"><h2>Loss and step time</h2>";
+  return {1.0, ""};
+}
+
+std::string curves_section(const RunRecord& record, const Timeline& timeline, const ReportLimits& limits) {
+  std::string charts;
+  for (size_t i = 0; i < contract::kBeatMetrics.size(); ++i) {
+    const contract::BeatMetric& metric = contract::kBeatMetrics[i];
+    if ((metric.shown & contract::kInMetricsLine) == 0) continue;
+    auto [scale, unit] = axis_unit(metric);
+    // Every rank's value at its time (a summary line: the spread's min, median and max).
+    std::vector<Point> points;
+    for (const TrainingSample& sample : record.training) {
+      double t = static_cast<double>(sample.wall_ms);
+      if (const std::optional<Spread>& spread = sample.spreads[i]; sample.summary && spread) {
+        for (double value : {spread->min, spread->median, spread->max}) points.push_back({t, value * scale});
+        continue;
+      }
+      for (const RankSample& rank : sample.ranks) {
+        if (const std::optional<double>& value = rank.metrics.*metric.field) points.push_back({t, *value * scale});
+      }
+    }
+    if (points.empty()) continue;  // a metric no rank reported (the accelerator's on a CPU run)
+    std::string id(metric.key);
+    std::replace(id.begin(), id.end(), '_', '-');
+    charts += curve_chart(id + "-chart", std::string(metric.title), unit, bucket_series(points, limits.curve_points),
+                          timeline);
+  }
+  std::string out = "<section id=\"curves\"><h2>Training curves</h2>";
   out += "<p class=\"note\">From metrics.jsonl (" + std::to_string(record.training.size()) +
          " samples, bucketed to at most " + std::to_string(limits.curve_points) +
          " points): the line is the mean, the band the range over ranks and the bucket. Dashed lines are failures, "
          "orange bands recoveries.</p>";
-  out += curve_chart("loss-chart", "loss", "", bucket_series(loss, limits.curve_points), timeline);
-  out += curve_chart("step-time-chart", "step time", "ms", bucket_series(step_ms, limits.curve_points), timeline);
-  return out + "</section>";
+  if (charts.empty()) charts = "<p class=\"note\">No rank reported a loss, a step time or another metric.</p>";
+  return out + charts + "</section>";
 }
 
 std::string heat_color(double value, double low, double high) {

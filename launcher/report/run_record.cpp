@@ -47,7 +47,10 @@ std::vector<RankSample> parse_rank_samples(const json* list) {
   for (const json& item : *list) {
     std::optional<int64_t> rank = json_int(item, "rank"), step = json_int(item, "step");
     if (!rank || !step || *rank < 0 || *rank > INT32_MAX) continue;
-    ranks.push_back({static_cast<int>(*rank), *step, finite_number(item, "loss"), finite_number(item, "step_ms")});
+    RankSample& sample = ranks.emplace_back(RankSample{static_cast<int>(*rank), *step, {}});
+    for (const contract::BeatMetric& metric : contract::kBeatMetrics) {
+      if (metric.shown & contract::kInMetricsLine) sample.metrics.*metric.field = finite_number(item, metric.key);
+    }
   }
   return ranks;
 }
@@ -168,8 +171,10 @@ Result<MetricsLine> parse_metrics_line(std::string_view line) {
       sample.summary = true;
       sample.ranks_reporting = *reporting;
       sample.step = parse_spread(object, "step");
-      sample.step_ms = parse_spread(object, "step_ms");
-      sample.loss = parse_spread(object, "loss");
+      for (size_t i = 0; i < contract::kBeatMetrics.size(); ++i) {
+        const contract::BeatMetric& metric = contract::kBeatMetrics[i];
+        if (metric.shown & contract::kInMetricsLine) sample.spreads[i] = parse_spread(object, metric.key);
+      }
       sample.ranks = parse_rank_samples(json_member(object, "outliers"));
     } else {
       sample.ranks = parse_rank_samples(ranks);

@@ -5,6 +5,7 @@
 // untrusted (docs/architecture.md §6): a damaged line or file is skipped and counted, never a crash, and
 // the report says what it skipped.
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -18,6 +19,7 @@
 #include "launcher/runlog/event_log.h"
 #include "launcher/runlog/plan_record.h"
 #include "launcher/runlog/run_snapshot.h"
+#include "worker/contract/beat_metrics.h"
 
 namespace dtrain::report {
 
@@ -39,8 +41,7 @@ struct Spread {
 struct RankSample {
   int rank = 0;
   int64_t step = 0;
-  std::optional<double> loss;
-  std::optional<double> step_ms;
+  contract::BeatMetrics metrics;  ///< the metrics a line carries (kInMetricsLine)
 };
 
 /// One training line of metrics.jsonl. Up to 64 ranks the supervisor lists every rank; beyond
@@ -51,7 +52,15 @@ struct TrainingSample {
   std::vector<RankSample> ranks;  ///< every rank, or the outliers of a summary line
   bool summary = false;
   int64_t ranks_reporting = 0;    ///< summary lines
-  std::optional<Spread> step, step_ms, loss;
+  std::optional<Spread> step;
+  /// Summary lines: each beat metric's spread, by its row of contract::kBeatMetrics.
+  std::array<std::optional<Spread>, contract::kBeatMetrics.size()> spreads{};
+  std::optional<Spread>& spread(std::optional<double> contract::BeatMetrics::*field) {
+    return spreads[contract::beat_metric_index(field)];
+  }
+  const std::optional<Spread>& spread(std::optional<double> contract::BeatMetrics::*field) const {
+    return spreads[contract::beat_metric_index(field)];
+  }
 };
 
 /// One host's resource figures at one time (CPU, memory, GPU...): every numeric field of the

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "launcher/base/json_fields.h"
+
 namespace dtrain::run {
 
 using nlohmann::json;
@@ -20,11 +22,9 @@ void RankProgressTable::beat(int rank, const proto::WorkerBeat& beat, int64_t wa
   progress.last_beat_wall_ms = wall_ms;
   progress.speaks_protocol = true;
   // A beat without a field keeps the last value (workers report some only now and then).
-  if (beat.loss) progress.loss = *beat.loss;
-  if (beat.step_ms) progress.step_ms = *beat.step_ms;
-  if (beat.comm_ms) progress.comm_ms = *beat.comm_ms;
-  if (beat.data_ms) progress.data_ms = *beat.data_ms;
-  if (beat.samples) progress.samples = *beat.samples;
+  for (const contract::BeatMetric& metric : contract::kBeatMetrics) {
+    if (const std::optional<double>& value = beat.metrics.*metric.field) progress.metrics.*metric.field = value;
+  }
 }
 
 std::vector<RunSnapshot::Rank> RankProgressTable::state_rows(const supervisor::Supervisor& supervisor) const {
@@ -44,8 +44,7 @@ std::vector<RunSnapshot::Rank> RankProgressTable::state_rows(const supervisor::S
     if (rank.status.step >= 0) row.step = rank.status.step;
     if (rank.progress) {
       if (rank.progress->last_beat_wall_ms != 0) row.last_beat_ms = rank.progress->last_beat_wall_ms;
-      row.loss = rank.progress->loss;
-      row.step_ms = rank.progress->step_ms;
+      row.metrics = rank.progress->metrics;
     }
     // The signal that killed it says more than the code that came with it.
     if (rank.status.exit_signal) row.exit = RunSnapshot::RankExit{std::nullopt, rank.status.exit_signal};
@@ -60,13 +59,12 @@ namespace {
 struct MetricsSample {
   int rank;
   int64_t step;
-  std::optional<double> step_ms, loss;
+  const contract::BeatMetrics* metrics;  ///< the rank's progress (outlives the line's making)
 };
 
 json metrics_entry(const MetricsSample& sample) {
   json rank = {{"rank", sample.rank}, {"step", sample.step}};
-  if (sample.loss) rank["loss"] = *sample.loss;
-  if (sample.step_ms) rank["step_ms"] = *sample.step_ms;
+  contract::write_beat_metrics(*sample.metrics, rank, contract::kInMetricsLine);
   return rank;
 }
 
@@ -83,7 +81,7 @@ std::optional<json> RankProgressTable::metrics_line(const supervisor::Supervisor
   std::vector<MetricsSample> samples;
   for_each_rank(supervisor, [&](const RankRow& rank) {
     if (!rank.progress || rank.status.step < 0) return;
-    samples.push_back({static_cast<int>(rank.index), rank.status.step, rank.progress->step_ms, rank.progress->loss});
+    samples.push_back({static_cast<int>(rank.index), rank.status.step, &rank.progress->metrics});
   });
   if (samples.empty()) return std::nullopt;
   json line = json::object();
@@ -93,28 +91,32 @@ std::optional<json> RankProgressTable::metrics_line(const supervisor::Supervisor
     line["ranks"] = std::move(ranks);
     return line;
   }
-  std::vector<double> steps, step_times, losses;
-  for (const MetricsSample& sample : samples) {
-    steps.push_back(static_cast<double>(sample.step));
-    if (sample.step_ms) step_times.push_back(*sample.step_ms);
-    if (sample.loss) losses.push_back(*sample.loss);
-  }
+  std::vector<double> steps;
+  for (const MetricsSample& sample : samples) steps.push_back(static_cast<double>(sample.step));
   json step_spread = spread(steps);
-  json time_spread = spread(step_times);
   line["ranks_reporting"] = samples.size();
   line["step"] = step_spread;
-  line["step_ms"] = time_spread;
-  line["loss"] = spread(losses);
+  // Each metric's spread over the ranks that reported it (a metric none reported is left out).
+  for (const contract::BeatMetric& metric : contract::kBeatMetrics) {
+    if ((metric.shown & contract::kInMetricsLine) == 0) continue;
+    std::vector<double> values;
+    for (const MetricsSample& sample : samples) {
+      if (const std::optional<double>& value = sample.metrics->*metric.field) values.push_back(*value);
+    }
+    if (!values.empty()) line[std::string(metric.key)] = spread(std::move(values));
+  }
   double newest = step_spread["max"].get<double>();
-  double median_ms = time_spread.is_null() ? 0.0 : time_spread["median"].get<double>();
+  const json* time_spread = json_member(line, "step_ms");
+  double median_ms = time_spread ? (*time_spread)["median"].get<double>() : 0.0;
   std::vector<MetricsSample> outliers;
   for (const MetricsSample& sample : samples) {
     bool lagging = static_cast<double>(sample.step) < newest - 1;
-    bool slow = median_ms > 0 && sample.step_ms && *sample.step_ms > 1.5 * median_ms;
+    bool slow = median_ms > 0 && sample.metrics->step_ms && *sample.metrics->step_ms > 1.5 * median_ms;
     if (lagging || slow) outliers.push_back(sample);
   }
   std::sort(outliers.begin(), outliers.end(), [](const MetricsSample& a, const MetricsSample& b) {
-    return std::make_pair(a.step, -a.step_ms.value_or(0)) < std::make_pair(b.step, -b.step_ms.value_or(0));
+    return std::make_pair(a.step, -a.metrics->step_ms.value_or(0)) <
+           std::make_pair(b.step, -b.metrics->step_ms.value_or(0));
   });
   line["outliers_total"] = outliers.size();
   json shown = json::array();
@@ -132,8 +134,8 @@ ConsoleStatus RankProgressTable::console_status(const supervisor::Supervisor& su
     if (rank.status.state == supervisor::RankState::running) ++status.workers_running;
     if (rank.status.step <= status.step) return;
     status.step = rank.status.step;  // the newest step, with the loss of the rank that reached it
-    if (rank.progress && rank.progress->loss) {
-      status.loss = *rank.progress->loss;
+    if (rank.progress && rank.progress->metrics.loss) {
+      status.loss = *rank.progress->metrics.loss;
       status.has_loss = true;
     }
   });
@@ -144,9 +146,6 @@ std::vector<metrics::RankTaskMetrics> RankProgressTable::task_metric_rows(
     const supervisor::Supervisor& supervisor, const metrics::StragglerDetector& stragglers) const {
   std::vector<metrics::RankTaskMetrics> rows;
   rows.reserve(supervisor.ranks().size());
-  auto seconds = [](const std::optional<double>& ms) -> std::optional<double> {
-    return ms ? std::optional<double>(*ms / 1000.0) : std::nullopt;
-  };
   for_each_rank(supervisor, [&](const RankRow& rank) {
     if (!rank.slot) return;
     metrics::RankTaskMetrics& row = rows.emplace_back();
@@ -154,13 +153,9 @@ std::vector<metrics::RankTaskMetrics> RankProgressTable::task_metric_rows(
     row.host = rank.slot->host;
     row.step = rank.status.step;
     if (const RankProgress* progress = rank.progress) {
-      row.step_seconds = seconds(progress->step_ms);
-      row.comm_seconds = seconds(progress->comm_ms);
-      row.data_seconds = seconds(progress->data_ms);
-      row.loss = progress->loss;
-      if (progress->samples && progress->step_ms && *progress->step_ms > 0) {
-        row.samples_per_second = static_cast<double>(*progress->samples) * 1000.0 / *progress->step_ms;
-      }
+      const contract::BeatMetrics& beat = progress->metrics;
+      row.metrics = beat;
+      if (beat.samples && beat.step_ms && *beat.step_ms > 0) row.samples_per_second = *beat.samples * 1000.0 / *beat.step_ms;
     }
     row.straggler_score = stragglers.score(static_cast<int>(rank.index));
   });
@@ -170,9 +165,10 @@ std::vector<metrics::RankTaskMetrics> RankProgressTable::task_metric_rows(
 void RankProgressTable::add_straggler_samples(const supervisor::Supervisor& supervisor,
                                               metrics::StragglerDetector& stragglers) const {
   for_each_rank(supervisor, [&](const RankRow& rank) {
-    if (!rank.progress || rank.status.step < 0 || !rank.progress->step_ms) return;
+    if (!rank.progress || rank.status.step < 0 || !rank.progress->metrics.step_ms) return;
     // The rank's own work: its step less its wait in collectives (see stragglers.h).
-    double work_ms = std::max(0.0, *rank.progress->step_ms - rank.progress->comm_ms.value_or(0.0));
+    const contract::BeatMetrics& beat = rank.progress->metrics;
+    double work_ms = std::max(0.0, *beat.step_ms - beat.comm_ms.value_or(0.0));
     stragglers.add(static_cast<int>(rank.index), rank.status.step, work_ms);
   });
 }
@@ -180,8 +176,9 @@ void RankProgressTable::add_straggler_samples(const supervisor::Supervisor& supe
 double RankProgressTable::fastest_step_ms(const supervisor::Supervisor& supervisor) const {
   double fastest = 0;
   for_each_rank(supervisor, [&](const RankRow& rank) {
-    if (!rank.progress || !rank.progress->step_ms || *rank.progress->step_ms <= 0) return;
-    fastest = fastest == 0 ? *rank.progress->step_ms : std::min(fastest, *rank.progress->step_ms);
+    std::optional<double> step_ms = rank.progress ? rank.progress->metrics.step_ms : std::nullopt;
+    if (!step_ms || *step_ms <= 0) return;
+    fastest = fastest == 0 ? *step_ms : std::min(fastest, *step_ms);
   });
   return fastest;
 }

@@ -4,9 +4,9 @@
 // line, the console's status and the Prometheus ranks. Each view walks the same rows
 // (for_each_rank: the plan's slot, the supervisor's status and the beat's progress of one rank).
 //
-// Adding a per-rank metric that workers beat: a field of RankProgress, read from the beat in
-// RankProgressTable::beat(), and written by whichever views show it — all in rank_progress.cpp
-// (plus the view's own struct where it has one: RunSnapshot::Rank, metrics::RankTaskMetrics).
+// A per-rank metric that workers beat is a row of contract::kBeatMetrics
+// (worker/contract/beat_metrics.h): the table is read from the beat, kept and shown by walking
+// that table, so adding one touches nothing here.
 
 #include <cstdint>
 #include <optional>
@@ -20,16 +20,14 @@
 #include "launcher/run/console.h"
 #include "launcher/runlog/run_snapshot.h"
 #include "launcher/supervisor/supervisor.h"
+#include "worker/contract/beat_metrics.h"
 
 namespace dtrain::run {
 
 /// One rank's progress as its worker reported it (the current generation's only).
 struct RankProgress {
   int64_t last_beat_wall_ms = 0;
-  std::optional<double> loss;
-  std::optional<double> step_ms;
-  std::optional<double> comm_ms, data_ms;  ///< time in collectives, waiting for input (when reported)
-  std::optional<int64_t> samples;          ///< samples in the step (when reported)
+  contract::BeatMetrics metrics;  ///< each metric's newest value (a beat without one keeps the last)
   bool speaks_protocol = false;            ///< said hello or beat: it can hear ckpt.request
 };
 

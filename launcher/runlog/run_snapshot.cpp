@@ -22,11 +22,6 @@ json or_null(const std::optional<T>& value) {
   return value ? json(*value) : json(nullptr);
 }
 
-/// Non-finite numbers are null, as nlohmann writes them (and as the rows' text does).
-json finite_or_null(const std::optional<double>& value) {
-  return value && std::isfinite(*value) ? json(*value) : json(nullptr);
-}
-
 template <class T>
 json list_json(const std::vector<T>& items) {
   json out = json::array();
@@ -103,12 +98,14 @@ void append_rank_rows(std::string& out, const std::vector<RunSnapshot::Rank>& ro
     append_string(out, row.state);
     integer_or_null(", \"step\": "sv, row.step);
     integer_or_null(", \"last_beat_ms\": "sv, row.last_beat_ms);
-    out += ", \"loss\": "sv;
-    if (row.loss) append_number(out, *row.loss);
-    else out += "null"sv;
-    if (row.step_ms) {
-      out += ", \"step_ms\": "sv;
-      append_number(out, *row.step_ms);
+    for (const contract::BeatMetric& metric : contract::kBeatMetrics) {
+      const std::optional<double>& value = row.metrics.*metric.field;
+      if (!value || (metric.shown & contract::kInStateJson) == 0) continue;
+      out += ", \""sv;
+      out += metric.key;
+      out += "\": "sv;
+      if (metric.integral) append_integer(out, static_cast<int64_t>(*value));
+      else append_number(out, *value);
     }
     out += ", \"exit\": "sv;
     if (!row.exit) {
@@ -217,10 +214,9 @@ json RunSnapshot::Rank::to_json() const {
               {"pid", or_null(pid)},
               {"state", state},
               {"step", or_null(step)},
-              {"last_beat_ms", or_null(last_beat_ms)},
-              {"loss", finite_or_null(loss)},
-              {"exit", exit ? exit->to_json() : json(nullptr)}};
-  if (step_ms) out["step_ms"] = finite_or_null(step_ms);
+              {"last_beat_ms", or_null(last_beat_ms)}};
+  contract::write_beat_metrics(metrics, out, contract::kInStateJson);
+  out["exit"] = exit ? exit->to_json() : json(nullptr);
   return out;
 }
 
@@ -229,7 +225,10 @@ Result<RunSnapshot::Rank> RunSnapshot::Rank::from_json(const json& object) {
   Rank out;
   fields.read("rank", out.rank).read("host", out.host).read("local_rank", out.local_rank).read("dp", out.dp)
       .read("pp", out.pp).read("tp", out.tp).read("pid", out.pid).read("state", out.state).read("step", out.step)
-      .read("last_beat_ms", out.last_beat_ms).read("loss", out.loss).read("step_ms", out.step_ms);
+      .read("last_beat_ms", out.last_beat_ms);
+  for (const contract::BeatMetric& metric : contract::kBeatMetrics) {
+    if (metric.shown & contract::kInStateJson) fields.read(metric.key, out.metrics.*metric.field);
+  }
   fields.read_nested("exit", out.exit);
   return fields.result(std::move(out));
 }

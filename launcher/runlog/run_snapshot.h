@@ -48,6 +48,7 @@
 
 #include "launcher/base/result.h"
 #include "launcher/events/events.h"
+#include "worker/contract/beat_metrics.h"
 
 namespace dtrain {
 
@@ -95,8 +96,9 @@ struct RunSnapshot {
     std::string state{};           ///< pending, starting, running, exited, failed, killed
     std::optional<int64_t> step{};
     std::optional<int64_t> last_beat_ms{};  ///< wall clock of its newest beat
-    std::optional<double> loss{};
-    std::optional<double> step_ms{};
+    /// Its newest beat's metrics that state.json carries (shown kInStateJson), each written
+    /// only when set.
+    contract::BeatMetrics metrics{};
     std::optional<RankExit> exit{};
     nlohmann::json to_json() const;
     static Result<Rank> from_json(const nlohmann::json& object);

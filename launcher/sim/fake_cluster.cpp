@@ -321,7 +321,7 @@ struct FakeCluster::Simulation {
       if (worker.gen == newest_generation && worker.step > newest_step) newest_step = worker.step;
       proto::WorkerBeat message;
       message.step = worker.step;
-      message.step_ms = static_cast<double>(options.step_ms);
+      message.metrics.step_ms = static_cast<double>(options.step_ms);
       message.phase = worker.saving ? proto::WorkerPhase::checkpoint : proto::WorkerPhase::train;
       proto::FromWorker from{worker.gen, worker.rank, worker.pid, proto::WorkerMessage(message)};
       if (agent.batch_beats && worker.step > 1) {

@@ -38,9 +38,9 @@ metrics::TaskSnapshot snapshot_of(int world_size) {
     r.rank = rank;
     r.host = rank < world_size / 2 ? "gpu01" : "gpu\"02";
     r.step = 100 + rank % 3;
-    r.step_seconds = 0.2;
-    r.loss = 1.5;
-    r.comm_seconds = 0.05;
+    r.metrics.step_ms = 200;
+    r.metrics.loss = 1.5;
+    r.metrics.comm_ms = 50;
     r.straggler_score = rank == 1 ? 0.5 : 1.0;
     s.ranks.push_back(r);
   }

@@ -54,8 +54,8 @@ std::vector<WorkerMessage> worker_samples() {
   return {
       WorkerHello{3, 2, 1234},
       WorkerHello{0, 0, std::nullopt},
-      WorkerBeat{42, 0.5, 120.25, 30.0, 4.0, 256, WorkerPhase::checkpoint},
-      WorkerBeat{0, std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt, std::nullopt},
+      WorkerBeat{42, {.step_ms = 120.25, .loss = 0.5, .comm_ms = 30.0, .data_ms = 4.0, .samples = 256}, WorkerPhase::checkpoint},
+      WorkerBeat{0, {}, std::nullopt},
       KvSetRequest{1, "addr/0", "10.0.0.1:4000"},
       KvGetRequest{2, "addr/0"},
       KvWaitRequest{3, {"a", "b"}, 1000},
@@ -111,8 +111,7 @@ std::vector<AgentMessage> agent_samples() {
   beat.workers = {{2, 5, 999, true, "T"}};
   beat.load1 = 0.75;
   beat.mem_available_mb = 12'345;
-  beat.worker_beats = {FromWorker{2, 5, 999, WorkerMessage(WorkerBeat{7, 1.5, 100.0, std::nullopt, std::nullopt, 32,
-                                                                     std::nullopt})}};
+  beat.worker_beats = {FromWorker{2, 5, 999, WorkerMessage(WorkerBeat{7, {.step_ms = 100.0, .loss = 1.5, .samples = 32}, std::nullopt})}};
   beat.resources = resources;
 
   return {

@@ -249,8 +249,8 @@ TEST_CASE("heat map: 16,384 ranks fit the row cap and a straggler's block is the
     sample.wall_ms = 1000 * i;
     sample.summary = true;
     sample.ranks_reporting = 16384;
-    sample.step_ms = Spread{9, 10, 31};
-    sample.ranks = {{9000, i, std::nullopt, 31.0}};  // the one outlier
+    sample.spread(&contract::BeatMetrics::step_ms) = Spread{9, 10, 31};
+    sample.ranks = {{9000, i, {.step_ms = 31.0}}};  // the one outlier
     samples.push_back(sample);
   }
   HeatMap map = step_time_heat_map(samples, 16384, 64, 120);
@@ -271,7 +271,7 @@ TEST_CASE("heat map: 16,384 ranks fit the row cap and a straggler's block is the
 TEST_CASE("heat map: a damaged world size or rank cannot size the arrays past kMaxHeatMapRanks") {
   TrainingSample sample;
   sample.wall_ms = 1000;
-  sample.ranks = {{0, 1, std::nullopt, 10.0}, {2'000'000'000, 1, std::nullopt, 99.0}};
+  sample.ranks = {{0, 1, {.step_ms = 10.0}}, {2'000'000'000, 1, {.step_ms = 99.0}}};
   HeatMap map = step_time_heat_map({sample}, 2'000'000'000, 64, 120);  // would be 2.9 TB unbounded
   REQUIRE_FALSE(map.rows.empty());
   CHECK(map.rows.back().last_rank == kMaxHeatMapRanks - 1);
@@ -289,7 +289,7 @@ TEST_CASE("parse_metrics_line: per-rank and summary lines, resources, and what i
   REQUIRE(ranks->training);
   CHECK(ranks->training->generation == 2);
   REQUIRE(ranks->training->ranks.size() == 1);  // the malformed entry is left out
-  CHECK(*ranks->training->ranks[0].loss == 1.5);
+  CHECK(*ranks->training->ranks[0].metrics.loss == 1.5);
 
   Result<MetricsLine> summary = parse_metrics_line(
       R"({"ts":"2026-12-01T10:00:00.000Z","gen":0,"ranks_reporting":160,"step":{"min":1,"median":2,"max":3},)"
@@ -298,7 +298,7 @@ TEST_CASE("parse_metrics_line: per-rank and summary lines, resources, and what i
   CHECK(summary->training->summary);
   CHECK(summary->training->ranks_reporting == 160);
   CHECK(summary->training->step.has_value());
-  CHECK_FALSE(summary->training->step_ms.has_value());  // a spread with a non-number is no spread
+  CHECK_FALSE(summary->training->spread(&contract::BeatMetrics::step_ms).has_value());  // a spread with a non-number is no spread
   CHECK(summary->training->ranks.at(0).rank == 77);
 
   CHECK_FALSE(parse_metrics_line("").ok());

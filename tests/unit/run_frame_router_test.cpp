@@ -156,10 +156,10 @@ TEST_CASE("a worker's beat becomes the rank's progress and one WorkerProgress fo
   CHECK(progress[0].in_checkpoint == std::optional<bool>(true));
   const RankProgress* rank = scripted.progress.find(3);
   REQUIRE(rank);
-  CHECK(rank->loss == std::optional<double>(0.25));
-  CHECK(rank->step_ms == std::optional<double>(40.0));
-  CHECK(rank->comm_ms == std::optional<double>(10.0));
-  CHECK(rank->samples == std::optional<int64_t>(32));
+  CHECK(rank->metrics.loss == std::optional<double>(0.25));
+  CHECK(rank->metrics.step_ms == std::optional<double>(40.0));
+  CHECK(rank->metrics.comm_ms == std::optional<double>(10.0));
+  CHECK(rank->metrics.samples == std::optional<double>(32));
   CHECK(rank->speaks_protocol);
   CHECK(rank->last_beat_wall_ms == scripted.clock.wall_ms());
   CHECK_FALSE(scripted.progress.find(2)->speaks_protocol);  // the others: untouched
@@ -169,7 +169,7 @@ TEST_CASE("a worker's beat becomes the rank's progress and one WorkerProgress fo
 
   // A later beat without a loss keeps the last one.
   scripted.beat("h2", 0, 3, {{"type", "beat"}, {"step", 8}});
-  CHECK(scripted.progress.find(3)->loss == std::optional<double>(0.25));
+  CHECK(scripted.progress.find(3)->metrics.loss == std::optional<double>(0.25));
   CHECK(scripted.supervisor.ranks()[3].step == 8);
 }
 
@@ -178,7 +178,7 @@ TEST_CASE("a beat of another generation, or of a rank past the plan, changes not
   scripted.beat("h1", 5, 0, {{"type", "beat"}, {"step", 3}, {"loss", 1.0}});
   scripted.beat("h1", 0, 9, {{"type", "beat"}, {"step", 3}, {"loss", 1.0}});
   CHECK(scripted.outside.fed.empty());
-  CHECK_FALSE(scripted.progress.find(0)->loss);
+  CHECK_FALSE(scripted.progress.find(0)->metrics.loss);
   CHECK_FALSE(scripted.progress.find(9));
 }
 

@@ -49,10 +49,10 @@ struct Running {
 proto::WorkerBeat with(std::optional<double> loss, std::optional<double> step_ms, std::optional<double> comm_ms = {},
                        std::optional<int64_t> samples = {}) {
   proto::WorkerBeat beat;
-  beat.loss = loss;
-  beat.step_ms = step_ms;
-  beat.comm_ms = comm_ms;
-  beat.samples = samples;
+  beat.metrics.loss = loss;
+  beat.metrics.step_ms = step_ms;
+  beat.metrics.comm_ms = comm_ms;
+  beat.metrics.samples = samples;
   return beat;
 }
 
@@ -68,14 +68,14 @@ TEST_CASE("one rank's beat shows in all four views, the others' silence too") {
   CHECK(rows[2].host == "h2");
   CHECK(rows[2].local_rank == 0);
   CHECK(rows[2].step == std::optional<int64_t>(5));
-  CHECK(rows[2].loss == std::optional<double>(0.75));
-  CHECK(rows[2].step_ms == std::optional<double>(20.0));
+  CHECK(rows[2].metrics.loss == std::optional<double>(0.75));
+  CHECK(rows[2].metrics.step_ms == std::optional<double>(20.0));
   CHECK(rows[2].last_beat_ms == std::optional<int64_t>(run.clock.wall_ms()));
   CHECK_FALSE(rows[1].last_beat_ms);  // never beat: null in state.json
   CHECK_FALSE(rows[1].step);
   CHECK(rows[1].pid == std::optional<int64_t>(101));
   CHECK_FALSE(rows[1].exit);
-  CHECK_FALSE(rows[1].loss);
+  CHECK_FALSE(rows[1].metrics.loss);
 
   std::optional<nlohmann::json> line = run.progress.metrics_line(run.supervisor, 64);
   REQUIRE(line);
@@ -93,11 +93,11 @@ TEST_CASE("one rank's beat shows in all four views, the others' silence too") {
   std::vector<metrics::RankTaskMetrics> prometheus = run.progress.task_metric_rows(run.supervisor, stragglers);
   REQUIRE(prometheus.size() == 4);
   CHECK(prometheus[2].step == 5);
-  CHECK(prometheus[2].loss == std::optional<double>(0.75));
-  CHECK(prometheus[2].step_seconds == std::optional<double>(0.02));
-  CHECK(prometheus[2].comm_seconds == std::optional<double>(0.005));
+  CHECK(prometheus[2].metrics.loss == std::optional<double>(0.75));
+  CHECK(prometheus[2].metrics.step_ms == std::optional<double>(20.0));
+  CHECK(prometheus[2].metrics.comm_ms == std::optional<double>(5.0));
   CHECK(prometheus[2].samples_per_second == std::optional<double>(3200.0));
-  CHECK_FALSE(prometheus[0].loss);
+  CHECK_FALSE(prometheus[0].metrics.loss);
   CHECK(prometheus[0].step == -1);
 }
 
@@ -109,7 +109,7 @@ TEST_CASE("no metrics line before any rank stepped, and a rank replaced in place
   CHECK(run.progress.find(1)->speaks_protocol);
   CHECK(run.progress.fastest_step_ms(run.supervisor) == 10.0);
   run.progress.reset_rank(0);
-  CHECK_FALSE(run.progress.find(0)->loss);
+  CHECK_FALSE(run.progress.find(0)->metrics.loss);
   CHECK(run.progress.fastest_step_ms(run.supervisor) == 0.0);
   CHECK_FALSE(run.progress.find(7));
 }

@@ -43,8 +43,8 @@ RunSnapshot everything_set() {
   running.state = "running";
   running.step = 120;
   running.last_beat_ms = 1'764'000'199'000;
-  running.loss = 0.7731;
-  running.step_ms = 250.5;
+  running.metrics.loss = 0.7731;
+  running.metrics.step_ms = 250.5;
   RunSnapshot::Rank killed = running;
   killed.rank = 1;
   killed.local_rank = 1;
@@ -229,7 +229,7 @@ TEST_CASE("the state.json the supervisor wrote before RunSnapshot reads and writ
   "world_size": 2,
   "ranks": [
     {"rank": 0, "host": "localhost", "local_rank": 0, "dp": 0, "pp": 0, "tp": 0, "pid": 4001, "state": "running", "step": 41, "last_beat_ms": 1764000000900, "loss": 0.25, "step_ms": 30.5, "exit": null},
-    {"rank": 1, "host": "localhost", "local_rank": 1, "dp": 1, "pp": 0, "tp": 0, "pid": null, "state": "pending", "step": null, "last_beat_ms": null, "loss": null, "exit": {"signal": "SIGKILL"}}
+    {"rank": 1, "host": "localhost", "local_rank": 1, "dp": 1, "pp": 0, "tp": 0, "pid": null, "state": "pending", "step": null, "last_beat_ms": null, "exit": {"signal": "SIGKILL"}}
   ]
 }
 )";

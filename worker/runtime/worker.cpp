@@ -125,11 +125,7 @@ Status read_contract(Topology& topology, Settings& settings) {
 
 json beat_message(int64_t step, const Metrics& metrics) {
   json beat{{"type", wire::kBeat}, {"step", step}};
-  if (metrics.loss) beat["loss"] = *metrics.loss;
-  if (metrics.step_ms) beat["step_ms"] = *metrics.step_ms;
-  if (metrics.comm_ms) beat["comm_ms"] = *metrics.comm_ms;
-  if (metrics.data_ms) beat["data_ms"] = *metrics.data_ms;
-  if (metrics.samples) beat["samples"] = *metrics.samples;
+  contract::write_beat_metrics(metrics, beat);
   return beat;
 }
 

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "worker/contract/beat_metrics.h"
 #include "worker/contract/result.h"
 
 namespace dtrain::worker {
@@ -72,14 +73,9 @@ struct Settings {
   bool join_live = false;         ///< DTRAIN_JOIN_LIVE=1: a replacement; state comes from a live replica
 };
 
-/// What one training step reports. Unset fields are left off the wire.
-struct Metrics {
-  std::optional<double> loss;
-  std::optional<double> step_ms;
-  std::optional<double> comm_ms;   ///< time in collectives
-  std::optional<double> data_ms;   ///< time waiting for input
-  std::optional<int64_t> samples;  ///< samples processed in this step (global)
-};
+/// What one training step reports (worker/contract/beat_metrics.h). Unset fields are left off
+/// the wire.
+using Metrics = contract::BeatMetrics;
 
 // --- key-value store ---------------------------------------------------------------------------
 

@@ -473,7 +473,13 @@ class TrainingRun {
   /// The beat, and the step's log line every --log-every steps.
   void report(double step_ms, double comm_ms, double data_ms) {
     bool last = step_ == options_.steps;
-    worker_.beat(step_, {loss_, step_ms, comm_ms, data_ms, batch_.global}, last);
+    worker_.beat(step_,
+                 {.step_ms = step_ms,
+                  .loss = loss_,
+                  .comm_ms = comm_ms,
+                  .data_ms = data_ms,
+                  .samples = static_cast<double>(batch_.global)},
+                 last);
     if (options_.log_every > 0 && (step_ % options_.log_every == 0 || step_ == untimed_step_ || last)) {
       std::printf("step %" PRId64 " loss %.4f step_ms %.1f\n", step_, loss_, step_ms);
       std::fflush(stdout);
