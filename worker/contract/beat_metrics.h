@@ -25,6 +25,8 @@ struct BeatMetrics {
   std::optional<double> comm_ms{};  ///< time in collectives in the step
   std::optional<double> data_ms{};  ///< time waiting for input in the step
   std::optional<double> samples{};  ///< samples processed in the step (global); an integer on the wire
+  /// The most accelerator memory the rank's process has held so far, in bytes (its high-water mark).
+  std::optional<double> peak_memory_bytes{};
   bool operator==(const BeatMetrics&) const = default;
 };
 
@@ -93,6 +95,19 @@ inline constexpr std::array kBeatMetrics = {
                .host_help = "Mean time per step waiting for input of the host's ranks"},
     // Exported as dtrain_rank_samples_per_second's numerator, not on its own.
     BeatMetric{.key = "samples", .field = &BeatMetrics::samples, .integral = true, .title = "samples per step"},
+    // Python: torch.cuda.max_memory_allocated() (dtrain_worker.py); dtrain-train: its own device
+    // buffers (Staging). Absent where no accelerator is used.
+    BeatMetric{.key = "peak_memory_bytes",
+               .field = &BeatMetrics::peak_memory_bytes,
+               .integral = true,
+               .unit = MetricUnit::bytes,
+               .shown = kInStateJson | kInMetricsLine | kInStatusTable,
+               .title = "peak accelerator memory",
+               .column = "PEAK MEM",
+               .prometheus = "peak_accelerator_memory_bytes",
+               .rank_help = "The most accelerator memory the rank's process has held (its high-water mark)",
+               .host_summary = HostSummary::max,
+               .host_help = "The largest peak accelerator memory of the host's ranks"},
 };
 
 /// The row of kBeatMetrics for `field` (every member of BeatMetrics has one).

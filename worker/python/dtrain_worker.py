@@ -57,10 +57,26 @@ import math
 import os
 import socket
 import struct
+import sys
 import threading
 import time
 
 __all__ = ["Worker", "InPlace", "DtrainError"]  # DtrainStore too, on demand (it needs torch)
+
+
+# A beat's metrics (worker/contract/beat_metrics.h), and those sent as integers.
+_BEAT_METRICS = ("loss", "step_ms", "comm_ms", "data_ms", "samples", "peak_memory_bytes")
+_INTEGRAL_METRICS = ("samples", "peak_memory_bytes")
+
+
+def _peak_accelerator_memory():
+    """torch.cuda.max_memory_allocated() of the current device once the script has imported torch
+    and initialised CUDA (never initialised from here: a CPU script stays CPU); else None."""
+    cuda = getattr(sys.modules.get("torch"), "cuda", None)
+    try:
+        return int(cuda.max_memory_allocated()) if cuda is not None and cuda.is_initialized() else None
+    except Exception:  # a torch without CUDA support, or a device gone: no figure, no failure
+        return None
 
 
 # Set once the script itself connects (Worker.from_env()): the bootstrap then stops beating.
@@ -212,15 +228,17 @@ class Worker:
 
     # --- heartbeats -----------------------------------------------------------------------
     def beat(self, step, final=False, **metrics):
-        """Records progress; metrics: loss, step_ms, comm_ms, data_ms, samples."""
+        """Records progress; metrics: loss, step_ms, comm_ms, data_ms, samples, peak_memory_bytes.
+        peak_memory_bytes, when not given, is torch.cuda.max_memory_allocated() where the script
+        uses CUDA."""
         message = {"type": "beat", "step": int(step)}
-        for key in ("loss", "step_ms", "comm_ms", "data_ms", "samples"):
+        for key in _BEAT_METRICS:
             value = metrics.get(key)
             if value is None:
                 continue
             # A diverged loss is NaN or inf, which JSON cannot carry (json.dumps would write
             # NaN, an invalid line the agent drops as a protocol error): leave it out instead.
-            value = int(value) if key == "samples" else float(value)
+            value = int(value) if key in _INTEGRAL_METRICS else float(value)
             if math.isfinite(value):
                 message[key] = value
         self._last_step = int(step)
@@ -229,6 +247,10 @@ class Worker:
         if final or self._last_beat is None or now - self._last_beat >= self._interval:
             self._last_beat = now
             self._unsent = None
+            if "peak_memory_bytes" not in message:
+                peak = _peak_accelerator_memory()
+                if peak is not None:
+                    message["peak_memory_bytes"] = peak
             self._send(message)
         else:
             self._unsent = message

@@ -1,5 +1,6 @@
 #include "worker/trainer/staging.h"
 
+#include <atomic>
 #include <cstring>
 #include <string>
 
@@ -9,12 +10,24 @@
 
 namespace dtrain::trainer {
 
+namespace {
+// Device bytes held by every Staging of the process, now and at most (stagings are made and
+// freed on the training thread, but the counters cost nothing to make safe).
+[[maybe_unused]] std::atomic<size_t> device_bytes_now{0};
+std::atomic<size_t> device_bytes_peak{0};
+}  // namespace
+
+size_t Staging::peak_device_bytes() { return device_bytes_peak.load(); }
+
 worker::Result<std::unique_ptr<Staging>> Staging::create(worker::Communicator& comm, size_t max_bytes) {
   void* device = nullptr;
   if (std::string(comm.backend()) == "nccl") {
 #if DTRAIN_HAVE_CUDA
     if (cudaError_t error = cudaMalloc(&device, 2 * max_bytes); error != cudaSuccess) {
       return worker::Error{"cudaMalloc(" + std::to_string(2 * max_bytes) + "): " + cudaGetErrorString(error)};
+    }
+    size_t now = device_bytes_now += 2 * max_bytes;
+    for (size_t peak = device_bytes_peak.load(); now > peak && !device_bytes_peak.compare_exchange_weak(peak, now);) {
     }
 #else
     (void)max_bytes;
@@ -26,7 +39,10 @@ worker::Result<std::unique_ptr<Staging>> Staging::create(worker::Communicator& c
 
 Staging::~Staging() {
 #if DTRAIN_HAVE_CUDA
-  if (device_ != nullptr) cudaFree(device_);
+  if (device_ != nullptr) {
+    cudaFree(device_);
+    device_bytes_now -= 2 * max_bytes_;
+  }
 #endif
 }
 

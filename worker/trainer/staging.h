@@ -14,6 +14,9 @@ class Staging {
   /// `max_bytes`: the largest buffer any collective, or either half of a send/recv, will be given.
   static worker::Result<std::unique_ptr<Staging>> create(worker::Communicator& comm, size_t max_bytes);
   ~Staging();
+  /// The most device memory this process's stagings have held at once, in bytes: the trainer's
+  /// own peak accelerator memory (NCCL's internal buffers are not counted); 0 without a GPU.
+  static size_t peak_device_bytes();
 
   worker::Status allreduce_sum(double* host, size_t count, worker::Millis timeout);
   worker::Status broadcast(void* host, size_t bytes, int root, worker::Millis timeout);

@@ -478,7 +478,10 @@ class TrainingRun {
                   .loss = loss_,
                   .comm_ms = comm_ms,
                   .data_ms = data_ms,
-                  .samples = static_cast<double>(batch_.global)},
+                  .samples = static_cast<double>(batch_.global),
+                  .peak_memory_bytes = Staging::peak_device_bytes() > 0
+                                           ? std::optional<double>(static_cast<double>(Staging::peak_device_bytes()))
+                                           : std::nullopt},
                  last);
     if (options_.log_every > 0 && (step_ % options_.log_every == 0 || step_ == untimed_step_ || last)) {
       std::printf("step %" PRId64 " loss %.4f step_ms %.1f\n", step_, loss_, step_ms);
