@@ -6,8 +6,8 @@
 //
 // worker → agent
 //   {"type":"hello","rank":R,"gen":G,"pid":P}                     first line, always
-//   {"type":"beat","step":S,"loss":L?,"step_ms":..?,"comm_ms":..?,"data_ms":..?,"samples":..?,
-//    "phase":"train"|"checkpoint"?}                               phase: see below
+//   {"type":"beat","step":S,"phase":"train"|"checkpoint"?, ...}   phase: see below; the metrics
+//    ("step_ms":..?,"loss":L?,"samples":N?,"peak_memory_bytes":B?...) are beat_metrics.h's table
 //   {"type":"kv.set","id":N,"key":K,"value":V}                    V: string (hex for binary)
 //   {"type":"kv.get","id":N,"key":K}
 //   {"type":"kv.wait","id":N,"keys":[K...],"timeout_ms":T}
