@@ -3,6 +3,7 @@
 // deadline here, so a kill in progress or a fence never stops the agent from answering.
 
 #include "launcher/agent/agent.h"
+#include "launcher/agent/agent_loop.h"
 
 #include <netinet/in.h>
 #include <poll.h>
@@ -48,7 +49,7 @@
 #include "worker/contract/wire.h"
 
 namespace dtrain::agent {
-namespace {
+namespace detail {
 
 using nlohmann::json;
 
@@ -56,115 +57,6 @@ constexpr int64_t kConfigTimeoutMs = 30'000;   // from start to the supervisor's
 constexpr int kNvidiaSmiTimeoutMs = 5'000;     // per nvidia-smi call at hello
 constexpr int64_t kFenceGraceCapMs = 2'000;    // TERM → KILL when fencing
 constexpr int64_t kLastWordsMs = 1'000;        // flushing bye before exit
-constexpr size_t kMaxTailLines = 10'000;
-constexpr int64_t kStandbyRestartMs = 1'000;   // at most one replacement of a dead standby per second
-constexpr int64_t kStandbyRefillDelayMs = 1'000;  // from an assign to the standby that replaces it
-
-struct Config {
-  std::string run_id;
-  std::string host;
-  std::string runtime_dir;
-  int64_t heartbeat_interval_ms = 0;
-  int64_t heartbeat_timeout_ms = 0;
-  bool batch_beats = false;  ///< worker beats ride on the agent's beat (messages.h)
-};
-
-class Agent {
- public:
-  Agent(int input_fd, int output_fd) : input_fd_(input_fd), out_(output_fd) {}
-  int run();
-
- private:
-  Status install_signal_handling();
-  void loop_once();
-  void poll_and_dispatch();
-  int64_t next_wakeup_ms(int64_t now) const;
-  void check_timers(int64_t now);
-  void read_input();
-  void read_signals();
-  void reap_children();
-  void advance_kills(int64_t now);
-  void handle_frame(const json& frame);
-
-  // One handler per supervisor → agent message (proto/supervisor_messages.h).
-  void on(const proto::AgentConfig& config);
-  void on(const proto::SpawnRequest& spawn);
-  void on(const proto::KillRequest& kill);
-  void on(const proto::PingRequest& ping);
-  void on(const proto::ToWorkerRequest& to_worker);
-  void on(const proto::ReservePortRequest& reserve);
-  void on(const proto::FenceRequest& fence);
-  void on(const proto::SampleRequest& sample);
-  void on(const proto::DumpRequest& dump);
-  void on(const proto::GenChangedRequest& change);
-
-  /// Refuses a launch that would collide with a live worker or a generation gen_changed moved
-  /// on from (spawn_failed), else adds its files and starts it.
-  void spawn_one(WorkerLaunch launch, bool instrument);
-  void open_worker_files();
-  void add_worker_files(WorkerLaunch& launch, bool instrument);
-  /// The bootstrap first on PYTHONPATH (spec worker.instrument).
-  void add_bootstrap_path(WorkerLaunch& launch, bool instrument);
-
-  /// Warm standbys (messages.h spawn.standby): starts what the pool lacks (a dead standby's
-  /// replacement at most once a second, an assigned one's a second after the assign).
-  void keep_standbys(int64_t now);
-  int standby_count() const;
-  /// A ready standby becomes the worker of `launch` (assign): true when one did, and it is reported
-  /// started; false when none is ready (or the assign could not be sent), for a normal spawn.
-  bool assign_standby(const WorkerLaunch& launch);
-  void send_beat(int64_t now);
-  /// Tells the resource sampler which workers are alive (after a spawn or a reap).
-  void update_sampled_workers();
-  /// A worker's message to the supervisor: at once as from_worker, except (with batch_beats)
-  /// a beat after the worker's first one without a phase, which waits for the agent's next beat
-  /// (newest wins). Anything else the worker sends first flushes its held beat, so its order holds.
-  void forward_from_worker(int gen, int rank, pid_t pid, proto::WorkerMessage message);
-  void flush_held_beat(int gen, int rank);
-  void send_error(proto::AgentError error);
-  void protocol_error(const std::string& what);
-  void begin_fence(std::string reason, ExitCode code);
-  void finish_fence(int64_t now);
-  std::string who() const { return config_ ? "agent " + config_->host : "agent"; }
-  int64_t now_ms() const { return clock_.monotonic_ms(); }
-  int64_t agent_time_ms() const { return clock_.wall_ms(); }
-
-  int input_fd_;
-  Outbox out_;
-  proto::FrameDecoder decoder_;
-  SystemClock clock_;
-  UniqueFd signal_fd_;
-  sigset_t old_mask_{};
-  bool input_open_ = true;
-  std::optional<Config> config_;
-  std::unique_ptr<WorkerSocketServer> sockets_;
-  std::optional<WorkerFiles> files_;  ///< bootstrap + error files; absent if they could not be made
-  std::map<pid_t, std::unique_ptr<WorkerProcess>> workers_;
-  std::map<std::pair<int, int>, std::pair<pid_t, proto::WorkerBeat>> held_beats_;  ///< (gen, rank) → newest beat
-  std::set<std::pair<int, int>> beaten_;  ///< (gen, rank) of live workers whose first beat went out
-  std::vector<KillOperation> kills_;
-  std::map<int, int> moved_generations_;  ///< gen_changed so far: from → to
-  /// Warm standbys: the newest spawn's argv, workdir and common env (launch), its instrument, and
-  /// how many to keep (0 after a kill of every generation, until a spawn asks again).
-  struct StandbyPool {
-    WorkerLaunch launch;
-    bool instrument = false;
-    int wanted = 0;
-  };
-  StandbyPool standbys_;
-  int64_t standby_not_before_ms_ = 0;  ///< no standby starts before (a dead one's replacement waits)
-  int64_t last_standby_start_ms_ = 0;
-  std::unique_ptr<ResourceSampler> sampler_;  ///< started after hello; its thread reads /proc and GPUs
-  int64_t started_ms_ = 0;
-  int64_t last_frame_ms_ = 0;
-  int64_t next_beat_ms_ = 0;
-
-  std::optional<std::string> fence_reason_;
-  std::optional<KillOperation> fence_kill_;
-  size_t workers_at_fence_ = 0;
-  ExitCode exit_code_ = ExitCode::ok;
-  bool done_ = false;
-};
 
 Status Agent::install_signal_handling() {
   ::signal(SIGPIPE, SIG_IGN);  // a closed pipe is an EPIPE we handle, not a death
@@ -477,155 +369,6 @@ void Agent::on(const proto::AgentConfig& message) {
   next_beat_ms_ = last_frame_ms_ + config.heartbeat_interval_ms;
 }
 
-void Agent::on(const proto::SpawnRequest& spawn) {
-  WorkerLaunch common;
-  common.gen = spawn.gen;
-  common.workdir = spawn.workdir.value_or(common.workdir);
-  if (spawn.log_tail_lines) {
-    common.log_tail_lines = static_cast<size_t>(std::clamp<int64_t>(*spawn.log_tail_lines, 0, kMaxTailLines));
-  }
-  common.argv = spawn.argv;
-  for (const proto::SpawnWorker& worker : spawn.workers) {
-    WorkerLaunch launch = common;
-    launch.rank = worker.rank;
-    launch.local_rank = worker.local_rank;
-    // DTRAIN_GENERATION also lets a kill attribute a worker's orphans to their generation.
-    launch.env[contract::env::kGeneration] = std::to_string(launch.gen);
-    for (const auto& [name, value] : spawn.env) launch.env[name] = value;
-    for (const auto& [name, value] : worker.env) launch.env[name] = value;
-    launch.env[contract::env::kAgentSocket] = sockets_->path();
-    spawn_one(std::move(launch), spawn.instrument);
-  }
-  // The pool follows the newest spawn; standbys started from an older one stay (assign gives
-  // them the whole environment of the worker they become).
-  if (spawn.standby.value_or(0) > 0) {
-    standbys_.launch = common;
-    for (const auto& [name, value] : spawn.env) standbys_.launch.env[name] = value;
-    standbys_.instrument = spawn.instrument;
-  }
-  if (spawn.standby) standbys_.wanted = *spawn.standby;  // absent: as before
-  keep_standbys(now_ms());
-}
-
-int Agent::standby_count() const {
-  return static_cast<int>(std::count_if(workers_.begin(), workers_.end(),
-                                        [](const auto& entry) { return entry.second->standby(); }));
-}
-
-void Agent::keep_standbys(int64_t now) {
-  if (fence_reason_ || !sockets_ || now < standby_not_before_ms_) return;
-  for (int missing = standbys_.wanted - standby_count(); missing > 0; --missing) {
-    WorkerLaunch launch = standbys_.launch;
-    launch.standby = true;
-    launch.rank = -1;
-    launch.local_rank = -1;
-    launch.env.erase(contract::env::kGeneration);  // it belongs to none until assigned
-    launch.env[contract::env::kStandby] = "1";
-    launch.env[contract::env::kAgentSocket] = sockets_->path();
-    add_bootstrap_path(launch, standbys_.instrument);
-    last_standby_start_ms_ = now;
-    auto spawned = WorkerProcess::spawn(launch);
-    if (!spawned) {
-      std::fprintf(stderr, "%s: cannot start a standby: %s\n", who().c_str(), spawned.error().message.c_str());
-      standby_not_before_ms_ = now + kStandbyRestartMs;
-      return;
-    }
-    pid_t pid = (*spawned)->pid();
-    workers_[pid] = std::move(*spawned);
-  }
-}
-
-bool Agent::assign_standby(const WorkerLaunch& launch) {
-  for (auto& [pid, worker] : workers_) {
-    if (!worker->standby() || worker->signalled_by_agent || !sockets_->standby_ready(pid)) continue;
-    std::optional<char> state = process_state(pid);
-    if (!state || *state == 'Z') continue;  // dead, not reaped yet
-    // What a new process would have had (spawn_one's env, PATH as build_environment makes it);
-    // the standby sets it over its own environment.
-    proto::StandbyAssign assign{launch.gen, launch.rank, launch.env};
-    assign.env["PATH"] = worker_path_for(launch);
-    assign.env.erase(contract::env::kStandby);
-    if (Status sent = sockets_->assign_standby(pid, assign); !sent) {
-      std::fprintf(stderr, "%s: %s; starting rank %d as a new process\n", who().c_str(), sent.error().message.c_str(),
-                   launch.rank);
-      return false;
-    }
-    worker->assign(launch);
-    out_.send(proto::WorkerStartedReport{launch.gen, launch.rank, pid, launch.local_rank, agent_time_ms(), true});
-    update_sampled_workers();
-    // Refilled a moment later, not now: starting a process here would delay this started report
-    // (fork in this loop) and a Python standby's imports would compete with the recovery's state
-    // transfer for the CPUs (kill -9 of 1 of 4 DDP ranks: 149-190 ms to the first step with an
-    // immediate refill, 125-133 ms with this).
-    standby_not_before_ms_ = std::max(standby_not_before_ms_, now_ms() + kStandbyRefillDelayMs);
-    return true;
-  }
-  return false;
-}
-
-// Next to the socket: `<runtime dir>/<host>.files`. Without it the workers still run (no
-// bootstrap, no error file): a full /tmp must not stop training, but it is said once here.
-void Agent::open_worker_files() {
-  std::string socket = sockets_->path();
-  std::string stem = socket.size() > 5 && socket.compare(socket.size() - 5, 5, ".sock") == 0
-                         ? socket.substr(0, socket.size() - 5) : socket;
-  auto files = WorkerFiles::create(stem + ".files");
-  if (!files) {
-    std::fprintf(stderr, "%s: %s; workers run without dtrain's Python bootstrap and error files\n",
-                 who().c_str(), files.error().message.c_str());
-    return;
-  }
-  files_.emplace(std::move(*files));
-}
-
-// TORCHELASTIC_ERROR_FILE per rank, as torchrun sets it (torch's @record and the bootstrap write
-// it; reap_children reads it), and the bootstrap first on PYTHONPATH when instrumenting.
-void Agent::add_worker_files(WorkerLaunch& launch, bool instrument) {
-  if (!files_) return;
-  std::string error_file = files_->error_file(launch.gen, launch.rank);
-  ::unlink(error_file.c_str());  // a record left by an earlier worker is not this one's
-  launch.env["TORCHELASTIC_ERROR_FILE"] = error_file;
-  add_hang_evidence_env(launch.env, files_->flight_recorder_prefix(launch.gen));
-  add_bootstrap_path(launch, instrument);
-}
-
-void Agent::add_bootstrap_path(WorkerLaunch& launch, bool instrument) {
-  if (!files_ || !instrument) return;
-  auto given = launch.env.find("PYTHONPATH");
-  const char* inherited = std::getenv("PYTHONPATH");
-  launch.env["PYTHONPATH"] = prepend_python_path(
-      files_->python_path(), given != launch.env.end() ? given->second : inherited ? inherited : "");
-}
-
-void Agent::spawn_one(WorkerLaunch launch, bool instrument) {
-  auto refuse = [&](const std::string& why) { out_.send(proto::WorkerSpawnFailedReport{launch.gen, launch.rank, why}); };
-  // Checked before add_worker_files, which clears the (gen, rank) error file: a refused spawn
-  // must not touch the files of the worker it collides with.
-  if (auto moved = moved_generations_.find(launch.gen); moved != moved_generations_.end()) {
-    return refuse("generation " + std::to_string(launch.gen) + " was carried over to generation " +
-                  std::to_string(moved->second) + " (gen_changed); it takes no new workers");
-  }
-  for (const auto& [pid, worker] : workers_) {
-    if (worker->gen() == launch.gen && worker->rank() == launch.rank) {
-      return refuse("rank " + std::to_string(launch.rank) + " of generation " + std::to_string(launch.gen) +
-                    " is already running (pid " + std::to_string(pid) + ")");
-    }
-  }
-  add_worker_files(launch, instrument);
-  auto join_live = launch.env.find(contract::env::kJoinLive);
-  if (join_live != launch.env.end() && join_live->second == "1" && assign_standby(launch)) return;
-  auto spawned = WorkerProcess::spawn(launch);
-  if (!spawned) {
-    std::fprintf(stderr, "%s: rank %d: %s\n", who().c_str(), launch.rank,
-                 spawned.error().message.c_str());
-    return refuse(spawned.error().message);
-  }
-  pid_t pid = (*spawned)->pid();
-  out_.send(proto::WorkerStartedReport{launch.gen, launch.rank, pid, launch.local_rank, agent_time_ms()});
-  workers_[pid] = std::move(*spawned);
-  update_sampled_workers();
-}
-
 void Agent::on(const proto::KillRequest& kill) {
   std::set<int> ranks;  // empty: every worker of gen
   if (kill.ranks) ranks.insert(kill.ranks->begin(), kill.ranks->end());
@@ -835,10 +578,10 @@ void Agent::finish_fence(int64_t now) {
   done_ = true;
 }
 
-}  // namespace
+}  // namespace detail
 
 int run_agent(int input_fd, int output_fd) {
-  Agent agent(input_fd, output_fd);
+  detail::Agent agent(input_fd, output_fd);
   return agent.run();
 }
 

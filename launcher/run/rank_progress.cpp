@@ -2,8 +2,6 @@
 
 #include <algorithm>
 
-#include "launcher/base/json_fields.h"
-
 namespace dtrain::run {
 
 using nlohmann::json;
@@ -97,17 +95,19 @@ std::optional<json> RankProgressTable::metrics_line(const supervisor::Supervisor
   line["ranks_reporting"] = samples.size();
   line["step"] = step_spread;
   // Each metric's spread over the ranks that reported it (a metric none reported is left out).
+  double median_ms = 0;  // of the step times, for the outliers
   for (const contract::BeatMetric& metric : contract::kBeatMetrics) {
     if ((metric.shown & contract::kInMetricsLine) == 0) continue;
     std::vector<double> values;
     for (const MetricsSample& sample : samples) {
       if (const std::optional<double>& value = sample.metrics->*metric.field) values.push_back(*value);
     }
-    if (!values.empty()) line[std::string(metric.key)] = spread(std::move(values));
+    if (values.empty()) continue;
+    std::sort(values.begin(), values.end());
+    if (metric.field == &contract::BeatMetrics::step_ms) median_ms = values[values.size() / 2];
+    line[std::string(metric.key)] = spread(std::move(values));
   }
   double newest = step_spread["max"].get<double>();
-  const json* time_spread = json_member(line, "step_ms");
-  double median_ms = time_spread ? (*time_spread)["median"].get<double>() : 0.0;
   std::vector<MetricsSample> outliers;
   for (const MetricsSample& sample : samples) {
     bool lagging = static_cast<double>(sample.step) < newest - 1;

@@ -12,6 +12,19 @@
 using dtrain::testing::FakeAgent;
 using namespace std::chrono_literals;
 
+namespace {
+
+/// The first lines of a script run as `python3 script <dtrain_worker's dir> <a stand-in torch's dir>`.
+constexpr const char* kBothPaths = "import sys\nsys.path.insert(0, sys.argv[1])\nsys.path.insert(0, sys.argv[2])\n";
+
+/// A stand-in `torch` package under `dir` (file name → source), so that a test needs no PyTorch.
+void write_stand_in_torch(const std::string& dir, const std::map<std::string, std::string>& files) {
+  std::filesystem::create_directories(dir + "/torch");
+  for (const auto& [name, source] : files) std::ofstream(dir + "/torch/" + name) << source;
+}
+
+}  // namespace
+
 TEST_CASE("python client: hello, beats, kv set/get/wait and bye from a real python3") {
   FakeAgent agent;
   std::string script = agent.dir() + "/train.py";
@@ -66,10 +79,7 @@ TEST_CASE("python client: outside dtrain it raises an error that says how to run
 TEST_CASE("python client: comm_ready and init_process_group say comm.ready once, without swallowing a beat") {
   FakeAgent agent;
   // A stand-in torch.distributed that records the calls, so the test needs no PyTorch.
-  std::string fake_torch = agent.dir() + "/torch";
-  std::filesystem::create_directories(fake_torch);
-  std::ofstream(fake_torch + "/__init__.py") << "";
-  std::ofstream(fake_torch + "/distributed.py") << R"(
+  write_stand_in_torch(agent.dir(), {{"__init__.py", ""}, {"distributed.py", R"(
 import time
 calls = []
 def init_process_group(**kwargs):
@@ -77,12 +87,9 @@ def init_process_group(**kwargs):
     time.sleep(0.05)
 def barrier():
     calls.append(("barrier",))
-)";
+)"}});
   std::string script = agent.dir() + "/train.py";
-  std::ofstream(script) << R"(
-import sys
-sys.path.insert(0, sys.argv[1])
-sys.path.insert(0, sys.argv[2])
+  std::ofstream(script) << kBothPaths << R"(
 from dtrain_worker import Worker
 import torch.distributed as dist
 w = Worker.from_env()
@@ -111,6 +118,39 @@ w.close()
     if (message.rank == 1) CHECK(message.msg["ms"] == 1234);
     if (message.rank == 0) CHECK(message.msg["ms"].get<int>() >= 50);  // the fake init's sleep
   }
+}
+
+TEST_CASE("python client: a beat carries torch.cuda.max_memory_allocated() once CUDA is initialised, and never initialises it") {
+  FakeAgent agent;
+  // A stand-in torch.cuda whose figure may not be read before CUDA is "initialised": no PyTorch, no GPU.
+  write_stand_in_torch(agent.dir(), {{"__init__.py", "from . import cuda\n"}, {"cuda.py", R"(
+initialised = False
+def is_initialized():
+    return initialised
+def max_memory_allocated(device=None):
+    assert initialised, "read before CUDA was initialised"
+    return 5 << 30
+)"}});
+  std::string script = agent.dir() + "/train.py";
+  std::ofstream(script) << kBothPaths << R"(
+import torch
+from dtrain_worker import Worker
+w = Worker.from_env()
+w.beat(1, loss=1.0)                      # CPU so far: no figure
+torch.cuda.initialised = True
+w.beat(2, loss=0.5)                      # torch's figure
+w.beat(3, final=True, peak_memory_bytes=7)  # the script's own figure wins
+w.close()
+)";
+  agent.spawn(1, {"/usr/bin/python3", script, DTRAIN_SOURCE_DIR "/worker/python", agent.dir()},
+              {{"DTRAIN_HEARTBEAT_INTERVAL_MS", "0"}});
+  REQUIRE_MESSAGE(agent.wait_all_ok(60s), agent.log(0));
+  std::map<int64_t, nlohmann::json> by_step;
+  for (const auto& beat : agent.received_of_type("beat")) by_step[beat.msg["step"].get<int64_t>()] = beat.msg;
+  REQUIRE(by_step.size() == 3);
+  CHECK_FALSE(by_step[1].contains("peak_memory_bytes"));
+  CHECK(by_step[2]["peak_memory_bytes"] == int64_t{5} << 30);
+  CHECK(by_step[3]["peak_memory_bytes"] == 7);
 }
 
 TEST_CASE("python client: DtrainStore keeps bytes, adds atomically across ranks, and names what it cannot do") {
