@@ -10,10 +10,14 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "fuzz/fuzz_check.h"
 #include "launcher/report/html_report.h"
 #include "launcher/report/run_record.h"
+#include "worker/contract/beat_metrics.h"
 
 using namespace dtrain;
 using namespace dtrain::fuzz;
@@ -53,9 +57,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (line->training) {
       for (const report::RankSample& rank : line->training->ranks) {
         check(rank.rank >= 0, "a rank is not negative");
-        check(finite(rank.loss) && finite(rank.step_ms), "rank figures are finite");
+        for (const contract::BeatMetric& metric : contract::kBeatMetrics) {
+          check(finite(rank.metrics.*metric.field), "rank figures are finite", std::string(metric.key));
+        }
       }
-      for (const auto* spread : {&line->training->step, &line->training->step_ms, &line->training->loss}) {
+      std::vector<const std::optional<report::Spread>*> spreads = {&line->training->step};
+      for (const std::optional<report::Spread>& spread : line->training->spreads) spreads.push_back(&spread);
+      for (const std::optional<report::Spread>* spread : spreads) {
         if (*spread) check(std::isfinite((*spread)->min) && std::isfinite((*spread)->median) && std::isfinite((*spread)->max),
                            "a spread is finite");
       }

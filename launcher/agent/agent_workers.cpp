@@ -8,6 +8,8 @@
 #include <utility>
 
 #include "launcher/agent/agent_loop.h"
+#include "launcher/agent/flight_recorder.h"
+#include "launcher/agent/process_tree.h"
 #include "worker/contract/env.h"
 
 namespace dtrain::agent::detail {

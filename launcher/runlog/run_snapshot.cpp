@@ -100,7 +100,7 @@ void append_rank_rows(std::string& out, const std::vector<RunSnapshot::Rank>& ro
     integer_or_null(", \"last_beat_ms\": "sv, row.last_beat_ms);
     for (const contract::BeatMetric& metric : contract::kBeatMetrics) {
       const std::optional<double>& value = row.metrics.*metric.field;
-      if (!value || (metric.shown & contract::kInStateJson) == 0) continue;
+      if (!value || !std::isfinite(*value) || (metric.shown & contract::kInStateJson) == 0) continue;
       out += ", \""sv;
       out += metric.key;
       out += "\": "sv;

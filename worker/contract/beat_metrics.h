@@ -10,6 +10,7 @@
 // Nothing else names it: that is the point of this file (issue 27, "prove the seams").
 
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -120,14 +121,14 @@ constexpr size_t beat_metric_index(std::optional<double> BeatMetrics::*field) {
 static_assert(sizeof(BeatMetrics) == kBeatMetrics.size() * sizeof(std::optional<double>),
               "every member of BeatMetrics needs its row in kBeatMetrics");
 
-/// Writes each metric that is set (and, with `only`, shown there) as out[key]: an integer for an
-/// integral one. `JsonObject` is any JSON object type indexed by std::string (this header stays
+/// Writes each metric that is set and finite (and, with `only`, shown there) as out[key]: an
+/// integer for an integral one. JSON has no NaN: a diverged loss is left out, as if unset. `JsonObject` is any JSON object type indexed by std::string (this header stays
 /// std-only: the worker runtime and the launcher both write beats through it).
 template <class JsonObject>
 void write_beat_metrics(const BeatMetrics& metrics, JsonObject& out, unsigned only = ~0u) {
   for (const BeatMetric& metric : kBeatMetrics) {
     const std::optional<double>& value = metrics.*metric.field;
-    if (!value || (only != ~0u && (metric.shown & only) == 0)) continue;
+    if (!value || !std::isfinite(*value) || (only != ~0u && (metric.shown & only) == 0)) continue;
     if (metric.integral) out[std::string(metric.key)] = static_cast<int64_t>(*value);
     else out[std::string(metric.key)] = *value;
   }
