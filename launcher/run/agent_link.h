@@ -3,6 +3,7 @@
 // and the clock offset measured at hello.
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -73,5 +74,9 @@ class AgentLink {
   int64_t offset_ms_ = 0;
   int64_t offset_round_trip_ms_ = -1;  ///< round trip of the sample offset_ms_ came from
 };
+
+/// Every host's agent link, by host name: the driver owns them; the parts that send or read
+/// them (SnapshotWriter) hold this map by reference.
+using AgentLinks = std::map<std::string, std::unique_ptr<AgentLink>>;
 
 }  // namespace dtrain::run

@@ -39,20 +39,19 @@ RunDriver::RunDriver(spec::JobSpec spec, plan::RankPlan plan, RunDirectory run, 
       run_(std::move(run)),
       recorder_(run_, std::move(events), console, clock_, seams.before_runlog_write, spec_.logs.max_bytes),
       dtrain_exe_(std::move(dtrain_exe)),
-      detached_(detached),
       supervisor_(spec_, plan, clock_),
       transports_(spec_, dtrain_exe_, seams.transport,
                   [this](const std::string& warning) {
                     record(events::SshInsecure{warning}.to_json());
                     recorder_.console_line("warning: " + warning);
                   }),
-      submitted_wall_ms_(clock_.wall_ms()),
-      hostname_(this_hostname()) {}
+      times_{clock_.wall_ms(), std::nullopt},
+      snapshots_(spec_, run_, supervisor_, progress_, links_, router_, metrics_, times_, recorder_, clock_,
+                 this_hostname(), detached) {}
 
 void RunDriver::resume_from(const supervisor::ResumeFrom& from, int64_t submitted_wall_ms) {
-  resumed_ = true;
-  submitted_wall_ms_ = submitted_wall_ms;
-  resumed_wall_ms_ = clock_.wall_ms();
+  times_.submitted_wall_ms = submitted_wall_ms;
+  times_.resumed_wall_ms = clock_.wall_ms();
   pending_resume_ = from;
   router_.set_last_checkpoint_step(from.committed_steps.empty() ? -1 : from.committed_steps.back());
 }
@@ -248,7 +247,7 @@ std::optional<int> RunDriver::open_run() {
     log().warn("control socket unavailable: {}", control.error().message);
   }
   log().info("dtrain {} supervising run {} (pid {})", kVersion, run_.id(), ::getpid());
-  write_state(true);
+  snapshots_.write_state(true, finished_);
   recorder_.flush();  // `dtrain resume` must find this supervisor's pid before any worker starts
   if (pending_resume_) {
     for (const supervisor::Action& action : supervisor_.resume_from(*pending_resume_)) perform(action);
@@ -336,19 +335,19 @@ void RunDriver::loop() {
       }
       feed(supervisor::Tick{});
     }
-    show_status();
-    write_metrics(false);
+    snapshots_.show_status();
+    snapshots_.write_metrics(false);
     metrics_.update(supervisor_, progress_, router_.host_resources(), [this](nlohmann::json event) { record(std::move(event)); });
-    write_state(false);
+    snapshots_.write_state(false, finished_);
   }
 }
 
 int RunDriver::close_run() {
   supervisor::FinishRun finish = finished_.value_or(supervisor::FinishRun{RunState::failed, ExitCode::internal});
   router_.flush_comm_warns(true);
-  write_metrics(true);
+  snapshots_.write_metrics(true);
   shut_down_agents();
-  const int64_t elapsed_ms = clock_.wall_ms() - submitted_wall_ms_;
+  const int64_t elapsed_ms = clock_.wall_ms() - times_.submitted_wall_ms;
   record(run_finished_event(supervisor_, finish, elapsed_ms).to_json());
   if (recorder_.console_mode() != Console::Mode::quiet) {
     recorder_.flush();  // every console line first; the console is idle from here on
@@ -356,7 +355,7 @@ int RunDriver::close_run() {
     print_run_summary(finish.exit_code == ExitCode::ok ? stdout : stderr, supervisor_, finish, run_, router_, elapsed_ms);
   }
   metrics_.write(true, supervisor_, progress_, router_.host_resources());  // after run.finished: the final goodput
-  write_state(true);
+  snapshots_.write_state(true, finished_);
   recorder_.flush();
   run_.unlink_control_socket();
   control_.reset();

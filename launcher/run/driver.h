@@ -5,7 +5,8 @@
 //   frame_router.*        agent frames → typed messages → supervisor Events and rank progress
 //   rank_progress.*       per-rank progress from beats, and the builder of every per-rank view
 //   driver_actions.cpp    supervisor Actions → frames to agents (start/stop generations, samples)
-//   driver_snapshots.cpp  state.json, metrics.jsonl and the console status, built from the supervisor
+//   snapshot_writer.*     SnapshotWriter: state.json, metrics.jsonl and the console status, each
+//                         paced, built from the supervisor and rank progress
 //   metrics_exporter.*    task metrics: generation.stepped, stragglers, goodput, metrics.prom / /metrics
 //   slurm_time_limit.*     the Slurm job's time left (squeue), pumped by the loop, never waited for
 //   run_summary.cpp       the end-of-run summary
@@ -37,6 +38,7 @@
 #include "launcher/run/run_recorder.h"
 #include "launcher/run/signal_pipe.h"
 #include "launcher/run/slurm_time_limit.h"
+#include "launcher/run/snapshot_writer.h"
 #include "launcher/run/worker_env.h"
 #include "launcher/runlog/run_directory.h"
 #include "launcher/runlog/run_lock.h"
@@ -125,20 +127,12 @@ class RunDriver : private FrameRouter::Output {
   void kill_ranks(const supervisor::KillRanks& kill);
   MasterAddressFacts master_address_facts(const plan::RankPlan& plan);
 
-  // ---- snapshots (driver_snapshots.cpp)
-  /// Builds state.json's snapshot and hands it to the recorder: at once when forced or when
-  /// the run's state changed, else at most every state_write_spacing_ms_.
-  void write_state(bool force);
-  void show_status();
-  void write_metrics(bool force);
-
   SystemClock system_clock_;
   const Clock& clock_;
   spec::JobSpec spec_;
   RunDirectory run_;
   RunRecorder recorder_;
   std::string dtrain_exe_;
-  bool detached_;
   supervisor::Supervisor supervisor_;
   store::KvStore store_;
   std::optional<ControlSocket> control_;
@@ -146,7 +140,7 @@ class RunDriver : private FrameRouter::Output {
   /// run's private fallback when that was refused (set by run()).
   RuntimeDirectoryChoice runtime_dir_;
   AgentTransports transports_;
-  std::map<std::string, std::unique_ptr<AgentLink>> links_;
+  AgentLinks links_;
   RankProgressTable progress_;  ///< per-rank progress from beats, and every per-rank view
   FrameRouter router_{*this, supervisor_, store_, progress_, run_, clock_};
   std::optional<supervisor::StartGeneration> pending_start_;
@@ -158,23 +152,14 @@ class RunDriver : private FrameRouter::Output {
   std::optional<SignalPipe> signals_;  ///< while run() runs
   int signals_seen_ = 0;
   SlurmTimeLimitWatch walltime_{spec_.checkpoint.before_walltime};
-  int64_t submitted_wall_ms_;
-  bool resumed_ = false;
-  int64_t resumed_wall_ms_ = 0;
+  RunTimes times_;
   std::optional<supervisor::ResumeFrom> pending_resume_;
-  int64_t last_state_write_ms_ = 0;
   int64_t last_ping_ms_ = 0;
-  int64_t last_metrics_ms_ = 0;
-  int64_t last_status_ms_ = 0;
   int64_t last_log_flush_ms_ = 0;
   int64_t last_tick_ms_ = 0;
   int64_t last_full_pump_ms_ = 0;
-  static constexpr int64_t kStateWriteSpacingMs = 500;
-  static constexpr size_t kMetricsDetailRanks = 64;
-  int64_t state_write_spacing_ms_ = kStateWriteSpacingMs;
-  std::string last_state_name_;
-  std::string hostname_;  ///< of this machine, for state.json
   MetricsExporter metrics_{spec_, run_, recorder_, clock_};
+  SnapshotWriter snapshots_;
 };
 
 /// Forks the supervisor into the background. In the parent: prints the run id and returns the

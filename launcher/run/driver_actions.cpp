@@ -52,7 +52,7 @@ void RunDriver::perform(const supervisor::Action& action) {
     record(event->event);
     // At once when the run's state changed, else at most every 500 ms (the loop catches up):
     // one write per event was O(ranks) per event — O(ranks²) fsync'd bytes for one generation.
-    write_state(false);
+    snapshots_.write_state(false, finished_);
   } else if (const auto* start = std::get_if<supervisor::StartGeneration>(&action)) {
     start_generation(*start);
   } else if (const auto* stop = std::get_if<supervisor::StopGeneration>(&action)) {

@@ -1,20 +1,38 @@
-// What the driver shows of a run while it runs: state.json (for `dtrain status`), metrics.jsonl
-// and the console's live status — each built from the supervisor's view and handed to the
-// recorder, which writes it off the loop.
+// SnapshotWriter (snapshot_writer.h): state.json, metrics.jsonl and the console's live status,
+// each built from the supervisor's view and handed to the recorder, which writes it off the loop.
 
 #include <unistd.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "launcher/base/exit_code.h"
 #include "launcher/runlog/run_state.h"
-#include "launcher/run/driver.h"
+#include "launcher/run/snapshot_writer.h"
 
 namespace dtrain::run {
 
 using nlohmann::json;
 
-void RunDriver::write_state(bool force) {
+SnapshotWriter::SnapshotWriter(const spec::JobSpec& spec, const RunDirectory& run,
+                               const supervisor::Supervisor& supervisor, const RankProgressTable& progress,
+                               const AgentLinks& links, const FrameRouter& router, const MetricsExporter& metrics,
+                               const RunTimes& times, RunRecorder& recorder, const Clock& clock, std::string hostname,
+                               bool detached)
+    : spec_(spec),
+      run_(run),
+      supervisor_(supervisor),
+      progress_(progress),
+      links_(links),
+      router_(router),
+      metrics_(metrics),
+      times_(times),
+      recorder_(recorder),
+      clock_(clock),
+      hostname_(std::move(hostname)),
+      detached_(detached) {}
+
+void SnapshotWriter::write_state(bool force, const std::optional<supervisor::FinishRun>& finished) {
   int64_t now = clock_.monotonic_ms();
   std::string state_name = supervisor::to_string(supervisor_.state());
   if (!force && state_name == last_state_name_ && now - last_state_write_ms_ < state_write_spacing_ms_) return;
@@ -58,16 +76,17 @@ void RunDriver::write_state(bool force) {
   snapshot.name = spec_.name;
   snapshot.tenant = spec_.tenant;
   snapshot.state = state_name;
-  if (finished_) snapshot.exit_code = to_int(finished_->exit_code);
+  if (finished) snapshot.exit_code = to_int(finished->exit_code);
   snapshot.generation = std::max(0, supervisor_.generation());
   snapshot.world_size = plan.world_size;
   snapshot.restarts = supervisor_.restarts();
   snapshot.excluded_hosts.assign(supervisor_.excluded_hosts().begin(), supervisor_.excluded_hosts().end());
-  snapshot.supervisor = RunSnapshot::Supervisor{::getpid(), hostname_, resumed_ ? resumed_wall_ms_ : submitted_wall_ms_,
+  snapshot.supervisor = RunSnapshot::Supervisor{::getpid(), hostname_,
+                                                times_.resumed_wall_ms.value_or(times_.submitted_wall_ms),
                                                 current_process_start_ticks()};
-  snapshot.submitted_at_ms = submitted_wall_ms_;
-  if (resumed_) snapshot.resumed_at_ms = resumed_wall_ms_;
-  if (finished_) snapshot.finished_at_ms = clock_.wall_ms();
+  snapshot.submitted_at_ms = times_.submitted_wall_ms;
+  snapshot.resumed_at_ms = times_.resumed_wall_ms;
+  if (finished) snapshot.finished_at_ms = clock_.wall_ms();
   snapshot.updated_at_ms = clock_.wall_ms();
   // The supervisor keeps its recovery.completed as the log line it wrote (with "gen").
   if (!supervisor_.last_recovery().is_null()) {
@@ -103,7 +122,7 @@ void RunDriver::write_state(bool force) {
 /// than one step behind the newest, or stepping 1.5 × slower than the median — at most
 /// kMetricsDetailRanks of them, worst first: every rank every 5 s is ~1 MB at 16,384 ranks.
 /// At RunRecorder::kMetricsMaxBytes the file becomes metrics.1.jsonl (replacing an older one).
-void RunDriver::write_metrics(bool force) {
+void SnapshotWriter::write_metrics(bool force) {
   int64_t now = clock_.monotonic_ms();
   if (!force && now - last_metrics_ms_ < 5000) return;
   std::optional<json> ranks = progress_.metrics_line(supervisor_, kMetricsDetailRanks);
@@ -114,7 +133,7 @@ void RunDriver::write_metrics(bool force) {
   recorder_.metrics(std::move(line));
 }
 
-void RunDriver::show_status() {
+void SnapshotWriter::show_status() {
   // The console redraws at most every 200 ms (Console::status): building the status walks every
   // rank, and at thousands of ranks doing it on every wakeup cost more than the rest of the loop.
   if (recorder_.console_mode() == Console::Mode::quiet) return;
