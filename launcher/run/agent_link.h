@@ -76,7 +76,7 @@ class AgentLink {
 };
 
 /// Every host's agent link, by host name: the driver owns them; the parts that send or read
-/// them (SnapshotWriter) hold this map by reference.
+/// them (GenerationLauncher, SnapshotWriter) hold this map by reference.
 using AgentLinks = std::map<std::string, std::unique_ptr<AgentLink>>;
 
 }  // namespace dtrain::run

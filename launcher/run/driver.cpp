@@ -1,6 +1,6 @@
 // RunDriver's loop: waiting on every agent link, the signal pipe and the control socket;
-// pumping what is ready; silences, pings and the supervisor's clock tick. See driver.h for the
-// other parts.
+// pumping what is ready; silences, pings and the supervisor's clock tick; each Action handed to
+// the part that carries it out. See driver.h for the other parts.
 
 #include "launcher/run/driver.h"
 
@@ -46,6 +46,7 @@ RunDriver::RunDriver(spec::JobSpec spec, plan::RankPlan plan, RunDirectory run, 
                     recorder_.console_line("warning: " + warning);
                   }),
       times_{clock_.wall_ms(), std::nullopt},
+      launcher_(*this, spec_, run_, supervisor_, store_, progress_, links_, clock_, this_hostname()),
       snapshots_(spec_, run_, supervisor_, progress_, links_, router_, metrics_, times_, recorder_, clock_,
                  this_hostname(), detached) {}
 
@@ -166,7 +167,7 @@ int64_t RunDriver::ping_spacing_ms() const {
 }
 
 void RunDriver::ping(AgentLink& link) {
-  link.send(proto::PingRequest{next_request_id_++, clock_.wall_ms()});
+  link.send(proto::PingRequest{launcher_.take_request_id(), clock_.wall_ms()});
 }
 
 void RunDriver::send_pings_when_due() {
@@ -208,6 +209,42 @@ ControlReply RunDriver::handle_control(const ControlRequest& request) {
       return {true, supervisor::to_string(supervisor_.state()), supervisor_.generation(), ""};
   }
   return {false, "", std::nullopt, "internal bug: unhandled control request"};
+}
+
+// ---- the supervisor's Actions ------------------------------------------------------------------
+
+void RunDriver::feed(const supervisor::Event& event) {
+  std::vector<supervisor::Action> actions = supervisor_.on_event(event);
+  for (const supervisor::Action& action : actions) perform(action);
+}
+
+void RunDriver::perform(const supervisor::Action& action) {
+  if (const auto* event = std::get_if<supervisor::RecordEvent>(&action)) {
+    record(event->event);
+    // At once when the run's state changed, else at most every 500 ms (the loop catches up):
+    // one write per event was O(ranks) per event — O(ranks²) fsync'd bytes for one generation.
+    snapshots_.write_state(false, finished_);
+  } else if (const auto* start = std::get_if<supervisor::StartGeneration>(&action)) {
+    launcher_.start_generation(*start);
+  } else if (const auto* stop = std::get_if<supervisor::StopGeneration>(&action)) {
+    launcher_.stop_generation(*stop);
+  } else if (const auto* sample = std::get_if<supervisor::CaptureSample>(&action)) {
+    launcher_.capture_sample(*sample);
+  } else if (const auto* finish = std::get_if<supervisor::FinishRun>(&action)) {
+    finished_ = *finish;
+  } else if (const auto* in_place = std::get_if<supervisor::ContinueInPlace>(&action)) {
+    launcher_.continue_in_place(*in_place);
+  } else if (const auto* kill = std::get_if<supervisor::KillRanks>(&action)) {
+    launcher_.kill_ranks(*kill);
+  }
+}
+
+void RunDriver::send_store_replies(const std::vector<store::StoreReply>& replies) {
+  for (const store::StoreReply& reply : replies) {
+    auto target = links_.find(reply.to.host);
+    if (target == links_.end() || target->second->lost) continue;
+    target->second->send(proto::ToWorkerRequest{reply.gen, reply.to.rank, proto::to_json(reply.msg)});
+  }
 }
 
 // ---- the loop ---------------------------------------------------------------------------------

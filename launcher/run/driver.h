@@ -1,12 +1,15 @@
 #pragma once
 // RunDriver, the supervisor's event loop (internal to launcher/run). It keeps the loop, the agent
-// links and carrying out the supervisor's Actions; its parts are types of their own:
-//   driver.cpp            the loop: waiting, pumping links, signals, silences and pings, the end
-//   frame_router.*        agent frames → typed messages → supervisor Events and rank progress
-//   rank_progress.*       per-rank progress from beats, and the builder of every per-rank view
-//   driver_actions.cpp    supervisor Actions → frames to agents (start/stop generations, samples)
+// links and carrying out the supervisor's Actions (perform); its parts are types of their own:
+//   driver.cpp            the loop: waiting, pumping links, signals, silences and pings, the end;
+//                         perform(), which hands each Action to the part that carries it out
+//   generation_launcher.* GenerationLauncher: Actions → frames to agents (start/stop generations,
+//                         in place, kills, samples), the pending start and the request ids
 //   snapshot_writer.*     SnapshotWriter: state.json, metrics.jsonl and the console status, each
 //                         paced, built from the supervisor and rank progress
+//   driver_output.h       DriverOutput: what those parts hand back to the driver (Events, records)
+//   frame_router.*        agent frames → typed messages → supervisor Events and rank progress
+//   rank_progress.*       per-rank progress from beats, and the builder of every per-rank view
 //   metrics_exporter.*    task metrics: generation.stepped, stragglers, goodput, metrics.prom / /metrics
 //   slurm_time_limit.*     the Slurm job's time left (squeue), pumped by the loop, never waited for
 //   run_summary.cpp       the end-of-run summary
@@ -32,6 +35,7 @@
 #include "launcher/run/agent_transports.h"
 #include "launcher/run/control_socket.h"
 #include "launcher/run/frame_router.h"
+#include "launcher/run/generation_launcher.h"
 #include "launcher/run/metrics_exporter.h"
 #include "launcher/run/rank_progress.h"
 #include "launcher/run/run_driver.h"
@@ -47,7 +51,7 @@
 
 namespace dtrain::run {
 
-class RunDriver : private FrameRouter::Output {
+class RunDriver : private FrameRouter::Output, private GenerationLauncher::Output {
  public:
   RunDriver(spec::JobSpec spec, plan::RankPlan plan, RunDirectory run, EventLog events, std::string dtrain_exe,
             bool detached, Console console, const DriverSeams& seams);
@@ -86,7 +90,7 @@ class RunDriver : private FrameRouter::Output {
   int64_t ping_spacing_ms() const;
   void host_lost(AgentLink& link, const std::string& reason, int64_t silent_ms);
 
-  // ---- what routed frames become (FrameRouter::Output)
+  // ---- what routed frames and launches become (FrameRouter::Output, GenerationLauncher::Output)
   void feed(const supervisor::Event& event) override;
   void record(nlohmann::json event) override {
     metrics_.observe(event);
@@ -94,6 +98,9 @@ class RunDriver : private FrameRouter::Output {
   }
   void write_file_then_record(std::string path, std::string text, nlohmann::json event) override {
     recorder_.write_file_then_record(std::move(path), std::move(text), std::move(event));
+  }
+  void write_file(std::string path, std::string text) override {
+    recorder_.write_file(std::move(path), std::move(text));
   }
   void write_unsynced_file(std::string path, std::string text) override {
     recorder_.write_file(std::move(path), std::move(text), Durability::kUnsynced);
@@ -107,25 +114,13 @@ class RunDriver : private FrameRouter::Output {
   void host_lost(AgentLink& link, const std::string& reason) override { host_lost(link, reason, -1); }
   void ping(AgentLink& link) override;
   void send_store_replies(const std::vector<store::StoreReply>& replies) override;
-  void port_reserved(int64_t request_id, int port) override;
-  void port_reservation_failed(const std::string& host, const std::string& error) override;
+  void port_reserved(int64_t request_id, int port) override { launcher_.port_reserved(request_id, port); }
+  void port_reservation_failed(const std::string& host, const std::string& error) override {
+    launcher_.port_reservation_failed(host, error);
+  }
 
-  // ---- actions (driver_actions.cpp)
+  /// Hands `action` to the part that carries it out (the launcher, the snapshot writer, the loop).
   void perform(const supervisor::Action& action);
-  void start_generation(const supervisor::StartGeneration& start);
-  void stop_generation(const supervisor::StopGeneration& stop);
-  void capture_sample(const supervisor::CaptureSample& sample);
-  void spawn_generation(int port);
-  /// The spawn frame for `ranks` of `host` (all of its ranks when empty), each worker's env
-  /// with `extra` on top.
-  proto::SpawnRequest spawn_frame(int gen, const plan::RankPlan& plan, const GenerationContext& context,
-                                  const EnvMap& common, const plan::PlanHost& host, const std::vector<int>& ranks,
-                                  const EnvMap& extra);
-  /// In-place recovery: store to the new generation, gen_changed to every host, a spawn of the
-  /// replaced ranks only (DTRAIN_JOIN_LIVE), on the generation's master address and port.
-  void continue_in_place(const supervisor::ContinueInPlace& action);
-  void kill_ranks(const supervisor::KillRanks& kill);
-  MasterAddressFacts master_address_facts(const plan::RankPlan& plan);
 
   SystemClock system_clock_;
   const Clock& clock_;
@@ -143,11 +138,6 @@ class RunDriver : private FrameRouter::Output {
   AgentLinks links_;
   RankProgressTable progress_;  ///< per-rank progress from beats, and every per-rank view
   FrameRouter router_{*this, supervisor_, store_, progress_, run_, clock_};
-  std::optional<supervisor::StartGeneration> pending_start_;
-  std::optional<GenerationContext> spawned_context_;  ///< the newest generation spawned (in place: reused)
-  std::optional<MasterAddressFacts> launch_node_facts_;  ///< looked up once, when first needed
-  int64_t pending_port_id_ = 0;
-  int64_t next_request_id_ = 1;
   std::optional<supervisor::FinishRun> finished_;
   std::optional<SignalPipe> signals_;  ///< while run() runs
   int signals_seen_ = 0;
@@ -159,6 +149,7 @@ class RunDriver : private FrameRouter::Output {
   int64_t last_tick_ms_ = 0;
   int64_t last_full_pump_ms_ = 0;
   MetricsExporter metrics_{spec_, run_, recorder_, clock_};
+  GenerationLauncher launcher_;
   SnapshotWriter snapshots_;
 };
 

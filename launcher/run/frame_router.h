@@ -20,6 +20,7 @@
 #include "launcher/proto/agent_frame_parser.h"
 #include "launcher/proto/agent_messages.h"
 #include "launcher/run/agent_link.h"
+#include "launcher/run/driver_output.h"
 #include "launcher/run/rank_progress.h"
 #include "launcher/runlog/run_directory.h"
 #include "launcher/store/kv_store.h"
@@ -33,15 +34,11 @@ constexpr int kMaxProtocolErrorsPerSender = 100;
 
 class FrameRouter {
  public:
-  /// Where routed messages go. RunDriver is the real one; an interface so that tests can feed
-  /// the router frames and collect what comes out (frame_router_test).
-  class Output {
+  /// Where routed messages go, beyond what every part hands the driver (DriverOutput). RunDriver
+  /// is the real one; an interface so that tests can feed the router frames and collect what
+  /// comes out (frame_router_test).
+  class Output : public DriverOutput {
    public:
-    virtual ~Output() = default;
-    /// An event for the supervisor; the driver carries out its Actions before this returns.
-    virtual void feed(const supervisor::Event& event) = 0;
-    /// An event for events.jsonl.
-    virtual void record(nlohmann::json event) = 0;
     /// `text` into `path`, then `event` naming it (RunRecorder::write_file_then_record).
     virtual void write_file_then_record(std::string path, std::string text, nlohmann::json event) = 0;
     /// `text` into `path`, not fsync'd (a host's facts: re-made at every connect).
@@ -49,16 +46,12 @@ class FrameRouter {
     /// A worker's output line(s) for its rank log.
     virtual void rank_output(int rank, int gen, std::string text) = 0;
     virtual void console_line(std::string text) = 0;
-    /// supervisor.log.
-    virtual spdlog::logger& log() = 0;
     /// One metrics.jsonl line.
     virtual void metrics_line(nlohmann::json line) = 0;
     /// The host's agent is gone or unusable: stop listening to it, tell the supervisor.
     virtual void host_lost(AgentLink& link, const std::string& reason) = 0;
     /// A ping to `link` now (after hello: the clock offset from a true round trip).
     virtual void ping(AgentLink& link) = 0;
-    /// Replies of the KV store to workers, each to its worker's agent.
-    virtual void send_store_replies(const std::vector<store::StoreReply>& replies) = 0;
     /// The agent of rank 0's host reserved `port` for the request `request_id`.
     virtual void port_reserved(int64_t request_id, int port) = 0;
     /// The agent on `host` could not reserve a port.

@@ -1,5 +1,7 @@
-// Supervisor Actions → frames to agents: starting a generation (port, then spawn), stopping
-// one, sampling a hung worker, answering store requests.
+// GenerationLauncher (generation_launcher.h): supervisor Actions → frames to agents — starting a
+// generation (port, then spawn), continuing one in place, stopping one, sampling a hung worker.
+
+#include "launcher/run/generation_launcher.h"
 
 #include <netdb.h>
 #include <netinet/in.h>
@@ -7,9 +9,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <utility>
 
 #include "launcher/proto/messages.h"
-#include "launcher/run/driver.h"
 #include "launcher/events/events.h"
 #include "worker/contract/env.h"
 
@@ -42,45 +44,33 @@ bool resolves_beyond_loopback(const std::string& name) {
 
 }  // namespace
 
-void RunDriver::feed(const supervisor::Event& event) {
-  std::vector<supervisor::Action> actions = supervisor_.on_event(event);
-  for (const supervisor::Action& action : actions) perform(action);
-}
+GenerationLauncher::GenerationLauncher(Output& out, const spec::JobSpec& spec, const RunDirectory& run,
+                                       const supervisor::Supervisor& supervisor, store::KvStore& store,
+                                       RankProgressTable& progress, const AgentLinks& links, const Clock& clock,
+                                       std::string launch_hostname)
+    : out_(out),
+      spec_(spec),
+      run_(run),
+      supervisor_(supervisor),
+      store_(store),
+      progress_(progress),
+      links_(links),
+      clock_(clock),
+      launch_hostname_(std::move(launch_hostname)) {}
 
-void RunDriver::perform(const supervisor::Action& action) {
-  if (const auto* event = std::get_if<supervisor::RecordEvent>(&action)) {
-    record(event->event);
-    // At once when the run's state changed, else at most every 500 ms (the loop catches up):
-    // one write per event was O(ranks) per event — O(ranks²) fsync'd bytes for one generation.
-    snapshots_.write_state(false, finished_);
-  } else if (const auto* start = std::get_if<supervisor::StartGeneration>(&action)) {
-    start_generation(*start);
-  } else if (const auto* stop = std::get_if<supervisor::StopGeneration>(&action)) {
-    stop_generation(*stop);
-  } else if (const auto* sample = std::get_if<supervisor::CaptureSample>(&action)) {
-    capture_sample(*sample);
-  } else if (const auto* finish = std::get_if<supervisor::FinishRun>(&action)) {
-    finished_ = *finish;
-  } else if (const auto* in_place = std::get_if<supervisor::ContinueInPlace>(&action)) {
-    continue_in_place(*in_place);
-  } else if (const auto* kill = std::get_if<supervisor::KillRanks>(&action)) {
-    kill_ranks(*kill);
-  }
-}
-
-void RunDriver::kill_ranks(const supervisor::KillRanks& kill) {
+void GenerationLauncher::kill_ranks(const supervisor::KillRanks& kill) {
   auto link = links_.find(kill.host);
   if (link == links_.end() || link->second->lost) return;  // its loss is a failure of its own
   // KILL at once: the rank is hung (or misbehaving), and its peers wait for it.
   link->second->send(proto::KillRequest{kill.gen, proto::KillSignal::kill, 0, kill.ranks});
 }
 
-void RunDriver::continue_in_place(const supervisor::ContinueInPlace& action) {
-  send_store_replies(store_.begin_generation(action.gen, clock_.monotonic_ms()));
+void GenerationLauncher::continue_in_place(const supervisor::ContinueInPlace& action) {
+  out_.send_store_replies(store_.begin_generation(action.gen, clock_.monotonic_ms()));
   for (int rank : action.replaced) progress_.reset_rank(rank);
-  recorder_.write_file(run_.plan_path(action.gen), plan::to_json(action.plan).dump(2));
-  log().info("generation {} continues generation {} in place; replaced rank(s): {}", action.gen, action.from_gen,
-             nlohmann::json(action.replaced).dump());
+  out_.write_file(run_.plan_path(action.gen), plan::to_json(action.plan).dump(2));
+  out_.log().info("generation {} continues generation {} in place; replaced rank(s): {}", action.gen,
+                  action.from_gen, nlohmann::json(action.replaced).dump());
   // The survivors first: each agent carries its live workers over and tells them (gen.changed)
   // before the replacement's spawn, which its agent would refuse for a rank still held.
   for (const std::string& host : action.hosts) {
@@ -107,33 +97,33 @@ void RunDriver::continue_in_place(const supervisor::ContinueInPlace& action) {
     if (replaced.empty() || link == links_.end() || link->second->lost) continue;
     link->second->send(spawn_frame(action.gen, action.plan, context, common, host, replaced, join_live));
   }
-  record(events::GenerationSpawned{action.gen, context.master_addr, context.master_port, context.backend, -1,
-                                   context.checkpoint_dir}
-             .to_json());
-  feed(supervisor::GenerationSpawned{action.gen});
+  out_.record(events::GenerationSpawned{action.gen, context.master_addr, context.master_port, context.backend, -1,
+                                        context.checkpoint_dir}
+                  .to_json());
+  out_.feed(supervisor::GenerationSpawned{action.gen});
 }
 
-void RunDriver::stop_generation(const supervisor::StopGeneration& stop) {
+void GenerationLauncher::stop_generation(const supervisor::StopGeneration& stop) {
   pending_start_.reset();
   for (const std::string& host : stop.hosts) {
     auto link = links_.find(host);
     if (link == links_.end() || link->second->lost) {
-      feed(supervisor::GenerationReleased{stop.gen, host});
+      out_.feed(supervisor::GenerationReleased{stop.gen, host});
       continue;
     }
     link->second->send(proto::KillRequest{stop.gen, proto::KillSignal::term, stop.grace_ms, std::nullopt});
   }
 }
 
-void RunDriver::capture_sample(const supervisor::CaptureSample& sample) {
+void GenerationLauncher::capture_sample(const supervisor::CaptureSample& sample) {
   // Bounded so that neither we nor the agent look silent (the agent also caps it at its
   // heartbeat timeout / 2).
   Millis gdb_timeout(std::clamp<int64_t>(spec_.heartbeat.timeout.count() / 2, 500, 5000));
   auto link = links_.find(sample.host);
   if (link == links_.end() || link->second->lost) {
-    record(events::WorkerSample{sample.rank, sample.host, sample.pid,
-                                "host " + sample.host + " is not connected; no sample"}
-               .to_json());
+    out_.record(events::WorkerSample{sample.rank, sample.host, sample.pid,
+                                     "host " + sample.host + " is not connected; no sample"}
+                    .to_json());
     return;
   }
   // PyTorch flight-recorder dumps first, from every rank of the generation on every host (a
@@ -152,43 +142,36 @@ void RunDriver::capture_sample(const supervisor::CaptureSample& sample) {
       proto::SampleRequest{next_request_id_++, sample.gen, sample.rank, sample.pid, gdb_timeout.count()});
 }
 
-void RunDriver::send_store_replies(const std::vector<store::StoreReply>& replies) {
-  for (const store::StoreReply& reply : replies) {
-    auto target = links_.find(reply.to.host);
-    if (target == links_.end() || target->second->lost) continue;
-    target->second->send(proto::ToWorkerRequest{reply.gen, reply.to.rank, proto::to_json(reply.msg)});
-  }
-}
-
-void RunDriver::start_generation(const supervisor::StartGeneration& start) {
-  send_store_replies(store_.begin_generation(start.gen, clock_.monotonic_ms()));
+void GenerationLauncher::start_generation(const supervisor::StartGeneration& start) {
+  out_.send_store_replies(store_.begin_generation(start.gen, clock_.monotonic_ms()));
   progress_.reset(start.plan.ranks.size());
-  recorder_.write_file(run_.plan_path(start.gen), plan::to_json(start.plan).dump(2));
-  log().info("generation {} plan:\n{}", start.gen, plan::to_text(start.plan));
+  out_.write_file(run_.plan_path(start.gen), plan::to_json(start.plan).dump(2));
+  out_.log().info("generation {} plan:\n{}", start.gen, plan::to_text(start.plan));
   pending_start_ = start;
   const std::string& rank0_host = start.plan.ranks.at(0).host;
   auto link = links_.find(rank0_host);
   if (link == links_.end() || link->second->lost) {
-    feed(supervisor::HostLost{rank0_host, "not connected when generation " + std::to_string(start.gen) + " started"});
+    out_.feed(
+        supervisor::HostLost{rank0_host, "not connected when generation " + std::to_string(start.gen) + " started"});
     return;
   }
   pending_port_id_ = next_request_id_++;
   link->second->send(proto::ReservePortRequest{pending_port_id_});
 }
 
-void RunDriver::port_reserved(int64_t request_id, int port) {
+void GenerationLauncher::port_reserved(int64_t request_id, int port) {
   if (request_id == pending_port_id_ && pending_start_) spawn_generation(port);
 }
 
-void RunDriver::port_reservation_failed(const std::string& host, const std::string& error) {
+void GenerationLauncher::port_reservation_failed(const std::string& host, const std::string& error) {
   // A launch step the agent could not do ends the generation now rather than at its deadline.
   if (!pending_start_ || pending_start_->plan.ranks.at(0).host != host) return;
   int gen = pending_start_->gen;
   pending_start_.reset();
-  feed(supervisor::LaunchStepFailed{gen, host, "port reservation", error});
+  out_.feed(supervisor::LaunchStepFailed{gen, host, "port reservation", error});
 }
 
-void RunDriver::spawn_generation(int port) {
+void GenerationLauncher::spawn_generation(int port) {
   supervisor::StartGeneration start = *pending_start_;
   pending_start_.reset();
   const plan::RankPlan& plan = start.plan;
@@ -221,15 +204,16 @@ void RunDriver::spawn_generation(int port) {
     if (link == links_.end() || link->second->lost) continue;
     link->second->send(spawn_frame(start.gen, plan, context, common, host, {}, {}));
   }
-  record(events::GenerationSpawned{start.gen, context.master_addr, port, context.backend, start.resume_step,
-                                   context.checkpoint_dir}
-             .to_json());
-  feed(supervisor::GenerationSpawned{start.gen});
+  out_.record(events::GenerationSpawned{start.gen, context.master_addr, port, context.backend, start.resume_step,
+                                        context.checkpoint_dir}
+                  .to_json());
+  out_.feed(supervisor::GenerationSpawned{start.gen});
 }
 
-proto::SpawnRequest RunDriver::spawn_frame(int gen, const plan::RankPlan& plan, const GenerationContext& context,
-                                          const EnvMap& common, const plan::PlanHost& host,
-                                          const std::vector<int>& ranks, const EnvMap& extra) {
+proto::SpawnRequest GenerationLauncher::spawn_frame(int gen, const plan::RankPlan& plan,
+                                                    const GenerationContext& context, const EnvMap& common,
+                                                    const plan::PlanHost& host, const std::vector<int>& ranks,
+                                                    const EnvMap& extra) {
   auto link = links_.find(host.entry.name);
   bool host_has_gpus = link != links_.end() && link->second->facts.contains("gpus") &&
                        link->second->facts["gpus"].is_array() && !link->second->facts["gpus"].empty();
@@ -251,7 +235,7 @@ proto::SpawnRequest RunDriver::spawn_frame(int gen, const plan::RankPlan& plan, 
   return spawn;
 }
 
-MasterAddressFacts RunDriver::master_address_facts(const plan::RankPlan& plan) {
+MasterAddressFacts GenerationLauncher::master_address_facts(const plan::RankPlan& plan) {
   bool remote_hosts = std::any_of(plan.hosts.begin(), plan.hosts.end(),
                                   [](const plan::PlanHost& host) { return !host.entry.is_local(); });
   bool rank0_local = plan.hosts.at(static_cast<size_t>(plan.ranks.at(0).host_index)).entry.is_local();
@@ -259,7 +243,7 @@ MasterAddressFacts RunDriver::master_address_facts(const plan::RankPlan& plan) {
   if (!launch_node_facts_) {
     // Once per run: a name lookup (usually /etc/hosts) is too slow to repeat on the loop.
     MasterAddressFacts facts;
-    facts.launch_hostname = this_hostname();
+    facts.launch_hostname = launch_hostname_;
     facts.launch_hostname_routable = !facts.launch_hostname.empty() && resolves_beyond_loopback(facts.launch_hostname);
     launch_node_facts_ = facts;
   }
@@ -270,9 +254,9 @@ MasterAddressFacts RunDriver::master_address_facts(const plan::RankPlan& plan) {
     facts.ssh_source_address = link->second->connection().local_address();
     if (!facts.ssh_source_address.empty()) break;
   }
-  log().info("MASTER_ADDR facts: hostname {} ({}), ssh source address {}", facts.launch_hostname,
-             facts.launch_hostname_routable ? "resolves beyond loopback" : "does not resolve beyond loopback",
-             facts.ssh_source_address.empty() ? "unknown" : facts.ssh_source_address);
+  out_.log().info("MASTER_ADDR facts: hostname {} ({}), ssh source address {}", facts.launch_hostname,
+                  facts.launch_hostname_routable ? "resolves beyond loopback" : "does not resolve beyond loopback",
+                  facts.ssh_source_address.empty() ? "unknown" : facts.ssh_source_address);
   return facts;
 }
 
