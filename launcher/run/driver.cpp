@@ -200,6 +200,13 @@ void RunDriver::handle_signals() {
   }
 }
 
+void RunDriver::request_checkpoints(const std::string& reason) {
+  events::CheckpointRequested asked = checkpoints_.request(reason);
+  record(asked.to_json());
+  recorder_.console_line("checkpoint requested (" + reason + "): " + std::to_string(asked.ranks) + " worker" +
+                         (asked.ranks == 1 ? "" : "s") + " asked to save step " + std::to_string(asked.step));
+}
+
 ControlReply RunDriver::handle_control(const ControlRequest& request) {
   switch (request.type) {
     case ControlRequestType::stop:
@@ -364,7 +371,7 @@ void RunDriver::loop() {
     if (now - last_tick_ms_ >= 100) {  // silences and ticks count in seconds: 10 looks a second
       last_tick_ms_ = now;
       check_silence();
-      check_walltime();
+      if (auto reason = checkpoints_.walltime_due(clock_.monotonic_ms(), log())) request_checkpoints(*reason);
       router_.flush_comm_warns(false);
       if (now - last_log_flush_ms_ >= 1000) {  // supervisor.log is at most a second behind
         last_log_flush_ms_ = now;

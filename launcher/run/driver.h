@@ -11,6 +11,8 @@
 //   frame_router.*        agent frames → typed messages → supervisor Events and rank progress
 //   rank_progress.*       per-rank progress from beats, and the builder of every per-rank view
 //   metrics_exporter.*    task metrics: generation.stepped, stragglers, goodput, metrics.prom / /metrics
+//   checkpoint_requests.* CheckpointRequests: a checkpoint asked of every worker at one step
+//                         (SIGUSR1, checkpoint.before_walltime), and the time-limit watch
 //   slurm_time_limit.*     the Slurm job's time left (squeue), pumped by the loop, never waited for
 //   run_summary.cpp       the end-of-run summary
 //   run_recorder.*        where records go (events.jsonl, logs, files, console), off the loop
@@ -33,6 +35,7 @@
 #include "launcher/plan/rank_plan.h"
 #include "launcher/run/agent_link.h"
 #include "launcher/run/agent_transports.h"
+#include "launcher/run/checkpoint_requests.h"
 #include "launcher/run/control_socket.h"
 #include "launcher/run/frame_router.h"
 #include "launcher/run/generation_launcher.h"
@@ -41,7 +44,6 @@
 #include "launcher/run/run_driver.h"
 #include "launcher/run/run_recorder.h"
 #include "launcher/run/signal_pipe.h"
-#include "launcher/run/slurm_time_limit.h"
 #include "launcher/run/snapshot_writer.h"
 #include "launcher/run/worker_env.h"
 #include "launcher/runlog/run_directory.h"
@@ -77,11 +79,9 @@ class RunDriver : private FrameRouter::Output, private GenerationLauncher::Outpu
   /// Moves bytes on each of `links` and routes the frames that arrived.
   void pump_links(const std::vector<AgentLink*>& links);
   void handle_signals();
-  /// Asks every worker for a checkpoint at one step all ranks reach (ckpt.request): SIGUSR1
-  /// from Slurm before its time limit, or checkpoint.before_walltime (driver_checkpoint_request.cpp).
+  /// Asks every worker for a checkpoint (CheckpointRequests), and records that it did: SIGUSR1
+  /// from Slurm before its time limit, or checkpoint.before_walltime.
   void request_checkpoints(const std::string& reason);
-  /// checkpoint.before_walltime: asks for a checkpoint when it is due (SlurmTimeLimitWatch).
-  void check_walltime();
   ControlReply handle_control(const ControlRequest& request);
   void check_silence();
   /// Pings every connected agent when a heartbeat interval has passed since the last round; the
@@ -141,7 +141,7 @@ class RunDriver : private FrameRouter::Output, private GenerationLauncher::Outpu
   std::optional<supervisor::FinishRun> finished_;
   std::optional<SignalPipe> signals_;  ///< while run() runs
   int signals_seen_ = 0;
-  SlurmTimeLimitWatch walltime_{spec_.checkpoint.before_walltime};
+  CheckpointRequests checkpoints_{spec_, supervisor_, progress_, links_};
   RunTimes times_;
   std::optional<supervisor::ResumeFrom> pending_resume_;
   int64_t last_ping_ms_ = 0;

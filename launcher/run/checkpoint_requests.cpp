@@ -1,19 +1,28 @@
-// Checkpoints before a Slurm time limit: SIGUSR1 (sbatch --signal=B:USR1@T) or
+// CheckpointRequests (checkpoint_requests.h): SIGUSR1 (sbatch --signal=B:USR1@T) or
 // checkpoint.before_walltime makes the supervisor ask every worker for a checkpoint
 // (ckpt.request in the worker protocol, worker/contract/wire.h) at one step all ranks reach.
 
+#include "launcher/run/checkpoint_requests.h"
+
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
 #include "launcher/base/strings.h"
 #include "launcher/proto/messages.h"
-#include "launcher/events/events.h"
-#include "launcher/run/driver.h"
 #include "worker/contract/wire.h"
 
 namespace dtrain::run {
 
-void RunDriver::request_checkpoints(const std::string& reason) {
+CheckpointRequests::CheckpointRequests(const spec::JobSpec& spec, const supervisor::Supervisor& supervisor,
+                                       const RankProgressTable& progress, const AgentLinks& links)
+    : spec_(spec),
+      supervisor_(supervisor),
+      progress_(progress),
+      links_(links),
+      walltime_(spec.checkpoint.before_walltime) {}
+
+events::CheckpointRequested CheckpointRequests::request(const std::string& reason) {
   const int gen = supervisor_.generation();
   int64_t newest_step = -1;
   for (const supervisor::RankStatus& status : supervisor_.ranks()) newest_step = std::max(newest_step, status.step);
@@ -37,16 +46,13 @@ void RunDriver::request_checkpoints(const std::string& reason) {
     link->second->send(proto::ToWorkerRequest{gen, slot.rank, request});
     ++asked;
   }
-  record(events::CheckpointRequested{gen, reason, at_step, asked}.to_json());
-  recorder_.console_line("checkpoint requested (" + reason + "): " + std::to_string(asked) + " worker" +
-                         (asked == 1 ? "" : "s") + " asked to save step " + std::to_string(at_step));
+  return events::CheckpointRequested{gen, reason, at_step, asked};
 }
 
-void RunDriver::check_walltime() {
-  if (walltime_.due(clock_.monotonic_ms(), log())) {
-    request_checkpoints("checkpoint.before_walltime: " + format_duration(spec_.checkpoint.before_walltime) +
-                        " before the Slurm time limit");
-  }
+std::optional<std::string> CheckpointRequests::walltime_due(int64_t now_ms, spdlog::logger& log) {
+  if (!walltime_.due(now_ms, log)) return std::nullopt;
+  return "checkpoint.before_walltime: " + format_duration(spec_.checkpoint.before_walltime) +
+         " before the Slurm time limit";
 }
 
 }  // namespace dtrain::run
