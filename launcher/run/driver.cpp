@@ -5,7 +5,6 @@
 #include "launcher/run/driver.h"
 
 #include <fcntl.h>
-#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <unistd.h>
@@ -38,9 +37,8 @@ RunDriver::RunDriver(spec::JobSpec spec, plan::RankPlan plan, RunDirectory run, 
       spec_(std::move(spec)),
       run_(std::move(run)),
       recorder_(run_, std::move(events), console, clock_, seams.before_runlog_write, spec_.logs.max_bytes),
-      dtrain_exe_(std::move(dtrain_exe)),
       supervisor_(spec_, plan, clock_),
-      transports_(spec_, dtrain_exe_, seams.transport,
+      transports_(spec_, std::move(dtrain_exe), seams.transport,
                   [this](const std::string& warning) {
                     record(events::SshInsecure{warning}.to_json());
                     recorder_.console_line("warning: " + warning);
@@ -55,19 +53,6 @@ void RunDriver::resume_from(const supervisor::ResumeFrom& from, int64_t submitte
   times_.resumed_wall_ms = clock_.wall_ms();
   pending_resume_ = from;
   router_.set_last_checkpoint_step(from.committed_steps.empty() ? -1 : from.committed_steps.back());
-}
-
-std::string this_hostname() {
-  char name[256] = {};
-  ::gethostname(name, sizeof name - 1);
-  return name;
-}
-
-std::string absolute_path(const std::string& path) {
-  if (path.empty() || path[0] == '/') return path;
-  char cwd[PATH_MAX];
-  if (!::getcwd(cwd, sizeof cwd)) return path;
-  return std::string(cwd) + "/" + path;
 }
 
 // ---- setup / teardown ---------------------------------------------------------------------------
@@ -172,8 +157,8 @@ void RunDriver::ping(AgentLink& link) {
 
 void RunDriver::send_pings_when_due() {
   int64_t now = clock_.monotonic_ms();
-  if (now - last_ping_ms_ < ping_spacing_ms()) return;
-  last_ping_ms_ = now;
+  if (now - pacing_.last_ping_ms < ping_spacing_ms()) return;
+  pacing_.last_ping_ms = now;
   for (auto& [host, link] : links_) {
     if (!link->lost) ping(*link);
   }
@@ -337,7 +322,7 @@ void RunDriver::loop() {
     // SSH connections must be pumped at least every ~100 ms for their own deadlines.
     int64_t timeout = std::min<int64_t>(spec_.heartbeat.interval.count(), 100);
     // Pings keep their own deadline: a wait never outlasts the next one.
-    timeout = std::min(timeout, std::max<int64_t>(0, last_ping_ms_ + ping_spacing_ms() - now));
+    timeout = std::min(timeout, std::max<int64_t>(0, pacing_.last_ping_ms + ping_spacing_ms() - now));
     if (auto deadline = store_.next_deadline_ms()) timeout = std::min(timeout, std::max<int64_t>(0, *deadline - now));
     int ready = ::poll(fds.data(), fds.size(), static_cast<int>(clock_.real_ms(timeout)));
     if (ready < 0 && errno != EINTR) {
@@ -357,8 +342,8 @@ void RunDriver::loop() {
       ready_links.erase(std::unique(ready_links.begin(), ready_links.end()), ready_links.end());
     }
     pump_links(ready_links);
-    if (now - last_full_pump_ms_ >= 100) {  // a second pump of a link just pumped finds nothing
-      last_full_pump_ms_ = now;
+    if (now - pacing_.last_full_pump_ms >= 100) {  // a second pump of a link just pumped finds nothing
+      pacing_.last_full_pump_ms = now;
       pump_links(periodic_links);
     }
     // Before anything slower: pings are what keeps every agent from fencing itself.
@@ -368,13 +353,13 @@ void RunDriver::loop() {
     }
     now = clock_.monotonic_ms();
     send_store_replies(store_.expire(now));
-    if (now - last_tick_ms_ >= 100) {  // silences and ticks count in seconds: 10 looks a second
-      last_tick_ms_ = now;
+    if (now - pacing_.last_tick_ms >= 100) {  // silences and ticks count in seconds: 10 looks a second
+      pacing_.last_tick_ms = now;
       check_silence();
       if (auto reason = checkpoints_.walltime_due(clock_.monotonic_ms(), log())) request_checkpoints(*reason);
       router_.flush_comm_warns(false);
-      if (now - last_log_flush_ms_ >= 1000) {  // supervisor.log is at most a second behind
-        last_log_flush_ms_ = now;
+      if (now - pacing_.last_log_flush_ms >= 1000) {  // supervisor.log is at most a second behind
+        pacing_.last_log_flush_ms = now;
         log().flush();
       }
       feed(supervisor::Tick{});

@@ -13,7 +13,7 @@
 //   metrics_exporter.*    task metrics: generation.stepped, stragglers, goodput, metrics.prom / /metrics
 //   checkpoint_requests.* CheckpointRequests: a checkpoint asked of every worker at one step
 //                         (SIGUSR1, checkpoint.before_walltime), and the time-limit watch
-//   slurm_time_limit.*     the Slurm job's time left (squeue), pumped by the loop, never waited for
+//   slurm_time_limit.*    the Slurm job's time left (squeue), pumped by the loop, never waited for
 //   run_summary.cpp       the end-of-run summary
 //   run_recorder.*        where records go (events.jsonl, logs, files, console), off the loop
 //   agent_transports.*    which transport reaches which host
@@ -122,12 +122,19 @@ class RunDriver : private FrameRouter::Output, private GenerationLauncher::Outpu
   /// Hands `action` to the part that carries it out (the launcher, the snapshot writer, the loop).
   void perform(const supervisor::Action& action);
 
+  /// When the loop last did each of its paced chores (monotonic ms).
+  struct LoopPacing {
+    int64_t last_ping_ms = 0;
+    int64_t last_tick_ms = 0;  ///< silences, the walltime, NCCL WARN counts, the supervisor's Tick
+    int64_t last_full_pump_ms = 0;  ///< of the links whose transport needs a pump every 100 ms
+    int64_t last_log_flush_ms = 0;
+  };
+
   SystemClock system_clock_;
   const Clock& clock_;
   spec::JobSpec spec_;
   RunDirectory run_;
   RunRecorder recorder_;
-  std::string dtrain_exe_;
   supervisor::Supervisor supervisor_;
   store::KvStore store_;
   std::optional<ControlSocket> control_;
@@ -144,10 +151,7 @@ class RunDriver : private FrameRouter::Output, private GenerationLauncher::Outpu
   CheckpointRequests checkpoints_{spec_, supervisor_, progress_, links_};
   RunTimes times_;
   std::optional<supervisor::ResumeFrom> pending_resume_;
-  int64_t last_ping_ms_ = 0;
-  int64_t last_log_flush_ms_ = 0;
-  int64_t last_tick_ms_ = 0;
-  int64_t last_full_pump_ms_ = 0;
+  LoopPacing pacing_;
   MetricsExporter metrics_{spec_, run_, recorder_, clock_};
   GenerationLauncher launcher_;
   SnapshotWriter snapshots_;

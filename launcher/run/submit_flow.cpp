@@ -2,6 +2,7 @@
 // events, go to the background when asked, and run a driver to the end.
 
 #include <fcntl.h>
+#include <limits.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -49,6 +50,19 @@ std::optional<int> detach(const std::string& run_id, const char* what, const Run
 Console::Mode console_mode(bool detached) {
   if (detached) return Console::Mode::quiet;
   return ::isatty(STDERR_FILENO) ? Console::Mode::terminal : Console::Mode::plain;
+}
+
+std::string this_hostname() {
+  char name[256] = {};
+  ::gethostname(name, sizeof name - 1);
+  return name;
+}
+
+std::string absolute_path(const std::string& path) {
+  if (path.empty() || path[0] == '/') return path;
+  char cwd[PATH_MAX];
+  if (!::getcwd(cwd, sizeof cwd)) return path;
+  return std::string(cwd) + "/" + path;
 }
 
 int submit(const SubmitOptions& options) {
