@@ -88,11 +88,8 @@ void SnapshotWriter::write_state(bool force, const std::optional<supervisor::Fin
   snapshot.resumed_at_ms = times_.resumed_wall_ms;
   if (finished) snapshot.finished_at_ms = clock_.wall_ms();
   snapshot.updated_at_ms = clock_.wall_ms();
-  // The supervisor keeps its recovery.completed as the log line it wrote (with "gen").
-  if (!supervisor_.last_recovery().is_null()) {
-    if (Result<RunSnapshot::Recovery> recovery = RunSnapshot::Recovery::from_json(supervisor_.last_recovery())) {
-      snapshot.last_recovery = std::move(*recovery);
-    }
+  if (const std::optional<supervisor::Supervisor::CompletedRecovery>& recovery = supervisor_.last_recovery()) {
+    snapshot.last_recovery = RunSnapshot::Recovery{recovery->gen, recovery->completed};
   }
   if (router_.last_checkpoint_step() >= 0) snapshot.last_checkpoint_step = router_.last_checkpoint_step();
   snapshot.spec_path = run_.spec_path();

@@ -1,7 +1,7 @@
 #pragma once
 // RunSnapshot: state.json as one typed struct. The supervisor rewrites it on every change
-// (RunDriver::write_state builds it, the StateWriter writes it off the loop); `dtrain status`,
-// `logs`, `stop`, `resume`, drills, the report and the registry read it. to_json(), text() and
+// (launcher/run's SnapshotWriter::write_state builds it, the StateWriter writes it off the
+// loop); `dtrain status`, `logs`, `stop`, `resume`, drills, the report and the registry read it. to_json(), text() and
 // from_json() below are the only code that names a key of state.json: readers use the fields.
 //
 // The format, version 1. A key absent in a file keeps the field's default (an older dtrain

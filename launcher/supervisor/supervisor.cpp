@@ -355,7 +355,7 @@ void Supervisor::complete_recovery(int64_t step, bool in_place) {
     }
   }
   phases["total_ms"] = now - r.detected_ms;
-  last_recovery_ = events::RecoveryCompleted{r.cause.kind,
+  events::RecoveryCompleted completed{r.cause.kind,
                                              event_cause(r.cause),
                                              std::move(phases),
                                              r.resume_step,
@@ -364,10 +364,9 @@ void Supervisor::complete_recovery(int64_t step, bool in_place) {
                                              plan_.world_size,
                                              restarts_,
                                              r.action.empty() ? "restart" : r.action,
-                                             r.fallback}
-                       .to_json();
-  record(last_recovery_);
-  last_recovery_["gen"] = gen_.number;
+                                             r.fallback};
+  record(completed.to_json());
+  last_recovery_ = CompletedRecovery{gen_.number, std::move(completed)};
   recovery_.reset();
 }
 

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "launcher/base/clock.h"
+#include "launcher/events/events.h"
 #include "launcher/spec/job_spec.h"
 #include "launcher/supervisor/generation.h"
 #include "launcher/supervisor/recovery_decision.h"
@@ -85,8 +86,13 @@ class Supervisor {
   const std::optional<RootCause>& root_cause() const { return root_cause_; }
   int restarts() const { return restarts_; }
   const std::set<std::string>& excluded_hosts() const { return excluded_; }
-  /// The last recovery.completed event, or null.
-  const nlohmann::json& last_recovery() const { return last_recovery_; }
+  /// The newest recovery that completed, with the generation it started (state.json's
+  /// last_recovery); none before the first.
+  struct CompletedRecovery {
+    int gen = 0;
+    events::RecoveryCompleted completed{};
+  };
+  const std::optional<CompletedRecovery>& last_recovery() const { return last_recovery_; }
   /// Why the run could not go on, when the policy gave up (fewer hosts than elastic.min_hosts,
   /// restart budget spent); "" otherwise. The root cause says what failed; this says why it
   /// ended the run.
@@ -265,7 +271,7 @@ class Supervisor {
   std::optional<RootCause> root_cause_;
   std::string give_up_reason_;
   std::optional<PendingRecovery> recovery_;
-  nlohmann::json last_recovery_;
+  std::optional<CompletedRecovery> last_recovery_;
   std::vector<nlohmann::json> incidents_;
   std::vector<int64_t> restart_times_ms_;  ///< monotonic, for restart_window
   int restarts_ = 0;

@@ -304,10 +304,12 @@ TEST_CASE("with max_restarts a failure restarts in place from the newest checkpo
   h.clock.advance_ms(400);
   auto completed = h.feed(WorkerProgress{1, 0, 21, {}});
   REQUIRE(has_event(completed, "recovery.completed"));
-  const nlohmann::json& recovery = h.supervisor->last_recovery();
-  CHECK(recovery["steps_lost"] == 7);
-  CHECK(recovery["phases"]["first_step_ms"] == 400);
-  CHECK(recovery["resume_step"] == 20);
+  REQUIRE(h.supervisor->last_recovery());
+  const events::RecoveryCompleted& recovery = h.supervisor->last_recovery()->completed;
+  CHECK(h.supervisor->last_recovery()->gen == 1);
+  CHECK(recovery.steps_lost == 7);
+  CHECK(recovery.phases["first_step_ms"] == 400);
+  CHECK(recovery.resume_step == 20);
 }
 
 TEST_CASE("restarts are bounded by max_restarts") {
@@ -700,13 +702,14 @@ TEST_CASE("resume_from: generations go on, workers resume from the newest checkp
   CHECK(!has_event(h.feed(WorkerProgress{4, 0, 100, {}}), "recovery.completed"));
   auto progress = h.feed(WorkerProgress{4, 0, 101, {}});
   REQUIRE(has_event(progress, "recovery.completed"));
-  const nlohmann::json& completed = h.supervisor->last_recovery();
-  CHECK(completed["kind"] == "supervisor.lost");
-  CHECK(completed["resume_step"] == 100);
-  CHECK(completed["steps_lost"] == 30);
-  CHECK(completed["phases"]["stop_ms"] == 4000);
-  CHECK(completed["phases"]["detect_ms"] == 5000);
-  CHECK(completed["phases"]["first_step_ms"] == 700);
+  REQUIRE(h.supervisor->last_recovery());
+  const events::RecoveryCompleted& completed = h.supervisor->last_recovery()->completed;
+  CHECK(completed.kind == events::FailureKind::supervisor_lost);
+  CHECK(completed.resume_step == 100);
+  CHECK(completed.steps_lost == 30);
+  CHECK(completed.phases["stop_ms"] == 4000);
+  CHECK(completed.phases["detect_ms"] == 5000);
+  CHECK(completed.phases["first_step_ms"] == 700);
 }
 
 TEST_CASE("resume_from a stopped run continues it without inventing a failure") {
@@ -747,7 +750,8 @@ TEST_CASE("recovery phases include rendezvous when every rank reports comm.ready
   CHECK(has_event(h.feed(WorkerCommReady{1, 1}), "comm.ready"));
   h.clock.advance_ms(40);
   REQUIRE(has_event(h.feed(WorkerProgress{1, 0, 11, {}}), "recovery.completed"));
-  const nlohmann::json& phases = h.supervisor->last_recovery()["phases"];
+  REQUIRE(h.supervisor->last_recovery());
+  const nlohmann::json& phases = h.supervisor->last_recovery()->completed.phases;
   CHECK(phases["rendezvous_ms"] == 500);
   CHECK(phases["first_step_ms"] == 40);
 }
