@@ -3,8 +3,11 @@
 and supervisor, agents simulated in-process by sim::FakeCluster, speaking the real
 protocol over socketpairs), at several sizes.
 
-  sim.py --build BUILD [--hosts 128,512,1024,2048] [--slots 8] [--reps 3] [--steady 10]
-         [--fault host-loss] [--interval 1s]
+  sim.py --build BUILD [--build OTHER ...] [--hosts 128,512,1024,2048] [--slots 8] [--reps 3]
+         [--steady 10] [--fault host-loss] [--interval 1s]
+
+With several --build directories (a before and an after), every repetition runs each build in
+turn at each size, so that both see the same machine moment; the medians come per build.
 
 Per run: supervisor CPU (% of one core; the process's CPU minus the simulation thread's, over a
 steady window where every rank beats once per interval), peak RSS of the whole process, events
@@ -64,19 +67,20 @@ COLUMNS = [("ranks", "ranks", "%d"), ("supervisor_cpu_percent", "cpu %", "%.1f")
            ("status_s", "status s", "%.2f"), ("exit_code", "exit", "%d")]
 
 
-def row(result):
+def row(result, label):
     if "error" in result:
-        return "| %d | %s |" % (result["hosts"], result["error"])
+        return "| %s%d | %s |" % (label, result["hosts"], result["error"])
     cells = []
     for key, _, fmt in COLUMNS:
         value = result.get(key)
         cells.append("-" if value is None else fmt % value)
-    return "| %d | %s |" % (result["hosts"], " | ".join(cells))
+    return "| %s%d | %s |" % (label, result["hosts"], " | ".join(cells))
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--build", required=True, help="build directory with cli/dtrain-sim and cli/dtrain")
+    parser.add_argument("--build", required=True, action="append",
+                        help="build directory with cli/dtrain-sim and cli/dtrain (repeat to compare builds)")
     parser.add_argument("--hosts", default="128,512,1024,2048")
     parser.add_argument("--slots", type=int, default=8)
     parser.add_argument("--reps", type=int, default=3)
@@ -90,27 +94,32 @@ def main():
     header = "| hosts | " + " | ".join(title for _, title, _ in COLUMNS) + " |"
     print(header)
     print("|" + "---|" * (len(COLUMNS) + 1))
-    results = {size: [] for size in sizes}
+    builds = args.build
+    label = {build: ("%s: " % build if len(builds) > 1 else "") for build in builds}
+    results = {(build, size): [] for build in builds for size in sizes}
     for rep in range(args.reps):
         order = sizes if rep % 2 == 0 else list(reversed(sizes))
+        turn = builds if rep % 2 == 0 else list(reversed(builds))
         for size in order:
-            result = one_run(args.build, size, args.slots, args.steady, args.fault, args.interval, args.timeout)
-            results[size].append(result)
-            print(row(result), flush=True)
+            for build in turn:
+                result = one_run(build, size, args.slots, args.steady, args.fault, args.interval, args.timeout)
+                results[(build, size)].append(result)
+                print(row(result, label[build]), flush=True)
     print("\nmedians (%d reps):" % args.reps)
     print(header)
     print("|" + "---|" * (len(COLUMNS) + 1))
-    for size in sizes:
-        good = [r for r in results[size] if "error" not in r]
-        if not good:
-            print("| %d | no successful run |" % size)
-            continue
-        median = {"hosts": size}
-        for key, _, _ in COLUMNS:
-            values = [r[key] for r in good if isinstance(r.get(key), (int, float))]
-            if values:
-                median[key] = statistics.median(values)
-        print(row(median))
+    for build in builds:
+        for size in sizes:
+            good = [r for r in results[(build, size)] if "error" not in r]
+            if not good:
+                print("| %s%d | no successful run |" % (label[build], size))
+                continue
+            median = {"hosts": size}
+            for key, _, _ in COLUMNS:
+                values = [r[key] for r in good if isinstance(r.get(key), (int, float))]
+                if values:
+                    median[key] = statistics.median(values)
+            print(row(median, label[build]))
     print("load after: %s" % loadavg())
     return 0
 
