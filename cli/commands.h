@@ -6,11 +6,24 @@
 
 #include <CLI/CLI.hpp>
 
+#include "launcher/base/result.h"
+#include "launcher/run/console.h"
+
 namespace dtrain::cli {
 
 struct CommandContext {
   int exit_code = 0;
 };
+
+/// --follow and --output of the commands that supervise in the foreground (submit, resume):
+/// whose output the terminal shows. dtrain run has its own parser and shows `auto` by default.
+struct FollowOptions {
+  bool follow = false;
+  std::string output;  ///< empty: not given
+  /// --output wins; else auto with --follow, none without. A wrong word is a usage error.
+  Result<run::OutputChoice> choice() const;
+};
+void add_follow_options(CLI::App& command, FollowOptions& options);
 
 /// The absolute path of this dtrain binary (/proc/self/exe): agents and drills run it again.
 std::string this_executable();

@@ -55,6 +55,10 @@ Options:
   --max-restarts N           restarts after a failure (elastic.max_restarts; default 0)
   --set KEY=VALUE            any spec key by its dotted path (dtrain-spec(5)); repeatable
   --name NAME                the run's name (default: the script's name)
+  --output all|rank0|none|auto
+                             whose output to show here as it is printed, each line prefixed
+                             "[rank N] " (default auto: every rank up to 8 ranks, rank 0 beyond);
+                             every rank's output is kept in the run directory (dtrain logs RUN)
   -d, --detach               print the run id and supervise in the background
   --over-quota               start even though the tenant's monthly budget is spent
                              (recorded in the audit table; see dtrain-registry(1))
@@ -88,6 +92,7 @@ struct RunRequest {
   std::string hostfile;
   std::optional<std::string> max_restarts;
   std::optional<std::string> nnodes;
+  std::string output = "auto";
   std::vector<std::string> sets;
   std::string name;
   bool detach = false;
@@ -103,7 +108,7 @@ struct RunRequest {
 
 /// One flag the parser knows: its spellings, whether it takes a value, and what it does.
 enum class FlagAction {
-  procs, hosts, hostfile, max_restarts, set, name, detach, over_quota, nnodes, standalone, monitor_interval,
+  procs, hosts, hostfile, max_restarts, set, name, output, detach, over_quota, nnodes, standalone, monitor_interval,
   module, no_python, help, ignored_output, refused
 };
 
@@ -121,6 +126,7 @@ const std::vector<Flag>& flags() {
       {{"--max-restarts", "--max_restarts"}, true, FlagAction::max_restarts},
       {{"--set"}, true, FlagAction::set},
       {{"--name"}, true, FlagAction::name},
+      {{"--output"}, true, FlagAction::output},
       {{"-d", "--detach"}, false, FlagAction::detach},
       {{"--over-quota"}, false, FlagAction::over_quota},
       {{"--nnodes"}, true, FlagAction::nnodes},
@@ -214,6 +220,7 @@ std::optional<std::string> parse_arguments(const std::vector<std::string>& args,
       case FlagAction::max_restarts: request.max_restarts = *value; break;
       case FlagAction::set: request.sets.push_back(*value); break;
       case FlagAction::name: request.name = *value; break;
+      case FlagAction::output: request.output = *value; break;
       case FlagAction::detach: request.detach = true; break;
       case FlagAction::over_quota: request.over_quota = true; break;
       case FlagAction::nnodes: request.nnodes = *value; break;
@@ -381,6 +388,7 @@ std::string plural(size_t count, const char* word) {
 /// The flags' values, checked: what the spec is built from.
 struct CheckedFlags {
   int procs = 1;
+  run::OutputChoice output = run::OutputChoice::automatic;
   std::optional<int> max_restarts;
   std::optional<int> nodes_min, nodes_max;  ///< --nnodes N (both N) or MIN:MAX
   std::vector<spec::Override> overrides;
@@ -405,6 +413,12 @@ Result<CheckedFlags> check_flags(const RunRequest& request) {
                        ": write the number of workers per host, e.g. -n 4");
   }
   flags.procs = *procs;
+  std::optional<run::OutputChoice> output = run::parse_output_choice(request.output);
+  if (!output) {
+    return Error::user("--output " + single_quote(printable(request.output, 64)) +
+                       ": write all, rank0, none or auto (every rank up to 8 ranks, rank 0 beyond)");
+  }
+  flags.output = *output;
   if (request.max_restarts) {
     flags.max_restarts = parse_count(*request.max_restarts);
     if (!flags.max_restarts) {
@@ -532,6 +546,7 @@ int run_command(const std::vector<std::string>& args) {
   submit.overrides = flags->overrides;
   submit.detach = request.detach;
   submit.over_quota = request.over_quota;
+  submit.output = flags->output;
   submit.audit_action = "run";
   submit.dtrain_exe = this_executable();
   return run::submit(submit);

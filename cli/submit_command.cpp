@@ -1,4 +1,4 @@
-// dtrain submit SPEC [--detach] [--over-quota] [--set key=value]...
+// dtrain submit SPEC [--detach] [--over-quota] [--set key=value]... [--follow] [--output WHOSE]
 
 #include <climits>
 #include <cstdio>
@@ -8,9 +8,24 @@
 
 #include "cli/commands.h"
 #include "launcher/base/exit_code.h"
+#include "launcher/base/strings.h"
 #include "launcher/run/run_driver.h"
 
 namespace dtrain::cli {
+
+void add_follow_options(CLI::App& command, FollowOptions& options) {
+  command.add_flag("--follow,-f", options.follow,
+                   "show the workers' output here as they print it, like dtrain run (--output auto)");
+  command.add_option("--output", options.output,
+                     "whose output to show here: all, rank0, none, or auto (every rank up to 8, rank 0 beyond); "
+                     "default none, or auto with --follow");
+}
+
+Result<run::OutputChoice> FollowOptions::choice() const {
+  if (output.empty()) return follow ? run::OutputChoice::automatic : run::OutputChoice::none;
+  if (std::optional<run::OutputChoice> chosen = run::parse_output_choice(output)) return *chosen;
+  return Error::user("--output '" + printable(output, 64) + "': write all, rank0, none or auto");
+}
 
 std::string this_executable() {
   char path[PATH_MAX];
@@ -25,6 +40,7 @@ void add_submit_command(CLI::App& app, CommandContext& context) {
     std::vector<std::string> sets;
     bool detach = false;
     bool over_quota = false;
+    FollowOptions follow;
   };
   auto options = std::make_shared<Options>();
   CLI::App* command = app.add_subcommand("submit", "Launch a job and supervise it until it ends");
@@ -32,6 +48,7 @@ void add_submit_command(CLI::App& app, CommandContext& context) {
   command->add_option("--set", options->sets, "override a spec key by its dotted path: key=value")
       ->allow_extra_args(false);
   command->add_flag("--detach,-d", options->detach, "print the run id and supervise in the background");
+  add_follow_options(*command, options->follow);
   command->add_flag("--over-quota", options->over_quota,
                     "start even though the tenant's monthly GPU-hour budget is spent (recorded in the audit table)");
   command->callback([options, &context] {
@@ -39,6 +56,13 @@ void add_submit_command(CLI::App& app, CommandContext& context) {
     submit.spec_path = options->spec_path;
     submit.detach = options->detach;
     submit.over_quota = options->over_quota;
+    Result<run::OutputChoice> output = options->follow.choice();
+    if (!output) {
+      std::fprintf(stderr, "dtrain submit: %s\n", output.error().message.c_str());
+      context.exit_code = to_int(ExitCode::usage);
+      return;
+    }
+    submit.output = *output;
     submit.dtrain_exe = this_executable();
     for (const std::string& text : options->sets) {
       Result<spec::Override> parsed = spec::parse_override(text);

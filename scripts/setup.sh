@@ -29,6 +29,7 @@ packages=(
 )
 if $with_tests; then
   packages+=(python3-torch)  # the unmodified-script, DDP and in-place PyTorch tests (tests/skip.h)
+  packages+=(tmux)  # a real terminal for the terminal-output test (capture-pane)
 fi
 
 missing=()

@@ -381,7 +381,8 @@ int RunDriver::close_run() {
   if (recorder_.console_mode() != Console::Mode::quiet) {
     recorder_.flush();  // every console line first; the console is idle from here on
     recorder_.finish_console();
-    print_run_summary(finish.exit_code == ExitCode::ok ? stdout : stderr, supervisor_, finish, run_, router_, elapsed_ms);
+    print_run_summary(finish.exit_code == ExitCode::ok ? stdout : stderr, supervisor_, finish, run_, router_, elapsed_ms,
+                      recorder_.worker_echo());
   }
   metrics_.write(true, supervisor_, progress_, router_.host_resources());  // after run.finished: the final goodput
   snapshots_.write_state(true, finished_);

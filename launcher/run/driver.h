@@ -105,8 +105,8 @@ class RunDriver : private FrameRouter::Output, private GenerationLauncher::Outpu
   void write_unsynced_file(std::string path, std::string text) override {
     recorder_.write_file(std::move(path), std::move(text), Durability::kUnsynced);
   }
-  void rank_output(int rank, int gen, std::string text) override {
-    recorder_.rank_output(rank, gen, std::move(text));
+  void rank_output(int rank, int gen, std::string_view stream, std::string line) override {
+    recorder_.rank_output(rank, gen, stream, std::move(line));
   }
   void console_line(std::string text) override { recorder_.console_line(std::move(text)); }
   spdlog::logger& log() override { return recorder_.log(); }
@@ -163,6 +163,8 @@ class RunDriver : private FrameRouter::Output, private GenerationLauncher::Outpu
 std::optional<int> detach(const std::string& run_id, const char* what, const RunLock& lock);
 /// The console for a foreground (terminal or plain) or detached (quiet) supervisor.
 Console::Mode console_mode(bool detached);
+/// " · output: all 4 ranks" for the first line of a foreground run; empty with --output none.
+std::string output_clause(const WorkerEcho& echo);
 
 /// This machine's name (gethostname).
 std::string this_hostname();

@@ -152,7 +152,7 @@ void FrameRouter::on(AgentLink& link, const proto::WorkerExitReport& exit) {
 }
 
 void FrameRouter::on(AgentLink& link, const proto::WorkerLogLine& log) {
-  out_.rank_output(log.rank, log.gen, log.line + "\n");
+  out_.rank_output(log.rank, log.gen, log.stream, log.line);
   if (log.line.find("NCCL WARN") == std::string::npos) return;
   // The first warning of a rank is an event at once; its repeats within kCommWarnWindowMs are
   // counted into one event at the window's end (flush_comm_warns): a communicator in trouble

@@ -43,8 +43,9 @@ class FrameRouter {
     virtual void write_file_then_record(std::string path, std::string text, nlohmann::json event) = 0;
     /// `text` into `path`, not fsync'd (a host's facts: re-made at every connect).
     virtual void write_unsynced_file(std::string path, std::string text) = 0;
-    /// A worker's output line(s) for its rank log.
-    virtual void rank_output(int rank, int gen, std::string text) = 0;
+    /// A line of a worker's output (without its newline; `stream` "stdout" or "stderr") for its
+    /// rank log and, when chosen, the terminal.
+    virtual void rank_output(int rank, int gen, std::string_view stream, std::string line) = 0;
     virtual void console_line(std::string text) = 0;
     /// One metrics.jsonl line.
     virtual void metrics_line(nlohmann::json line) = 0;

@@ -104,13 +104,14 @@ int resume(const ResumeOptions& options) {
   } else {
     std::string why = terminal ? "it had " + previous_state
                                : "its supervisor, pid " + std::to_string(previous_pid) + " on " + previous_host + ", died";
-    std::fprintf(stderr, "dtrain: resuming run %s (%s) from %s · %d workers on %zu host(s) · run log %s\n",
-                 run->id().c_str(), why.c_str(),
-                 resume_text.c_str(), plan->world_size, plan->hosts.size(), run->path().c_str());
+    std::fprintf(stderr, "dtrain: resuming run %s (%s) from %s · %d workers on %zu host(s) · run log %s%s\n",
+                 run->id().c_str(), why.c_str(), resume_text.c_str(), plan->world_size, plan->hosts.size(),
+                 run->path().c_str(), output_clause(WorkerEcho{options.output, plan->world_size}).c_str());
   }
+  WorkerEcho echo{options.output, plan->world_size};
   int64_t submitted = state->submitted_at_ms.value_or(clock.wall_ms());
   RunDriver driver(spec, std::move(plan).value(), std::move(run).value(), std::move(log).value(),
-                   options.dtrain_exe, options.detach, Console(console_mode(options.detach), stderr), DriverSeams{});
+                   options.dtrain_exe, options.detach, Console(console_mode(options.detach), stderr, echo), DriverSeams{});
   driver.resume_from(from, submitted);
   int code = driver.run();
   if (options.detach) std::_Exit(code);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/run/console.h"
 #include "launcher/spec/spec_loader.h"
 
 namespace dtrain {
@@ -41,6 +42,9 @@ struct SubmitOptions {
   bool detach = false;        ///< print the run id and go on in the background
   std::string dtrain_exe;     ///< absolute path of this dtrain binary (agents run it)
   bool over_quota = false;    ///< start even when the tenant's monthly budget is spent (audited)
+  /// Which ranks' output the terminal shows (dtrain run: automatic; dtrain submit: none unless
+  /// --follow or --output). Nothing when detached.
+  OutputChoice output = OutputChoice::none;
   /// The audit row: "submit", or "run" (whose spec_path names a command line, not a file).
   std::string audit_action = "submit";
   DriverSeams seams;
@@ -55,6 +59,7 @@ struct ResumeOptions {
   bool detach = false;
   std::string dtrain_exe;
   bool over_quota = false;    ///< as SubmitOptions::over_quota
+  OutputChoice output = OutputChoice::none;  ///< as SubmitOptions::output
 };
 
 /// `dtrain resume RUN`: continues a run whose supervisor died (kill -9, a crashed login node)

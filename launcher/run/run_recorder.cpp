@@ -27,6 +27,7 @@ RunRecorder::RunRecorder(const RunDirectory& run, EventLog events, Console conso
       rank_logs_(run.ranks_dir(), rank_log_max_bytes),
       console_(console),
       console_mode_(console.mode()),
+      worker_echo_(console.echo()),
       state_writer_(run.state_path()),
       writer_({}, std::move(before_write), [this](const RunLogWriter::DropSummary& dropped) { report_drops(dropped); }) {}
 
@@ -165,13 +166,16 @@ void RunRecorder::write_file(std::string path, std::string text, Durability dura
   }, info);
 }
 
-void RunRecorder::rank_output(int rank, int generation, std::string text) {
+void RunRecorder::rank_output(int rank, int generation, std::string_view stream, std::string line) {
   int64_t wall = clock_.wall_ms();
-  RunLogWriter::JobInfo info{Priority::kOutput, "rank_output", text.size(), wall};
-  writer_.post([this, rank, generation, text = std::move(text), wall] {
-    if (Status written = rank_logs_.append(rank, generation, text, wall); !written) {
+  line += '\n';
+  RunLogWriter::JobInfo info{Priority::kOutput, "rank_output", line.size(), wall};
+  bool to_stderr = stream == "stderr";
+  writer_.post([this, rank, generation, to_stderr, line = std::move(line), wall] {
+    if (Status written = rank_logs_.append(rank, generation, line, wall); !written) {
       log_->error("rank {} log: {}", rank, written.error().message);
     }
+    console_.worker_line(rank, to_stderr ? "stderr" : "stdout", std::string_view(line).substr(0, line.size() - 1));
   }, info);
 }
 

@@ -47,9 +47,11 @@ class RunRecorder {
   /// Writes `text` to `path` atomically; a failure goes to supervisor.log.
   void write_file(std::string path, std::string text, Durability durability = Durability::kSynced,
                   int mode = 0600);
-  /// A rank's output (whole lines, or a chunk the next call continues). Dropped first, and
-  /// counted in a runlog.dropped event, while the writer is behind (RunLogWriter's bounds).
-  void rank_output(int rank, int generation, std::string text);
+  /// A line of a rank's output (`stream` "stdout" or "stderr", the line without its newline):
+  /// into its rank log and, when the console's echo chooses the rank, onto the terminal at the
+  /// same moment. Dropped first, and counted in a runlog.dropped event, while the writer is
+  /// behind (RunLogWriter's bounds).
+  void rank_output(int rank, int generation, std::string_view stream, std::string line);
   /// One metrics.jsonl line; the file becomes metrics.1.jsonl at `kMetricsMaxBytes`.
   void metrics(nlohmann::json line);
   /// state.json: the newest snapshot wins.
@@ -59,6 +61,8 @@ class RunRecorder {
   void console_line(std::string text);
   void console_status(ConsoleStatus status);
   Console::Mode console_mode() const { return console_mode_; }
+  /// Set at construction and never changed: safe to read from the loop.
+  const WorkerEcho& worker_echo() const { return worker_echo_; }
 
   /// supervisor.log (spdlog async: the caller only formats).
   spdlog::logger& log() { return *log_; }
@@ -82,6 +86,7 @@ class RunRecorder {
   RankLogs rank_logs_;     ///< used on the writer thread only
   Console console_;        ///< used on the writer thread only (and after flush())
   Console::Mode console_mode_;
+  WorkerEcho worker_echo_;
   std::shared_ptr<spdlog::logger> log_;
   StateWriter state_writer_;
   /// Follows events.jsonl. Destroyed after the writer (members go in reverse order), so its last

@@ -54,7 +54,8 @@ events::RunFinished run_finished_event(const supervisor::Supervisor& supervisor,
 }
 
 void print_run_summary(std::FILE* out, const supervisor::Supervisor& supervisor, const supervisor::FinishRun& finish,
-                       const RunDirectory& run, const FrameRouter& router, int64_t elapsed_ms) {
+                       const RunDirectory& run, const FrameRouter& router, int64_t elapsed_ms,
+                       const WorkerEcho& echo) {
   // Rounded to 100 ms past a second; a run that ended at once shows its real milliseconds,
   // not "0ms".
   elapsed_ms = std::max<int64_t>(1, elapsed_ms);
@@ -95,6 +96,10 @@ void print_run_summary(std::FILE* out, const supervisor::Supervisor& supervisor,
   }
   std::fprintf(out, "run log: %s\n  dtrain status %s · dtrain logs %s\n", run.path().c_str(), run.id().c_str(),
                run.id().c_str());
+  if (echo.choice != OutputChoice::none && !echo.shows_every_rank()) {
+    std::fprintf(out, "output shown here: %s; every rank's: dtrain logs %s\n", echo.describe().c_str(),
+                 run.id().c_str());
+  }
 }
 
 }  // namespace dtrain::run

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "launcher/events/events.h"
+#include "launcher/run/console.h"
 #include "launcher/run/frame_router.h"
 #include "launcher/runlog/run_directory.h"
 #include "launcher/supervisor/supervisor.h"
@@ -17,8 +18,10 @@ events::RunFinished run_finished_event(const supervisor::Supervisor& supervisor,
                                        int64_t elapsed_ms);
 
 /// The summary on `out`: the root cause with its log, traceback and last output (the router's
-/// exit tails), why the run could not go on, every incident, where the run log is.
+/// exit tails), why the run could not go on, every incident, where the run log is — and, when
+/// the terminal showed the output of some ranks only, that every rank's is there.
 void print_run_summary(std::FILE* out, const supervisor::Supervisor& supervisor, const supervisor::FinishRun& finish,
-                       const RunDirectory& run, const FrameRouter& router, int64_t elapsed_ms);
+                       const RunDirectory& run, const FrameRouter& router, int64_t elapsed_ms,
+                       const WorkerEcho& echo = {});
 
 }  // namespace dtrain::run

@@ -52,6 +52,10 @@ Console::Mode console_mode(bool detached) {
   return ::isatty(STDERR_FILENO) ? Console::Mode::terminal : Console::Mode::plain;
 }
 
+std::string output_clause(const WorkerEcho& echo) {
+  return echo.choice == OutputChoice::none ? "" : " · output: " + echo.describe();
+}
+
 std::string this_hostname() {
   char name[256] = {};
   ::gethostname(name, sizeof name - 1);
@@ -142,13 +146,15 @@ int submit(const SubmitOptions& options) {
 
   if (options.detach) {
     if (std::optional<int> parent_exit = detach(run_id, "started", *lock)) return *parent_exit;
-  } else {
-    std::fprintf(stderr, "dtrain: run %s · %d workers on %zu host(s) · run log %s\n", run_id.c_str(),
-                 plan->world_size, plan->hosts.size(), run->path().c_str());
+  }
+  WorkerEcho echo{options.output, plan->world_size};
+  if (!options.detach) {
+    std::fprintf(stderr, "dtrain: run %s · %d workers on %zu host(s) · run log %s%s\n", run_id.c_str(),
+                 plan->world_size, plan->hosts.size(), run->path().c_str(), output_clause(echo).c_str());
   }
 
   RunDriver driver(spec, std::move(plan).value(), std::move(run).value(), std::move(events).value(),
-                   options.dtrain_exe, options.detach, Console(console_mode(options.detach), stderr), options.seams);
+                   options.dtrain_exe, options.detach, Console(console_mode(options.detach), stderr, echo), options.seams);
   int code = driver.run();
   if (options.detach) std::_Exit(code);
   return code;

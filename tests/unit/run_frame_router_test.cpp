@@ -46,7 +46,7 @@ struct Outside : FrameRouter::Output {
     record(std::move(event));
   }
   void write_unsynced_file(std::string path, std::string text) override { files[path] = text; }
-  void rank_output(int rank, int, std::string text) override { output[rank] += text; }
+  void rank_output(int rank, int, std::string_view, std::string line) override { output[rank] += line + "\n"; }
   void console_line(std::string text) override { console.push_back(std::move(text)); }
   spdlog::logger& log() override { return logger; }
   void metrics_line(json line) override { metrics.push_back(std::move(line)); }

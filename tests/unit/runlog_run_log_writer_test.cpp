@@ -257,7 +257,7 @@ TEST_CASE("RunRecorder over a stalled run directory: one runlog.dropped in event
     sink.stall();
     recorder.record(events::RunState{"running", "the stall begins"}.to_json());
     REQUIRE(sink.wait_until_held());
-    for (int i = 0; i < kLines; ++i) recorder.rank_output(0, 0, "line " + std::to_string(i) + "\n");
+    for (int i = 0; i < kLines; ++i) recorder.rank_output(0, 0, "stdout", "line " + std::to_string(i));
     recorder.record(events::RunFinished{"succeeded", 0, 0, 1, 1000}.to_json());
     sink.release();
     recorder.flush();
