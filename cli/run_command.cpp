@@ -1,14 +1,11 @@
 // dtrain run [options] SCRIPT [ARGS]... | [options] -- COMMAND [ARGS]...
 //
-// torchrun's command line with dtrain's supervision. The flags become a job spec as YAML text,
-// loaded by the same loader as `dtrain submit SPEC` (so validation and its messages are the
-// same, and the run directory keeps it as spec.yaml like any other); from there run::submit
-// does the rest, exactly as for submit. torchrun's own spellings are accepted where they map,
-// so a torchrun line can be pasted after `dtrain run`.
-//
-// The arguments are parsed here, not by CLI11: everything after the script belongs to the
-// script (torchrun's argparse REMAINDER), and a script argument that happens to be a dtrain
-// subcommand name ("plan", "status") or a flag of ours must reach the script untouched.
+// torchrun's command line with dtrain's supervision. The flags (parsed by run_arguments.cpp,
+// which also reads torchrun's PET_* variables) become a job spec as YAML text, loaded by the
+// same loader as `dtrain submit SPEC` (so validation and its messages are the same, and the run
+// directory keeps it as spec.yaml like any other); from there run::submit does the rest, exactly
+// as for submit. Every torchrun option is accepted, mapped where it maps, so a torchrun line can
+// be pasted after `dtrain run`.
 
 #include <cstdio>
 #include <cstdlib>
@@ -20,7 +17,11 @@
 
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/commands.h"
+#include "cli/run_arguments.h"
+#include "launcher/agent/host_facts.h"
 #include "launcher/base/exit_code.h"
 #include "launcher/base/strings.h"
 #include "launcher/run/run_driver.h"
@@ -43,11 +44,15 @@ The command:
   -- COMMAND [ARGS]...       run as written (`-- python3 train.py`, `-- ./a.out`); a COMMAND
                              ending in .py is run with python3 -u as above
   -m, --module               SCRIPT is a module: python3 -u -m SCRIPT ARGS
-  --no-python, --no_python   run SCRIPT itself, without python3
+  --no-python                run SCRIPT itself, without python3
+  --run-path                 run SCRIPT with python3 -u (torchrun's runpy.run_path); wins over
+                             -m and --no-python, as in torchrun
 
 Options:
   -n, --nproc-per-node N     workers per host (default 1; in a Slurm allocation, its tasks per
-                             node); a hostfile's slots= wins for its host
+                             node); a hostfile's slots= wins for its host. gpu, cpu, auto: this
+                             machine's GPUs (nvidia-smi), CPUs, or GPUs else CPUs (this machine
+                             alone only)
   --hosts H,...              hosts to run on: names, user@host:port, hostlists (gpu[01-04]);
                              default: this machine only, or inside a Slurm allocation (salloc,
                              sbatch) its nodes, started as one srun step (hosts: slurm)
@@ -63,181 +68,39 @@ Options:
   --over-quota               start even though the tenant's monthly budget is spent
                              (recorded in the audit table; see dtrain-registry(1))
 
-torchrun flags, accepted so that a torchrun line can be pasted:
-  --nproc_per_node N, --max_restarts N   the same as above
+torchrun's other options (each also with underscores: --nproc_per_node, --max_restarts, ...):
   --nnodes N                 must equal the number of hosts given (1 without --hosts)
   --nnodes MIN:MAX           elastic: the run goes on while MIN hosts are left
                              (elastic.min_hosts = MIN); it starts on all the hosts given
   --standalone               nothing to do: this machine is the default
-  --monitor-interval S       ignored: dtrain watches workers through its heartbeat settings
-                             (--set heartbeat.interval=..., heartbeat.hang_timeout=...)
-  --rdzv-backend, --rdzv-endpoint, --rdzv-id, --rdzv-conf  ignored (one warning): dtrain does
-                             its own rendezvous
-  --redirects, --tee, --log-dir  ignored (one warning): every rank's output is kept in the run
-                             directory (dtrain logs RUN)
-  --node-rank, --master-addr, --master-port are refused: dtrain starts every host itself and
-  sets MASTER_ADDR/MASTER_PORT for each generation.
+  --role NAME                the workers' ROLE_NAME (default: default)
+  --shutdown-timeout S       seconds between SIGTERM and SIGKILL when stopping workers
+                             (stop_grace; dtrain's default is 10)
+  --node-rank 0              accepted on a one-host job (this machine is node 0); any other
+                             rank, and --master-addr, --master-port, are refused: dtrain starts
+                             every host itself and sets MASTER_ADDR/MASTER_PORT each generation
+  --rdzv-backend, --rdzv-endpoint, --rdzv-id, --rdzv-conf, --monitor-interval, --start-method,
+  --event-log-handler, --local-addr, --logs-specs, --numa-binding, --signals-to-handle,
+  --virtual-local-rank, --duplicate-stdout-filters, --duplicate-stderr-filters
+                             accepted; each warns once why it changes nothing here (the
+                             heartbeat settings replace --monitor-interval: --set
+                             heartbeat.interval=..., heartbeat.hang_timeout=...)
+  -r/--redirects, -t/--tee, --log-dir, --local-ranks-filter  accepted (one warning): every
+                             rank's output is kept in the run directory (dtrain logs RUN)
+  Every torchrun option is also read from its PET_ variable when not given (PET_NPROC_PER_NODE,
+  PET_NO_PYTHON=1, ...), as torchrun does; the flag wins. A unique abbreviation of a long
+  option (--redirect=3) is taken, as torchrun's argparse takes it.
 
 Examples:
   dtrain run -n 4 -- python3 train.py --lr 0.1
   dtrain run -n 4 train.py --lr 0.1
   dtrain run --nproc_per_node=8 --hosts gpu[01-04] --max_restarts=3 train.py
+  PET_NPROC_PER_NODE=4 PET_NO_PYTHON=1 dtrain run ./train.sh
 )";
-
-/// What the command line asked for, before it becomes YAML.
-struct RunRequest {
-  std::string procs_per_host = "1";
-  bool procs_given = false;  ///< -n given (else, in a Slurm allocation, Slurm's tasks per node)
-  std::string hosts;
-  std::string hostfile;
-  std::optional<std::string> max_restarts;
-  std::optional<std::string> nnodes;
-  std::string output = "auto";
-  std::vector<std::string> sets;
-  std::string name;
-  bool detach = false;
-  bool over_quota = false;
-  bool module = false;
-  bool no_python = false;
-  bool help = false;
-  bool after_separator = false;    ///< the command came after `--`
-  std::vector<std::string> command;  ///< the words after the options
-  /// torchrun flags with no meaning here, for one warning line each kind.
-  std::vector<std::string> ignored_rendezvous, ignored_output;
-};
-
-/// One flag the parser knows: its spellings, whether it takes a value, and what it does.
-enum class FlagAction {
-  procs, hosts, hostfile, max_restarts, set, name, output, detach, over_quota, nnodes, standalone, monitor_interval,
-  module, no_python, help, ignored_output, refused
-};
-
-struct Flag {
-  std::vector<std::string> spellings;
-  bool takes_value;
-  FlagAction action;
-};
-
-const std::vector<Flag>& flags() {
-  static const std::vector<Flag> table = {
-      {{"-n", "--nproc-per-node", "--nproc_per_node"}, true, FlagAction::procs},
-      {{"--hosts"}, true, FlagAction::hosts},
-      {{"--hostfile"}, true, FlagAction::hostfile},
-      {{"--max-restarts", "--max_restarts"}, true, FlagAction::max_restarts},
-      {{"--set"}, true, FlagAction::set},
-      {{"--name"}, true, FlagAction::name},
-      {{"--output"}, true, FlagAction::output},
-      {{"-d", "--detach"}, false, FlagAction::detach},
-      {{"--over-quota"}, false, FlagAction::over_quota},
-      {{"--nnodes"}, true, FlagAction::nnodes},
-      {{"--standalone"}, false, FlagAction::standalone},
-      {{"--monitor-interval", "--monitor_interval"}, true, FlagAction::monitor_interval},
-      {{"-m", "--module"}, false, FlagAction::module},
-      {{"--no-python", "--no_python"}, false, FlagAction::no_python},
-      {{"-h", "--help"}, false, FlagAction::help},
-      {{"--redirects", "--tee", "--log-dir", "--log_dir"}, true, FlagAction::ignored_output},
-      {{"--node-rank", "--node_rank", "--master-addr", "--master_addr", "--master-port", "--master_port"}, true,
-       FlagAction::refused},
-  };
-  return table;
-}
-
-const Flag* find_flag(std::string_view name) {
-  for (const Flag& flag : flags()) {
-    for (const std::string& spelling : flag.spellings) {
-      if (spelling == name) return &flag;
-    }
-  }
-  return nullptr;
-}
-
-/// torchrun's rendezvous flags (--rdzv-backend, --rdzv_endpoint, ...): all take a value.
-bool is_rendezvous_flag(std::string_view name) {
-  return starts_with(name, "--rdzv-") || starts_with(name, "--rdzv_");
-}
-
-std::string single_quote(const std::string& text) { return "'" + text + "'"; }
 
 int usage_error(const std::string& message) {
   std::fprintf(stderr, "dtrain run: %s\n", message.c_str());
   return to_int(ExitCode::usage);
-}
-
-/// Parses `args` (the words after `dtrain run`) into `request`; an error is the message to print.
-std::optional<std::string> parse_arguments(const std::vector<std::string>& args, RunRequest& request) {
-  size_t i = 0;
-  for (; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    if (arg == "--") {
-      request.after_separator = true;
-      ++i;
-      break;
-    }
-    if (arg.size() < 2 || arg[0] != '-') break;  // the script: the rest is its own
-    std::string name = arg;
-    std::optional<std::string> value;
-    if (starts_with(arg, "--")) {
-      if (size_t equals = arg.find('='); equals != std::string::npos) {
-        name = arg.substr(0, equals);
-        value = arg.substr(equals + 1);
-      }
-    } else if (arg.size() > 2 && find_flag(arg.substr(0, 2)) && find_flag(arg.substr(0, 2))->takes_value) {
-      name = arg.substr(0, 2);  // -n4
-      value = arg.substr(2);
-    }
-    const Flag* flag = find_flag(name);
-    bool rendezvous = flag == nullptr && is_rendezvous_flag(name);
-    if (flag == nullptr && !rendezvous) {
-      std::vector<std::string> candidates;
-      for (const Flag& known : flags()) candidates.insert(candidates.end(), known.spellings.begin(), known.spellings.end());
-      for (const char* torchrun : {"--rdzv-backend", "--rdzv-endpoint", "--rdzv-id", "--rdzv-conf"}) candidates.push_back(torchrun);
-      // A typo, or the start of a longer flag (torchrun's argparse accepts abbreviations).
-      std::string hint = closest_match(name, candidates);
-      for (const std::string& candidate : candidates) {
-        if (hint.empty() && name.size() >= 4 && starts_with(candidate, name)) hint = candidate;
-      }
-      return "unknown option " + single_quote(printable(name, 64)) +
-             (hint.empty() ? "; see dtrain run --help (a flag meant for the script goes after the script)"
-                           : "; did you mean '" + hint + "'?");
-    }
-    bool takes_value = rendezvous || flag->takes_value;
-    if (!takes_value && value) return name + " takes no value (got '" + printable(*value, 64) + "')";
-    if (takes_value && !value) {
-      if (i + 1 >= args.size()) return name + " needs a value";
-      value = args[++i];
-    }
-    if (rendezvous) {
-      request.ignored_rendezvous.push_back(name);
-      continue;
-    }
-    switch (flag->action) {
-      case FlagAction::procs:
-        request.procs_per_host = *value;
-        request.procs_given = true;
-        break;
-      case FlagAction::hosts: request.hosts = *value; break;
-      case FlagAction::hostfile: request.hostfile = *value; break;
-      case FlagAction::max_restarts: request.max_restarts = *value; break;
-      case FlagAction::set: request.sets.push_back(*value); break;
-      case FlagAction::name: request.name = *value; break;
-      case FlagAction::output: request.output = *value; break;
-      case FlagAction::detach: request.detach = true; break;
-      case FlagAction::over_quota: request.over_quota = true; break;
-      case FlagAction::nnodes: request.nnodes = *value; break;
-      case FlagAction::standalone: break;        // localhost is the default already
-      case FlagAction::monitor_interval: break;  // heartbeat.* replaces it (see --help)
-      case FlagAction::module: request.module = true; break;
-      case FlagAction::no_python: request.no_python = true; break;
-      case FlagAction::help: request.help = true; break;
-      case FlagAction::ignored_output: request.ignored_output.push_back(name); break;
-      case FlagAction::refused:
-        return name + ": dtrain starts the workers on every host itself from this one command and sets "
-                      "MASTER_ADDR and MASTER_PORT for each generation; run it once, on one machine, list the "
-                      "hosts with --hosts or --hostfile, and drop " + name;
-    }
-  }
-  request.command.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
-  return std::nullopt;
 }
 
 /// A non-negative decimal integer, or nullopt.
@@ -264,15 +127,17 @@ bool ends_with(const std::string& text, std::string_view suffix) {
   return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-/// The worker's argv, following torchrun: `python -u [-m] SCRIPT ARGS` unless --no-python. After
-/// `--` the command is taken as written (it names its own program), except a .py script, which
-/// nothing could run without python either. Naming the interpreter first is honoured too.
+/// The worker's argv, following torchrun: `python -u [-m] SCRIPT ARGS` unless --no-python, and
+/// `python -u SCRIPT ARGS` for --run-path (torchrun's runpy.run_path in a fresh interpreter).
+/// After `--` the command is taken as written (it names its own program), except a .py script,
+/// which nothing could run without python either. Naming the interpreter first is honoured too.
 std::vector<std::string> worker_command(const RunRequest& request) {
   const char* python_exec = std::getenv("PYTHON_EXEC");  // torchrun's override of the interpreter
   std::string python = python_exec && *python_exec ? python_exec : "python3";
   const std::string& first = request.command.front();
-  bool as_written = request.no_python || (!request.module && is_python_interpreter(first)) ||
-                    (!request.module && request.after_separator && !ends_with(first, ".py"));
+  bool as_written = (!request.module && is_python_interpreter(first)) ||
+                    (!request.run_path && (request.no_python || (!request.module && request.after_separator &&
+                                                                  !ends_with(first, ".py"))));
   if (as_written) return request.command;
   std::vector<std::string> argv = {python, "-u"};
   if (request.module) argv.push_back("-m");
@@ -349,24 +214,35 @@ std::vector<std::string> split_hosts(const std::string& text) {
   return hosts;
 }
 
-/// The flag that wrote a spec key, so that a loader message points at the command line.
-std::string flag_for_key(const std::string& key) {
+// Labels of the options in messages (a value from a PET_ variable is named by the variable).
+constexpr const char* kProcsLabel = "-n/--nproc-per-node";
+constexpr const char* kNnodesLabel = "--nnodes";
+constexpr const char* kMaxRestartsLabel = "--max-restarts";
+
+/// The option that wrote a spec key, so that a loader message points at the command line (or
+/// at the PET_ variable the value came from).
+std::string flag_for_key(const RunRequest& request, const std::string& key) {
   auto under = [&](std::string_view prefix) {
     return key == prefix || starts_with(key, std::string(prefix) + ".") || starts_with(key, std::string(prefix) + "[");
   };
+  auto origin = [](const std::optional<GivenValue>& given, const char* label) {
+    return given ? given->origin(label) : std::string(label);
+  };
   if (under("hosts")) return "--hosts";
   if (under("hostfile")) return "--hostfile";
-  if (under("slots_per_host")) return "-n";
+  if (under("slots_per_host")) return origin(request.procs_per_host, "-n");
   if (under("name")) return "--name";
   if (under("worker.command")) return "the command";
-  if (under("elastic.max_restarts")) return "--max-restarts";
-  if (under("elastic.min_hosts")) return "--nnodes";
+  if (under("worker.env")) return origin(request.role, "--role");
+  if (under("stop_grace")) return origin(request.shutdown_timeout, "--shutdown-timeout");
+  if (under("elastic.max_restarts")) return origin(request.max_restarts, kMaxRestartsLabel);
+  if (under("elastic.min_hosts")) return origin(request.nnodes, kNnodesLabel);
   return "";
 }
 
 /// The loader's diagnostics, with the ones about our generated text naming the flag instead of
 /// a line of YAML the user never saw.
-std::string describe(const spec::LoadResult& loaded, const std::string& source_name) {
+std::string describe(const RunRequest& request, const spec::LoadResult& loaded, const std::string& source_name) {
   std::string message;
   for (const spec::Diagnostic& diagnostic : loaded.diagnostics) {
     if (!message.empty()) message += "\n";
@@ -374,7 +250,7 @@ std::string describe(const spec::LoadResult& loaded, const std::string& source_n
       message += diagnostic.to_string();
       continue;
     }
-    std::string flag = flag_for_key(diagnostic.key);
+    std::string flag = flag_for_key(request, diagnostic.key);
     message += "dtrain run: " + (flag.empty() ? "" : flag + ": ") +
                (diagnostic.key.empty() ? "" : diagnostic.key + ": ") + diagnostic.message;
   }
@@ -391,54 +267,104 @@ struct CheckedFlags {
   run::OutputChoice output = run::OutputChoice::automatic;
   std::optional<int> max_restarts;
   std::optional<int> nodes_min, nodes_max;  ///< --nnodes N (both N) or MIN:MAX
+  std::optional<int> shutdown_seconds;
   std::vector<spec::Override> overrides;
 
   /// --nnodes MIN:MAX with MIN < MAX: an elastic range.
   bool ranged() const { return nodes_min && *nodes_min != *nodes_max; }
 };
 
+/// torchrun's -n gpu|cpu|auto: counted on this machine with the probe its agent runs at hello
+/// (nvidia-smi; auto is the GPUs, else the CPUs, as in torchrun). Only for a job on this machine
+/// alone: another host's count is known only once its agent is up, after the plan is made.
+Result<int> count_local_devices(const GivenValue& procs, bool this_machine_only) {
+  const std::string& kind = procs.value;
+  if (kind != "gpu" && kind != "cpu" && kind != "auto") {
+    std::string fix = kind == "xpu" ? "dtrain counts NVIDIA GPUs (nvidia-smi) only; write the number of workers "
+                                      "per host, e.g. -n 4"
+                                    : "write the number of workers per host, e.g. -n 4 (or gpu, cpu, auto)";
+    return Error::user(procs.quoted(kProcsLabel) + ": " + fix);
+  }
+  if (!this_machine_only) {
+    return Error::user(procs.quoted(kProcsLabel) + ": dtrain counts devices only for a job on this machine "
+                       "alone; with --hosts, --hostfile or Slurm write the number of workers per host (-n 8), "
+                       "or slots= per host in a hostfile");
+  }
+  constexpr int kNvidiaSmiTimeoutMs = 5'000;  // as the agent's at hello
+  nlohmann::json facts = agent::collect_host_facts(kNvidiaSmiTimeoutMs);
+  int gpus = static_cast<int>(facts["gpus"].size());
+  int cpus = facts["cpus"].is_number_integer() ? facts["cpus"].get<int>() : 0;
+  if (kind == "gpu" && gpus == 0) {
+    return Error::user(procs.quoted(kProcsLabel) + ": no GPU on this machine (nvidia-smi lists none); write "
+                       "the number of workers, e.g. -n 4, or cpu");
+  }
+  bool use_gpus = kind == "gpu" || (kind == "auto" && gpus > 0);
+  int count = use_gpus ? gpus : cpus;
+  if (count < 1) return Error::infra(procs.quoted(kProcsLabel) + ": this machine's CPU count is unknown; write -n N");
+  std::fprintf(stderr, "dtrain run: %s: %s, one per %s on this machine\n", procs.quoted(kProcsLabel).c_str(),
+               plural(static_cast<size_t>(count), "worker").c_str(),
+               use_gpus ? "GPU nvidia-smi lists" : kind == "auto" ? "CPU (nvidia-smi lists no GPU)" : "CPU");
+  return count;
+}
+
 /// The flags that need no spec to check: a usage message (Error::user) names the first wrong one.
-Result<CheckedFlags> check_flags(const RunRequest& request) {
+Result<CheckedFlags> check_flags(const RunRequest& request, bool this_machine_only) {
   if (request.command.empty()) {
     return Error::user("no command; write the script after the options (dtrain run -n 4 train.py --lr 0.1) "
                        "or a program after -- (dtrain run -n 4 -- python3 train.py)");
   }
   if (request.module && request.no_python) {
-    return Error::user("-m/--module and --no-python cannot be used together (a module needs python)");
+    return Error::user(*request.module + " and " + *request.no_python +
+                       ": -m/--module and --no-python cannot be used together (a module needs python)");
   }
-  CheckedFlags flags;
-  std::optional<int> procs = parse_count(request.procs_per_host);
-  if (!procs || *procs < 1) {
-    return Error::user("-n/--nproc-per-node " + single_quote(printable(request.procs_per_host, 64)) +
-                       ": write the number of workers per host, e.g. -n 4");
-  }
-  flags.procs = *procs;
-  std::optional<run::OutputChoice> output = run::parse_output_choice(request.output);
-  if (!output) {
-    return Error::user("--output " + single_quote(printable(request.output, 64)) +
-                       ": write all, rank0, none or auto (every rank up to 8 ranks, rank 0 beyond)");
-  }
-  flags.output = *output;
-  if (request.max_restarts) {
-    flags.max_restarts = parse_count(*request.max_restarts);
-    if (!flags.max_restarts) {
-      return Error::user("--max-restarts " + single_quote(printable(*request.max_restarts, 64)) +
-                         ": write a number of restarts, e.g. --max-restarts 3 (0: the first failure ends the run)");
-    }
+  if (request.node_rank && parse_count(request.node_rank->value) != 0) {
+    return Error::user(request.node_rank->origin("--node-rank") + " " + request.node_rank->value +
+                       ": dtrain starts the workers on every host itself from this one command, so this one is "
+                       "node 0; run it once, on one machine, list the hosts with --hosts or --hostfile, and " +
+                       (request.node_rank->variable.empty() ? "drop --node-rank" : "unset " + request.node_rank->variable));
   }
   if (!request.hosts.empty() && !request.hostfile.empty()) {
     return Error::user("--hosts and --hostfile both given; use one of them");
   }
+  CheckedFlags flags;
+  if (request.procs_per_host) {
+    std::optional<int> procs = parse_count(request.procs_per_host->value);
+    if (!procs) {
+      Result<int> counted = count_local_devices(*request.procs_per_host, this_machine_only);
+      if (!counted) return counted.error();
+      procs = *counted;
+    }
+    if (*procs < 1) {
+      return Error::user(request.procs_per_host->quoted(kProcsLabel) +
+                         ": write the number of workers per host, e.g. -n 4");
+    }
+    flags.procs = *procs;
+  }
+  std::optional<run::OutputChoice> output = run::parse_output_choice(request.output);
+  if (!output) {
+    return Error::user("--output '" + printable(request.output, 64) +
+                       "': write all, rank0, none or auto (every rank up to 8 ranks, rank 0 beyond)");
+  }
+  flags.output = *output;
+  if (request.max_restarts) {
+    flags.max_restarts = parse_count(request.max_restarts->value);
+    if (!flags.max_restarts) {
+      return Error::user(request.max_restarts->quoted(kMaxRestartsLabel) +
+                         ": write a number of restarts, e.g. --max-restarts 3 (0: the first failure ends the run)");
+    }
+  }
   // --nnodes N or MIN:MAX (torchrun's elastic range).
   if (request.nnodes) {
-    size_t colon = request.nnodes->find(':');
-    flags.nodes_min = parse_count(request.nnodes->substr(0, colon));
-    flags.nodes_max = colon == std::string::npos ? flags.nodes_min : parse_count(request.nnodes->substr(colon + 1));
+    const std::string& nnodes = request.nnodes->value;
+    size_t colon = nnodes.find(':');
+    flags.nodes_min = parse_count(nnodes.substr(0, colon));
+    flags.nodes_max = colon == std::string::npos ? flags.nodes_min : parse_count(nnodes.substr(colon + 1));
     if (!flags.nodes_min || !flags.nodes_max || *flags.nodes_min < 1 || *flags.nodes_max < *flags.nodes_min) {
-      return Error::user("--nnodes " + single_quote(printable(*request.nnodes, 64)) +
+      return Error::user(request.nnodes->quoted(kNnodesLabel) +
                          ": write the number of hosts (--nnodes 2) or a range MIN:MAX (--nnodes 1:4)");
     }
   }
+  if (request.shutdown_timeout) flags.shutdown_seconds = parse_count(request.shutdown_timeout->value);
   for (const std::string& text : request.sets) {
     Result<spec::Override> parsed = spec::parse_override(text);
     if (!parsed) return Error::user("--set " + printable(text, 200) + ": " + parsed.error().message);
@@ -451,7 +377,7 @@ Result<CheckedFlags> check_flags(const RunRequest& request) {
 std::string spec_yaml(const RunRequest& request, const CheckedFlags& flags, const std::string& base_dir,
                       bool from_slurm) {
   std::vector<std::string> argv = worker_command(request);
-  std::string name = request.name.empty() ? name_from_command(argv, request.module) : request.name;
+  std::string name = request.name.empty() ? name_from_command(argv, request.module.has_value()) : request.name;
   std::string yaml = "# built by dtrain run from its command line\nversion: 1\nname: " + yaml_quote(name) + "\n";
   if (from_slurm) yaml += "hosts: slurm\n";
   if (!request.hosts.empty()) yaml += "hosts: " + yaml_list(split_hosts(request.hosts)) + "\n";
@@ -459,8 +385,10 @@ std::string spec_yaml(const RunRequest& request, const CheckedFlags& flags, cons
     std::string path = request.hostfile[0] == '/' ? request.hostfile : base_dir + "/" + request.hostfile;
     yaml += "hostfile: " + yaml_quote(path) + "\n";
   }
-  if (!from_slurm || request.procs_given) yaml += "slots_per_host: " + std::to_string(flags.procs) + "\n";
+  if (!from_slurm || request.procs_per_host) yaml += "slots_per_host: " + std::to_string(flags.procs) + "\n";
   yaml += "worker:\n  command: " + yaml_list(argv) + "\n";
+  if (request.role) yaml += "  env: {ROLE_NAME: " + yaml_quote(request.role->value) + "}\n";  // torchrun --role
+  if (flags.shutdown_seconds) yaml += "stop_grace: " + std::to_string(*flags.shutdown_seconds) + "s\n";
   if (flags.max_restarts || flags.ranged()) {
     yaml += "elastic:\n";
     if (flags.max_restarts) yaml += "  max_restarts: " + std::to_string(*flags.max_restarts) + "\n";
@@ -469,8 +397,8 @@ std::string spec_yaml(const RunRequest& request, const CheckedFlags& flags, cons
   return yaml;
 }
 
-/// --nnodes against the hosts the spec expands to: a usage message, or nothing (a range is
-/// then announced on stderr).
+/// --nnodes and --node-rank against the hosts the spec expands to: a usage message, or nothing
+/// (a range is then announced on stderr).
 std::optional<std::string> check_host_count(const RunRequest& request, const CheckedFlags& flags, size_t host_count,
                                             bool from_slurm) {
   std::string host_words = plural(host_count, "host") +
@@ -478,29 +406,48 @@ std::optional<std::string> check_host_count(const RunRequest& request, const Che
                             : request.hosts.empty() && request.hostfile.empty()
                                 ? " (this machine; list more with --hosts or --hostfile)"
                                 : "");
-  if (flags.nodes_min && !flags.ranged() && static_cast<size_t>(*flags.nodes_min) != host_count) {
-    return "--nnodes " + *request.nnodes + ", but the job has " + host_words + "; dtrain starts every "
-           "host itself, so --nnodes must equal the number of hosts, or drop it";
+  if (request.node_rank && host_count != 1) {
+    std::string origin = request.node_rank->origin("--node-rank");
+    return origin + " 0, but the job has " + host_words + "; dtrain starts every host itself from this one "
+           "command (GROUP_RANK tells a worker its host), so " +
+           (request.node_rank->variable.empty() ? "drop --node-rank" : "unset " + origin);
+  }
+  if (!request.nnodes) return std::nullopt;
+  std::string nnodes = request.nnodes->variable.empty() ? "--nnodes " + request.nnodes->value
+                                                        : request.nnodes->variable + "=" + request.nnodes->value;
+  if (!flags.ranged() && static_cast<size_t>(*flags.nodes_min) != host_count) {
+    return nnodes + ", but the job has " + host_words + "; dtrain starts every host itself, so " +
+           request.nnodes->origin(kNnodesLabel) + " must equal the number of hosts, or drop it";
   }
   if (flags.ranged() && static_cast<size_t>(*flags.nodes_max) < host_count) {
-    return "--nnodes " + *request.nnodes + " allows at most " + plural(*flags.nodes_max, "host") +
-           ", but the job has " + host_words + "; list fewer hosts or raise the maximum";
+    return nnodes + " allows at most " + plural(*flags.nodes_max, "host") + ", but the job has " + host_words +
+           "; list fewer hosts or raise the maximum";
   }
   // MIN above the host count is the loader's elastic.min_hosts message (pointed at --nnodes).
   if (flags.ranged()) {
     std::fprintf(stderr,
-                 "dtrain run: --nnodes %s: starting on the job's %s; after losing hosts it goes on with "
+                 "dtrain run: %s: starting on the job's %s; after losing hosts it goes on with "
                  "%s or more (elastic.min_hosts: %d); dtrain adds no hosts later\n",
-                 request.nnodes->c_str(), plural(host_count, "host").c_str(), plural(*flags.nodes_min, "host").c_str(),
+                 nnodes.c_str(), plural(host_count, "host").c_str(), plural(*flags.nodes_min, "host").c_str(),
                  *flags.nodes_min);
   }
   return std::nullopt;
 }
 
+/// One warning line per reason: the options accepted that change nothing here, and why.
 void warn_ignored(const RunRequest& request) {
-  if (!request.ignored_rendezvous.empty()) {
-    std::fprintf(stderr, "dtrain run: warning: ignored %s: dtrain does its own rendezvous, nothing to set up\n",
-                 join(request.ignored_rendezvous, ", ").c_str());
+  std::vector<const char*> reasons;
+  for (const RunRequest::Ignored& ignored : request.ignored) {
+    bool seen = false;
+    for (const char* reason : reasons) seen = seen || reason == ignored.because;
+    if (!seen) reasons.push_back(ignored.because);
+  }
+  for (const char* reason : reasons) {
+    std::vector<std::string> names;
+    for (const RunRequest::Ignored& ignored : request.ignored) {
+      if (ignored.because == reason) names.push_back(ignored.name);
+    }
+    std::fprintf(stderr, "dtrain run: warning: ignored %s: %s\n", join(names, ", ").c_str(), reason);
   }
   if (!request.ignored_output.empty()) {
     std::fprintf(stderr, "dtrain run: warning: ignored %s: every rank's output is kept in the run directory "
@@ -510,21 +457,24 @@ void warn_ignored(const RunRequest& request) {
 
 int run_command(const std::vector<std::string>& args) {
   RunRequest request;
-  if (std::optional<std::string> error = parse_arguments(args, request)) return usage_error(*error);
+  const spec::EnvLookup environment = spec::process_environment();
+  if (std::optional<std::string> error = parse_run_arguments(args, environment, request)) {
+    return usage_error(*error);
+  }
   if (request.help) {
     std::fputs(kUsage, stdout);
     return to_int(ExitCode::ok);
   }
-  Result<CheckedFlags> flags = check_flags(request);
+  // Inside a Slurm allocation (salloc, sbatch) with no host option: the allocation's nodes, and
+  // Slurm's tasks per node unless -n says otherwise (spec: hosts: slurm).
+  const bool from_slurm = request.hosts.empty() && request.hostfile.empty() && spec::in_slurm_allocation(environment);
+  const bool this_machine_only = request.hosts.empty() && request.hostfile.empty() && !from_slurm;
+  Result<CheckedFlags> flags = check_flags(request, this_machine_only);
   if (!flags) return usage_error(flags.error().message);
 
   char* cwd = get_current_dir_name();
   const std::string base_dir = cwd ? cwd : ".";
   std::free(cwd);
-  // Inside a Slurm allocation (salloc, sbatch) with no host option: the allocation's nodes, and
-  // Slurm's tasks per node unless -n says otherwise (spec: hosts: slurm).
-  const bool from_slurm = request.hosts.empty() && request.hostfile.empty() &&
-                          spec::in_slurm_allocation(spec::process_environment());
   std::string yaml = spec_yaml(request, *flags, base_dir, from_slurm);
 
   // Loaded here first, with the same loader and base directory submit uses, to check --nnodes
@@ -532,7 +482,7 @@ int run_command(const std::vector<std::string>& args) {
   const std::string source_name = "dtrain run";
   spec::LoadResult loaded = spec::parse_job_spec(yaml, source_name, base_dir, flags->overrides);
   if (!loaded.ok()) {
-    std::fprintf(stderr, "%s\n", describe(loaded, source_name).c_str());
+    std::fprintf(stderr, "%s\n", describe(request, loaded, source_name).c_str());
     return to_int(ExitCode::usage);
   }
   if (auto wrong = check_host_count(request, *flags, loaded.spec->hosts.size(), from_slurm)) {

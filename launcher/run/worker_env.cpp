@@ -20,7 +20,7 @@ EnvMap common_worker_env(const spec::JobSpec& spec, const plan::RankPlan& plan,
   set(env::kWorldSize, plan.world_size);
   set(env::kGroupWorldSize, static_cast<int>(plan.hosts.size()));
   set(env::kRoleWorldSize, plan.world_size);
-  set(env::kRoleName, std::string("default"));
+  if (!spec.worker.env.count(env::kRoleName)) set(env::kRoleName, std::string("default"));  // dtrain run --role
   set(env::kMasterAddr, context.master_addr);
   set(env::kMasterPort, context.master_port);
   set(env::kRestartCount, context.restart_count);

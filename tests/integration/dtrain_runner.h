@@ -16,6 +16,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <doctest/doctest.h>
@@ -125,6 +126,9 @@ struct DtrainProcess {
 /// One test's dtrain world: its own DTRAIN_HOME and working directory.
 struct DtrainEnv {
   TempDir dir;
+  /// Variables set for every dtrain started from here (after any PET_* of the test's own
+  /// environment is removed: those are torchrun's options, and `dtrain run` reads them).
+  std::vector<std::pair<std::string, std::string>> environment;
   std::string home() const { return dir.path + "/home"; }
 
   DtrainProcess start(const std::vector<std::string>& args) {
@@ -134,6 +138,13 @@ struct DtrainEnv {
     process.err_path = dir.path + "/err." + std::to_string(counter++);
     process.pid = ::fork();
     if (process.pid == 0) {
+      std::vector<std::string> torchrun_variables;
+      for (char** entry = environ; *entry != nullptr; ++entry) {
+        std::string variable = *entry;
+        if (variable.rfind("PET_", 0) == 0) torchrun_variables.push_back(variable.substr(0, variable.find('=')));
+      }
+      for (const std::string& name : torchrun_variables) ::unsetenv(name.c_str());
+      for (const auto& [name, value] : environment) ::setenv(name.c_str(), value.c_str(), 1);
       ::setenv("DTRAIN_HOME", home().c_str(), 1);
       if (::chdir(dir.path.c_str()) != 0) _exit(126);
       int out = ::open(process.out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
