@@ -151,7 +151,7 @@ TEST_CASE("torchrun scenario: --no-python runs a shell script on every worker, n
     args.insert(args.end(), {"--module", scenario_file("touch_rank.sh"), s.out});
     DtrainProcess process = s.run(args);
     CHECK(process.exit_code == 2);
-    CHECK_MESSAGE(process.err().find("--no-python and --module: -m/--module and --no-python cannot be used together") !=
+    CHECK_MESSAGE(process.err().find("--module and --no-python: -m/--module and --no-python cannot be used together") !=
                       std::string::npos,
                   process.err());
     CHECK(s.env.run_dirs().empty());
@@ -507,7 +507,7 @@ TEST_CASE("a bad PET_ variable is refused with exit 2, naming the variable") {
     CAPTURE(c.value);
     Scenario s;
     s.env.environment.push_back({c.variable, c.value});
-    DtrainProcess process = s.run({"--no-python", scenario_file("touch_rank.sh"), s.out});
+    DtrainProcess process = s.run({scenario_file("touch_rank.sh"), s.out});
     CHECK(process.exit_code == 2);
     CHECK_MESSAGE(process.err().find(c.message) != std::string::npos, process.err());
     CHECK(s.env.run_dirs().empty());

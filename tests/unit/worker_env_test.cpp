@@ -137,3 +137,11 @@ TEST_CASE("common env no longer carries the launch node's PATH") {
   spec.worker.env["PATH"] = "/custom/bin";
   CHECK(run::common_worker_env(spec, plan_of(spec), context).at("PATH") == "/custom/bin");
 }
+
+TEST_CASE("ROLE_NAME is default unless the spec's worker.env names a role (dtrain run --role)") {
+  spec::JobSpec spec = make_spec({"localhost"}, 2);
+  run::GenerationContext context;
+  CHECK(run::common_worker_env(spec, plan_of(spec), context).at("ROLE_NAME") == "default");
+  spec.worker.env["ROLE_NAME"] = "trainer";
+  CHECK(run::common_worker_env(spec, plan_of(spec), context).at("ROLE_NAME") == "trainer");
+}
