@@ -111,7 +111,7 @@ int64_t Agent::next_wakeup_ms(int64_t now) const {
   }
   for (const KillOperation& kill : kills_) wakeup = std::min(wakeup, kill.next_check_ms(now));
   if (fence_kill_) wakeup = std::min(wakeup, fence_kill_->next_check_ms(now));
-  if (standby_count() < standbys_.wanted) wakeup = std::min(wakeup, std::max(now, standby_not_before_ms_));
+  if (standby_count() < standbys_.wanted) wakeup = std::min(wakeup, std::max(now, next_standby_start_ms()));
   return wakeup;
 }
 

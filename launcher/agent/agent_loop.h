@@ -33,6 +33,10 @@ namespace dtrain::agent::detail {
 constexpr size_t kMaxTailLines = 10'000;
 constexpr int64_t kStandbyRestartMs = 1'000;   // at most one replacement of a dead standby per second
 constexpr int64_t kStandbyRefillDelayMs = 1'000;  // from an assign to the standby that replaces it
+// A pool of an unmodified script (spawn.standby_bootstrap) refills once every worker of this host
+// has beaten since its spawn (its recovery is over), or this long after the spawn: each refill
+// imports torch, seconds of CPU that a restarting generation would otherwise lose.
+constexpr int64_t kPoolRefillMaxWaitMs = 30'000;
 
 struct Config {
   std::string run_id;
@@ -84,6 +88,9 @@ class Agent {
   /// replacement at most once a second, an assigned one's a second after the assign).
   void keep_standbys(int64_t now);
   int standby_count() const;
+  /// When keep_standbys may start the next standby: after standby_not_before_ms_ and, for a pool
+  /// of an unmodified script, once this host's workers have all beaten (or the wait ran out).
+  int64_t next_standby_start_ms() const;
   /// A ready standby becomes the worker of `launch` (assign): true when one did, and it is reported
   /// started; false when none is ready (or the assign could not be sent), for a normal spawn.
   bool assign_standby(const WorkerLaunch& launch);
@@ -124,6 +131,10 @@ class Agent {
     WorkerLaunch launch;
     bool instrument = false;
     int wanted = 0;
+    /// Present: a pool of an unmodified script (spawn.standby_bootstrap): its processes wait in
+    /// the bootstrap after importing these, and every spawned worker takes one when ready.
+    std::optional<std::vector<std::string>> bootstrap_imports;
+    int64_t refill_wait_until_ms = 0;  ///< a bootstrap pool waits for beats until then
   };
   StandbyPool standbys_;
   int64_t standby_not_before_ms_ = 0;  ///< no standby starts before (a dead one's replacement waits)

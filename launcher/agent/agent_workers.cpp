@@ -39,8 +39,12 @@ void Agent::on(const proto::SpawnRequest& spawn) {
     standbys_.launch = common;
     for (const auto& [name, value] : spawn.env) standbys_.launch.env[name] = value;
     standbys_.instrument = spawn.instrument;
+    standbys_.bootstrap_imports = spawn.standby_bootstrap;
   }
   if (spawn.standby) standbys_.wanted = *spawn.standby;  // absent: as before
+  // A pool's (re)fill waits for this generation to beat: at a first start there is nothing to
+  // take yet, and its imports would slow every rank's own.
+  if (standbys_.bootstrap_imports) standbys_.refill_wait_until_ms = now_ms() + kPoolRefillMaxWaitMs;
   keep_standbys(now_ms());
 }
 
@@ -49,8 +53,18 @@ int Agent::standby_count() const {
                                         [](const auto& entry) { return entry.second->standby(); }));
 }
 
+int64_t Agent::next_standby_start_ms() const {
+  if (!standbys_.bootstrap_imports || now_ms() >= standbys_.refill_wait_until_ms) return standby_not_before_ms_;
+  for (const auto& [pid, worker] : workers_) {
+    if (!worker->standby() && !beaten_.count({worker->gen(), worker->rank()})) {
+      return std::max(standby_not_before_ms_, standbys_.refill_wait_until_ms);
+    }
+  }
+  return standby_not_before_ms_;
+}
+
 void Agent::keep_standbys(int64_t now) {
-  if (fence_reason_ || !sockets_ || now < standby_not_before_ms_) return;
+  if (fence_reason_ || !sockets_ || standby_count() >= standbys_.wanted || now < next_standby_start_ms()) return;
   for (int missing = standbys_.wanted - standby_count(); missing > 0; --missing) {
     WorkerLaunch launch = standbys_.launch;
     launch.standby = true;
@@ -58,6 +72,14 @@ void Agent::keep_standbys(int64_t now) {
     launch.local_rank = -1;
     launch.env.erase(contract::env::kGeneration);  // it belongs to none until assigned
     launch.env[contract::env::kStandby] = "1";
+    if (standbys_.bootstrap_imports) {
+      // An unmodified script: the bootstrap (sitecustomize) imports these, then waits for the
+      // assign before Python runs the script; it pops both variables then.
+      launch.env[contract::env::kStandby] = contract::env::kStandbyInBootstrap;
+      std::string imports;
+      for (const std::string& name : *standbys_.bootstrap_imports) imports += (imports.empty() ? "" : ",") + name;
+      launch.env[contract::env::kStandbyImports] = imports;
+    }
     launch.env[contract::env::kAgentSocket] = sockets_->path();
     add_bootstrap_path(launch, standbys_.instrument);
     last_standby_start_ms_ = now;
@@ -82,6 +104,7 @@ bool Agent::assign_standby(const WorkerLaunch& launch) {
     proto::StandbyAssign assign{launch.gen, launch.rank, launch.env};
     assign.env["PATH"] = worker_path_for(launch);
     assign.env.erase(contract::env::kStandby);
+    assign.env.erase(contract::env::kStandbyImports);
     if (Status sent = sockets_->assign_standby(pid, assign); !sent) {
       std::fprintf(stderr, "%s: %s; starting rank %d as a new process\n", who().c_str(), sent.error().message.c_str(),
                    launch.rank);
@@ -95,6 +118,7 @@ bool Agent::assign_standby(const WorkerLaunch& launch) {
     // transfer for the CPUs (kill -9 of 1 of 4 DDP ranks: 149-190 ms to the first step with an
     // immediate refill, 125-133 ms with this).
     standby_not_before_ms_ = std::max(standby_not_before_ms_, now_ms() + kStandbyRefillDelayMs);
+    if (standbys_.bootstrap_imports) standbys_.refill_wait_until_ms = now_ms() + kPoolRefillMaxWaitMs;
     return true;
   }
   return false;
@@ -150,7 +174,10 @@ void Agent::spawn_one(WorkerLaunch launch, bool instrument) {
   }
   add_worker_files(launch, instrument);
   auto join_live = launch.env.find(contract::env::kJoinLive);
-  if (join_live != launch.env.end() && join_live->second == "1" && assign_standby(launch)) return;
+  // A pool of an unmodified script serves every spawn (first start, restarts, replacements);
+  // script standbys (elastic.standby_per_host) only join-live replacements, as before.
+  bool takes_standby = standbys_.bootstrap_imports || (join_live != launch.env.end() && join_live->second == "1");
+  if (takes_standby && assign_standby(launch)) return;
   auto spawned = WorkerProcess::spawn(launch);
   if (!spawned) {
     std::fprintf(stderr, "%s: rank %d: %s\n", who().c_str(), launch.rank,

@@ -34,6 +34,12 @@
 //           local_rank, pid, standby:true}; then it starts another to refill the pool. Standbys
 //           belong to no generation: a fence and kill {gen:-1} end them, other kills do not;
 //           one that exits before it is assigned is replaced (at most once a second).
+//           standby_bootstrap (with standby > 0): [module names]: the standbys are a pool of an
+//           unmodified script (spec worker.pool): started with DTRAIN_STANDBY=bootstrap and
+//           DTRAIN_STANDBY_IMPORTS=<names, comma-separated>, they wait in the bootstrap, and
+//           every worker of a spawn takes a ready one (not only a join-live one). The pool
+//           refills once every worker on the host has beaten since the spawn or assign (at most
+//           30 s after it).
 //   kill    {gen, signal:"TERM"|"KILL", grace_ms}
 //           TERM every worker group of `gen`, KILL whatever remains after grace_ms, then answer
 //           released. gen -1: every generation. Each TERM is followed by SIGCONT, so a stopped

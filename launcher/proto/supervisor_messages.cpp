@@ -78,6 +78,7 @@ Result<SupervisorMessage> parse_spawn(FieldReader& reader, const json& frame) {
     }
     spawn.standby = static_cast<int>(*standby);
   }
+  spawn.standby_bootstrap = reader.optional_string_array("standby_bootstrap", kMaxStandbyImports, 200);
   const json* workers = reader.optional_array("workers");
   if (workers == nullptr && reader.ok()) reader.fail_text("workers", "missing (expected an array of {rank, local_rank, env})");
   if (!reader.ok()) return reader.error();
@@ -165,6 +166,7 @@ struct ToJson {
     put_optional(out, "log_tail_lines", m.log_tail_lines);
     out["instrument"] = m.instrument;
     if (m.standby) out["standby"] = *m.standby;
+    if (m.standby_bootstrap) out["standby_bootstrap"] = *m.standby_bootstrap;
     return out;
   }
   json operator()(const KillRequest& m) const {

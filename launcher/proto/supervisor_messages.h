@@ -21,6 +21,8 @@ namespace dtrain::proto {
 
 /// Most warm standbys one spawn may ask for (elastic.standby_per_host).
 inline constexpr int kMaxStandbys = 64;
+/// Most modules a pool's bootstrap imports before its assign (spec worker.pool.imports).
+inline constexpr size_t kMaxStandbyImports = 64;
 
 using EnvVars = std::map<std::string, std::string>;
 
@@ -53,6 +55,10 @@ struct SpawnRequest {
   bool instrument = false;
   /// Warm standbys to keep (0 to kMaxStandbys); absent: as the previous spawn said.
   std::optional<int> standby{};
+  /// Present: the standbys are a pool of an unmodified script (spec worker.pool), waiting in the
+  /// bootstrap after importing these modules, and every worker of a spawn takes one when one is
+  /// ready (not only a join-live one). Absent: as the previous spawn said.
+  std::optional<std::vector<std::string>> standby_bootstrap{};
   bool operator==(const SpawnRequest&) const = default;
 };
 

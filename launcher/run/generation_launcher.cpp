@@ -225,6 +225,10 @@ proto::SpawnRequest GenerationLauncher::spawn_frame(int gen, const plan::RankPla
   spawn.log_tail_lines = 20;
   spawn.instrument = spec_.worker.instrument;
   spawn.standby = spec_.elastic.standby_per_host;
+  if (spec_.worker.pool_per_host > 0) {
+    spawn.standby = spec_.worker.pool_per_host;
+    spawn.standby_bootstrap = spec_.worker.pool_imports;
+  }
   for (int rank : ranks.empty() ? host.ranks : ranks) {
     const plan::RankSlot& slot = plan.ranks.at(static_cast<size_t>(rank));
     EnvMap env = rank_worker_env(plan, slot);

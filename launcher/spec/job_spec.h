@@ -78,6 +78,11 @@ struct WorkerSettings {
   /// worker.instrument: put dtrain's Python bootstrap first on the workers' PYTHONPATH (beats
   /// from torch optimizer steps, error records for uncaught exceptions). off: PYTHONPATH as given.
   bool instrument = true;
+  /// worker.pool: processes of an unmodified script kept started up to just before the script
+  /// runs (the bootstrap imported `imports`, then waits for its rank); every worker of a
+  /// generation on that host takes one when one is ready. 0: none.
+  int pool_per_host = 0;
+  std::vector<std::string> pool_imports{"torch"};  ///< worker.pool.imports (default [torch])
 
   bool operator==(const WorkerSettings&) const = default;
 };

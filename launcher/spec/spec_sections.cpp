@@ -104,6 +104,48 @@ void read_command(DiagnosticSink& sink, const Section& worker, std::vector<std::
   command = std::move(*argv);
 }
 
+// A module name as `import` takes it: dotted identifiers. The bootstrap imports each by name, so
+// anything else (a path, `numpy as np`) would only fail there, in a process nobody watches.
+bool is_module_name(const std::string& name) {
+  if (name.empty() || name.size() > 200) return false;
+  bool start = true;
+  for (char c : name) {
+    if (c == '.') {
+      if (start) return false;
+      start = true;
+    } else if (std::isalpha(static_cast<unsigned char>(c)) || c == '_' || (!start && std::isdigit(static_cast<unsigned char>(c)))) {
+      start = false;
+    } else {
+      return false;
+    }
+  }
+  return !start;
+}
+
+void read_worker_pool(DiagnosticSink& sink, const Section& w, WorkerSettings& worker) {
+  const YAML::Node* node = w.get("pool");
+  if (node == nullptr) return;
+  Section pool(sink, node, w.path("pool"), {"per_host", "imports"});
+  if (!pool.node()) return;  // not a mapping: reported
+  if (auto v = read_int(sink, pool.get("per_host"), pool.path("per_host"), 0, 64)) worker.pool_per_host = *v;
+  if (const YAML::Node* imports = pool.get("imports")) {
+    if (auto names = read_string_list(sink, imports, pool.path("imports"), true)) {
+      for (const std::string& name : *names) {
+        if (!is_module_name(name)) {
+          sink.error(*imports, pool.path("imports"),
+                     single_quoted(name) + " is not a module name; write names as `import` takes them: [torch, numpy]");
+          return;
+        }
+      }
+      worker.pool_imports = *names;
+    }
+  }
+  if (worker.pool_per_host > 0 && !worker.instrument) {
+    sink.error(*node, w.path("pool"),
+               "the pool waits in dtrain's bootstrap, which `worker.instrument: off` turns off; remove one of them");
+  }
+}
+
 void read_worker(DiagnosticSink& sink, const Section& root, const std::string& base_dir, EnvValues env_values,
                  WorkerSettings& worker) {
   const YAML::Node* node = root.get("worker");
@@ -111,7 +153,8 @@ void read_worker(DiagnosticSink& sink, const Section& root, const std::string& b
     sink.error_at(sink.file(), 0, 0, "worker", "the spec has no worker section; add worker: {command: [python3, train.py]}");
     return;
   }
-  Section w(sink, node, "worker", {"command", "workdir", "env", "pass_env", "env_file", "env_file_names", "backend", "instrument"});
+  Section w(sink, node, "worker", {"command", "workdir", "env", "pass_env", "env_file", "env_file_names", "backend", "instrument",
+                                             "pool"});
   if (!w.node()) return;  // not a mapping: reported
   read_command(sink, w, worker.command);
   if (auto v = read_string(sink, w.get("workdir"), w.path("workdir"))) worker.workdir = *v;
@@ -122,6 +165,7 @@ void read_worker(DiagnosticSink& sink, const Section& root, const std::string& b
   if (auto v = read_choice(sink, w.get("instrument"), w.path("instrument"), {"on", "off", "true", "false"})) {
     worker.instrument = *v == "on" || *v == "true";
   }
+  read_worker_pool(sink, w, worker);
 }
 
 void read_parallelism(DiagnosticSink& sink, const Section& root, Parallelism& parallelism) {
@@ -344,6 +388,13 @@ void read_spec_body(DiagnosticSink& sink, const YAML::Node& root_node, const std
   read_parallelism(sink, root, spec.parallelism);
   read_batch(sink, root, spec.batch);
   read_elastic(sink, root, static_cast<int>(spec.hosts.size()), spec.elastic);
+  if (spec.worker.pool_per_host > 0 && spec.elastic.standby_per_host > 0) {
+    // One pool per agent: its processes wait either in the script (Worker.from_env) or in the
+    // bootstrap, and an agent could not tell which one a join-live rank wants.
+    sink.error(*root.get("elastic"), "elastic.standby_per_host",
+               "cannot be used with worker.pool (one pool per host: standby_per_host for scripts that call "
+               "Worker.from_env, worker.pool for unmodified ones); remove one of them");
+  }
   read_heartbeat(sink, root, spec.heartbeat);
   read_checkpoint(sink, root, spec.checkpoint);
   read_metrics(sink, root, base_dir, spec.metrics);

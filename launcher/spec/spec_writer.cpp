@@ -121,6 +121,13 @@ std::string to_yaml(const JobSpec& spec) {
   worker_env(out, spec.worker);
   out << YAML::Key << "backend" << YAML::Value << to_string(spec.worker.backend);
   out << YAML::Key << "instrument" << YAML::Value << (spec.worker.instrument ? "on" : "off");
+  if (spec.worker.pool_per_host > 0) {
+    out << YAML::Key << "pool" << YAML::Value << YAML::BeginMap;
+    out << YAML::Key << "per_host" << YAML::Value << spec.worker.pool_per_host;
+    out << YAML::Key << "imports" << YAML::Value << YAML::Flow << YAML::BeginSeq;
+    for (const std::string& name : spec.worker.pool_imports) out << name;
+    out << YAML::EndSeq << YAML::EndMap;
+  }
   out << YAML::EndMap;
 
   out << YAML::Key << "parallelism" << YAML::Value << YAML::BeginMap;

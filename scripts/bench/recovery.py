@@ -3,8 +3,8 @@
 -> first resumed training step.
 
   recovery.py --dtrain BUILD/cli/dtrain [--reps 5] [--cases trainer,ddp-dtrain,ddp-torchrun]
-              (more cases: ddp-dtrain-store, ddp-dtrain-in-place, ddp-dtrain-standby, trainer-in-place,
-              trainer-standby) [--faults kill,stop]
+              (more cases: ddp-dtrain-pool, ddp-dtrain-store, ddp-dtrain-in-place, ddp-dtrain-standby,
+              trainer-in-place, trainer-standby) [--faults kill,stop]
               [--hang-timeout 5] [--pg-timeout 20]
               [--kill-at 110] [--run-timeout 240] [--torch-python /usr/bin/python3]
 
@@ -25,6 +25,15 @@ Cases:
                  Not in the default --cases.
   ddp-dtrain-standby / trainer-standby  in place with elastic.standby_per_host: 1: the
                  replacement is a warm standby (started, torch imported) taking the rank.
+  ddp-dtrain-pool  the same unmodified script under dtrain with `worker.pool: {per_host: 4}`: the
+                 agent keeps 4 processes of the command waiting in the bootstrap with torch
+                 imported; the restarted generation's ranks are those processes taking their rank
+                 (only then does the script run). The fault waits until the pool is ready (4
+                 processes with torch mapped and the agent's socket open) and the pool's memory
+                 per process (RSS, PSS from /proc/PID/smaps_rollup) is measured then; the script
+                 is given more steps and the job is stopped (SIGINT) after the first resumed step,
+                 since the pool's first fill takes longer than --kill-at steps. Not in the default
+                 --cases.
   ddp-dtrain-in-place  the same script with --in-place under dtrain with elastic.in_place: the
                  survivors keep their processes and rejoin (dtrain_worker.InPlace), only rank 1
                  is started again and takes the newest completed step from rank 0 by broadcast;
@@ -229,8 +238,8 @@ def read_pid(mark_dir, rank):
         return 0
 
 
-def ddp_args(args, work):
-    argv = [DDP_SCRIPT, "--steps", str(args.kill_at + 40), "--ckpt-every", "20",
+def ddp_args(args, work, steps=None):
+    argv = [DDP_SCRIPT, "--steps", str(steps or args.kill_at + 40), "--ckpt-every", "20",
             "--ckpt-dir", os.path.join(work, "ckpt"), "--mark-dir", os.path.join(work, "mark")]
     if args.pg_timeout > 0:  # 0: torch's default process-group timeout (30 min)
         argv += ["--pg-timeout", "%g" % args.pg_timeout]
@@ -254,11 +263,13 @@ class ExitWatch:
             self.victim_gone_s = now
 
 
-def fault_and_time_ddp(args, work, job, fault, injected, new_workers=4):
+def fault_and_time_ddp(args, work, job, fault, injected, new_workers=4, before_fault=None):
     """Sends `fault` to rank 1 at step >= kill_at; returns the timings seen in the step log.
     `injected` (a dict) gets the victim's pid as soon as it is signalled, for the cleanup.
-    new_workers: how many processes the recovery starts (4; in place, only the victim's)."""
+    new_workers: how many processes the recovery starts (4; in place, only the victim's).
+    before_fault: called first (it may wait); what it returns goes into the result."""
     mark = os.path.join(work, "mark")
+    ready = before_fault() if before_fault else {}
 
     def reached():
         steps = [e for e in read_step_log(mark) if e[0] == "step"]
@@ -303,12 +314,14 @@ def fault_and_time_ddp(args, work, job, fault, injected, new_workers=4):
     return {"fault_t": fault_t, "fault_to_step_s": first_t - fault_t, "fault_to_respawn_s": respawn_s,
             "peer_gone_s": exits.peer_gone_s, "victim_gone_s": exits.victim_gone_s,
             "last_step": max(before), "resume_step": resume_step, "steps_lost": max(before) - resume_step,
-            "script": script}
+            "script": script, **ready}
 
 
 def run_ddp_torchrun(args, work, fault):
     log_dir = os.path.join(work, "torchrun-logs")
-    argv = ["torchrun", "--nproc_per_node=4", "--max_restarts=3", "--monitor_interval=0.1",
+    # torchrun as Debian's python3-torch installs it, or the module where no script is on PATH.
+    torchrun = ["torchrun"] if shutil.which("torchrun") else [args.torch_python, "-m", "torch.distributed.run"]
+    argv = torchrun + ["--nproc_per_node=4", "--max_restarts=3", "--monitor_interval=0.1",
             "--redirects=1", "--tee=1", "--log_dir=" + log_dir, "--master_port=%d" % free_port()] + ddp_args(args, work)
     env = dict(os.environ)
     job = Job(argv, work, env, os.path.join(work, "torchrun.out"))
@@ -386,13 +399,13 @@ def event_timeline(run_dir, detected_gen=0):
             "spawn_ms": (running - spawned) * 1000}
 
 
-def write_spec(path, name, command, hang_timeout_s, extra="", elastic="max_restarts: 3"):
+def write_spec(path, name, command, hang_timeout_s, extra="", elastic="max_restarts: 3", worker_extra=""):
     # Timeouts must nest (interval < timeout < hang_timeout); the host-silence timeout does not
     # matter on one host, so it sits halfway.
     quoted = ", ".join(json.dumps(part) for part in command)
     with open(path, "w") as spec:
         spec.write("version: 1\nname: %s\nslots_per_host: 4\n" % name)
-        spec.write("worker:\n  command: [%s]\n  backend: gloo\n" % quoted)
+        spec.write("worker:\n  command: [%s]\n  backend: gloo\n%s" % (quoted, worker_extra))
         spec.write("elastic: {%s}\n" % elastic)
         spec.write("heartbeat: {interval: 500ms, timeout: %dms, hang_timeout: %dms}\n" %
                    (hang_timeout_s * 500, hang_timeout_s * 1000))
@@ -408,22 +421,83 @@ def elastic_line(in_place, standby):
     return line
 
 
-def run_ddp_dtrain(args, work, fault, script_flags=(), in_place=False, standby=0):
+def pool_processes(mark_dir):
+    """Processes of the pool of the job whose step log is in mark_dir (their command line names
+    it; their environment says DTRAIN_STANDBY=bootstrap, kept in /proc after the assign): pid ->
+    (torch mapped and a socket open, i.e. ready)."""
+    found = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        pid = int(name)
+        try:
+            with open("/proc/%d/cmdline" % pid, "rb") as cmdline:
+                if mark_dir.encode() not in cmdline.read():
+                    continue
+            with open("/proc/%d/environ" % pid, "rb") as environ:
+                if b"DTRAIN_STANDBY=bootstrap" not in environ.read().split(b"\0"):
+                    continue
+            with open("/proc/%d/maps" % pid) as maps:
+                torch_mapped = "libtorch" in maps.read()
+            socket_open = any(os.readlink("/proc/%d/fd/%s" % (pid, fd)).startswith("socket:")
+                              for fd in os.listdir("/proc/%d/fd" % pid))
+        except OSError:
+            continue
+        found[pid] = torch_mapped and socket_open
+    return found
+
+
+def memory_kib(pid):
+    """(Rss, Pss) of pid in KiB from /proc/PID/smaps_rollup."""
+    values = {}
+    with open("/proc/%d/smaps_rollup" % pid) as rollup:
+        for line in rollup:
+            fields = line.split()
+            if len(fields) >= 2 and fields[0] in ("Rss:", "Pss:"):
+                values[fields[0][:-1]] = int(fields[1])
+    return values.get("Rss"), values.get("Pss")
+
+
+def wait_for_pool(args, mark_dir, size):
+    """Waits until `size` pool processes other than the ranks are ready; their memory, in MiB."""
+    def ready():
+        ranks = set(ddp_worker_pids(mark_dir)())
+        waiting = [pid for pid, is_ready in pool_processes(mark_dir).items() if is_ready and pid not in ranks]
+        return waiting if len(waiting) >= size else None
+
+    waiting = wait_for(ready, args.run_timeout, "%d ready pool processes" % size)
+    memory = [memory_kib(pid) for pid in waiting]
+    return {"pool_rss_mib": statistics.median(m[0] for m in memory) / 1024,
+            "pool_pss_mib": statistics.median(m[1] for m in memory) / 1024}
+
+
+def run_ddp_dtrain(args, work, fault, script_flags=(), in_place=False, standby=0, pool=0):
     home = os.path.join(work, "home")
     os.makedirs(home)
     spec = os.path.join(work, "ddp.yaml")
+    mark = os.path.join(work, "mark")
+    # The pool's first fill (4 imports of torch, after the first generation's first beats) takes
+    # longer than --kill-at steps: the script gets steps to spare, and the job is stopped once
+    # the resumed step is measured.
+    steps = 1000000 if pool else None
     # No `worker.instrument` line: the default (on) puts the bootstrap in front of the script.
-    write_spec(spec, "bench-ddp", [args.torch_python] + ddp_args(args, work) + list(script_flags), args.hang_timeout,
-               elastic=elastic_line(in_place, standby))
+    write_spec(spec, "bench-ddp", [args.torch_python] + ddp_args(args, work, steps) + list(script_flags),
+               args.hang_timeout, elastic=elastic_line(in_place, standby),
+               worker_extra="  pool: {per_host: %d}\n" % pool if pool else "")
     job = Job([args.dtrain, "submit", spec], work, dtrain_env(home), os.path.join(work, "dtrain.out"))
     injected = {}
+    worker_pids = ddp_worker_pids(mark)
+    if pool:
+        exec_pids = worker_pids
+        worker_pids = lambda: sorted(set(exec_pids()) | set(pool_processes(mark)))  # noqa: E731
     try:
         run_dir = only_run_dir(home)
-        result = fault_and_time_ddp(args, work, job, fault, injected, 1 if in_place else 4)
-        job.wait(args.run_timeout)
+        result = fault_and_time_ddp(args, work, job, fault, injected, 1 if in_place else 4,
+                                    (lambda: wait_for_pool(args, mark, pool)) if pool else None)
+        if not pool:
+            job.wait(args.run_timeout)
     finally:
-        code, left = finish(job, signal.SIGINT, injected.get("victim"),
-                            ddp_worker_pids(os.path.join(work, "mark")), DDP_MARKER)
+        code, left = finish(job, signal.SIGINT, injected.get("victim"), worker_pids, DDP_MARKER)
     result["exit"] = code
     result["left_over"] = left
     result.update(dtrain_detection(run_dir, result["fault_t"]))
@@ -544,6 +618,8 @@ CASES = {
     "ddp-dtrain-standby": ("dtrain + ddp_train.py --in-place, 1 standby",
                            lambda args, work, fault: run_ddp_dtrain(args, work, fault, ["--in-place"], in_place=True,
                                                                     standby=1)),
+    "ddp-dtrain-pool": ("dtrain + ddp_train.py, worker.pool 4",
+                        lambda args, work, fault: run_ddp_dtrain(args, work, fault, pool=4)),
 }
 
 
@@ -562,6 +638,8 @@ def row_note(case, fault, result):
     notes = []
     if result.get("left_over"):
         notes.append("LEFT OVER: %s" % result["left_over"])
+    if result.get("pool_rss_mib") is not None:
+        notes.append("pool process: RSS %.0f MiB, PSS %.0f MiB" % (result["pool_rss_mib"], result["pool_pss_mib"]))
     if fault == "stop" and case != "ddp-torchrun":
         hang = result.get("hang")
         if not hang:

@@ -4,7 +4,9 @@
 // rank's) and the pool is refilled; a standby that dies unassigned is replaced, not reported;
 // kills of a generation leave standbys alone, a kill of every generation ends them; a promoted
 // standby's flight-recorder dump is looked for where the agent told it to dump, never at PyTorch's
-// default in /tmp. Real agent, real python3 processes on the real socket.
+// default in /tmp. The pool of an unmodified script (spawn.standby_bootstrap): its process waits
+// in the bootstrap and takes the next generation's rank without join-live. Real agent, real
+// python3 processes on the real socket.
 
 #include <doctest/doctest.h>
 
@@ -66,10 +68,12 @@ json spawn_workers(const AgentSession& session, int gen, int rank, int standby, 
   return spawn;
 }
 
-std::vector<pid_t> standbys(const AgentSession& session) {
+/// The run's processes started as standbys (DTRAIN_STANDBY=`kind`: "1", or "bootstrap" for a
+/// pool of an unmodified script); /proc keeps the variable after an assign.
+std::vector<pid_t> standbys(const AgentSession& session, const std::string& kind = "1") {
   std::vector<pid_t> of_run = dtrain::test::processes_of_run(session.run_id());
   std::vector<pid_t> found;
-  for (pid_t pid : dtrain::test::processes_with_env("DTRAIN_STANDBY", "1")) {
+  for (pid_t pid : dtrain::test::processes_with_env("DTRAIN_STANDBY", kind)) {
     if (std::find(of_run.begin(), of_run.end(), pid) != of_run.end()) found.push_back(pid);
   }
   return found;
@@ -259,5 +263,93 @@ TEST_CASE("standby: a promoted standby's flight-recorder dump is found at its as
   session.send({{"type", "kill"}, {"gen", -1}, {"signal", "KILL"}, {"grace_ms", 0}});
   REQUIRE(session.wait_for([](const json& m) { return m["type"] == "released" && m["gen"] == -1; }));
   session.connection().shutdown(5000);
+  CHECK(dtrain::test::wait_until_run_gone(session.run_id(), 5000).empty());
+}
+
+namespace {
+
+// An unmodified script for the pool (spawn.standby_bootstrap): no protocol of its own. It prints
+// what it finds at its start, then fails of an uncaught exception in generation 1.
+const std::string kPoolScript = R"(
+import os, sys, time
+print('script rank %s gen %s pid %d preloaded %s standby %s imports %s error_file %s' % (
+    os.environ['RANK'], os.environ['DTRAIN_GENERATION'], os.getpid(), 'colorsys' in sys.modules,
+    os.environ.get('DTRAIN_STANDBY'), os.environ.get('DTRAIN_STANDBY_IMPORTS'),
+    os.environ.get('TORCHELASTIC_ERROR_FILE', '').endswith('/error-g%s-r%s.json' % (
+        os.environ['DTRAIN_GENERATION'], os.environ['RANK']))), flush=True)
+if os.environ['DTRAIN_GENERATION'] == '1':
+    raise ValueError('failed in a process from the pool')
+)";
+
+json pool_spawn(const AgentSession& session, int gen) {
+  json spawn = spawn_message(gen, {0}, {"/usr/bin/python3", "-c", kPoolScript}, session.run_id());
+  spawn["workers"][0]["env"] = {{"RANK", "0"}};
+  spawn["instrument"] = true;
+  spawn["standby"] = 1;
+  spawn["standby_bootstrap"] = {"colorsys"};
+  return spawn;
+}
+
+std::vector<pid_t> pool_processes(const AgentSession& session) { return standbys(session, "bootstrap"); }
+
+/// A pool process blocked reading its socket: its hello {standby} is sent (the bootstrap sends
+/// it, then reads), so the agent has it once a ping sent after this is answered.
+bool waits_for_assign(pid_t pid) {
+  std::string syscall = dtrain::testing::read_text("/proc/" + std::to_string(pid) + "/syscall");
+  return syscall.rfind("45 ", 0) == 0 || syscall.rfind("0 ", 0) == 0;  // recvfrom or read (x86-64)
+}
+
+}  // namespace
+
+TEST_CASE("pool: an unmodified script's pool process waits in the bootstrap and takes the next generation's rank, error record included") {
+  if (::access("/usr/bin/python3", X_OK) != 0) std::exit(77);
+  AgentSession session(DTRAIN_EXE);
+  REQUIRE(session.handshake());
+  session.send(pool_spawn(session, 0));
+  auto first = session.wait_for([](const json& m) { return m["type"] == "started" && m["gen"] == 0; });
+  REQUIRE(first);
+  CHECK_FALSE(first->contains("standby"));  // nothing was ready: a new process
+  // Generation 0 ends (no live worker left to beat): the pool fills.
+  REQUIRE(session.wait_for([](const json& m) { return m["type"] == "exit" && m["gen"] == 0; }));
+  pid_t pool = 0;
+  REQUIRE(pump_until(session, [&] {
+    std::vector<pid_t> found = pool_processes(session);
+    pool = found.size() == 1 && waits_for_assign(found[0]) ? found[0] : 0;
+    return pool != 0;
+  }));
+  session.send({{"type", "ping"}, {"id", 7}, {"supervisor_time_ms", 0}});
+  REQUIRE(session.wait_for([](const json& m) { return m["type"] == "pong"; }));
+
+  // Generation 1, no join-live: its rank is the pool process.
+  session.send(pool_spawn(session, 1));
+  auto started = session.wait_for([](const json& m) { return m["type"] == "started" && m["gen"] == 1; });
+  REQUIRE(started);
+  CHECK((*started)["pid"] == pool);
+  CHECK((*started)["standby"] == true);
+  auto hello = session.wait_for([&](const json& m) {
+    return m["type"] == "from_worker" && m["gen"] == 1 && m["rank"] == 0 && m["msg"]["type"] == "hello";
+  });
+  REQUIRE(hello);
+  CHECK((*hello)["pid"] == pool);
+  auto line = session.wait_for([](const json& m) {
+    return m["type"] == "log" && m["gen"] == 1 && m["line"].get<std::string>().rfind("script", 0) == 0;
+  });
+  REQUIRE(line);
+  CHECK((*line)["line"] == "script rank 0 gen 1 pid " + std::to_string(pool) +
+                              " preloaded True standby None imports None error_file True");
+  // Its uncaught exception is rank 0's record, read from generation 1's error file.
+  auto exit = session.wait_for([](const json& m) { return m["type"] == "exit" && m["gen"] == 1; });
+  REQUIRE(exit);
+  CHECK((*exit)["pid"] == pool);
+  CHECK((*exit)["code"] == 1);
+  REQUIRE(exit->contains("error"));
+  CHECK((*exit)["error"]["message"] == "failed in a process from the pool");
+  CHECK((*exit)["error"]["type"] == "ValueError");
+
+  session.send({{"type", "kill"}, {"gen", -1}, {"signal", "TERM"}, {"grace_ms", 2000}});
+  REQUIRE(session.wait_for([](const json& m) { return m["type"] == "released" && m["gen"] == -1; }));
+  CHECK(pool_processes(session).empty());
+  session.connection().shutdown(5000);
+  CHECK(session.decode_error() == "");
   CHECK(dtrain::test::wait_until_run_gone(session.run_id(), 5000).empty());
 }

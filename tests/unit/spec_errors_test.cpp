@@ -335,3 +335,36 @@ TEST_CASE("checkpoint.file_mode: 0600 by default, 0640 read back through spec.ya
                    "job.yaml:4:25: checkpoint.file_mode: '" + bad + "' is not a file mode dtrain writes checkpoints with"));
   }
 }
+
+TEST_CASE("worker.pool: bad counts, module names and conflicts name the key and the fix") {
+  const std::string command = "worker:\n  command: [python3, train.py]\n";
+  CHECK(only_error("version: 1\n" + command + "  pool: {per_host: 65}\n") ==
+        "job.yaml:3:20: worker.pool.per_host: expected a whole number from 0 to 64, got '65'");
+  CHECK(only_error("version: 1\n" + command + "  pool: {per_host: 2, imports: [torch, 'numpy as np']}\n") ==
+        "job.yaml:3:33: worker.pool.imports: 'numpy as np' is not a module name; write names as `import` takes "
+        "them: [torch, numpy]");
+  CHECK(only_error("version: 1\n" + command + "  pool: {per_hots: 2}\n") ==
+        "job.yaml:3:10: worker.pool.per_hots: unknown key 'per_hots'; did you mean 'per_host'?");
+  CHECK(contains(only_error("version: 1\n" + command + "  instrument: off\n  pool: {per_host: 2}\n"),
+                 "worker.pool: the pool waits in dtrain's bootstrap, which `worker.instrument: off` turns off"));
+  CHECK(contains(only_error("version: 1\n" + command + "  pool: {per_host: 2}\nelastic: {standby_per_host: 1}\n"),
+                 "elastic.standby_per_host: cannot be used with worker.pool"));
+}
+
+TEST_CASE("worker.pool: per_host and imports are read, imports default to torch") {
+  LoadResult result = parse("version: 1\nworker:\n  command: [python3, train.py]\n  pool: {per_host: 4}\n");
+  REQUIRE_MESSAGE(result.ok(), result.message());
+  CHECK(result.spec->worker.pool_per_host == 4);
+  CHECK(result.spec->worker.pool_imports == std::vector<std::string>{"torch"});
+  result = parse("version: 1\nworker:\n  command: [python3, train.py]\n  pool: {per_host: 1, imports: [torch, numpy.linalg]}\n");
+  REQUIRE_MESSAGE(result.ok(), result.message());
+  CHECK(result.spec->worker.pool_imports == std::vector<std::string>{"torch", "numpy.linalg"});
+}
+
+TEST_CASE("worker.pool round-trips through spec.yaml") {
+  LoadResult result = parse("version: 1\nworker:\n  command: [python3, train.py]\n  pool: {per_host: 3, imports: [torch, numpy]}\n");
+  REQUIRE_MESSAGE(result.ok(), result.message());
+  LoadResult again = parse_job_spec(to_yaml(*result.spec), "spec.yaml", ".");
+  REQUIRE_MESSAGE(again.ok(), again.message());
+  CHECK(*again.spec == *result.spec);
+}

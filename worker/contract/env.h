@@ -73,6 +73,13 @@ inline constexpr const char* kJoinLive = "DTRAIN_JOIN_LIVE";
 /// true, pid} and wait for assign {gen, rank, env} (wire.h) before reading the rest of the
 /// contract; until then no rank's variables are set.
 inline constexpr const char* kStandby = "DTRAIN_STANDBY";
+/// DTRAIN_STANDBY's value for a pool process of an unmodified script (spec worker.pool): the
+/// bootstrap (sitecustomize) imports DTRAIN_STANDBY_IMPORTS, says hello {standby}, waits for the
+/// assign, takes its env, pops both variables and says hello {rank, gen, pid} on that connection;
+/// only then does Python run the script. Nothing of CUDA is touched before.
+inline constexpr const char* kStandbyInBootstrap = "bootstrap";
+/// Comma-separated module names the pool's bootstrap imports before it waits (worker.pool.imports).
+inline constexpr const char* kStandbyImports = "DTRAIN_STANDBY_IMPORTS";
 
 /// "1": run alone outside dtrain (world size 1, in-process store) — for debugging a trainer.
 inline constexpr const char* kStandalone = "DTRAIN_STANDALONE";

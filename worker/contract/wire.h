@@ -28,7 +28,7 @@
 // agent → worker, unsolicited (no id)
 //   {"type":"ckpt.request","step":S,"reason":R}    save a checkpoint at step S (the first step
 //                                                   >= S this rank reaches), then carry on
-//   {"type":"assign","gen":G,"rank":R,"env":{K:V}}  to a warm standby (DTRAIN_STANDBY=1, which
+//   {"type":"assign","gen":G,"rank":R,"env":{K:V}}  to a warm standby (DTRAIN_STANDBY=1 or =bootstrap, which
 //                                                   said {"type":"hello","standby":true,"pid":P}):
 //                                                   from now on it is rank R of generation G; env
 //                                                   is the whole worker environment dtrain would

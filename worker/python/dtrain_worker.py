@@ -158,6 +158,7 @@ def _become_assigned_standby(sock):
                     and "\0" not in value):
                 os.environ[name] = value
         os.environ.pop("DTRAIN_STANDBY", None)
+        os.environ.pop("DTRAIN_STANDBY_IMPORTS", None)
         return buffer
 
 
@@ -203,8 +204,11 @@ class Worker:
         if not path:
             raise DtrainError("not running under dtrain: DTRAIN_AGENT_SOCKET is unset; "
                               "start this script with `dtrain submit job.yaml`")
-        standby = os.environ.get("DTRAIN_STANDBY") == "1"
-        if standby and _instrument:
+        standby_mode = os.environ.get("DTRAIN_STANDBY")
+        # "bootstrap": a pool process of an unmodified script (worker.pool); only the bootstrap
+        # waits for its rank, before the script runs. "1": the script's own from_env() waits.
+        standby = standby_mode == ("bootstrap" if _instrument else "1")
+        if standby_mode == "1" and _instrument:
             # The bootstrap's beats need a rank; a standby's script takes one in its own from_env().
             raise DtrainError("a warm standby (DTRAIN_STANDBY=1) has no rank until the script's "
                               "own Worker.from_env() takes one; the bootstrap does not beat for it")

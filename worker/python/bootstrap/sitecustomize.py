@@ -29,6 +29,9 @@ process of a worker is instrumented: child processes that inherit PYTHONPATH (Da
 workers, subprocesses, forks) stay passive, so they neither beat for the rank nor overwrite its
 error record. A script that talks to dtrain itself (dtrain_worker.Worker.from_env()) owns the
 rank's beats: the bootstrap then stops sending its own.
+
+A pool process (DTRAIN_STANDBY=bootstrap, spec worker.pool) waits here, after the imports the
+spec names, until the agent assigns it a rank; the script then runs as that rank (_wait_for_rank).
 """
 
 import os
@@ -310,6 +313,44 @@ def _install_excepthook():
     sys.excepthook = excepthook
 
 
+# --- the pool of an unmodified script: wait for a rank before the script runs --------------------
+
+def _wait_for_rank():
+    """A pool process (DTRAIN_STANDBY=bootstrap, spec worker.pool): imports the modules of
+    DTRAIN_STANDBY_IMPORTS (torch by default; importing torch initialises no CUDA, so the rank's
+    CUDA_VISIBLE_DEVICES still applies), then says hello {standby} and waits for the agent's
+    assign; dtrain_worker sets the rank's environment over os.environ, pops DTRAIN_STANDBY and
+    says hello {rank, gen, pid} on this connection, which becomes the bootstrap's own. Only then
+    does Python run the script, with the rank's environment and the argv it was started with.
+
+    A pool process must never run the script without a rank: whatever goes wrong here ends it
+    (the agent replaces a pool process that dies before its assign; that is no failure)."""
+    # No owner check: the variable is popped at the assign, before the script can start a child,
+    # so whoever has it is a pool process, and even a bootstrap that failed to start must not let
+    # it run the script without a rank.
+    try:
+        import importlib
+        for name in os.environ.get("DTRAIN_STANDBY_IMPORTS", "").split(","):
+            if not name:
+                continue
+            try:
+                importlib.import_module(name)
+            except Exception as error:  # the script's own import says it again, as the rank's
+                sys.stderr.write("dtrain bootstrap: pool: cannot import %s: %s: %s\n"
+                                 % (name, type(error).__name__, error))
+        import dtrain_worker
+        _state["connection"] = dtrain_worker.Worker.from_env(_instrument=True)
+        import atexit
+        atexit.register(_close_connection)
+    except BaseException as error:
+        try:
+            sys.stderr.write("dtrain bootstrap: pool process %d ends without a rank: %s: %s\n"
+                             % (os.getpid(), type(error).__name__, error))
+            sys.stderr.flush()
+        finally:
+            os._exit(1)
+
+
 # --- the user's own sitecustomize -----------------------------------------------------------------
 
 def _run_next_sitecustomize():
@@ -359,3 +400,6 @@ try:
     _run_next_sitecustomize()
 except Exception as _error:
     _disable("looking for the next sitecustomize", _error)
+
+if os.environ.get("DTRAIN_STANDBY") == "bootstrap":
+    _wait_for_rank()
