@@ -29,6 +29,7 @@ std::vector<SupervisorMessage> supervisor_samples() {
   spawn.log_tail_lines = 20;
   spawn.instrument = true;
   spawn.standby = 2;
+  spawn.standby_bootstrap = std::vector<std::string>{"torch", "numpy"};
   SpawnRequest minimal_spawn;
   minimal_spawn.argv = {"a"};
   return {
@@ -233,6 +234,8 @@ TEST_CASE("a bad supervisor frame is an error naming the message and the field, 
       {{{"type", "spawn"}, {"gen", 0}, {"argv", {"a"}}}, "spawn.workers: missing"},
       {{{"type", "spawn"}, {"gen", 0}, {"argv", {"a"}}, {"workers", json::array()}, {"standby", 65}},
        "spawn.standby: must be 0 to 64, got 65"},
+      {{{"type", "spawn"}, {"gen", 0}, {"argv", {"a"}}, {"workers", json::array()}, {"standby_bootstrap", "torch"}},
+       "spawn.standby_bootstrap: expected an array of strings"},
       {{{"type", "config"}, {"protocol", 1}}, "config.run_id: missing (expected a string)"},
       {{{"type", "to_worker"}, {"gen", 0}, {"rank", 0}, {"msg", "text"}}, "to_worker.msg: expected an object"},
       {{{"type", "sample"}, {"id", 1}, {"gen", 0}, {"rank", 0}, {"pid", 5}}, "sample.timeout_ms: missing"},

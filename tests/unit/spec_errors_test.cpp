@@ -339,12 +339,12 @@ TEST_CASE("checkpoint.file_mode: 0600 by default, 0640 read back through spec.ya
 TEST_CASE("worker.pool: bad counts, module names and conflicts name the key and the fix") {
   const std::string command = "worker:\n  command: [python3, train.py]\n";
   CHECK(only_error("version: 1\n" + command + "  pool: {per_host: 65}\n") ==
-        "job.yaml:3:20: worker.pool.per_host: expected a whole number from 0 to 64, got '65'");
+        "job.yaml:4:20: worker.pool.per_host: expected a whole number from 0 to 64, got '65'");
   CHECK(only_error("version: 1\n" + command + "  pool: {per_host: 2, imports: [torch, 'numpy as np']}\n") ==
-        "job.yaml:3:33: worker.pool.imports: 'numpy as np' is not a module name; write names as `import` takes "
+        "job.yaml:4:32: worker.pool.imports: 'numpy as np' is not a module name; write names as `import` takes "
         "them: [torch, numpy]");
   CHECK(only_error("version: 1\n" + command + "  pool: {per_hots: 2}\n") ==
-        "job.yaml:3:10: worker.pool.per_hots: unknown key 'per_hots'; did you mean 'per_host'?");
+        "job.yaml:4:10: worker.pool.per_hots: unknown key 'per_hots'; did you mean 'per_host'?");
   CHECK(contains(only_error("version: 1\n" + command + "  instrument: off\n  pool: {per_host: 2}\n"),
                  "worker.pool: the pool waits in dtrain's bootstrap, which `worker.instrument: off` turns off"));
   CHECK(contains(only_error("version: 1\n" + command + "  pool: {per_host: 2}\nelastic: {standby_per_host: 1}\n"),
@@ -364,7 +364,10 @@ TEST_CASE("worker.pool: per_host and imports are read, imports default to torch"
 TEST_CASE("worker.pool round-trips through spec.yaml") {
   LoadResult result = parse("version: 1\nworker:\n  command: [python3, train.py]\n  pool: {per_host: 3, imports: [torch, numpy]}\n");
   REQUIRE_MESSAGE(result.ok(), result.message());
-  LoadResult again = parse_job_spec(to_yaml(*result.spec), "spec.yaml", ".");
+  std::string yaml = to_yaml(*result.spec);
+  INFO(yaml);
+  LoadResult again = parse_job_spec(yaml, "job.yaml", ".");
   REQUIRE_MESSAGE(again.ok(), again.message());
+  CHECK(again.spec->worker == result.spec->worker);
   CHECK(*again.spec == *result.spec);
 }
