@@ -449,6 +449,8 @@ void print_run_text(const RunDirectory& run, const RunSnapshot& state, bool aliv
     }
   }
   if (state.last_recovery) print_field("recovery", recovery_text(*state.last_recovery));
+  // The hang timeouts in force: an auto one says what it was set from.
+  if (state.hang_timeout) print_field("hang timeout", printable(state.hang_timeout->text(), 300));
   // Ranks slower than the fastest (metrics.straggler_threshold): the first few, by name.
   if (!state.stragglers.empty()) print_field("stragglers", stragglers_text(state));
 

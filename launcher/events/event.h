@@ -26,7 +26,7 @@ using Event = std::variant<
     SshInsecure, HostConnected, HostFacts, HostFailed, HostLost, HostExcluded, HostExclusionSkipped,
     AgentError, ProtocolError, SignalRefused, PlanGeneration, PlanChanged, GenerationSpawned,
     GenerationStepped, WorkerStarted, WorkerSpawnFailed, WorkerExit, WorkerHang, WorkerSample, CommReady,
-    CommWarn, HangDump, HangDetectionOff, HangDetectionOn, StragglerDetected, StragglerCleared, GpuXid,
+    CommWarn, HangDump, HangDetectionOff, HangDetectionOn, HangTimeoutChanged, StragglerDetected, StragglerCleared, GpuXid,
     GpuEccErrors, FailureDetected, FailureRootCause, FailureBudgetExhausted, FailureCrashLoop,
     FailureUnrecoverable, RecoveryStarted, RecoveryCompleted, RecoveryCarriedOver, RecoveryFallback,
     ResourcesReleased, ResourcesUnconfirmed, CheckpointCommitted, CheckpointRejected, CheckpointRequested,

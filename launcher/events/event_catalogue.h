@@ -48,6 +48,7 @@ inline constexpr const char* kCommWarn = "comm.warn";
 inline constexpr const char* kHangDump = "hang.dump";
 inline constexpr const char* kHangDetectionOff = "hang_detection.off";
 inline constexpr const char* kHangDetectionOn = "hang_detection.on";
+inline constexpr const char* kHangTimeoutChanged = "hang_timeout.changed";
 inline constexpr const char* kStragglerDetected = "straggler.detected";
 inline constexpr const char* kStragglerCleared = "straggler.cleared";
 // ---- GPUs (the agents' resource samples)
@@ -106,7 +107,7 @@ inline const std::vector<EventType>& catalogue() {
       {kWorkerStarted, "a worker process is running", {"rank", "host", "local_rank", "pid"}},
       {kWorkerSpawnFailed, "a worker could not be started", {"rank", "host", "error"}},
       {kWorkerExit, "a worker process ended: code or signal, and its last output", {"gen", "rank", "host", "pid"}},
-      {kWorkerHang, "a worker's step stood still past heartbeat.hang_timeout (or checkpoint_timeout while saving)", {"rank", "host", "pid", "step", "phase", "silent_ms"}},
+      {kWorkerHang, "a worker's step stood still past heartbeat.hang_timeout (or checkpoint_timeout while saving) in force (limit_ms)", {"rank", "host", "pid", "step", "phase", "silent_ms", "limit_ms"}},
       {kWorkerSample, "what a hung worker was doing (path of the sample, or why there is none)", {"rank", "host", "pid"}},
       {kCommReady, "every rank's communicator is up", {"ranks", "ms_since_spawn"}},
       {kCommWarn, "an NCCL WARN line; repeats within 10 s counted in one event", {"gen", "rank", "host", "line"}},
@@ -115,6 +116,7 @@ inline const std::vector<EventType>& catalogue() {
       {kGpuEccErrors, "a GPU's uncorrected ECC error count rose", {"host", "gpu", "uncorrected", "previous"}},
       {kHangDetectionOff, "ranks without heartbeats: not watched for hangs", {"ranks", "detail"}},
       {kHangDetectionOn, "ranks named by hang_detection.off that beat since: watched from then on", {"ranks", "after_ms", "detail"}},
+      {kHangTimeoutChanged, "an auto heartbeat.hang_timeout (and the checkpoint_timeout and elastic.progress_window that follow it) in force changed: a generation's warm-up value, then factor x the longest step seen, never below the floor; recorded when it first leaves warm-up and when it moves by more than 25 %", {"gen", "hang_timeout_ms", "checkpoint_timeout_ms", "progress_window_ms", "basis", "factor"}},
       {kStragglerDetected, "a rank steps slower than the fastest (score = fastest median step time / its own, below metrics.straggler_threshold); once per rank and generation", {"gen", "host", "rank", "score", "median_step_ms", "fastest_median_ms"}},
       {kStragglerCleared, "a rank named by straggler.detected keeps up again (score back above the threshold)", {"gen", "host", "rank", "score"}},
       {kFailureDetected, "a failure: kind, where, and the detail", {"kind", "host", "detail"}},

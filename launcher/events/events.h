@@ -356,6 +356,7 @@ struct WorkerHang {
   int64_t step = 0;
   std::string phase{};  ///< "train" or "checkpoint"
   int64_t silent_ms = 0;
+  int64_t limit_ms = 0;  ///< the hang (or checkpoint) timeout in force that it passed
   nlohmann::json to_json() const;
   static Result<WorkerHang> from_json(const nlohmann::json& event);
   bool operator==(const WorkerHang&) const = default;
@@ -437,6 +438,30 @@ struct HangDetectionOn {
   nlohmann::json to_json() const;
   static Result<HangDetectionOn> from_json(const nlohmann::json& event);
   bool operator==(const HangDetectionOn&) const = default;
+};
+
+/// The hang timeouts in force (launcher/supervisor/hang_timeouts.h): recorded as
+/// hang_timeout.changed when an auto one moves, and kept in state.json for status and the report.
+struct HangTimeoutChanged {
+  static constexpr const char* name = kHangTimeoutChanged;
+  /// Where hang_timeout_ms comes from.
+  static constexpr const char* kSpec = "spec";            ///< heartbeat.hang_timeout as the spec sets it
+  static constexpr const char* kWarmUp = "warm-up";       ///< auto, before the generation's steps are known
+  static constexpr const char* kStepTime = "step time";   ///< auto: factor × the longest step seen
+  static constexpr const char* kFloor = "floor";          ///< auto: the floor, longer than factor × step
+  int gen = 0;
+  int64_t hang_timeout_ms = 0;
+  int64_t checkpoint_timeout_ms = 0;  ///< a rank in a checkpoint save
+  int64_t progress_window_ms = 0;     ///< elastic.progress_window
+  std::string basis{};                ///< one of the constants above
+  int factor = 0;                     ///< the safety factor (0 with basis "spec")
+  std::optional<int64_t> longest_step_ms{};  ///< the estimate: the longest interval between steps seen
+  std::optional<int64_t> longest_save_ms{};  ///< the longest checkpoint save seen
+  /// One line for status and the report: "1.5s auto (5 × longest step 300ms)".
+  std::string text() const;
+  nlohmann::json to_json() const;
+  static Result<HangTimeoutChanged> from_json(const nlohmann::json& event);
+  bool operator==(const HangTimeoutChanged&) const = default;
 };
 
 /// straggler.detected and straggler.cleared carry the same fields.

@@ -2,6 +2,7 @@
 
 #include "launcher/events/events.h"
 
+#include "launcher/base/duration.h"
 #include "launcher/events/event_fields.h"
 
 namespace dtrain::events {
@@ -131,14 +132,14 @@ Result<WorkerExit> WorkerExit::from_json(const json& object) {
 
 json WorkerHang::to_json() const {
   return named(name, {{"rank", rank}, {"host", host}, {"pid", pid}, {"step", step}, {"phase", phase},
-                      {"silent_ms", silent_ms}});
+                      {"silent_ms", silent_ms}, {"limit_ms", limit_ms}});
 }
 
 Result<WorkerHang> WorkerHang::from_json(const json& object) {
   EventFields fields(name, object);
   WorkerHang event;
   fields.read("rank", event.rank).read("host", event.host).read("pid", event.pid).read("step", event.step)
-      .read("phase", event.phase).read("silent_ms", event.silent_ms);
+      .read("phase", event.phase).read("silent_ms", event.silent_ms).read("limit_ms", event.limit_ms);
   return fields.result(std::move(event));
 }
 
@@ -222,6 +223,41 @@ Result<HangDetectionOn> HangDetectionOn::from_json(const json& object) {
   EventFields fields(name, object);
   HangDetectionOn event;
   fields.read("ranks", event.ranks).read("after_ms", event.after_ms).read("detail", event.detail);
+  return fields.result(std::move(event));
+}
+
+std::string HangTimeoutChanged::text() const {
+  std::string out = format_duration(Millis(hang_timeout_ms));
+  if (basis == kSpec) return out + " (heartbeat.hang_timeout)";
+  out += " auto (";
+  if (basis == kWarmUp) {
+    out += "warm-up";
+    if (longest_step_ms) out += "; longest step so far " + format_duration(Millis(*longest_step_ms));
+  } else {
+    std::string step = longest_step_ms ? format_duration(Millis(*longest_step_ms)) : "?";
+    out += basis == kFloor ? "floor; " + std::to_string(factor) + " x longest step " + step + " is less"
+                           : std::to_string(factor) + " x longest step " + step;
+  }
+  return out + "); checkpoint save " + format_duration(Millis(checkpoint_timeout_ms)) + ", progress window " +
+         format_duration(Millis(progress_window_ms));
+}
+
+json HangTimeoutChanged::to_json() const {
+  json out = named(name, {{"gen", gen}, {"hang_timeout_ms", hang_timeout_ms},
+                          {"checkpoint_timeout_ms", checkpoint_timeout_ms}, {"progress_window_ms", progress_window_ms},
+                          {"basis", basis}, {"factor", factor}});
+  put_if(out, "longest_step_ms", longest_step_ms);
+  put_if(out, "longest_save_ms", longest_save_ms);
+  return out;
+}
+
+Result<HangTimeoutChanged> HangTimeoutChanged::from_json(const json& object) {
+  EventFields fields(name, object);
+  HangTimeoutChanged event;
+  fields.read("gen", event.gen).read("hang_timeout_ms", event.hang_timeout_ms)
+      .read("checkpoint_timeout_ms", event.checkpoint_timeout_ms).read("progress_window_ms", event.progress_window_ms)
+      .read("basis", event.basis).read("factor", event.factor).read("longest_step_ms", event.longest_step_ms)
+      .read("longest_save_ms", event.longest_save_ms);
   return fields.result(std::move(event));
 }
 

@@ -67,6 +67,17 @@ std::string outcome_section(const RunRecord& record, const Timeline& timeline) {
     row("world size at submit", std::to_string(submitted->world_size));
     row("spec", e(submitted->spec));
   }
+  // The hang timeouts in force at the end (state.json), else as last recorded; an auto one says
+  // what it was set from, and how often it moved.
+  const events::HangTimeoutChanged* in_force = record.state && record.state->hang_timeout
+                                                   ? &*record.state->hang_timeout
+                                                   : last_event<events::HangTimeoutChanged>(record);
+  if (in_force) {
+    size_t changes = events_of<events::HangTimeoutChanged>(record).size();
+    row("hang timeout", e(in_force->text() + (changes > 0 ? " · set " + std::to_string(changes) +
+                                                              " time(s) (hang_timeout.changed)"
+                                                        : "")));
+  }
   out += "</table>";
 
   std::vector<const LoggedEvent*> detected = events_of<events::FailureDetected>(record);

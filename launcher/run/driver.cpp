@@ -143,6 +143,16 @@ void RunDriver::check_silence() {
   }
 }
 
+std::vector<std::string> RunDriver::unheard_hosts() const {
+  std::vector<std::string> unheard;
+  const int64_t now = clock_.monotonic_ms();
+  const int64_t after = supervisor_.hang_timeouts().unheard_after_ms();
+  for (const auto& [host, link] : links_) {
+    if (!link->lost && link->connected && now - link->last_heard_ms() > after) unheard.push_back(host);
+  }
+  return unheard;
+}
+
 /// Pings keep agents from fencing (they fence after heartbeat.timeout of silence) and refine
 /// each host's clock offset: one every max(interval, timeout / 5) leaves four lost in a row
 /// before a fence, and halves the frames both ways at the default 1 s / 10 s (each ping is a
@@ -362,7 +372,7 @@ void RunDriver::loop() {
         pacing_.last_log_flush_ms = now;
         log().flush();
       }
-      feed(supervisor::Tick{});
+      feed(supervisor::Tick{unheard_hosts()});
     }
     snapshots_.show_status();
     snapshots_.write_metrics(false);

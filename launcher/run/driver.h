@@ -89,6 +89,8 @@ class RunDriver : private FrameRouter::Output, private GenerationLauncher::Outpu
   void send_pings_when_due();
   int64_t ping_spacing_ms() const;
   void host_lost(AgentLink& link, const std::string& reason, int64_t silent_ms);
+  /// Connected hosts not heard from for the supervisor's HangTimeouts::unheard_after_ms().
+  std::vector<std::string> unheard_hosts() const;
 
   // ---- what routed frames and launches become (FrameRouter::Output, GenerationLauncher::Output)
   void feed(const supervisor::Event& event) override;

@@ -149,6 +149,7 @@ json head_json(const RunSnapshot& s) {
               {"updated_at_ms", or_null(s.updated_at_ms)},
               {"last_recovery", s.last_recovery ? s.last_recovery->to_json() : json(nullptr)},
               {"last_checkpoint_step", or_null(s.last_checkpoint_step)},
+              {"hang_timeout", s.hang_timeout ? s.hang_timeout->to_json() : json(nullptr)},
               {"root_cause", s.root_cause ? s.root_cause->to_json() : json(nullptr)},
               {"stragglers", list_json(s.stragglers)},
               {"goodput", s.goodput},
@@ -329,6 +330,7 @@ Result<RunSnapshot> RunSnapshot::from_json(const json& state) {
   fields.read_nested("supervisor", s.supervisor);
   fields.read_each("ranks", s.ranks);
   fields.read_nested("last_recovery", s.last_recovery);
+  fields.read_nested("hang_timeout", s.hang_timeout);
   fields.read_nested("root_cause", s.root_cause);
   fields.read_each("stragglers", s.stragglers);
   // dtrain wrote the file: a field of another type means something else changed it.

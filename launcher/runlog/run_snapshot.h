@@ -28,6 +28,8 @@
 //              "exit": null | {"code": int} | {"signal": "SIGKILL"}}],   // last in the file
 //   "last_recovery": null | the recovery.completed event as events.jsonl holds it, with "gen",
 //   "last_checkpoint_step": int | null,
+//   "hang_timeout": null | the hang timeouts in force, as a hang_timeout.changed event holds them
+//                   (launcher/supervisor/hang_timeouts.h; "basis" "spec" when the spec sets them),
 //   "root_cause": null | {"kind" (a failure kind's name, events::FailureKind), "host", "message",
 //                         "rank", "local_rank", "log" (these three with a rank), "pid",
 //                         "code" | "signal", "traceback"},
@@ -164,6 +166,8 @@ struct RunSnapshot {
   std::vector<Rank> ranks{};
   std::optional<Recovery> last_recovery{};
   std::optional<int64_t> last_checkpoint_step{};
+  /// The hang timeouts in force (status's "hang timeout" line, the report's).
+  std::optional<events::HangTimeoutChanged> hang_timeout{};
   std::optional<RootCause> root_cause{};
   std::vector<Straggler> stragglers{};
   /// metrics::Goodput's own JSON, kept whole: runlog cannot see launcher/metrics, and no reader

@@ -110,7 +110,8 @@ struct ElasticSettings {
   /// Consecutive generations without progress that end the run as a crash loop.
   int crash_loop_after = 3;
   /// A generation whose progress cannot be known (no step reported, no checkpoint committed)
-  /// counts as progress when it ran at least this long. 0: 2 × heartbeat.hang_timeout.
+  /// counts as progress when it ran at least this long. 0 (`auto`, the default): 2 × the
+  /// heartbeat.hang_timeout in force when the generation ended (launcher/supervisor/hang_timeouts.h).
   Millis progress_window{0};
   /// In-place recovery (docs/architecture.md §4): when one rank fails (exits, or hangs and is killed) and
   /// its host is still there, the other workers are not restarted: they abort their
@@ -133,15 +134,24 @@ struct ElasticSettings {
 struct HeartbeatSettings {
   Millis interval{1'000};
   Millis timeout{10'000};
-  Millis hang_timeout{60'000};
+  /// 0 (`auto`, the default): set from the observed step time (launcher/supervisor/hang_timeouts.h).
+  Millis hang_timeout{0};
   /// A rank in a checkpoint save (a beat with phase "checkpoint") is hung only after this long.
   /// 0: 10 minutes, or hang_timeout when that is longer. See checkpoint_hang_timeout().
   Millis checkpoint_timeout{0};
 
-  /// checkpoint_timeout with its default applied.
+  bool hang_timeout_auto() const { return hang_timeout.count() == 0; }
+  /// hang_timeout as the spec sets it, or auto's value before any step time is known: 1 minute,
+  /// or 6 × timeout when that is longer (a hang is only told from a lost host when later).
+  Millis initial_hang_timeout() const {
+    if (!hang_timeout_auto()) return hang_timeout;
+    return std::max(Millis(60'000), 6 * timeout);
+  }
+  /// checkpoint_timeout with its default applied (with an auto hang_timeout, before any save
+  /// or step time is known).
   Millis checkpoint_hang_timeout() const {
     if (checkpoint_timeout.count() > 0) return checkpoint_timeout;
-    return std::max(hang_timeout, Millis(600'000));
+    return std::max(initial_hang_timeout(), Millis(600'000));
   }
 
   bool operator==(const HeartbeatSettings&) const = default;

@@ -200,6 +200,17 @@ std::optional<Millis> read_duration(DiagnosticSink& sink, const YAML::Node* node
   return *duration;
 }
 
+std::optional<Millis> read_duration_or_auto(DiagnosticSink& sink, const YAML::Node* node, const std::string& key,
+                                            Millis min) {
+  if (node == nullptr) return std::nullopt;
+  if (node->IsScalar() && node->Scalar() == "auto") return Millis(0);
+  if (!node->IsScalar() || !parse_duration(node->Scalar())) {
+    sink.error(*node, key, "expected \"auto\" or a duration such as 500ms, 10s, 5m or 1h, got " + describe(*node));
+    return std::nullopt;
+  }
+  return read_duration(sink, node, key, min);
+}
+
 std::optional<std::string> read_choice(DiagnosticSink& sink, const YAML::Node* node, const std::string& key,
                                        const std::vector<std::string>& choices) {
   auto text = read_string(sink, node, key);

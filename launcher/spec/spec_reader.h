@@ -81,6 +81,9 @@ std::optional<int> read_int(DiagnosticSink& sink, const YAML::Node* node, const 
 /// "500ms", "10s", "5m", "1h"; at least `min`.
 std::optional<Millis> read_duration(DiagnosticSink& sink, const YAML::Node* node, const std::string& key,
                                     Millis min);
+/// A duration as read_duration, or "auto": Millis(0).
+std::optional<Millis> read_duration_or_auto(DiagnosticSink& sink, const YAML::Node* node, const std::string& key,
+                                            Millis min);
 /// One of `choices`, with "did you mean" for a near miss.
 std::optional<std::string> read_choice(DiagnosticSink& sink, const YAML::Node* node, const std::string& key,
                                        const std::vector<std::string>& choices);

@@ -217,7 +217,7 @@ void read_elastic(DiagnosticSink& sink, const Section& root, int host_count, Ela
   if (auto v = read_int(sink, e.get("crash_loop_after"), e.path("crash_loop_after"), 1, kMaxCount)) {
     elastic.crash_loop_after = *v;
   }
-  if (auto v = read_duration(sink, e.get("progress_window"), e.path("progress_window"), Millis(1))) {
+  if (auto v = read_duration_or_auto(sink, e.get("progress_window"), e.path("progress_window"), Millis(1))) {
     elastic.progress_window = *v;
   }
   if (auto v = read_choice(sink, e.get("in_place"), e.path("in_place"), {"on", "off", "true", "false"})) {
@@ -232,7 +232,10 @@ void read_elastic(DiagnosticSink& sink, const Section& root, int host_count, Ela
 }
 
 // interval < timeout < hang_timeout: an agent must miss several beats before it is declared
-// lost, and a hang can only be told from a lost host if it is detected later.
+// lost, and a hang can only be told from a lost host if it is detected later. An auto
+// hang_timeout (the default) needs no rule here: it starts at initial_hang_timeout() (> timeout)
+// and, once set from the step time, declares no hang while a host is unheard
+// (launcher/supervisor/hang_timeouts.h).
 void read_heartbeat(DiagnosticSink& sink, const Section& root, HeartbeatSettings& heartbeat) {
   Section h(sink, root.get("heartbeat"), "heartbeat", {"interval", "timeout", "hang_timeout", "checkpoint_timeout"});
   bool ok = true;
@@ -242,10 +245,15 @@ void read_heartbeat(DiagnosticSink& sink, const Section& root, HeartbeatSettings
   };
   read("interval", heartbeat.interval);
   read("timeout", heartbeat.timeout);
-  read("hang_timeout", heartbeat.hang_timeout);
+  if (auto v = read_duration_or_auto(sink, h.get("hang_timeout"), h.path("hang_timeout"), Millis(1))) {
+    heartbeat.hang_timeout = *v;
+  } else if (h.get("hang_timeout") != nullptr) {
+    ok = false;
+  }
   read("checkpoint_timeout", heartbeat.checkpoint_timeout);
   if (!ok) return;
-  if (heartbeat.checkpoint_timeout.count() > 0 && heartbeat.checkpoint_timeout < heartbeat.hang_timeout) {
+  const bool hang_auto = heartbeat.hang_timeout_auto();
+  if (!hang_auto && heartbeat.checkpoint_timeout.count() > 0 && heartbeat.checkpoint_timeout < heartbeat.hang_timeout) {
     sink.error(*h.get("checkpoint_timeout"), h.path("checkpoint_timeout"),
                "checkpoint_timeout '" + format_duration(heartbeat.checkpoint_timeout) +
                    "' is shorter than hang_timeout '" + format_duration(heartbeat.hang_timeout) +
@@ -254,7 +262,7 @@ void read_heartbeat(DiagnosticSink& sink, const Section& root, HeartbeatSettings
   }
   std::string values = "interval '" + format_duration(heartbeat.interval) + "', timeout '" +
                        format_duration(heartbeat.timeout) + "', hang_timeout '" +
-                       format_duration(heartbeat.hang_timeout) + "'";
+                       (hang_auto ? std::string("auto") : format_duration(heartbeat.hang_timeout)) + "'";
   auto report = [&](const char* preferred, const char* other, const std::string& fix) {
     const char* key = h.get(preferred) ? preferred : other;
     const YAML::Node* node = h.get(key);
@@ -266,9 +274,9 @@ void read_heartbeat(DiagnosticSink& sink, const Section& root, HeartbeatSettings
   if (heartbeat.interval >= heartbeat.timeout) {
     report("timeout", "interval", "make timeout longer than interval (several beats, e.g. '" +
                                       format_duration(heartbeat.interval * 10) + "')");
-  } else if (heartbeat.timeout >= heartbeat.hang_timeout) {
+  } else if (!hang_auto && heartbeat.timeout >= heartbeat.hang_timeout) {
     report("hang_timeout", "timeout", "make hang_timeout longer than timeout (e.g. '" +
-                                          format_duration(heartbeat.timeout * 6) + "')");
+                                          format_duration(heartbeat.timeout * 6) + "'), or 'auto'");
   }
 }
 

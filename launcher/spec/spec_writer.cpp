@@ -152,6 +152,7 @@ std::string to_yaml(const JobSpec& spec) {
   out << YAML::Key << "exclude_after" << YAML::Value << spec.elastic.exclude_after;
   out << YAML::Key << "crash_loop_after" << YAML::Value << spec.elastic.crash_loop_after;
   if (spec.elastic.progress_window.count() > 0) duration_value(out, "progress_window", spec.elastic.progress_window);
+  else out << YAML::Key << "progress_window" << YAML::Value << "auto";
   if (spec.elastic.in_place) out << YAML::Key << "in_place" << YAML::Value << true;
   if (spec.elastic.in_place_timeout.count() > 0) duration_value(out, "in_place_timeout", spec.elastic.in_place_timeout);
   if (spec.elastic.standby_per_host > 0) out << YAML::Key << "standby_per_host" << YAML::Value << spec.elastic.standby_per_host;
@@ -160,7 +161,8 @@ std::string to_yaml(const JobSpec& spec) {
   out << YAML::Key << "heartbeat" << YAML::Value << YAML::BeginMap;
   duration_value(out, "interval", spec.heartbeat.interval);
   duration_value(out, "timeout", spec.heartbeat.timeout);
-  duration_value(out, "hang_timeout", spec.heartbeat.hang_timeout);
+  if (spec.heartbeat.hang_timeout_auto()) out << YAML::Key << "hang_timeout" << YAML::Value << "auto";
+  else duration_value(out, "hang_timeout", spec.heartbeat.hang_timeout);
   if (spec.heartbeat.checkpoint_timeout.count() > 0) {
     duration_value(out, "checkpoint_timeout", spec.heartbeat.checkpoint_timeout);
   }

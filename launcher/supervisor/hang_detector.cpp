@@ -6,13 +6,17 @@
 namespace dtrain::supervisor {
 
 HangLimits HangLimits::of(const spec::HeartbeatSettings& heartbeat) {
-  return {heartbeat.hang_timeout.count(), heartbeat.checkpoint_hang_timeout().count(), heartbeat.interval.count()};
+  return {heartbeat.initial_hang_timeout().count(), heartbeat.checkpoint_hang_timeout().count(), heartbeat.interval.count()};
+}
+
+int64_t HangDetector::quiet_since(const RankStatus& rank) const {
+  return std::max({rank.step_changed_ms, rank.phase_changed_ms, save_ended_ms_});
 }
 
 HangDetector::HangDetector(HangLimits limits, int64_t generation_started_ms)
     : limits_(limits), started_ms_(generation_started_ms) {}
 
-HangCheck HangDetector::check(const std::vector<RankStatus>& ranks, int64_t now) {
+HangCheck HangDetector::check(const std::vector<RankStatus>& ranks, int64_t now, bool maybe_host_loss) {
   HangCheck found;
   const int64_t hang_timeout = limits_.hang_timeout_ms;
   // Workers that never speak the worker protocol have no step to watch: say so once, so that an
@@ -41,7 +45,7 @@ HangCheck HangDetector::check(const std::vector<RankStatus>& ranks, int64_t now)
   bool any_saving = std::any_of(ranks.begin(), ranks.end(), [&](const RankStatus& r) {
     return r.state == RankState::running && saving(r);
   });
-  auto quiet_since = [&](const RankStatus& r) { return std::max({r.step_changed_ms, r.phase_changed_ms, save_ended_ms_}); };
+  auto quiet_since = [&](const RankStatus& r) { return this->quiet_since(r); };
   auto limit_of = [&](const RankStatus& r) { return saving(r) ? limits_.checkpoint_timeout_ms : hang_timeout; };
   auto watched = [&](const RankStatus& r) {
     return r.state == RankState::running && r.step >= 0 && (!any_saving || saving(r));
@@ -50,7 +54,7 @@ HangCheck HangDetector::check(const std::vector<RankStatus>& ranks, int64_t now)
   for (const RankStatus& r : ranks) {
     if (watched(r)) most_overdue_ms = std::max(most_overdue_ms, now - quiet_since(r) - limit_of(r));
   }
-  if (most_overdue_ms <= 0) return found;
+  if (most_overdue_ms <= 0 || maybe_host_loss) return found;
   // Once one rank is past its limit, the blame goes to the most suspicious rank among those
   // silent almost as long: beats are rate-limited, so the rank that stopped may have beaten a
   // moment after a peer that it then blocked, and crosses the limit a tick later.

@@ -3,7 +3,8 @@
 // heartbeat.hang_timeout is a failure, like a crash). Which rank is to blame when ranks stop
 // advancing, which ranks cannot be watched because they report no steps, and checkpoint saves,
 // which hold every rank legitimately. Pure: fed the ranks' statuses and the time on each tick;
-// the supervisor records what it finds and handles the hang as a failure.
+// the supervisor records what it finds and handles the hang as a failure. The limits are the ones
+// in force (hang_timeouts.h sets them from the observed step time when they are auto).
 
 #include <cstdint>
 #include <optional>
@@ -16,10 +17,12 @@ namespace dtrain::supervisor {
 
 /// The heartbeat settings that hang detection uses, in milliseconds.
 struct HangLimits {
-  int64_t hang_timeout_ms = 0;        ///< heartbeat.hang_timeout
-  int64_t checkpoint_timeout_ms = 0;  ///< heartbeat.checkpoint_hang_timeout(): a rank in a save
+  int64_t hang_timeout_ms = 0;        ///< heartbeat.hang_timeout in force
+  int64_t checkpoint_timeout_ms = 0;  ///< heartbeat.checkpoint_hang_timeout() in force: a rank in a save
   int64_t interval_ms = 0;            ///< heartbeat.interval: beats are rate-limited to it
+  /// The spec's values; an auto hang_timeout is its initial value (initial_hang_timeout()).
   static HangLimits of(const spec::HeartbeatSettings& heartbeat);
+  bool operator==(const HangLimits&) const = default;
 };
 
 /// A rank found hung: the one most suspicious among those past (or nearly past) their limit.
@@ -49,9 +52,18 @@ class HangDetector {
 
   /// A rank left a checkpoint save: every rank's quiet time restarts (they all waited for it).
   void save_ended(int64_t now_ms) { save_ended_ms_ = now_ms; }
+  /// The limits in force from now on (an auto hang_timeout changes as steps are seen).
+  void set_limits(const HangLimits& limits) { limits_ = limits; }
+  const HangLimits& limits() const { return limits_; }
+  /// Since when `rank` has been quiet as this detector measures it: its last step or phase
+  /// change, or the end of the last save, whichever is latest.
+  int64_t quiet_since(const RankStatus& rank) const;
 
   /// Called on every tick while the generation runs. `ranks` are the generation's, by rank.
-  HangCheck check(const std::vector<RankStatus>& ranks, int64_t now_ms);
+  /// `maybe_host_loss`: a host of the generation has not been heard from lately, so ranks
+  /// without progress may be the sign of its loss (heartbeat.timeout decides that): no hang is
+  /// declared while it is set.
+  HangCheck check(const std::vector<RankStatus>& ranks, int64_t now_ms, bool maybe_host_loss = false);
 
  private:
   HangLimits limits_;

@@ -180,8 +180,9 @@ int64_t stop_deadline_ms(int64_t stop_sent_ms, const spec::JobSpec& spec) {
 
 bool exclude_unconfirmed_hosts(bool recovering) { return recovering; }
 
-Millis progress_window(const spec::JobSpec& spec) {
-  return spec.elastic.progress_window.count() > 0 ? spec.elastic.progress_window : 2 * spec.heartbeat.hang_timeout;
+Millis progress_window(const spec::JobSpec& spec, Millis hang_timeout_in_force) {
+  if (spec.elastic.progress_window.count() > 0) return spec.elastic.progress_window;
+  return 2 * (hang_timeout_in_force.count() > 0 ? hang_timeout_in_force : spec.heartbeat.initial_hang_timeout());
 }
 
 bool made_progress(const GenerationProgress& generation, const spec::JobSpec& spec) {
@@ -192,7 +193,7 @@ bool made_progress(const GenerationProgress& generation, const spec::JobSpec& sp
   if (steps_known) return false;
   // Neither can be known (a script that does not speak the worker protocol and wrote no
   // checkpoint through it): a generation that ran long enough is taken to have trained.
-  return generation.ran_ms >= progress_window(spec).count();
+  return generation.ran_ms >= progress_window(spec, Millis(generation.hang_timeout_ms)).count();
 }
 
 CrashLoopVerdict judge_crash_loop(const GenerationProgress& generation, int without_progress_before,
@@ -203,7 +204,7 @@ CrashLoopVerdict judge_crash_loop(const GenerationProgress& generation, int with
   if (verdict.generations_without_progress < crash_loop_after) return verdict;
   verdict.give_up = "no progress across " + std::to_string(verdict.generations_without_progress) +
                     " consecutive generations (no step advanced, no checkpoint committed" +
-                    (generation.newest_step >= 0 ? "" : ", none ran " + format_duration(progress_window(spec)) + " or longer") +
+                    (generation.newest_step >= 0 ? "" : ", none ran " + format_duration(progress_window(spec, Millis(generation.hang_timeout_ms))) + " or longer") +
                     "; elastic.crash_loop_after " + std::to_string(crash_loop_after) + ")";
   return verdict;
 }

@@ -106,6 +106,8 @@ struct GenerationProgress {
   int64_t start_checkpoint = -1;   ///< the newest committed checkpoint when it started
   int64_t latest_checkpoint = -1;  ///< the newest committed checkpoint now
   int64_t ran_ms = 0;              ///< from its start to its failure
+  /// The heartbeat.hang_timeout in force when it ended (hang_timeouts.h); 0: the spec's initial one.
+  int64_t hang_timeout_ms = 0;
 };
 
 struct CrashLoopVerdict {
@@ -115,8 +117,9 @@ struct CrashLoopVerdict {
   std::optional<std::string> give_up;
 };
 
-/// elastic.progress_window, or its default: 2 × heartbeat.hang_timeout.
-Millis progress_window(const spec::JobSpec& spec);
+/// elastic.progress_window, or when auto: 2 × the heartbeat.hang_timeout in force
+/// (`hang_timeout_in_force`; 0: heartbeat.initial_hang_timeout()).
+Millis progress_window(const spec::JobSpec& spec, Millis hang_timeout_in_force = Millis(0));
 
 /// Whether `generation` made progress: its step advanced, a newer checkpoint was committed, or
 /// — when neither can be known — it ran at least progress_window().

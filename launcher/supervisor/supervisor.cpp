@@ -25,7 +25,7 @@ events::FailureCause Supervisor::event_cause(const RootCause& cause) {
 }
 
 Supervisor::Supervisor(spec::JobSpec spec, plan::RankPlan initial_plan, const Clock& clock)
-    : spec_(std::move(spec)), plan_(std::move(initial_plan)), clock_(clock) {}
+    : spec_(std::move(spec)), plan_(std::move(initial_plan)), clock_(clock), hang_timeouts_(spec_) {}
 
 std::vector<Action> Supervisor::resume_from(const ResumeFrom& from) {
   out_.clear();
@@ -124,7 +124,8 @@ int64_t Supervisor::newest_step() const {
 
 GenerationProgress Supervisor::progress_of_generation() const {
   int64_t ended = recovery_ && recovery_->detected_ms > 0 ? recovery_->detected_ms : clock_.monotonic_ms();
-  return {gen_.start_step, newest_step(), gen_.start_checkpoint, latest_checkpoint_step_, ended - gen_.started_ms};
+  return {gen_.start_step, newest_step(), gen_.start_checkpoint, latest_checkpoint_step_, ended - gen_.started_ms,
+          gen_.hangs.limits().hang_timeout_ms};
 }
 
 // ---- generations ------------------------------------------------------------------------------
@@ -136,17 +137,29 @@ void Supervisor::start_when_all_connected() {
   start_generation(plan_);
 }
 
+void Supervisor::watch_generation() {
+  hang_timeouts_.new_generation(gen_.number, gen_.ranks.size());
+  gen_.hangs.set_limits(hang_timeouts_.limits());
+}
+
+void Supervisor::update_hang_timeouts() {
+  gen_.hangs.set_limits(hang_timeouts_.limits());
+  if (auto changed = hang_timeouts_.take_change()) record(changed->to_json());
+}
+
 void Supervisor::start_generation(plan::RankPlan next_plan) {
   const int number = gen_.number + 1;
   plan_ = std::move(next_plan);
   int64_t resume_step = number == 0 ? -1 : latest_checkpoint_step_;
   gen_ = make_generation(number, plan_.ranks.size(), clock_.monotonic_ms(), resume_step, latest_checkpoint_step_, spec_);
+  watch_generation();
   set_phase(Phase::launching, number == 0 ? "all hosts connected" : "recovery");
   std::vector<std::string> hosts;
   for (const plan::PlanHost& host : plan_.hosts) hosts.push_back(host.entry.name);
   record(events::PlanGeneration{number, plan_.world_size, plan_.data, plan_.tensor, plan_.pipeline, plan_.grad_accum,
                                 resume_step, std::move(hosts)}
              .to_json());
+  update_hang_timeouts();
   if (recovery_) {
     recovery_->resume_step = resume_step;
     recovery_->spawned_ms = clock_.monotonic_ms();

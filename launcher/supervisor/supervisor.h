@@ -8,7 +8,8 @@
 // state; on_event looks the cell up and calls it, and there is no other dispatch. Every change
 // of the reported RunState is also a `run.state` event in events.jsonl. The policy's decisions
 // are pure functions beside decide_recovery (recovery_decision.h); hang detection is
-// HangDetector (hang_detector.h); a generation is one Generation value (generation.h).
+// HangDetector (hang_detector.h), with the timeouts in force from HangTimeouts (hang_timeouts.h);
+// a generation is one Generation value (generation.h).
 //
 // A failure is a worker exiting non-zero or by signal, a worker that cannot be spawned, a hung
 // worker (its step unchanged for heartbeat.hang_timeout), or a lost host. Failures count against
@@ -36,6 +37,7 @@
 #include "launcher/events/events.h"
 #include "launcher/spec/job_spec.h"
 #include "launcher/supervisor/generation.h"
+#include "launcher/supervisor/hang_timeouts.h"
 #include "launcher/supervisor/recovery_decision.h"
 #include "launcher/supervisor/supervisor_types.h"
 
@@ -99,6 +101,8 @@ class Supervisor {
   const std::string& give_up_reason() const { return give_up_reason_; }
   /// Every failure.detected event so far (the end-of-run incident list).
   const std::vector<nlohmann::json>& incidents() const { return incidents_; }
+  /// The hang timeouts in force (state.json's hang_timeout).
+  const HangTimeouts& hang_timeouts() const { return hang_timeouts_; }
 
  private:
   struct PendingRecovery {
@@ -226,6 +230,10 @@ class Supervisor {
   /// Enters `next`, recording a `run.state` event when the reported RunState changes.
   void set_phase(Phase next, const std::string& why);
   void record(nlohmann::json event);
+  /// gen_ was just made: its hang watch starts with the timeouts in force (which warm up again).
+  void watch_generation();
+  /// Gives the hang watch the timeouts in force, recording hang_timeout.changed when they moved.
+  void update_hang_timeouts();
   void start_generation(plan::RankPlan plan);
   /// Stops the generation to end the run as `ending`; `decision`: the why shown with the state.
   void stop_generation(Ending ending, ExitCode exit_code, const std::string& decision = "");
@@ -259,6 +267,7 @@ class Supervisor {
 
   Phase phase_ = Phase::connecting;
   Generation gen_;
+  HangTimeouts hang_timeouts_;
   InPlace in_place_;
   Ending ending_ = Ending::fail;
   ExitCode ending_code_ = ExitCode::ok;

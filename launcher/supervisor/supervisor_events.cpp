@@ -212,15 +212,22 @@ bool Supervisor::note_progress(const WorkerProgress& event) {
   RankStatus* rank = rank_of(event.gen, event.rank);
   if (!rank) return false;
   int64_t now = clock_.monotonic_ms();
+  bool timeouts_fed = false;
   if (event.step != rank->step) {
+    // Quiet since as the hang watch measures it: the interval an auto hang_timeout learns from.
+    hang_timeouts_.step_changed(event.rank, now - std::max(gen_.hangs.quiet_since(*rank), gen_.started_ms));
     rank->step = event.step;
     rank->step_changed_ms = now;
+    timeouts_fed = true;
   }
   if (event.in_checkpoint && *event.in_checkpoint != rank->in_checkpoint) {
+    if (!*event.in_checkpoint) hang_timeouts_.save_took(now - rank->phase_changed_ms);
     rank->in_checkpoint = *event.in_checkpoint;
     rank->phase_changed_ms = now;
     if (!rank->in_checkpoint) gen_.hangs.save_ended(now);
+    timeouts_fed = true;
   }
+  if (timeouts_fed) update_hang_timeouts();
   return true;
 }
 
@@ -285,9 +292,16 @@ void Supervisor::stop_while_recovering(const StopRequested& event) {
 
 void Supervisor::check_launch(const Tick&) { check_launch_deadline(clock_.monotonic_ms()); }
 
-void Supervisor::watch_hangs(const Tick&) {
+void Supervisor::watch_hangs(const Tick& tick) {
   int64_t now = clock_.monotonic_ms();
-  HangCheck check = gen_.hangs.check(gen_.ranks, now);
+  // A limit set from the step time may be shorter than heartbeat.timeout: while a host of the
+  // generation is unheard, its ranks' silence may be its loss, which that timeout decides.
+  bool maybe_host_loss = hang_timeouts_.automatic() &&
+                         std::any_of(tick.unheard_hosts.begin(), tick.unheard_hosts.end(), [&](const std::string& host) {
+                           return std::any_of(plan_.hosts.begin(), plan_.hosts.end(),
+                                              [&](const plan::PlanHost& h) { return h.entry.name == host; });
+                         });
+  HangCheck check = gen_.hangs.check(gen_.ranks, now, maybe_host_loss);
   if (!check.unwatched.empty()) {
     record(events::HangDetectionOff{
         check.unwatched, "no heartbeat with a step from these ranks within heartbeat.hang_timeout (they do not "
@@ -305,14 +319,17 @@ void Supervisor::watch_hangs(const Tick&) {
   const Hang& hang = *check.hang;
   const RankStatus& rank = gen_.ranks[static_cast<size_t>(hang.rank)];
   const std::string& host = plan_.ranks[static_cast<size_t>(hang.rank)].host;
-  record(events::WorkerHang{hang.rank, host, rank.pid, rank.step, hang.in_save ? "checkpoint" : "train", hang.silent_ms}
+  record(events::WorkerHang{hang.rank, host, rank.pid, rank.step, hang.in_save ? "checkpoint" : "train", hang.silent_ms,
+                            hang.limit_ms}
              .to_json());
   out_.push_back(CaptureSample{gen_.number, hang.rank, host, rank.pid});
   std::string detail = hang.in_save ? "checkpoint save at step " + std::to_string(rank.step) + " still running after " +
                                           std::to_string(hang.silent_ms / 1000) + "s (heartbeat.checkpoint_timeout " +
                                           format_duration(Millis(hang.limit_ms)) + ")"
-                                    : "no step progress for " + std::to_string(hang.silent_ms / 1000) + "s at step " +
-                                          std::to_string(rank.step);
+                                    : "no step progress for " + format_duration(Millis(hang.silent_ms), DurationStyle::tenths) +
+                                          " at step " + std::to_string(rank.step) + " (heartbeat.hang_timeout " +
+                                          format_duration(Millis(hang.limit_ms)) +
+                                          (hang_timeouts_.automatic() ? " auto" : "") + ")";
   RootCause cause = rank_cause(FailureKind::worker_hang, hang.rank, detail);
   cause.observed_ms = clock_.wall_ms() - hang.overdue_ms;
   handle_failure(cause, false);

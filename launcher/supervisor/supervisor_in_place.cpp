@@ -48,6 +48,7 @@ void Supervisor::continue_in_place() {
   }
   gen_ = make_generation(gen_.number + 1, plan_.ranks.size(), now, newest_step(), latest_checkpoint_step_, spec_,
                          survivors);
+  watch_generation();
   std::string replaced;
   for (int rank : in_place_.replaced) replaced += (replaced.empty() ? "" : ",") + std::to_string(rank);
   set_phase(Phase::in_place_launching, "in-place recovery: rank(s) " + replaced +
@@ -58,6 +59,7 @@ void Supervisor::continue_in_place() {
   record(events::PlanGeneration{gen_.number, plan_.world_size, plan_.data, plan_.tensor, plan_.pipeline,
                                 plan_.grad_accum, -1, hosts}
              .to_json());
+  update_hang_timeouts();
   std::vector<std::string> live = live_hosts();
   in_place_.awaiting_carry = std::set<std::string>(live.begin(), live.end());
   if (recovery_) {

@@ -87,7 +87,11 @@ struct WorkerMisbehaved { int gen = 0; int rank = 0; std::string detail; };
 struct GenerationReleased { int gen = 0; std::string host; };
 struct StopRequested { std::string reason; };
 /// Time passed (the driver sends one at least every heartbeat interval).
-struct Tick {};
+struct Tick {
+  /// Hosts whose agents have not been heard from for HangTimeouts::unheard_after_ms() (not yet
+  /// lost): an auto hang timeout declares no hang while one of the generation's is unheard.
+  std::vector<std::string> unheard_hosts{};
+};
 /// Rank 0's host answered the port reservation and the driver sent `spawn` for generation
 /// `gen` to every host of its plan: the launch deadline now waits for every `started`.
 struct GenerationSpawned { int gen = 0; };

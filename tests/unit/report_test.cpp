@@ -79,6 +79,8 @@ std::string make_run(const TempDir& dir, const std::string& second_host = "h<b>2
   generation(1, 1020, {"h1", second_host});
   recovered(1, 1110, "worker.exit");
   log += "{\"ts\": 12, this line is damaged\n";
+  log += event(3000, {{"ev", "hang_timeout.changed"}, {"gen", 1}, {"hang_timeout_ms", 1500}, {"checkpoint_timeout_ms", 600000},
+                      {"progress_window_ms", 3000}, {"basis", "step time"}, {"factor", 5}, {"longest_step_ms", 300}});
   log += event(4000, {{"ev", "worker.hang"}, {"rank", 2}, {"host", second_host}, {"pid", 102}, {"step", 300},
                       {"phase", "train"}, {"silent_ms", 2000}});
   log += event(4001, {{"ev", "failure.detected"}, {"gen", 1}, {"kind", "worker.hang"}, {"host", second_host}, {"rank", 2},
@@ -176,6 +178,9 @@ TEST_CASE("the report of a run with a crash, a hang and a host loss: each in the
     at = found;
   }
   CHECK(html.find("skipped a corrupt line") != std::string::npos);  // what was left out is said
+  // The hang timeout in force: state.json has none here, so the newest hang_timeout.changed.
+  CHECK(html.find("<th>hang timeout</th><td>1.5s auto (5 x longest step 300ms); checkpoint save 10m, progress window "
+                  "3s · set 1 time(s) (hang_timeout.changed)</td>") != std::string::npos);
   CHECK(html.find("http://") == std::string::npos);
   CHECK(html.find("https://") == std::string::npos);
   // The slowest rank (3, 4 × the others) tops the straggler table.

@@ -75,6 +75,7 @@ RunSnapshot everything_set() {
   completed.fallback = "a survivor was missing";
   s.last_recovery = RunSnapshot::Recovery{1, completed};
   s.last_checkpoint_step = 100;
+  s.hang_timeout = events::HangTimeoutChanged{1, 1500, 600000, 3000, events::HangTimeoutChanged::kStepTime, 5, 300, 12000};
   s.root_cause = RunSnapshot::RootCause{events::FailureKind::worker_exit, "gpu02", "exit code 3", 2, 0,
                                         "/runs/r/ranks/2.log", 5002, 3, std::nullopt,
                                         "Traceback ...\nValueError: bad batch\n"};
@@ -111,6 +112,7 @@ TEST_CASE("from_json(to_json(s)) == s with every optional part set, and with non
   CHECK(written["exit_code"].is_null());
   CHECK(written["supervisor"].is_null());
   CHECK(written["last_recovery"].is_null());
+  CHECK(written["hang_timeout"].is_null());
   CHECK(written["root_cause"].is_null());
   CHECK_FALSE(written.contains("total_steps"));
   CHECK_FALSE(written.contains("user"));
@@ -135,6 +137,7 @@ TEST_CASE("a state.json without most keys reads with the defaults, and unknown k
   CHECK_FALSE(sparse->exit_code);
   CHECK_FALSE(sparse->submitted_at_ms);
   CHECK_FALSE(sparse->last_recovery);
+  CHECK_FALSE(sparse->hang_timeout);  // an older dtrain wrote none
   CHECK(sparse->stragglers.empty());
   REQUIRE(sparse->supervisor);
   CHECK(sparse->supervisor->pid == 42);

@@ -132,14 +132,22 @@ TEST_CASE("durations need a unit") {
 TEST_CASE("heartbeat timeouts must nest: interval < timeout < hang_timeout") {
   CHECK(only_error("version: 1\nheartbeat:\n  interval: 10s\n  timeout: 5s\n" + kWorker) ==
         "job.yaml:4:12: heartbeat.timeout: timeouts must nest as interval < timeout < hang_timeout, but here "
-        "interval '10s', timeout '5s', hang_timeout '1m'; make timeout longer than interval (several beats, e.g. '100s')");
+        "interval '10s', timeout '5s', hang_timeout 'auto'; make timeout longer than interval (several beats, e.g. '100s')");
   CHECK(only_error("version: 1\nheartbeat:\n  timeout: 2m\n  hang_timeout: 1m\n" + kWorker) ==
         "job.yaml:4:17: heartbeat.hang_timeout: timeouts must nest as interval < timeout < hang_timeout, but here "
-        "interval '1s', timeout '2m', hang_timeout '1m'; make hang_timeout longer than timeout (e.g. '12m')");
+        "interval '1s', timeout '2m', hang_timeout '1m'; make hang_timeout longer than timeout (e.g. '12m'), or 'auto'");
   // Only one key set: the error points at it, and the default it collides with is named.
   CHECK(only_error("version: 1\nheartbeat:\n  interval: 20s\n" + kWorker) ==
         "job.yaml:3:13: heartbeat.interval: timeouts must nest as interval < timeout < hang_timeout, but here "
-        "interval '20s', timeout '10s', hang_timeout '1m'; make timeout longer than interval (several beats, e.g. '200s')");
+        "interval '20s', timeout '10s', hang_timeout 'auto'; make timeout longer than interval (several beats, e.g. '200s')");
+}
+
+TEST_CASE("heartbeat.hang_timeout: a duration or auto") {
+  CHECK(only_error("version: 1\nheartbeat:\n  hang_timeout: soon\n" + kWorker) ==
+        "job.yaml:3:17: heartbeat.hang_timeout: expected \"auto\" or a duration such as 500ms, 10s, 5m or 1h, got 'soon'");
+  // With auto, checkpoint_timeout is not compared with a value not yet known (it is at least
+  // the hang timeout in force at run time).
+  CHECK(parse("version: 1\nheartbeat:\n  checkpoint_timeout: 30s\n" + kWorker).ok());
 }
 
 TEST_CASE("heartbeat.checkpoint_timeout may not be shorter than hang_timeout") {
@@ -244,7 +252,7 @@ TEST_CASE("overrides: problems say --set and the key") {
   CHECK(contains(only_error("version: 1\n" + kWorker, {set("hosts=[a")}), "--set: hosts: '[a' is not a valid YAML value"));
   CHECK(only_error("version: 1\n" + kWorker, {set("heartbeat.interval=1m")}) ==
         "--set: heartbeat.interval: timeouts must nest as interval < timeout < hang_timeout, but here interval '1m', "
-        "timeout '10s', hang_timeout '1m'; make timeout longer than interval (several beats, e.g. '10m')");
+        "timeout '10s', hang_timeout 'auto'; make timeout longer than interval (several beats, e.g. '10m')");
   // A file value overridden by a good one is no longer an error.
   CHECK(parse("version: 1\nslots_per_host: 0\n" + kWorker, {set("slots_per_host=2")}).ok());
 }

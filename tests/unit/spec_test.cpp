@@ -57,11 +57,28 @@ TEST_CASE("a minimal spec gets the documented defaults and the embedded localhos
   CHECK(spec.parallelism.data == 0);
   CHECK(spec.heartbeat.interval == Millis(1'000));
   CHECK(spec.heartbeat.timeout == Millis(10'000));
-  CHECK(spec.heartbeat.hang_timeout == Millis(60'000));
+  CHECK(spec.heartbeat.hang_timeout_auto());  // the default: set from the observed step time
+  CHECK(spec.heartbeat.initial_hang_timeout() == Millis(60'000));
+  CHECK(spec.elastic.progress_window == Millis(0));  // auto
   CHECK(spec.elastic.exclude_after == 2);
   CHECK(spec.checkpoint.keep == 3);
   CHECK(spec.stop_grace == Millis(10'000));
   CHECK(spec.source_path == "job.yaml");
+}
+
+TEST_CASE("heartbeat.hang_timeout and elastic.progress_window: auto, written back as auto") {
+  JobSpec spec = load_ok(std::string(kMinimal) + "heartbeat: {hang_timeout: auto, timeout: 20s}\nelastic: {progress_window: auto}\n");
+  CHECK(spec.heartbeat.hang_timeout_auto());
+  CHECK(spec.heartbeat.initial_hang_timeout() == Millis(120'000));  // 6 x timeout, when longer than 1 minute
+  CHECK(spec.heartbeat.checkpoint_hang_timeout() == Millis(600'000));
+  std::string yaml = to_yaml(spec);
+  CHECK(yaml.find("hang_timeout: auto") != std::string::npos);
+  CHECK(yaml.find("progress_window: auto") != std::string::npos);
+  JobSpec again = load_ok(yaml);
+  CHECK(again.heartbeat == spec.heartbeat);
+  CHECK(again.elastic == spec.elastic);
+  JobSpec overridden = load_ok(std::string(kMinimal) + "heartbeat: {hang_timeout: 90s}\n", {set("heartbeat.hang_timeout=auto")});
+  CHECK(overridden.heartbeat.hang_timeout_auto());
 }
 
 TEST_CASE("slots_per_host fills the embedded localhost and hosts without their own count") {

@@ -219,6 +219,16 @@ TEST_CASE("progress: a step past the start, a newer checkpoint, or without eithe
   CHECK(made_progress({-1, -1, -1, -1, 5'000}, spec));
 }
 
+TEST_CASE("progress_window auto follows the hang timeout in force when the generation ended") {
+  spec::JobSpec spec = four_hosts(1);  // hang_timeout and progress_window: auto
+  CHECK(progress_window(spec) == Millis(120'000));  // 2 x the warm-up value, 1 minute
+  CHECK(progress_window(spec, Millis(1'500)) == Millis(3'000));
+  CHECK(made_progress({-1, -1, -1, -1, 3'000, 1'500}, spec));
+  CHECK(!made_progress({-1, -1, -1, -1, 2'999, 1'500}, spec));
+  spec.elastic.progress_window = Millis(5'000);  // explicit: as set
+  CHECK(progress_window(spec, Millis(1'500)) == Millis(5'000));
+}
+
 TEST_CASE("the crash loop: crash_loop_after generations in a row without progress end the run, progress resets the count") {
   spec::JobSpec spec = four_hosts(10);
   spec.elastic.crash_loop_after = 3;

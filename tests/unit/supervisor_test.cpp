@@ -1294,3 +1294,70 @@ TEST_CASE("after an in-place attempt falls back, beats of the generation being s
   CHECK(completed[0]["action"] == "restart");
   CHECK(completed[0]["phases"]["stop_ms"] >= 0);
 }
+
+TEST_CASE("auto hang_timeout: the supervisor records the value in force and a hang names the limit it passed") {
+  spec::JobSpec spec = make_spec(1, 2);
+  spec.heartbeat.hang_timeout = Millis(0);  // auto, the default
+  Harness h(spec);
+  auto started = h.connect_all();
+  auto warm = events_named(started, "hang_timeout.changed");
+  REQUIRE(warm.size() == 1);
+  CHECK(warm[0]["basis"] == "warm-up");
+  CHECK(warm[0]["hang_timeout_ms"] == 60000);
+  CHECK(warm[0]["gen"] == 0);
+  h.start_all(0);
+  std::vector<nlohmann::json> changes;
+  for (int step = 1; step <= 12; ++step) {
+    h.clock.advance_ms(400);
+    for (int rank = 0; rank < 2; ++rank) {
+      auto actions = h.feed(WorkerProgress{0, rank, step, {}});
+      for (const nlohmann::json& change : events_named(actions, "hang_timeout.changed")) changes.push_back(change);
+    }
+    CHECK(!has_event(h.feed(Tick{}), "worker.hang"));
+  }
+  REQUIRE(changes.size() == 1);  // leaving warm-up, once
+  CHECK(changes[0]["basis"] == "floor");
+  CHECK(changes[0]["hang_timeout_ms"] == 2500);  // 5 heartbeat intervals of 500 ms; 5 x 400 ms is less
+  CHECK(h.supervisor->hang_timeouts().limits().hang_timeout_ms == 2500);
+  // Rank 1 stops; rank 0 goes on.
+  for (int step = 13; step <= 19; ++step) {
+    h.clock.advance_ms(400);
+    h.feed(WorkerProgress{0, 0, step, {}});
+    auto actions = h.feed(Tick{});
+    if (step < 19) CHECK(!has_event(actions, "worker.hang"));  // up to 2.4 s quiet
+    else REQUIRE(has_event(actions, "worker.hang"));           // 2.8 s
+    if (step == 19) {
+      auto hangs = events_named(actions, "worker.hang");
+      CHECK(hangs[0]["rank"] == 1);
+      CHECK(hangs[0]["limit_ms"] == 2500);
+      CHECK(h.supervisor->root_cause()->detail == "no step progress for 2.8s at step 12 (heartbeat.hang_timeout 2.5s auto)");
+    }
+  }
+}
+
+TEST_CASE("auto hang_timeout: no hang while a host of the generation is unheard; host loss decides first") {
+  spec::JobSpec spec = make_spec(2, 1);
+  spec.heartbeat.hang_timeout = Millis(0);
+  Harness h(spec);
+  h.connect_all();
+  h.start_all(0);
+  for (int step = 1; step <= 12; ++step) {
+    h.clock.advance_ms(400);
+    h.feed(WorkerProgress{0, 0, step, {}});
+    h.feed(WorkerProgress{0, 1, step, {}});
+  }
+  REQUIRE(h.supervisor->hang_timeouts().limits().hang_timeout_ms == 2500);
+  h.clock.advance_ms(3000);  // every rank quiet past the limit: h2 may be gone
+  CHECK(!has_event(h.feed(Tick{{"h2"}}), "worker.hang"));
+  CHECK(has_event(h.feed(Tick{{"elsewhere"}}), "worker.hang"));  // a host of no plan defers nothing
+}
+
+TEST_CASE("an explicit hang_timeout is not deferred by an unheard host (it is longer than heartbeat.timeout)") {
+  Harness h(make_spec(2, 1));
+  h.connect_all();
+  h.start_all(0);
+  h.feed(WorkerProgress{0, 0, 1, {}});
+  h.feed(WorkerProgress{0, 1, 1, {}});
+  h.clock.advance_ms(20001);
+  CHECK(has_event(h.feed(Tick{{"h2"}}), "worker.hang"));
+}
