@@ -149,13 +149,13 @@ json head_json(const RunSnapshot& s) {
               {"updated_at_ms", or_null(s.updated_at_ms)},
               {"last_recovery", s.last_recovery ? s.last_recovery->to_json() : json(nullptr)},
               {"last_checkpoint_step", or_null(s.last_checkpoint_step)},
-              {"hang_timeout", s.hang_timeout ? s.hang_timeout->to_json() : json(nullptr)},
               {"root_cause", s.root_cause ? s.root_cause->to_json() : json(nullptr)},
               {"stragglers", list_json(s.stragglers)},
               {"goodput", s.goodput},
               {"spec_path", s.spec_path},
               {"detached", s.detached}};
   put_if(out, "total_steps", s.total_steps);
+  if (s.hang_timeout) out["hang_timeout"] = s.hang_timeout->to_json();
   if (!s.user.empty()) out["user"] = s.user;
   return out;
 }

@@ -28,8 +28,9 @@
 //              "exit": null | {"code": int} | {"signal": "SIGKILL"}}],   // last in the file
 //   "last_recovery": null | the recovery.completed event as events.jsonl holds it, with "gen",
 //   "last_checkpoint_step": int | null,
-//   "hang_timeout": null | the hang timeouts in force, as a hang_timeout.changed event holds them
-//                   (launcher/supervisor/hang_timeouts.h; "basis" "spec" when the spec sets them),
+//   "hang_timeout": the hang timeouts in force, as a hang_timeout.changed event holds them
+//                   (launcher/supervisor/hang_timeouts.h; "basis" "spec" when the spec sets them;
+//                   absent before the first generation, and from an older dtrain),
 //   "root_cause": null | {"kind" (a failure kind's name, events::FailureKind), "host", "message",
 //                         "rank", "local_rank", "log" (these three with a rank), "pid",
 //                         "code" | "signal", "traceback"},
