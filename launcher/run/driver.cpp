@@ -145,6 +145,7 @@ void RunDriver::check_silence() {
 
 std::vector<std::string> RunDriver::unheard_hosts() const {
   std::vector<std::string> unheard;
+  if (!supervisor_.hang_timeouts().automatic()) return unheard;  // only an auto hang timeout asks
   const int64_t now = clock_.monotonic_ms();
   const int64_t after = supervisor_.hang_timeouts().unheard_after_ms();
   for (const auto& [host, link] : links_) {

@@ -85,17 +85,15 @@ bool moved(int64_t now, int64_t before) { return std::llabs(now - before) * 4 > 
 
 std::optional<events::HangTimeoutChanged> HangTimeouts::take_change() {
   if (!automatic()) return std::nullopt;
-  events::HangTimeoutChanged now = in_force();
-  const bool warm = now.basis == events::HangTimeoutChanged::kWarmUp;
-  if (taken_) {
-    const bool was_warm = taken_->basis == events::HangTimeoutChanged::kWarmUp;
-    if (warm == was_warm && !moved(now.hang_timeout_ms, taken_->hang_timeout_ms) &&
-        !moved(now.checkpoint_timeout_ms, taken_->checkpoint_timeout_ms)) {
-      return std::nullopt;
-    }
+  // Called on every step change of every rank: decide on the numbers before building the event.
+  const int64_t hang = hang_ms();
+  if (taken_ && warming_up() == taken_warm_ && !moved(hang, taken_->hang_timeout_ms) &&
+      !moved(checkpoint_ms(hang), taken_->checkpoint_timeout_ms)) {
+    return std::nullopt;
   }
-  taken_ = now;
-  return now;
+  taken_ = in_force();
+  taken_warm_ = warming_up();
+  return taken_;
 }
 
 }  // namespace dtrain::supervisor

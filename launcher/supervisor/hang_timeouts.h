@@ -85,6 +85,7 @@ class HangTimeouts {
   std::optional<int64_t> longest_step_ms_;  ///< the estimate (counted intervals, whole run)
   std::optional<int64_t> longest_save_ms_;
   std::optional<events::HangTimeoutChanged> taken_;
+  bool taken_warm_ = false;  ///< taken_ was a warm-up value
 };
 
 }  // namespace dtrain::supervisor
