@@ -31,10 +31,10 @@ while True:  # a step every 50 ms, until stopped
     w.beat(step, step_ms=50.0)
 )PY";
 
-/// The newest hang_timeout.changed event, or null.
+/// The newest hang_timeout.changed event, or an empty object.
 nlohmann::json latest_change(const std::string& dir) {
   auto changes = events_named(read_events(dir + "/events.jsonl"), "hang_timeout.changed");
-  return changes.empty() ? nlohmann::json() : changes.back();
+  return changes.empty() ? nlohmann::json::object() : changes.back();
 }
 
 }  // namespace
