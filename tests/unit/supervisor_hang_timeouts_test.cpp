@@ -129,7 +129,7 @@ TEST_CASE("auto: a stopped rank of a job whose steps take 50 ms is found within 
   CHECK(now - stopped_at <= 2'000);
 }
 
-TEST_CASE("auto: a job whose steps take 20 s is not declared hung; a stopped rank of it is, after 5 x its step") {
+TEST_CASE("auto: a job whose steps take 20 s is not declared hung, a stopped rank of it is, after 5 x its step") {
   Watch watch(auto_spec(1000), 2);
   int64_t now = 0;
   // The first step compiles for 50 s; then 20 s steps, seen a beat (up to 1 s) late, and a
@@ -242,7 +242,7 @@ TEST_CASE("an explicit hang_timeout is used as the spec sets it, and never recor
   CHECK(watch.changes.empty());
 }
 
-TEST_CASE("no hang is declared while a host may be lost; once it is heard again, the hang is") {
+TEST_CASE("no hang is declared while a host may be lost, and once it is heard again, the hang is") {
   Watch watch(auto_spec(100), 2);
   int64_t now = 0;
   for (int step = 1; step <= 20; ++step) {

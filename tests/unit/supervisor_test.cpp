@@ -1335,7 +1335,7 @@ TEST_CASE("auto hang_timeout: the supervisor records the value in force and a ha
   }
 }
 
-TEST_CASE("auto hang_timeout: no hang while a host of the generation is unheard; host loss decides first") {
+TEST_CASE("auto hang_timeout: no hang while a host of the generation is unheard (host loss decides first)") {
   spec::JobSpec spec = make_spec(2, 1);
   spec.heartbeat.hang_timeout = Millis(0);
   Harness h(spec);
