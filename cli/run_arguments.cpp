@@ -208,7 +208,10 @@ std::optional<std::string> apply(const Flag& flag, const std::string& spelled, c
     case FlagAction::max_restarts: request.max_restarts = given; break;
     case FlagAction::set: request.sets.push_back(given.value); break;
     case FlagAction::name: request.name = given.value; break;
-    case FlagAction::output: request.output = given.value; break;
+    case FlagAction::output:
+      request.output = given.value;
+      request.output_given = true;
+      break;
     case FlagAction::detach: request.detach = true; break;
     case FlagAction::over_quota: request.over_quota = true; break;
     case FlagAction::nnodes: request.nnodes = given; break;
@@ -221,7 +224,14 @@ std::optional<std::string> apply(const Flag& flag, const std::string& spelled, c
     case FlagAction::role: request.role = given; break;
     case FlagAction::help: request.help = true; break;
     case FlagAction::ignored: request.ignored.push_back({given.origin(spelled), flag.ignored_because}); break;
-    case FlagAction::ignored_output: request.ignored_output.push_back(given.origin(spelled)); break;
+    case FlagAction::ignored_output: {
+      std::string option = flag.spellings.front();
+      for (const std::string& spelling : flag.spellings) {
+        if (starts_with(spelling, "--") && spelling.find('_') == std::string::npos) option = spelling;
+      }
+      request.torchrun_output.push_back({given.origin(spelled), option, given.value});
+      break;
+    }
     case FlagAction::refused:
       return given.origin(spelled) +
              ": dtrain starts the workers on every host itself from this one command and sets MASTER_ADDR and "

@@ -54,8 +54,14 @@ struct RunRequest {
   };
   std::vector<Ignored> ignored;
   /// torchrun's output options (--redirects, --tee, --log-dir, --local-ranks-filter), kept
-  /// apart: they will map onto dtrain's own output choices.
-  std::vector<std::string> ignored_output;
+  /// apart: they map onto --output (run_command.cpp) unless --output is given.
+  struct TorchrunOutput {
+    std::string origin;  ///< as given: "--tee", "-t", "PET_TEE"
+    std::string option;  ///< its long dash spelling: "--tee"
+    std::string value;
+  };
+  std::vector<TorchrunOutput> torchrun_output;
+  bool output_given = false;  ///< --output on the command line
 };
 
 /// Parses `args` (the words after `dtrain run`) into `request`, then reads, for every torchrun

@@ -85,8 +85,10 @@ torchrun's other options (each also with underscores: --nproc_per_node, --max_re
                              accepted; each warns once why it changes nothing here (the
                              heartbeat settings replace --monitor-interval: --set
                              heartbeat.interval=..., heartbeat.hang_timeout=...)
-  -r/--redirects, -t/--tee, --log-dir, --local-ranks-filter  accepted (one warning): every
-                             rank's output is kept in the run directory (dtrain logs RUN)
+  -r/--redirects, -t/--tee, --local-ranks-filter  map onto --output unless it is given:
+                             --local-ranks-filter 0 is rank0 (another filter: all), --tee N
+                             is all, --redirects 3 without --tee is none; --log-dir changes
+                             nothing: every rank's output is kept in the run directory
   Every torchrun option is also read from its PET_ variable when not given (PET_NPROC_PER_NODE,
   PET_NO_PYTHON=1, ...), as torchrun does; the flag wins. A unique abbreviation of a long
   option (--redirect=3) is taken, as torchrun's argparse takes it.
@@ -449,10 +451,51 @@ void warn_ignored(const RunRequest& request) {
     }
     std::fprintf(stderr, "dtrain run: warning: ignored %s: %s\n", join(names, ", ").c_str(), reason);
   }
-  if (!request.ignored_output.empty()) {
-    std::fprintf(stderr, "dtrain run: warning: ignored %s: every rank's output is kept in the run directory "
-                 "(dtrain logs RUN)\n", join(request.ignored_output, ", ").c_str());
+}
+
+/// torchrun's --local-ranks-filter, --tee and --redirects as an --output choice, when --output
+/// is not given: a filter of 0 shows rank 0; a tee (or another filter) every rank; both streams
+/// redirected to files (3) and no tee, none. Says what it did on stderr, and that --log-dir and
+/// what does not map change nothing: every rank's output is in the run directory anyway.
+std::optional<run::OutputChoice> torchrun_output_choice(const RunRequest& request) {
+  if (request.torchrun_output.empty()) return std::nullopt;
+  auto value_of = [&](const char* option) -> std::optional<std::string> {
+    std::optional<std::string> found;
+    for (const RunRequest::TorchrunOutput& given : request.torchrun_output) {
+      if (given.option == option) found = given.value;
+    }
+    return found;
+  };
+  std::optional<std::string> filter = value_of("--local-ranks-filter"), tee = value_of("--tee"),
+                             redirects = value_of("--redirects");
+  std::optional<run::OutputChoice> choice;
+  std::string from;
+  if (filter) {
+    choice = *filter == "0" ? run::OutputChoice::rank0 : run::OutputChoice::all;
+    from = "--local-ranks-filter " + *filter;
+  } else if (tee && *tee != "0") {
+    choice = run::OutputChoice::all;
+    from = "--tee " + *tee;
+  } else if (redirects && *redirects == "3") {
+    choice = run::OutputChoice::none;
+    from = "--redirects 3";
   }
+  std::vector<std::string> names;
+  for (const RunRequest::TorchrunOutput& given : request.torchrun_output) names.push_back(given.origin);
+  if (request.output_given) {
+    std::fprintf(stderr, "dtrain run: warning: ignored %s: --output %s decides whose output is shown here\n",
+                 join(names, ", ").c_str(), request.output.c_str());
+    return std::nullopt;
+  }
+  if (choice) {
+    std::fprintf(stderr, "dtrain run: %s: shown here as --output %s (from %s; every rank's output is also kept in "
+                 "the run directory: dtrain logs RUN)\n",
+                 from.c_str(), run::to_string(*choice), join(names, ", ").c_str());
+  } else {
+    std::fprintf(stderr, "dtrain run: warning: ignored %s: every rank's output is kept in the run directory "
+                 "(dtrain logs RUN); --output chooses whose is shown here\n", join(names, ", ").c_str());
+  }
+  return choice;
 }
 
 int run_command(const std::vector<std::string>& args) {
@@ -496,7 +539,7 @@ int run_command(const std::vector<std::string>& args) {
   submit.overrides = flags->overrides;
   submit.detach = request.detach;
   submit.over_quota = request.over_quota;
-  submit.output = flags->output;
+  submit.output = torchrun_output_choice(request).value_or(flags->output);
   submit.audit_action = "run";
   submit.dtrain_exe = this_executable();
   return run::submit(submit);

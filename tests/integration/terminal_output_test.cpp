@@ -92,6 +92,30 @@ TEST_CASE("dtrain run --output none shows no worker output, and a wrong word is 
   CHECK(env.run_dirs().size() == 1);  // nothing started
 }
 
+TEST_CASE("torchrun's output options map onto --output: a ranks filter of 0, redirects to files, a tee") {
+  DtrainEnv env;
+  write_text(env.dir.path + "/hello.py", kHelloScript);
+  DtrainProcess filtered = env.run({"run", "--local-ranks-filter", "0", "-n", "2", "hello.py"});
+  REQUIRE_MESSAGE(filtered.exit_code == 0, filtered.err());
+  CHECK(filtered.out().find("[rank 0] hello from 0") != std::string::npos);
+  CHECK(filtered.out().find("hello from 1") == std::string::npos);
+  CHECK_MESSAGE(filtered.err().find("--local-ranks-filter 0: shown here as --output rank0") != std::string::npos,
+                filtered.err());
+
+  DtrainProcess redirected = env.run({"run", "--redirects", "3", "-n", "2", "hello.py"});
+  REQUIRE_MESSAGE(redirected.exit_code == 0, redirected.err());
+  CHECK(redirected.out().find("hello from") == std::string::npos);
+  CHECK(redirected.err().find("--redirects 3: shown here as --output none") != std::string::npos);
+
+  // --output given wins over torchrun's options, and says so.
+  DtrainProcess explicit_choice = env.run({"run", "--tee", "3", "--output", "rank0", "-n", "2", "hello.py"});
+  REQUIRE_MESSAGE(explicit_choice.exit_code == 0, explicit_choice.err());
+  CHECK(explicit_choice.out().find("hello from 1") == std::string::npos);
+  CHECK(explicit_choice.err().find("ignored --tee: --output rank0 decides whose output is shown here") !=
+        std::string::npos);
+  for (const std::string& dir : env.run_dirs()) check_nothing_left(run_id_of(dir));
+}
+
 TEST_CASE("dtrain submit shows no output by default, --follow shows it like dtrain run, --output picks whose") {
   DtrainEnv env;
   write_text(env.dir.path + "/hello.py", kHelloScript);
