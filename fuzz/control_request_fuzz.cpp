@@ -21,7 +21,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (request) {
     std::string written = to_line(*request);
     auto again = parse_control_request(written);
-    check(again && again->type == request->type, "a request written back parses to the same request",
+    check(again && *again == *request, "a request written back parses to the same request",
           written + (again ? "" : " → " + again.error().message));
   } else {
     check(!request.error().message.empty(), "an error says what is wrong");

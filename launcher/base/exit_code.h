@@ -13,8 +13,10 @@ enum class ExitCode : int {
   infra = 3,         ///< could not start: host unreachable, agent failed, run directory unwritable
   crash_loop = 4,    ///< no step progress across consecutive generations
   hosts_lost = 5,    ///< fewer than elastic.min_hosts hosts remain
+  preempted = 6,     ///< stopped on SIGTERM or `dtrain stop --checkpoint` after asking every rank to
+                     ///< save one step (preempt_grace): `dtrain resume` continues from it
   internal = 70,     ///< a bug in dtrain (EX_SOFTWARE)
-  interrupted = 130  ///< stopped by Ctrl-C, SIGTERM or `dtrain stop`
+  interrupted = 130  ///< stopped by Ctrl-C, SIGHUP or `dtrain stop`
 };
 
 inline int to_int(ExitCode code) { return static_cast<int>(code); }

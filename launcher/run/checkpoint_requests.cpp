@@ -49,6 +49,39 @@ events::CheckpointRequested CheckpointRequests::request(const std::string& reaso
   return events::CheckpointRequested{gen, reason, at_step, asked};
 }
 
+events::CheckpointRequested CheckpointRequests::begin_preemption(const std::string& reason, int64_t now_ms) {
+  events::CheckpointRequested asked = request(reason);
+  preemption_ = Preemption{reason, asked.step, asked.ranks, now_ms, false};
+  return asked;
+}
+
+std::optional<supervisor::StopRequested> CheckpointRequests::preemption_due(int64_t now_ms, const std::string& cut_short) {
+  if (!preemption_ || preemption_->stop_sent) return std::nullopt;
+  Preemption& preemption = *preemption_;
+  const int64_t newest = supervisor_.latest_checkpoint_step();
+  const std::string asked_step = "the checkpoint asked at step " + std::to_string(preemption.step);
+  const std::string newest_text =
+      newest >= 0 ? "the newest complete one is step " + std::to_string(newest) : "no checkpoint is complete";
+  std::string outcome;
+  int64_t worker_grace_ms = 0;  // stop_grace: the workers that could save have saved (or had their time)
+  if (preemption.asked == 0) {
+    outcome = "no worker speaks the worker protocol, so none could be asked to save; each gets SIGTERM and " +
+              format_duration(spec_.preempt_grace) + " (preempt_grace) to save in its own handler";
+    worker_grace_ms = spec_.preempt_grace.count();
+  } else if (newest >= preemption.step) {
+    outcome = "checkpoint step " + std::to_string(newest) + " saved by every rank";
+  } else if (!cut_short.empty()) {
+    outcome = "the wait for " + asked_step + " was cut short (" + cut_short + "); " + newest_text;
+  } else if (now_ms - preemption.began_ms >= spec_.preempt_grace.count()) {
+    outcome = asked_step + " was not complete within " + format_duration(spec_.preempt_grace) + " (preempt_grace); " +
+              newest_text;
+  } else {
+    return std::nullopt;
+  }
+  preemption.stop_sent = true;
+  return supervisor::StopRequested{preemption.reason + ": " + outcome, true, worker_grace_ms};
+}
+
 std::optional<std::string> CheckpointRequests::walltime_due(int64_t now_ms, spdlog::logger& log) {
   if (!walltime_.due(now_ms, log)) return std::nullopt;
   return "checkpoint.before_walltime: " + format_duration(spec_.checkpoint.before_walltime) +

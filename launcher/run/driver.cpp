@@ -183,17 +183,40 @@ void RunDriver::handle_signals() {
     }
     ++signals_seen_;
     std::string name = byte == SIGINT ? "SIGINT" : byte == SIGTERM ? "SIGTERM" : "SIGHUP";
-    if (signals_seen_ == 1) {
+    if (signals_seen_ == 1 && byte == SIGTERM) {
+      // A spot notice, a pod deletion, scancel: save first (Ctrl-C and SIGHUP stop at once).
+      begin_preemption("received SIGTERM");
+    } else if (signals_seen_ == 1) {
       recorder_.console_line("received " + name + ": stopping the run (again to force)");
       feed(supervisor::StopRequested{"received " + name});
     } else if (signals_seen_ == 2) {
-      // The user insists: skip the grace period.
+      // The user insists: skip the grace period (and a preemption's wait for its checkpoint).
+      if (auto stop = checkpoints_.preemption_due(clock_.monotonic_ms(), "received " + name + " again")) feed(*stop);
       recorder_.console_line("received " + name + " again: killing workers now");
       for (auto& [host, link] : links_) {
         if (!link->lost) link->send(proto::KillRequest{-1, proto::KillSignal::kill, 0, std::nullopt});
       }
     }
   }
+}
+
+void RunDriver::begin_preemption(const std::string& reason) {
+  if (checkpoints_.preempting() || supervisor::is_terminal(supervisor_.state()) ||
+      supervisor_.state() == supervisor::RunState::stopping) {
+    return;
+  }
+  events::CheckpointRequested asked = checkpoints_.begin_preemption(reason + " (preemption)", clock_.monotonic_ms());
+  record(asked.to_json());
+  if (asked.ranks > 0) {
+    recorder_.console_line(reason + ": preempting: " + std::to_string(asked.ranks) + " worker" +
+                           (asked.ranks == 1 ? "" : "s") + " asked to save step " + std::to_string(asked.step) +
+                           ", then the run stops (up to " + format_duration(spec_.preempt_grace) +
+                           ", preempt_grace; again to force)");
+  } else {
+    recorder_.console_line(reason + ": preempting: no worker speaks the worker protocol; each gets SIGTERM and " +
+                           format_duration(spec_.preempt_grace) + " (preempt_grace) to save in its own handler");
+  }
+  if (auto stop = checkpoints_.preemption_due(clock_.monotonic_ms())) feed(*stop);
 }
 
 void RunDriver::request_checkpoints(const std::string& reason) {
@@ -206,7 +229,11 @@ void RunDriver::request_checkpoints(const std::string& reason) {
 ControlReply RunDriver::handle_control(const ControlRequest& request) {
   switch (request.type) {
     case ControlRequestType::stop:
-      feed(supervisor::StopRequested{"dtrain stop"});
+      if (request.checkpoint) {
+        begin_preemption("dtrain stop --checkpoint");
+      } else {
+        feed(supervisor::StopRequested{"dtrain stop"});
+      }
       return {true, supervisor::to_string(supervisor_.state()), supervisor_.generation(), ""};
     case ControlRequestType::status:
       return {true, supervisor::to_string(supervisor_.state()), supervisor_.generation(), ""};
@@ -368,6 +395,7 @@ void RunDriver::loop() {
       pacing_.last_tick_ms = now;
       check_silence();
       if (auto reason = checkpoints_.walltime_due(clock_.monotonic_ms(), log())) request_checkpoints(*reason);
+      if (auto stop = checkpoints_.preemption_due(clock_.monotonic_ms())) feed(*stop);
       router_.flush_comm_warns(false);
       if (now - pacing_.last_log_flush_ms >= 1000) {  // supervisor.log is at most a second behind
         pacing_.last_log_flush_ms = now;

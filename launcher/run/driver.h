@@ -82,6 +82,9 @@ class RunDriver : private FrameRouter::Output, private GenerationLauncher::Outpu
   /// Asks every worker for a checkpoint (CheckpointRequests), and records that it did: SIGUSR1
   /// from Slurm before its time limit, or checkpoint.before_walltime.
   void request_checkpoints(const std::string& reason);
+  /// SIGTERM or `dtrain stop --checkpoint`: every rank asked to save one step, then the stop
+  /// (CheckpointRequests::preemption_due, at each tick). Once per run.
+  void begin_preemption(const std::string& reason);
   ControlReply handle_control(const ControlRequest& request);
   void check_silence();
   /// Pings every connected agent when a heartbeat interval has passed since the last round; the

@@ -81,6 +81,11 @@ void print_run_summary(std::FILE* out, const supervisor::Supervisor& supervisor,
                    printable(cause->detail).c_str());
     }
   }
+  if (finish.state == RunState::preempted) {
+    int64_t step = supervisor.latest_checkpoint_step();
+    std::fprintf(out, "preempted: %s; `dtrain resume %s` continues from %s\n", printable(supervisor.stop_reason()).c_str(),
+                 run.id().c_str(), step >= 0 ? ("checkpoint step " + std::to_string(step)).c_str() : "the start (no checkpoint)");
+  }
   if (finish.state == RunState::failed && !supervisor.give_up_reason().empty()) {
     std::fprintf(out, "cannot continue: %s\n", printable(supervisor.give_up_reason()).c_str());
   }

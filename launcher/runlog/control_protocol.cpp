@@ -20,7 +20,11 @@ Result<ControlRequest> parse_control_request(std::string_view line) {
   const json* type = json_member(request, "type");
   if (!type || !type->is_string()) return Error::user("the request has no string \"type\"; expected stop or status");
   const std::string& name = type->get_ref<const std::string&>();
-  if (name == "stop") return ControlRequest{ControlRequestType::stop};
+  if (name == "stop") {
+    const json* checkpoint = json_member(request, "checkpoint");
+    if (checkpoint && !checkpoint->is_boolean()) return Error::user("\"checkpoint\" of a stop request must be true or false");
+    return ControlRequest{ControlRequestType::stop, checkpoint && checkpoint->get<bool>()};
+  }
   if (name == "status") return ControlRequest{ControlRequestType::status};
   return Error::user("unknown request '" + excerpt(name) + "'; expected stop or status");
 }
@@ -48,7 +52,9 @@ Result<ControlReply> parse_control_reply(std::string_view line) {
 }
 
 std::string to_line(const ControlRequest& request) {
-  return json{{"type", request.type == ControlRequestType::stop ? "stop" : "status"}}.dump();
+  json out{{"type", request.type == ControlRequestType::stop ? "stop" : "status"}};
+  if (request.checkpoint) out["checkpoint"] = true;
+  return out.dump();
 }
 
 std::string to_line(const ControlReply& reply) {

@@ -21,6 +21,10 @@ enum class ControlRequestType { stop, status };
 
 struct ControlRequest {
   ControlRequestType type = ControlRequestType::status;
+  /// stop only: a preemption — every rank is asked to save one step first (preempt_grace), and
+  /// the run ends `preempted` (`dtrain stop --checkpoint`).
+  bool checkpoint = false;
+  bool operator==(const ControlRequest&) const = default;
 };
 
 struct ControlReply {

@@ -11,7 +11,7 @@
 namespace dtrain {
 
 bool is_terminal_state(std::string_view state) {
-  return state == "succeeded" || state == "failed" || state == "stopped";
+  return state == "succeeded" || state == "failed" || state == "stopped" || state == "preempted";
 }
 
 Status write_state(const RunDirectory& run, const RunSnapshot& snapshot) {

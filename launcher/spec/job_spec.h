@@ -214,6 +214,10 @@ struct JobSpec {
   MetricsSettings metrics;
   LogsSettings logs;
   Millis stop_grace{10'000};
+  /// A preemption (SIGTERM to dtrain, `dtrain stop --checkpoint`): how long to wait for the
+  /// checkpoint asked of every rank before stopping, and the SIGTERM-to-SIGKILL grace of workers
+  /// that could not be asked (unmodified scripts), which save in their own SIGTERM handler.
+  Millis preempt_grace{60'000};
 
   std::string source_path;       ///< the spec file, for messages; "" when built in code
 

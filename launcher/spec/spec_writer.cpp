@@ -202,6 +202,7 @@ std::string to_yaml(const JobSpec& spec) {
   }
 
   duration_value(out, "stop_grace", spec.stop_grace);
+  duration_value(out, "preempt_grace", spec.preempt_grace);
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
 }

@@ -170,9 +170,10 @@ void Supervisor::start_generation(plan::RankPlan next_plan) {
 void Supervisor::stop_generation(Ending ending, ExitCode exit_code, const std::string& decision) {
   ending_ = ending;
   ending_code_ = exit_code;
-  std::string why = ending == Ending::succeed ? "every worker exited 0"
-                    : ending == Ending::stop  ? "stop requested"
-                                              : "failure detected; giving up";
+  std::string why = ending == Ending::succeed   ? "every worker exited 0"
+                    : ending == Ending::stop    ? "stop requested"
+                    : ending == Ending::preempt ? "preempted"
+                                                : "failure detected; giving up";
   set_phase(Phase::stopping, decision.empty() ? why : why + " (" + decision + ")");
   send_stop();
 }
@@ -191,7 +192,7 @@ void Supervisor::send_stop() {
     finish_stop();
     return;
   }
-  out_.push_back(StopGeneration{gen_.number, spec_.stop_grace.count(), hosts});
+  out_.push_back(StopGeneration{gen_.number, stop_grace_ms_ > 0 ? stop_grace_ms_ : spec_.stop_grace.count(), hosts});
 }
 
 void Supervisor::finish_stop() {
@@ -208,6 +209,10 @@ void Supervisor::finish_stop() {
     case Ending::stop:
       set_phase(Phase::stopped, "stop requested");
       out_.push_back(FinishRun{RunState::stopped, ExitCode::interrupted});
+      return;
+    case Ending::preempt:
+      set_phase(Phase::preempted, "preempted");
+      out_.push_back(FinishRun{RunState::preempted, ExitCode::preempted});
       return;
     case Ending::fail:
       set_phase(Phase::failed, give_up_reason_.empty() ? "failure could not be recovered" : give_up_reason_);

@@ -75,7 +75,8 @@ class Supervisor {
     stopping,            ///< RunState::stopping
     succeeded,           ///< terminal; so are the two below
     failed,
-    stopped
+    stopped,
+    preempted
   };
   /// The table has a column for each phase before `succeeded`: nothing happens after the end.
   static constexpr size_t kTablePhases = static_cast<size_t>(Phase::succeeded);
@@ -87,6 +88,10 @@ class Supervisor {
   const std::vector<RankStatus>& ranks() const { return gen_.ranks; }
   const std::optional<RootCause>& root_cause() const { return root_cause_; }
   int restarts() const { return restarts_; }
+  /// Why the run was asked to stop (StopRequested::reason); empty when it was not.
+  const std::string& stop_reason() const { return stop_reason_; }
+  /// The newest checkpoint committed by every rank and not found damaged; -1: none.
+  int64_t latest_checkpoint_step() const { return latest_checkpoint_step_; }
   const std::set<std::string>& excluded_hosts() const { return excluded_; }
   /// The newest recovery that completed, with the generation it started (state.json's
   /// last_recovery); none before the first.
@@ -136,7 +141,7 @@ class Supervisor {
     std::set<std::string> awaiting_carry;
   };
   /// How a stopping run ends.
-  enum class Ending { succeed, fail, stop };
+  enum class Ending { succeed, fail, stop, preempt };
 
   // ---- the table (supervisor_table.cpp) ----
   template <class E>
@@ -276,6 +281,8 @@ class Supervisor {
   std::map<std::string, int> host_failures_;
   std::set<std::string> awaiting_release_;
   int64_t stop_sent_ms_ = 0;
+  int64_t stop_grace_ms_ = 0;
+  std::string stop_reason_;  ///< a preemption's grace for the workers; 0: spec stop_grace
 
   std::optional<RootCause> root_cause_;
   std::string give_up_reason_;

@@ -277,13 +277,20 @@ void Supervisor::checkpoint_rejected(const CheckpointRejected& event) {
 
 void Supervisor::stop_run(const StopRequested& event) {
   record(events::RunStopRequested{event.reason}.to_json());
-  stop_generation(Ending::stop, ExitCode::interrupted);
+  stop_reason_ = event.reason;
+  stop_grace_ms_ = event.grace_ms;
+  if (event.preempt) {
+    stop_generation(Ending::preempt, ExitCode::preempted);
+  } else {
+    stop_generation(Ending::stop, ExitCode::interrupted);
+  }
 }
 
 void Supervisor::stop_while_recovering(const StopRequested& event) {
   record(events::RunStopRequested{event.reason}.to_json());
-  ending_ = Ending::stop;
-  ending_code_ = ExitCode::interrupted;
+  stop_reason_ = event.reason;
+  ending_ = event.preempt ? Ending::preempt : Ending::stop;
+  ending_code_ = event.preempt ? ExitCode::preempted : ExitCode::interrupted;
   set_phase(Phase::stopping, event.reason + " during recovery");
   if (awaiting_release_.empty()) finish_stop();
 }

@@ -127,6 +127,7 @@ RunState Supervisor::reported(Phase phase) {
     case Phase::succeeded: return RunState::succeeded;
     case Phase::failed: return RunState::failed;
     case Phase::stopped: return RunState::stopped;
+    case Phase::preempted: return RunState::preempted;
   }
   return RunState::failed;
 }

@@ -12,12 +12,14 @@ const char* to_string(RunState state) {
     case RunState::succeeded: return "succeeded";
     case RunState::failed: return "failed";
     case RunState::stopped: return "stopped";
+    case RunState::preempted: return "preempted";
   }
   return "unknown";
 }
 
 bool is_terminal(RunState state) {
-  return state == RunState::succeeded || state == RunState::failed || state == RunState::stopped;
+  return state == RunState::succeeded || state == RunState::failed || state == RunState::stopped ||
+         state == RunState::preempted;
 }
 
 const char* to_string(RankState state) {

@@ -28,7 +28,8 @@ enum class RunState {
   stopping,    ///< the run is ending (success, failure or stop request): waiting for `released`
   succeeded,   ///< every worker exited 0
   failed,      ///< a failure the policy could not recover from
-  stopped      ///< stopped on request (Ctrl-C, SIGTERM, `dtrain stop`)
+  stopped,     ///< stopped on request (Ctrl-C, SIGHUP, `dtrain stop`)
+  preempted    ///< stopped for a preemption (SIGTERM, `dtrain stop --checkpoint`) after a save was asked
 };
 const char* to_string(RunState state);
 bool is_terminal(RunState state);
@@ -85,7 +86,15 @@ struct WorkerStoppedSeen { int gen = 0; int rank = 0; };
 struct WorkerMisbehaved { int gen = 0; int rank = 0; std::string detail; };
 /// A host confirmed that no process of `gen` remains there.
 struct GenerationReleased { int gen = 0; std::string host; };
-struct StopRequested { std::string reason; };
+/// Stop the run: a person (Ctrl-C, `dtrain stop`) or a preemption (SIGTERM: a spot notice, a pod
+/// deletion, scancel), which the driver turns into this after the checkpoint it asked for (or
+/// at once for workers that could not be asked). A preemption ends `preempted` (its exit code),
+/// and its workers get `grace_ms` between SIGTERM and SIGKILL instead of stop_grace.
+struct StopRequested {
+  std::string reason;
+  bool preempt = false;
+  int64_t grace_ms = 0;  ///< 0: stop_grace
+};
 /// Time passed (the driver sends one at least every heartbeat interval).
 struct Tick {
   /// Hosts whose agents have not been heard from for HangTimeouts::unheard_after_ms() (not yet

@@ -445,7 +445,7 @@ TEST_CASE("stop without a control socket while the supervisor lives says how to 
   Outcome result = run_dtrain({"stop", id, "--timeout", "2s"});
   CHECK(result.code == 3);
   CHECK(contains(result.err, "ctl.sock"));
-  CHECK(contains(result.err, "kill -TERM " + std::to_string(::getpid())));
+  CHECK(contains(result.err, "kill -INT " + std::to_string(::getpid())));
 }
 
 TEST_CASE("status RUN shows the plan of a finished run: sizes, batch and each host's ranks") {

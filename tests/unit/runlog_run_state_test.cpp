@@ -200,6 +200,20 @@ TEST_CASE("send_control writes one JSON line and returns the reply via the ctl.s
   CHECK(no_link.error().message.find("ctl.sock") != std::string::npos);
 }
 
+TEST_CASE("control requests: stop, stop with a checkpoint (a preemption), status, and what is refused") {
+  for (ControlRequest request : {ControlRequest{ControlRequestType::stop}, ControlRequest{ControlRequestType::stop, true},
+                                 ControlRequest{ControlRequestType::status}}) {
+    Result<ControlRequest> again = parse_control_request(to_line(request));
+    REQUIRE(again.ok());
+    CHECK(*again == request);
+  }
+  CHECK(to_line(ControlRequest{ControlRequestType::stop}) == "{\"type\":\"stop\"}");  // as older supervisors read it
+  CHECK(to_line(ControlRequest{ControlRequestType::stop, true}) == "{\"checkpoint\":true,\"type\":\"stop\"}");
+  Result<ControlRequest> bad = parse_control_request("{\"type\":\"stop\",\"checkpoint\":\"yes\"}");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().message == "\"checkpoint\" of a stop request must be true or false");
+}
+
 TEST_CASE("send_control gives up at its deadline when the supervisor never answers") {
   TempDir dir;
   std::string socket_path = dir.path + "/silent.sock";

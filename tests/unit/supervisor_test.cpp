@@ -275,6 +275,36 @@ TEST_CASE("a stop request ends the run as stopped with exit code 130") {
   CHECK(finish[0].exit_code == ExitCode::interrupted);
 }
 
+TEST_CASE("a preemption's stop ends the run as preempted with exit code 6 and its own worker grace") {
+  spec::JobSpec spec = make_spec(1, 2);
+  spec.stop_grace = Millis(2'000);
+  Harness h(spec);
+  h.connect_all();
+  h.start_all(0);
+  auto actions = h.feed(StopRequested{"received SIGTERM (preemption): nothing to save", true, 45'000});
+  auto stops = of_type<StopGeneration>(actions);
+  REQUIRE(stops.size() == 1);
+  CHECK(stops[0].grace_ms == 45'000);
+  auto finish = of_type<FinishRun>(h.release_all(0));
+  REQUIRE(finish.size() == 1);
+  CHECK(finish[0].state == RunState::preempted);
+  CHECK(finish[0].exit_code == ExitCode::preempted);
+  CHECK(h.supervisor->stop_reason() == "received SIGTERM (preemption): nothing to save");
+  CHECK(std::string(to_string(RunState::preempted)) == "preempted");
+  CHECK(is_terminal(RunState::preempted));
+}
+
+TEST_CASE("a preemption's stop without its own grace uses stop_grace") {
+  spec::JobSpec spec = make_spec(1, 2);
+  spec.stop_grace = Millis(2'000);
+  Harness h(spec);
+  h.connect_all();
+  h.start_all(0);
+  auto stops = of_type<StopGeneration>(h.feed(StopRequested{"dtrain stop --checkpoint: saved", true, 0}));
+  REQUIRE(stops.size() == 1);
+  CHECK(stops[0].grace_ms == 2'000);
+}
+
 TEST_CASE("a stop request before any generation finishes at once") {
   Harness h(make_spec(2, 1));
   h.feed(HostConnected{"h1"});

@@ -24,6 +24,13 @@ every rank for a checkpoint at one step S that no rank has passed yet (ckpt.requ
         if w.checkpoint_requested(step):   # True once, at step S, on every rank
             with w.saving_checkpoint():
                 torch.save(state, path)
+            torch.distributed.barrier()
+            if rank == 0:
+                w.checkpoint_committed(step, nbytes, ms)   # dtrain records it and resumes from it
+
+The same request comes before a preemption (SIGTERM to dtrain: a spot notice, a pod deletion;
+`dtrain stop --checkpoint`): dtrain stops the run as soon as that step is committed, or after
+preempt_grace.
 
 The protocol (worker/contract/wire.h): newline-delimited JSON over a unix stream socket;
 requests carry an "id" and the reply with the same id answers them. Beats are rate-limited to
@@ -295,6 +302,16 @@ class Worker:
         self._checkpoint_request = None
         self.checkpoint_reason = pending[1]
         return True
+
+    def checkpoint_committed(self, step, nbytes=0, ms=0.0):
+        """Tells dtrain that the checkpoint of `step` is complete on every rank (call it on one
+        rank, after the save and a barrier): dtrain records it (checkpoint.committed, with its
+        size and duration), resumes from it, and a preemption (SIGTERM to dtrain, `dtrain stop
+        --checkpoint`) stops as soon as the step it asked for is committed instead of waiting
+        out preempt_grace."""
+        if self._closed:
+            return
+        self._send({"type": "ckpt.committed", "step": int(step), "bytes": int(nbytes), "ms": float(ms)})
 
     def poll(self):
         """Reads, without blocking, what the agent sent unasked since the last request (a
