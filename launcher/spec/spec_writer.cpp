@@ -81,19 +81,8 @@ void worker_env(YAML::Emitter& out, const WorkerSettings& worker) {
   }
 }
 
-}  // namespace
-
-std::string to_yaml(const JobSpec& spec) {
-  YAML::Emitter out;
-  out << YAML::Comment("dtrain job spec, resolved: hosts expanded, defaults filled (man 5 dtrain-spec)");
-  out << YAML::Newline << YAML::BeginMap;
-  out << YAML::Key << "version" << YAML::Value << 1;
-  string_value(out, "name", spec.name);
-  string_value(out, "tenant", spec.tenant);
-  out << YAML::Key << "slots_per_host" << YAML::Value << spec.slots_per_host;
-  host_list(out, "hosts", spec.hosts);
-  host_list(out, "spares", spec.spares);
-
+// ssh: how hosts are reached.
+void ssh_section(YAML::Emitter& out, const JobSpec& spec) {
   out << YAML::Key << "ssh" << YAML::Value << YAML::BeginMap;
   string_value(out, "user", spec.ssh.user);
   out << YAML::Key << "port" << YAML::Value << spec.ssh.port;
@@ -108,11 +97,10 @@ std::string to_yaml(const JobSpec& spec) {
   out << YAML::Key << "client" << YAML::Value << to_string(spec.ssh.client);
   if (!spec.ssh.config.empty()) string_value(out, "config", spec.ssh.config);
   out << YAML::EndMap;
+}
 
-  if (spec.transport != TransportKind::auto_select) {
-    out << YAML::Key << "transport" << YAML::Value << to_string(spec.transport);
-  }
-
+// worker: what runs on each slot, and the warm pool.
+void worker_section(YAML::Emitter& out, const JobSpec& spec) {
   out << YAML::Key << "worker" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "command" << YAML::Value << YAML::Flow << YAML::BeginSeq;
   for (const std::string& argument : spec.worker.command) out << YAML::DoubleQuoted << argument;
@@ -129,7 +117,10 @@ std::string to_yaml(const JobSpec& spec) {
     out << YAML::EndSeq << YAML::EndMap;
   }
   out << YAML::EndMap;
+}
 
+// parallelism and batch: the shape of the job.
+void layout_sections(YAML::Emitter& out, const JobSpec& spec) {
   out << YAML::Key << "parallelism" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "tensor" << YAML::Value << spec.parallelism.tensor;
   out << YAML::Key << "pipeline" << YAML::Value << spec.parallelism.pipeline;
@@ -144,7 +135,10 @@ std::string to_yaml(const JobSpec& spec) {
   if (spec.batch.global != 0) out << YAML::Key << "global" << YAML::Value << spec.batch.global;
   if (spec.batch.micro != 0) out << YAML::Key << "micro" << YAML::Value << spec.batch.micro;
   out << YAML::EndMap;
+}
 
+// elastic: what a failure may cost.
+void elastic_section(YAML::Emitter& out, const JobSpec& spec) {
   out << YAML::Key << "elastic" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "min_hosts" << YAML::Value << spec.elastic.min_hosts;
   out << YAML::Key << "max_restarts" << YAML::Value << spec.elastic.max_restarts;
@@ -157,7 +151,10 @@ std::string to_yaml(const JobSpec& spec) {
   if (spec.elastic.in_place_timeout.count() > 0) duration_value(out, "in_place_timeout", spec.elastic.in_place_timeout);
   if (spec.elastic.standby_per_host > 0) out << YAML::Key << "standby_per_host" << YAML::Value << spec.elastic.standby_per_host;
   out << YAML::EndMap;
+}
 
+// heartbeat: when a silent or stuck rank is a failure.
+void heartbeat_section(YAML::Emitter& out, const JobSpec& spec) {
   out << YAML::Key << "heartbeat" << YAML::Value << YAML::BeginMap;
   duration_value(out, "interval", spec.heartbeat.interval);
   duration_value(out, "timeout", spec.heartbeat.timeout);
@@ -167,7 +164,10 @@ std::string to_yaml(const JobSpec& spec) {
     duration_value(out, "checkpoint_timeout", spec.heartbeat.checkpoint_timeout);
   }
   out << YAML::EndMap;
+}
 
+// checkpoint: where, how often, how many.
+void checkpoint_section(YAML::Emitter& out, const JobSpec& spec) {
   out << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap;
   string_value(out, "dir", spec.checkpoint.dir);
   out << YAML::Key << "interval_steps" << YAML::Value << spec.checkpoint.interval_steps;
@@ -181,7 +181,10 @@ std::string to_yaml(const JobSpec& spec) {
     duration_value(out, "before_walltime", spec.checkpoint.before_walltime);
   }
   out << YAML::EndMap;
+}
 
+// metrics and logs: left out when default, so specs of older runs read back the same.
+void observability_sections(YAML::Emitter& out, const JobSpec& spec) {
   if (!(spec.metrics == MetricsSettings{})) {  // left out when default: specs of older runs read back the same
     out << YAML::Key << "metrics" << YAML::Value << YAML::BeginMap;
     if (!spec.metrics.textfile_dir.empty()) string_value(out, "textfile_dir", spec.metrics.textfile_dir);
@@ -200,7 +203,32 @@ std::string to_yaml(const JobSpec& spec) {
     }
     out << YAML::EndMap;
   }
+}
 
+}  // namespace
+
+std::string to_yaml(const JobSpec& spec) {
+  YAML::Emitter out;
+  out << YAML::Comment("dtrain job spec, resolved: hosts expanded, defaults filled (man 5 dtrain-spec)");
+  out << YAML::Newline << YAML::BeginMap;
+  out << YAML::Key << "version" << YAML::Value << 1;
+  string_value(out, "name", spec.name);
+  string_value(out, "tenant", spec.tenant);
+  out << YAML::Key << "slots_per_host" << YAML::Value << spec.slots_per_host;
+  host_list(out, "hosts", spec.hosts);
+  host_list(out, "spares", spec.spares);
+
+  ssh_section(out, spec);
+  if (spec.transport != TransportKind::auto_select) {
+    out << YAML::Key << "transport" << YAML::Value << to_string(spec.transport);
+  }
+
+  worker_section(out, spec);
+  layout_sections(out, spec);
+  elastic_section(out, spec);
+  heartbeat_section(out, spec);
+  checkpoint_section(out, spec);
+  observability_sections(out, spec);
   duration_value(out, "stop_grace", spec.stop_grace);
   duration_value(out, "preempt_grace", spec.preempt_grace);
   out << YAML::EndMap;
