@@ -21,6 +21,7 @@
 #include "launcher/base/exit_code.h"
 #include "launcher/base/regular_file.h"
 #include "launcher/base/strings.h"
+#include "launcher/metrics/step_split.h"
 #include "launcher/runlog/event_log.h"
 #include "launcher/base/json_fields.h"
 #include "launcher/runlog/plan_record.h"
@@ -324,6 +325,24 @@ std::string stragglers_text(const RunSnapshot& state) {
   return join(named, ", ");
 }
 
+/// "input 71% · collectives 5% · compute 24% of 98 ms a step (bottleneck: data)" over the ranks'
+/// latest beats (launcher/metrics/step_split.h: the rule of the report and metrics.prom); empty
+/// when no rank reports its time waiting for input or in collectives.
+std::string step_split_text(const RunSnapshot& state) {
+  metrics::StepSplitBuilder builder;
+  for (const RunSnapshot::Rank& rank : state.ranks) builder.add(rank.rank, rank.metrics);
+  metrics::StepSplit split = builder.build();
+  if (!split.bottleneck) return "";
+  auto share = [&](metrics::StepPart part) { return std::to_string(static_cast<int>(std::lround(100 * split.share(part)))) + "%"; };
+  char step[32];
+  std::snprintf(step, sizeof step, "%.0f ms", split.mean.step_ms);
+  std::string text = "input " + share(metrics::StepPart::data) + " · collectives " + share(metrics::StepPart::communication) +
+                     " · compute " + share(metrics::StepPart::compute) + " of " + step + " a step (bottleneck: " +
+                     std::string(metrics::to_string(*split.bottleneck));
+  if (split.waited_for) text += ", waiting for rank " + std::to_string(*split.waited_for);
+  return text + ")";
+}
+
 /// "2048: 2047 connected, 1 lost (sim01025)": hosts by state, naming those not connected.
 std::string hosts_summary(const std::vector<RunSnapshot::Host>& list) {
   std::map<std::string, size_t> by_state;
@@ -453,6 +472,7 @@ void print_run_text(const RunDirectory& run, const RunSnapshot& state, bool aliv
   if (state.hang_timeout) print_field("hang timeout", printable(state.hang_timeout->text(), 300));
   // Ranks slower than the fastest (metrics.straggler_threshold): the first few, by name.
   if (!state.stragglers.empty()) print_field("stragglers", stragglers_text(state));
+  if (std::string split = step_split_text(state); !split.empty()) print_field("step split", split);
 
   // Heartbeat ages are measured against the end of the run once it has one.
   int64_t age_reference = finished.value_or(alive ? now : state.updated_at_ms.value_or(now));
@@ -636,6 +656,7 @@ std::vector<std::string> watch_block(const RunDirectory& run, const RunSnapshot&
   }
   field("rate", rate + (total ? "   ETA " + eta : "   ETA - (no step count in the spec)"));
   field("stragglers", stragglers_text(state));
+  if (std::string split = step_split_text(state); !split.empty()) field("step split", split);
   Result<std::vector<LoggedEvent>> last = read_last_logged_events(run.events_path(), 1);
   field("last event", last && !last->empty() ? compact_event(last->back()) : last ? "-" : last.error().message);
   return lines;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <array>
 
+#include "launcher/metrics/step_split.h"
+
 namespace dtrain::metrics {
 
 namespace {
@@ -199,6 +201,34 @@ void export_ranks(Exporter& out, const TaskSnapshot& s) {
   }
 }
 
+/// The step split (step_split.h) over the ranks' latest beats: each rank's compute, the mean of
+/// each part and the bottleneck as a state set (1 for the part named, 0 for the others), so an
+/// alert reads `dtrain_step_bottleneck{part="data"} == 1`.
+void export_step_split(Exporter& out, const TaskSnapshot& s) {
+  StepSplitBuilder builder;
+  for (const RankTaskMetrics& rank : s.ranks) builder.add(rank.rank, rank.metrics);
+  StepSplit split = builder.build();
+  out.family("dtrain_step_part_seconds", Type::gauge,
+             "Mean over ranks of their latest step's time by part: data (waiting for input), communication (in collectives), compute (the rest)");
+  out.family("dtrain_step_bottleneck", Type::gauge, "1 for the part of the step that costs most rank time (data, communication or compute), 0 for the others");
+  if (split.bottleneck) {
+    for (StepPart part : {StepPart::data, StepPart::communication, StepPart::compute}) {
+      Labels labels = {{"part", std::string(to_string(part))}};
+      out.sample("dtrain_step_part_seconds", split.mean.of(part) / 1000.0, labels);
+      out.sample("dtrain_step_bottleneck", part == *split.bottleneck ? 1 : 0, labels);
+    }
+  }
+  if (static_cast<int>(s.ranks.size()) > kPerRankLabelLimit) return;
+  out.family("dtrain_rank_compute_seconds", Type::gauge,
+             "The rank's latest step time less its time waiting for input and in collectives");
+  if (!split.bottleneck) return;
+  for (const RankTaskMetrics& rank : s.ranks) {
+    auto row = std::find_if(split.ranks.begin(), split.ranks.end(), [&](const RankStepSplit& r) { return r.rank == rank.rank; });
+    if (row == split.ranks.end()) continue;
+    out.sample("dtrain_rank_compute_seconds", row->parts.compute_ms / 1000.0, {{"host", rank.host}, {"rank", std::to_string(rank.rank)}});
+  }
+}
+
 void export_resources(Exporter& out, const TaskSnapshot& s) {
   out.family("dtrain_host_cpu_utilisation_ratio", Type::gauge, "Busy share of the host's CPUs (0..1)");
   out.family("dtrain_host_memory_used_bytes", Type::gauge, "Memory in use on the host");
@@ -232,6 +262,7 @@ std::string render_prometheus(const TaskSnapshot& snapshot) {
   export_progress(out, snapshot);
   export_hosts(out, snapshot);
   export_ranks(out, snapshot);
+  export_step_split(out, snapshot);
   export_resources(out, snapshot);
   return out.text();
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "launcher/events/event.h"
+#include "launcher/metrics/step_split.h"
 #include "launcher/report/html_report.h"
 #include "launcher/report/run_record.h"
 #include "launcher/report/timeline.h"
@@ -105,6 +106,9 @@ std::string plan_section(const RunRecord& record);                              
 std::string timeline_section(const Timeline& timeline, const ReportLimits& limits);    // html_time_sections.cpp
 std::string curves_section(const RunRecord& record, const Timeline& timeline, const ReportLimits& limits);
 std::string heat_map_section(const RunRecord& record, const Timeline& timeline, const ReportLimits& limits);
+std::string step_split_section(const RunRecord& record, const ReportLimits& limits);  // html_step_sections.cpp
+/// The run's step split over metrics.jsonl (the outcome's summary row and the section).
+metrics::StepSplit step_split_of(const RunRecord& record);
 std::string checkpoints_section(const RunRecord& record, const Timeline& timeline,    // html_record_sections.cpp
                                 const ReportLimits& limits);
 std::string recovery_section(const Timeline& timeline, const ReportLimits& limits);

@@ -88,6 +88,7 @@ std::string render_html(const RunRecord& record, const Timeline& timeline, const
   out += timeline_section(timeline, limits);
   out += curves_section(record, timeline, limits);
   out += heat_map_section(record, timeline, limits);
+  out += step_split_section(record, limits);
   out += checkpoints_section(record, timeline, limits);
   out += recovery_section(timeline, limits);
   out += goodput_section(record, timeline);
