@@ -1,12 +1,16 @@
 // Unmodified Python scripts under `dtrain submit` (issue 11, items 1 and 3): the agent's bootstrap
 // (worker/python/bootstrap/sitecustomize.py, first on PYTHONPATH) turns optimizer steps into
-// beats and uncaught exceptions into torchrun error records, which become the run's root cause.
+// beats and uncaught exceptions into torchrun error records, which become the run's root cause,
+// and splits each step's time into waiting for input and for communication (issue 28 item 6).
 // Torch-free: a stand-in `torch` package (the shape of torch 1.13's torch.optim) proves the step
-// hook; the test with the real python3-torch skips where it is not installed.
+// hook; the tests with the real python3-torch skip where it is not installed.
 
 #include <doctest/doctest.h>
 
 #include <sys/stat.h>
+
+#include <algorithm>
+#include <vector>
 
 #include "tests/integration/dtrain_runner.h"
 #include "tests/skip.h"
@@ -424,4 +428,169 @@ TEST_CASE("bootstrap: a sitecustomize that exits while Python starts fails the r
   CHECK(read_text(dir + "/ranks/0.log").find("Fatal Python error") != std::string::npos);
   CHECK(read_text(dir + "/ranks/0.log").find("the script ran") == std::string::npos);
   check_nothing_left(run_id_of(dir));
+}
+
+// --- where a step's time goes (issue 28 item 6): data_ms and comm_ms of unmodified scripts -------
+// Each figure is compared with the same rank's step_ms from the same beat (state.json keeps a
+// rank's latest), never with a wall-clock constant: the machine may be slow, the split holds.
+
+namespace {
+
+/// A rank's row in state.json.
+nlohmann::json rank_row(const std::string& dir, int rank) { return state_of(dir)["ranks"].at(static_cast<size_t>(rank)); }
+
+/// A run of `script` on `slots` ranks, finished, with its run directory; fails the test unless it
+/// exited 0 without a bootstrap error.
+std::string run_to_end(DtrainEnv& env, const std::string& name, int slots, const std::string& script,
+                       const std::string& extra_worker = "") {
+  std::vector<std::string> before = env.run_dirs();
+  DtrainProcess process = env.run({"submit", env.write_spec(name + ".yaml", spec_for(name, slots, script, extra_worker))});
+  std::string dir;
+  for (const std::string& candidate : env.run_dirs()) {
+    if (std::find(before.begin(), before.end(), candidate) == before.end()) dir = candidate;
+  }
+  INFO("stderr:\n" << process.err());
+  REQUIRE(!dir.empty());
+  INFO("rank 0 log:\n" << read_text(dir + "/ranks/0.log") << "\nstate.json:\n" << read_text(dir + "/state.json"));
+  CHECK(process.exit_code == 0);
+  CHECK(read_text(dir + "/ranks/0.log").find("dtrain bootstrap") == std::string::npos);
+  return dir;
+}
+
+}  // namespace
+
+TEST_CASE("bootstrap: a rank that waits for its DataLoader shows data_ms close to step_ms, and no comm_ms (python3-torch)") {
+  require_python_module("torch.utils.data");
+  DtrainEnv env;
+  std::string script = env.dir.path + "/slow_input.py";
+  write_text(script, R"PY(import time, torch
+class SlowDataset(torch.utils.data.Dataset):
+    def __len__(self):
+        return 25
+    def __getitem__(self, index):
+        time.sleep(0.03)  # reading from slow storage
+        return torch.ones(4)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for batch in torch.utils.data.DataLoader(SlowDataset(), batch_size=1, num_workers=0):
+    opt.zero_grad()
+    model(batch).sum().backward()
+    opt.step()
+print('trained', flush=True)
+)PY");
+  std::string dir = run_to_end(env, "slowinput", 1, script);
+  nlohmann::json row = rank_row(dir, 0);
+  INFO("rank 0: " << row.dump());
+  REQUIRE(row.contains("step_ms"));
+  REQUIRE(row.contains("data_ms"));
+  CHECK(row["data_ms"].get<double>() >= 0.5 * row["step_ms"].get<double>());
+  CHECK(row["data_ms"].get<double>() <= 1.05 * row["step_ms"].get<double>());
+  CHECK_FALSE(row.contains("comm_ms"));  // one process, no collective: no figure rather than 0
+  check_nothing_left(run_id_of(dir));
+}
+
+TEST_CASE("bootstrap: DDP's gradient all-reduce is comm_ms of the rank that waits for a slow peer, not of the slow one (python3-torch)") {
+  require_python_module("torch.distributed");
+  DtrainEnv env;
+  std::string script = env.dir.path + "/ddp_straggler.py";
+  write_text(script, R"PY(import time, torch, torch.distributed as dist
+dist.init_process_group('gloo')
+torch.manual_seed(0)
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(16, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(25):
+    opt.zero_grad()
+    loss = model(torch.randn(8, 16)).pow(2).mean()
+    if dist.get_rank() == 1:
+        time.sleep(0.1)  # the straggler: rank 0 waits for it in DDP's all-reduce
+    loss.backward()
+    opt.step()
+print('trained', flush=True)
+)PY");
+  std::string dir = run_to_end(env, "straggler", 2, script);
+  nlohmann::json waiter = rank_row(dir, 0);
+  nlohmann::json straggler = rank_row(dir, 1);
+  INFO("rank 0: " << waiter.dump() << "\nrank 1: " << straggler.dump());
+  REQUIRE(waiter.contains("comm_ms"));
+  REQUIRE(straggler.contains("comm_ms"));
+  CHECK(waiter["comm_ms"].get<double>() >= 0.5 * waiter["step_ms"].get<double>());
+  CHECK(straggler["comm_ms"].get<double>() <= 0.25 * straggler["step_ms"].get<double>());
+  CHECK_FALSE(waiter.contains("data_ms"));  // no DataLoader
+  check_nothing_left(run_id_of(dir));
+}
+
+TEST_CASE("bootstrap: a synchronous all_reduce imported by name in the script's loop is comm_ms (python3-torch)") {
+  require_python_module("torch.distributed");
+  DtrainEnv env;
+  std::string script = env.dir.path + "/all_reduce.py";
+  write_text(script, R"PY(import time, torch, torch.distributed as dist
+from torch.distributed import all_reduce
+dist.init_process_group('gloo')
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(25):
+    opt.zero_grad()
+    loss = model(torch.ones(2, 4)).sum()
+    loss.backward()
+    if dist.get_rank() == 1:
+        time.sleep(0.06)
+    total = loss.detach().clone()
+    all_reduce(total)  # rank 0 waits here for rank 1
+    opt.step()
+print('trained', flush=True)
+)PY");
+  std::string dir = run_to_end(env, "allreduce", 2, script);
+  nlohmann::json waiter = rank_row(dir, 0);
+  INFO("rank 0: " << waiter.dump() << "\nrank 1: " << rank_row(dir, 1).dump());
+  REQUIRE(waiter.contains("comm_ms"));
+  CHECK(waiter["comm_ms"].get<double>() >= 0.5 * waiter["step_ms"].get<double>());
+  CHECK(rank_row(dir, 1).contains("comm_ms"));
+  check_nothing_left(run_id_of(dir));
+}
+
+TEST_CASE("bootstrap: timing DataLoader, collectives and DDP leaves a DDP run's parameters bit for bit as with instrument: off (python3-torch)") {
+  require_python_module("torch.distributed");
+  DtrainEnv env;
+  std::string script = env.dir.path + "/ddp_numerics.py";
+  // DataLoader, DDP (several buckets), a synchronous all_reduce and an async one: every hook.
+  write_text(script, R"PY(import hashlib, torch, torch.distributed as dist
+dist.init_process_group('gloo')
+rank = dist.get_rank()
+torch.manual_seed(0)
+net = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64),
+                          torch.nn.ReLU(), torch.nn.Linear(64, 1))
+model = torch.nn.parallel.DistributedDataParallel(net, bucket_cap_mb=0.01)
+opt = torch.optim.Adam(model.parameters(), lr=0.01)
+generator = torch.Generator().manual_seed(1 + rank)
+data = torch.utils.data.TensorDataset(torch.randn(240, 32, generator=generator))
+for (batch,) in torch.utils.data.DataLoader(data, batch_size=8):
+    opt.zero_grad()
+    loss = model(batch).pow(2).mean()
+    loss.backward()
+    opt.step()
+    logged = loss.detach().clone()
+    dist.all_reduce(logged)
+    dist.all_reduce(logged, async_op=True).wait()
+digest = hashlib.sha256(b''.join(p.detach().numpy().tobytes() for p in model.parameters()))
+print('params sha256', digest.hexdigest(), flush=True)
+)PY");
+  auto digest_of = [](const std::string& dir) {
+    std::string log = read_text(dir + "/ranks/0.log");
+    size_t at = log.find("params sha256 ");
+    return at == std::string::npos ? std::string("<none>") : log.substr(at, log.find('\n', at) - at);
+  };
+  std::string on = run_to_end(env, "numon", 2, script);
+  std::string off = run_to_end(env, "numoff", 2, script, "  instrument: off\n");
+  INFO("instrumented: " << digest_of(on) << "\nuninstrumented: " << digest_of(off));
+  CHECK(digest_of(on) != "<none>");
+  CHECK(digest_of(on) == digest_of(off));
+  // The instrumented run did measure (so the comparison is not of two plain runs).
+  nlohmann::json measured = rank_row(on, 0);
+  nlohmann::json plain = rank_row(off, 0);
+  INFO("instrumented rank 0: " << measured.dump() << "\nuninstrumented rank 0: " << plain.dump());
+  CHECK(measured.contains("comm_ms"));
+  CHECK(measured.contains("data_ms"));
+  CHECK_FALSE(plain.contains("step_ms"));
+  check_nothing_left(run_id_of(on));
+  check_nothing_left(run_id_of(off));
 }

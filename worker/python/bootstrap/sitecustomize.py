@@ -13,11 +13,32 @@ ddtrace-run and coverage.py's subprocess support start. It:
      dtrain_worker's beat(). torch >= 2.0 has the global
      torch.optim.optimizer.register_optimizer_step_post_hook; torch 1.13 has no step hook, so
      there each optimizer class's step() is wrapped on its first instantiation;
-  3. marks checkpoint saves: torch.save (and torch.distributed.checkpoint's save and
+  3. splits the step time: each beat after the first also carries, summed since the previous
+     step, data_ms (the time inside DataLoader iterators' __next__, outermost calls of the thread
+     that steps: the rank waiting for input) and comm_ms (the time blocked in communication):
+       - torch.distributed's Python collectives called synchronously (all_reduce, all_gather,
+         broadcast, barrier, send, recv, the *_object ones, ...; outermost calls), wrapped in
+         distributed_c10d as it is executed, so torch.distributed's names and the script's
+         `from torch.distributed import all_reduce` are the wrappers;
+       - DistributedDataParallel's gradient all-reduce, which runs in C++ during backward: the
+         wait from the end of the backward graph's computation until backward() returns, where
+         DDP's finalize_backward waits for its buckets (the comment above _GraphWatch).
+     data_ms appears once the process has used a DataLoader, comm_ms once it has called a
+     collective or built a DDP model: a script without them gets no figure rather than a 0.
+     Limits: what is measured is the host's wait. On CUDA, collectives are asynchronous to the
+     host: comm_ms counts the host's waits only, and NCCL kernels' GPU time that the host did
+     not wait for shows as computation. An async_op=True call is not timed (it returns at once;
+     its work.wait() is C++, unseen). DDP with a custom comm hook is measured the same way (the
+     hook's futures are what finalize_backward waits for); no_sync() steps add about 0; DDP's
+     broadcast of buffers at each forward (C++) is not timed. Input waits of a background
+     prefetch thread are not counted (they overlap the training), nor is a wait the script
+     does itself on a queue of its own. Nothing changes the numerics: the wrappers pass
+     arguments and results through, and the hook on backward's roots returns None;
+  4. marks checkpoint saves: torch.save (and torch.distributed.checkpoint's save and
      save_state_dict, where the torch version has them) are wrapped so that, once the script
      has made a step, the rank says phase "checkpoint" as a save starts and "train" as it
      returns; dtrain then allows heartbeat.checkpoint_timeout for it instead of hang_timeout;
-  4. writes torchrun-compatible error records: for a script that dies of an uncaught exception
+  5. writes torchrun-compatible error records: for a script that dies of an uncaught exception
      without torch's @record, a sys.excepthook writes the same JSON that
      torch.distributed.elastic.multiprocessing.errors.record writes to $TORCHELASTIC_ERROR_FILE
      (which the agent sets per rank): {"message": {"message": "<Type>: <text>", "extraInfo":
@@ -36,10 +57,11 @@ spec names, until the agent assigns it a rank; the script then runs as that rank
 
 import os
 import sys
+from time import perf_counter as _perf_counter
 
 _OWNER_VARIABLE = "DTRAIN_INSTRUMENTED_PID"
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_state = {"disabled": False, "connection": None, "owner_pid": None, "save_depth": 0}
+_state = {"disabled": False, "connection": None, "owner_pid": None, "owner": False, "save_depth": 0}
 
 
 def _disable(what, error):
@@ -58,8 +80,14 @@ def _disable(what, error):
 
 def _is_owner():
     """True in the worker process the agent started (pid unchanged across exec), not in its
-    children: they inherit the variable with another pid in it."""
-    return not _state["disabled"] and _state["owner_pid"] == os.getpid()
+    children: a child that starts Python anew inherits the variable with another pid in it, and a
+    forked one has "owner" turned off by the fork handler (_start). A flag, not a getpid() per
+    call: the DataLoader hook asks once per batch, and getpid is a system call."""
+    return _state["owner"] and not _state["disabled"]
+
+
+def _forked_child():
+    _state["owner"] = False
 
 
 # --- progress: optimizer steps as beats --------------------------------------------------------
@@ -86,11 +114,13 @@ class _StepCounter:
                 return
             self._step = count
             now = self._monotonic()
-            step_ms = None if self._last_step_time is None else (now - self._last_step_time) * 1000.0
+            metrics = _take_time_split(first=self._last_step_time is None)
+            if self._last_step_time is not None:
+                metrics["step_ms"] = (now - self._last_step_time) * 1000.0
             self._last_step_time = now
             worker = _connection()
             if worker is not None:
-                worker.beat(self._step, step_ms=step_ms)
+                worker.beat(self._step, **metrics)
         except Exception as error:
             _disable("sending a beat", error)
 
@@ -173,6 +203,285 @@ def _hook_optimizers(optimizer_module):
     base.__init__ = init
 
 
+# --- where a step's time goes: waiting for input, blocked in collectives -----------------------
+
+# Seconds summed since the previous optimizer step, and whether the process ever waited for input
+# or communicated (a script that never did gets no data_ms or comm_ms rather than a 0 that would
+# read as "measured, and none"). The depths keep nested calls from counting twice: a DataLoader
+# whose dataset iterates another one, all_gather_object calling all_gather.
+_split = {"data": 0.0, "comm": 0.0, "data_seen": False, "comm_seen": False,
+          "data_depth": 0, "comm_depth": 0, "train_thread": None}
+
+
+def _take_time_split(first):
+    """The beat's data_ms and comm_ms for the step just made (none for the first step, which has
+    no previous one), and the accumulators reset for the next. Runs on the thread that steps,
+    which from now on is the one whose input waits count."""
+    import _thread
+    data, comm = _split["data"], _split["comm"]
+    _split["data"] = _split["comm"] = 0.0
+    _split["train_thread"] = _thread.get_ident()
+    metrics = {}
+    if not first:
+        if _split["data_seen"]:
+            metrics["data_ms"] = data * 1000.0
+        if _split["comm_seen"]:
+            metrics["comm_ms"] = comm * 1000.0
+    return metrics
+
+
+def _copy_metadata(wrapper, function):
+    """functools.wraps' attributes, set one by one: a builtin or a C function may lack some."""
+    for attribute in ("__module__", "__name__", "__qualname__", "__doc__"):
+        try:
+            setattr(wrapper, attribute, getattr(function, attribute))
+        except Exception:
+            pass
+    try:
+        wrapper.__dict__.update(getattr(function, "__dict__", {}))
+    except Exception:
+        pass
+    wrapper.__wrapped__ = function
+    wrapper._dtrain_wrapped = True
+    return wrapper
+
+
+def _hook_dataloader(module):
+    """Times the rank's waits for input: the outermost DataLoader iterator __next__ calls of the
+    thread that makes the optimizer steps (a background prefetch thread's waits overlap the
+    training and are not the rank's). module is torch.utils.data.dataloader, whose iterators
+    (_SingleProcessDataLoaderIter, _MultiProcessingDataLoaderIter) inherit __next__ from
+    _BaseDataLoaderIter."""
+    import _thread
+    base = module._BaseDataLoaderIter
+    next_batch = base.__dict__["__next__"]
+    if getattr(next_batch, "_dtrain_wrapped", False):
+        return
+    thread = _thread.get_ident
+
+    def begin():
+        try:
+            if _split["data_depth"] or thread() != _split["train_thread"] or not _is_owner():
+                return None
+            _split["data_depth"] = 1
+            return _perf_counter()
+        except Exception as error:
+            _disable("timing a DataLoader batch", error)
+            return None
+
+    def end(start):
+        try:
+            _split["data"] += _perf_counter() - start
+            _split["data_seen"] = True
+            _split["data_depth"] = 0
+        except Exception as error:
+            _disable("timing a DataLoader batch", error)
+
+    def __next__(self):
+        start = begin()
+        if start is None:
+            return next_batch(self)
+        try:
+            return next_batch(self)
+        finally:
+            end(start)
+
+    base.__next__ = _copy_metadata(__next__, next_batch)
+
+
+# torch.distributed's Python collectives; isend, irecv and batch_isend_irecv are asynchronous by
+# nature and left alone. Blocking send and recv count: a pipeline stage waiting in recv waits for
+# its peer as much as in an all_reduce.
+_COLLECTIVES = (
+    "all_reduce", "all_reduce_coalesced", "all_gather", "all_gather_into_tensor", "_all_gather_base",
+    "all_gather_coalesced", "all_gather_object", "reduce_scatter", "reduce_scatter_tensor",
+    "_reduce_scatter_base", "broadcast", "broadcast_object_list", "reduce", "barrier",
+    "monitored_barrier", "all_to_all", "all_to_all_single", "gather", "gather_object", "scatter",
+    "scatter_object_list", "send", "recv",
+)
+
+
+def _comm_begin(asynchronous):
+    """The start time of a collective to count, or None: not the owner, nested in a collective
+    already timed, or asynchronous (async_op=True returns a Work at once, and the wait that
+    matters is the caller's work.wait() in C++, which the bootstrap does not see)."""
+    try:
+        if not _is_owner():
+            return None
+        _split["comm_seen"] = True
+        if asynchronous or _split["comm_depth"]:
+            return None
+        _split["comm_depth"] = 1
+        return _perf_counter()
+    except Exception as error:
+        _disable("timing a collective", error)
+        return None
+
+
+def _comm_end(start):
+    try:
+        _split["comm"] += _perf_counter() - start
+        _split["comm_depth"] = 0
+    except Exception as error:
+        _disable("timing a collective", error)
+
+
+def _wrap_collective(function):
+    if getattr(function, "_dtrain_wrapped", False):
+        return function
+    import inspect
+    try:
+        parameters = list(inspect.signature(function).parameters)
+    except (TypeError, ValueError):
+        parameters = []
+    position = parameters.index("async_op") if "async_op" in parameters else None
+
+    def collective(*args, **kwargs):
+        if "async_op" in kwargs:
+            asynchronous = kwargs["async_op"]
+        else:
+            asynchronous = position is not None and len(args) > position and args[position]
+        start = _comm_begin(asynchronous)
+        if start is None:
+            return function(*args, **kwargs)
+        try:
+            return function(*args, **kwargs)
+        finally:
+            _comm_end(start)
+
+    return _copy_metadata(collective, function)
+
+
+def _hook_collectives(module):
+    """module is torch.distributed.distributed_c10d, just executed: torch.distributed's
+    `from .distributed_c10d import *` and the script's `from torch.distributed import all_reduce`
+    come later and take the wrappers. Where torch.distributed already holds an original (the
+    bootstrap started late), it gets the wrapper too."""
+    package = sys.modules.get("torch.distributed")
+    for name in _COLLECTIVES:
+        function = getattr(module, name, None)
+        if not callable(function):
+            continue
+        wrapper = _wrap_collective(function)
+        setattr(module, name, wrapper)
+        if package is not None and getattr(package, name, None) is function:
+            setattr(package, name, wrapper)
+
+
+# DistributedDataParallel all-reduces the gradients in C++ during backward, overlapped with the
+# computation of the gradients still to come; what the rank waits for is the rest: from the end
+# of the graph's computation until backward() returns, DDP's finalize_backward waiting for the
+# bucket all-reduces (an autograd engine final callback, which DDP's reducer queues once its last
+# bucket is ready). Final callbacks run in the order queued, after the graph's last node. So each
+# backward call gets a watch: a tensor hook on its roots (the loss) fires first thing in the
+# graph, before any of DDP's gradients exists, and queues a final callback of its own, which
+# therefore runs before DDP's and stamps "graph done"; the call's return stamps the end. The hook
+# returns None (the gradient passes unchanged) and is removed as backward returns.
+#
+# Why the roots rather than DDP's outputs or one parameter: a reentrant activation checkpoint
+# (torch.utils.checkpoint, use_reentrant=True; DDP with static_graph) recomputes its segment in
+# a backward of its own, inside the outer one, and DDP's last bucket may become ready there: its
+# finalize_backward then waits at the end of that inner graph. The inner backward comes through
+# torch.autograd.backward too, with its own roots, so its wait is measured the same way; the
+# windows of nested calls do not overlap. Only torch.autograd.backward is wrapped: Tensor.backward
+# calls it by that name (torch 1.13 and 2.x), and leaving Tensor's method alone keeps
+# __torch_function__ overrides that compare it by identity working.
+
+class _GraphWatch:
+    """One backward call's graph: when it computed its last gradient (done), if it got that far."""
+
+    def __init__(self, engine):
+        self._engine = engine
+        self._queued = False
+        self.done = None
+        self.handles = []
+
+    def on_root_gradient(self, _gradient):
+        try:
+            if not self._queued:
+                self._queued = True
+                self._engine.queue_callback(self._on_graph_done)
+        except Exception as error:
+            _disable("timing DDP's gradient all-reduce", error)
+        return None  # the gradient is left as it is
+
+    def _on_graph_done(self):
+        try:
+            self.done = _perf_counter()
+        except Exception as error:
+            _disable("timing DDP's gradient all-reduce", error)
+
+
+def _watch_graph(engine, args, kwargs):
+    """A _GraphWatch with its hook on the roots of backward(tensors, ...), or None."""
+    try:
+        if not _is_owner():
+            return None
+        roots = args[0] if args else kwargs.get("tensors")
+        if hasattr(roots, "register_hook"):
+            roots = (roots,)
+        elif not isinstance(roots, (list, tuple)):
+            return None
+        watch = _GraphWatch(engine)
+        for root in roots:
+            if getattr(root, "requires_grad", False) and getattr(root, "grad_fn", None) is not None:
+                watch.handles.append(root.register_hook(watch.on_root_gradient))
+        return watch if watch.handles else None
+    except Exception as error:
+        _disable("timing DDP's gradient all-reduce", error)
+        return None
+
+
+def _graph_returned(watch):
+    try:
+        for handle in watch.handles:
+            handle.remove()
+        if watch.done is not None:
+            _split["comm"] += _perf_counter() - watch.done
+    except Exception as error:
+        _disable("timing DDP's gradient all-reduce", error)
+
+
+def _wrap_backward(autograd):
+    """torch.autograd.backward, timed from the end of its graph to its return (see above)."""
+    backward = autograd.backward
+    if getattr(backward, "_dtrain_wrapped", False):
+        return
+    engine = autograd.Variable._execution_engine
+
+    def timed_backward(*args, **kwargs):
+        watch = _watch_graph(engine, args, kwargs)
+        if watch is None:
+            return backward(*args, **kwargs)
+        try:
+            return backward(*args, **kwargs)
+        finally:
+            _graph_returned(watch)
+
+    autograd.backward = _copy_metadata(timed_backward, backward)
+
+
+def _hook_ddp(module):
+    """module is torch.nn.parallel.distributed: building a DistributedDataParallel model marks the
+    process as communicating and starts timing backward calls (never before: a script without
+    DDP keeps its own torch.autograd.backward)."""
+    ddp = module.DistributedDataParallel
+    initialise = ddp.__dict__["__init__"]
+    if getattr(initialise, "_dtrain_wrapped", False):
+        return
+
+    def __init__(self, *args, **kwargs):
+        initialise(self, *args, **kwargs)
+        if _is_owner():
+            try:
+                _split["comm_seen"] = True
+                _wrap_backward(sys.modules["torch.autograd"])
+            except Exception as error:
+                _disable("timing DDP's gradient all-reduce", error)
+
+    ddp.__init__ = _copy_metadata(__init__, initialise)
+
+
 # --- phases: checkpoint saves ---------------------------------------------------------------------
 
 def _say_phase(saving):
@@ -209,14 +518,7 @@ def _wrap_save(function):
                 except Exception as error:
                     _disable("marking the end of a checkpoint save", error)
 
-    save._dtrain_wrapped = True
-    for attribute in ("__name__", "__qualname__", "__doc__", "__module__"):
-        try:
-            setattr(save, attribute, getattr(function, attribute))
-        except Exception:
-            pass
-    save.__wrapped__ = function
-    return save
+    return _copy_metadata(save, function)
 
 
 def _hook_module_saves(module, names):
@@ -243,6 +545,9 @@ def _hook_distributed_checkpoint(module):
 _HOOKS = {
     "torch.optim.optimizer": (_hook_optimizers, _hook_torch_save),
     "torch.distributed.checkpoint": (_hook_distributed_checkpoint,),
+    "torch.utils.data.dataloader": (_hook_dataloader,),
+    "torch.distributed.distributed_c10d": (_hook_collectives,),
+    "torch.nn.parallel.distributed": (_hook_ddp,),
 }
 
 
@@ -383,6 +688,10 @@ def _start():
         _state["owner_pid"] = os.getpid()  # re-exec of the same process (os.execv)
     if _state["owner_pid"] is None:
         return
+    os.register_at_fork(after_in_child=_forked_child)
+    _state["owner"] = True
+    import _thread
+    _split["train_thread"] = _thread.get_ident()  # until a step says which thread trains
     _install_excepthook()
     sys.meta_path.insert(0, _TorchOptimWatcher())
     for name, hooks in _HOOKS.items():
