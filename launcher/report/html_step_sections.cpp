@@ -70,7 +70,7 @@ std::string step_split_section(const RunRecord& record, const ReportLimits& limi
   std::string out = "<section id=\"step-split\"><h2>Where the step time goes</h2>";
   metrics::StepSplit split = step_split_of(record);
   if (split.ranks.empty()) return out + "<p class=\"note\">No per-rank step times in metrics.jsonl.</p></section>";
-  if (!split.bottleneck) return out + "<p class=\"note\" id=\"bottleneck\" data-part=\"\">" + e(split.verdict()) + "</p></section>";
+  if (!split.bottleneck) return out + "<p id=\"bottleneck\" class=\"note\" data-part=\"\">" + e(split.verdict()) + "</p></section>";
   out += "<p id=\"bottleneck\" data-part=\"" + std::string(metrics::to_string(*split.bottleneck)) + "\"" +
          (split.waited_for ? " data-waited-for=\"" + std::to_string(*split.waited_for) + "\"" : std::string()) + "><b>" +
          e(split.verdict()) + "</b></p>";

@@ -70,6 +70,7 @@ TEST_CASE("one rank's beat shows in all four views, the others' silence too") {
   CHECK(rows[2].step == std::optional<int64_t>(5));
   CHECK(rows[2].metrics.loss == std::optional<double>(0.75));
   CHECK(rows[2].metrics.step_ms == std::optional<double>(20.0));
+  CHECK(rows[2].metrics.comm_ms == std::optional<double>(5.0));
   CHECK(rows[2].last_beat_ms == std::optional<int64_t>(run.clock.wall_ms()));
   CHECK_FALSE(rows[1].last_beat_ms);  // never beat: null in state.json
   CHECK_FALSE(rows[1].step);
@@ -80,7 +81,8 @@ TEST_CASE("one rank's beat shows in all four views, the others' silence too") {
   std::optional<nlohmann::json> line = run.progress.metrics_line(run.supervisor, 64);
   REQUIRE(line);
   REQUIRE((*line)["ranks"].size() == 1);  // only ranks that stepped
-  CHECK((*line)["ranks"][0] == nlohmann::json{{"rank", 2}, {"step", 5}, {"loss", 0.75}, {"step_ms", 20.0}});
+  // comm_ms too (the step split reads it from metrics.jsonl); samples is not a metrics-line field.
+  CHECK((*line)["ranks"][0] == nlohmann::json{{"rank", 2}, {"step", 5}, {"loss", 0.75}, {"step_ms", 20.0}, {"comm_ms", 5.0}});
 
   ConsoleStatus status = run.progress.console_status(run.supervisor);
   CHECK(status.step == 5);
