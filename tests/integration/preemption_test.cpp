@@ -51,6 +51,10 @@ void check_trainer_preemption(const std::function<void(DtrainEnv&, DtrainProcess
   REQUIRE(!expected.empty());
 
   DtrainEnv env;
+  // Paced (rank 0 works 10 ms more a step, and rank 1 waits for it in the all-reduce) so that the
+  // run is still training when the preemption comes: unpaced, 400 steps can be over before the
+  // test has seen step 50 in state.json. A sleep changes no numbers.
+  env.environment.emplace_back("DTRAIN_FAULT_SLOW_RANK", "0:10");
   DtrainProcess run = env.start({"submit", env.write_spec("job.yaml", trainer_spec("preempt", kSteps))});
   std::string dir = only_run_dir(env);
   REQUIRE(!dir.empty());
