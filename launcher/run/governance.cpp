@@ -30,6 +30,31 @@ void audit_action(const std::string& command, const std::string& action, const s
   }
 }
 
+std::optional<int> refuse_without_required_intent(const spec::JobSpec& spec, const std::string& command) {
+  std::string config_path = spec::site_config_path(dtrain_home());
+  Result<spec::SiteConfig> config = spec::load_site_config(config_path);
+  if (!config) {
+    std::fprintf(stderr, "%s: the site config cannot be read, so its intent policy cannot be checked:\n%s\n",
+                 command.c_str(), config.error().message.c_str());
+    return exit_code_for(config.error());
+  }
+  if (spec.intent.given || !spec::intent_required(*config, spec.tenant)) return std::nullopt;
+  std::string tenant = spec.tenant.empty() ? "a spec without a tenant" : "tenant " + spec.tenant;
+  std::fprintf(stderr,
+               "%s: %s: the site requires %s to state the job's intent (%s: intent.required_for), and the spec has "
+               "no intent:; add one, e.g.\n"
+               "  intent:\n"
+               "    model: {parameters: 7B, precision: bf16, optimizer: adamw}\n"
+               "    data: {tokens: 200B}\n"
+               "    target_duration: 72h\n"
+               "    gpu_memory: 60GB\n"
+               "    recovery: {max_recovery: 5m, max_lost: 200 steps, mode: restart}\n"
+               "(man 5 dtrain-spec, INTENT)\n",
+               command.c_str(), spec.source_path.empty() ? "the spec" : spec.source_path.c_str(), tenant.c_str(),
+               config_path.c_str());
+  return to_int(ExitCode::usage);
+}
+
 Admission admit_under_quota(const spec::JobSpec& spec, bool over_quota, const std::string& command,
                             const std::string& action) {
   Admission admission;

@@ -27,6 +27,11 @@ struct Admission {
 Admission admit_under_quota(const spec::JobSpec& spec, bool over_quota, const std::string& command,
                             const std::string& action);
 
+/// The site's intent policy ($DTRAIN_HOME/config.yaml intent.required_for): a spec of a tenant
+/// that must state an intent and does not is refused, with the fix, on stderr as `command`; the
+/// exit code, or none when the spec may go on. An unreadable site config is refused here too.
+std::optional<int> refuse_without_required_intent(const spec::JobSpec& spec, const std::string& command);
+
 /// One audit row for an action on a run; a failure to record it is a warning on stderr (the
 /// action goes on). Every worker.env value of `spec` (when given) is redacted wherever it appears.
 void audit_action(const std::string& command, const std::string& action, const std::string& run_id,

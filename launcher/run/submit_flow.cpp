@@ -89,6 +89,10 @@ int submit(const SubmitOptions& options) {
   }
 
   std::string command = "dtrain " + options.audit_action;
+  // The policy is for spec jobs: `dtrain run` (a torchrun-style command line) has no intent: to give.
+  if (options.audit_action == "submit") {
+    if (std::optional<int> refused = refuse_without_required_intent(spec, command)) return *refused;
+  }
   Admission admission = admit_under_quota(spec, options.over_quota, command, options.audit_action);
   if (admission.refused_exit_code) return *admission.refused_exit_code;
 

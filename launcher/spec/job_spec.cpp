@@ -41,4 +41,42 @@ const char* to_string(Backend backend) {
   return "auto";
 }
 
+const char* to_string(IntentSettings::Precision precision) {
+  switch (precision) {
+    case IntentSettings::Precision::fp32: return "fp32";
+    case IntentSettings::Precision::tf32: return "tf32";
+    case IntentSettings::Precision::bf16: return "bf16";
+    case IntentSettings::Precision::fp16: return "fp16";
+    case IntentSettings::Precision::fp8: return "fp8";
+  }
+  return "bf16";
+}
+
+const char* to_string(IntentSettings::Optimizer optimizer) {
+  switch (optimizer) {
+    case IntentSettings::Optimizer::adam: return "adam";
+    case IntentSettings::Optimizer::adamw: return "adamw";
+    case IntentSettings::Optimizer::sgd: return "sgd";
+    case IntentSettings::Optimizer::sgd_momentum: return "sgd-momentum";
+    case IntentSettings::Optimizer::adafactor: return "adafactor";
+    case IntentSettings::Optimizer::none: return "none";
+  }
+  return "adamw";
+}
+
+const char* to_string(IntentSettings::RecoveryMode mode) {
+  return mode == IntentSettings::RecoveryMode::in_place ? "in-place" : "restart";
+}
+
+int bytes_per_weight(IntentSettings::Precision precision) {
+  switch (precision) {
+    case IntentSettings::Precision::fp32:
+    case IntentSettings::Precision::tf32: return 4;
+    case IntentSettings::Precision::bf16:
+    case IntentSettings::Precision::fp16: return 2;
+    case IntentSettings::Precision::fp8: return 1;
+  }
+  return 2;
+}
+
 }  // namespace dtrain::spec

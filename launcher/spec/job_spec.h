@@ -196,6 +196,34 @@ struct LogsSettings {
   bool operator==(const LogsSettings&) const = default;
 };
 
+/// intent: what the job is for and what a failure may cost it, stated by the submitter (issue
+/// 30): the platform's advice (`dtrain plan --advise`) and grading read it; a site can require it
+/// per tenant ($DTRAIN_HOME/config.yaml intent.required_for). Absent: given == false.
+struct IntentSettings {
+  enum class Precision { fp32, tf32, bf16, fp16, fp8 };
+  enum class Optimizer { adam, adamw, sgd, sgd_momentum, adafactor, none };
+  enum class RecoveryMode { restart, in_place };
+  bool given = false;
+  double parameters = 0;                         ///< intent.model.parameters (7B = 7e9); 0: not said
+  Precision precision = Precision::bf16;         ///< intent.model.precision: bytes per weight
+  Optimizer optimizer = Optimizer::adamw;        ///< intent.model.optimizer: state per parameter
+  uint64_t state_bytes = 0;                      ///< intent.model.state_bytes: total, when the user knows better
+  double samples = 0, tokens = 0;                ///< intent.data: how much it trains on; 0: not said
+  Millis target_duration{0};                     ///< intent.target_duration; 0: not said
+  uint64_t gpu_memory_bytes = 0;                 ///< intent.gpu_memory: per-GPU need; 0: not said
+  Millis max_recovery{0};                        ///< intent.recovery.max_recovery; 0: not said
+  int64_t max_lost_steps = 0;                    ///< intent.recovery.max_lost as "N steps"
+  Millis max_lost_time{0};                       ///< intent.recovery.max_lost as a duration
+  RecoveryMode mode = RecoveryMode::restart;     ///< intent.recovery.mode
+  bool operator==(const IntentSettings&) const = default;
+};
+
+const char* to_string(IntentSettings::Precision precision);
+const char* to_string(IntentSettings::Optimizer optimizer);  ///< sgd_momentum: "sgd-momentum"
+const char* to_string(IntentSettings::RecoveryMode mode);    ///< in_place: "in-place"
+/// Bytes a weight takes in `precision` (fp32/tf32 4, bf16/fp16 2, fp8 1).
+int bytes_per_weight(IntentSettings::Precision precision);
+
 struct JobSpec {
   int version = 1;
   std::string name;
@@ -213,6 +241,7 @@ struct JobSpec {
   CheckpointSettings checkpoint;
   MetricsSettings metrics;
   LogsSettings logs;
+  IntentSettings intent;
   Millis stop_grace{10'000};
   /// A preemption (SIGTERM to dtrain, `dtrain stop --checkpoint`): how long to wait for the
   /// checkpoint asked of every rank before stopping, and the SIGTERM-to-SIGKILL grace of workers

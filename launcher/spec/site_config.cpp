@@ -13,7 +13,7 @@ namespace dtrain::spec {
 
 namespace {
 
-const std::vector<std::string> kTopKeys = {"cost", "quotas"};
+const std::vector<std::string> kTopKeys = {"cost", "quotas", "intent"};
 const std::vector<std::string> kCostKeys = {"currency", "per_gpu_hour", "per_slot_hour"};
 const std::vector<std::string> kQuotaKeys = {"warn_at", "default", "tenants"};
 const std::vector<std::string> kBudgetKeys = {"gpu_hours", "slot_hours"};
@@ -117,7 +117,26 @@ void read_quotas(DiagnosticSink& sink, const Section& top, SiteConfig& config) {
   }
 }
 
+// intent.required_for: the tenants whose specs must state an intent; "*" is every tenant (a spec
+// without a tenant included).
+void read_intent_policy(DiagnosticSink& sink, const Section& top, SiteConfig& config) {
+  Section intent(sink, top.get("intent"), "intent", {"required_for"});
+  if (auto tenants = read_string_list(sink, intent.get("required_for"), intent.path("required_for"), true)) {
+    for (const std::string& tenant : *tenants) {
+      if (tenant.empty()) {
+        sink.error(*intent.get("required_for"), intent.path("required_for"), "holds an empty tenant; write a tenant name or '*' for every tenant");
+        continue;
+      }
+      config.intent_required_for.insert(tenant);
+    }
+  }
+}
+
 }  // namespace
+
+bool intent_required(const SiteConfig& config, const std::string& tenant) {
+  return config.intent_required_for.count("*") > 0 || (!tenant.empty() && config.intent_required_for.count(tenant) > 0);
+}
 
 std::string site_config_path(const std::string& dtrain_home) { return dtrain_home + "/config.yaml"; }
 
@@ -130,12 +149,13 @@ Result<SiteConfig> parse_site_config(const std::string& yaml_text, const std::st
     // An empty file (or one of comments) is a config with nothing in it.
     if (root.IsDefined() && !root.IsNull()) {
       if (!root.IsMap()) {
-        sink.error_at(source_name, 1, 1, "", "expected a mapping with cost: and/or quotas:, got " + describe(root));
+        sink.error_at(source_name, 1, 1, "", "expected a mapping with cost:, quotas: and/or intent:, got " + describe(root));
       } else {
         const YAML::Node& const_root = root;
         Section top(sink, &const_root, "", kTopKeys);
         read_cost(sink, top, config);
         read_quotas(sink, top, config);
+        read_intent_policy(sink, top, config);
       }
     }
   } catch (const YAML::ParserException& error) {

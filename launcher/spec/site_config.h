@@ -15,9 +15,12 @@
 //     tenants:
 //       vision: 5000       # GPU-hours per month
 //       nlp: {gpu_hours: 12000, slot_hours: 50000}
+//   intent:
+//     required_for: [nlp, vision]   # their specs must say intent: ("*": every tenant)
 
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "launcher/base/result.h"
@@ -43,7 +46,11 @@ struct SiteConfig {
   double warn_at = 0.8;              ///< quotas.warn_at
   std::optional<TenantQuota> default_quota;     ///< quotas.default: tenants not listed
   std::map<std::string, TenantQuota> tenants;   ///< quotas.tenants
+  std::set<std::string> intent_required_for;    ///< intent.required_for ("*": every tenant)
 };
+
+/// Whether the site requires `tenant`'s specs to state an intent (intent.required_for).
+bool intent_required(const SiteConfig& config, const std::string& tenant);
 
 /// A tenant's monthly budget as the registry's quota check takes it (registry::QuotaBudget has
 /// the same fields; launcher/registry may not depend on launcher/spec).

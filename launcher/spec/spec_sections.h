@@ -19,4 +19,7 @@ void read_spec_body(DiagnosticSink& sink, const YAML::Node& root, const std::str
 void read_worker_env(DiagnosticSink& sink, const Section& worker, const std::string& base_dir, EnvValues env_values,
                      WorkerSettings& settings);
 
+/// intent: (spec_intent.cpp). A recovery mode of in-place needs elastic.in_place.
+void read_intent(DiagnosticSink& sink, const Section& root, const ElasticSettings& elastic, IntentSettings& intent);
+
 }  // namespace dtrain::spec

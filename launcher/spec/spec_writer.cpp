@@ -205,6 +205,40 @@ void observability_sections(YAML::Emitter& out, const JobSpec& spec) {
   }
 }
 
+/// intent: only when the spec stated one; amounts as plain numbers, so they read back the same.
+void intent_section(YAML::Emitter& out, const JobSpec& spec) {
+  const IntentSettings& intent = spec.intent;
+  if (!intent.given) return;
+  auto number = [&](const char* key, double value) {
+    char text[40];
+    std::snprintf(text, sizeof text, "%.17g", value);
+    out << YAML::Key << key << YAML::Value << text;
+  };
+  out << YAML::Key << "intent" << YAML::Value << YAML::BeginMap;
+  if (intent.parameters > 0 || intent.state_bytes > 0) {
+    out << YAML::Key << "model" << YAML::Value << YAML::BeginMap;
+    if (intent.parameters > 0) number("parameters", intent.parameters);
+    out << YAML::Key << "precision" << YAML::Value << to_string(intent.precision);
+    out << YAML::Key << "optimizer" << YAML::Value << to_string(intent.optimizer);
+    if (intent.state_bytes > 0) out << YAML::Key << "state_bytes" << YAML::Value << intent.state_bytes;
+    out << YAML::EndMap;
+  }
+  if (intent.samples > 0 || intent.tokens > 0) {
+    out << YAML::Key << "data" << YAML::Value << YAML::BeginMap;
+    if (intent.samples > 0) number("samples", intent.samples);
+    if (intent.tokens > 0) number("tokens", intent.tokens);
+    out << YAML::EndMap;
+  }
+  if (intent.target_duration.count() > 0) duration_value(out, "target_duration", intent.target_duration);
+  if (intent.gpu_memory_bytes > 0) out << YAML::Key << "gpu_memory" << YAML::Value << intent.gpu_memory_bytes;
+  out << YAML::Key << "recovery" << YAML::Value << YAML::BeginMap;
+  if (intent.max_recovery.count() > 0) duration_value(out, "max_recovery", intent.max_recovery);
+  if (intent.max_lost_steps > 0) out << YAML::Key << "max_lost" << YAML::Value << std::to_string(intent.max_lost_steps) + " steps";
+  if (intent.max_lost_time.count() > 0) duration_value(out, "max_lost", intent.max_lost_time);
+  out << YAML::Key << "mode" << YAML::Value << to_string(intent.mode);
+  out << YAML::EndMap << YAML::EndMap;
+}
+
 }  // namespace
 
 std::string to_yaml(const JobSpec& spec) {
@@ -229,6 +263,7 @@ std::string to_yaml(const JobSpec& spec) {
   heartbeat_section(out, spec);
   checkpoint_section(out, spec);
   observability_sections(out, spec);
+  intent_section(out, spec);
   duration_value(out, "stop_grace", spec.stop_grace);
   duration_value(out, "preempt_grace", spec.preempt_grace);
   out << YAML::EndMap;

@@ -105,6 +105,6 @@ TEST_CASE("unknown keys say what was meant, and a config without a price or budg
   CHECK(error_of("cost: {currency: EUR}\n").find("config.yaml:1:7: cost: no price given; write per_gpu_hour:") !=
         std::string::npos);
   CHECK(error_of("quotas:\n  tenants:\n    nlp: {gpu_hour: 5}\n").find("did you mean 'gpu_hours'?") != std::string::npos);
-  CHECK(error_of("- cost\n").find("config.yaml:1:1: expected a mapping with cost: and/or quotas:") != std::string::npos);
+  CHECK(error_of("- cost\n").find("config.yaml:1:1: expected a mapping with cost:, quotas: and/or intent:") != std::string::npos);
   CHECK(error_of("cost: {per_gpu_hour: 1\n").find("YAML syntax error") != std::string::npos);
 }
