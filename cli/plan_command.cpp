@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/plan_advice.h"
 #include "launcher/base/exit_code.h"
 #include "launcher/base/strings.h"
 #include "launcher/plan/rank_plan.h"
@@ -22,6 +23,8 @@ struct PlanOptions {
   bool json = false;
   std::vector<std::string> without;  ///< repeated and/or comma-separated
   std::vector<std::string> overrides;
+  bool advise = false;
+  AdviseOptions advice;
 };
 
 void print_error(const std::string& message) {
@@ -50,6 +53,7 @@ int run_plan(const PlanOptions& options) {
     return to_int(ExitCode::usage);
   }
   const spec::JobSpec& job = *loaded.spec;
+  if (options.advise) return run_plan_advice(job, options.advice, options.json);
 
   Result<plan::RankPlan> base = plan::make_plan(job);
   if (!base) {
@@ -96,6 +100,14 @@ void add_plan_command(CLI::App& app, CommandContext& context) {
                       "shrinks (repeatable, or comma-separated)")
       ->delimiter(',');
   command->add_option("--set", options->overrides, "override a spec key: --set parallelism.tensor=2");
+  command->add_flag("--advise", options->advise,
+                    "advise a layout and a checkpoint interval from the spec's intent (man dtrain-plan)");
+  command->add_option("--gpus-per-host", options->advice.gpus_per_host, "--advise: GPUs per host (default: slots_per_host)");
+  command->add_option("--gpu-memory", options->advice.gpu_memory, "--advise: one GPU's memory, e.g. 80GB");
+  command->add_option("--network-gbps", options->advice.network_gbps, "--advise: network between hosts, Gbit/s");
+  command->add_option("--checkpoint-cost", options->advice.checkpoint_cost, "--advise: one save's time, e.g. 30s");
+  command->add_option("--mtbf", options->advice.mtbf, "--advise: the job's mean time between failures, e.g. 24h");
+  command->add_option("--step-time", options->advice.step_time, "--advise: a step's time, e.g. 1.2s");
   command->callback([options, &context] {
     try {
       context.exit_code = run_plan(*options);

@@ -221,6 +221,9 @@ struct IntentSettings {
 const char* to_string(IntentSettings::Precision precision);
 const char* to_string(IntentSettings::Optimizer optimizer);  ///< sgd_momentum: "sgd-momentum"
 const char* to_string(IntentSettings::RecoveryMode mode);    ///< in_place: "in-place"
+/// "80GB" (10^9), "80GiB" (2^30), "512MB", "1.5TB" or a number of bytes; none when it is not one
+/// (spec_intent.cpp: intent sizes, and the hardware `dtrain plan --advise` is told about).
+std::optional<double> parse_byte_size(const std::string& text);
 /// Bytes a weight takes in `precision` (fp32/tf32 4, bf16/fp16 2, fp8 1).
 int bytes_per_weight(IntentSettings::Precision precision);
 

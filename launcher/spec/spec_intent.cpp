@@ -36,7 +36,6 @@ std::optional<double> parse_count(const std::string& text) {
   return parse_scaled(text, kUnits);
 }
 
-/// "80GB" (10^9), "80GiB" (2^30), "512MB", "1.5TB" or a number of bytes.
 std::optional<double> parse_bytes(const std::string& text) {
   static const Unit kUnits[] = {{"", 1},           {"B", 1},           {"KB", 1e3},           {"MB", 1e6},
                                 {"GB", 1e9},       {"TB", 1e12},       {"KiB", 1024.0},       {"MiB", 1048576.0},
@@ -118,6 +117,8 @@ void read_recovery(DiagnosticSink& sink, const Section& intent_section, const El
 }
 
 }  // namespace
+
+std::optional<double> parse_byte_size(const std::string& text) { return parse_bytes(text); }
 
 void read_intent(DiagnosticSink& sink, const Section& root, const ElasticSettings& elastic, IntentSettings& intent) {
   Section s(sink, root.get("intent"), "intent", {"model", "data", "target_duration", "gpu_memory", "recovery"});

@@ -1,0 +1,203 @@
+// `dtrain plan SPEC --advise`: the layout and checkpoint advice of launcher/plan/advice.h for the
+// job's intent, on the hardware the user declares (--gpus-per-host, --gpu-memory), with the
+// job's hosts' failure history from the registry when it has one. Every figure says its source.
+
+#include "cli/plan_advice.h"
+
+#include <cmath>
+#include <cstdio>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "launcher/base/clock.h"
+#include "launcher/base/duration.h"
+#include "launcher/base/exit_code.h"
+#include "launcher/registry/registry_db.h"
+#include "launcher/registry/registry_queries.h"
+
+namespace dtrain::cli {
+
+namespace {
+
+std::string gb(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f GB", bytes / 1e9);
+  return text;
+}
+
+/// "3.5h", "42m", "1.2s": a figure to read, not to parse back.
+std::string seconds_text(double seconds) {
+  char text[32];
+  if (seconds >= 3600) std::snprintf(text, sizeof text, "%.1fh", seconds / 3600);
+  else if (seconds >= 60) std::snprintf(text, sizeof text, "%.0fm", seconds / 60);
+  else std::snprintf(text, sizeof text, "%.1fs", seconds);
+  return text;
+}
+
+/// The job's mean time between failures from the registry's last 90 days: each of its hosts'
+/// root-cause failures per hour held (GPU-hours over its GPUs), summed over the hosts. None when
+/// the registry cannot be read or records no failure of these hosts (then the default is used).
+void mtbf_from_registry(const spec::JobSpec& spec, int gpus_per_host, plan::AdviceInputs& inputs) {
+  Result<registry::RegistryDb> db = registry::RegistryDb::open(registry::registry_path(), false);
+  if (!db) return;
+  int64_t now = SystemClock().wall_ms();
+  registry::PeriodQuery period{now - 90ll * 24 * 3600 * 1000, std::nullopt, now};
+  Result<std::vector<registry::HostReliability>> hosts = registry::host_reliability(*db, period);
+  if (!hosts) return;
+  std::set<std::string> names;
+  for (const spec::HostEntry& host : spec.hosts) names.insert(host.name);
+  double failures_per_hour = 0;
+  int failures = 0;
+  double hours = 0;
+  for (const registry::HostReliability& host : *hosts) {
+    if (names.count(host.host) == 0 || host.unit_hours() <= 0) continue;
+    double held_hours = host.unit_hours() / std::max(1, gpus_per_host);
+    failures_per_hour += host.root_cause_failures / held_hours;
+    failures += host.root_cause_failures;
+    hours += held_hours;
+  }
+  if (failures == 0) return;
+  inputs.mtbf_seconds = 3600.0 / failures_per_hour;
+  char source[160];
+  std::snprintf(source, sizeof source, "the registry: %d root-cause failure(s) of these hosts in %.0f host-hours over 90 days",
+                failures, hours);
+  inputs.mtbf_source = source;
+}
+
+nlohmann::json to_json(const plan::Advice& advice) {
+  nlohmann::json out = {{"hardware", {{"hosts", advice.hardware.hosts},
+                                      {"gpus_per_host", advice.hardware.gpus_per_host},
+                                      {"gpu_memory_bytes", advice.hardware.gpu_memory_bytes},
+                                      {"headroom", advice.hardware.headroom}}}};
+  if (advice.state) {
+    out["model_state"] = {{"weights_bytes", advice.state->weights}, {"gradients_bytes", advice.state->gradients},
+                          {"optimizer_bytes", advice.state->optimizer}, {"total_bytes", advice.state->total()},
+                          {"source", advice.state->source}};
+  }
+  out["candidates"] = nlohmann::json::array();
+  for (const plan::LayoutCandidate& candidate : advice.candidates) {
+    out["candidates"].push_back({{"name", candidate.name}, {"data", candidate.data}, {"tensor", candidate.tensor},
+                                 {"pipeline", candidate.pipeline}, {"sharded_optimizer", candidate.sharded_optimizer},
+                                 {"bytes_per_gpu", candidate.bytes_per_gpu}, {"fits", candidate.fits}});
+  }
+  out["recommended"] = advice.recommended ? nlohmann::json(advice.candidates[*advice.recommended].name) : nlohmann::json();
+  out["reasons"] = advice.reasons;
+  if (advice.bubble) out["pipeline_bubble"] = *advice.bubble;
+  if (!advice.bubble_source.empty()) out["pipeline_bubble_source"] = advice.bubble_source;
+  out["gradient_bytes_per_step"] = advice.gradient_bytes_per_step;
+  if (advice.gradient_seconds) out["gradient_seconds_per_step"] = *advice.gradient_seconds;
+  if (advice.checkpoint) {
+    const plan::CheckpointAdvice& c = *advice.checkpoint;
+    out["checkpoint"] = {{"cost_seconds", c.cost_seconds}, {"cost_source", c.cost_source},
+                         {"mtbf_seconds", c.mtbf_seconds}, {"mtbf_source", c.mtbf_source},
+                         {"interval_seconds", c.interval_seconds}};
+    if (c.interval_steps) out["checkpoint"]["interval_steps"] = *c.interval_steps;
+  }
+  return out;
+}
+
+std::string to_text(const plan::Advice& advice, const spec::JobSpec& spec) {
+  std::string out;
+  char line[256];
+  std::snprintf(line, sizeof line, "hardware      %d host(s) x %d GPU(s) of %s (%.0f %% kept free for activations)\n",
+                advice.hardware.hosts, advice.hardware.gpus_per_host, gb(advice.hardware.gpu_memory_bytes).c_str(),
+                advice.hardware.headroom * 100);
+  out += line;
+  if (!advice.state) {
+    out += "layout        no advice: the spec's intent gives neither intent.model.parameters nor state_bytes\n";
+  } else {
+    out += "model state   " + gb(advice.state->total()) + " = weights " + gb(advice.state->weights) + " + gradients " +
+           gb(advice.state->gradients) + " + optimizer " + gb(advice.state->optimizer) + "  (" + advice.state->source + ")\n";
+    out += "layouts       memory per GPU (model state; activations come out of the headroom):\n";
+    for (size_t i = 0; i < advice.candidates.size(); ++i) {
+      const plan::LayoutCandidate& c = advice.candidates[i];
+      std::snprintf(line, sizeof line, "  %s %-44s dp %-4d tp %-2d pp %-2d %10s  %s\n",
+                    advice.recommended && *advice.recommended == i ? "*" : " ", c.name.c_str(), c.data, c.tensor,
+                    c.pipeline, gb(c.bytes_per_gpu).c_str(), c.fits ? "fits" : "does not fit");
+      out += line;
+    }
+    if (advice.recommended) {
+      out += "recommended   " + advice.candidates[*advice.recommended].name + "\n";
+    } else {
+      out += "recommended   nothing fits: the model state needs more GPUs or more memory per GPU than declared, "
+             "or fully sharded data parallelism (FSDP / ZeRO-3), which dtrain does not plan\n";
+    }
+    for (const std::string& reason : advice.reasons) out += "  because     " + reason + "\n";
+    if (!advice.bubble_source.empty()) {
+      if (advice.bubble) {
+        std::snprintf(line, sizeof line, "pipeline      idle %.0f %% of a step ((p - 1) / (m + p - 1), %s)\n", *advice.bubble * 100,
+                      advice.bubble_source.c_str());
+        out += line;
+      } else {
+        out += "pipeline      bubble unknown: " + advice.bubble_source + "\n";
+      }
+    }
+    if (advice.gradient_bytes_per_step > 0) {
+      out += "gradients     " + gb(advice.gradient_bytes_per_step) + " sent per GPU per step by the ring all-reduce";
+      out += advice.gradient_seconds ? " (" + seconds_text(*advice.gradient_seconds) + " at the declared network rate)\n"
+                                     : " (--network-gbps gives the time)\n";
+    }
+  }
+  if (advice.checkpoint) {
+    const plan::CheckpointAdvice& c = *advice.checkpoint;
+    out += "checkpoints   every " + seconds_text(c.interval_seconds) + " (Young/Daly: sqrt(2 x save " +
+           seconds_text(c.cost_seconds) + " x MTBF " + seconds_text(c.mtbf_seconds) + "))";
+    if (c.interval_steps) {
+      std::snprintf(line, sizeof line, " = every %.0f steps", std::max(1.0, std::floor(*c.interval_steps)));
+      out += line;
+    }
+    out += "; now " + (spec.checkpoint.interval_steps > 0 ? "every " + std::to_string(spec.checkpoint.interval_steps) + " steps" : std::string("none")) + "\n";
+    out += "  save cost   " + c.cost_source + "\n";
+    out += "  MTBF        " + c.mtbf_source + "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+int run_plan_advice(const spec::JobSpec& spec, const AdviseOptions& options, bool json) {
+  plan::AdviceInputs inputs{spec, {}, {}, {}, {}, {}, {}};
+  inputs.hardware.hosts = static_cast<int>(spec.hosts.size());
+  inputs.hardware.gpus_per_host = options.gpus_per_host > 0 ? options.gpus_per_host : spec.slots_per_host;
+  std::optional<double> memory = spec::parse_byte_size(options.gpu_memory);
+  if (options.gpu_memory.empty() || !memory || *memory <= 0) {
+    std::fprintf(stderr, "dtrain plan: --advise needs --gpu-memory, the memory of one GPU (e.g. 80GB), got '%s'\n",
+                 options.gpu_memory.c_str());
+    return to_int(ExitCode::usage);
+  }
+  inputs.hardware.gpu_memory_bytes = *memory;
+  inputs.hardware.network_bytes_per_second = options.network_gbps * 1e9 / 8;
+  if (!options.checkpoint_cost.empty()) {
+    Result<Millis> cost = parse_duration(options.checkpoint_cost);
+    if (!cost) {
+      std::fprintf(stderr, "dtrain plan: --checkpoint-cost: %s\n", cost.error().message.c_str());
+      return to_int(ExitCode::usage);
+    }
+    inputs.checkpoint_cost_seconds = static_cast<double>(cost->count()) / 1000;
+    inputs.checkpoint_cost_source = "--checkpoint-cost";
+  }
+  if (!options.mtbf.empty()) {
+    Result<Millis> mtbf = parse_duration(options.mtbf);
+    if (!mtbf || mtbf->count() <= 0) {
+      std::fprintf(stderr, "dtrain plan: --mtbf: expected a duration such as 24h\n");
+      return to_int(ExitCode::usage);
+    }
+    inputs.mtbf_seconds = static_cast<double>(mtbf->count()) / 1000;
+    inputs.mtbf_source = "--mtbf";
+  } else {
+    mtbf_from_registry(spec, inputs.hardware.gpus_per_host, inputs);
+  }
+  if (!options.step_time.empty()) {
+    if (Result<Millis> step = parse_duration(options.step_time); step && step->count() > 0) {
+      inputs.step_seconds = static_cast<double>(step->count()) / 1000;
+    }
+  }
+  plan::Advice advice = plan::advise(inputs);
+  std::string text = json ? to_json(advice).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"
+                          : to_text(advice, spec);
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  return to_int(ExitCode::ok);
+}
+
+}  // namespace dtrain::cli
