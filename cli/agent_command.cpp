@@ -4,6 +4,7 @@
 
 #include "cli/commands.h"
 #include "launcher/agent/agent.h"
+#include "launcher/agent/stack_probe.h"
 #include "launcher/transport/srun_transport.h"
 
 namespace dtrain::cli {
@@ -15,7 +16,15 @@ void add_agent_command(CLI::App& app, CommandContext& context) {
   // (launcher/transport/srun_transport.h), this node's are relayed to the agent.
   static bool srun = false;
   agent->add_flag("--srun", srun, "started as a task of an srun step (transport: srun)");
+  // --stack-probe REQUEST: print this host's software stack for a worker command and exit
+  // (`dtrain hosts` runs it on each host; REQUEST is config.stack's JSON).
+  static std::string stack_probe;
+  agent->add_option("--stack-probe", stack_probe, "print this host's software stack fingerprint (JSON) and exit");
   agent->callback([&context] {
+    if (!stack_probe.empty()) {
+      context.exit_code = agent::run_stack_probe(stack_probe);
+      return;
+    }
     context.exit_code = srun ? transport::run_srun_agent_relay(agent::run_agent) : agent::run_agent(0, 1);
   });
 }

@@ -2,7 +2,8 @@
 // parallel through one poll loop: how it is reached (VIA: local, libssh2, or openssh as
 // ssh.client says), SSH and its latency, host key status,
 // user, remote dtrain (or "will be copied"), GPUs, GPU topology, free space at checkpoint.dir,
-// clock offset to this machine. Exit 0 only when every host can run the job; otherwise 3, with
+// clock offset to this machine, and the software stack compared across the hosts as the run
+// would (spec consistency; hosts_stack.h). Exit 0 only when every host can run the job; otherwise 3, with
 // each failing host's reason and fix. localhost entries are checked here, without ssh. With
 // transport: srun every host (VIA srun) is checked through one srun step, as its agent would start.
 //
@@ -24,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/hosts_stack.h"
 #include "launcher/base/child_process.h"
 #include "launcher/hosts/run_hosts.h"
 #include "launcher/registry/registry_queries.h"
@@ -72,6 +74,8 @@ struct HostReport {
   std::string free_dir;
   int64_t free_bytes = -1;
   int64_t clock_offset_ms = 0;
+  std::string stack = "-";      // the software stack: same, DIFFERS, unknown, - (hosts_stack.h)
+  std::optional<events::HostStack> stack_items;
   std::vector<std::string> problems;  // "what; fix: ..."
   std::vector<std::string> warnings;
 };
@@ -97,8 +101,8 @@ std::string facts_script(const spec::JobSpec& job) {
          "[ -n \"$d\" ] || d=\"$HOME\"\n"
          "while [ ! -e \"$d\" ] && [ \"$d\" != / ] && [ \"$d\" != . ]; do d=$(dirname \"$d\"); done\n"
          "echo \"free_dir $d\"\n"
-         "df -Pk \"$d\" 2>/dev/null | awk 'NR==2 {print \"free_kb \" $4}'\n"
-         "exit 0\n";
+         "df -Pk \"$d\" 2>/dev/null | awk 'NR==2 {print \"free_kb \" $4}'\n" +
+         stack_script_part(job) + "exit 0\n";
 }
 
 std::vector<std::string> values_of(const std::string& output, const std::string& key) {
@@ -124,7 +128,9 @@ void check_locally(HostReport& report, const std::string& script, const Clock& c
   report.host_key = "-";
   report.sent_wall_ms = clock.wall_ms();
   // Bounded like a remote host's check: a facts script that hangs here must not hang the command.
-  Result<CommandOutput> ran = run_command({"/bin/sh", "-c", script}, Millis(30'000));
+  // $x: this binary fingerprints the stack here (hosts_stack.h).
+  Result<CommandOutput> ran = run_command({"/bin/sh", "-c", "x=" + shell_quote(this_executable()) + "\n" + script},
+                                          Millis(30'000));
   if (!ran) {
     report.problems.push_back("the facts script: " + ran.error().message);
     return;
@@ -324,13 +330,15 @@ nlohmann::json to_json(const HostReport& report) {
           {"free_dir", report.free_dir},
           {"free_bytes", report.free_bytes},
           {"clock_offset_ms", report.clock_offset_ms},
+          {"stack", report.stack},
+          {"stack_items", report.stack_items ? report.stack_items->to_json()["items"] : nlohmann::json(nullptr)},
           {"problems", report.problems},
           {"warnings", report.warnings}};
 }
 
 void print_table(const std::vector<HostReport>& reports) {
-  std::printf("%-16s %-8s %-14s %-10s %-10s %-24s %-5s %-5s %-12s %s\n", "HOST", "VIA", "SSH", "HOST KEY", "USER",
-              "DTRAIN", "GPUS", "TOPO", "FREE(CKPT)", "CLOCK");
+  std::printf("%-16s %-8s %-14s %-10s %-10s %-24s %-5s %-5s %-12s %-8s %s\n", "HOST", "VIA", "SSH", "HOST KEY", "USER",
+              "DTRAIN", "GPUS", "TOPO", "FREE(CKPT)", "CLOCK", "STACK");
   for (const HostReport& report : reports) {
     std::string ssh = report.ssh;
     if (report.latency_ms >= 0) ssh += " " + std::to_string(report.latency_ms) + "ms";
@@ -339,14 +347,43 @@ void print_table(const std::vector<HostReport>& reports) {
     if (key == "NOT") key = "UNCHECKED";
     if (key == "checked") key = "by-ssh";
     std::string clock = report.local ? "0ms" : (report.clock_offset_ms >= 0 ? "+" : "") + std::to_string(report.clock_offset_ms) + "ms";
-    std::printf("%-16s %-8s %-14s %-10s %-10s %-24s %-5zu %-5s %-12s %s\n", report.entry.name.c_str(),
+    std::printf("%-16s %-8s %-14s %-10s %-10s %-24s %-5zu %-5s %-12s %-8s %s\n", report.entry.name.c_str(),
                 report.via.c_str(), ssh.c_str(), key.c_str(), report.user.empty() ? "-" : report.user.c_str(),
                 report.dtrain.empty() ? "-" : report.dtrain.c_str(), report.gpus.size(), report.topology.c_str(),
                 report.free_bytes < 0 ? "-" : human_bytes(report.free_bytes).c_str(),
-                report.ok && report.ssh != "FAILED" ? clock.c_str() : "-");
+                report.ok && report.ssh != "FAILED" ? clock.c_str() : "-", report.stack.c_str());
   }
   for (const HostReport& report : reports) {
     for (const std::string& warning : report.warnings) std::printf("warning: %s\n", warning.c_str());
+  }
+}
+
+/// The software stacks of the hosts that answered, compared (hosts_stack.h): each host's
+/// verdict, and its differences as problems (strict) or warnings (warn).
+std::optional<events::StackConsistency> check_stacks(const spec::JobSpec& job, std::vector<HostReport>& reports) {
+  std::vector<StackFinding> findings;
+  for (const HostReport& report : reports) {
+    findings.push_back({report.entry.name, report.entry.spare, report.output});
+  }
+  std::optional<events::StackConsistency> verdict = check_host_stacks(job, findings);
+  for (size_t i = 0; i < reports.size(); ++i) {
+    HostReport& report = reports[i];
+    StackFinding& finding = findings[i];
+    report.stack = finding.verdict;
+    report.stack_items = std::move(finding.stack);
+    report.problems.insert(report.problems.end(), finding.problems.begin(), finding.problems.end());
+    report.warnings.insert(report.warnings.end(), finding.warnings.begin(), finding.warnings.end());
+    report.ok = report.problems.empty();
+  }
+  return verdict;
+}
+
+/// What differs, side by side, under the table.
+void print_stack_differences(const std::optional<events::StackConsistency>& verdict) {
+  if (!verdict || verdict->differences.empty()) return;
+  std::printf("\nsoftware stacks differ (consistency: %s):\n", verdict->mode.c_str());
+  for (const std::string& line : events::stack_difference_table(verdict->differences)) {
+    std::printf("  %s\n", printable(line).c_str());
   }
 }
 
@@ -503,19 +540,20 @@ int run_hosts(const HostsOptions& options) {
   }
   check_over_ssh(reports, clock);
   std::string this_os = local_os();
-  bool all_ok = true;
   for (HostReport& report : reports) {
     if (report.problems.empty()) evaluate(report, job, this_os);
-    report.ok = report.problems.empty();
-    all_ok = all_ok && report.ok;
   }
+  std::optional<events::StackConsistency> stacks = check_stacks(job, reports);
+  bool all_ok = std::all_of(reports.begin(), reports.end(), [](const HostReport& report) { return report.ok; });
 
   if (options.json) {
     nlohmann::json document = {{"ok", all_ok}, {"spec", options.spec_path}, {"hosts", nlohmann::json::array()}};
     for (const HostReport& report : reports) document["hosts"].push_back(to_json(report));
+    if (stacks) document["stack"] = stacks->to_json();
     std::printf("%s\n", document.dump(2).c_str());
   } else {
     print_table(reports);
+    print_stack_differences(stacks);
     if (!all_ok) {
       std::fprintf(stderr, "\nhosts that cannot run the job:\n");
       for (const HostReport& report : reports) {
@@ -533,7 +571,8 @@ int run_hosts(const HostsOptions& options) {
 void add_hosts_command(CLI::App& app, CommandContext& context) {
   auto options = std::make_shared<HostsOptions>();
   CLI::App* command = app.add_subcommand(
-      "hosts", "check every host of a job spec: ssh, host key, dtrain, GPUs, disk, clock (exit 3 if any fails); "
+      "hosts", "check every host of a job spec: ssh, host key, dtrain, GPUs, disk, clock, software stack (exit 3 if any "
+               "fails); "
                "--reliability: each host's failures and exclusions from the run registry");
   command->add_option("spec", options->spec_path, "job spec (YAML); not with --reliability");
   command->add_option("--set", options->overrides, "override a spec key: --set ssh.connect_timeout=5s");

@@ -470,6 +470,12 @@ void print_run_text(const RunDirectory& run, const RunSnapshot& state, bool aliv
   if (state.last_recovery) print_field("recovery", recovery_text(*state.last_recovery));
   // The hang timeouts in force: an auto one says what it was set from.
   if (state.hang_timeout) print_field("hang timeout", printable(state.hang_timeout->text(), 300));
+  // The hosts' software stacks (spec consistency), and what differs side by side.
+  for (const events::StackConsistency& stack : state.stack) {
+    print_field("stack", printable(stack.text(), 400));
+    if (stack.differences.empty()) continue;
+    for (const std::string& line : events::stack_difference_table(stack.differences)) print_field("", "  " + printable(line, 300));
+  }
   // Ranks slower than the fastest (metrics.straggler_threshold): the first few, by name.
   if (!state.stragglers.empty()) print_field("stragglers", stragglers_text(state));
   if (std::string split = step_split_text(state); !split.empty()) print_field("step split", split);

@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <optional>
@@ -34,6 +35,7 @@
 #include "launcher/agent/worker_files.h"
 #include "launcher/agent/process_tree.h"
 #include "launcher/agent/resource_sampler.h"
+#include "launcher/agent/stack_probe.h"
 #include "launcher/agent/worker_process.h"
 #include "launcher/agent/worker_socket.h"
 #include "launcher/base/clock.h"
@@ -354,7 +356,12 @@ void Agent::on(const proto::AgentConfig& message) {
   hello.pid = ::getpid();
   hello.agent_time_ms = agent_time_ms();
   hello.socket = sockets_->path();
+  // The stack probe (bounded: the interpreter is killed past the request's timeout) runs while
+  // nvidia-smi does, so on a GPU host it costs the hello next to nothing.
+  std::future<proto::StackFingerprint> stack;
+  if (message.stack) stack = std::async(std::launch::async, [request = *message.stack] { return probe_stack(request); });
   hello.facts = collect_host_facts(kNvidiaSmiTimeoutMs);
+  if (stack.valid()) hello.stack = stack.get();
   out_.send(hello);
   // Said once, after hello (the supervisor records it as agent.error): the run goes on.
   if (std::string note = sockets_->runtime_dir_note(); !note.empty()) {

@@ -25,17 +25,27 @@ std::string own_directory() {
   return slash == std::string::npos || slash == 0 ? "" : exe.substr(0, slash);
 }
 
-std::vector<std::string> build_environment(const WorkerLaunch& launch) {
+}  // namespace
+
+std::map<std::string, std::string> worker_environment(const std::map<std::string, std::string>& env) {
   std::map<std::string, std::string> merged;
   for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
     const char* equals = std::strchr(*entry, '=');
     if (equals == nullptr) continue;
     merged[std::string(*entry, static_cast<size_t>(equals - *entry))] = equals + 1;
   }
-  for (const auto& [name, value] : launch.env) merged[name] = value;
-  merged["PATH"] = worker_path_for(launch);
+  for (const auto& [name, value] : env) merged[name] = value;
+  auto requested = env.find("PATH");
+  merged["PATH"] = worker_search_path(own_directory(), requested == env.end() ? nullptr : &requested->second,
+                                      std::getenv("PATH"));
+  return merged;
+}
+
+namespace {
+
+std::vector<std::string> build_environment(const WorkerLaunch& launch) {
   std::vector<std::string> flat;
-  for (const auto& [name, value] : merged) flat.push_back(name + "=" + value);
+  for (const auto& [name, value] : worker_environment(launch.env)) flat.push_back(name + "=" + value);
   return flat;
 }
 

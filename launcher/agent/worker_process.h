@@ -37,6 +37,10 @@ struct WorkerLaunch {
 /// of every generation, gen -1, still covers it).
 inline constexpr int kStandbyGeneration = -1'000'000;
 
+/// The environment a worker gets for a spawn's `env`: this agent's, then `env` over it, then
+/// PATH as worker_search_path makes it (the stack probe runs the worker's interpreter in it).
+std::map<std::string, std::string> worker_environment(const std::map<std::string, std::string>& env);
+
 /// The value of PATH a worker of `launch` gets (worker_search_path with this agent's own
 /// directory and PATH): an assign must give a standby what a new process would have had.
 std::string worker_path_for(const WorkerLaunch& launch);

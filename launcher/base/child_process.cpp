@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <limits>
 #include <chrono>
 
 extern char** environ;
@@ -178,6 +179,8 @@ Result<PipedChild> PipedChild::spawn(const std::vector<std::string>& argv, Optio
   request.stderr_fd = errors->write_end.get();
   request.own_process_group = options.own_process_group;
   request.kill_with_parent = options.kill_with_parent;
+  request.environment = options.environment;
+  request.working_directory = options.working_directory;
   SpawnOutcome spawned = spawn_process(request);
   input->read_end.reset();
   output->write_end.reset();
@@ -189,8 +192,8 @@ Result<PipedChild> PipedChild::spawn(const std::vector<std::string>& argv, Optio
     case SpawnStep::pipe: return Error::infra("starting " + argv[0] + ": pipe: " + reason);
     case SpawnStep::fork: return Error::infra("starting " + argv[0] + ": fork: " + reason);
     case SpawnStep::stdio: return Error::infra("starting " + argv[0] + ": its stdio: " + reason);
-    case SpawnStep::working_directory:  // PipedChild sets none
-      return Error::internal("starting " + argv[0] + ": chdir: " + reason);
+    case SpawnStep::working_directory:
+      return Error::infra("starting " + argv[0] + ": its working directory '" + options.working_directory + "': " + reason);
   }
   PipedChild child(spawned.pid, options.own_process_group, std::move(input->write_end),
                    std::move(output->read_end), std::move(errors->read_end));
@@ -324,7 +327,12 @@ void PipedChild::kill_and_reap() {
 }
 
 Result<CommandOutput> run_command(const std::vector<std::string>& argv, Millis timeout) {
-  Result<PipedChild> started = PipedChild::spawn(argv, {});
+  return run_command(argv, timeout, {}, std::numeric_limits<size_t>::max());
+}
+
+Result<CommandOutput> run_command(const std::vector<std::string>& argv, Millis timeout,
+                                  const PipedChild::Options& options, size_t max_output_bytes) {
+  Result<PipedChild> started = PipedChild::spawn(argv, options);
   if (!started) return started.error();
   PipedChild& child = *started;
   child.close_input();
@@ -341,6 +349,9 @@ Result<CommandOutput> run_command(const std::vector<std::string>& argv, Millis t
     child.pump();
     output.out += child.take_stdout();
     output.err += child.take_stderr();
+    if (output.out.size() + output.err.size() > max_output_bytes) {
+      return Error::infra(argv[0] + " wrote more than " + std::to_string(max_output_bytes) + " bytes; it was killed");
+    }
   }
   child.terminate(0);
   output.out += child.take_stdout();

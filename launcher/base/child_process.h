@@ -95,6 +95,10 @@ class PipedChild {
     /// PR_SET_PDEATHSIG SIGKILL in the child: it dies with its owner (a debugger must never stay
     /// attached to a worker after the agent that started it is gone).
     bool kill_with_parent = false;
+    /// Its whole environment ("NAME=value" each); none: ours.
+    std::optional<std::vector<std::string>> environment{};
+    /// chdir() there before exec; empty: our working directory.
+    std::string working_directory{};
   };
 
   /// Starts argv (argv[0]: a path, or a name looked up in PATH) with only the three pipes open
@@ -169,5 +173,11 @@ struct CommandOutput {
 /// Runs `argv` (no shell; argv[0] is a path) with stdin at EOF, capturing stdout and stderr.
 /// Past `timeout` the child is SIGKILLed and the result is an error (infra).
 Result<CommandOutput> run_command(const std::vector<std::string>& argv, Millis timeout);
+
+/// run_command for a program that is not ours to trust (a worker's interpreter): `options`
+/// says its environment, directory and process group; past `max_output_bytes` of stdout and
+/// stderr together it is killed (with its group) and the result is an error, as past `timeout`.
+Result<CommandOutput> run_command(const std::vector<std::string>& argv, Millis timeout,
+                                  const PipedChild::Options& options, size_t max_output_bytes);
 
 }  // namespace dtrain

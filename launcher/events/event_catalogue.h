@@ -26,6 +26,8 @@ inline constexpr const char* kSshInsecure = "ssh.insecure";
 inline constexpr const char* kRuntimeDirFallback = "runtime_dir.fallback";
 inline constexpr const char* kHostConnected = "host.connected";
 inline constexpr const char* kHostFacts = "host.facts";
+inline constexpr const char* kHostStack = "host.stack";
+inline constexpr const char* kStackConsistency = "stack.consistency";
 inline constexpr const char* kHostFailed = "host.failed";
 inline constexpr const char* kHostLost = "host.lost";
 inline constexpr const char* kHostExcluded = "host.excluded";
@@ -93,6 +95,8 @@ inline const std::vector<EventType>& catalogue() {
       {kRuntimeDirFallback, "the supervisor's runtime directory was refused (another owner, a link, open to others): the run uses a fresh private one", {"path", "refused"}},
       {kHostConnected, "a host's agent said hello", {"host", "agent_pid", "version", "clock_offset_ms"}},
       {kHostFacts, "what the agent found on its host (CPUs, memory, GPUs)", {"host"}},
+      {kHostStack, "a host's software stack as its agent found it at hello (OS, kernel, GPU driver, CUDA, NCCL, Python and torch of the worker's interpreter, container image, sha256 of the worker command's files); unknown where it could not be read", {"host", "items", "ms"}},
+      {kStackConsistency, "the hosts' software stacks compared before the first generation (or a spare's against them): each item a host differs on, beside the majority's value, and what the run did (started, refused, warned, spare left out)", {"mode", "verdict", "action", "hosts", "differences", "detail"}},
       {kHostFailed, "no agent could be started on a host", {"host", "error"}},
       {kHostLost, "a host's agent is gone: connection closed, silent past heartbeat.timeout, or never connected", {"host", "reason", "was_connected"}},
       {kHostExcluded, "a host that failed elastic.exclude_after times is left out of later plans", {"host", "failures", "detail"}},

@@ -38,6 +38,11 @@ Result<AgentMessage> parse_hello(FieldReader& reader) {
   hello.agent_time_ms = reader.optional_integer("agent_time_ms");
   hello.socket = reader.optional_string("socket", 4096);
   if (const json* facts = reader.optional_object("facts")) hello.facts = *facts;
+  if (const json* stack = reader.optional_value("stack")) {
+    Result<StackFingerprint> fingerprint = parse_stack_fingerprint(*stack);
+    if (fingerprint) hello.stack = std::move(*fingerprint);
+    else hello.stack_error = fingerprint.error().message;
+  }
   return checked(reader, std::move(hello));
 }
 
@@ -294,6 +299,7 @@ struct ToJson {
     put_optional(out, "agent_time_ms", m.agent_time_ms);
     put_optional(out, "socket", m.socket);
     out["facts"] = m.facts;
+    if (m.stack) out["stack"] = to_json(*m.stack);
     return out;
   }
   json operator()(const WorkerStartedReport& m) const {

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "launcher/base/result.h"
+#include "launcher/proto/stack_fingerprint.h"
 #include "launcher/proto/worker_messages.h"
 
 namespace dtrain::proto {
@@ -26,6 +27,11 @@ struct AgentHello {
   std::optional<int64_t> agent_time_ms{};
   std::optional<std::string> socket{};
   nlohmann::json facts = nlohmann::json::object();  ///< checked: an object; fields read with json_fields.h
+  /// The host's software stack, when config asked for it.
+  std::optional<StackFingerprint> stack{};
+  /// A "stack" member that did not parse: the hello still does (the host connects, its stack
+  /// is unknown) and the driver records the error naming the host. Never sent.
+  std::optional<std::string> stack_error{};
   bool operator==(const AgentHello&) const = default;
 };
 struct WorkerStartedReport {

@@ -60,6 +60,11 @@ Result<SupervisorMessage> parse_config(FieldReader& reader) {
   config.heartbeat_timeout_ms = reader.integer("heartbeat_timeout_ms");
   config.supervisor_time_ms = reader.optional_integer("supervisor_time_ms");
   config.batch_beats = reader.optional_boolean("batch_beats").value_or(false);
+  if (const json* stack = reader.optional_object("stack")) {
+    Result<StackProbeRequest> request = parse_stack_probe_request(*stack);
+    if (!request) return request.error();
+    config.stack = std::move(*request);
+  }
   return checked(reader, std::move(config));
 }
 
@@ -152,6 +157,7 @@ struct ToJson {
                 {"heartbeat_timeout_ms", m.heartbeat_timeout_ms}};
     put_optional(out, "supervisor_time_ms", m.supervisor_time_ms);
     out["batch_beats"] = m.batch_beats;
+    if (m.stack) out["stack"] = to_json(*m.stack);
     return out;
   }
   json operator()(const SpawnRequest& m) const {

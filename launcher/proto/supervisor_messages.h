@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "launcher/base/result.h"
+#include "launcher/proto/stack_fingerprint.h"
 
 namespace dtrain::proto {
 
@@ -35,6 +36,9 @@ struct AgentConfig {
   int64_t heartbeat_timeout_ms = 0;
   std::optional<int64_t> supervisor_time_ms{};
   bool batch_beats = false;  ///< worker beats ride on the agent's beat (messages.h)
+  /// Fingerprint this host's software stack for this worker command and say it in hello
+  /// (spec consistency: strict or warn); absent: no fingerprint.
+  std::optional<StackProbeRequest> stack{};
   bool operator==(const AgentConfig&) const = default;
 };
 

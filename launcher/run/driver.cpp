@@ -21,6 +21,7 @@
 #include "launcher/run/fd_watcher.h"
 #include "launcher/run/run_summary.h"
 #include "launcher/run/signal_pipe.h"
+#include "launcher/run/worker_env.h"
 #include "launcher/events/events.h"
 
 namespace dtrain::run {
@@ -74,9 +75,11 @@ void RunDriver::start_agents() {
     };
     auto link = std::make_unique<AgentLink>(host.name, std::move(connection).value(),
                                             clock_.monotonic_ms(), clock_.wall_ms(), refused);
-    link->send(proto::AgentConfig{proto::kProtocolVersion, run_.id(), host.name, runtime_dir_.directory.path(),
-                                  spec_.heartbeat.interval.count(), spec_.heartbeat.timeout.count(),
-                                  clock_.wall_ms(), /*batch_beats=*/true});
+    proto::AgentConfig config{proto::kProtocolVersion, run_.id(), host.name, runtime_dir_.directory.path(),
+                              spec_.heartbeat.interval.count(), spec_.heartbeat.timeout.count(),
+                              clock_.wall_ms(), /*batch_beats=*/true};
+    config.stack = stack_probe_request(spec_);
+    link->send(config);
     log().info("host {}: starting agent ({})", host.name, link->connection().describe());
     links_[host.name] = std::move(link);
   }

@@ -93,13 +93,22 @@ void FrameRouter::on(AgentLink& link, const proto::AgentHello& hello) {
   // A ping now measures the clock offset from a true round trip (refine_offset) before any
   // failure has to be ordered across hosts.
   out_.ping(link);
+  json host_file{{"host", link.host()}, {"agent_pid", hello.pid}, {"version", hello.version},
+                 {"clock_offset_ms", link.offset_ms()}, {"facts", link.facts}};
+  if (hello.stack) host_file["stack"] = proto::to_json(*hello.stack);
   out_.write_unsynced_file(run_.host_facts_path(link.host()),
-                           json{{"host", link.host()}, {"agent_pid", hello.pid}, {"version", hello.version},
-                                {"clock_offset_ms", link.offset_ms()}, {"facts", link.facts}}
-                               .dump(2, ' ', false, json::error_handler_t::replace));  // re-made at every connect
+                           host_file.dump(2, ' ', false, json::error_handler_t::replace));  // re-made at every connect
   out_.record(events::HostConnected{link.host(), hello.pid, hello.version, link.offset_ms()}.to_json());
   out_.record(events::HostFacts{link.host(), link.facts}.to_json());
-  out_.feed(supervisor::HostConnected{link.host()});
+  // A stack that did not parse is the agent's protocol error; the host connects, its stack unknown.
+  if (hello.stack_error) agent_protocol_error(link, *hello.stack_error + " (its software stack is unknown)");
+  std::optional<events::HostStack> stack;
+  if (hello.stack) {
+    stack = events::HostStack{link.host(), {}, hello.stack->ms, hello.stack->notes};
+    for (auto& [item, value] : proto::stack_items(*hello.stack)) stack->items.push_back({item, value});
+    out_.record(stack->to_json());
+  }
+  out_.feed(supervisor::HostConnected{link.host(), std::move(stack)});
 }
 
 void FrameRouter::on(AgentLink&, const proto::WorkerStartedReport& started) {

@@ -11,6 +11,7 @@
 #include <spdlog/sinks/basic_file_sink.h>
 
 #include "launcher/base/fd.h"
+#include "launcher/base/strings.h"
 #include "launcher/events/event.h"
 #include "launcher/registry/registry_db.h"
 #include "launcher/spec/spec_loader.h"
@@ -45,13 +46,20 @@ Priority priority_of_event(const events::Event& event) {
   for (std::string_view prefix : {"run.", "failure.", "recovery.", "checkpoint.", "plan.", "generation.", "drill."}) {
     if (name.substr(0, prefix.size()) == prefix) return Priority::kEssential;
   }
-  bool essential = std::holds_alternative<events::WorkerExit>(event) || std::holds_alternative<events::HostLost>(event);
+  bool essential = std::holds_alternative<events::WorkerExit>(event) || std::holds_alternative<events::HostLost>(event) ||
+                   std::holds_alternative<events::StackConsistency>(event);
   return essential ? Priority::kEssential : Priority::kRecord;
 }
 
 /// The console's line for an event, when it has one (the run's state, a failure).
 std::optional<std::string> console_text(const events::Event& event) {
   if (const auto* state = std::get_if<events::RunState>(&event)) return state->state + ": " + state->why;
+  // Hosts whose software stacks differ: the sentence, then the items side by side.
+  if (const auto* stack = std::get_if<events::StackConsistency>(&event); stack && !stack->differences.empty()) {
+    std::string text = (stack->action == events::StackConsistency::kRefused ? "error: " : "warning: ") + stack->detail;
+    for (const std::string& line : events::stack_difference_table(stack->differences)) text += "\n  " + line;
+    return text;
+  }
   if (const auto* detected = std::get_if<events::FailureDetected>(&event)) {
     const events::FailureCause& cause = detected->cause;
     return "failure: " + events::to_string(cause.kind) + " on " + cause.host + (cause.rank ? " rank " + std::to_string(*cause.rank) : "") +
@@ -115,7 +123,9 @@ void RunRecorder::record(json event) {
   Priority priority = typed ? priority_of_event(typed->event) : Priority::kEssential;
   if (!typed) log_->error("internal bug: an event that does not read back: {}", typed.error().message);
   if (typed) {
-    if (std::optional<std::string> line = console_text(typed->event)) console_line(std::move(*line));
+    if (std::optional<std::string> text = console_text(typed->event)) {
+      for (std::string& line : split(*text, '\n')) console_line(std::move(line));  // each line printable()
+    }
     if (registry_) registry_->observe(std::move(*typed), wall);
   }
   json copy = event;

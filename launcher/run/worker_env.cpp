@@ -107,4 +107,20 @@ std::string master_address(const spec::JobSpec& spec, const plan::RankPlan& plan
   return facts.launch_hostname.empty() ? "127.0.0.1" : facts.launch_hostname;
 }
 
+std::optional<proto::StackProbeRequest> stack_probe_request(const spec::JobSpec& spec) {
+  if (spec.consistency == spec::Consistency::off || spec.worker.command.empty()) return std::nullopt;
+  proto::StackProbeRequest request;
+  request.argv = spec.worker.command;
+  if (!spec.worker.workdir.empty()) request.workdir = spec.worker.workdir;
+  // Only what decides which interpreter, packages and libraries the worker finds: never the
+  // rest of worker.env (secrets among it), which `dtrain hosts` would put on a command line.
+  for (const auto& [name, value] : spec.worker.env) {
+    if (name.rfind("PYTHON", 0) == 0 || name == "PATH" || name == "LD_LIBRARY_PATH" || name == "VIRTUAL_ENV" ||
+        name == "CONDA_PREFIX" || name == "CUDA_HOME" || name == "HOME" || name == "DTRAIN_IMAGE_DIGEST") {
+      request.env[name] = value;
+    }
+  }
+  return request;
+}
+
 }  // namespace dtrain::run

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "launcher/plan/rank_plan.h"
+#include "launcher/proto/stack_fingerprint.h"
 #include "launcher/spec/job_spec.h"
 
 namespace dtrain::run {
@@ -39,6 +40,12 @@ EnvMap rank_worker_env(const plan::RankPlan& plan, const plan::RankSlot& slot);
 /// gets no CUDA noise) and never when the spec's worker.env sets it (the user's choice wins).
 EnvMap device_worker_env(const spec::JobSpec& spec, const plan::RankPlan& plan, const plan::RankSlot& slot,
                          bool visible_devices);
+
+/// What each agent fingerprints for the spec's `consistency` (config.stack): the worker command,
+/// its working directory, and the variables of worker.env that decide what it finds (PYTHON*,
+/// PATH, LD_LIBRARY_PATH, VIRTUAL_ENV, CONDA_PREFIX, CUDA_HOME, HOME, DTRAIN_IMAGE_DIGEST), as a
+/// spawn will give them. nullopt with consistency: off (the agents are not asked).
+std::optional<proto::StackProbeRequest> stack_probe_request(const spec::JobSpec& spec);
 
 /// What master_address() decides from: facts of the launch node and the run.
 struct MasterAddressFacts {

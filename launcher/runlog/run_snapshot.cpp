@@ -156,6 +156,7 @@ json head_json(const RunSnapshot& s) {
               {"detached", s.detached}};
   put_if(out, "total_steps", s.total_steps);
   if (s.hang_timeout) out["hang_timeout"] = s.hang_timeout->to_json();
+  if (!s.stack.empty()) out["stack"] = list_json(s.stack);
   if (!s.user.empty()) out["user"] = s.user;
   return out;
 }
@@ -331,6 +332,7 @@ Result<RunSnapshot> RunSnapshot::from_json(const json& state) {
   fields.read_each("ranks", s.ranks);
   fields.read_nested("last_recovery", s.last_recovery);
   fields.read_nested("hang_timeout", s.hang_timeout);
+  fields.read_each("stack", s.stack);
   fields.read_nested("root_cause", s.root_cause);
   fields.read_each("stragglers", s.stragglers);
   // dtrain wrote the file: a field of another type means something else changed it.

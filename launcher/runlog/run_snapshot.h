@@ -31,6 +31,8 @@
 //   "hang_timeout": the hang timeouts in force, as a hang_timeout.changed event holds them
 //                   (launcher/supervisor/hang_timeouts.h; "basis" "spec" when the spec sets them;
 //                   absent before the first generation, and from an older dtrain),
+//   "stack": [the stack.consistency events as events.jsonl holds them: the hosts compared before
+//             the first generation, then each spare left out] (absent when nothing was compared),
 //   "root_cause": null | {"kind" (a failure kind's name, events::FailureKind), "host", "message",
 //                         "rank", "local_rank", "log" (these three with a rank), "pid",
 //                         "code" | "signal", "traceback"},
@@ -169,6 +171,8 @@ struct RunSnapshot {
   std::optional<int64_t> last_checkpoint_step{};
   /// The hang timeouts in force (status's "hang timeout" line, the report's).
   std::optional<events::HangTimeoutChanged> hang_timeout{};
+  /// The software stacks compared (spec consistency): status's "stack" line, the report's.
+  std::vector<events::StackConsistency> stack{};
   std::optional<RootCause> root_cause{};
   std::vector<Straggler> stragglers{};
   /// metrics::Goodput's own JSON, kept whole: runlog cannot see launcher/metrics, and no reader

@@ -32,6 +32,15 @@ const char* to_string(TransportKind transport) {
   return "auto";
 }
 
+const char* to_string(Consistency consistency) {
+  switch (consistency) {
+    case Consistency::strict: return "strict";
+    case Consistency::warn: return "warn";
+    case Consistency::off: return "off";
+  }
+  return "strict";
+}
+
 const char* to_string(Backend backend) {
   switch (backend) {
     case Backend::auto_select: return "auto";

@@ -39,6 +39,10 @@ enum class Backend { auto_select, gloo, nccl };
 /// SSH), ssh (the same), or srun (one Slurm job step with a task on every host; needs an
 /// allocation). `hosts: slurm` makes srun the default.
 enum class TransportKind { auto_select, ssh, srun };
+/// What a host whose software stack differs from the others' does to a run (`consistency:`):
+/// strict refuses to start (a spare that differs is not used), warn starts with a warning (a
+/// spare that differs is still not used), off compares nothing (the agents are not asked).
+enum class Consistency { strict, warn, off };
 
 struct SshSettings {
   std::string user;              ///< empty: the current user
@@ -236,6 +240,9 @@ struct JobSpec {
   int slots_per_host = 1;
   SshSettings ssh;
   TransportKind transport = TransportKind::auto_select;
+  /// Before the first generation every host's software stack (OS, kernel, GPU driver, CUDA,
+  /// NCCL, Python, torch, image, the worker command's files) is compared with the others'.
+  Consistency consistency = Consistency::strict;
   WorkerSettings worker;
   Parallelism parallelism;
   BatchSettings batch;
@@ -264,5 +271,6 @@ struct JobSpec {
 
 const char* to_string(Backend backend);
 const char* to_string(TransportKind transport);
+const char* to_string(Consistency consistency);
 
 }  // namespace dtrain::spec

@@ -386,7 +386,7 @@ void read_spec_body(DiagnosticSink& sink, const YAML::Node& root_node, const std
   Section root(sink, &root_node, "",
                {"version", "name", "tenant", "hosts", "hostfile", "include", "exclude", "slots_per_host", "spares",
                 "ssh", "transport", "worker", "parallelism", "batch", "elastic", "heartbeat", "checkpoint", "metrics", "logs",
-                "stop_grace", "preempt_grace", "intent"});
+                "stop_grace", "preempt_grace", "intent", "consistency"});
   read_label(sink, root.get("name"), "name", spec.name);
   read_label(sink, root.get("tenant"), "tenant", spec.tenant);
   if (auto v = read_int(sink, root.get("slots_per_host"), "slots_per_host", 1, kMaxCount)) spec.slots_per_host = *v;
@@ -410,6 +410,9 @@ void read_spec_body(DiagnosticSink& sink, const YAML::Node& root_node, const std
   read_intent(sink, root, spec.elastic, spec.intent);
   if (auto v = read_duration(sink, root.get("stop_grace"), "stop_grace", Millis(0))) spec.stop_grace = *v;
   if (auto v = read_duration(sink, root.get("preempt_grace"), "preempt_grace", Millis(1000))) spec.preempt_grace = *v;
+  if (auto v = read_choice(sink, root.get("consistency"), "consistency", {"strict", "warn", "off"})) {
+    spec.consistency = *v == "warn" ? Consistency::warn : *v == "off" ? Consistency::off : Consistency::strict;
+  }
 
 }
 

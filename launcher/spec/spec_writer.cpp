@@ -256,6 +256,9 @@ std::string to_yaml(const JobSpec& spec) {
   if (spec.transport != TransportKind::auto_select) {
     out << YAML::Key << "transport" << YAML::Value << to_string(spec.transport);
   }
+  if (spec.consistency != Consistency::strict) {
+    out << YAML::Key << "consistency" << YAML::Value << to_string(spec.consistency);
+  }
 
   worker_section(out, spec);
   layout_sections(out, spec);

@@ -134,6 +134,7 @@ void Supervisor::start_when_all_connected() {
   for (const plan::PlanHost& host : plan_.hosts) {
     if (!connected_.count(host.entry.name)) return;
   }
+  if (!stacks_allow_start()) return;
   start_generation(plan_);
 }
 

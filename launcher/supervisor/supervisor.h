@@ -35,6 +35,7 @@
 
 #include "launcher/base/clock.h"
 #include "launcher/events/events.h"
+#include "launcher/events/stack_comparison.h"
 #include "launcher/spec/job_spec.h"
 #include "launcher/supervisor/generation.h"
 #include "launcher/supervisor/hang_timeouts.h"
@@ -108,6 +109,9 @@ class Supervisor {
   const std::vector<nlohmann::json>& incidents() const { return incidents_; }
   /// The hang timeouts in force (state.json's hang_timeout).
   const HangTimeouts& hang_timeouts() const { return hang_timeouts_; }
+  /// Every stack.consistency recorded: the hosts compared before the first generation, then
+  /// each spare left out for its stack (state.json's stack).
+  const std::vector<events::StackConsistency>& stack_verdicts() const { return stack_verdicts_; }
 
  private:
   struct PendingRecovery {
@@ -223,6 +227,17 @@ class Supervisor {
   void add_in_place_phases(nlohmann::json& phases, int64_t now) const;
   bool replacing() const;
 
+  // ---- one software stack (supervisor_stack.cpp) ----
+  /// Keeps the stack a host reported at hello; a spare that connects after the comparison is
+  /// judged at once.
+  void note_stack(const HostConnected& event);
+  /// Before the first generation (spec consistency): compares the plan's hosts and judges the
+  /// spares connected so far. False when the run must not start (strict, a host differs): the
+  /// run is then stopping.
+  bool stacks_allow_start();
+  /// A spare whose stack differs from the compared hosts' majority is excluded (never planned).
+  void judge_spare_stack(const std::string& host);
+
   // ---- the rest (supervisor.cpp) ----
   /// recovery.completed for the pending recovery, reached at `step` of the new generation.
   void complete_recovery(int64_t step, bool in_place);
@@ -295,6 +310,10 @@ class Supervisor {
   std::set<int64_t> committed_steps_;  ///< minus the ones found damaged
   int generations_without_progress_ = 0;
   std::set<std::string> exclusion_refused_;  ///< hosts past exclude_after that no plan can spare
+  std::map<std::string, events::HostStack> stacks_;  ///< by host, as reported at hello
+  bool stacks_compared_ = false;
+  events::StackComparison stack_reference_;  ///< the comparison before the first generation
+  std::vector<events::StackConsistency> stack_verdicts_;
 };
 
 }  // namespace dtrain::supervisor

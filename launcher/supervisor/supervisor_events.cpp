@@ -13,10 +13,14 @@ namespace dtrain::supervisor {
 
 // ---- hosts ------------------------------------------------------------------------------------
 
-void Supervisor::connect_host(const HostConnected& event) { connected_.insert(event.host); }
+void Supervisor::connect_host(const HostConnected& event) {
+  connected_.insert(event.host);
+  note_stack(event);
+}
 
 void Supervisor::connect_host_and_start(const HostConnected& event) {
   connected_.insert(event.host);
+  note_stack(event);
   start_when_all_connected();
 }
 

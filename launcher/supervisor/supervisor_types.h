@@ -12,6 +12,7 @@
 
 #include "launcher/base/exit_code.h"
 #include "launcher/events/event_catalogue.h"
+#include "launcher/events/stack_events.h"
 #include "launcher/plan/rank_plan.h"
 
 namespace dtrain::supervisor {
@@ -36,8 +37,12 @@ bool is_terminal(RunState state);
 
 // ---- events (what happened) -----------------------------------------------------------------
 
-/// An agent said hello.
-struct HostConnected { std::string host; };
+/// An agent said hello, with its host's software stack when config asked for one (absent: the
+/// agent did not say, or it did not parse: every item is then unknown).
+struct HostConnected {
+  std::string host;
+  std::optional<events::HostStack> stack{};
+};
 /// An agent's connection failed or fell silent past heartbeat.timeout (or never came up).
 struct HostLost {
   std::string host;

@@ -1,0 +1,97 @@
+#include "launcher/events/stack_comparison.h"
+
+#include <algorithm>
+#include <map>
+
+namespace dtrain::events {
+
+bool is_unknown_stack_value(std::string_view value) {
+  return value == "unknown" || value.rfind("unknown (", 0) == 0;
+}
+
+namespace {
+
+/// Every item any host reported, in the order it first appears.
+std::vector<std::string> items_in_order(const std::vector<HostStack>& hosts) {
+  std::vector<std::string> items;
+  for (const HostStack& host : hosts) {
+    for (const StackItem& item : host.items) {
+      if (std::find(items.begin(), items.end(), item.item) == items.end()) items.push_back(item.item);
+    }
+  }
+  return items;
+}
+
+/// The known value of `item` on `host`, or nullptr (absent or unknown).
+const std::string* known_value(const HostStack& host, const std::string& item) {
+  const std::string* value = host.value_of(item);
+  return value && !is_unknown_stack_value(*value) ? value : nullptr;
+}
+
+}  // namespace
+
+StackComparison compare_stacks(const std::vector<HostStack>& hosts) {
+  StackComparison out;
+  struct Verdict {
+    std::string majority;  // "" when tied
+    int majority_hosts = 0;
+    bool differs = false;
+  };
+  std::map<std::string, Verdict> verdicts;
+  for (const std::string& item : items_in_order(hosts)) {
+    std::map<std::string, int> counts;
+    for (const HostStack& host : hosts) {
+      if (const std::string* value = known_value(host, item)) {
+        ++counts[*value];
+      } else {
+        out.unknown.push_back(host.host + ": " + item);
+      }
+    }
+    if (counts.empty()) continue;
+    int most = 0;
+    for (const auto& [value, count] : counts) most = std::max(most, count);
+    std::vector<std::string> leaders;
+    for (const auto& [value, count] : counts) {
+      if (count == most) leaders.push_back(value);
+    }
+    Verdict verdict;
+    verdict.differs = counts.size() > 1;
+    if (leaders.size() == 1) {
+      verdict.majority = leaders.front();
+      verdict.majority_hosts = most;
+      out.reference.push_back({item, leaders.front()});
+      out.reference_hosts.push_back(most);
+    } else {
+      out.tied.push_back(item);
+    }
+    verdicts[item] = verdict;
+  }
+  // By host, then item: each host's differences read together.
+  for (const HostStack& host : hosts) {
+    for (const std::string& item : items_in_order(hosts)) {
+      auto verdict = verdicts.find(item);
+      if (verdict == verdicts.end() || !verdict->second.differs) continue;
+      const std::string* value = known_value(host, item);
+      if (!value || *value == verdict->second.majority) continue;
+      out.differences.push_back({host.host, item, *value, verdict->second.majority, verdict->second.majority_hosts});
+    }
+  }
+  return out;
+}
+
+std::vector<StackDifference> stack_differences(const StackComparison& compared, const HostStack& host) {
+  std::vector<StackDifference> differences;
+  for (size_t i = 0; i < compared.reference.size(); ++i) {
+    const StackItem& reference = compared.reference[i];
+    const std::string* value = known_value(host, reference.item);
+    if (value && *value != reference.value) {
+      differences.push_back({host.host, reference.item, *value, reference.value, compared.reference_hosts[i]});
+    }
+  }
+  for (const std::string& item : compared.tied) {
+    if (const std::string* value = known_value(host, item)) differences.push_back({host.host, item, *value, "", 0});
+  }
+  return differences;
+}
+
+}  // namespace dtrain::events
