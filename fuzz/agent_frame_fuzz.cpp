@@ -64,15 +64,21 @@ void check_agent_message(const proto::AgentMessage& message) {
     check(started->rank >= 0 && started->pid >= 0, "a start names a rank and a pid");
   }
   if (const auto* from_worker = std::get_if<proto::FromWorker>(&message)) check_from_worker(*from_worker);
+  if (const auto* hello = std::get_if<proto::AgentHello>(&message)) {
+    check(!(hello->stack && hello->stack_error), "a hello's stack parsed or is an error, not both");
+    if (hello->stack_error) check_printable(*hello->stack_error, "an error about a hello's stack is printable");
+    if (hello->stack) check(hello->stack->files.size() <= proto::kMaxStackFiles, "a stack holds at most kMaxStackFiles");
+  }
   if (const auto* beat = std::get_if<proto::AgentBeat>(&message)) {
     for (const proto::FromWorker& held : beat->worker_beats) check_from_worker(held);
   }
 }
 
-// Whether every worker message a from_worker or a beat carries parsed: only such a message is
-// what an agent sends (to_json writes no Error).
+// Whether every worker message a from_worker or a beat carries parsed, and a hello's stack: only
+// such a message is what an agent sends (to_json writes no Error).
 bool carries_no_error(const proto::AgentMessage& message) {
   if (const auto* from = std::get_if<proto::FromWorker>(&message)) return from->msg.ok();
+  if (const auto* hello = std::get_if<proto::AgentHello>(&message)) return !hello->stack_error;
   if (const auto* beat = std::get_if<proto::AgentBeat>(&message)) {
     for (const proto::FromWorker& held : beat->worker_beats) {
       if (!held.msg) return false;

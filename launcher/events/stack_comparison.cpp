@@ -30,6 +30,29 @@ const std::string* known_value(const HostStack& host, const std::string& item) {
 
 }  // namespace
 
+std::string unknown_text(const std::vector<std::string>& unknown, size_t host_count) {
+  std::vector<std::pair<std::string, std::vector<std::string>>> by_item;  // in order of appearance
+  for (const std::string& entry : unknown) {
+    size_t colon = entry.rfind(": ");
+    std::string host = colon == std::string::npos ? entry : entry.substr(0, colon);
+    std::string item = colon == std::string::npos ? "" : entry.substr(colon + 2);
+    auto found = std::find_if(by_item.begin(), by_item.end(), [&](const auto& pair) { return pair.first == item; });
+    if (found == by_item.end()) by_item.push_back({item, {host}});
+    else found->second.push_back(host);
+  }
+  std::string text;
+  for (const auto& [item, hosts] : by_item) {
+    std::string where = hosts.size() >= host_count && host_count > 1 ? "every host"
+                        : hosts.size() <= 3 ? ""
+                                            : std::to_string(hosts.size()) + " hosts";
+    if (where.empty()) {
+      for (const std::string& host : hosts) where += (where.empty() ? "" : ", ") + host;
+    }
+    text += (text.empty() ? "" : ", ") + item + " (" + where + ")";
+  }
+  return text;
+}
+
 StackComparison compare_stacks(const std::vector<HostStack>& hosts) {
   StackComparison out;
   struct Verdict {

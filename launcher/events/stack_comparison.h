@@ -36,6 +36,9 @@ struct StackComparison {
   std::vector<std::string> unknown{};
 };
 
+/// StackComparison::unknown in a few words, by item: "image (every host), torch (h2)".
+std::string unknown_text(const std::vector<std::string>& unknown, size_t host_count);
+
 /// Compares the hosts' stacks (two or more; fewer gives no differences).
 StackComparison compare_stacks(const std::vector<HostStack>& hosts);
 

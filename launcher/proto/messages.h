@@ -7,7 +7,10 @@
 //
 // supervisor → agent
 //   config  {protocol, run_id, host, runtime_dir, heartbeat_interval_ms, heartbeat_timeout_ms,
-//            supervisor_time_ms, batch_beats?}
+//            supervisor_time_ms, batch_beats?, stack?}
+//           stack {argv, workdir?, env, timeout_ms} (stack_fingerprint.h): fingerprint this
+//           host's software stack for that worker command and say it in hello.stack (spec
+//           consistency strict or warn). The interpreter's probe is killed past timeout_ms.
 //           batch_beats (default false): see beat.worker_beats; an agent that does not know it
 //           ignores it and forwards every beat, which the supervisor reads just as well.
 //           runtime_dir: the run's worker-socket directory, whole, e.g. /tmp/dtrain-0/3fa2c1d0
@@ -68,7 +71,11 @@
 //
 // agent → supervisor
 //   hello   {protocol, version, host, pid, agent_time_ms, facts:{hostname, os, arch, cpus,
-//            memory_mb, gpus:[{index, name, uuid?}], topology?}}
+//            memory_mb, gpus:[{index, name, uuid?}], topology?}, stack?}
+//           stack (when config asked): {os, kernel, gpu_driver, cuda, nccl, python?, torch?,
+//           python_nccl?, python_cuda?, image, files:[{path, sha256}], ms, notes:[..]}; a value
+//           that could not be read is "unknown (why)", one that does not exist "none". A stack
+//           that does not parse is a protocol.error naming the host; the hello still counts.
 //   started {gen, rank, local_rank, pid}
 //   spawn_failed {gen, rank, error}
 //   exit    {gen, rank, pid, code?|signal?, signal_name?, agent_time_ms, tail:[last lines]}

@@ -112,6 +112,55 @@ std::string outcome_section(const RunRecord& record, const Timeline& timeline) {
   return out + "</section>";
 }
 
+/// The hosts' software stacks (host.stack) side by side, hosts with the same stack in one
+/// column, and what each stack.consistency found; "" when no agent reported a stack.
+std::string stack_part(const RunRecord& record) {
+  std::map<std::string, const events::HostStack*> newest;  // by host: a resumed run's agents say it again
+  std::vector<const events::StackConsistency*> verdicts;
+  for (const LoggedEvent& logged : record.events) {
+    if (const auto* stack = std::get_if<events::HostStack>(&logged.event)) newest[stack->host] = stack;
+    if (const auto* verdict = std::get_if<events::StackConsistency>(&logged.event)) verdicts.push_back(verdict);
+  }
+  if (newest.empty()) return "";
+  std::vector<std::string> items;
+  std::map<std::string, std::vector<std::string>> groups;  // the stack's items as text → hosts
+  std::map<std::string, const events::HostStack*> group_stack;
+  for (const auto& [host, stack] : newest) {
+    std::string key;
+    for (const events::StackItem& item : stack->items) {
+      if (std::find(items.begin(), items.end(), item.item) == items.end()) items.push_back(item.item);
+      key += item.item + "=" + item.value + "\n";
+    }
+    groups[key].push_back(host);
+    group_stack[key] = stack;
+  }
+  std::set<std::pair<std::string, std::string>> differing;  // (host, item)
+  for (const events::StackConsistency* verdict : verdicts) {
+    for (const events::StackDifference& difference : verdict->differences) differing.insert({difference.host, difference.item});
+  }
+  std::string out = "<h3>Software stack (host.stack)</h3>";
+  for (const events::StackConsistency* verdict : verdicts) {
+    out += std::string("<p") + (verdict->differences.empty() ? "" : " class=\"warn\"") + ">" + e(verdict->text()) + "</p>";
+  }
+  out += "<table><tr><th>item</th>";
+  for (const auto& [key, hosts] : groups) {
+    std::string names = hosts.size() <= 6 ? join(hosts, ", ") : hosts.front() + " … " + hosts.back() + " (" +
+                                                                     std::to_string(hosts.size()) + " hosts)";
+    out += "<th>" + e(names) + "</th>";
+  }
+  out += "</tr>";
+  for (const std::string& item : items) {
+    out += "<tr><td>" + e(item) + "</td>";
+    for (const auto& [key, hosts] : groups) {
+      const std::string* value = group_stack[key]->value_of(item);
+      bool differs = std::any_of(hosts.begin(), hosts.end(), [&](const std::string& host) { return differing.count({host, item}) > 0; });
+      out += std::string("<td") + (differs ? " class=\"warn\"" : "") + ">" + e(value ? *value : "-") + "</td>";
+    }
+    out += "</tr>";
+  }
+  return out + "</table>";
+}
+
 std::string plan_section(const RunRecord& record) {
   std::string out = "<section id=\"plan\"><h2>Plan and GPU topology</h2>";
   if (record.plans.empty()) out += "<p>No plan-&lt;gen&gt;.json in the run directory.</p>";
@@ -196,6 +245,7 @@ std::string plan_section(const RunRecord& record) {
     out += "</table>";
     for (const std::string& topology : topologies) out += topology;
   }
+  out += stack_part(record);
   return out + "</section>";
 }
 

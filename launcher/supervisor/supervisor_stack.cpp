@@ -68,7 +68,7 @@ bool Supervisor::stacks_allow_start() {
                              : "; the run starts anyway");
   }
   if (!verdict.unknown.empty()) {
-    verdict.detail += "; not compared (could not be read): " + join(verdict.unknown, ", ");
+    verdict.detail += "; not compared (could not be read): " + events::unknown_text(verdict.unknown, planned.size());
   }
   // One host alone has nothing to compare: recorded only when there is (or may be) another, and
   // when some agent said its stack (simulated agents and older dtrains say nothing).

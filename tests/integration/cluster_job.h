@@ -41,6 +41,7 @@ struct ClusterSpec {
   std::string command;               ///< YAML flow list: [dtrain-train, --steps, "300"]
   bool remote_dtrain = true;         ///< false: let dtrain provision itself on the hosts
   std::string extra;                 ///< more top-level YAML (elastic:, batch:, checkpoint:)
+  std::string worker_extra;          ///< more worker: keys, indented ("  env: {A: b}\n")
 };
 
 /// The spec text for `job` on `cluster`: heartbeat interval 200ms, timeout 2s, hang_timeout
@@ -56,7 +57,7 @@ inline std::string cluster_spec_yaml(const TestCluster& cluster, const ClusterSp
   yaml += "ssh:\n  user: " + cluster.user() + "\n  identity: [" + cluster.key_path() +
           "]\n  known_hosts: " + cluster.known_hosts_path() + "\n  connect_timeout: 5s\n";
   if (job.remote_dtrain) yaml += std::string("  remote_dtrain: ") + DTRAIN_EXE + "\n";
-  yaml += "worker:\n  command: " + job.command + "\n  backend: gloo\n";
+  yaml += "worker:\n  command: " + job.command + "\n  backend: gloo\n" + job.worker_extra;
   yaml += "heartbeat: {interval: 200ms, timeout: 2s, hang_timeout: 10s}\nstop_grace: 2s\n";
   return yaml + job.extra;
 }

@@ -32,7 +32,10 @@ std::vector<SupervisorMessage> supervisor_samples() {
   spawn.standby_bootstrap = std::vector<std::string>{"torch", "numpy"};
   SpawnRequest minimal_spawn;
   minimal_spawn.argv = {"a"};
+  AgentConfig with_stack{kProtocolVersion, "run-1", "gpu01", "/tmp/dtrain-0/abc", 1000, 10'000, 1'700'000'000'000, true};
+  with_stack.stack = StackProbeRequest{{"/usr/bin/python3", "train.py"}, "/work", {{"PYTHONPATH", "/site"}}, 3000};
   return {
+      with_stack,
       AgentConfig{kProtocolVersion, "run-1", "gpu01", "/tmp/dtrain-0/abc", 1000, 10'000, 1'700'000'000'000, true},
       AgentConfig{kProtocolVersion, "run-1", "gpu01", "/tmp/dtrain-0/abc", 1, 2, std::nullopt, false},
       spawn,
@@ -80,6 +83,21 @@ std::vector<AgentMessage> agent_samples() {
   hello.agent_time_ms = 1'700'000'000'000;
   hello.socket = "/tmp/dtrain-0/abc/gpu01.sock";
   hello.facts = {{"hostname", "gpu01"}, {"gpus", json::array({{{"index", 0}, {"name", "H100"}}})}};
+  StackFingerprint stack;
+  stack.os = "Debian GNU/Linux 12 (bookworm)";
+  stack.kernel = "6.1.0";
+  stack.gpu_driver = "550.54.15";
+  stack.cuda = "12.4.1";
+  stack.nccl = "2.21.5";
+  stack.python = "3.11.2";
+  stack.torch = "2.3.1";
+  stack.python_nccl = "2.20.5";
+  stack.python_cuda = "none";
+  stack.image = "sha256:abc";
+  stack.files = {{"train.py", "ab12"}, {"big.bin", "unknown (larger than 64 MiB: not hashed)"}};
+  stack.ms = 31;
+  stack.notes = {"python: slow"};
+  hello.stack = stack;
 
   WorkerExitReport crashed;
   crashed.gen = 2;
