@@ -82,11 +82,8 @@ std::optional<events::StackConsistency> check_host_stacks(const spec::JobSpec& j
   if (hosts.empty()) return std::nullopt;
   events::StackComparison compared = events::compare_stacks(hosts);
   const bool strict = job.consistency == spec::Consistency::strict;
-  events::StackConsistency verdict;
-  verdict.mode = spec::to_string(job.consistency);
-  for (const events::HostStack& host : hosts) verdict.hosts.push_back(host.host);
-  verdict.differences = compared.differences;
-  verdict.unknown = compared.unknown;
+  // The run's verdict and action come from the hosts alone: a spare that differs is only left out.
+  events::StackConsistency verdict = events::consistency_of(compared, spec::to_string(job.consistency), hosts);
   for (StackFinding& finding : findings) {
     if (!finding.stack) continue;
     std::vector<events::StackDifference> differences;
@@ -108,11 +105,7 @@ std::optional<events::StackConsistency> check_host_stacks(const spec::JobSpec& j
       (strict && !finding.spare ? finding.problems : finding.warnings).push_back(text);
     }
   }
-  // The run's action depends on the hosts alone: a spare that differs is only left out.
-  verdict.verdict = verdict.differences.empty() ? events::StackConsistency::kSame : events::StackConsistency::kDiffers;
-  verdict.action = compared.differences.empty() ? events::StackConsistency::kStarted
-                   : strict                     ? events::StackConsistency::kRefused
-                                                : events::StackConsistency::kWarned;
+  if (!verdict.differences.empty()) verdict.verdict = events::StackConsistency::kDiffers;  // a spare's too
   return verdict;
 }
 

@@ -102,6 +102,19 @@ StackComparison compare_stacks(const std::vector<HostStack>& hosts) {
   return out;
 }
 
+StackConsistency consistency_of(const StackComparison& compared, const std::string& mode,
+                                const std::vector<HostStack>& hosts) {
+  StackConsistency verdict;
+  verdict.mode = mode;
+  for (const HostStack& host : hosts) verdict.hosts.push_back(host.host);
+  verdict.differences = compared.differences;
+  verdict.unknown = compared.unknown;
+  const bool differs = !verdict.differences.empty();
+  verdict.verdict = differs ? StackConsistency::kDiffers : StackConsistency::kSame;
+  verdict.action = !differs ? StackConsistency::kStarted : mode == "strict" ? StackConsistency::kRefused : StackConsistency::kWarned;
+  return verdict;
+}
+
 std::vector<StackDifference> stack_differences(const StackComparison& compared, const HostStack& host) {
   std::vector<StackDifference> differences;
   for (size_t i = 0; i < compared.reference.size(); ++i) {

@@ -42,6 +42,12 @@ std::string unknown_text(const std::vector<std::string>& unknown, size_t host_co
 /// Compares the hosts' stacks (two or more; fewer gives no differences).
 StackComparison compare_stacks(const std::vector<HostStack>& hosts);
 
+/// stack.consistency for a comparison of `hosts` under `mode` ("strict" or "warn"): hosts,
+/// differences, unknown, the verdict and the run's action (started; refused under strict, warned
+/// under warn, when a host differs). `detail` is the caller's to write.
+StackConsistency consistency_of(const StackComparison& compared, const std::string& mode,
+                                const std::vector<HostStack>& hosts);
+
 /// A host that was not compared (a spare that connected later) against the reference of a
 /// comparison: each known value that differs from the reference's, and each of its items that
 /// had no majority (a tie) with any known value. Unknown values are left out, as above.

@@ -47,16 +47,8 @@ bool Supervisor::stacks_allow_start() {
   }
   stack_reference_ = events::compare_stacks(planned);
   const bool strict = spec_.consistency == spec::Consistency::strict;
-  events::StackConsistency verdict;
-  verdict.mode = spec::to_string(spec_.consistency);
-  for (const events::HostStack& host : planned) verdict.hosts.push_back(host.host);
-  verdict.differences = stack_reference_.differences;
-  verdict.unknown = stack_reference_.unknown;
+  events::StackConsistency verdict = events::consistency_of(stack_reference_, spec::to_string(spec_.consistency), planned);
   const bool differs = !verdict.differences.empty();
-  verdict.verdict = differs ? events::StackConsistency::kDiffers : events::StackConsistency::kSame;
-  verdict.action = !differs ? events::StackConsistency::kStarted
-                   : strict ? events::StackConsistency::kRefused
-                            : events::StackConsistency::kWarned;
   if (!differs) {
     verdict.detail = "the software stack is the same on " + std::to_string(planned.size()) + " host" +
                      (planned.size() == 1 ? "" : "s");
