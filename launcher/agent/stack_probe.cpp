@@ -211,7 +211,10 @@ void probe_python(const std::string& python, const proto::StackProbeRequest& req
   for (const auto& [name, value] : env) environment.push_back(name + "=" + value);
   options.environment = std::move(environment);
   options.working_directory = request.workdir.value_or("");
-  Result<CommandOutput> ran = run_command({python, "-c", python_probe_script()}, Millis(request.timeout_ms), options,
+  // -S: no site initialisation, so nothing of the user's runs in the probe (a sitecustomize or
+  // .pth that forks a daemon would hold the probe's pipe open past its kill, and the hello that
+  // carries the fingerprint with it); the script adds the site directories itself.
+  Result<CommandOutput> ran = run_command({python, "-S", "-c", python_probe_script()}, Millis(request.timeout_ms), options,
                                           kMaxPythonProbeOutputBytes);
   std::string why;
   if (!ran) {
@@ -411,6 +414,10 @@ def version_of(entry, name, suffix):
     except OSError:
         pass
     return 'unknown'
+import site  # under -S, importing site runs no sitecustomize, usercustomize or .pth file
+for extra in site.getsitepackages() + [site.getusersitepackages()]:
+    if extra not in sys.path:
+        sys.path.append(extra)
 found = {}
 for entry in sys.path:
     try:
