@@ -325,7 +325,7 @@ std::string stragglers_text(const RunSnapshot& state) {
   return join(named, ", ");
 }
 
-/// "input 71% · collectives 5% · compute 24% of 98 ms a step (bottleneck: data)" over the ranks'
+/// "input 71% · collectives 5% · compute 24% of 98.0 ms a step (bottleneck: data)" over the ranks'
 /// latest beats (launcher/metrics/step_split.h: the rule of the report and metrics.prom); empty
 /// when no rank reports its time waiting for input or in collectives.
 std::string step_split_text(const RunSnapshot& state) {
@@ -333,12 +333,7 @@ std::string step_split_text(const RunSnapshot& state) {
   for (const RunSnapshot::Rank& rank : state.ranks) builder.add(rank.rank, rank.metrics);
   metrics::StepSplit split = builder.build();
   if (!split.bottleneck) return "";
-  auto share = [&](metrics::StepPart part) { return std::to_string(static_cast<int>(std::lround(100 * split.share(part)))) + "%"; };
-  char step[32];
-  std::snprintf(step, sizeof step, "%.0f ms", split.mean.step_ms);
-  std::string text = "input " + share(metrics::StepPart::data) + " · collectives " + share(metrics::StepPart::communication) +
-                     " · compute " + share(metrics::StepPart::compute) + " of " + step + " a step (bottleneck: " +
-                     std::string(metrics::to_string(*split.bottleneck));
+  std::string text = split.shares_text(" · ") + " (bottleneck: " + std::string(metrics::to_string(*split.bottleneck));
   if (split.waited_for) text += ", waiting for rank " + std::to_string(*split.waited_for);
   return text + ")";
 }

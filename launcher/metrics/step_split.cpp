@@ -37,16 +37,17 @@ StepParts split(double step_ms, double data_ms, double comm_ms) {
 /// The rank whose own work (data + compute) stands out so far that the others' time in
 /// collectives is mostly waiting for it: above the median by at least half the mean time in
 /// collectives, which must itself be a tenth of the step or more.
-std::optional<int> rank_waited_for(const std::vector<RankStepSplit>& ranks, const StepParts& mean) {
-  std::vector<double> busy;
+std::optional<int> rank_waited_for(const StepSplit& split) {
   const RankStepSplit* slowest = nullptr;
-  for (const RankStepSplit& rank : ranks) {
+  size_t counted = 0;
+  for (const RankStepSplit& rank : split.ranks) {
     if (rank.rank == kTypicalRank) continue;
-    busy.push_back(rank.parts.busy_ms());
+    ++counted;
     if (slowest == nullptr || rank.parts.busy_ms() > slowest->parts.busy_ms()) slowest = &rank;
   }
-  if (busy.size() < 2 || mean.step_ms <= 0 || mean.comm_ms < 0.1 * mean.step_ms) return std::nullopt;
-  if (slowest->parts.busy_ms() - median(busy) < 0.5 * mean.comm_ms) return std::nullopt;
+  const StepParts& mean = split.mean;
+  if (counted < 2 || mean.step_ms <= 0 || mean.comm_ms < 0.1 * mean.step_ms) return std::nullopt;
+  if (slowest->parts.busy_ms() - split.median_busy_ms < 0.5 * mean.comm_ms) return std::nullopt;
   return slowest->rank;
 }
 
@@ -72,25 +73,26 @@ double StepParts::of(StepPart part) const {
 
 double StepSplit::share(StepPart part) const { return mean.step_ms > 0 ? mean.of(part) / mean.step_ms : 0; }
 
+std::string StepSplit::shares_text(std::string_view separator) const {
+  std::string sep(separator);
+  return "input " + percent(share(StepPart::data)) + sep + "collectives " + percent(share(StepPart::communication)) + sep +
+         "compute " + percent(share(StepPart::compute)) + " of " + ms(mean.step_ms) + " a step";
+}
+
 std::string StepSplit::verdict() const {
   if (!bottleneck) {
     return "No rank reported its time waiting for input or in collectives, so the step time cannot be split "
            "(dtrain-train, scripts using dtrain_worker and unmodified PyTorch scripts under the bootstrap report them).";
   }
-  std::string shares = "input " + percent(share(StepPart::data)) + ", collectives " +
-                       percent(share(StepPart::communication)) + ", compute " + percent(share(StepPart::compute)) +
-                       " of " + ms(mean.step_ms) + " a step";
+  std::string shares = shares_text();
   const RankStepSplit* waited = nullptr;
-  std::vector<double> busy;
   for (const RankStepSplit& rank : ranks) {
-    if (rank.rank == kTypicalRank) continue;
-    busy.push_back(rank.parts.busy_ms());
     if (waited_for && rank.rank == *waited_for) waited = &rank;
   }
   std::string waiting;
   if (waited != nullptr) {
     waiting = "rank " + std::to_string(waited->rank) + "'s own work takes " + ms(waited->parts.busy_ms()) +
-              " a step against a median of " + ms(median(busy)) + " (" +
+              " a step against a median of " + ms(median_busy_ms) + " (" +
               (waited->parts.data_ms > waited->parts.compute_ms ? "mostly waiting for input" : "mostly compute") +
               "), and the other ranks wait for it in collectives";
   }
@@ -149,7 +151,12 @@ StepSplit StepSplitBuilder::build() const {
       if (out.mean.of(part) > out.mean.of(lead)) lead = part;
     }
     out.bottleneck = lead;
-    out.waited_for = rank_waited_for(out.ranks, out.mean);
+    std::vector<double> busy;
+    for (const RankStepSplit& row : out.ranks) {
+      if (row.rank != kTypicalRank) busy.push_back(row.parts.busy_ms());
+    }
+    if (!busy.empty()) out.median_busy_ms = median(busy);
+    out.waited_for = rank_waited_for(out);
   }
   return out;
 }

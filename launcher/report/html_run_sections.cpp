@@ -79,10 +79,8 @@ std::string outcome_section(const RunRecord& record, const Timeline& timeline) {
                                                         : "")));
   }
   if (metrics::StepSplit split = step_split_of(record); split.bottleneck) {
-    auto share = [&](metrics::StepPart part) { return fixed(100.0 * split.share(part), 0) + "%"; };
-    row("bottleneck", "<a href=\"#step-split\">" + e(metrics::to_string(*split.bottleneck)) + "</a> · input " +
-                          share(metrics::StepPart::data) + ", collectives " + share(metrics::StepPart::communication) +
-                          ", compute " + share(metrics::StepPart::compute) + " of the step");
+    row("bottleneck", "<a href=\"#step-split\">" + e(metrics::to_string(*split.bottleneck)) + "</a> · " +
+                          e(split.shares_text()));
   }
   out += "</table>";
 
