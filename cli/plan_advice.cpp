@@ -20,19 +20,9 @@ namespace dtrain::cli {
 
 namespace {
 
-std::string gb(double bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f GB", bytes / 1e9);
-  return text;
-}
-
-/// "3.5h", "42m", "1.2s": a figure to read, not to parse back.
+/// "12.0s", "3h28m": a figure to read (DurationStyle::tenths).
 std::string seconds_text(double seconds) {
-  char text[32];
-  if (seconds >= 3600) std::snprintf(text, sizeof text, "%.1fh", seconds / 3600);
-  else if (seconds >= 60) std::snprintf(text, sizeof text, "%.0fm", seconds / 60);
-  else std::snprintf(text, sizeof text, "%.1fs", seconds);
-  return text;
+  return format_duration(Millis(static_cast<int64_t>(std::llround(seconds * 1000))), DurationStyle::tenths);
 }
 
 /// The job's mean time between failures from the registry's last 90 days: each of its hosts'
@@ -65,56 +55,24 @@ void mtbf_from_registry(const spec::JobSpec& spec, int gpus_per_host, plan::Advi
   inputs.mtbf_source = source;
 }
 
-nlohmann::json to_json(const plan::Advice& advice) {
-  nlohmann::json out = {{"hardware", {{"hosts", advice.hardware.hosts},
-                                      {"gpus_per_host", advice.hardware.gpus_per_host},
-                                      {"gpu_memory_bytes", advice.hardware.gpu_memory_bytes},
-                                      {"headroom", advice.hardware.headroom}}}};
-  if (advice.state) {
-    out["model_state"] = {{"weights_bytes", advice.state->weights}, {"gradients_bytes", advice.state->gradients},
-                          {"optimizer_bytes", advice.state->optimizer}, {"total_bytes", advice.state->total()},
-                          {"source", advice.state->source}};
-  }
-  out["candidates"] = nlohmann::json::array();
-  for (const plan::LayoutCandidate& candidate : advice.candidates) {
-    out["candidates"].push_back({{"name", candidate.name}, {"data", candidate.data}, {"tensor", candidate.tensor},
-                                 {"pipeline", candidate.pipeline}, {"sharded_optimizer", candidate.sharded_optimizer},
-                                 {"bytes_per_gpu", candidate.bytes_per_gpu}, {"fits", candidate.fits}});
-  }
-  out["recommended"] = advice.recommended ? nlohmann::json(advice.candidates[*advice.recommended].name) : nlohmann::json();
-  out["reasons"] = advice.reasons;
-  if (advice.bubble) out["pipeline_bubble"] = *advice.bubble;
-  if (!advice.bubble_source.empty()) out["pipeline_bubble_source"] = advice.bubble_source;
-  out["gradient_bytes_per_step"] = advice.gradient_bytes_per_step;
-  if (advice.gradient_seconds) out["gradient_seconds_per_step"] = *advice.gradient_seconds;
-  if (advice.checkpoint) {
-    const plan::CheckpointAdvice& c = *advice.checkpoint;
-    out["checkpoint"] = {{"cost_seconds", c.cost_seconds}, {"cost_source", c.cost_source},
-                         {"mtbf_seconds", c.mtbf_seconds}, {"mtbf_source", c.mtbf_source},
-                         {"interval_seconds", c.interval_seconds}};
-    if (c.interval_steps) out["checkpoint"]["interval_steps"] = *c.interval_steps;
-  }
-  return out;
-}
-
 std::string to_text(const plan::Advice& advice, const spec::JobSpec& spec) {
   std::string out;
   char line[256];
   std::snprintf(line, sizeof line, "hardware      %d host(s) x %d GPU(s) of %s (%.0f %% kept free for activations)\n",
-                advice.hardware.hosts, advice.hardware.gpus_per_host, gb(advice.hardware.gpu_memory_bytes).c_str(),
+                advice.hardware.hosts, advice.hardware.gpus_per_host, plan::gigabytes(advice.hardware.gpu_memory_bytes).c_str(),
                 advice.hardware.headroom * 100);
   out += line;
   if (!advice.state) {
     out += "layout        no advice: the spec's intent gives neither intent.model.parameters nor state_bytes\n";
   } else {
-    out += "model state   " + gb(advice.state->total()) + " = weights " + gb(advice.state->weights) + " + gradients " +
-           gb(advice.state->gradients) + " + optimizer " + gb(advice.state->optimizer) + "  (" + advice.state->source + ")\n";
+    out += "model state   " + plan::gigabytes(advice.state->total()) + " = weights " + plan::gigabytes(advice.state->weights) + " + gradients " +
+           plan::gigabytes(advice.state->gradients) + " + optimizer " + plan::gigabytes(advice.state->optimizer) + "  (" + advice.state->source + ")\n";
     out += "layouts       memory per GPU (model state; activations come out of the headroom):\n";
     for (size_t i = 0; i < advice.candidates.size(); ++i) {
       const plan::LayoutCandidate& c = advice.candidates[i];
       std::snprintf(line, sizeof line, "  %s %-44s dp %-4d tp %-2d pp %-2d %10s  %s\n",
                     advice.recommended && *advice.recommended == i ? "*" : " ", c.name.c_str(), c.data, c.tensor,
-                    c.pipeline, gb(c.bytes_per_gpu).c_str(), c.fits ? "fits" : "does not fit");
+                    c.pipeline, plan::gigabytes(c.bytes_per_gpu).c_str(), c.fits ? "fits" : "does not fit");
       out += line;
     }
     if (advice.recommended) {
@@ -134,7 +92,7 @@ std::string to_text(const plan::Advice& advice, const spec::JobSpec& spec) {
       }
     }
     if (advice.gradient_bytes_per_step > 0) {
-      out += "gradients     " + gb(advice.gradient_bytes_per_step) + " sent per GPU per step by the ring all-reduce";
+      out += "gradients     " + plan::gigabytes(advice.gradient_bytes_per_step) + " sent per GPU per step by the ring all-reduce";
       out += advice.gradient_seconds ? " (" + seconds_text(*advice.gradient_seconds) + " at the declared network rate)\n"
                                      : " (--network-gbps gives the time)\n";
     }
@@ -194,7 +152,7 @@ int run_plan_advice(const spec::JobSpec& spec, const AdviseOptions& options, boo
     }
   }
   plan::Advice advice = plan::advise(inputs);
-  std::string text = json ? to_json(advice).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"
+  std::string text = json ? plan::to_json(advice).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"
                           : to_text(advice, spec);
   std::fwrite(text.data(), 1, text.size(), stdout);
   return to_int(ExitCode::ok);

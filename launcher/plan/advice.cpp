@@ -9,12 +9,6 @@ namespace {
 
 using Intent = spec::IntentSettings;
 
-std::string gb(double bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f GB", bytes / 1e9);
-  return text;
-}
-
 /// Optimizer state per parameter, fp32 master copy included when the weights are narrower.
 double optimizer_bytes_per_parameter(const Intent& intent) {
   double master = spec::bytes_per_weight(intent.precision) < 4 ? 4 : 0;
@@ -79,6 +73,12 @@ std::optional<int> micro_batches(const spec::BatchSettings& batch, int data) {
 
 }  // namespace
 
+std::string gigabytes(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f GB", bytes / 1e9);
+  return text;
+}
+
 std::optional<ModelState> model_state(const Intent& intent) {
   double parameters = intent.parameters;
   double weight = spec::bytes_per_weight(intent.precision);
@@ -89,7 +89,7 @@ std::optional<ModelState> model_state(const Intent& intent) {
   if (intent.state_bytes > 0) {
     // The user's total, split in the proportions of the precision and optimizer given.
     double total = static_cast<double>(intent.state_bytes);
-    std::snprintf(source, sizeof source, "intent.model.state_bytes %s, split as %s with %s", gb(total).c_str(),
+    std::snprintf(source, sizeof source, "intent.model.state_bytes %s, split as %s with %s", gigabytes(total).c_str(),
                   spec::to_string(intent.precision), spec::to_string(intent.optimizer));
     return ModelState{total * weight / per_parameter, total * gradient / per_parameter, total * optimizer / per_parameter, source};
   }
@@ -124,18 +124,18 @@ Advice advise(const AdviceInputs& inputs) {
     if (advice.recommended) {
       const LayoutCandidate& chosen = advice.candidates[*advice.recommended];
       if (*advice.recommended == 0) {
-        advice.reasons.push_back("the model state (" + gb(advice.state->total()) + ") fits one GPU's " + gb(usable) +
+        advice.reasons.push_back("the model state (" + gigabytes(advice.state->total()) + ") fits one GPU's " + gigabytes(usable) +
                                  " (its memory less " + std::to_string(static_cast<int>(inputs.hardware.headroom * 100)) +
                                  " % headroom): data parallelism, the simplest and fastest");
       } else {
-        advice.reasons.push_back("the model state (" + gb(advice.state->total()) + ") does not fit one GPU's " + gb(usable) +
+        advice.reasons.push_back("the model state (" + gigabytes(advice.state->total()) + ") does not fit one GPU's " + gigabytes(usable) +
                                  ", so data parallelism alone cannot hold it");
         advice.reasons.push_back(chosen.name + " is the first layout, in the order data parallel, sharded optimizer, "
-                                 "TP within a host, PP across hosts, TP x PP, that fits: " + gb(chosen.bytes_per_gpu) + " a GPU");
+                                 "TP within a host, PP across hosts, TP x PP, that fits: " + gigabytes(chosen.bytes_per_gpu) + " a GPU");
       }
       if (inputs.spec.intent.gpu_memory_bytes > 0 && static_cast<double>(inputs.spec.intent.gpu_memory_bytes) > inputs.hardware.gpu_memory_bytes) {
-        advice.reasons.push_back("but intent.gpu_memory (" + gb(static_cast<double>(inputs.spec.intent.gpu_memory_bytes)) +
-                                 ") is more than a GPU has (" + gb(inputs.hardware.gpu_memory_bytes) + "): check the figure");
+        advice.reasons.push_back("but intent.gpu_memory (" + gigabytes(static_cast<double>(inputs.spec.intent.gpu_memory_bytes)) +
+                                 ") is more than a GPU has (" + gigabytes(inputs.hardware.gpu_memory_bytes) + "): check the figure");
       }
       if (chosen.pipeline > 1) {
         if (std::optional<int> m = micro_batches(inputs.spec.batch, chosen.data)) {
@@ -166,6 +166,38 @@ Advice advise(const AdviceInputs& inputs) {
   if (inputs.step_seconds && *inputs.step_seconds > 0) checkpoint.interval_steps = checkpoint.interval_seconds / *inputs.step_seconds;
   advice.checkpoint = checkpoint;
   return advice;
+}
+
+nlohmann::json to_json(const Advice& advice) {
+  nlohmann::json out = {{"hardware", {{"hosts", advice.hardware.hosts},
+                                      {"gpus_per_host", advice.hardware.gpus_per_host},
+                                      {"gpu_memory_bytes", advice.hardware.gpu_memory_bytes},
+                                      {"headroom", advice.hardware.headroom}}}};
+  if (advice.state) {
+    out["model_state"] = {{"weights_bytes", advice.state->weights}, {"gradients_bytes", advice.state->gradients},
+                          {"optimizer_bytes", advice.state->optimizer}, {"total_bytes", advice.state->total()},
+                          {"source", advice.state->source}};
+  }
+  out["candidates"] = nlohmann::json::array();
+  for (const LayoutCandidate& candidate : advice.candidates) {
+    out["candidates"].push_back({{"name", candidate.name}, {"data", candidate.data}, {"tensor", candidate.tensor},
+                                 {"pipeline", candidate.pipeline}, {"sharded_optimizer", candidate.sharded_optimizer},
+                                 {"bytes_per_gpu", candidate.bytes_per_gpu}, {"fits", candidate.fits}});
+  }
+  out["recommended"] = advice.recommended ? nlohmann::json(advice.candidates[*advice.recommended].name) : nlohmann::json();
+  out["reasons"] = advice.reasons;
+  if (advice.bubble) out["pipeline_bubble"] = *advice.bubble;
+  if (!advice.bubble_source.empty()) out["pipeline_bubble_source"] = advice.bubble_source;
+  out["gradient_bytes_per_step"] = advice.gradient_bytes_per_step;
+  if (advice.gradient_seconds) out["gradient_seconds_per_step"] = *advice.gradient_seconds;
+  if (advice.checkpoint) {
+    const CheckpointAdvice& c = *advice.checkpoint;
+    out["checkpoint"] = {{"cost_seconds", c.cost_seconds}, {"cost_source", c.cost_source},
+                         {"mtbf_seconds", c.mtbf_seconds}, {"mtbf_source", c.mtbf_source},
+                         {"interval_seconds", c.interval_seconds}};
+    if (c.interval_steps) out["checkpoint"]["interval_steps"] = *c.interval_steps;
+  }
+  return out;
 }
 
 }  // namespace dtrain::plan

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "launcher/spec/job_spec.h"
 
 namespace dtrain::plan {
@@ -85,6 +87,12 @@ inline constexpr double kDefaultCheckpointCostSeconds = 60;
 inline constexpr double kDefaultHostMtbfSeconds = 30.0 * 24 * 3600;  ///< one host: a month
 
 Advice advise(const AdviceInputs& inputs);
+
+/// `dtrain plan --advise --json`: every figure of the advice with its source.
+nlohmann::json to_json(const Advice& advice);
+
+/// "112.0 GB" (powers of 1000, as GPU memory is sold and as intent sizes are written).
+std::string gigabytes(double bytes);
 
 /// "0.43" → "43 %"-style words are the caller's; this is the (p − 1) / (m + p − 1) of 1F1B.
 double pipeline_bubble(int stages, int micro_batches);

@@ -30,15 +30,12 @@ void audit_action(const std::string& command, const std::string& action, const s
   }
 }
 
-std::optional<int> refuse_without_required_intent(const spec::JobSpec& spec, const std::string& command) {
-  std::string config_path = spec::site_config_path(dtrain_home());
-  Result<spec::SiteConfig> config = spec::load_site_config(config_path);
-  if (!config) {
-    std::fprintf(stderr, "%s: the site config cannot be read, so its intent policy cannot be checked:\n%s\n",
-                 command.c_str(), config.error().message.c_str());
-    return exit_code_for(config.error());
-  }
-  if (spec.intent.given || !spec::intent_required(*config, spec.tenant)) return std::nullopt;
+namespace {
+
+/// The refusal of a spec without intent: when the site requires one of its tenant, with an example.
+bool refused_without_intent(const spec::JobSpec& spec, const spec::SiteConfig& config, const std::string& config_path,
+                            const std::string& command) {
+  if (spec.intent.given || !spec::intent_required(config, spec.tenant)) return false;
   std::string tenant = spec.tenant.empty() ? "a spec without a tenant" : "tenant " + spec.tenant;
   std::fprintf(stderr,
                "%s: %s: the site requires %s to state the job's intent (%s: intent.required_for), and the spec has "
@@ -49,14 +46,16 @@ std::optional<int> refuse_without_required_intent(const spec::JobSpec& spec, con
                "    target_duration: 72h\n"
                "    gpu_memory: 60GB\n"
                "    recovery: {max_recovery: 5m, max_lost: 200 steps, mode: restart}\n"
-               "(man 5 dtrain-spec, INTENT)\n",
+               "(man 5 dtrain-spec, intent)\n",
                command.c_str(), spec.source_path.empty() ? "the spec" : spec.source_path.c_str(), tenant.c_str(),
                config_path.c_str());
-  return to_int(ExitCode::usage);
+  return true;
 }
 
+}  // namespace
+
 Admission admit_under_quota(const spec::JobSpec& spec, bool over_quota, const std::string& command,
-                            const std::string& action) {
+                            const std::string& action, IntentPolicy intent_policy) {
   Admission admission;
   std::string config_path = spec::site_config_path(dtrain_home());
   Result<spec::SiteConfig> config = spec::load_site_config(config_path);
@@ -66,6 +65,10 @@ Admission admit_under_quota(const spec::JobSpec& spec, bool over_quota, const st
     std::fprintf(stderr, "%s: the site config cannot be read, so quotas cannot be checked:\n%s\n", command.c_str(),
                  config.error().message.c_str());
     admission.refused_exit_code = exit_code_for(config.error());
+    return admission;
+  }
+  if (intent_policy == IntentPolicy::enforced && refused_without_intent(spec, *config, config_path, command)) {
+    admission.refused_exit_code = to_int(ExitCode::usage);
     return admission;
   }
   std::optional<spec::TenantBudget> budget = spec::budget_for_tenant(*config, spec.tenant);

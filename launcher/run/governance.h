@@ -21,16 +21,18 @@ struct Admission {
   std::string quota_note;                ///< "over quota (overridden): ..." or a near-quota warning, for the audit row
 };
 
-/// Checks the spec's tenant against its budget this month. Prints warnings and a refusal (with
-/// the numbers and the override flag) to stderr as `command` ("dtrain submit"); a refusal is
-/// audited as `action`.
-Admission admit_under_quota(const spec::JobSpec& spec, bool over_quota, const std::string& command,
-                            const std::string& action);
+/// Whether the site's intent policy ($DTRAIN_HOME/config.yaml intent.required_for) applies: to a
+/// spec file (dtrain submit), not to `dtrain run`'s command line (no intent: to give) nor to a
+/// resume (the spec was admitted when it was submitted).
+enum class IntentPolicy { enforced, not_applicable };
 
-/// The site's intent policy ($DTRAIN_HOME/config.yaml intent.required_for): a spec of a tenant
-/// that must state an intent and does not is refused, with the fix, on stderr as `command`; the
-/// exit code, or none when the spec may go on. An unreadable site config is refused here too.
-std::optional<int> refuse_without_required_intent(const spec::JobSpec& spec, const std::string& command);
+/// Admits the spec under the site config, read once: with IntentPolicy::enforced, a tenant that
+/// must state an intent and did not is refused with an example of one; then the tenant's budget
+/// this month. Prints warnings and a refusal (with the numbers and the override flag) to stderr
+/// as `command` ("dtrain submit"); a quota refusal is audited as `action`. An unreadable site
+/// config is refused.
+Admission admit_under_quota(const spec::JobSpec& spec, bool over_quota, const std::string& command,
+                            const std::string& action, IntentPolicy intent_policy);
 
 /// One audit row for an action on a run; a failure to record it is a warning on stderr (the
 /// action goes on). Every worker.env value of `spec` (when given) is redacted wherever it appears.

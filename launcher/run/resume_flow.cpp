@@ -64,7 +64,7 @@ int resume(const ResumeOptions& options) {
   spec::JobSpec spec = std::move(*loaded.spec);
   Result<plan::RankPlan> plan = plan::make_plan(spec);
   if (!plan) return refuse(run->spec_path() + ": " + plan.error().message);
-  Admission admission = admit_under_quota(spec, options.over_quota, "dtrain resume", "resume");
+  Admission admission = admit_under_quota(spec, options.over_quota, "dtrain resume", "resume", IntentPolicy::not_applicable);
   if (admission.refused_exit_code) return *admission.refused_exit_code;
 
   // A corrupt line (a full disk, a hand edit) is skipped with a warning; the rest still counts.

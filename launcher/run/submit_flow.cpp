@@ -89,11 +89,9 @@ int submit(const SubmitOptions& options) {
   }
 
   std::string command = "dtrain " + options.audit_action;
-  // The policy is for spec jobs: `dtrain run` (a torchrun-style command line) has no intent: to give.
-  if (options.audit_action == "submit") {
-    if (std::optional<int> refused = refuse_without_required_intent(spec, command)) return *refused;
-  }
-  Admission admission = admit_under_quota(spec, options.over_quota, command, options.audit_action);
+  // `dtrain run` passes its command line as spec_text: it has no intent: to give.
+  Admission admission = admit_under_quota(spec, options.over_quota, command, options.audit_action,
+                                          options.spec_text ? IntentPolicy::not_applicable : IntentPolicy::enforced);
   if (admission.refused_exit_code) return *admission.refused_exit_code;
 
   std::string run_id = make_run_id(spec.name.empty() ? "job" : spec.name, clock.wall_ms());
