@@ -337,23 +337,38 @@ Result<CommandOutput> run_command(const std::vector<std::string>& argv, Millis t
   PipedChild& child = *started;
   child.close_input();
   CommandOutput output;
-  int64_t deadline = monotonic_ms() + timeout.count();
-  while (!child.stdout_closed() || !child.reaped()) {
-    int64_t left = deadline - monotonic_ms();
-    if (left <= 0) {
-      return Error::infra(argv[0] + " did not finish within " + format_duration(timeout) + "; it was killed");
-    }
-    std::vector<pollfd> fds = child.poll_fds();
-    if (fds.empty()) ::usleep(5'000);
-    else ::poll(fds.data(), fds.size(), static_cast<int>(std::min<int64_t>(left, 200)));
+  const int64_t deadline = monotonic_ms() + timeout.count();
+  // Its exit, not its pipes' EOF, ends the command. Who holds the pipes open after it exited is
+  // something it started that outlived it (a daemon that left its process group with our pipe as
+  // its stdout): that EOF may never come, and the caller (an agent's hello) must not wait for it.
+  // A short grace after the exit still takes what a background job of its own group writes last.
+  constexpr int64_t kAfterExitGraceMs = 100;
+  int64_t exited_ms = -1;
+  for (;;) {
+    if (exited_ms < 0 && child.reaped()) exited_ms = monotonic_ms();
     child.pump();
     output.out += child.take_stdout();
     output.err += child.take_stderr();
     if (output.out.size() + output.err.size() > max_output_bytes) {
       return Error::infra(argv[0] + " wrote more than " + std::to_string(max_output_bytes) + " bytes; it was killed");
     }
+    const int64_t now = monotonic_ms();
+    if (exited_ms >= 0 && (child.output_closed() || now - exited_ms >= kAfterExitGraceMs)) break;
+    int64_t left = (exited_ms >= 0 ? exited_ms + kAfterExitGraceMs : deadline) - now;
+    if (exited_ms < 0 && left <= 0) {
+      return Error::infra(argv[0] + " did not finish within " + format_duration(timeout) + "; it was killed");
+    }
+    std::vector<pollfd> fds = child.poll_fds();
+    // Woken by its exit as well as by its output (poll_fds has the pidfd only once both ended).
+    const int exit_fd = child.handle().exit_fd();
+    if (exited_ms < 0 && exit_fd >= 0 &&
+        std::none_of(fds.begin(), fds.end(), [&](const pollfd& entry) { return entry.fd == exit_fd; })) {
+      fds.push_back({exit_fd, POLLIN, 0});
+    }
+    if (fds.empty()) ::usleep(5'000);
+    else ::poll(fds.data(), fds.size(), static_cast<int>(std::clamp<int64_t>(left, 1, 200)));
   }
-  child.terminate(0);
+  child.terminate(0);  // closes our ends: a daemon still holding theirs gets EPIPE, not our wait
   output.out += child.take_stdout();
   output.err += child.take_stderr();
   int status = *child.wait_status();

@@ -131,6 +131,8 @@ class PipedChild {
   std::string take_stderr() { return std::exchange(stderr_bytes_, {}); }
   /// True once its stdout reached EOF (or could not be read).
   bool stdout_closed() const { return !stdout_.valid(); }
+  /// Both its stdout and its stderr reached EOF.
+  bool output_closed() const { return !stdout_.valid() && !stderr_.valid(); }
   /// Monotonic ms at which stdout ended; -1 before.
   int64_t stdout_closed_ms() const { return stdout_closed_ms_; }
   /// The wait status once reaped (waitpid WNOHANG now when not yet).

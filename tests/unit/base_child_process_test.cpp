@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <filesystem>
 #include <set>
 #include <string>
@@ -243,5 +244,28 @@ TEST_CASE("run_command runs a command to its end through PipedChild") {
   CHECK(output->exit_code == 3);
   CHECK(output->out == "out\n");
   CHECK(output->err == "err\n");
+  CHECK(no_child_left());
+}
+
+TEST_CASE("run_command ends at the command's exit even when a daemon it started holds its stdout") {
+  // Before: the read waited for an EOF the daemon never gave, until the timeout, and the command
+  // that had finished was reported as hung (an agent's stack probe delayed its hello this way).
+  TempDir dir;
+  const std::string pid_file = dir.path + "/daemon pid";
+  const std::string script =
+      "echo before; setsid sh -c 'echo $$ > \"$1\"; exec sleep 600' daemon \"$1\" & "
+      "while [ ! -s \"$1\" ]; do sleep 0.01; done; echo after; exit 4";
+  Result<CommandOutput> output = run_command({"/bin/sh", "-c", script, "probe", pid_file}, Millis(20'000));
+  pid_t daemon = 0;
+  if (FILE* file = std::fopen(pid_file.c_str(), "r")) {
+    if (std::fscanf(file, "%d", &daemon) != 1) daemon = 0;
+    std::fclose(file);
+  }
+  REQUIRE(daemon > 0);
+  CHECK(::kill(daemon, 0) == 0);  // it outlived the command: the case under test
+  kill_and_reap(daemon);  // ours to reap when an earlier case made this process a subreaper
+  REQUIRE_MESSAGE(output.ok(), output.error().message);
+  CHECK(output->exit_code == 4);
+  CHECK(output->out == "before\nafter\n");
   CHECK(no_child_left());
 }
