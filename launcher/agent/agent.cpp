@@ -391,6 +391,12 @@ void Agent::on(const proto::KillRequest& kill) {
 // `to`. Everything the agent keys by generation follows them; their environment cannot, which
 // is why the error file is looked up by spawn_gen() and an orphan's DTRAIN_GENERATION through
 // moved_generations_.
+void Agent::on(const proto::HealthCheckRequest& request) {
+  // Replaced by the checks of launcher/agent/health_checks.h (issue 29, in progress).
+  out_.send(proto::AgentError{"health checks are not built into this agent yet", std::string("health"), request.id,
+                              std::nullopt, std::nullopt});
+}
+
 void Agent::on(const proto::GenChangedRequest& change) {
   int from = change.from;
   int to = change.to;

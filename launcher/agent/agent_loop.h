@@ -75,6 +75,7 @@ class Agent {
   void on(const proto::SampleRequest& sample);
   void on(const proto::DumpRequest& dump);
   void on(const proto::GenChangedRequest& change);
+  void on(const proto::HealthCheckRequest& request);
 
   /// Refuses a launch that would collide with a live worker or a generation gen_changed moved
   /// on from (spawn_failed), else adds its files and starts it.

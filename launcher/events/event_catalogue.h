@@ -28,6 +28,8 @@ inline constexpr const char* kHostConnected = "host.connected";
 inline constexpr const char* kHostFacts = "host.facts";
 inline constexpr const char* kHostStack = "host.stack";
 inline constexpr const char* kStackConsistency = "stack.consistency";
+inline constexpr const char* kHostHealth = "host.health";
+inline constexpr const char* kHostQuarantined = "host.quarantined";
 inline constexpr const char* kHostFailed = "host.failed";
 inline constexpr const char* kHostLost = "host.lost";
 inline constexpr const char* kHostExcluded = "host.excluded";
@@ -97,6 +99,8 @@ inline const std::vector<EventType>& catalogue() {
       {kHostFacts, "what the agent found on its host (CPUs, memory, GPUs)", {"host"}},
       {kHostStack, "a host's software stack as its agent found it at hello (OS, kernel, GPU driver, CUDA, NCCL, Python and torch of the worker's interpreter, container image, sha256 of the worker command's files); unknown where it could not be read", {"host", "items", "ms"}},
       {kStackConsistency, "the hosts' software stacks compared before the first generation (or a spare's against them): each item a host differs on, beside the majority's value, and what the run did (started, refused, warned, spare left out)", {"mode", "verdict", "action", "hosts", "differences", "detail"}},
+      {kHostHealth, "a host's health checks (GPU health from NVML, leftover GPU memory, network ports, the checkpoint directory written and fsynced, free space, the site's own command) at hello, before a re-rendezvous took it in, or after a failure blamed on it; each check's verdict and message, and whether the host was admitted or left out", {"host", "moment", "verdict", "action", "checks", "detail"}},
+      {kHostQuarantined, "a host found bad enough to keep out of later runs (a failed health check, or the root cause of health.quarantine.after failures within its window): the registry quarantines it until released or expired", {"host", "reason", "evidence", "duration_ms"}},
       {kHostFailed, "no agent could be started on a host", {"host", "error"}},
       {kHostLost, "a host's agent is gone: connection closed, silent past heartbeat.timeout, or never connected", {"host", "reason", "was_connected"}},
       {kHostExcluded, "a host that failed elastic.exclude_after times is left out of later plans", {"host", "failures", "detail"}},

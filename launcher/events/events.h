@@ -24,6 +24,7 @@
 
 #include "launcher/base/result.h"
 #include "launcher/events/event_catalogue.h"
+#include "launcher/events/health_events.h"  // host.health, host.quarantined
 #include "launcher/events/stack_events.h"  // host.stack, stack.consistency
 
 namespace dtrain::events {

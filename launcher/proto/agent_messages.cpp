@@ -409,6 +409,9 @@ struct ToJson {
     put_optional(out, "note", m.note);
     return out;
   }
+  json operator()(const HealthReply& m) const {
+    return {{"type", msg::kHealth}, {"id", m.id}, {"report", to_json(m.report)}};
+  }
   json operator()(const GenChangedReply& m) const {
     json out = {{"type", msg::kGenChanged}, {"from", m.from}, {"to", m.to}, {"ranks", m.ranks}, {"pids", m.pids}};
     put_optional(out, "id", m.id);
@@ -432,7 +435,8 @@ const char* type_of(const AgentMessage& message) {
   static constexpr const char* kNames[] = {msg::kHello,  msg::kStarted,  msg::kSpawnFailed, msg::kExit,
                                            msg::kLog,    msg::kFromWorker, msg::kBeat,      msg::kPong,
                                            msg::kPort,   msg::kSample,   msg::kReleased,    msg::kError,
-                                           msg::kBye,    msg::kProtocolError, msg::kDump,   msg::kGenChanged};
+                                           msg::kBye,    msg::kProtocolError, msg::kDump,   msg::kGenChanged,
+                                           msg::kHealth};
   static_assert(std::size(kNames) == std::variant_size_v<AgentMessage>);
   return kNames[message.index()];
 }
@@ -489,6 +493,16 @@ Result<AgentMessage> parse_agent_message(const json& frame) {
     released.remaining_pids = reader.optional_integer_array("remaining_pids", kMaxPids);
     if (reader.optional_array("ranks")) released.ranks = reader.optional_integer_array("ranks", kMaxPids);
     return checked(reader, std::move(released));
+  }
+  if (type == msg::kHealth) {
+    HealthReply reply;
+    reply.id = reader.integer("id");
+    if (const json* report = reader.object("report")) {
+      Result<HealthReport> parsed = parse_health_report(*report, "health.report");
+      if (!parsed) return parsed.error();
+      reply.report = std::move(*parsed);
+    }
+    return checked(reader, std::move(reply));
   }
   if (type == msg::kGenChanged) {
     GenChangedReply reply;

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "launcher/base/result.h"
+#include "launcher/proto/host_health.h"
 #include "launcher/proto/stack_fingerprint.h"
 #include "launcher/proto/worker_messages.h"
 
@@ -245,10 +246,18 @@ struct WorkerProtocolError {
   bool operator==(const WorkerProtocolError&) const = default;
 };
 
+/// The checks the agent ran: after hello when config asked (id 0, moment "start"), and as the
+/// answer to each health request (its id).
+struct HealthReply {
+  int64_t id = 0;
+  HealthReport report{};
+  bool operator==(const HealthReply&) const = default;
+};
+
 using AgentMessage = std::variant<AgentHello, WorkerStartedReport, WorkerSpawnFailedReport, WorkerExitReport,
                                   WorkerLogLine, FromWorker, AgentBeat, Pong, PortReply, SampleReply,
                                   Released, AgentError, AgentBye, WorkerProtocolError, FlightRecorderDump,
-                                  GenChangedReply>;
+                                  GenChangedReply, HealthReply>;
 
 /// The frame of one message: "type" first, then its fields (absent optionals left out). A
 /// FromWorker must hold a message (one that holds an Error is the supervisor's reading of a bad

@@ -7,7 +7,11 @@
 //
 // supervisor → agent
 //   config  {protocol, run_id, host, runtime_dir, heartbeat_interval_ms, heartbeat_timeout_ms,
-//            supervisor_time_ms, batch_beats?, stack?}
+//            supervisor_time_ms, batch_beats?, stack?, health?}
+//           health {checkpoint_dir?, master_addr?, command?, command_timeout_ms, diagnose?,
+//           diagnose_timeout_ms, leftover_gpu_memory_mb, reclaim_wait_ms, write_timeout_ms,
+//           min_free_mb} (host_health.h): check this host once after hello and say it in a
+//           health {id:0, report} frame.
 //           stack {argv, workdir?, env, timeout_ms} (stack_fingerprint.h): fingerprint this
 //           host's software stack for that worker command and say it in hello.stack (spec
 //           consistency strict or warn). The interpreter's probe is killed past timeout_ms.
@@ -65,6 +69,11 @@
 //           ends it), and is told so on its socket (wire.h gen.changed). Held beats of `from`
 //           are flushed first. Answered by gen_changed. Workers of `from` that already exited
 //           are not carried over.
+//   health  {id, moment, diagnose}
+//           run the host's health checks now (config.health says which; host_health.h) and
+//           answer health {id, report}. moment: "join" (before a re-rendezvous takes this host
+//           in) or "after failure" (it was blamed for one); diagnose: also run config.health's
+//           diagnose command. The checks run off the agent's loop (beats go on meanwhile).
 //   kill    {gen, signal, grace_ms, ranks:[r..]}   with ranks: only those workers of gen (a hung
 //           rank before an in-place recovery); answered by released {gen, ranks, ...} when they
 //           are gone, which says nothing about the generation's other workers.
@@ -76,6 +85,11 @@
 //           python_nccl?, python_cuda?, image, files:[{path, sha256}], ms, notes:[..]}; a value
 //           that could not be read is "unknown (why)", one that does not exist "none". A stack
 //           that does not parse is a protocol.error naming the host; the hello still counts.
+//   health  {id, report:{moment, checks:[{name, verdict:"ok"|"warn"|"fail", message}], ms}}
+//           the host's checks: id 0 with moment "start" once after hello when config asked
+//           (the checks run off the loop: beats go on, and the hello is not delayed), else
+//           the answer to a health request. One that does not parse is a protocol.error
+//           naming the host, and the host counts as unchecked (warned, not refused).
 //   started {gen, rank, local_rank, pid}
 //   spawn_failed {gen, rank, error}
 //   exit    {gen, rank, pid, code?|signal?, signal_name?, agent_time_ms, tail:[last lines]}
@@ -190,6 +204,7 @@ inline constexpr const char* kFence = "fence";
 inline constexpr const char* kSample = "sample";  // request and reply
 inline constexpr const char* kDump = "dump";      // request and reply
 inline constexpr const char* kGenChanged = "gen_changed";  // request and reply
+inline constexpr const char* kHealth = "health";            // request and reply
 
 inline constexpr const char* kHello = "hello";
 inline constexpr const char* kStarted = "started";

@@ -65,6 +65,11 @@ Result<SupervisorMessage> parse_config(FieldReader& reader) {
     if (!request) return request.error();
     config.stack = std::move(*request);
   }
+  if (const json* health = reader.optional_object("health")) {
+    Result<HealthRequest> request = parse_health_request(*health, "config.health");
+    if (!request) return request.error();
+    config.health = std::move(*request);
+  }
   return checked(reader, std::move(config));
 }
 
@@ -158,6 +163,7 @@ struct ToJson {
     put_optional(out, "supervisor_time_ms", m.supervisor_time_ms);
     out["batch_beats"] = m.batch_beats;
     if (m.stack) out["stack"] = to_json(*m.stack);
+    if (m.health) out["health"] = to_json(*m.health);
     return out;
   }
   json operator()(const SpawnRequest& m) const {
@@ -214,6 +220,9 @@ struct ToJson {
   json operator()(const GenChangedRequest& m) const {
     return {{"type", msg::kGenChanged}, {"id", m.id}, {"from", m.from}, {"to", m.to}};
   }
+  json operator()(const HealthCheckRequest& m) const {
+    return {{"type", msg::kHealth}, {"id", m.id}, {"moment", m.moment}, {"diagnose", m.diagnose}};
+  }
 };
 
 }  // namespace
@@ -225,7 +234,7 @@ json to_json(const SupervisorMessage& message) { return std::visit(ToJson{}, mes
 const char* type_of(const SupervisorMessage& message) {
   static constexpr const char* kNames[] = {msg::kConfig, msg::kSpawn,       msg::kKill,  msg::kPing,
                                            msg::kToWorker, msg::kReservePort, msg::kFence, msg::kSample,
-                                           msg::kDump,   msg::kGenChanged};
+                                           msg::kDump,   msg::kGenChanged, msg::kHealth};
   static_assert(std::size(kNames) == std::variant_size_v<SupervisorMessage>);
   return kNames[message.index()];
 }
@@ -275,6 +284,13 @@ Result<SupervisorMessage> parse_supervisor_message(const json& frame) {
     return checked(reader, std::move(dump));
   }
   if (type == msg::kGenChanged) return parse_gen_changed(reader);
+  if (type == msg::kHealth) {
+    HealthCheckRequest health;
+    health.id = reader.integer("id");
+    health.moment = reader.string("moment", 32);
+    health.diagnose = reader.optional_boolean("diagnose").value_or(false);
+    return checked(reader, std::move(health));
+  }
   return Error::user("unknown message type '" + printable(type, 40) + "'");
 }
 

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "launcher/base/result.h"
+#include "launcher/proto/host_health.h"
 #include "launcher/proto/stack_fingerprint.h"
 
 namespace dtrain::proto {
@@ -39,6 +40,8 @@ struct AgentConfig {
   /// Fingerprint this host's software stack for this worker command and say it in hello
   /// (spec consistency: strict or warn); absent: no fingerprint.
   std::optional<StackProbeRequest> stack{};
+  /// Check this host's health after hello and say it in a health frame (id 0); absent: no checks.
+  std::optional<HealthRequest> health{};
   bool operator==(const AgentConfig&) const = default;
 };
 
@@ -120,9 +123,18 @@ struct GenChangedRequest {
   bool operator==(const GenChangedRequest&) const = default;
 };
 
+/// Run the health checks now (messages.h health): before a re-rendezvous takes the host in, or
+/// after it was blamed for a failure (with the site's diagnose command when asked).
+struct HealthCheckRequest {
+  int64_t id = 0;
+  std::string moment{};
+  bool diagnose = false;
+  bool operator==(const HealthCheckRequest&) const = default;
+};
+
 using SupervisorMessage = std::variant<AgentConfig, SpawnRequest, KillRequest, PingRequest, ToWorkerRequest,
                                        ReservePortRequest, FenceRequest, SampleRequest, DumpRequest,
-                                       GenChangedRequest>;
+                                       GenChangedRequest, HealthCheckRequest>;
 
 /// The frame of one message: "type" first, then its fields (absent optionals left out).
 nlohmann::json to_json(const SupervisorMessage& message);

@@ -253,6 +253,10 @@ void FrameRouter::on(AgentLink& link, const proto::Released& released) {
   out_.feed(supervisor::GenerationReleased{released.gen, link.host()});
 }
 
+void FrameRouter::on(AgentLink&, const proto::HealthReply&) {
+  // Taken to the supervisor with the health gates (issue 29, in progress).
+}
+
 void FrameRouter::on(AgentLink& link, const proto::GenChangedReply& reply) {
   std::vector<int> ranks(reply.ranks.begin(), reply.ranks.end());
   out_.feed(supervisor::SurvivorsCarriedOver{reply.to, link.host(), std::move(ranks), reply.pids});

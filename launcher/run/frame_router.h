@@ -112,6 +112,7 @@ class FrameRouter {
   void on(AgentLink& link, const proto::SampleReply& sample);
   void on(AgentLink& link, const proto::Released& released);
   void on(AgentLink& link, const proto::GenChangedReply& reply);
+  void on(AgentLink& link, const proto::HealthReply& reply);
   void on(AgentLink& link, const proto::AgentError& error);
   void on(AgentLink& link, const proto::AgentBye& bye);
   void on(AgentLink& link, const proto::WorkerProtocolError& error);

@@ -301,6 +301,10 @@ struct FakeCluster::Simulation {
   void on(SimAgent&, const proto::ToWorkerRequest&, int64_t) {}
   void on(SimAgent&, const proto::DumpRequest&, int64_t) {}
   void on(SimAgent&, const proto::GenChangedRequest&, int64_t) {}
+  /// A simulated host has nothing to check: every health request is answered with no checks.
+  void on(SimAgent& agent, const proto::HealthCheckRequest& request, int64_t) {
+    emit(agent, proto::HealthReply{request.id, proto::HealthReport{request.moment, {}, 0}});
+  }
 
   void fence(SimAgent& agent, const std::string& reason, int64_t wall) {
     std::vector<int64_t> killed = kill_workers(agent, -1, wall);

@@ -231,6 +231,29 @@ std::optional<double> parse_byte_size(const std::string& text);
 /// Bytes a weight takes in `precision` (fp32/tf32 4, bf16/fp16 2, fp8 1).
 int bytes_per_weight(IntentSettings::Precision precision);
 
+/// health: the checks each agent makes of its host before it takes part (issue 29): at hello,
+/// before a re-rendezvous takes a host in, and after a failure blamed on a host. A host that
+/// fails one is left out (a spare or a shrink takes its place) and quarantined in the registry,
+/// so later runs leave it out too. The site's defaults for command and diagnose are
+/// $DTRAIN_HOME/config.yaml health:.
+struct HealthSettings {
+  bool enabled = true;               ///< health.enabled: false runs no checks
+  std::string command;               ///< health.command: the site's own check (sh -c); exit 1 keeps the host out
+  Millis command_timeout{30'000};    ///< past it the command is killed: a warning, the host goes in
+  std::string diagnose;              ///< health.diagnose: run before a host blamed for a failure returns
+  Millis diagnose_timeout{300'000};
+  uint64_t leftover_gpu_memory_mb = 512;  ///< health.leftover_gpu_memory: others' memory per GPU allowed
+  Millis reclaim_wait{30'000};       ///< health.reclaim_wait: how long to wait for it to be freed
+  Millis write_timeout{5'000};       ///< health.write_timeout: the checkpoint directory's write + fsync
+  uint64_t min_free_mb = 1024;       ///< health.min_free: free space in the checkpoint directory
+  /// health.quarantine: the root cause of `after` failures within `window` is quarantined, as is
+  /// a host that fails a check; for `duration`, then on probation (the next check decides).
+  int quarantine_after = 3;
+  Millis quarantine_window{24LL * 3600 * 1000};
+  Millis quarantine_duration{7LL * 24 * 3600 * 1000};
+  bool operator==(const HealthSettings&) const = default;
+};
+
 struct JobSpec {
   int version = 1;
   std::string name;
@@ -252,6 +275,7 @@ struct JobSpec {
   MetricsSettings metrics;
   LogsSettings logs;
   IntentSettings intent;
+  HealthSettings health;
   Millis stop_grace{10'000};
   /// A preemption (SIGTERM to dtrain, `dtrain stop --checkpoint`): how long to wait for the
   /// checkpoint asked of every rank before stopping, and the SIGTERM-to-SIGKILL grace of workers

@@ -7,13 +7,14 @@
 #include <cmath>
 #include <exception>
 
+#include "launcher/spec/job_spec.h"
 #include "launcher/spec/spec_reader.h"
 
 namespace dtrain::spec {
 
 namespace {
 
-const std::vector<std::string> kTopKeys = {"cost", "quotas", "intent"};
+const std::vector<std::string> kTopKeys = {"cost", "quotas", "intent", "health"};
 const std::vector<std::string> kCostKeys = {"currency", "per_gpu_hour", "per_slot_hour"};
 const std::vector<std::string> kQuotaKeys = {"warn_at", "default", "tenants"};
 const std::vector<std::string> kBudgetKeys = {"gpu_hours", "slot_hours"};
@@ -132,7 +133,36 @@ void read_intent_policy(DiagnosticSink& sink, const Section& top, SiteConfig& co
   }
 }
 
+// health: the site's own check and diagnostics, for specs that name none.
+void read_health_defaults(DiagnosticSink& sink, const Section& top, SiteConfig& config) {
+  Section health(sink, top.get("health"), "health", {"command", "command_timeout", "diagnose", "diagnose_timeout"});
+  auto read_command = [&](const char* key, std::string& out) {
+    const YAML::Node* node = health.get(key);
+    if (node == nullptr) return;
+    if (!node->IsScalar() || node->Scalar().empty()) {
+      sink.error(*node, health.path(key), "expected a command line (run with sh -c on each host), got " + describe(*node));
+      return;
+    }
+    out = node->Scalar();
+  };
+  read_command("command", config.health_command);
+  read_command("diagnose", config.health_diagnose);
+  config.health_command_timeout = read_duration(sink, health.get("command_timeout"), health.path("command_timeout"), Millis(100));
+  config.health_diagnose_timeout = read_duration(sink, health.get("diagnose_timeout"), health.path("diagnose_timeout"), Millis(100));
+}
+
 }  // namespace
+
+void apply_site_health(const SiteConfig& config, HealthSettings& health) {
+  if (health.command.empty() && !config.health_command.empty()) {
+    health.command = config.health_command;
+    if (config.health_command_timeout) health.command_timeout = *config.health_command_timeout;
+  }
+  if (health.diagnose.empty() && !config.health_diagnose.empty()) {
+    health.diagnose = config.health_diagnose;
+    if (config.health_diagnose_timeout) health.diagnose_timeout = *config.health_diagnose_timeout;
+  }
+}
 
 bool intent_required(const SiteConfig& config, const std::string& tenant) {
   return config.intent_required_for.count("*") > 0 || (!tenant.empty() && config.intent_required_for.count(tenant) > 0);
@@ -149,13 +179,14 @@ Result<SiteConfig> parse_site_config(const std::string& yaml_text, const std::st
     // An empty file (or one of comments) is a config with nothing in it.
     if (root.IsDefined() && !root.IsNull()) {
       if (!root.IsMap()) {
-        sink.error_at(source_name, 1, 1, "", "expected a mapping with cost:, quotas: and/or intent:, got " + describe(root));
+        sink.error_at(source_name, 1, 1, "", "expected a mapping with cost:, quotas:, intent: and/or health:, got " + describe(root));
       } else {
         const YAML::Node& const_root = root;
         Section top(sink, &const_root, "", kTopKeys);
         read_cost(sink, top, config);
         read_quotas(sink, top, config);
         read_intent_policy(sink, top, config);
+        read_health_defaults(sink, top, config);
       }
     }
   } catch (const YAML::ParserException& error) {

@@ -17,12 +17,18 @@
 //       nlp: {gpu_hours: 12000, slot_hours: 50000}
 //   intent:
 //     required_for: [nlp, vision]   # their specs must say intent: ("*": every tenant)
+//   health:                # the site's own host checks, for specs that name none
+//     command: /usr/sbin/nhc        # exit 0 healthy, 1 unhealthy (kept out), else a warning
+//     command_timeout: 30s
+//     diagnose: dcgmi diag -r 1     # before a host blamed for a failure returns
+//     diagnose_timeout: 5m
 
 #include <map>
 #include <optional>
 #include <set>
 #include <string>
 
+#include "launcher/base/duration.h"
 #include "launcher/base/result.h"
 
 namespace dtrain::spec {
@@ -47,7 +53,16 @@ struct SiteConfig {
   std::optional<TenantQuota> default_quota;     ///< quotas.default: tenants not listed
   std::map<std::string, TenantQuota> tenants;   ///< quotas.tenants
   std::set<std::string> intent_required_for;    ///< intent.required_for ("*": every tenant)
+  std::string health_command;                   ///< health.command ("" none)
+  std::optional<Millis> health_command_timeout; ///< health.command_timeout
+  std::string health_diagnose;                  ///< health.diagnose ("" none)
+  std::optional<Millis> health_diagnose_timeout;
 };
+
+struct HealthSettings;
+/// The spec's health settings with the site's command and diagnose where the spec names none
+/// (a spec's own command, with its timeout, wins).
+void apply_site_health(const SiteConfig& config, HealthSettings& health);
 
 /// Whether the site requires `tenant`'s specs to state an intent (intent.required_for).
 bool intent_required(const SiteConfig& config, const std::string& tenant);

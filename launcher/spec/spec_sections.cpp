@@ -386,7 +386,7 @@ void read_spec_body(DiagnosticSink& sink, const YAML::Node& root_node, const std
   Section root(sink, &root_node, "",
                {"version", "name", "tenant", "hosts", "hostfile", "include", "exclude", "slots_per_host", "spares",
                 "ssh", "transport", "worker", "parallelism", "batch", "elastic", "heartbeat", "checkpoint", "metrics", "logs",
-                "stop_grace", "preempt_grace", "intent", "consistency"});
+                "stop_grace", "preempt_grace", "intent", "consistency", "health"});
   read_label(sink, root.get("name"), "name", spec.name);
   read_label(sink, root.get("tenant"), "tenant", spec.tenant);
   if (auto v = read_int(sink, root.get("slots_per_host"), "slots_per_host", 1, kMaxCount)) spec.slots_per_host = *v;
@@ -408,6 +408,7 @@ void read_spec_body(DiagnosticSink& sink, const YAML::Node& root_node, const std
   read_metrics(sink, root, base_dir, spec.metrics);
   read_logs(sink, root, spec.logs);
   read_intent(sink, root, spec.elastic, spec.intent);
+  read_health(sink, root, spec.health);
   if (auto v = read_duration(sink, root.get("stop_grace"), "stop_grace", Millis(0))) spec.stop_grace = *v;
   if (auto v = read_duration(sink, root.get("preempt_grace"), "preempt_grace", Millis(1000))) spec.preempt_grace = *v;
   if (auto v = read_choice(sink, root.get("consistency"), "consistency", {"strict", "warn", "off"})) {

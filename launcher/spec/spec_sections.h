@@ -20,6 +20,7 @@ void read_worker_env(DiagnosticSink& sink, const Section& worker, const std::str
                      WorkerSettings& settings);
 
 /// intent: (spec_intent.cpp). A recovery mode of in-place needs elastic.in_place.
+void read_health(DiagnosticSink& sink, const Section& root, HealthSettings& health);
 void read_intent(DiagnosticSink& sink, const Section& root, const ElasticSettings& elastic, IntentSettings& intent);
 
 }  // namespace dtrain::spec

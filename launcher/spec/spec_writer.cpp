@@ -206,6 +206,29 @@ void observability_sections(YAML::Emitter& out, const JobSpec& spec) {
 }
 
 /// intent: only when the spec stated one; amounts as plain numbers, so they read back the same.
+void health_section(YAML::Emitter& out, const JobSpec& spec) {
+  const HealthSettings& health = spec.health;
+  if (health == HealthSettings{}) return;
+  auto megabytes = [&](const char* key, uint64_t value) {
+    out << YAML::Key << key << YAML::Value << std::to_string(value) + "MiB";
+  };
+  out << YAML::Key << "health" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "enabled" << YAML::Value << (health.enabled ? "true" : "false");
+  if (!health.command.empty()) string_value(out, "command", health.command);
+  duration_value(out, "command_timeout", health.command_timeout);
+  if (!health.diagnose.empty()) string_value(out, "diagnose", health.diagnose);
+  duration_value(out, "diagnose_timeout", health.diagnose_timeout);
+  megabytes("leftover_gpu_memory", health.leftover_gpu_memory_mb);
+  duration_value(out, "reclaim_wait", health.reclaim_wait);
+  duration_value(out, "write_timeout", health.write_timeout);
+  megabytes("min_free", health.min_free_mb);
+  out << YAML::Key << "quarantine" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "after" << YAML::Value << health.quarantine_after;
+  duration_value(out, "window", health.quarantine_window);
+  duration_value(out, "for", health.quarantine_duration);
+  out << YAML::EndMap << YAML::EndMap;
+}
+
 void intent_section(YAML::Emitter& out, const JobSpec& spec) {
   const IntentSettings& intent = spec.intent;
   if (!intent.given) return;
@@ -267,6 +290,7 @@ std::string to_yaml(const JobSpec& spec) {
   checkpoint_section(out, spec);
   observability_sections(out, spec);
   intent_section(out, spec);
+  health_section(out, spec);
   duration_value(out, "stop_grace", spec.stop_grace);
   duration_value(out, "preempt_grace", spec.preempt_grace);
   out << YAML::EndMap;

@@ -34,8 +34,11 @@ std::vector<SupervisorMessage> supervisor_samples() {
   minimal_spawn.argv = {"a"};
   AgentConfig with_stack{kProtocolVersion, "run-1", "gpu01", "/tmp/dtrain-0/abc", 1000, 10'000, 1'700'000'000'000, true};
   with_stack.stack = StackProbeRequest{{"/usr/bin/python3", "train.py"}, "/work", {{"PYTHONPATH", "/site"}}, 3000};
+  AgentConfig with_health{kProtocolVersion, "run-1", "gpu01", "/tmp/dtrain-0/abc", 1000, 10'000, std::nullopt, false};
+  with_health.health = HealthRequest{"/ckpt", "10.0.0.1", "/usr/sbin/nhc", 20'000, "dcgmi diag -r 1", 120'000, 256, 0, 3000, 4096};
   return {
       with_stack,
+      with_health,
       AgentConfig{kProtocolVersion, "run-1", "gpu01", "/tmp/dtrain-0/abc", 1000, 10'000, 1'700'000'000'000, true},
       AgentConfig{kProtocolVersion, "run-1", "gpu01", "/tmp/dtrain-0/abc", 1, 2, std::nullopt, false},
       spawn,
@@ -51,6 +54,8 @@ std::vector<SupervisorMessage> supervisor_samples() {
       SampleRequest{12, 3, 1, 4242, 5000},
       DumpRequest{13, 3, 2500},
       GenChangedRequest{14, 3, 4},
+      HealthCheckRequest{15, "after failure", true},
+      HealthCheckRequest{16, "join", false},
   };
 }
 
@@ -161,6 +166,9 @@ std::vector<AgentMessage> agent_samples() {
       FlightRecorderDump{13, 3, 1, 4242, 3, "YWJj", std::nullopt, std::nullopt, "older"},
       FlightRecorderDump{13, 3, 1, 4242, 1 << 30, std::nullopt, "/tmp/fr/1", std::nullopt, std::nullopt},
       GenChangedReply{14, 3, 4, {0, 1}, {100, 101}},
+      HealthReply{0, HealthReport{"start", {{"checkpoint dir", HealthVerdict::fail, "write + fsync did not finish within 5s"},
+                                            {"site command", HealthVerdict::warn, "exit 7: ?"}}, 35}},
+      HealthReply{15, HealthReport{"after failure", {}, 0}},
   };
 }
 

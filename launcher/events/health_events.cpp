@@ -1,0 +1,59 @@
+// to_json and from_json of host.health (health_events.h).
+
+#include "launcher/events/health_events.h"
+
+#include "launcher/base/strings.h"
+#include "launcher/events/event_fields.h"
+
+namespace dtrain::events {
+
+using nlohmann::json;
+using detail::EventFields;
+using detail::named;
+
+json HealthCheckResult::to_json() const { return {{"name", name}, {"verdict", verdict}, {"message", message}}; }
+
+Result<HealthCheckResult> HealthCheckResult::from_json(const json& object) {
+  EventFields fields("health check", object);
+  HealthCheckResult out;
+  fields.read("name", out.name).read("verdict", out.verdict).read("message", out.message);
+  return fields.result(std::move(out));
+}
+
+std::string HostHealth::summary(const std::string& of) const {
+  std::vector<std::string> parts;
+  for (const HealthCheckResult& check : checks) {
+    if (check.verdict == of) parts.push_back(check.name + ": " + check.message);
+  }
+  return join(parts, "; ");
+}
+
+json HostHealth::to_json() const {
+  json list = json::array();
+  for (const HealthCheckResult& check : checks) list.push_back(check.to_json());
+  return named(name, {{"host", host}, {"moment", moment}, {"verdict", verdict}, {"action", action},
+                      {"checks", std::move(list)}, {"ms", ms}, {"detail", detail}});
+}
+
+Result<HostHealth> HostHealth::from_json(const json& object) {
+  EventFields fields(name, object);
+  HostHealth event;
+  fields.read("host", event.host).read("moment", event.moment).read("verdict", event.verdict)
+      .read("action", event.action).read("ms", event.ms).read("detail", event.detail);
+  fields.read_each("checks", event.checks);
+  return fields.result(std::move(event));
+}
+
+json HostQuarantined::to_json() const {
+  return named(name, {{"host", host}, {"reason", reason}, {"evidence", evidence}, {"duration_ms", duration_ms}});
+}
+
+Result<HostQuarantined> HostQuarantined::from_json(const json& object) {
+  EventFields fields(name, object);
+  HostQuarantined event;
+  fields.read("host", event.host).read("reason", event.reason).read("evidence", event.evidence)
+      .read("duration_ms", event.duration_ms);
+  return fields.result(std::move(event));
+}
+
+}  // namespace dtrain::events
