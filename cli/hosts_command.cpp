@@ -363,7 +363,11 @@ void print_table(const std::vector<HostReport>& reports) {
 std::optional<events::StackConsistency> check_stacks(const spec::JobSpec& job, std::vector<HostReport>& reports) {
   std::vector<StackFinding> findings;
   for (const HostReport& report : reports) {
-    findings.push_back({report.entry.name, report.entry.spare, report.output});
+    StackFinding finding;
+    finding.host = report.entry.name;
+    finding.spare = report.entry.spare;
+    finding.output = report.output;
+    findings.push_back(std::move(finding));
   }
   std::optional<events::StackConsistency> verdict = check_host_stacks(job, findings);
   for (size_t i = 0; i < reports.size(); ++i) {

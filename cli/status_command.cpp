@@ -471,6 +471,12 @@ void print_run_text(const RunDirectory& run, const RunSnapshot& state, bool aliv
     if (stack.differences.empty()) continue;
     for (const std::string& line : events::stack_difference_table(stack.differences)) print_field("", "  " + printable(line, 300));
   }
+  // The hosts' health checks (spec health): those with something to say, by name.
+  std::vector<std::string> health = events::health_lines(state.health);
+  for (size_t i = 0; i < health.size() && i < 8; ++i) print_field(i == 0 ? "health" : "", printable(health[i], 400));
+  if (!state.quarantined.empty()) {
+    print_field("quarantined", join(state.quarantined, ", ") + " (kept out of later runs; dtrain hosts release HOST)");
+  }
   // Ranks slower than the fastest (metrics.straggler_threshold): the first few, by name.
   if (!state.stragglers.empty()) print_field("stragglers", stragglers_text(state));
   if (std::string split = step_split_text(state); !split.empty()) print_field("step split", split);

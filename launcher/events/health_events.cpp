@@ -44,6 +44,23 @@ Result<HostHealth> HostHealth::from_json(const json& object) {
   return fields.result(std::move(event));
 }
 
+std::vector<std::string> health_lines(const std::vector<HostHealth>& hosts) {
+  std::vector<std::string> lines;
+  size_t healthy = 0;
+  for (const HostHealth& host : hosts) {
+    if (host.verdict == HealthCheckResult::kOk && host.action == HostHealth::kAdmitted) {
+      ++healthy;
+      continue;
+    }
+    std::string said = host.summary(host.verdict);
+    lines.push_back(host.host + " " + host.verdict + " (" + host.moment + "), " + host.action + (said.empty() ? "" : ": " + said));
+  }
+  if (healthy > 0) {
+    lines.insert(lines.begin(), "ok on " + std::to_string(healthy) + " host" + (healthy == 1 ? "" : "s"));
+  }
+  return lines;
+}
+
 json HostQuarantined::to_json() const {
   return named(name, {{"host", host}, {"reason", reason}, {"evidence", evidence}, {"duration_ms", duration_ms}});
 }

@@ -36,6 +36,10 @@ struct HostHealth {
   static constexpr const char* kAdmitted = "admitted";  ///< action: no check failed
   static constexpr const char* kLeftOut = "left out";   ///< action: a check failed; the host is not used
   static constexpr const char* kUnchecked = "unchecked";  ///< action: no answer could be read; admitted
+  // The moments, as the agent protocol names them (proto::health_moment; a test holds them equal).
+  static constexpr const char* kStart = "start";
+  static constexpr const char* kJoin = "join";
+  static constexpr const char* kAfterFailure = "after failure";
   std::string host{};
   std::string moment{};   ///< start, join, after failure (proto::health_moment)
   std::string verdict{};  ///< the worst check's: ok, warn or fail
@@ -49,6 +53,10 @@ struct HostHealth {
   static Result<HostHealth> from_json(const nlohmann::json& event);
   bool operator==(const HostHealth&) const = default;
 };
+
+/// dtrain status's health lines: "ok on 3 hosts" (those with nothing to say), then one line per
+/// host that warned, failed or was not checked: "h2 fail (start), left out: network ports: ...".
+std::vector<std::string> health_lines(const std::vector<HostHealth>& hosts);
 
 /// host.quarantined: the run found a host bad enough to keep out of later runs (a failed health
 /// check, or the root cause of health.quarantine.after failures within its window). The registry

@@ -178,6 +178,17 @@ void export_hosts(Exporter& out, const TaskSnapshot& s) {
   }
 }
 
+void export_health(Exporter& out, const TaskSnapshot& s) {
+  if (s.health.empty() && s.quarantined.empty()) return;
+  out.family("dtrain_host_health", Type::gauge,
+             "The host's newest health check by name (spec health): 0 ok, 1 warn, 2 fail (a failed host is left out)");
+  for (const HostHealthCheck& check : s.health) {
+    out.sample("dtrain_host_health", check.severity, {{"host", check.host}, {"check", check.check}});
+  }
+  out.family("dtrain_host_quarantined", Type::gauge, "1: this run quarantined the host (kept out of later runs)");
+  for (const std::string& host : s.quarantined) out.sample("dtrain_host_quarantined", 1, {{"host", host}});
+}
+
 void export_ranks(Exporter& out, const TaskSnapshot& s) {
   if (static_cast<int>(s.ranks.size()) > kPerRankLabelLimit) return;
   out.family("dtrain_rank_step", Type::gauge, "The rank's latest step");
@@ -261,6 +272,7 @@ std::string render_prometheus(const TaskSnapshot& snapshot) {
   export_run(out, snapshot);
   export_progress(out, snapshot);
   export_hosts(out, snapshot);
+  export_health(out, snapshot);
   export_ranks(out, snapshot);
   export_step_split(out, snapshot);
   export_resources(out, snapshot);

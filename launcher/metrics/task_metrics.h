@@ -42,6 +42,13 @@ struct HostResourceMetrics {
   std::vector<Gpu> gpus;
 };
 
+/// One health check of one host, as its newest host.health said it (spec health).
+struct HostHealthCheck {
+  std::string host;
+  std::string check;
+  int severity = 0;  ///< 0 ok, 1 warn, 2 fail
+};
+
 struct TaskSnapshot {
   std::string run_id;
   std::string name;
@@ -57,6 +64,8 @@ struct TaskSnapshot {
   std::map<std::string, double> last_recovery_phase_seconds;  ///< detect, stop, replan, ...
   std::vector<RankTaskMetrics> ranks;
   std::vector<HostResourceMetrics> hosts;
+  std::vector<HostHealthCheck> health;
+  std::vector<std::string> quarantined;  ///< hosts this run quarantined
   double straggler_threshold = 0.75;
   int stragglers = 0;
   std::optional<Goodput> goodput;

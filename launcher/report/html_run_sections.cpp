@@ -110,6 +110,39 @@ std::string outcome_section(const RunRecord& record, const Timeline& timeline) {
   return out + "</section>";
 }
 
+/// Every host.health in order (a host may be checked at the start, when it joins, after a
+/// failure) with the checks that were not ok, and the hosts the run quarantined; "" when no agent
+/// was asked to check its host.
+std::string health_part(const RunRecord& record) {
+  std::vector<const events::HostHealth*> checks;
+  std::vector<const events::HostQuarantined*> quarantined;
+  for (const LoggedEvent& logged : record.events) {
+    if (const auto* health = std::get_if<events::HostHealth>(&logged.event)) checks.push_back(health);
+    if (const auto* quarantine = std::get_if<events::HostQuarantined>(&logged.event)) quarantined.push_back(quarantine);
+  }
+  if (checks.empty() && quarantined.empty()) return "";
+  std::string out = "<h3 id=\"health\">Host health (host.health)</h3><table><tr><th>host</th><th>moment</th><th>verdict</th>"
+                    "<th>action</th><th class=\"n\">ms</th><th>checks not ok</th></tr>";
+  for (const events::HostHealth* health : checks) {
+    std::string said;
+    for (const events::HealthCheckResult& check : health->checks) {
+      if (check.verdict != events::HealthCheckResult::kOk) said += "<div>" + e(check.name + " (" + check.verdict + "): " + check.message) + "</div>";
+    }
+    bool bad = health->verdict != events::HealthCheckResult::kOk;
+    out += std::string("<tr class=\"health-row\" data-host=\"") + e(health->host) + "\" data-verdict=\"" + e(health->verdict) +
+           "\"><td>" + e(health->host) + "</td><td>" + e(health->moment) + "</td><td" + (bad ? " class=\"warn\"" : "") + ">" +
+           e(health->verdict) + "</td><td>" + e(health->action) + "</td><td class=\"n\">" + std::to_string(health->ms) +
+           "</td><td>" + (said.empty() ? "-" : said) + "</td></tr>";
+  }
+  out += "</table>";
+  for (const events::HostQuarantined* quarantine : quarantined) {
+    out += "<p class=\"warn quarantined\" data-host=\"" + e(quarantine->host) + "\">" + e(quarantine->host) +
+           " quarantined: " + e(quarantine->reason) + " (" + e(join(quarantine->evidence, "; ")) +
+           "); later runs leave it out until <code>dtrain hosts release " + e(quarantine->host) + "</code></p>";
+  }
+  return out;
+}
+
 /// The hosts' software stacks (host.stack) side by side, hosts with the same stack in one
 /// column, and what each stack.consistency found; "" when no agent reported a stack.
 std::string stack_part(const RunRecord& record) {
@@ -244,6 +277,7 @@ std::string plan_section(const RunRecord& record) {
     for (const std::string& topology : topologies) out += topology;
   }
   out += stack_part(record);
+  out += health_part(record);
   return out + "</section>";
 }
 

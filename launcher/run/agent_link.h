@@ -62,6 +62,7 @@ class AgentLink {
   int64_t last_heard_ms() const { return last_heard_ms_; }
   bool connected = false;   ///< hello received
   bool lost = false;        ///< reported as HostLost; ignore further traffic
+  bool health_requested = false;  ///< config.health was sent: the agent reports its checks
   nlohmann::json facts;     ///< from hello
 
  private:

@@ -19,6 +19,7 @@
 #include "launcher/base/version.h"
 #include "launcher/proto/messages.h"
 #include "launcher/run/fd_watcher.h"
+#include "launcher/run/health_request.h"
 #include "launcher/run/run_summary.h"
 #include "launcher/run/signal_pipe.h"
 #include "launcher/run/worker_env.h"
@@ -79,6 +80,7 @@ void RunDriver::start_agents() {
                               spec_.heartbeat.interval.count(), spec_.heartbeat.timeout.count(),
                               clock_.wall_ms(), /*batch_beats=*/true};
     config.stack = stack_probe_request(spec_);
+    // config.health (health_request(spec_)) is sent once the agent's checks land.
     link->send(config);
     log().info("host {}: starting agent ({})", host.name, link->connection().describe());
     links_[host.name] = std::move(link);
@@ -269,6 +271,11 @@ void RunDriver::perform(const supervisor::Action& action) {
     launcher_.continue_in_place(*in_place);
   } else if (const auto* kill = std::get_if<supervisor::KillRanks>(&action)) {
     launcher_.kill_ranks(*kill);
+  } else if (const auto* check = std::get_if<supervisor::CheckHostHealth>(&action)) {
+    auto target = links_.find(check->host);
+    if (target != links_.end() && !target->second->lost) {
+      target->second->send(proto::HealthCheckRequest{++health_requests_, check->moment, check->diagnose});
+    }
   }
 }
 

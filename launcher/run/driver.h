@@ -148,6 +148,7 @@ class RunDriver : private FrameRouter::Output, private GenerationLauncher::Outpu
   RuntimeDirectoryChoice runtime_dir_;
   AgentTransports transports_;
   AgentLinks links_;
+  int64_t health_requests_ = 0;  ///< ids of health requests sent (0 is each agent's `start` report)
   RankProgressTable progress_;  ///< per-rank progress from beats, and every per-rank view
   FrameRouter router_{*this, supervisor_, store_, progress_, run_, clock_};
   std::optional<supervisor::FinishRun> finished_;

@@ -108,7 +108,7 @@ void FrameRouter::on(AgentLink& link, const proto::AgentHello& hello) {
     for (auto& [item, value] : proto::stack_items(*hello.stack)) stack->items.push_back({item, value});
     out_.record(stack->to_json());
   }
-  out_.feed(supervisor::HostConnected{link.host(), std::move(stack)});
+  out_.feed(supervisor::HostConnected{link.host(), std::move(stack), link.health_requested});
 }
 
 void FrameRouter::on(AgentLink&, const proto::WorkerStartedReport& started) {
@@ -253,8 +253,14 @@ void FrameRouter::on(AgentLink& link, const proto::Released& released) {
   out_.feed(supervisor::GenerationReleased{released.gen, link.host()});
 }
 
-void FrameRouter::on(AgentLink&, const proto::HealthReply&) {
-  // Taken to the supervisor with the health gates (issue 29, in progress).
+void FrameRouter::on(AgentLink& link, const proto::HealthReply& reply) {
+  // The supervisor decides what the checks mean for the run and records host.health.
+  events::HostHealth health{link.host(), reply.report.moment, proto::to_string(reply.report.verdict())};
+  for (const proto::HealthCheck& check : reply.report.checks) {
+    health.checks.push_back({check.name, proto::to_string(check.verdict), check.message});
+  }
+  health.ms = reply.report.ms;
+  out_.feed(supervisor::HostHealthReported{link.host(), std::move(health)});
 }
 
 void FrameRouter::on(AgentLink& link, const proto::GenChangedReply& reply) {

@@ -67,6 +67,7 @@ Admission admit_under_quota(const spec::JobSpec& spec, bool over_quota, const st
     admission.refused_exit_code = exit_code_for(config.error());
     return admission;
   }
+  admission.site = *config;
   if (intent_policy == IntentPolicy::enforced && refused_without_intent(spec, *config, config_path, command)) {
     admission.refused_exit_code = to_int(ExitCode::usage);
     return admission;

@@ -13,12 +13,14 @@
 #include <nlohmann/json.hpp>
 
 #include "launcher/spec/job_spec.h"
+#include "launcher/spec/site_config.h"
 
 namespace dtrain::run {
 
 struct Admission {
   std::optional<int> refused_exit_code;  ///< set: print nothing more, return this
   std::string quota_note;                ///< "over quota (overridden): ..." or a near-quota warning, for the audit row
+  std::optional<spec::SiteConfig> site;  ///< the site config as read (its health defaults apply to the run)
 };
 
 /// Whether the site's intent policy ($DTRAIN_HOME/config.yaml intent.required_for) applies: to a

@@ -157,6 +157,15 @@ void MetricsExporter::write(bool force, const supervisor::Supervisor& supervisor
     snapshot.hosts.push_back(std::move(out));
   }
 
+  for (const auto& [host, health] : supervisor.host_health()) {
+    for (const events::HealthCheckResult& check : health.checks) {
+      int severity = check.verdict == events::HealthCheckResult::kFail   ? 2
+                     : check.verdict == events::HealthCheckResult::kWarn ? 1
+                                                                         : 0;
+      snapshot.health.push_back({host, check.name, severity});
+    }
+  }
+  snapshot.quarantined = supervisor.quarantined_hosts();
   std::string text = metrics::render_prometheus(snapshot);
   if (state.endpoint) state.endpoint->publish(text);
   if (!spec_.metrics.textfile_dir.empty()) {

@@ -94,6 +94,9 @@ void SnapshotWriter::write_state(bool force, const std::optional<supervisor::Fin
   if (router_.last_checkpoint_step() >= 0) snapshot.last_checkpoint_step = router_.last_checkpoint_step();
   if (supervisor_.generation() >= 0) snapshot.hang_timeout = supervisor_.hang_timeouts().in_force();
   snapshot.stack = supervisor_.stack_verdicts();
+  snapshot.health.clear();
+  for (const auto& [host, health] : supervisor_.host_health()) snapshot.health.push_back(health);
+  snapshot.quarantined = supervisor_.quarantined_hosts();
   snapshot.spec_path = run_.spec_path();
   snapshot.detached = detached_;
   // Stragglers now (dtrain status shows them) and the goodput so far.

@@ -93,6 +93,9 @@ int submit(const SubmitOptions& options) {
   Admission admission = admit_under_quota(spec, options.over_quota, command, options.audit_action,
                                           options.spec_text ? IntentPolicy::not_applicable : IntentPolicy::enforced);
   if (admission.refused_exit_code) return *admission.refused_exit_code;
+  // The site's own health check and diagnostics, where the spec names none; kept in the run's
+  // spec so a resume checks the same way.
+  if (admission.site) spec::apply_site_health(*admission.site, spec.health);
 
   std::string run_id = make_run_id(spec.name.empty() ? "job" : spec.name, clock.wall_ms());
   Result<RunDirectory> run = RunDirectory::create(run_id);

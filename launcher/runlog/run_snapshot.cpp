@@ -157,6 +157,8 @@ json head_json(const RunSnapshot& s) {
   put_if(out, "total_steps", s.total_steps);
   if (s.hang_timeout) out["hang_timeout"] = s.hang_timeout->to_json();
   if (!s.stack.empty()) out["stack"] = list_json(s.stack);
+  if (!s.health.empty()) out["health"] = list_json(s.health);
+  if (!s.quarantined.empty()) out["quarantined"] = s.quarantined;
   if (!s.user.empty()) out["user"] = s.user;
   return out;
 }
@@ -333,6 +335,8 @@ Result<RunSnapshot> RunSnapshot::from_json(const json& state) {
   fields.read_nested("last_recovery", s.last_recovery);
   fields.read_nested("hang_timeout", s.hang_timeout);
   fields.read_each("stack", s.stack);
+  fields.read_each("health", s.health);
+  fields.read("quarantined", s.quarantined);
   fields.read_nested("root_cause", s.root_cause);
   fields.read_each("stragglers", s.stragglers);
   // dtrain wrote the file: a field of another type means something else changed it.

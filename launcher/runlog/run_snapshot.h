@@ -33,6 +33,9 @@
 //                   absent before the first generation, and from an older dtrain),
 //   "stack": [the stack.consistency events as events.jsonl holds them: the hosts compared before
 //             the first generation, then each spare left out] (absent when nothing was compared),
+//   "health": [each host's newest host.health event as events.jsonl holds it] (absent when no
+//              agent was asked to check its host),
+//   "quarantined": [hosts this run quarantined (host.quarantined)] (absent when none),
 //   "root_cause": null | {"kind" (a failure kind's name, events::FailureKind), "host", "message",
 //                         "rank", "local_rank", "log" (these three with a rank), "pid",
 //                         "code" | "signal", "traceback"},
@@ -173,6 +176,9 @@ struct RunSnapshot {
   std::optional<events::HangTimeoutChanged> hang_timeout{};
   /// The software stacks compared (spec consistency): status's "stack" line, the report's.
   std::vector<events::StackConsistency> stack{};
+  /// Each host's newest health checks (status's "health" lines, metrics.prom's dtrain_host_health).
+  std::vector<events::HostHealth> health{};
+  std::vector<std::string> quarantined{};
   std::optional<RootCause> root_cause{};
   std::vector<Straggler> stragglers{};
   /// metrics::Goodput's own JSON, kept whole: runlog cannot see launcher/metrics, and no reader

@@ -263,6 +263,8 @@ struct FakeCluster::Simulation {
     hello.facts = {{"hostname", agent.host}, {"os", "Linux (simulated)"}, {"arch", "x86_64"},
                    {"cpus", 96},          {"memory_mb", 2'000'000},     {"gpus", gpus}};
     emit(agent, hello);
+    // A simulated host has nothing to check: its `start` checks come back empty at once.
+    if (config.health) emit(agent, proto::HealthReply{0, proto::HealthReport{proto::health_moment::kStart, {}, 0}});
   }
   void on(SimAgent& agent, const proto::PingRequest& ping, int64_t) {
     emit(agent, proto::Pong{ping.id.value_or(0), clock_().wall_ms(), ping.supervisor_time_ms.value_or(0)});

@@ -132,8 +132,9 @@ GenerationProgress Supervisor::progress_of_generation() const {
 
 void Supervisor::start_when_all_connected() {
   for (const plan::PlanHost& host : plan_.hosts) {
-    if (!connected_.count(host.entry.name)) return;
+    if (!connected_.count(host.entry.name) || awaiting_start_health(host.entry.name)) return;
   }
+  if (phase_ != Phase::connecting) return;
   if (!stacks_allow_start()) return;
   start_generation(plan_);
 }
@@ -239,12 +240,20 @@ void Supervisor::finish_recovery() {
     out_.push_back(FinishRun{RunState::failed, ExitCode::crash_loop});
     return;
   }
+  start_next_generation();
+}
+
+void Supervisor::start_next_generation() {
   if (!recovery_->next_plan) {
     give_up_reason_ = recovery_->no_plan;
     record(events::FailureUnrecoverable{recovery_->no_plan}.to_json());
     set_phase(Phase::failed, recovery_->no_plan);
     out_.push_back(FinishRun{RunState::failed, ExitCode::hosts_lost});
     return;
+  }
+  if (health_gate_before_restart()) return;  // the answers come back as HostHealthReported
+  if (recovery_->health_asked_ms > 0 && recovery_->health_ms == 0) {
+    recovery_->health_ms = std::max<int64_t>(1, clock_.monotonic_ms() - recovery_->health_asked_ms);
   }
   if (recovery_->membership_change) {
     record(events::PlanChanged{plan::diff_text(plan_, *recovery_->next_plan),
@@ -287,6 +296,7 @@ void Supervisor::handle_failure(RootCause cause, bool host_lost) {
   facts.plan = &plan_;
   facts.rank = cause.rank;
   int64_t now = clock_.monotonic_ms();
+  count_failure_for_quarantine(cause, now_wall);
   FailureHistory history{excluded_, restarts_in_window(restart_times_ms_, now, spec_)};
   history.in_place_failed = in_place_failed.has_value();
   RecoveryDecision decision = decide_recovery(facts, history, spec_);
@@ -362,7 +372,8 @@ void Supervisor::complete_recovery(int64_t step, bool in_place) {
     add_in_place_phases(phases, now);
   } else {
     phases["stop_ms"] = r.released_ms - r.stop_sent_ms;
-    phases["replan_ms"] = r.spawned_ms - r.released_ms;
+    phases["replan_ms"] = r.spawned_ms - r.released_ms - r.health_ms;
+    if (r.health_ms > 0) phases["health_ms"] = r.health_ms;
     phases["spawn_ms"] = r.started_ms - r.spawned_ms;
     // rendezvous: every rank started → every communicator up, when the workers say so
     // (comm.ready); otherwise it stays inside first_step_ms.

@@ -112,6 +112,10 @@ class Supervisor {
   /// Every stack.consistency recorded: the hosts compared before the first generation, then
   /// each spare left out for its stack (state.json's stack).
   const std::vector<events::StackConsistency>& stack_verdicts() const { return stack_verdicts_; }
+  /// Each host's newest health checks, as recorded in host.health (state.json's health).
+  const std::map<std::string, events::HostHealth>& host_health() const { return host_health_; }
+  /// The hosts this run quarantined (host.quarantined), in the order it did.
+  const std::vector<std::string>& quarantined_hosts() const { return quarantined_; }
 
  private:
   struct PendingRecovery {
@@ -131,6 +135,11 @@ class Supervisor {
     /// were excluded while the failed generation stopped); unset: none, `no_plan` says why.
     std::optional<plan::RankPlan> next_plan;
     std::string no_plan;
+    /// Health gate (supervisor_health.cpp): the hosts asked to check themselves before the
+    /// next generation takes them in, and how long that took (recovery.completed's health_ms).
+    std::set<std::string> health_checked;
+    int64_t health_asked_ms = 0;
+    int64_t health_ms = 0;
   };
   /// An in-place recovery under way (elastic.in_place), meaningful in the in_place_* phases only:
   /// generation `from_gen` continues as the next one without restarting its survivors.
@@ -207,6 +216,7 @@ class Supervisor {
   void check_in_place_launch(const Tick& event);
   void check_in_place_hangs(const Tick& event);
   void check_release(const Tick& event);
+  void check_connecting(const Tick& event);
   void generation_spawned(const GenerationSpawned& event);
   void launch_step_failed(const LaunchStepFailed& event);
   void survivors_carried_over(const SurvivorsCarriedOver& event);
@@ -238,6 +248,28 @@ class Supervisor {
   /// A spare whose stack differs from the compared hosts' majority is excluded (never planned).
   void judge_spare_stack(const std::string& host);
 
+  // ---- health gates (supervisor_health.cpp) ----
+  void health_at_connect(const HostConnected& event);
+  /// Whether `host` is waiting for its first health checks since it connected (config.health).
+  bool awaiting_start_health(const std::string& host) const;
+  void health_before_start(const HostHealthReported& event);
+  void health_while_recovering(const HostHealthReported& event);
+  void health_later(const HostHealthReported& event);
+  /// Records host.health with `action` and `detail`, keeps it for the views, and quarantines a
+  /// host whose check failed. Returns the event as recorded.
+  const events::HostHealth& note_health(events::HostHealth health, const std::string& action, const std::string& detail);
+  void quarantine(const std::string& host, const std::string& reason, std::vector<std::string> evidence);
+  /// A failure blamed on `host` at wall time `now`: quarantined once it is the root cause of
+  /// health.quarantine.after failures within its window.
+  void count_failure_for_quarantine(const RootCause& cause, int64_t now_wall_ms);
+  /// Before the next generation: asks the hosts it takes in (spares, rejoined hosts: join) and
+  /// the host blamed for the failure (after failure, with the site's diagnose) to check
+  /// themselves; true while answers are awaited.
+  bool health_gate_before_restart();
+  /// The health answers awaited past their deadline are taken as unchecked (admitted, warned).
+  void check_health_deadlines(int64_t now);
+  Millis health_deadline(bool diagnose) const;
+
   // ---- the rest (supervisor.cpp) ----
   /// recovery.completed for the pending recovery, reached at `step` of the new generation.
   void complete_recovery(int64_t step, bool in_place);
@@ -263,6 +295,8 @@ class Supervisor {
   void finish_stop();
   /// Continues a recovery once every host released the failed generation.
   void finish_recovery();
+  /// The recovery's next generation, once its hosts passed their health gate.
+  void start_next_generation();
   /// A failure of the running generation: gathers the facts for decide_recovery() (restart,
   /// replace, shrink, in place or give up) and carries its decision out.
   void handle_failure(RootCause cause, bool host_lost);
@@ -295,6 +329,12 @@ class Supervisor {
   std::set<std::string> excluded_;
   std::map<std::string, int> host_failures_;
   std::set<std::string> awaiting_release_;
+  // Health (supervisor_health.cpp): by host, when its checks were asked (monotonic ms).
+  std::map<std::string, int64_t> awaiting_health_;
+  std::set<std::string> health_checked_hosts_;  ///< agents asked for checks (config.health)
+  std::map<std::string, events::HostHealth> host_health_;
+  std::vector<std::string> quarantined_;
+  std::map<std::string, std::vector<std::pair<int64_t, std::string>>> failures_by_host_;  ///< wall ms, detail
   int64_t stop_sent_ms_ = 0;
   int64_t stop_grace_ms_ = 0;
   std::string stop_reason_;  ///< a preemption's grace for the workers; 0: spec stop_grace

@@ -16,11 +16,11 @@ namespace dtrain::supervisor {
 void Supervisor::connect_host(const HostConnected& event) {
   connected_.insert(event.host);
   note_stack(event);
+  health_at_connect(event);
 }
 
 void Supervisor::connect_host_and_start(const HostConnected& event) {
-  connected_.insert(event.host);
-  note_stack(event);
+  connect_host(event);
   start_when_all_connected();
 }
 
@@ -50,6 +50,7 @@ bool Supervisor::note_host_lost(const HostLost& event) {
 }
 
 void Supervisor::lose_host_before_start(const HostLost& event) {
+  awaiting_health_.erase(event.host);
   if (!note_host_lost(event)) return;
   RecoveryDecision decision = decide_loss_while_connecting(event.host, excluded_, plan_.world_size, spec_);
   excluded_.insert(event.host);
@@ -74,9 +75,15 @@ void Supervisor::fail_lost_host(const HostLost& event) {
 }
 
 void Supervisor::lose_host_while_recovering(const HostLost& event) {
-  if (!note_host_lost(event)) return;
+  const bool was_checking = awaiting_health_.erase(event.host) > 0;
+  if (!note_host_lost(event) && !was_checking) return;
   excluded_.insert(event.host);
   replan_after_exclusion();
+  if (recovery_ && recovery_->released_ms > 0) {
+    // Released already: the next generation waited only for health answers.
+    if (awaiting_health_.empty()) start_next_generation();
+    return;
+  }
   awaiting_release_.erase(event.host);
   if (awaiting_release_.empty()) finish_stop();
 }
@@ -346,8 +353,11 @@ void Supervisor::watch_hangs(const Tick& tick) {
   handle_failure(cause, false);
 }
 
+void Supervisor::check_connecting(const Tick&) { check_health_deadlines(clock_.monotonic_ms()); }
+
 void Supervisor::check_release(const Tick&) {
   int64_t now = clock_.monotonic_ms();
+  if (phase_ == Phase::recovering) check_health_deadlines(now);
   if (awaiting_release_.empty() || now <= stop_deadline_ms(stop_sent_ms_, spec_)) return;
   std::vector<std::string> silent(awaiting_release_.begin(), awaiting_release_.end());
   record(events::ResourcesUnconfirmed{silent, "no release confirmation within stop_grace + heartbeat.timeout"}

@@ -89,7 +89,8 @@ const Supervisor::Table& Supervisor::table() {
       row<GenerationReleased>({{kEnding, &S::host_released}}),
       row<StopRequested>({{kConnecting | kLive, &S::stop_run},
                           {kInPlaceKilling | kRecovering, &S::stop_while_recovering}}),
-      row<Tick>({{kLaunching, &S::check_launch},
+      row<Tick>({{kConnecting, &S::check_connecting},
+                 {kLaunching, &S::check_launch},
                  {kRunning, &S::watch_hangs},
                  {kInPlaceKilling, &S::check_in_place},
                  {kInPlaceLaunching, &S::check_in_place_launch},
@@ -98,6 +99,9 @@ const Supervisor::Table& Supervisor::table() {
       row<GenerationSpawned>({{kAnyLaunching, &S::generation_spawned}}),
       row<LaunchStepFailed>({{kAnyLaunching, &S::launch_step_failed}}),
       row<SurvivorsCarriedOver>({{kInPlace, &S::survivors_carried_over}}),
+      row<HostHealthReported>({{kConnecting, &S::health_before_start},
+                               {kRecovering, &S::health_while_recovering},
+                               {kAfterConnecting & ~kRecovering, &S::health_later}}),
   };
   return kTable;
 }

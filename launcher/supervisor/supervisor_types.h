@@ -12,6 +12,7 @@
 
 #include "launcher/base/exit_code.h"
 #include "launcher/events/event_catalogue.h"
+#include "launcher/events/health_events.h"
 #include "launcher/events/stack_events.h"
 #include "launcher/plan/rank_plan.h"
 
@@ -42,6 +43,16 @@ bool is_terminal(RunState state);
 struct HostConnected {
   std::string host;
   std::optional<events::HostStack> stack{};
+  /// Its agent was asked to check the host (config.health): its `start` checks are awaited
+  /// before the host is used, and it answers health requests later.
+  bool health_requested = false;
+};
+/// A host's health checks came back: its agent's `start` checks after hello (config.health), or
+/// the answer to CheckHostHealth. `health` holds what the agent found (host, moment, verdict,
+/// checks, ms); the supervisor decides the action and writes host.health.
+struct HostHealthReported {
+  std::string host;
+  events::HostHealth health{};
 };
 /// An agent's connection failed or fell silent past heartbeat.timeout (or never came up).
 struct HostLost {
@@ -122,7 +133,7 @@ using Event = std::variant<HostConnected, HostLost, WorkerStarted, WorkerSpawnFa
                            WorkerProgress, WorkerCommReady, CheckpointCommitted, CheckpointRejected,
                            WorkerStoppedSeen, WorkerMisbehaved,
                            GenerationReleased, StopRequested, Tick, GenerationSpawned, LaunchStepFailed,
-                           SurvivorsCarriedOver>;
+                           SurvivorsCarriedOver, HostHealthReported>;
 
 // ---- actions (what the driver must do) ------------------------------------------------------
 
@@ -156,11 +167,14 @@ struct ContinueInPlace {
   std::vector<std::string> hosts;
   int restart_count = 0;
 };
+/// Ask `host`'s agent to run its health checks now (proto::health_moment join or after
+/// failure; `diagnose`: the site's diagnose command too); it answers with HostHealthReported.
+struct CheckHostHealth { std::string host; std::string moment; bool diagnose = false; };
 /// The run is over: disconnect agents and exit with `exit_code`.
 struct FinishRun { RunState state = RunState::failed; ExitCode exit_code = ExitCode::job_failed; };
 
 using Action = std::variant<RecordEvent, StartGeneration, StopGeneration, CaptureSample, FinishRun, KillRanks,
-                            ContinueInPlace>;
+                            ContinueInPlace, CheckHostHealth>;
 
 /// What a rank is doing, as far as the supervisor knows.
 enum class RankState { pending, starting, running, exited, failed, killed };

@@ -69,6 +69,8 @@ auto sample_events() {
       RuntimeDirFallback{"/tmp/dtrain-0-Ab12Cd/3fa2c1d0", "runtime directory '/tmp/dtrain-0' belongs to uid 65534"},
       HostConnected{"h1", 77, "0.1.0", -3}, HostFacts{"h1", {{"cpus", 8}, {"os", "Linux"}}},
       HostStack{"h1", {{"torch", "2.3.1"}, {"file train.py", "ab12"}}, 42, {"python: killed after 5s"}},
+      HostHealth{"h2", "start", "fail", "left out", {{"network ports", "fail", "mlx5_0 port 1 is 1: DOWN"}}, 30, "h2 failed"},
+      HostQuarantined{"h2", "failed its health check (start)", {"network ports: mlx5_0 port 1 is 1: DOWN"}, 604800000},
       StackConsistency{"strict", StackConsistency::kDiffers, StackConsistency::kRefused, {"h1", "h2", "h3"},
                        {{"h3", "torch", "9.9.9", "2.3.1", 2}}, {"h2: image"}, "h3 differs"},
       HostFailed{"h1", "ssh: refused"},

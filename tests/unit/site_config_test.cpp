@@ -3,6 +3,7 @@
 
 #include <doctest/doctest.h>
 
+#include "launcher/spec/job_spec.h"
 #include "launcher/spec/site_config.h"
 #include "tests/unit/temp_dir.h"
 
@@ -105,6 +106,25 @@ TEST_CASE("unknown keys say what was meant, and a config without a price or budg
   CHECK(error_of("cost: {currency: EUR}\n").find("config.yaml:1:7: cost: no price given; write per_gpu_hour:") !=
         std::string::npos);
   CHECK(error_of("quotas:\n  tenants:\n    nlp: {gpu_hour: 5}\n").find("did you mean 'gpu_hours'?") != std::string::npos);
-  CHECK(error_of("- cost\n").find("config.yaml:1:1: expected a mapping with cost:, quotas: and/or intent:") != std::string::npos);
+  CHECK(error_of("- cost\n").find("config.yaml:1:1: expected a mapping with cost:, quotas:, intent: and/or health:") != std::string::npos);
   CHECK(error_of("cost: {per_gpu_hour: 1\n").find("YAML syntax error") != std::string::npos);
+}
+
+TEST_CASE("health: the site's check command and diagnostics apply to specs that name none") {
+  Result<spec::SiteConfig> config = spec::parse_site_config(
+      "health:\n  command: /usr/sbin/nhc\n  command_timeout: 20s\n  diagnose: dcgmi diag -r 1\n", "config.yaml");
+  REQUIRE(config.ok());
+  spec::HealthSettings without;
+  spec::apply_site_health(*config, without);
+  CHECK(without.command == "/usr/sbin/nhc");
+  CHECK(without.command_timeout == Millis(20'000));
+  CHECK(without.diagnose == "dcgmi diag -r 1");
+  spec::HealthSettings own;
+  own.command = "/opt/site/check.sh";
+  spec::apply_site_health(*config, own);
+  CHECK(own.command == "/opt/site/check.sh");  // the spec's own wins, with its own timeout
+  CHECK(own.command_timeout == Millis(30'000));
+  Result<spec::SiteConfig> bad = spec::parse_site_config("health:\n  comand: x\n", "config.yaml");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().message.find("did you mean 'command'?") != std::string::npos);
 }
