@@ -403,6 +403,24 @@ std::vector<const RunSnapshot::Rank*> standout_ranks(const std::vector<RunSnapsh
   return out;
 }
 
+/// What the run found of its hosts before using them: their software stacks (spec consistency,
+/// what differs side by side), their health checks (spec health; those with something to say)
+/// and the hosts it quarantined.
+void print_host_findings(const RunSnapshot& state) {
+  // The hosts' software stacks (spec consistency), and what differs side by side.
+  for (const events::StackConsistency& stack : state.stack) {
+    print_field("stack", printable(stack.text(), 400));
+    if (stack.differences.empty()) continue;
+    for (const std::string& line : events::stack_difference_table(stack.differences)) print_field("", "  " + printable(line, 300));
+  }
+  // The hosts' health checks (spec health): those with something to say, by name.
+  std::vector<std::string> health = events::health_lines(state.health);
+  for (size_t i = 0; i < health.size() && i < 8; ++i) print_field(i == 0 ? "health" : "", printable(health[i], 400));
+  if (!state.quarantined.empty()) {
+    print_field("quarantined", join(state.quarantined, ", ") + " (kept out of later runs; dtrain hosts release HOST)");
+  }
+}
+
 void print_run_text(const RunDirectory& run, const RunSnapshot& state, bool alive, const Result<PlanRecord>& plan,
                     const std::vector<LoggedEvent>& events, const std::string& events_error, bool all) {
   int64_t now = now_ms();
@@ -465,18 +483,7 @@ void print_run_text(const RunDirectory& run, const RunSnapshot& state, bool aliv
   if (state.last_recovery) print_field("recovery", recovery_text(*state.last_recovery));
   // The hang timeouts in force: an auto one says what it was set from.
   if (state.hang_timeout) print_field("hang timeout", printable(state.hang_timeout->text(), 300));
-  // The hosts' software stacks (spec consistency), and what differs side by side.
-  for (const events::StackConsistency& stack : state.stack) {
-    print_field("stack", printable(stack.text(), 400));
-    if (stack.differences.empty()) continue;
-    for (const std::string& line : events::stack_difference_table(stack.differences)) print_field("", "  " + printable(line, 300));
-  }
-  // The hosts' health checks (spec health): those with something to say, by name.
-  std::vector<std::string> health = events::health_lines(state.health);
-  for (size_t i = 0; i < health.size() && i < 8; ++i) print_field(i == 0 ? "health" : "", printable(health[i], 400));
-  if (!state.quarantined.empty()) {
-    print_field("quarantined", join(state.quarantined, ", ") + " (kept out of later runs; dtrain hosts release HOST)");
-  }
+  print_host_findings(state);
   // Ranks slower than the fastest (metrics.straggler_threshold): the first few, by name.
   if (!state.stragglers.empty()) print_field("stragglers", stragglers_text(state));
   if (std::string split = step_split_text(state); !split.empty()) print_field("step split", split);

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # A real SSH test cluster on one machine: network namespaces as hosts.
 #
-#   testcluster.sh up N [--share DIR]... [--slurm]
+#   testcluster.sh up N [--share DIR]... [--env NAME=VALUE]... [--slurm]
 #                                N hosts (tears down stale state of the same prefix first); every
-#                                host sees this checkout and each DIR at its own path. --slurm:
+#                                host sees this checkout and each DIR at its own path. --env: every
+#                                SSH session on the hosts gets NAME=VALUE (sshd SetEnv; e.g. a fake
+#                                NVML or sysfs root under the host's private /tmp). --slurm:
 #                                also a real Slurm (munged + slurmctld in ctl, slurmd per host)
 #   testcluster.sh down          removes everything it made; ends only processes in its namespaces
 #   testcluster.sh status        one line per namespace
@@ -169,8 +171,9 @@ link_member() {  # ns port ip
   ip -n "$ns" link set eth0 up
 }
 
-write_sshd_config() {  # dir
+write_sshd_config() {  # dir [NAME=VALUE...]
   local dir=$1
+  shift
   cat >"$dir/sshd_config" <<EOF
 # testcluster: one sshd per host namespace
 ListenAddress 0.0.0.0:22
@@ -191,6 +194,8 @@ MaxStartups 100:30:200
 MaxSessions 50
 LogLevel VERBOSE
 EOF
+  local assignment
+  for assignment in "$@"; do echo "SetEnv $assignment" >>"$dir/sshd_config"; done
 }
 
 # The user's home directory, which each host replaces with a private one.
@@ -480,14 +485,22 @@ cmd_up() {
   # This checkout is always shared: the tests and their binaries live in it.
   local shared=("$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)")
   local with_slurm=0
+  local session_env=()
   while [ $# -gt 0 ]; do
     case $1 in
       --share)
         [ $# -ge 2 ] || die "up: --share needs a directory"
         shared+=("$(check_share "$2")")
         shift 2 ;;
+      --env)
+        [ $# -ge 2 ] || die "up: --env needs NAME=VALUE"
+        # sshd_config splits SetEnv's arguments at blanks and reads quotes: allow neither.
+        [[ $2 =~ ^[A-Za-z_][A-Za-z0-9_]*=[^[:space:]\"\']*$ ]] ||
+          die "up: --env '$2' must be NAME=VALUE with no blanks or quotes in VALUE"
+        session_env+=("$2")
+        shift 2 ;;
       --slurm) with_slurm=1; shift ;;
-      *) die "up: unknown argument '$1'; usage: testcluster.sh up N [--share DIR]... [--slurm]" ;;
+      *) die "up: unknown argument '$1'; usage: testcluster.sh up N [--share DIR]... [--env NAME=VALUE]... [--slurm]" ;;
     esac
   done
   preflight
@@ -536,7 +549,7 @@ cmd_up() {
     link_member "$name" "p$i" "$ip_addr"
     ssh-keygen -q -t ed25519 -N '' -C "$name" -f "$dir/ssh_host_ed25519_key"
     echo "$name,$ip_addr $(cut -d' ' -f1,2 "$dir/ssh_host_ed25519_key.pub")" >>"$STATE/known_hosts"
-    write_sshd_config "$dir"
+    write_sshd_config "$dir" ${session_env[@]+"${session_env[@]}"}
     start_sshd "$i"
   done
   write_env "$count"

@@ -180,6 +180,28 @@ void grade_final_state(FaultVerdict& verdict, const GradeContext& context) {
         context.final_state + (ok ? "" : context.require_success ? " (expected succeeded)" : " (expected running or succeeded)"));
 }
 
+// A host the health gate left out (issue 29) must not be taken back later in the drill: no
+// worker of a later generation may start on it. Only graded when a check failed.
+void grade_health_gate(FaultVerdict& verdict, const Events& events) {
+  std::set<std::string> left_out;
+  std::string taken_back;
+  for (const LoggedEvent& event : events) {
+    if (const auto* health = as<events::HostHealth>(event);
+        health && health->verdict == events::HealthCheckResult::kFail && health->action == events::HostHealth::kLeftOut) {
+      left_out.insert(health->host);
+    } else if (const auto* started = as<events::WorkerStarted>(event);
+               started && left_out.count(started->host) && taken_back.empty()) {
+      taken_back = started->host + " (rank " + std::to_string(started->rank) + " started there)";
+    }
+  }
+  if (left_out.empty()) return;
+  std::string hosts;
+  for (const std::string& host : left_out) hosts += (hosts.empty() ? "" : ", ") + host;
+  check(verdict, "unhealthy host not taken back", taken_back.empty(),
+        taken_back.empty() ? hosts + " failed a health check and ran nothing afterwards"
+                           : "failed a health check and was used again: " + taken_back);
+}
+
 void grade_recovery(FaultVerdict& verdict, const Injection& injection, const Events& events,
                     const Objectives& objectives, const GradeContext& context) {
   // kill-supervisor: the supervisor that would log failure.detected is dead; the drill's own
@@ -274,6 +296,7 @@ void grade_recovery(FaultVerdict& verdict, const Injection& injection, const Eve
                                     std::to_string(bad) + ")"
                               : "never resumed");
   }
+  grade_health_gate(verdict, events);
   for (const CheckResult& extra : context.extra_checks) verdict.checks.push_back(extra);
   grade_final_state(verdict, context);
 }

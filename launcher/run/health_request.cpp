@@ -1,13 +1,36 @@
 #include "launcher/run/health_request.h"
 
+#include <algorithm>
+
+#include "worker/contract/env.h"
+
 namespace dtrain::run {
 
-std::optional<proto::HealthRequest> health_request(const spec::JobSpec& spec) {
+namespace env = contract::env;
+
+namespace {
+
+std::optional<std::string> master_to_check(const spec::JobSpec& spec) {
+  if (auto user = spec.worker.env.find(env::kMasterAddr); user != spec.worker.env.end() && !user->second.empty()) {
+    return user->second;
+  }
+  if (spec.hosts.empty()) return std::nullopt;
+  if (!spec.hosts.front().is_local()) return spec.hosts.front().name;
+  bool all_local = std::all_of(spec.hosts.begin(), spec.hosts.end(), [](const spec::HostEntry& host) {
+    return host.is_local();
+  });
+  if (all_local) return std::string("127.0.0.1");
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<proto::HealthRequest> health_request(const spec::JobSpec& spec, const std::string& checkpoint_dir) {
   const spec::HealthSettings& health = spec.health;
   if (!health.enabled) return std::nullopt;
   proto::HealthRequest request;
-  if (!spec.checkpoint.dir.empty()) request.checkpoint_dir = spec.checkpoint.dir;
-  if (!spec.hosts.empty()) request.master_addr = spec.hosts.front().name;
+  if (!checkpoint_dir.empty()) request.checkpoint_dir = checkpoint_dir;
+  request.master_addr = master_to_check(spec);
   request.command = health.command;
   request.command_timeout_ms = health.command_timeout.count();
   request.diagnose = health.diagnose;

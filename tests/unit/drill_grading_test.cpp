@@ -244,3 +244,26 @@ TEST_CASE("an in-place recovery passes with its survivors alive, and fails when 
   context.surviving_pids = {4241, 4242, 4244};
   CHECK(has_check(grade_fault(kill_rank_1(), typed(events), objectives, context), "survivors carried over in place", false));
 }
+
+TEST_CASE("a host that failed its health check is graded: used again fails the drill, kept out passes") {
+  auto left_out = at(60, {{"ev", "host.health"}, {"host", "h2"}, {"moment", "after failure"}, {"verdict", "fail"},
+                          {"action", "left out"}, {"ms", 12}, {"detail", "h2 failed its health check"},
+                          {"checks", json::array({{{"name", "infiniband mlx5_0/1"}, {"verdict", "fail"},
+                                                   {"message", "port state 1: DOWN"}}})}});
+  std::vector<json> kept_out = clean_recovery();
+  kept_out.insert(kept_out.begin() + 2, left_out);
+  kept_out.push_back(at(1900, {{"ev", "worker.started"}, {"rank", 1}, {"host", "h3"}, {"local_rank", 0}, {"pid", 77}}));
+  FaultVerdict good = grade_fault(kill_rank_1(), typed(kept_out), {}, running());
+  CHECK(has_check(good, "unhealthy host not taken back", true));
+  CHECK(good.passed());
+
+  std::vector<json> taken_back = kept_out;
+  taken_back.push_back(at(2000, {{"ev", "worker.started"}, {"rank", 1}, {"host", "h2"}, {"local_rank", 0}, {"pid", 78}}));
+  FaultVerdict bad = grade_fault(kill_rank_1(), typed(taken_back), {}, running());
+  CHECK(has_check(bad, "unhealthy host not taken back", false));
+  CHECK_FALSE(bad.passed());
+
+  // No check failed: nothing to grade, and no such line.
+  FaultVerdict none = grade_fault(kill_rank_1(), typed(clean_recovery()), {}, running());
+  for (const CheckResult& check : none.checks) CHECK(check.name != "unhealthy host not taken back");
+}
