@@ -4,6 +4,7 @@
 
 #include "cli/commands.h"
 #include "launcher/agent/agent.h"
+#include "launcher/agent/health_checks.h"
 #include "launcher/agent/stack_probe.h"
 #include "launcher/transport/srun_transport.h"
 
@@ -20,7 +21,15 @@ void add_agent_command(CLI::App& app, CommandContext& context) {
   // (`dtrain hosts` runs it on each host; REQUEST is config.stack's JSON).
   static std::string stack_probe;
   agent->add_option("--stack-probe", stack_probe, "print this host's software stack fingerprint (JSON) and exit");
+  // --health-probe REQUEST: check this host's health once and print the report (JSON) (`dtrain
+  // hosts` runs it on each host; REQUEST is config.health's JSON).
+  static std::string health_probe;
+  agent->add_option("--health-probe", health_probe, "check this host's health once, print the report (JSON) and exit");
   agent->callback([&context] {
+    if (!health_probe.empty()) {
+      context.exit_code = agent::run_health_probe(health_probe);
+      return;
+    }
     if (!stack_probe.empty()) {
       context.exit_code = agent::run_stack_probe(stack_probe);
       return;

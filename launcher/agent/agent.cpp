@@ -125,6 +125,7 @@ void Agent::poll_and_dispatch() {
     handlers.push_back(std::move(handler));
   };
   watch({signal_fd_.get(), POLLIN, 0}, [this](short) { read_signals(); });
+  if (health_) watch({health_->ready_fd(), POLLIN, 0}, [this](short) { send_health_replies(); });
   if (input_open_) watch({input_fd_, POLLIN, 0}, [this](short) { read_input(); });
   if (out_.pending_bytes() > 0) watch({out_.fd(), POLLOUT, 0}, [this](short) { out_.flush_some(); });
   // Worker output and worker messages wait while the supervisor is behind on reading ours.
@@ -232,7 +233,7 @@ void Agent::read_signals() {
 void Agent::reap_children() {
   // While the sampler thread runs nvidia-smi, waitpid(-1) could take its exit status: reap only
   // our workers then, by pid; orphans wait for the next round (milliseconds).
-  std::unique_lock<std::mutex> no_helper_child(helper_child_lock(), std::try_to_lock);
+  std::unique_lock<std::shared_mutex> no_helper_child(helper_child_lock(), std::try_to_lock);
   std::vector<pid_t> reapable;
   if (!no_helper_child.owns_lock()) {
     for (const auto& [pid, worker] : workers_) reapable.push_back(pid);
@@ -371,6 +372,12 @@ void Agent::on(const proto::AgentConfig& message) {
   // The sampler starts after hello: facts ran nvidia-smi on this thread, unshared.
   sampler_ = std::make_unique<ResourceSampler>(HostSampler::Options{nvml_library_path(), kNvidiaSmiTimeoutMs},
                                                config.heartbeat_interval_ms);
+  // config.health: the start report (id 0) follows hello; the supervisor waits for it before
+  // the first generation. Off the loop: the beats below go on while it runs.
+  if (message.health) {
+    health_request_ = *message.health;
+    queue_health_check(0, proto::health_moment::kStart, false);
+  }
   // Gathering facts may take seconds (nvidia-smi); that is not the supervisor's silence.
   last_frame_ms_ = now_ms();
   next_beat_ms_ = last_frame_ms_ + config.heartbeat_interval_ms;
@@ -392,9 +399,23 @@ void Agent::on(const proto::KillRequest& kill) {
 // is why the error file is looked up by spawn_gen() and an orphan's DTRAIN_GENERATION through
 // moved_generations_.
 void Agent::on(const proto::HealthCheckRequest& request) {
-  // Replaced by the checks of launcher/agent/health_checks.h (issue 29, in progress).
-  out_.send(proto::AgentError{"health checks are not built into this agent yet", std::string("health"), request.id,
-                              std::nullopt, std::nullopt});
+  queue_health_check(request.id, request.moment, request.diagnose);
+}
+
+void Agent::queue_health_check(int64_t id, std::string moment, bool diagnose) {
+  if (!health_) {
+    // A request without config.health gets the built-in checks at their default limits.
+    HealthEnvironment environment{sysfs_root_from_environment(), nvml_library_path(), {}, {}, -1};
+    health_ = std::make_unique<HealthRunner>(health_request_.value_or(proto::HealthRequest{}), std::move(environment));
+  }
+  HealthJob job{id, std::move(moment), diagnose, sampler_ ? sampler_->take_xids_for_health() : std::vector<proto::XidEvent>{}, {}};
+  for (const auto& [pid, worker] : workers_) job.workers.push_back(pid);
+  health_->queue(std::move(job));
+}
+
+void Agent::send_health_replies() {
+  if (!health_) return;
+  for (proto::HealthReply& reply : health_->take_replies()) out_.send(reply);
 }
 
 void Agent::on(const proto::GenChangedRequest& change) {
@@ -585,6 +606,7 @@ void Agent::finish_fence(int64_t now) {
                summary.c_str());
   out_.send(proto::AgentBye{*fence_reason_, released.killed});
   out_.flush_until(now_ms() + kLastWordsMs);
+  health_.reset();   // stops its thread: a site command is killed; a hung one is left behind (bounded wait)
   sampler_.reset();  // joins its thread (a running nvidia-smi is bounded by kNvidiaSmiTimeoutMs)
   files_.reset();    // before the socket: the runtime dir is removed once it is empty
   sockets_.reset();  // removes the socket and the runtime dir

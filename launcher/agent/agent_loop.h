@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "launcher/agent/health_runner.h"
 #include "launcher/agent/kill_operation.h"
 #include "launcher/agent/outbox.h"
 #include "launcher/agent/resource_sampler.h"
@@ -96,6 +97,10 @@ class Agent {
   /// started; false when none is ready (or the assign could not be sent), for a normal spawn.
   bool assign_standby(const WorkerLaunch& launch);
   void send_beat(int64_t now);
+  /// Queues a health check on the runner's thread (started on first use), with the Xids the
+  /// sampler saw since the previous one and this run's workers.
+  void queue_health_check(int64_t id, std::string moment, bool diagnose);
+  void send_health_replies();
   /// Tells the resource sampler which workers are alive (after a spawn or a reap).
   void update_sampled_workers();
   /// A worker's message to the supervisor: at once as from_worker, except (with batch_beats)
@@ -141,6 +146,8 @@ class Agent {
   int64_t standby_not_before_ms_ = 0;  ///< no standby starts before (a dead one's replacement waits)
   int64_t last_standby_start_ms_ = 0;
   std::unique_ptr<ResourceSampler> sampler_;  ///< started after hello; its thread reads /proc and GPUs
+  std::optional<proto::HealthRequest> health_request_;  ///< config.health
+  std::unique_ptr<HealthRunner> health_;      ///< the checks' thread, from the first check on
   int64_t started_ms_ = 0;
   int64_t last_frame_ms_ = 0;
   int64_t next_beat_ms_ = 0;

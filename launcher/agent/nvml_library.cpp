@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
+#include <initializer_list>
 
 namespace dtrain::agent {
 
@@ -27,6 +28,14 @@ constexpr int kTemperatureGpu = 0;        // NVML_TEMPERATURE_GPU
 constexpr int kMemoryErrorCorrected = 0;  // NVML_MEMORY_ERROR_TYPE_CORRECTED
 constexpr int kMemoryErrorUncorrected = 1;
 constexpr int kVolatileEcc = 0;           // NVML_VOLATILE_ECC
+constexpr Return kInsufficientSize = 7;   // NVML_ERROR_INSUFFICIENT_SIZE
+constexpr unsigned long long kValueNotAvailable = ~0ULL;  // NVML_VALUE_NOT_AVAILABLE
+struct ProcessInfo {  // nvmlProcessInfo_t (_v2 and _v3 alike)
+  unsigned int pid;
+  unsigned long long used_gpu_memory;
+  unsigned int gpu_instance_id;
+  unsigned int compute_instance_id;
+};
 }  // namespace nvml
 
 struct NvmlLibrary::Api {
@@ -44,6 +53,11 @@ struct NvmlLibrary::Api {
   nvml::Return (*register_events)(nvml::Device, unsigned long long, nvml::EventSet);
   nvml::Return (*event_set_wait)(nvml::EventSet, nvml::EventData*, unsigned int);
   nvml::Return (*event_set_free)(nvml::EventSet);
+  // Optional (the health checks): null where this NVML lacks them; the reading is then unset.
+  nvml::Return (*retired_pages_pending)(nvml::Device, int*);  // nvmlEnableState_t
+  nvml::Return (*remapped_rows)(nvml::Device, unsigned int*, unsigned int*, unsigned int*, unsigned int*);
+  nvml::Return (*throttle_reasons)(nvml::Device, unsigned long long*);
+  nvml::Return (*compute_processes)(nvml::Device, unsigned int*, nvml::ProcessInfo*);
 };
 
 std::string nvml_library_path() {
@@ -51,7 +65,7 @@ std::string nvml_library_path() {
   return configured && *configured ? configured : "libnvidia-ml.so.1";
 }
 
-Result<std::unique_ptr<NvmlLibrary>> NvmlLibrary::open(const std::string& path) {
+Result<std::unique_ptr<NvmlLibrary>> NvmlLibrary::open(const std::string& path, bool xid_events) {
   std::unique_ptr<NvmlLibrary> library(new NvmlLibrary());
   library->handle_ = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (library->handle_ == nullptr) {
@@ -80,6 +94,23 @@ Result<std::unique_ptr<NvmlLibrary>> NvmlLibrary::open(const std::string& path) 
   resolve(api->event_set_wait, "nvmlEventSetWait_v2");
   resolve(api->event_set_free, "nvmlEventSetFree");
   if (!missing.empty()) return Error::infra(path + ": has no " + missing + " (an NVML older than the driver API dtrain uses?)");
+  auto resolve_optional = [&](auto& slot, std::initializer_list<const char*> names) {
+    slot = nullptr;
+    for (const char* name : names) {
+      if (void* symbol = ::dlsym(library->handle_, name)) {
+        slot = reinterpret_cast<std::remove_reference_t<decltype(slot)>>(symbol);
+        return;
+      }
+    }
+  };
+  resolve_optional(api->retired_pages_pending, {"nvmlDeviceGetRetiredPagesPendingStatus"});
+  resolve_optional(api->remapped_rows, {"nvmlDeviceGetRemappedRows"});
+  // Renamed ClocksEvent in CUDA 12.2; the old name stays exported for compatibility.
+  resolve_optional(api->throttle_reasons, {"nvmlDeviceGetCurrentClocksEventReasons",
+                                           "nvmlDeviceGetCurrentClocksThrottleReasons"});
+  // v1 has another struct layout: not used.
+  resolve_optional(api->compute_processes, {"nvmlDeviceGetComputeRunningProcesses_v3",
+                                            "nvmlDeviceGetComputeRunningProcesses_v2"});
   library->api_ = std::move(api);
   const Api& nvml_api = *library->api_;
   auto failed = [&](const char* call, nvml::Return code) {
@@ -101,7 +132,7 @@ Result<std::unique_ptr<NvmlLibrary>> NvmlLibrary::open(const std::string& path) 
   }
   // Xid events: a device that cannot report them (not supported, or no permission) is simply
   // not registered; its other readings still come.
-  if (nvml_api.event_set_create(&library->event_set_) != nvml::kSuccess) library->event_set_ = nullptr;
+  if (!xid_events || nvml_api.event_set_create(&library->event_set_) != nvml::kSuccess) library->event_set_ = nullptr;
   bool any_registered = false;
   for (void* device : library->devices_) {
     if (library->event_set_ && nvml_api.register_events(device, nvml::kEventTypeXidCriticalError,
@@ -152,6 +183,54 @@ proto::GpuResources NvmlLibrary::read(int index) const {
     gpu.ecc_uncorrected = static_cast<int64_t>(errors);
   }
   return gpu;
+}
+
+GpuHealthReadings NvmlLibrary::read_health(int index) const {
+  GpuHealthReadings health;
+  health.index = index;
+  if (index < 0 || index >= device_count()) return health;
+  nvml::Device device = devices_[static_cast<size_t>(index)];
+  if (int pending = 0; api_->retired_pages_pending && api_->retired_pages_pending(device, &pending) == nvml::kSuccess) {
+    health.retired_pages_pending = pending != 0;
+  }
+  unsigned int corrected = 0, uncorrected = 0, pending = 0, failed = 0;
+  if (api_->remapped_rows && api_->remapped_rows(device, &corrected, &uncorrected, &pending, &failed) == nvml::kSuccess) {
+    health.row_remap_pending = pending != 0;
+    health.row_remap_failed = failed != 0;
+  }
+  unsigned long long errors = 0;
+  if (api_->ecc_errors(device, nvml::kMemoryErrorUncorrected, nvml::kVolatileEcc, &errors) == nvml::kSuccess) {
+    health.ecc_uncorrected = static_cast<int64_t>(errors);
+  }
+  if (unsigned long long reasons = 0; api_->throttle_reasons && api_->throttle_reasons(device, &reasons) == nvml::kSuccess) {
+    health.throttle_reasons = reasons;
+  }
+  return health;
+}
+
+std::optional<std::vector<GpuProcess>> NvmlLibrary::compute_processes(int index) const {
+  if (index < 0 || index >= device_count() || !api_->compute_processes) return std::nullopt;
+  nvml::Device device = devices_[static_cast<size_t>(index)];
+  // Asked with room for 64; NVML says how many when that is too few (bounded: a count NVML
+  // reports is not a reason to allocate without limit).
+  std::vector<nvml::ProcessInfo> infos(64);
+  unsigned int count = static_cast<unsigned int>(infos.size());
+  nvml::Return code = api_->compute_processes(device, &count, infos.data());
+  if (code == nvml::kInsufficientSize && count <= 4096) {
+    infos.resize(count + 8);  // a few more may start meanwhile
+    count = static_cast<unsigned int>(infos.size());
+    code = api_->compute_processes(device, &count, infos.data());
+  }
+  if (code != nvml::kSuccess) return std::nullopt;
+  std::vector<GpuProcess> processes;
+  for (unsigned int i = 0; i < count && i < infos.size(); ++i) {
+    GpuProcess process{static_cast<int64_t>(infos[i].pid), std::nullopt};
+    if (infos[i].used_gpu_memory != nvml::kValueNotAvailable) {
+      process.used_mb = static_cast<int64_t>(infos[i].used_gpu_memory >> 20);
+    }
+    processes.push_back(process);
+  }
+  return processes;
 }
 
 std::vector<proto::XidEvent> NvmlLibrary::poll_xids(int64_t agent_time_ms) {

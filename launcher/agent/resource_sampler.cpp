@@ -56,8 +56,8 @@ std::optional<int64_t> csv_integer(std::string_view field) {
 
 }  // namespace
 
-std::mutex& helper_child_lock() {
-  static std::mutex lock;
+std::shared_mutex& helper_child_lock() {
+  static std::shared_mutex lock;
   return lock;
 }
 
@@ -176,7 +176,7 @@ void HostSampler::sample_gpus(proto::HostResources& into, int64_t agent_time_ms)
   std::vector<std::string> argv = {*nvidia_smi_};
   for (std::string& argument : nvidia_smi_query_arguments()) argv.push_back(std::move(argument));
   Result<CommandOutput> ran = [&] {
-    std::lock_guard<std::mutex> child_running(helper_child_lock());
+    std::shared_lock<std::shared_mutex> child_running(helper_child_lock());
     return run_command(argv, Millis(options_.nvidia_smi_timeout_ms));
   }();
   if (!ran) {
@@ -216,6 +216,11 @@ std::optional<proto::HostResources> ResourceSampler::take() {
   return newest;
 }
 
+std::vector<proto::XidEvent> ResourceSampler::take_xids_for_health() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return std::exchange(health_xids_, {});
+}
+
 void ResourceSampler::run() {
   ::pthread_setname_np(::pthread_self(), "dtrain-sampler");
   SystemClock clock;
@@ -227,6 +232,10 @@ void ResourceSampler::run() {
     lock.lock();
     // Xids are events: none may be lost when a sample is replaced before the agent's beat.
     pending_xids_.insert(pending_xids_.end(), resources.xids.begin(), resources.xids.end());
+    health_xids_.insert(health_xids_.end(), resources.xids.begin(), resources.xids.end());
+    if (health_xids_.size() > kMaxHealthXids) {
+      health_xids_.erase(health_xids_.begin(), health_xids_.end() - static_cast<std::ptrdiff_t>(kMaxHealthXids));
+    }
     latest_ = std::move(resources);
     wake_.wait_for(lock, std::chrono::milliseconds(interval_ms_), [this] { return stopping_; });
   }

@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -26,10 +27,12 @@
 
 namespace dtrain::agent {
 
-/// Held while a helper thread of the agent has a child process of its own running (nvidia-smi).
-/// The agent's loop reaps with waitpid(-1) — it is a child subreaper — and would take that
-/// child's exit status from under run_command; while this is held it reaps its workers by pid.
-std::mutex& helper_child_lock();
+/// Held (shared) while a helper thread of the agent has a child process of its own running
+/// (nvidia-smi, a site health command). The agent's loop reaps with waitpid(-1) — it is a child
+/// subreaper — and would take that child's exit status from under its owner; while any helper
+/// holds this, the loop (try_lock, exclusive) reaps its workers by pid. Shared, so that a health
+/// command running 30 s does not hold the sampler's nvidia-smi back.
+std::shared_mutex& helper_child_lock();
 
 struct WatchedWorker {
   int gen = -1;
@@ -85,6 +88,10 @@ class ResourceSampler {
   /// The newest sample not taken yet, with every Xid seen since the last take; nullopt when
   /// none was taken since.
   std::optional<proto::HostResources> take();
+  /// Every Xid seen since the last call (the health checks' "since the last check"; the beat's
+  /// take() gets them too). At most kMaxHealthXids are kept, the newest.
+  std::vector<proto::XidEvent> take_xids_for_health();
+  static constexpr size_t kMaxHealthXids = 256;
 
  private:
   void run();
@@ -97,6 +104,7 @@ class ResourceSampler {
   std::vector<WatchedWorker> workers_;
   std::optional<proto::HostResources> latest_;
   std::vector<proto::XidEvent> pending_xids_;
+  std::vector<proto::XidEvent> health_xids_;
   std::thread thread_;
 };
 

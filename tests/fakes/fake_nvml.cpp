@@ -6,7 +6,13 @@
  *   gpus=2  utilization=37  memory_used_mb=1024  memory_total_mb=81920  power_mw=215000
  *   temperature=61  ecc_corrected=0  ecc_uncorrected=0  no_ecc=1  init_error=9
  *   xid=<gpu>:<xid>   (one line per Xid; each is delivered once, in order)
- * Without the variable or the file: 2 GPUs with the defaults above, no Xids. */
+ * Health readings (every GPU alike): retired_pages_pending=1  remap_pending=1  remap_failure=1
+ *   throttle_reasons=<bit mask, decimal or 0x..>  no_health=1 (those entry points answer
+ *   NOT_SUPPORTED)
+ * Compute processes: process=<gpu>:<pid>:<MiB>  (one line each; MiB "na": NVML does not say)
+ *   no_process_list=1 (nvmlDeviceGetComputeRunningProcesses_v3 answers NOT_SUPPORTED)
+ * Without the variable or the file: 2 GPUs with the defaults above, no Xids, healthy, no
+ * processes. */
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -20,13 +26,19 @@ typedef struct nvmlEventSet_st* nvmlEventSet_t;
 typedef struct { unsigned int gpu, memory; } nvmlUtilization_t;
 typedef struct { unsigned long long total, free, used; } nvmlMemory_t;
 typedef struct {
+  unsigned int pid;
+  unsigned long long usedGpuMemory;
+  unsigned int gpuInstanceId, computeInstanceId;
+} nvmlProcessInfo_t;
+typedef struct {
   nvmlDevice_t device;
   unsigned long long eventType, eventData;
   unsigned int gpuInstanceId, computeInstanceId;
 } nvmlEventData_t;
 
-enum { kSuccess = 0, kInvalidArgument = 2, kNotSupported = 3, kTimeout = 10 };
+enum { kSuccess = 0, kInvalidArgument = 2, kNotSupported = 3, kInsufficientSize = 7, kTimeout = 10 };
 #define kMaxXids 64
+#define kMaxProcesses 64
 
 struct Values {
   long long gpus, utilization, memory_used_mb, memory_total_mb, power_mw, temperature;
@@ -34,6 +46,12 @@ struct Values {
   int xid_count;
   int xid_gpu[kMaxXids];
   long long xid[kMaxXids];
+  long long retired_pages_pending, remap_pending, remap_failure, no_health, no_process_list;
+  unsigned long long throttle_reasons;
+  int process_count;
+  int process_gpu[kMaxProcesses];
+  unsigned int process_pid[kMaxProcesses];
+  long long process_mb[kMaxProcesses];  /* -1: not available */
 };
 
 static struct nvmlDevice_st { int index; } devices[16];
@@ -41,7 +59,14 @@ static struct nvmlEventSet_st { int unused; } event_set;
 static int xids_delivered;
 
 static struct Values read_values(void) {
-  struct Values v = {2, 37, 1024, 81920, 215000, 61, 0, 0, 0, 0, 0, {}, {}};
+  struct Values v;
+  memset(&v, 0, sizeof v);
+  v.gpus = 2;
+  v.utilization = 37;
+  v.memory_used_mb = 1024;
+  v.memory_total_mb = 81920;
+  v.power_mw = 215000;
+  v.temperature = 61;
   const char* path = getenv("DTRAIN_FAKE_NVML_VALUES");
   FILE* file = path ? fopen(path, "r") : NULL;
   if (!file) return v;
@@ -59,6 +84,25 @@ static struct Values read_values(void) {
       }
       continue;
     }
+    if (strcmp(line, "process") == 0) {
+      if (v.process_count < kMaxProcesses) {
+        char* rest = NULL;
+        v.process_gpu[v.process_count] = (int)strtol(value, &rest, 10);
+        unsigned int pid = 0;
+        long long mb = -1;
+        if (rest && *rest == ':') {
+          pid = (unsigned int)strtoul(rest + 1, &rest, 10);
+          if (rest && *rest == ':' && strncmp(rest + 1, "na", 2) != 0) mb = atoll(rest + 1);
+        }
+        v.process_pid[v.process_count] = pid;
+        v.process_mb[v.process_count++] = mb;
+      }
+      continue;
+    }
+    if (strcmp(line, "throttle_reasons") == 0) {
+      v.throttle_reasons = strtoull(value, NULL, 0);
+      continue;
+    }
     long long number = atoll(value);
     if (strcmp(line, "gpus") == 0) v.gpus = number < 16 ? number : 16;
     else if (strcmp(line, "utilization") == 0) v.utilization = number;
@@ -70,6 +114,11 @@ static struct Values read_values(void) {
     else if (strcmp(line, "ecc_uncorrected") == 0) v.ecc_uncorrected = number;
     else if (strcmp(line, "no_ecc") == 0) v.no_ecc = number;
     else if (strcmp(line, "init_error") == 0) v.init_error = number;
+    else if (strcmp(line, "retired_pages_pending") == 0) v.retired_pages_pending = number;
+    else if (strcmp(line, "remap_pending") == 0) v.remap_pending = number;
+    else if (strcmp(line, "remap_failure") == 0) v.remap_failure = number;
+    else if (strcmp(line, "no_health") == 0) v.no_health = number;
+    else if (strcmp(line, "no_process_list") == 0) v.no_process_list = number;
   }
   fclose(file);
   return v;
@@ -126,6 +175,57 @@ nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, int type, int coun
   struct Values v = read_values();
   if (v.no_ecc) return kNotSupported;
   *count = (unsigned long long)(type == 0 ? v.ecc_corrected : v.ecc_uncorrected);
+  return kSuccess;
+}
+
+nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device, int* pending) {
+  (void)device;
+  struct Values v = read_values();
+  if (v.no_health) return kNotSupported;
+  *pending = v.retired_pages_pending ? 1 : 0;
+  return kSuccess;
+}
+
+nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int* corrected, unsigned int* uncorrected,
+                                       unsigned int* pending, unsigned int* failure) {
+  (void)device;
+  struct Values v = read_values();
+  if (v.no_health) return kNotSupported;
+  *corrected = 0;
+  *uncorrected = 0;
+  *pending = v.remap_pending ? 1 : 0;
+  *failure = v.remap_failure ? 1 : 0;
+  return kSuccess;
+}
+
+nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device, unsigned long long* reasons) {
+  (void)device;
+  struct Values v = read_values();
+  if (v.no_health) return kNotSupported;
+  *reasons = v.throttle_reasons;
+  return kSuccess;
+}
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int* count, nvmlProcessInfo_t* infos) {
+  struct Values v = read_values();
+  if (v.no_process_list) return kNotSupported;
+  unsigned int found = 0;
+  for (int i = 0; i < v.process_count; ++i) {
+    if (v.process_gpu[i] == device->index) ++found;
+  }
+  if (found > *count) {
+    *count = found;
+    return kInsufficientSize;
+  }
+  unsigned int written = 0;
+  for (int i = 0; i < v.process_count; ++i) {
+    if (v.process_gpu[i] != device->index) continue;
+    memset(&infos[written], 0, sizeof infos[written]);
+    infos[written].pid = v.process_pid[i];
+    infos[written].usedGpuMemory = v.process_mb[i] < 0 ? ~0ULL : (unsigned long long)v.process_mb[i] << 20;
+    ++written;
+  }
+  *count = written;
   return kSuccess;
 }
 
