@@ -3,7 +3,8 @@
 // ssh.client says), SSH and its latency, host key status,
 // user, remote dtrain (or "will be copied"), GPUs, GPU topology, free space at checkpoint.dir,
 // clock offset to this machine, and the software stack compared across the hosts as the run
-// would (spec consistency; hosts_stack.h). Exit 0 only when every host can run the job; otherwise 3, with
+// would (spec consistency; hosts_stack.h), and the host's health checks as an agent would make them
+// before the first generation (spec health; hosts_health.h). Exit 0 only when every host can run the job; otherwise 3, with
 // each failing host's reason and fix. localhost entries are checked here, without ssh. With
 // transport: srun every host (VIA srun) is checked through one srun step, as its agent would start.
 //
@@ -25,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/hosts_health.h"
 #include "cli/hosts_stack.h"
 #include "launcher/base/child_process.h"
 #include "launcher/hosts/run_hosts.h"
@@ -76,6 +78,7 @@ struct HostReport {
   int64_t clock_offset_ms = 0;
   std::string stack = "-";      // the software stack: same, DIFFERS, unknown, - (hosts_stack.h)
   std::optional<events::HostStack> stack_items;
+  HostHealth health;            // the agent's checks (hosts_health.h)
   std::vector<std::string> problems;  // "what; fix: ..."
   std::vector<std::string> warnings;
 };
@@ -84,7 +87,7 @@ struct HostReport {
 std::string facts_script(const spec::JobSpec& job) {
   std::string checkpoint_dir = job.checkpoint.dir;
   return "v=" + shell_quote(kVersion) + "; p=" + shell_quote(job.ssh.remote_dtrain) +
-         "; d=" + shell_quote(checkpoint_dir) +
+         "; d=" + shell_quote(checkpoint_dir) + "; s=" +
          "\n"
          "echo \"time_ms $(date +%s%3N)\"\n"
          "echo \"user $(id -un)\"\n"
@@ -102,7 +105,7 @@ std::string facts_script(const spec::JobSpec& job) {
          "while [ ! -e \"$d\" ] && [ \"$d\" != / ] && [ \"$d\" != . ]; do d=$(dirname \"$d\"); done\n"
          "echo \"free_dir $d\"\n"
          "df -Pk \"$d\" 2>/dev/null | awk 'NR==2 {print \"free_kb \" $4}'\n" +
-         stack_script_part(job) + "exit 0\n";
+         stack_script_part(job) + health_script_part(job) + "exit 0\n";
 }
 
 std::vector<std::string> values_of(const std::string& output, const std::string& key) {
@@ -332,13 +335,15 @@ nlohmann::json to_json(const HostReport& report) {
           {"clock_offset_ms", report.clock_offset_ms},
           {"stack", report.stack},
           {"stack_items", report.stack_items ? report.stack_items->to_json()["items"] : nlohmann::json(nullptr)},
+          {"health", report.health.verdict},
+          {"health_report", report.health.report ? proto::to_json(*report.health.report) : nlohmann::json(nullptr)},
           {"problems", report.problems},
           {"warnings", report.warnings}};
 }
 
 void print_table(const std::vector<HostReport>& reports) {
-  std::printf("%-16s %-8s %-14s %-10s %-10s %-24s %-5s %-5s %-12s %-8s %s\n", "HOST", "VIA", "SSH", "HOST KEY", "USER",
-              "DTRAIN", "GPUS", "TOPO", "FREE(CKPT)", "CLOCK", "STACK");
+  std::printf("%-16s %-8s %-14s %-10s %-10s %-24s %-5s %-5s %-12s %-8s %-8s %s\n", "HOST", "VIA", "SSH", "HOST KEY",
+              "USER", "DTRAIN", "GPUS", "TOPO", "FREE(CKPT)", "CLOCK", "STACK", "HEALTH");
   for (const HostReport& report : reports) {
     std::string ssh = report.ssh;
     if (report.latency_ms >= 0) ssh += " " + std::to_string(report.latency_ms) + "ms";
@@ -347,11 +352,12 @@ void print_table(const std::vector<HostReport>& reports) {
     if (key == "NOT") key = "UNCHECKED";
     if (key == "checked") key = "by-ssh";
     std::string clock = report.local ? "0ms" : (report.clock_offset_ms >= 0 ? "+" : "") + std::to_string(report.clock_offset_ms) + "ms";
-    std::printf("%-16s %-8s %-14s %-10s %-10s %-24s %-5zu %-5s %-12s %-8s %s\n", report.entry.name.c_str(),
+    std::printf("%-16s %-8s %-14s %-10s %-10s %-24s %-5zu %-5s %-12s %-8s %-8s %s\n", report.entry.name.c_str(),
                 report.via.c_str(), ssh.c_str(), key.c_str(), report.user.empty() ? "-" : report.user.c_str(),
                 report.dtrain.empty() ? "-" : report.dtrain.c_str(), report.gpus.size(), report.topology.c_str(),
                 report.free_bytes < 0 ? "-" : human_bytes(report.free_bytes).c_str(),
-                report.ok && report.ssh != "FAILED" ? clock.c_str() : "-", report.stack.c_str());
+                report.ok && report.ssh != "FAILED" ? clock.c_str() : "-", report.stack.c_str(),
+                report.health.verdict.c_str());
   }
   for (const HostReport& report : reports) {
     for (const std::string& warning : report.warnings) std::printf("warning: %s\n", warning.c_str());
@@ -380,6 +386,30 @@ std::optional<events::StackConsistency> check_stacks(const spec::JobSpec& job, s
     report.ok = report.problems.empty();
   }
   return verdict;
+}
+
+/// Each host's health checks (hosts_health.h): failed checks are problems (a run keeps the host
+/// out), warned ones warnings.
+void check_health(const spec::JobSpec& job, std::vector<HostReport>& reports) {
+  for (HostReport& report : reports) {
+    report.health = read_host_health(job, report.entry.name, report.output);
+    report.problems.insert(report.problems.end(), report.health.problems.begin(), report.health.problems.end());
+    report.warnings.insert(report.warnings.end(), report.health.warnings.begin(), report.health.warnings.end());
+    report.ok = report.problems.empty();
+  }
+}
+
+/// Every host's checks, one line each, under the table.
+void print_health_checks(const spec::JobSpec& job, const std::vector<HostReport>& reports) {
+  if (!job.health.enabled) return;
+  std::vector<std::string> lines;
+  for (const HostReport& report : reports) {
+    if (!report.health.report) continue;
+    for (std::string& line : health_check_lines(report.entry.name, *report.health.report)) lines.push_back(std::move(line));
+  }
+  if (lines.empty()) return;
+  std::printf("\nhealth checks (as an agent makes them before the first generation; spec health):\n");
+  for (const std::string& line : lines) std::printf("  %s\n", line.c_str());
 }
 
 /// What differs, side by side, under the table.
@@ -548,6 +578,7 @@ int run_hosts(const HostsOptions& options) {
     if (report.problems.empty()) evaluate(report, job, this_os);
   }
   std::optional<events::StackConsistency> stacks = check_stacks(job, reports);
+  check_health(job, reports);
   bool all_ok = std::all_of(reports.begin(), reports.end(), [](const HostReport& report) { return report.ok; });
 
   if (options.json) {
@@ -557,6 +588,7 @@ int run_hosts(const HostsOptions& options) {
     std::printf("%s\n", document.dump(2).c_str());
   } else {
     print_table(reports);
+    print_health_checks(job, reports);
     print_stack_differences(stacks);
     if (!all_ok) {
       std::fprintf(stderr, "\nhosts that cannot run the job:\n");
@@ -575,8 +607,8 @@ int run_hosts(const HostsOptions& options) {
 void add_hosts_command(CLI::App& app, CommandContext& context) {
   auto options = std::make_shared<HostsOptions>();
   CLI::App* command = app.add_subcommand(
-      "hosts", "check every host of a job spec: ssh, host key, dtrain, GPUs, disk, clock, software stack (exit 3 if any "
-               "fails); "
+      "hosts", "check every host of a job spec: ssh, host key, dtrain, GPUs, disk, clock, software stack, health "
+               "checks (exit 3 if any fails); "
                "--reliability: each host's failures and exclusions from the run registry");
   command->add_option("spec", options->spec_path, "job spec (YAML); not with --reliability");
   command->add_option("--set", options->overrides, "override a spec key: --set ssh.connect_timeout=5s");

@@ -50,16 +50,19 @@ std::string describe(const events::StackDifference& difference) {
 
 }  // namespace
 
+std::string this_dtrain_script_lines() {
+  std::string wanted = std::string("dtrain ") + kVersion;
+  return "s=${s:-${x:-}}\n"
+         "if [ -z \"$s\" ] && [ -n \"$p\" ] && [ -x \"$p\" ] && [ \"$(\"$p\" --version 2>/dev/null | head -n 1)\" = " +
+         shell_quote(wanted) + " ]; then s=$p; fi\n"
+         "if [ -z \"$s\" ] && [ -x \"$c\" ]; then s=$c; fi\n";
+}
+
 std::string stack_script_part(const spec::JobSpec& job) {
   std::optional<proto::StackProbeRequest> request = run::stack_probe_request(job);
   if (!request) return "";
   std::string wanted = std::string("dtrain ") + kVersion;
-  return "q=" + shell_quote(json_compact(proto::to_json(*request))) +
-         "\n"
-         "s=${x:-}\n"
-         "if [ -z \"$s\" ] && [ -n \"$p\" ] && [ -x \"$p\" ] && [ \"$(\"$p\" --version 2>/dev/null | head -n 1)\" = " +
-         shell_quote(wanted) + " ]; then s=$p; fi\n"
-         "if [ -z \"$s\" ] && [ -x \"$c\" ]; then s=$c; fi\n"
+  return "q=" + shell_quote(json_compact(proto::to_json(*request))) + "\n" + this_dtrain_script_lines() +
          "if [ -n \"$s\" ]; then echo \"stack $(\"$s\" agent --stack-probe \"$q\" 2>/dev/null | head -c 65536 | tr -d '\\n')\"; "
          "else echo \"stack_none no " + wanted + " there yet (it is copied at submit): not checked\"; fi\n";
 }

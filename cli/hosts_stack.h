@@ -13,6 +13,11 @@
 
 namespace dtrain::cli {
 
+/// Shell lines that set $s to a dtrain of this version on the host, when $s is not set yet: $x
+/// (this binary, for a local host), ssh.remote_dtrain ($p) when it is this version, or the copy
+/// a submit cached ($c). Shared by the stack and the health parts (hosts_health.h).
+std::string this_dtrain_script_lines();
+
 /// Shell lines for the facts script (after it set $v, $p and $c; a local host's check sets $x
 /// to this binary): one "stack <json>" line, or "stack_none <why>" when the host has no dtrain
 /// of this version yet. "" with consistency: off.
