@@ -360,7 +360,10 @@ proto::HealthReport HostHealthChecker::run(const proto::HealthRequest& request, 
     source.own_pids = environment_.own_pids ? environment_.own_pids
                                             : [] { return std::set<int64_t>{static_cast<int64_t>(::getpid())}; };
     source.pause = environment_.pause ? environment_.pause
-                                      : [](int64_t ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); };
+                                      : [](int64_t ms) {
+                                        std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+                                        return true;
+                                      };
     source.now_ms = [&clock] { return clock.monotonic_ms(); };
     add(check_leftover_gpu_memory(source, request.leftover_gpu_memory_mb, request.reclaim_wait_ms));
   } else if (!xids.empty()) {

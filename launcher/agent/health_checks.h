@@ -98,8 +98,9 @@ struct LeftoverMemorySource {
   std::function<std::optional<std::vector<GpuProcess>>(int gpu)> processes;
   /// This run's processes (the agent and its workers' trees): their memory is not leftover.
   std::function<std::set<int64_t>()> own_pids;
-  /// Waits this long before the next look (a test frees the memory here).
-  std::function<void(int64_t ms)> pause;
+  /// Waits this long before the next look (a test frees the memory here); false: stop waiting
+  /// now (the agent is exiting) and judge what the last look found.
+  std::function<bool(int64_t ms)> pause;
   /// Monotonic ms.
   std::function<int64_t()> now_ms;
 };
@@ -121,8 +122,8 @@ struct HealthEnvironment {
   std::string nvml_path;    ///< nvml_library_path(); "" for no GPU checks
   /// This run's processes; only the calling process when unset.
   std::function<std::set<int64_t>()> own_pids;
-  /// Between two looks at leftover GPU memory; sleeps when unset.
-  std::function<void(int64_t ms)> pause;
+  /// Between two looks at leftover GPU memory (LeftoverMemorySource::pause); sleeps when unset.
+  std::function<bool(int64_t ms)> pause;
   /// Readable when the checks should give up at once (the agent is exiting): a running site
   /// command is killed. -1: never.
   int stop_fd = -1;

@@ -61,7 +61,7 @@ void run_jobs(std::shared_ptr<HealthRunner::Shared> shared, proto::HealthRequest
   // A wait for leftover memory to be freed ends at once when the agent stops.
   environment.pause = [shared](int64_t ms) {
     std::unique_lock<std::mutex> lock(shared->mutex);
-    shared->wake.wait_for(lock, std::chrono::milliseconds(ms), [&] { return shared->stopping; });
+    return !shared->wake.wait_for(lock, std::chrono::milliseconds(ms), [&] { return shared->stopping; });
   };
   HostHealthChecker checker(std::move(environment));
   std::unique_lock<std::mutex> lock(shared->mutex);

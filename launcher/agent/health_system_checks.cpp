@@ -343,7 +343,7 @@ std::vector<HealthCheck> check_leftover_gpu_memory(const LeftoverMemorySource& s
     }
     int64_t waited = source.now_ms() - started;
     if (!over || waited >= reclaim_wait_ms) break;
-    source.pause(std::min(kLeftoverPollMs, reclaim_wait_ms - waited));
+    if (!source.pause(std::min(kLeftoverPollMs, reclaim_wait_ms - waited))) break;
   }
   const int64_t waited = source.now_ms() - started;
   std::vector<HealthCheck> checks;

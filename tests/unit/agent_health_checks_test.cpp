@@ -17,6 +17,7 @@
 #include <string>
 
 #include "launcher/agent/health_checks.h"
+#include "launcher/agent/health_runner.h"
 #include "launcher/agent/process_tree.h"
 #include "launcher/base/clock.h"
 #include "launcher/base/fd.h"
@@ -355,6 +356,7 @@ TEST_CASE("leftover GPU memory of another process is waited for: freed within th
   environment.pause = [&](int64_t) {
     ++pauses;
     fake.set("gpus=2\nprocess=1:" + std::to_string(::getpid()) + ":40000\n");  // the old job exits
+    return true;
   };
   HostHealthChecker checker(environment);
   HealthRequest request;
@@ -445,4 +447,45 @@ TEST_CASE("a report keeps within the protocol's bounds: the worst checks first w
     CHECK(check.name.size() <= dtrain::proto::kMaxHealthNameBytes);
     CHECK(check.message.size() <= dtrain::proto::kMaxHealthMessageBytes);
   }
+}
+
+TEST_CASE("the runner: replies come out through ready_fd with their ids, in order") {
+  dtrain::testing::TempDir root;
+  HealthRequest request = request_without_checks();
+  request.command = "echo checked";
+  dtrain::agent::HealthRunner runner(request, environment_with(root.path, ""));
+  runner.queue({5, "join", false, {}, {}});
+  runner.queue({6, "after failure", false, {}, {}});
+  std::vector<dtrain::proto::HealthReply> replies;
+  while (replies.size() < 2) {
+    pollfd ready{runner.ready_fd(), POLLIN, 0};
+    REQUIRE(::poll(&ready, 1, 30'000) == 1);
+    for (dtrain::proto::HealthReply& reply : runner.take_replies()) replies.push_back(std::move(reply));
+  }
+  CHECK(replies[0].id == 5);
+  CHECK(replies[0].report.moment == "join");
+  CHECK(replies[1].id == 6);
+  CHECK(replies[1].report.moment == "after failure");
+  REQUIRE(replies[1].report.checks.size() == 1);
+  CHECK(replies[1].report.checks[0].message == "exit 0: checked");
+}
+
+TEST_CASE("the runner stops at once with a site command running, and the command ends with it") {
+  dtrain::testing::TempDir root;
+  std::string pid_file = root.path + "/command.pid";
+  HealthRequest request = request_without_checks();
+  request.command = "echo $$ > " + pid_file + ".tmp; mv " + pid_file + ".tmp " + pid_file + "; exec sleep 600";
+  request.command_timeout_ms = 600'000;
+  pid_t command = 0;
+  {
+    dtrain::agent::HealthRunner runner(request, environment_with(root.path, ""));
+    runner.queue({1, "start", false, {}, {}});
+    dtrain::SystemClock clock;
+    for (int64_t deadline = clock.monotonic_ms() + 30'000; command == 0 && clock.monotonic_ms() < deadline;) {
+      if (dtrain::Result<std::string> text = dtrain::read_file(pid_file)) command = static_cast<pid_t>(std::stol(*text));
+      else ::poll(nullptr, 0, 10);
+    }
+    REQUIRE(command > 0);
+  }  // the runner goes: the command is killed, the thread returns
+  CHECK(ends_within(command, 5'000));
 }
