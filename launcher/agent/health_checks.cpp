@@ -217,6 +217,9 @@ std::vector<HealthCheck> check_infiniband(const std::string& sysfs_root, std::ma
       if (!state) {
         check.verdict = HealthVerdict::warn;
         findings.push_back("cannot read " + where + "/state");
+      } else if (!active && read_sysfs_line(where + "/phys_state").value_or("") == "3: Disabled") {
+        // Switched off on purpose (ibportstate ... disable): a port nobody uses, not a fault.
+        findings.push_back("disabled (phys_state 3: Disabled): not used, not checked");
       } else if (!active) {
         check.verdict = HealthVerdict::fail;
         findings.push_back("port " + name + " is " + printable(*state, 64) + ", not 4: ACTIVE; fix: check the cable "

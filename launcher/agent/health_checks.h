@@ -50,7 +50,8 @@ std::vector<proto::HealthCheck> check_gpu_health(const std::vector<GpuHealthRead
                                                  const std::vector<proto::XidEvent>& xids);
 
 /// InfiniBand ports under `sysfs_root`: one "infiniband <dev>/<port>" check each; none when
-/// there is no sysfs_root/sys/class/infiniband. A port whose state is not "4: ACTIVE" fails;
+/// there is no sysfs_root/sys/class/infiniband. A port whose state is not "4: ACTIVE" fails
+/// (unless its phys_state says it was disabled on purpose);
 /// link_downed above the value in `link_downed_seen` (the previous check's; updated here)
 /// warns, and fails when the port is not active either.
 std::vector<proto::HealthCheck> check_infiniband(const std::string& sysfs_root,

@@ -189,6 +189,14 @@ TEST_CASE("InfiniBand ports from a fake sysfs: a port not ACTIVE fails, link_dow
   CHECK(fourth[1].verdict == HealthVerdict::fail);
   CHECK(contains(fourth[1].message, "went down 1 time(s)"));
 
+  // A port switched off on purpose is not a fault.
+  put(root, "sys/class/infiniband/mlx5_2/ports/1/state", "1: DOWN\n");
+  put(root, "sys/class/infiniband/mlx5_2/ports/1/phys_state", "3: Disabled\n");
+  std::vector<HealthCheck> fifth = dtrain::agent::check_infiniband(root.path, seen);
+  REQUIRE(fifth.size() == 3);
+  CHECK(fifth[2].verdict == HealthVerdict::ok);
+  CHECK(contains(fifth[2].message, "disabled"));
+
   dtrain::testing::TempDir no_infiniband;
   CHECK(dtrain::agent::check_infiniband(no_infiniband.path, seen).empty());
 }
