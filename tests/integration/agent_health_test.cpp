@@ -36,13 +36,13 @@ const json* check_named(const json& reply, const std::string& name) {
   return nullptr;
 }
 
-/// Waits for `count` more beats, and says whether a health reply came meanwhile.
-bool beats_without_reply(AgentSession& session, int count) {
+/// Waits for `count` more beats, and says whether no health reply with `id` came meanwhile.
+bool beats_without_reply(AgentSession& session, int count, int64_t id) {
   for (int i = 0; i < count; ++i) {
     if (!session.wait_for_type("beat", 10'000)) return false;
   }
   for (const json& message : session.history()) {
-    if (message["type"] == "health") return false;
+    if (message["type"] == "health" && message["id"] == id) return false;
   }
   return true;
 }
@@ -68,7 +68,7 @@ TEST_CASE("config.health: the start report follows hello, a request is answered 
   REQUIRE(session.handshake({{"heartbeat_interval_ms", 100}, {"health", health}}));
 
   // The start check waits in the site command: the agent's loop does not.
-  CHECK(beats_without_reply(session, 3));
+  CHECK(beats_without_reply(session, 3, 0));
   answer_site_command(fifo, "healthy");
   std::optional<json> start = session.wait_for_type("health", 30'000);
   REQUIRE(start);
@@ -99,7 +99,7 @@ TEST_CASE("config.health: the start report follows hello, a request is answered 
       30'000));
 
   session.send({{"type", "health"}, {"id", 7}, {"moment", "join"}, {"diagnose", false}});
-  CHECK(beats_without_reply(session, 3));
+  CHECK(beats_without_reply(session, 3, 7));
   answer_site_command(fifo, "sick");
   std::optional<json> joined = session.wait_for_type("health", 30'000);
   REQUIRE(joined);
