@@ -157,7 +157,12 @@ HealthCheck check_checkpoint_dir(const std::string& directory, int64_t write_tim
   {
     std::lock_guard<std::mutex> lock(probes.mutex);
     auto running = probes.by_directory.find(directory);
-    if (running != probes.by_directory.end()) {
+    // One that has just finished (its thread not yet out of the map) is no hang.
+    bool finished = running != probes.by_directory.end() && [&] {
+      std::lock_guard<std::mutex> probe_lock(running->second->mutex);
+      return running->second->done;
+    }();
+    if (running != probes.by_directory.end() && !finished) {
       int64_t age = clock.monotonic_ms() - running->second->started_ms;
       return {"checkpoint dir", HealthVerdict::fail,
               "the previous write probe of " + where + ", started " + duration_text(age) +
