@@ -28,7 +28,8 @@ std::string line_value(const std::string& output, const std::string& key) {
 }  // namespace
 
 std::optional<proto::HealthRequest> hosts_health_request(const spec::JobSpec& job) {
-  std::optional<proto::HealthRequest> request = run::health_request(job);
+  // Before a run there is no run directory: only a checkpoint.dir the spec names is probed.
+  std::optional<proto::HealthRequest> request = run::health_request(job, job.checkpoint.dir);
   if (!request) return std::nullopt;
   request->reclaim_wait_ms = 0;
   request->command_timeout_ms = std::min(request->command_timeout_ms, kHostsHealthCommandTimeoutMs);

@@ -194,8 +194,8 @@ MaxStartups 100:30:200
 MaxSessions 50
 LogLevel VERBOSE
 EOF
-  local assignment
-  for assignment in "$@"; do echo "SetEnv $assignment" >>"$dir/sshd_config"; done
+  # One SetEnv line: sshd takes the first SetEnv directive it reads and ignores later ones.
+  [ $# -eq 0 ] || echo "SetEnv $*" >>"$dir/sshd_config"
 }
 
 # The user's home directory, which each host replaces with a private one.

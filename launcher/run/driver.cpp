@@ -80,7 +80,9 @@ void RunDriver::start_agents() {
                               spec_.heartbeat.interval.count(), spec_.heartbeat.timeout.count(),
                               clock_.wall_ms(), /*batch_beats=*/true};
     config.stack = stack_probe_request(spec_);
-    // config.health (health_request(spec_)) is sent once the agent's checks land.
+    // Where the workers will write checkpoints: the agent's checks write and fsync a probe there.
+    config.health = health_request(spec_, spec_.checkpoint.dir.empty() ? run_.path() + "/checkpoints" : spec_.checkpoint.dir);
+    link->health_requested = config.health.has_value();
     link->send(config);
     log().info("host {}: starting agent ({})", host.name, link->connection().describe());
     links_[host.name] = std::move(link);

@@ -60,6 +60,14 @@ std::optional<std::string> console_text(const events::Event& event) {
     for (const std::string& line : events::stack_difference_table(stack->differences)) text += "\n  " + line;
     return text;
   }
+  // A host the health checks kept out, or let in with something to say (spec health).
+  if (const auto* health = std::get_if<events::HostHealth>(&event); health && health->verdict != events::HealthCheckResult::kOk) {
+    return (health->action == events::HostHealth::kLeftOut ? "error: " : "warning: ") + health->detail;
+  }
+  if (const auto* quarantined = std::get_if<events::HostQuarantined>(&event)) {
+    return "quarantined: " + quarantined->host + " (" + quarantined->reason +
+           "); later runs plan without it until `dtrain hosts release " + quarantined->host + "`";
+  }
   if (const auto* detected = std::get_if<events::FailureDetected>(&event)) {
     const events::FailureCause& cause = detected->cause;
     return "failure: " + events::to_string(cause.kind) + " on " + cause.host + (cause.rank ? " rank " + std::to_string(*cause.rank) : "") +
