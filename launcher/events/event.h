@@ -24,7 +24,7 @@ struct UnknownEvent {
 using Event = std::variant<
     RunSubmitted, RunResumed, RunState, RunStopRequested, RunFinished, RunlogDropped, RuntimeDirFallback,
     SshInsecure, HostConnected, HostFacts, HostStack, StackConsistency, HostHealth, HostQuarantined, HostFailed, HostLost, HostExcluded, HostExclusionSkipped,
-    AgentError, ProtocolError, SignalRefused, PlanGeneration, PlanChanged, GenerationSpawned,
+    AgentError, ProtocolError, SignalRefused, PlanGeneration, PlanChanged, PlanQuarantined, GenerationSpawned,
     GenerationStepped, WorkerStarted, WorkerSpawnFailed, WorkerExit, WorkerHang, WorkerSample, CommReady,
     CommWarn, HangDump, HangDetectionOff, HangDetectionOn, HangTimeoutChanged, StragglerDetected, StragglerCleared, GpuXid,
     GpuEccErrors, FailureDetected, FailureRootCause, FailureBudgetExhausted, FailureCrashLoop,

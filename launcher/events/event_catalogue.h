@@ -40,6 +40,7 @@ inline constexpr const char* kSignalRefused = "signal.refused";
 // ---- generations and workers
 inline constexpr const char* kPlanGeneration = "plan.generation";
 inline constexpr const char* kPlanChanged = "plan.changed";
+inline constexpr const char* kPlanQuarantined = "plan.quarantined";
 inline constexpr const char* kGenerationSpawned = "generation.spawned";
 inline constexpr const char* kGenerationStepped = "generation.stepped";
 inline constexpr const char* kWorkerStarted = "worker.started";
@@ -110,6 +111,7 @@ inline const std::vector<EventType>& catalogue() {
       {kSignalRefused, "an internal bug: a signal to pid or process group <= 1 was refused, not sent", {"target", "signal", "error"}},
       {kPlanGeneration, "the rank plan of a new generation", {"gen", "world_size", "data", "tensor", "pipeline", "grad_accum", "resume_step", "hosts"}},
       {kPlanChanged, "the plan changed: hosts left out, spares taken", {"diff", "without"}},
+      {kPlanQuarantined, "hosts of the host list that the registry holds in quarantine, left out of the plan (as hosts not in the list are): each with its reason and until when", {"hosts"}},
       {kGenerationSpawned, "every agent was asked to start its workers", {"gen", "master_addr", "master_port", "backend", "resume_step"}},
       {kGenerationStepped, "a generation's first step: training runs (launch or restart over; goodput counts from here)", {"gen", "step", "ms_since_spawn"}},
       {kWorkerStarted, "a worker process is running", {"rank", "host", "local_rank", "pid"}},

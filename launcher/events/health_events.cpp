@@ -73,4 +73,26 @@ Result<HostQuarantined> HostQuarantined::from_json(const json& object) {
   return fields.result(std::move(event));
 }
 
+json QuarantinedHost::to_json() const { return {{"host", host}, {"reason", reason}, {"until", until}}; }
+
+Result<QuarantinedHost> QuarantinedHost::from_json(const json& object) {
+  EventFields fields("quarantined host", object);
+  QuarantinedHost out;
+  fields.read("host", out.host).read("reason", out.reason).read("until", out.until);
+  return fields.result(std::move(out));
+}
+
+json PlanQuarantined::to_json() const {
+  json list = json::array();
+  for (const QuarantinedHost& host : hosts) list.push_back(host.to_json());
+  return named(name, {{"hosts", std::move(list)}});
+}
+
+Result<PlanQuarantined> PlanQuarantined::from_json(const json& object) {
+  EventFields fields(name, object);
+  PlanQuarantined event;
+  fields.read_each("hosts", event.hosts);
+  return fields.result(std::move(event));
+}
+
 }  // namespace dtrain::events

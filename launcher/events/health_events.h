@@ -74,4 +74,25 @@ struct HostQuarantined {
   bool operator==(const HostQuarantined&) const = default;
 };
 
+/// One host that plan.quarantined names: why the registry holds it and until when (ISO 8601 UTC).
+struct QuarantinedHost {
+  std::string host{};
+  std::string reason{};
+  std::string until{};
+  nlohmann::json to_json() const;
+  static Result<QuarantinedHost> from_json(const nlohmann::json& object);
+  bool operator==(const QuarantinedHost&) const = default;
+};
+
+/// plan.quarantined: the hosts of the run's host list that the registry held in quarantine when
+/// the run was planned (submit, run, resume), left out the way a host not in the list is. Written
+/// once per plan that left one out, so the run log says why a host of the list never took part.
+struct PlanQuarantined {
+  static constexpr const char* name = kPlanQuarantined;
+  std::vector<QuarantinedHost> hosts{};
+  nlohmann::json to_json() const;
+  static Result<PlanQuarantined> from_json(const nlohmann::json& event);
+  bool operator==(const PlanQuarantined&) const = default;
+};
+
 }  // namespace dtrain::events

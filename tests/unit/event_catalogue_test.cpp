@@ -79,6 +79,7 @@ auto sample_events() {
       ProtocolError{"worker", "h1", "bad json", 1, 4242, 0, 2},
       SignalRefused{-1, "SIGKILL", "internal bug: refused to signal pid -1 with SIGKILL"},
       PlanGeneration{0, 4, 4, 1, 1, 1, -1, {"h1", "h2"}}, PlanChanged{"- h2", {"h2"}},
+      PlanQuarantined{{{"h3", "failed its health check (start)", "2026-12-12T08:00:00Z"}}},
       GenerationSpawned{0, "10.0.0.1", 29500, "gloo", -1, "/ckpt"}, GenerationStepped{0, 1, 800},
       WorkerStarted{2, "h1", 0, 4242}, WorkerSpawnFailed{2, "h1", "ENOENT"},
       WorkerExit{0, 2, "h1", 4242, 0, 3, std::nullopt, "/run/ranks/2.log", {"Traceback"},
