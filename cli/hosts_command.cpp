@@ -27,6 +27,7 @@
 
 #include "cli/commands.h"
 #include "cli/hosts_health.h"
+#include "cli/hosts_quarantine.h"
 #include "cli/hosts_stack.h"
 #include "launcher/base/child_process.h"
 #include "launcher/hosts/run_hosts.h"
@@ -618,7 +619,14 @@ void add_hosts_command(CLI::App& app, CommandContext& context) {
                     "hours, times lost and excluded, the last exclusion and why");
   command->add_option("--since", options->since, "with --reliability: from this UTC date on (YYYY-MM-DD or YYYY-MM)");
   command->add_option("--until", options->until, "with --reliability: before this UTC date (YYYY-MM-DD or YYYY-MM)");
-  command->callback([options, &context] { context.exit_code = run_hosts(*options); });
+  auto quarantine = add_hosts_quarantine_commands(*command, context);  // quarantine, release, --quarantined
+  command->callback([options, quarantine, &context] {
+    if (std::optional<int> handled = quarantine(options->json)) {
+      context.exit_code = *handled;
+      return;
+    }
+    context.exit_code = run_hosts(*options);
+  });
 }
 
 }  // namespace dtrain::cli

@@ -1,5 +1,6 @@
 // `dtrain plan SPEC [--json] [--without HOST]... [--set key=value]...`: the rank layout the job
-// would get, and with --without the layout after losing those hosts (what the supervisor would
+// would get (without the hosts the registry holds in quarantine, as submit plans it, each named
+// with why), and with --without the layout after losing those hosts (what the supervisor would
 // do), so a user can check a shrink or a spare before it happens.
 
 #include <cstdio>
@@ -12,7 +13,10 @@
 #include "cli/plan_advice.h"
 #include "launcher/base/exit_code.h"
 #include "launcher/base/strings.h"
+#include "launcher/base/clock.h"
 #include "launcher/plan/rank_plan.h"
+#include "launcher/registry/registry_db.h"
+#include "launcher/run/quarantine_gate.h"
 #include "launcher/spec/spec_loader.h"
 
 namespace dtrain::cli {
@@ -55,7 +59,10 @@ int run_plan(const PlanOptions& options) {
   const spec::JobSpec& job = *loaded.spec;
   if (options.advise) return run_plan_advice(job, options.advice, options.json);
 
-  Result<plan::RankPlan> base = plan::make_plan(job);
+  // As submit plans it: without the hosts the registry holds in quarantine (said why).
+  run::QuarantineGate quarantine = run::read_quarantine_gate(job, registry::registry_path(), SystemClock().wall_ms());
+  if (quarantine.warning) std::fprintf(stderr, "dtrain plan: warning: %s\n", quarantine.warning->c_str());
+  Result<plan::RankPlan> base = run::plan_without_quarantined(job, quarantine);
   if (!base) {
     print_error(options.spec_path + ": " + base.error().message);
     return to_int(ExitCode::usage);
@@ -64,24 +71,31 @@ int run_plan(const PlanOptions& options) {
     // Host names come from the user: replace invalid UTF-8 rather than throw.
     return json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   };
+  nlohmann::json quarantined = quarantine.event().to_json()["hosts"];
+  std::string quarantine_text;
+  for (const std::string& line : quarantine.lines()) quarantine_text += line + "\n";
+  if (!quarantine_text.empty()) quarantine_text += "\n";
   if (without.empty()) {
-    print_out(options.json ? dump({{"spec", options.spec_path}, {"plan", plan::to_json(*base)}})
-                           : plan::to_text(*base));
+    print_out(options.json ? dump({{"spec", options.spec_path}, {"quarantined", quarantined}, {"plan", plan::to_json(*base)}})
+                           : quarantine_text + plan::to_text(*base));
     return to_int(ExitCode::ok);
   }
 
-  Result<plan::RankPlan> after = plan::make_plan(job, without);
+  std::vector<std::string> all_without = quarantine.hosts();
+  all_without.insert(all_without.end(), without.begin(), without.end());
+  Result<plan::RankPlan> after = plan::make_plan(job, all_without);
   if (!after) {
     print_error(options.spec_path + ": " + after.error().message);
     return to_int(ExitCode::usage);
   }
   if (options.json) {
     print_out(dump({{"spec", options.spec_path},
+                    {"quarantined", quarantined},
                     {"before", plan::to_json(*base)},
                     {"diff", plan::diff_text(*base, *after)},
                     {"plan", plan::to_json(*after)}}));
   } else {
-    print_out("before: " + plan::summary_line(*base) + "\n" + "without " + join(without, ", ") +
+    print_out(quarantine_text + "before: " + plan::summary_line(*base) + "\n" + "without " + join(without, ", ") +
               ": " + plan::diff_text(*base, *after) + "\n\n" + plan::to_text(*after));
   }
   return to_int(ExitCode::ok);

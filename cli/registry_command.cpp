@@ -15,6 +15,7 @@
 #include "launcher/registry/registry_db.h"
 #include "launcher/registry/registry_rebuild.h"
 #include "launcher/run/governance.h"
+#include "launcher/run/quarantine_gate.h"
 #include "launcher/runlog/run_directory.h"
 #include "launcher/spec/spec_loader.h"
 
@@ -27,7 +28,12 @@ int rebuild() {
     spec::LoadResult loaded = spec::load_job_spec(spec_path, {}, spec::EnvValues::names_only);
     return loaded.ok() ? loaded.spec->tenant : std::string();
   };
-  Result<registry::RebuildSummary> rebuilt = registry::rebuild_registry(path, runs_root(), tenant_of_spec);
+  // The cross-run quarantine rule of each run's own spec (health.quarantine).
+  auto rule_of_spec = [](const std::string& spec_path) {
+    spec::LoadResult loaded = spec::load_job_spec(spec_path, {}, spec::EnvValues::names_only);
+    return loaded.ok() ? run::quarantine_rule_of(loaded.spec->health) : registry::QuarantineRule{};
+  };
+  Result<registry::RebuildSummary> rebuilt = registry::rebuild_registry(path, runs_root(), tenant_of_spec, rule_of_spec);
   if (!rebuilt) {
     std::fprintf(stderr, "dtrain registry rebuild: %s\n", rebuilt.error().message.c_str());
     run::audit_action("dtrain registry rebuild", "registry rebuild", "", path, {{"runs_root", runs_root()}},

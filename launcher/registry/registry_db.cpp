@@ -78,13 +78,35 @@ CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit
   BEGIN SELECT RAISE(ABORT, 'the audit table is append-only'); END;
 )sql";
 
+// Version 2: hosts kept out of later runs' plans (registry_quarantine.h). No reference to runs:
+// a manual quarantine has none, and a rebuild re-creates runs but keeps this table (its releases
+// are in no run directory). Unique by host, source and since: a re-sync inserts nothing twice.
+constexpr const char* kSchemaV2 = R"sql(
+CREATE TABLE quarantine (
+  host TEXT NOT NULL,
+  reason TEXT NOT NULL DEFAULT '',
+  evidence TEXT NOT NULL DEFAULT '[]',
+  since_ms INTEGER NOT NULL,
+  until_ms INTEGER NOT NULL,
+  source TEXT NOT NULL,
+  released_ms INTEGER,
+  released_by TEXT NOT NULL DEFAULT '',
+  release_reason TEXT NOT NULL DEFAULT '',
+  UNIQUE (host, source, since_ms)
+);
+CREATE INDEX quarantine_by_host ON quarantine(host);
+)sql";
+
 /// Brings a file at `from_version` to kRegistrySchemaVersion, one step per version, each in the
 /// caller's transaction. Version 0 is a new, empty file.
 Status migrate_forward(RegistryDb& db, int from_version) {
   if (from_version < 1) {
     if (Status created = db.execute(kSchemaV1); !created) return created;
   }
-  // Later versions add their step here: if (from_version < 2) { ALTER TABLE ... }
+  if (from_version < 2) {
+    if (Status added = db.execute(kSchemaV2); !added) return added;
+  }
+  // Later versions add their step here: if (from_version < 3) { ... }
   return db.execute("PRAGMA user_version = " + std::to_string(kRegistrySchemaVersion));
 }
 

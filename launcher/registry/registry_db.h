@@ -1,6 +1,6 @@
 #pragma once
 // $DTRAIN_HOME/registry.db: runs, allocations (the fact table GPU-hours come from), failures,
-// host events and an append-only audit table. SQLite in WAL mode with a busy timeout, so a usage
+// host events, quarantined hosts (registry_quarantine.h) and an append-only audit table. SQLite in WAL mode with a busy timeout, so a usage
 // report and a writer do not block each other; the schema is versioned by PRAGMA user_version
 // and migrated forward on open. Nothing here is on the training path: a registry that is locked,
 // damaged or on a full disk is an error for the command that asked, never for a run.
@@ -16,7 +16,8 @@ struct sqlite3;
 namespace dtrain::registry {
 
 /// The schema this dtrain writes; older files are migrated forward on open.
-inline constexpr int kRegistrySchemaVersion = 1;
+/// 2: the quarantine table (registry_quarantine.h).
+inline constexpr int kRegistrySchemaVersion = 2;
 
 /// dtrain_home() + "/registry.db".
 std::string registry_path();

@@ -132,6 +132,16 @@ class RecordsBuilder {
   void on(const events::HostExcluded& excluded) {
     records_.host_events.push_back({records_.run.id, excluded.host, "excluded", excluded.detail, at_});
   }
+  void on(const events::HostQuarantined& quarantined) {
+    QuarantineRow row;
+    row.host = quarantined.host;
+    row.reason = quarantined.reason;
+    row.evidence = quarantined.evidence;
+    row.since_ms = at_;
+    row.until_ms = at_ + std::max<int64_t>(quarantined.duration_ms, 0);
+    row.source = records_.run.id;
+    records_.quarantines.push_back(std::move(row));
+  }
   void on(const events::HostConnected& connected) {
     if (lost_hosts_.erase(connected.host) > 0) {
       records_.host_events.push_back({records_.run.id, connected.host, "rejoined", "agent connected again", at_});
@@ -233,6 +243,7 @@ bool records_read_event(const events::Event& event) {
       [](const events::GenerationSpawned&) { return true; }, [](const events::WorkerStarted&) { return true; },
       [](const events::HostLost&) { return true; },         [](const events::HostExcluded&) { return true; },
       [](const events::HostConnected&) { return true; },    [](const events::HostFacts&) { return true; },
+      [](const events::HostQuarantined&) { return true; },
       [](const events::FailureDetected&) { return true; },  [](const events::FailureRootCause&) { return true; },
       [](const events::RecoveryCompleted&) { return true; }, [](const auto&) { return false; },
   }, event);
@@ -303,6 +314,13 @@ Status insert_records(RegistryDb& db, const RunRecords& records) {
   for (const HostEventRow& row : records.host_events) {
     if (Status inserted = db.insert_host_event(row); !inserted) return inserted;
   }
+  for (const QuarantineRow& row : records.quarantines) {
+    if (Status inserted = insert_quarantine(db, row); !inserted) return inserted;
+  }
+  // After this run's failures are in: they may complete a count begun by earlier runs.
+  if (Result<std::vector<QuarantineRow>> ruled = apply_cross_run_rule(db, records.run.id, records.quarantine_rule); !ruled) {
+    return ruled.error();
+  }
   return Status::success();
 }
 
@@ -329,7 +347,7 @@ struct Transaction {
 Result<RegistryDb> open_healthy(const std::string& registry_file) {
   Result<RegistryDb> opened = RegistryDb::open(registry_file, false);
   if (!opened) return opened;
-  for (const char* table : {"runs", "allocations", "failures", "host_events", "audit"}) {
+  for (const char* table : {"runs", "allocations", "failures", "host_events", "audit", "quarantine"}) {
     Statement probe(opened->handle(), std::string("SELECT count(*) FROM ") + table);
     if (!probe.ok() || probe.step() != SQLITE_ROW) return opened->error_of(std::string("cannot read table ") + table);
   }
@@ -378,7 +396,7 @@ Status replace_run_records(RegistryDb& db, const RunRecords& records) {
 }
 
 Result<RebuildSummary> rebuild_registry(const std::string& registry_file, const std::string& runs_root,
-                                        const TenantOfSpec& tenant_of_spec) {
+                                        const TenantOfSpec& tenant_of_spec, const QuarantineRuleOfSpec& rule_of_spec) {
   RebuildSummary summary;
   size_t slash = registry_file.rfind('/');
   if (slash != std::string::npos) {
@@ -413,6 +431,9 @@ Result<RebuildSummary> rebuild_registry(const std::string& registry_file, const 
       summary.warnings.push_back("the damaged registry's audit table could not be read; the new one starts empty (" +
                                  copied.error().message + ")");
     }
+    // Releases and manual quarantines are in no run directory either (a damaged file from
+    // before schema 2 has no such table: nothing to keep).
+    (void)opened->execute("INSERT OR IGNORE INTO quarantine SELECT * FROM previous.quarantine");
     (void)opened->execute("DETACH DATABASE previous");
   } else if (!opened) {
     opened = RegistryDb::open(registry_file, true);
@@ -445,6 +466,7 @@ Result<RebuildSummary> rebuild_registry(const std::string& registry_file, const 
     bool still_running = state && !is_terminal_state(snapshot.state) && supervisor_alive(snapshot);
     RunRecords records = records_from_events(name, run_dir, *events, snapshot, still_running);
     complete_run_identity(records, directory.spec_path(), tenant_of_spec);
+    if (rule_of_spec) records.quarantine_rule = rule_of_spec(directory.spec_path());
     if (Status inserted = insert_records(db, records); !inserted) return inserted.error();
     summary.runs += 1;
     summary.allocations += static_cast<int>(records.allocations.size());

@@ -13,6 +13,7 @@
 #include "launcher/base/result.h"
 #include "launcher/events/event.h"
 #include "launcher/registry/registry_db.h"
+#include "launcher/registry/registry_quarantine.h"
 #include "launcher/runlog/event_log.h"
 #include "launcher/runlog/run_snapshot.h"
 
@@ -24,6 +25,10 @@ struct RunRecords {
   std::vector<AllocationRow> allocations;
   std::vector<FailureRow> failures;
   std::vector<HostEventRow> host_events;
+  std::vector<QuarantineRow> quarantines;  ///< its host.quarantined events (source: the run)
+  /// The run's spec's health.quarantine, for the cross-run rule (apply_cross_run_rule) applied
+  /// when the records are written.
+  QuarantineRule quarantine_rule;
 };
 
 /// The rows for the run in `run_dir` from its events (oldest first; read_logged_events order) and its
@@ -58,15 +63,23 @@ struct RebuildSummary {
 /// registry does not parse YAML.
 using TenantOfSpec = std::function<std::string(const std::string& spec_path)>;
 
+/// The health.quarantine settings of a run directory's spec copy, for the cross-run rule; as
+/// with TenantOfSpec, the caller reads the YAML. Unset: the defaults of QuarantineRule.
+using QuarantineRuleOfSpec = std::function<QuarantineRule(const std::string& spec_path)>;
+
 /// Re-creates the registry's runs, allocations, failures and host events from every run
 /// directory under `runs_root`. A healthy registry is rebuilt in place in one transaction (readers
-/// see the old rows or the new; the audit table is kept as it is). A damaged one is moved aside as
-/// `<file>.damaged`, a new one is made, and what the old audit table still gives is copied over.
+/// see the old rows or the new; the audit and quarantine tables are kept: releases and manual
+/// quarantines are in no run directory, and the runs' quarantines are inserted only where
+/// missing). A damaged one is moved aside as `<file>.damaged`, a new one is made, and what the
+/// old audit and quarantine tables still give is copied over.
 Result<RebuildSummary> rebuild_registry(const std::string& registry_file, const std::string& runs_root,
-                                        const TenantOfSpec& tenant_of_spec = {});
+                                        const TenantOfSpec& tenant_of_spec = {},
+                                        const QuarantineRuleOfSpec& rule_of_spec = {});
 
 /// Replaces one run's rows (its runs row, allocations, failures, host events) in one transaction:
-/// the supervisor's live writes, each a complete picture of the run so far.
+/// the supervisor's live writes, each a complete picture of the run so far. Its quarantines are
+/// inserted where missing (never replaced: a release stays) and the cross-run rule is applied.
 Status replace_run_records(RegistryDb& db, const RunRecords& records);
 
 /// Fills what the events may not say: the user (the run directory's owner), the tenant (from the

@@ -3,6 +3,7 @@
 // the part that carries it out. See driver.h for the other parts.
 
 #include "launcher/run/driver.h"
+#include "launcher/run/quarantine_gate.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -63,6 +64,9 @@ void RunDriver::start_agents() {
   std::vector<spec::HostEntry> hosts = spec_.hosts;
   hosts.insert(hosts.end(), spec_.spares.begin(), spec_.spares.end());
   for (const spec::HostEntry& host : hosts) {
+    // A host the first plan does without (quarantined in the registry) gets no agent: nothing of
+    // this run touches it, and no plan of this run takes it back.
+    if (supervisor_.excluded_hosts().count(host.name)) continue;
     Result<std::unique_ptr<transport::AgentConnection>> connection = transports_.start_agent(host);
     if (!connection) {
       record(events::HostFailed{host.name, connection.error().message}.to_json());
@@ -298,7 +302,7 @@ int RunDriver::run() {
 }
 
 std::optional<int> RunDriver::open_run() {
-  if (Status opened = recorder_.open(); !opened) {
+  if (Status opened = recorder_.open(quarantine_rule_of(spec_.health)); !opened) {
     std::fprintf(stderr, "dtrain: %s\n", opened.error().message.c_str());
     return to_int(ExitCode::infra);
   }

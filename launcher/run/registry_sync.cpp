@@ -21,6 +21,7 @@ bool writes_soon(const events::Event& event) {
   using namespace events;
   return std::holds_alternative<GenerationSpawned>(event) || std::holds_alternative<FailureDetected>(event) ||
          std::holds_alternative<HostLost>(event) || std::holds_alternative<HostExcluded>(event) ||
+         std::holds_alternative<HostQuarantined>(event) ||
          std::holds_alternative<RecoveryCompleted>(event) || std::holds_alternative<events::RunState>(event) ||
          std::holds_alternative<RunFinished>(event);
 }
@@ -37,7 +38,7 @@ constexpr const char* kStillHeld = "still held at the supervisor's last registry
 
 RegistrySync::RegistrySync(std::string registry_file, std::string run_id, std::string run_dir,
                            std::string events_path, std::string spec_path, registry::TenantOfSpec tenant_of_spec,
-                           Warn warn)
+                           Warn warn, registry::QuarantineRule quarantine_rule)
     : registry_file_(std::move(registry_file)),
       run_id_(std::move(run_id)),
       run_dir_(std::move(run_dir)),
@@ -46,6 +47,7 @@ RegistrySync::RegistrySync(std::string registry_file, std::string run_id, std::s
       history_bytes_(file_size(events_path_)),
       tenant_of_spec_(std::move(tenant_of_spec)),
       warn_(std::move(warn)),
+      quarantine_rule_(quarantine_rule),
       thread_([this] { loop(); }) {}
 
 RegistrySync::~RegistrySync() {
@@ -154,6 +156,7 @@ bool RegistrySync::write(const std::vector<LoggedEvent>& events, bool finished) 
   registry::RunRecords records =
       registry::records_from_events(run_id_, run_dir_, events, RunSnapshot{}, /*still_running=*/!finished);
   registry::complete_run_identity(records, spec_path_, tenant_of_spec_);
+  records.quarantine_rule = quarantine_rule_;
   // Held until now, as far as anyone can tell: ended here, and moved on by the next write.
   int64_t now = SystemClock().wall_ms();
   for (registry::AllocationRow& allocation : records.allocations) {

@@ -1,7 +1,8 @@
 #pragma once
 // RegistrySync: the supervisor's live writes to the run registry ($DTRAIN_HOME/registry.db).
 // The run recorder hands it every event it records (observe); it keeps the few the registry is
-// made from (the run, its generations and hosts, failures, host losses and exclusions), and its
+// made from (the run, its generations and hosts, failures, host losses, exclusions and
+// quarantines), and its
 // thread re-derives the run's rows with the same records_from_events that `dtrain registry
 // rebuild` uses and replaces them in one transaction. A write is always the complete picture so
 // far: a missed or failed write is repaired by the next one, and a rebuild gives the same rows.
@@ -35,9 +36,11 @@ class RegistrySync {
   using Warn = std::function<void(const std::string&)>;
 
   /// `tenant_of_spec`: for a run whose run.submitted does not name its tenant (made by an older
-  /// dtrain, then resumed). `warn` is called on the sync thread.
+  /// dtrain, then resumed). `warn` is called on the sync thread. `quarantine_rule`: the spec's
+  /// health.quarantine, for the registry's cross-run rule.
   RegistrySync(std::string registry_file, std::string run_id, std::string run_dir, std::string events_path,
-               std::string spec_path, registry::TenantOfSpec tenant_of_spec, Warn warn);
+               std::string spec_path, registry::TenantOfSpec tenant_of_spec, Warn warn,
+               registry::QuarantineRule quarantine_rule = {});
   ~RegistrySync();  ///< writes what it has (once), then stops
   RegistrySync(const RegistrySync&) = delete;
   RegistrySync& operator=(const RegistrySync&) = delete;
@@ -75,6 +78,7 @@ class RegistrySync {
   const int64_t history_bytes_;  ///< events.jsonl's size when the sync started: the log before it
   registry::TenantOfSpec tenant_of_spec_;
   Warn warn_;
+  const registry::QuarantineRule quarantine_rule_;
   std::optional<registry::RegistryDb> db_;  ///< the sync thread's; reopened after a failure
   int64_t last_warning_ms_ = -1;
 

@@ -12,6 +12,8 @@
 #include "launcher/base/version.h"
 #include "launcher/run/driver.h"
 #include "launcher/run/governance.h"
+#include "launcher/run/quarantine_gate.h"
+#include "launcher/registry/registry_db.h"
 #include "launcher/run/resume_point.h"
 #include "launcher/runlog/run_state.h"
 #include "launcher/events/events.h"
@@ -62,7 +64,9 @@ int resume(const ResumeOptions& options) {
     std::fprintf(stderr, "dtrain resume: warning: %s\n", warning.to_string().c_str());
   }
   spec::JobSpec spec = std::move(*loaded.spec);
-  Result<plan::RankPlan> plan = plan::make_plan(spec);
+  QuarantineGate quarantine = read_quarantine_gate(spec, registry::registry_path(), clock.wall_ms());
+  print_quarantine_gate(quarantine, "dtrain resume");
+  Result<plan::RankPlan> plan = plan_without_quarantined(spec, quarantine);
   if (!plan) return refuse(run->spec_path() + ": " + plan.error().message);
   Admission admission = admit_under_quota(spec, options.over_quota, "dtrain resume", "resume", IntentPolicy::not_applicable);
   if (admission.refused_exit_code) return *admission.refused_exit_code;
@@ -95,6 +99,7 @@ int resume(const ResumeOptions& options) {
                              kVersion,
                              options.detach};
   (void)log->append(resumed.to_json(), clock.wall_ms());
+  if (!quarantine.left_out.empty()) (void)log->append(quarantine.event().to_json(), clock.wall_ms());
   std::string resume_text = resume_step >= 0 ? "checkpoint step " + std::to_string(resume_step) : "the start (no checkpoint)";
   audit_action("dtrain resume", "resume", run->id(), "",
                {{"detach", options.detach}, {"over_quota", options.over_quota}, {"previous_state", previous_state}},

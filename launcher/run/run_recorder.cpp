@@ -97,7 +97,7 @@ void RunRecorder::report_drops(const RunLogWriter::DropSummary& dropped) {
   }
 }
 
-Status RunRecorder::open() {
+Status RunRecorder::open(registry::QuarantineRule quarantine_rule) {
   try {
     auto sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(run_.supervisor_log_path());
     // One background thread for the process's async loggers; a full queue drops the oldest
@@ -119,7 +119,8 @@ Status RunRecorder::open() {
   };
   registry_ = std::make_unique<RegistrySync>(registry::registry_path(), run_.id(), run_.path(), run_.events_path(),
                                              run_.spec_path(), tenant_of_spec,
-                                             [log = log_](const std::string& warning) { log->warn("{}", warning); });
+                                             [log = log_](const std::string& warning) { log->warn("{}", warning); },
+                                             quarantine_rule);
   return {};
 }
 

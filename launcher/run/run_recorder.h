@@ -35,9 +35,10 @@ class RunRecorder {
               RunLogWriter::BeforeWrite before_write = {}, uint64_t rank_log_max_bytes = 0);
   ~RunRecorder();  ///< writes what is queued
 
-  /// Opens supervisor.log (0600) and starts the run registry's live writes (RegistrySync). Call
-  /// once before anything is recorded.
-  Status open();
+  /// Opens supervisor.log (0600) and starts the run registry's live writes (RegistrySync), whose
+  /// cross-run quarantine rule is `quarantine_rule` (the spec's health.quarantine). Call once
+  /// before anything is recorded.
+  Status open(registry::QuarantineRule quarantine_rule = {});
 
   /// Appends `event` (an object with "ev") to events.jsonl, stamped now, and to supervisor.log.
   void record(nlohmann::json event);

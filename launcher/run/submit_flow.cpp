@@ -14,6 +14,8 @@
 #include "launcher/base/version.h"
 #include "launcher/run/driver.h"
 #include "launcher/run/governance.h"
+#include "launcher/run/quarantine_gate.h"
+#include "launcher/registry/registry_db.h"
 #include "launcher/events/events.h"
 
 namespace dtrain::run {
@@ -82,13 +84,15 @@ int submit(const SubmitOptions& options) {
   spec::JobSpec spec = std::move(*loaded.spec);
   if (spec.worker.workdir.empty()) spec.worker.workdir = absolute_path(".");
   if (!spec.checkpoint.dir.empty()) spec.checkpoint.dir = absolute_path(spec.checkpoint.dir);
-  Result<plan::RankPlan> plan = plan::make_plan(spec);
+  std::string command = "dtrain " + options.audit_action;
+  QuarantineGate quarantine = read_quarantine_gate(spec, registry::registry_path(), clock.wall_ms());
+  print_quarantine_gate(quarantine, command);
+  Result<plan::RankPlan> plan = plan_without_quarantined(spec, quarantine);
   if (!plan) {
     std::fprintf(stderr, "%s: %s\n", options.spec_path.c_str(), plan.error().message.c_str());
     return to_int(ExitCode::usage);
   }
 
-  std::string command = "dtrain " + options.audit_action;
   // `dtrain run` passes its command line as spec_text: it has no intent: to give.
   Admission admission = admit_under_quota(spec, options.over_quota, command, options.audit_action,
                                           options.spec_text ? IntentPolicy::not_applicable : IntentPolicy::enforced);
@@ -141,6 +145,7 @@ int submit(const SubmitOptions& options) {
                                  this_hostname(),
                                  options.detach};
   (void)events->append(submitted.to_json(), clock.wall_ms());
+  if (!quarantine.left_out.empty()) (void)events->append(quarantine.event().to_json(), clock.wall_ms());
 
   json arguments = {{"tenant", spec.tenant}, {"hosts", plan->hosts.size()}, {"world_size", plan->world_size},
                     {"detach", options.detach}, {"over_quota", options.over_quota}};

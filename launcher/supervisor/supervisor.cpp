@@ -25,7 +25,11 @@ events::FailureCause Supervisor::event_cause(const RootCause& cause) {
 }
 
 Supervisor::Supervisor(spec::JobSpec spec, plan::RankPlan initial_plan, const Clock& clock)
-    : spec_(std::move(spec)), plan_(std::move(initial_plan)), clock_(clock), hang_timeouts_(spec_) {}
+    : spec_(std::move(spec)), plan_(std::move(initial_plan)), clock_(clock), hang_timeouts_(spec_) {
+  // Hosts the first plan already does without (quarantined in the registry when the run was
+  // planned): every later plan leaves them out too, as it does a host excluded during the run.
+  excluded_.insert(plan_.without.begin(), plan_.without.end());
+}
 
 std::vector<Action> Supervisor::resume_from(const ResumeFrom& from) {
   out_.clear();
