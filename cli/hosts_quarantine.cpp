@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -15,6 +16,7 @@
 #include "launcher/registry/audit_trail.h"
 #include "launcher/registry/registry_db.h"
 #include "launcher/registry/registry_quarantine.h"
+#include "launcher/runlog/run_directory.h"
 
 namespace dtrain::cli {
 namespace {
@@ -50,6 +52,12 @@ Result<Millis> parse_quarantine_duration(const std::string& text) {
   return duration;
 }
 
+/// The registry a change is written to, created (with $DTRAIN_HOME) when there is none yet.
+Result<registry::RegistryDb> open_for_change() {
+  if (Status made = make_directories(dtrain_home()); !made) return made.error();
+  return registry::RegistryDb::open(registry::registry_path(), true);
+}
+
 /// The audit row of a change; its failure is a warning (the change is made).
 void audit(const std::string& command, const std::string& action, const std::string& host, nlohmann::json arguments,
            const std::string& result) {
@@ -68,7 +76,7 @@ int quarantine_host(const QuarantineOptions& options) {
   }
   Result<Millis> duration = parse_quarantine_duration(options.duration);
   if (!duration) return failure(command, duration.error());
-  Result<registry::RegistryDb> db = registry::RegistryDb::open(registry::registry_path(), true);
+  Result<registry::RegistryDb> db = open_for_change();
   if (!db) return failure(command, db.error());
   int64_t now = SystemClock().wall_ms();
   registry::QuarantineRow row;
@@ -89,7 +97,7 @@ int quarantine_host(const QuarantineOptions& options) {
 
 int release_host(const ReleaseOptions& options) {
   const std::string command = "dtrain hosts release";
-  Result<registry::RegistryDb> db = registry::RegistryDb::open(registry::registry_path(), true);
+  Result<registry::RegistryDb> db = open_for_change();
   if (!db) return failure(command, db.error());
   Result<int> released =
       registry::release_quarantine(*db, options.host, SystemClock().wall_ms(), audit_actor(), options.reason);
@@ -111,29 +119,35 @@ std::string source_text(const registry::QuarantineRow& row) {
 
 int list_quarantined(bool json) {
   const std::string command = "dtrain hosts --quarantined";
-  Result<registry::RegistryDb> db = registry::RegistryDb::open(registry::registry_path(), true);
-  if (!db) return failure(command, db.error());
-  Result<std::vector<registry::QuarantineRow>> active = registry::active_quarantines(*db, SystemClock().wall_ms());
-  if (!active) return failure(command, active.error());
+  std::vector<registry::QuarantineRow> active;
+  std::string path = registry::registry_path();
+  // No registry yet: nothing was ever quarantined (a listing creates no file).
+  if (std::filesystem::exists(path)) {
+    Result<registry::RegistryDb> db = registry::RegistryDb::open(path, false);
+    if (!db) return failure(command, db.error());
+    Result<std::vector<registry::QuarantineRow>> read = registry::active_quarantines(*db, SystemClock().wall_ms());
+    if (!read) return failure(command, read.error());
+    active = std::move(*read);
+  }
   if (json) {
     nlohmann::json hosts = nlohmann::json::array();
-    for (const registry::QuarantineRow& row : *active) {
+    for (const registry::QuarantineRow& row : active) {
       hosts.push_back({{"host", row.host}, {"since", registry::quarantine_time_text(row.since_ms)},
                        {"until", registry::quarantine_time_text(row.until_ms)}, {"reason", row.reason},
                        {"source", row.source}, {"evidence", row.evidence}});
     }
-    nlohmann::json out = {{"registry", db->path()}, {"hosts", std::move(hosts)}};
+    nlohmann::json out = {{"registry", path}, {"hosts", std::move(hosts)}};
     std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return to_int(ExitCode::ok);
   }
-  if (active->empty()) {
+  if (active.empty()) {
     std::printf("no host is quarantined\n");
     return to_int(ExitCode::ok);
   }
   int host_width = 4;
-  for (const registry::QuarantineRow& row : *active) host_width = std::max(host_width, static_cast<int>(row.host.size()));
+  for (const registry::QuarantineRow& row : active) host_width = std::max(host_width, static_cast<int>(row.host.size()));
   std::printf("%-*s %-20s %-20s %-24s %s\n", host_width, "HOST", "SINCE (UTC)", "UNTIL (UTC)", "SOURCE", "REASON");
-  for (const registry::QuarantineRow& row : *active) {
+  for (const registry::QuarantineRow& row : active) {
     std::printf("%-*s %-20s %-20s %-24s %s\n", host_width, printable(row.host).c_str(),
                 registry::quarantine_time_text(row.since_ms).c_str(), registry::quarantine_time_text(row.until_ms).c_str(),
                 printable(source_text(row)).c_str(), printable(row.reason).c_str());

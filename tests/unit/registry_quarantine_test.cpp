@@ -93,7 +93,7 @@ TEST_CASE("a schema-1 registry is migrated: the quarantine table is added and it
   CHECK(count_rows(*db, "SELECT count(*) FROM quarantine") == 1);
 }
 
-TEST_CASE("host.quarantined becomes a row once, through the rebuild and the live write; a release stays") {
+TEST_CASE("host.quarantined becomes a row once, through the rebuild and the live write, and a release stays") {
   TempDir home;
   std::string runs = home.path + "/runs";
   std::string file = home.path + "/registry.db";
