@@ -48,6 +48,21 @@ Result<std::vector<QuarantineRow>> select_rows(RegistryDb& db, const std::string
   return rows;
 }
 
+/// The failures the cross-run rule blames on their host: one per incident, i.e. per run and
+/// generation (each failure ends its generation): the one marked root cause (a single failure, or
+/// failure.root_cause moved the blame), else the first detected; what followed in the same
+/// generation (an in-place recovery's survivors) is a consequence. A supervisor lost is its login
+/// host's, no worker host's.
+constexpr const char* kBlamedFailures = R"sql(
+WITH blamed AS (
+  SELECT f.run_id, f.host, f.detected_ms, f.kind, f.rank FROM failures f
+  WHERE f.host != '' AND f.kind != 'supervisor.lost' AND (
+    f.root_cause = 1 OR (
+      NOT EXISTS (SELECT 1 FROM failures g WHERE g.run_id = f.run_id AND g.generation = f.generation AND g.root_cause = 1)
+      AND NOT EXISTS (SELECT 1 FROM failures h WHERE h.run_id = f.run_id AND h.generation = f.generation
+                      AND (h.detected_ms < f.detected_ms OR (h.detected_ms = f.detected_ms AND h.rowid < f.rowid))))))
+)sql";
+
 /// One root-cause failure of a host, as the cross-run rule counts it.
 struct CountedFailure {
   std::string run_id;
@@ -117,8 +132,7 @@ Result<std::vector<QuarantineRow>> apply_cross_run_rule(RegistryDb& db, const st
                                                         const QuarantineRule& rule) {
   std::vector<QuarantineRow> added;
   if (rule.after <= 0) return added;
-  Statement hosts(db.handle(),
-                  "SELECT DISTINCT host FROM failures WHERE run_id = ?1 AND root_cause = 1 AND host != ''");
+  Statement hosts(db.handle(), std::string(kBlamedFailures) + " SELECT DISTINCT host FROM blamed WHERE run_id = ?1");
   hosts.bind(1, run_id);
   if (!hosts.ok()) return db.error_of("cannot read failures");
   std::vector<std::string> blamed;
@@ -130,9 +144,9 @@ Result<std::vector<QuarantineRow>> apply_cross_run_rule(RegistryDb& db, const st
     if (!held) return held.error();
     // This run's supervisor quarantined it already (host.quarantined): one row per run and host.
     if (std::any_of(held->begin(), held->end(), [&](const QuarantineRow& row) { return row.source == run_id; })) continue;
-    Statement query(db.handle(),
-                    "SELECT run_id, detected_ms, kind, rank FROM failures WHERE host = ?1 AND root_cause = 1"
-                    " ORDER BY detected_ms, run_id");
+    Statement query(db.handle(), std::string(kBlamedFailures) +
+                                     " SELECT run_id, detected_ms, kind, rank FROM blamed WHERE host = ?1"
+                                     " ORDER BY detected_ms, run_id");
     query.bind(1, host);
     if (!query.ok()) return db.error_of("cannot read failures");
     std::vector<CountedFailure> failures;

@@ -62,7 +62,8 @@ Result<int> release_quarantine(RegistryDb& db, const std::string& host, int64_t 
                                const std::string& reason);
 
 /// The cross-run rule for a run whose failures the registry just recorded: for each host that is
-/// the root cause of a failure of run `run_id`, the root-cause failures of that host in every run
+/// the root cause of a failure of run `run_id` (per incident, i.e. run and generation: the failure
+/// marked root cause, else the first detected), the root-cause failures of that host in every run
 /// (none before its latest release) are counted in the window that ends at each of this run's
 /// failures, oldest first; at the first that reaches rule.after, the host is quarantined from
 /// that failure's time for rule.duration_ms, with the failures as evidence — unless this run

@@ -43,9 +43,9 @@ std::string plan(const std::string& ts) {
   return R"({"ts":")" + ts + R"(","ev":"plan.generation","gen":0,"hosts":["gpu01","gpu02"],"world_size":2})";
 }
 
-/// One failure whose root cause is `host` (a run with one failure: it is its own root cause).
-std::string failure(const std::string& ts, const std::string& host) {
-  return R"({"ts":")" + ts + R"(","ev":"failure.detected","gen":0,"host":")" + host +
+/// One failure on `host` in generation `gen` (the first of its generation: blamed on its host).
+std::string failure(const std::string& ts, const std::string& host, int gen = 0) {
+  return R"({"ts":")" + ts + R"(","ev":"failure.detected","gen":)" + std::to_string(gen) + R"(,"host":")" + host +
          R"(","kind":"worker.exit","rank":1,"detail":"exit code 3"})";
 }
 
@@ -89,7 +89,13 @@ TEST_CASE("a schema-1 registry is migrated: the quarantine table is added and it
   CHECK(count_rows(*db, "SELECT count(*) FROM runs WHERE id = 'old-run'") == 1);
   CHECK(count_rows(*db, "SELECT count(*) FROM audit") == 1);
   CHECK(count_rows(*db, "SELECT count(*) FROM quarantine") == 0);
-  REQUIRE(insert_quarantine(*db, {"gpu02", "by hand", nlohmann::json::array(), 1000, 2000, kManualQuarantine}));
+  QuarantineRow manual;
+  manual.host = "gpu02";
+  manual.reason = "by hand";
+  manual.since_ms = 1000;
+  manual.until_ms = 2000;
+  manual.source = kManualQuarantine;
+  REQUIRE(insert_quarantine(*db, manual));
   CHECK(count_rows(*db, "SELECT count(*) FROM quarantine") == 1);
 }
 
@@ -99,7 +105,7 @@ TEST_CASE("host.quarantined becomes a row once, through the rebuild and the live
   std::string file = home.path + "/registry.db";
   std::vector<std::string> lines = {
       submitted("2026-11-10T08:00:00.000Z", "health-run"), plan("2026-11-10T08:00:01.000Z"),
-      R"({"ts":"2026-11-10T08:00:02.000Z","ev":"host.quarantined","host":"gpu02","reason":"failed its health check (start)","evidence":["network ports: mlx5_0 port 1 is 1: DOWN"],"duration_ms":604800000})",
+      R"json({"ts":"2026-11-10T08:00:02.000Z","ev":"host.quarantined","host":"gpu02","reason":"failed its health check (start)","evidence":["network ports: mlx5_0 port 1 is 1: DOWN"],"duration_ms":604800000})json",
       finished("2026-11-10T08:00:05.000Z")};
   write_run(runs, "health-run", lines);
   REQUIRE(rebuild_registry(file, runs).ok());
@@ -224,4 +230,35 @@ TEST_CASE("a run that quarantined a host itself gets no second row from the cros
   Result<std::vector<QuarantineRow>> rows = quarantine_rows(*db);
   REQUIRE(rows->size() == 1);
   CHECK(rows->front().reason == "root cause of 3 failures");
+}
+
+TEST_CASE("cross-run rule: each incident counts once, for the host it is blamed on, not for what followed it") {
+  TempDir home;
+  std::string runs = home.path + "/runs";
+  std::string file = home.path + "/registry.db";
+  // m1: two incidents blamed on gpu02 (generations 0 and 1); in generation 0 gpu01 failed after
+  // it (a consequence, not counted). m2: a third on gpu02. No failure.root_cause anywhere: with
+  // more than one failure in a run, no row is marked root cause, and the first of each
+  // generation is what the rule counts.
+  write_run(runs, "m1",
+            {submitted("2026-11-10T01:00:00.000Z", "m1"), plan("2026-11-10T01:00:01.000Z"),
+             failure("2026-11-10T01:10:00.000Z", "gpu02", 0), failure("2026-11-10T01:10:30.000Z", "gpu01", 0),
+             R"({"ts":"2026-11-10T01:11:00.000Z","ev":"plan.generation","gen":1,"hosts":["gpu01","gpu02"],"world_size":2})",
+             failure("2026-11-10T01:20:00.000Z", "gpu02", 1), finished("2026-11-10T01:20:05.000Z")});
+  failed_run(runs, "m2", "2026-11-10T02", "gpu02");
+  REQUIRE(rebuild_registry(file, runs, {}, [](const std::string&) { return rule_of_three(); }).ok());
+  Result<RegistryDb> db = RegistryDb::open(file, false);
+  REQUIRE(db.ok());
+  Result<std::vector<QuarantineRow>> rows = quarantine_rows(*db);
+  REQUIRE(rows.ok());
+  REQUIRE(rows->size() == 1);
+  CHECK(rows->front().host == "gpu02");
+  CHECK(rows->front().source == "m2");
+  CHECK(rows->front().reason.find("root cause of 3 failures in 2 runs") != std::string::npos);
+  // gpu01's one failure followed gpu02's in the same generation: even a rule of 1 does not blame it.
+  QuarantineRule one = rule_of_three();
+  one.after = 1;
+  Result<std::vector<QuarantineRow>> added = apply_cross_run_rule(*db, "m1", one);
+  REQUIRE(added.ok());
+  for (const QuarantineRow& row : *added) CHECK(row.host != "gpu01");
 }
