@@ -610,7 +610,8 @@ void add_hosts_command(CLI::App& app, CommandContext& context) {
   CLI::App* command = app.add_subcommand(
       "hosts", "check every host of a job spec: ssh, host key, dtrain, GPUs, disk, clock, software stack, health "
                "checks (exit 3 if any fails); "
-               "--reliability: each host's failures and exclusions from the run registry");
+               "--reliability: each host's failures and exclusions from the run registry; quarantine, release, "
+               "--quarantined: the hosts kept out of every plan");
   command->add_option("spec", options->spec_path, "job spec (YAML); not with --reliability");
   command->add_option("--set", options->overrides, "override a spec key: --set ssh.connect_timeout=5s");
   command->add_flag("--json", options->json, "print JSON instead of a table");

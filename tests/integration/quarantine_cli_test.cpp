@@ -62,6 +62,13 @@ bool has_host(const std::vector<std::string>& hosts, const std::string& host) {
   return std::find(hosts.begin(), hosts.end(), host) != hosts.end();
 }
 
+/// The host names of `dtrain plan --json`'s plan (its "without" and notes name left-out hosts too).
+std::vector<std::string> planned_hosts(const nlohmann::json& output) {
+  std::vector<std::string> names;
+  for (const nlohmann::json& host : output["plan"]["hosts"]) names.push_back(host.value("name", ""));
+  return names;
+}
+
 }  // namespace
 
 TEST_CASE("dtrain hosts quarantine: plan leaves the host out and says why, release brings it back, both audited") {
@@ -100,8 +107,8 @@ TEST_CASE("dtrain hosts quarantine: plan leaves the host out and says why, relea
   REQUIRE(plan["quarantined"].size() == 1);
   CHECK(plan["quarantined"][0]["host"] == "qa-h2");
   CHECK(plan["quarantined"][0]["reason"] == "NIC flaps");
-  CHECK(!contains(plan["plan"].dump(), "\"qa-h2\""));
-  CHECK(contains(plan["plan"].dump(), "\"qa-h4\""));
+  CHECK(!has_host(planned_hosts(plan), "qa-h2"));
+  CHECK(has_host(planned_hosts(plan), "qa-h4"));
 
   DtrainProcess released = env.run({"hosts", "release", "qa-h2", "--reason", "cable replaced"});
   REQUIRE(released.exit_code == 0);
@@ -114,8 +121,8 @@ TEST_CASE("dtrain hosts quarantine: plan leaves the host out and says why, relea
   nlohmann::json after = nlohmann::json::parse(replanned.out(), nullptr, false);
   REQUIRE(after.is_object());
   CHECK(after["quarantined"].empty());
-  CHECK(contains(after["plan"].dump(), "\"qa-h2\""));
-  CHECK(!contains(after["plan"].dump(), "\"qa-h4\""));
+  CHECK(has_host(planned_hosts(after), "qa-h2"));
+  CHECK(!has_host(planned_hosts(after), "qa-h4"));
   CHECK(contains(env.run({"hosts", "--quarantined"}).out(), "no host is quarantined"));
 
   // Who, when and why: one audit row for each change, the note-only release too.
@@ -163,7 +170,7 @@ TEST_CASE("a plan that cannot do without a quarantined host is refused with the 
   nlohmann::json plan = nlohmann::json::parse(shrunk.out(), nullptr, false);
   REQUIRE(plan.is_object());
   CHECK(plan["plan"]["world_size"] == 1);
-  CHECK(!contains(plan["plan"].dump(), "\"qa-h1\""));
+  CHECK(!has_host(planned_hosts(plan), "qa-h1"));
 }
 
 TEST_CASE("a run uses the spare in place of a quarantined host, starts no agent there, and uses it again once released") {
