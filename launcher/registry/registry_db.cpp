@@ -81,6 +81,7 @@ CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit
 // Version 2: hosts kept out of later runs' plans (registry_quarantine.h). No reference to runs:
 // a manual quarantine has none, and a rebuild re-creates runs but keeps this table (its releases
 // are in no run directory). Unique by host, source and since: a re-sync inserts nothing twice.
+// failures_by_run: the cross-run rule looks up each failure's incident (run, generation).
 constexpr const char* kSchemaV2 = R"sql(
 CREATE TABLE quarantine (
   host TEXT NOT NULL,
@@ -95,6 +96,7 @@ CREATE TABLE quarantine (
   UNIQUE (host, source, since_ms)
 );
 CREATE INDEX quarantine_by_host ON quarantine(host);
+CREATE INDEX IF NOT EXISTS failures_by_run ON failures(run_id, generation);
 )sql";
 
 /// Brings a file at `from_version` to kRegistrySchemaVersion, one step per version, each in the
