@@ -144,13 +144,17 @@ int list_quarantined(bool json) {
     std::printf("no host is quarantined\n");
     return to_int(ExitCode::ok);
   }
-  int host_width = 4;
-  for (const registry::QuarantineRow& row : active) host_width = std::max(host_width, static_cast<int>(row.host.size()));
-  std::printf("%-*s %-20s %-20s %-24s %s\n", host_width, "HOST", "SINCE (UTC)", "UNTIL (UTC)", "SOURCE", "REASON");
+  int host_width = 4, source_width = 6;
   for (const registry::QuarantineRow& row : active) {
-    std::printf("%-*s %-20s %-20s %-24s %s\n", host_width, printable(row.host).c_str(),
+    host_width = std::max(host_width, static_cast<int>(row.host.size()));
+    source_width = std::max(source_width, static_cast<int>(source_text(row).size()));
+  }
+  std::printf("%-*s %-20s %-20s %-*s %s\n", host_width, "HOST", "SINCE (UTC)", "UNTIL (UTC)", source_width, "SOURCE",
+              "REASON");
+  for (const registry::QuarantineRow& row : active) {
+    std::printf("%-*s %-20s %-20s %-*s %s\n", host_width, printable(row.host).c_str(),
                 registry::quarantine_time_text(row.since_ms).c_str(), registry::quarantine_time_text(row.until_ms).c_str(),
-                printable(source_text(row)).c_str(), printable(row.reason).c_str());
+                source_width, printable(source_text(row)).c_str(), printable(row.reason).c_str());
   }
   return to_int(ExitCode::ok);
 }

@@ -44,12 +44,12 @@ void install_fake_ssh(DtrainEnv& env) {
   env.environment.push_back({"PATH", bin + ":" + (path ? path : "/usr/bin:/bin")});
 }
 
-/// Two loopback hosts and a loopback spare through the fake ssh; each rank says where it ran.
-std::string run_spec() {
+/// Two loopback hosts and a loopback spare through the fake ssh, running `command_yaml`.
+std::string run_spec(const std::string& command_yaml = "[/bin/sh, -c, 'echo rank $RANK of $WORLD_SIZE']",
+                     const std::string& extra = "") {
   return std::string("version: 1\nname: qrun\nhosts: [127.0.0.2, 127.0.0.3]\nspares: [127.0.0.4]\nslots_per_host: 1\n") +
-         "ssh:\n  client: openssh\n  remote_dtrain: " + DTRAIN_EXE + "\n" +
-         "worker:\n  command: [/bin/sh, -c, 'echo rank $RANK of $WORLD_SIZE']\n"
-         "heartbeat: {interval: 200ms, timeout: 5s, hang_timeout: 60s}\nstop_grace: 2s\n";
+         "ssh:\n  client: openssh\n  remote_dtrain: " + DTRAIN_EXE + "\n" + "worker:\n  command: " + command_yaml +
+         "\nheartbeat: {interval: 200ms, timeout: 5s, hang_timeout: 60s}\nstop_grace: 2s\n" + extra;
 }
 
 std::vector<std::string> plan_hosts(const std::vector<nlohmann::json>& events) {
@@ -236,4 +236,46 @@ TEST_CASE("a registry that cannot be read: a warning, and the run goes on with e
   CHECK(events_named(events, "plan.quarantined").empty());
   CHECK(events_named(events, "worker.exit").size() == 2);
   check_nothing_left(run_id_of(env.run_dirs()[0]));
+}
+
+TEST_CASE("a host that causes 3 crashes in one run is quarantined, and the next submit on the same hosts uses the spare and says why") {
+  DtrainEnv env;
+  install_fake_ssh(env);
+  // Rank 1 (on 127.0.0.3) exits 3 at every start; nothing excludes the host within the run
+  // (exclude_after 10), so after three failures the supervisor's quarantine rule names it.
+  std::string crashing = env.write_spec(
+      "crash.yaml", run_spec("[/bin/sh, -c, 'if [ \"$RANK\" = 1 ]; then exit 3; fi; exec sleep 30']",
+                             "elastic: {max_restarts: 3, exclude_after: 10, crash_loop_after: 10}\n"));
+  DtrainProcess crashed = env.run({"submit", crashing});
+  INFO(crashed.out(), crashed.err());
+  CHECK(crashed.exit_code == 1);
+  REQUIRE(env.run_dirs().size() == 1);
+  std::string crashed_dir = env.run_dirs()[0];
+  std::vector<nlohmann::json> quarantined = events_named(read_events(crashed_dir + "/events.jsonl"), "host.quarantined");
+  REQUIRE(quarantined.size() == 1);
+  CHECK(quarantined[0]["host"] == "127.0.0.3");
+  check_nothing_left(run_id_of(crashed_dir));
+
+  // The supervisor's registry writer took it in: listed, with the run as its source.
+  DtrainProcess listed = env.run({"hosts", "--quarantined", "--json"});
+  INFO(listed.out(), listed.err());
+  nlohmann::json listing = nlohmann::json::parse(listed.out(), nullptr, false);
+  REQUIRE(listing.is_object());
+  REQUIRE(listing["hosts"].size() == 1);
+  CHECK(listing["hosts"][0]["host"] == "127.0.0.3");
+  CHECK(listing["hosts"][0]["source"] == run_id_of(crashed_dir));
+
+  std::string healthy = env.write_spec("healthy.yaml", run_spec());
+  DtrainProcess next = env.run({"submit", healthy});
+  INFO(next.out(), next.err());
+  REQUIRE(next.exit_code == 0);
+  CHECK(contains(next.err(), "left out 127.0.0.3: quarantined by run " + run_id_of(crashed_dir)));
+  CHECK(contains(next.err(), "root cause of 3 failures"));
+  std::vector<std::string> dirs = env.run_dirs();
+  REQUIRE(dirs.size() == 2);
+  std::string next_dir = dirs[0] == crashed_dir ? dirs[1] : dirs[0];
+  std::vector<std::string> hosts = plan_hosts(read_events(next_dir + "/events.jsonl"));
+  CHECK(has_host(hosts, "127.0.0.4"));
+  CHECK(!has_host(hosts, "127.0.0.3"));
+  check_nothing_left(run_id_of(next_dir));
 }
