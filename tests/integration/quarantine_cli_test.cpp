@@ -279,3 +279,32 @@ TEST_CASE("a host that causes 3 crashes in one run is quarantined, and the next 
   CHECK(!has_host(hosts, "127.0.0.3"));
   check_nothing_left(run_id_of(next_dir));
 }
+
+TEST_CASE("dtrain resume plans without a host quarantined since the run began, and records it") {
+  DtrainEnv env;
+  install_fake_ssh(env);
+  // Rank 1 fails at once: the run fails (no restarts) and can be resumed.
+  std::string spec = env.write_spec("fails.yaml", run_spec("[/bin/sh, -c, 'if [ \"$RANK\" = 1 ]; then exit 3; fi; exec sleep 30']"));
+  DtrainProcess failed = env.run({"submit", spec});
+  INFO(failed.out(), failed.err());
+  REQUIRE(failed.exit_code == 1);
+  REQUIRE(env.run_dirs().size() == 1);
+  std::string dir = env.run_dirs()[0];
+  CHECK(has_host(plan_hosts(read_events(dir + "/events.jsonl")), "127.0.0.3"));
+
+  REQUIRE(env.run({"hosts", "quarantine", "127.0.0.3", "--reason", "link flaps"}).exit_code == 0);
+  DtrainProcess resumed = env.run({"resume", run_id_of(dir)});
+  INFO(resumed.out(), resumed.err());
+  CHECK(resumed.exit_code == 1);  // rank 1, now on the spare, fails again
+  CHECK(contains(resumed.err(), "dtrain resume: left out 127.0.0.3: quarantined by hand"));
+  std::vector<nlohmann::json> events = read_events(dir + "/events.jsonl");
+  std::vector<nlohmann::json> left_out = events_named(events, "plan.quarantined");
+  REQUIRE(left_out.size() == 1);
+  CHECK(left_out[0]["hosts"][0]["host"] == "127.0.0.3");
+  std::vector<nlohmann::json> plans = events_named(events, "plan.generation");
+  REQUIRE(plans.size() >= 2);
+  std::vector<std::string> resumed_hosts = plans.back()["hosts"].get<std::vector<std::string>>();
+  CHECK(has_host(resumed_hosts, "127.0.0.4"));
+  CHECK(!has_host(resumed_hosts, "127.0.0.3"));
+  check_nothing_left(run_id_of(dir));
+}
