@@ -1391,3 +1391,32 @@ TEST_CASE("an explicit hang_timeout is not deferred by an unheard host (it is lo
   h.clock.advance_ms(20001);
   CHECK(has_event(h.feed(Tick{{"h2"}}), "worker.hang"));
 }
+
+TEST_CASE("a host the first plan does without (quarantined) stays out of every later plan") {
+  // h2 is quarantined in the registry: submit planned without it (spare h4 in its place). When
+  // h3 is lost later, the new plan must not take h2 back: it shrinks to h1 and h4.
+  spec::JobSpec spec = make_spec(3, 1);
+  spec::HostEntry spare;
+  spare.name = "h4";
+  spare.slots = 1;
+  spare.spare = true;
+  spec.spares.push_back(spare);
+  spec.elastic.min_hosts = 2;
+  Result<plan::RankPlan> first = plan::make_plan(spec, {"h2"});
+  REQUIRE(first.ok());
+  FakeClock clock;
+  Supervisor supervisor(spec, *first, clock);
+  CHECK(supervisor.excluded_hosts().count("h2") == 1);
+  for (const char* host : {"h1", "h3", "h4"}) supervisor.on_event(HostConnected{host});
+  for (int rank = 0; rank < first->world_size; ++rank) supervisor.on_event(WorkerStarted{0, rank, 1000 + rank});
+  supervisor.on_event(HostLost{"h3", "channel closed"});
+  std::vector<StartGeneration> starts;
+  for (const char* host : {"h1", "h4"}) {
+    auto actions = supervisor.on_event(GenerationReleased{0, host});
+    for (const StartGeneration& start : of_type<StartGeneration>(actions)) starts.push_back(start);
+  }
+  REQUIRE(starts.size() == 1);
+  std::vector<std::string> hosts;
+  for (const plan::PlanHost& host : starts[0].plan.hosts) hosts.push_back(host.entry.name);
+  CHECK(hosts == std::vector<std::string>{"h1", "h4"});
+}
