@@ -3,6 +3,7 @@
 #include <ctime>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -36,10 +37,11 @@ QuarantineRow row_of(const Statement& query) {
   return row;
 }
 
+/// The rows `sql` (SELECT kColumns ...) selects, its parameters bound by `bind`.
 Result<std::vector<QuarantineRow>> select_rows(RegistryDb& db, const std::string& sql,
-                                               const std::optional<std::string>& host) {
+                                               const std::function<void(Statement&)>& bind) {
   Statement query(db.handle(), sql);
-  if (host) query.bind(1, *host);
+  bind(query);
   if (!query.ok()) return db.error_of("cannot read the quarantine table");
   std::vector<QuarantineRow> rows;
   int stepped = SQLITE_ROW;
@@ -101,15 +103,19 @@ Status insert_quarantine(RegistryDb& db, const QuarantineRow& row) {
 Result<std::vector<QuarantineRow>> quarantine_rows(RegistryDb& db, const std::optional<std::string>& host) {
   std::string sql = std::string("SELECT ") + kColumns + " FROM quarantine" + (host ? " WHERE host = ?1" : "") +
                     " ORDER BY since_ms DESC, host";
-  return select_rows(db, sql, host);
+  return select_rows(db, sql, [&](Statement& query) {
+    if (host) query.bind(1, *host);
+  });
 }
 
 Result<std::vector<QuarantineRow>> active_quarantines(RegistryDb& db, int64_t now_ms) {
-  Result<std::vector<QuarantineRow>> rows = quarantine_rows(db);
+  // Only the active rows are read: the table keeps every past quarantine, and every plan reads this.
+  Result<std::vector<QuarantineRow>> rows =
+      select_rows(db, std::string("SELECT ") + kColumns + " FROM quarantine WHERE released_ms IS NULL AND until_ms > ?1",
+                  [&](Statement& query) { query.bind(1, now_ms); });
   if (!rows) return rows;
   std::map<std::string, QuarantineRow> by_host;
   for (QuarantineRow& row : *rows) {
-    if (!row.active_at(now_ms)) continue;
     auto found = by_host.find(row.host);
     if (found == by_host.end() || found->second.until_ms < row.until_ms) by_host[row.host] = std::move(row);
   }
