@@ -14,7 +14,7 @@ namespace dtrain::run {
 namespace {
 
 std::string source_text(const registry::QuarantineRow& row) {
-  return row.source == registry::kManualQuarantine ? "by hand" : "by run " + row.source;
+  return row.source == registry::kManualQuarantine ? "by hand" : "by run " + printable(row.source);
 }
 
 }  // namespace
@@ -36,9 +36,11 @@ events::PlanQuarantined QuarantineGate::event() const {
 std::vector<std::string> QuarantineGate::lines() const {
   std::vector<std::string> lines;
   for (const registry::QuarantineRow& row : left_out) {
-    lines.push_back("left out " + row.host + ": quarantined " + source_text(row) + " until " +
-                    registry::quarantine_time_text(row.until_ms) + ": " + row.reason + "; `dtrain hosts release " +
-                    row.host + "` brings it back");
+    // The registry's text reaches a terminal: printable() (a reason copied from a run log may hold anything).
+    std::string host = printable(row.host);
+    lines.push_back("left out " + host + ": quarantined " + source_text(row) + " until " +
+                    registry::quarantine_time_text(row.until_ms) + ": " + printable(row.reason) +
+                    "; `dtrain hosts release " + host + "` brings it back");
   }
   return lines;
 }
@@ -73,10 +75,12 @@ Result<plan::RankPlan> plan_without_quarantined(const spec::JobSpec& spec, const
   if (plan || gate.left_out.empty()) return plan;
   std::vector<std::string> held;
   for (const registry::QuarantineRow& row : gate.left_out) {
-    held.push_back(row.host + " (" + row.reason + ", until " + registry::quarantine_time_text(row.until_ms) + ")");
+    held.push_back(printable(row.host) + " (" + printable(row.reason) + ", until " +
+                   registry::quarantine_time_text(row.until_ms) + ")");
   }
   return Error::user("quarantined in the registry: " + join(held, "; ") + ": " + plan.error().message +
-                     "; `dtrain hosts release " + gate.left_out.front().host + "` (with --reason) brings a host back");
+                     "; `dtrain hosts release " + printable(gate.left_out.front().host) +
+                     "` (with --reason) brings a host back");
 }
 
 void print_quarantine_gate(const QuarantineGate& gate, const std::string& command) {
