@@ -79,6 +79,7 @@ TEST_CASE("a schema-1 registry is migrated: the quarantine table is added and it
     Result<RegistryDb> db = RegistryDb::open(file, true);
     REQUIRE(db.ok());
     REQUIRE(db->execute("DROP TABLE quarantine"));
+    REQUIRE(db->execute("DROP INDEX failures_by_run"));
     REQUIRE(db->execute("PRAGMA user_version = 1"));
     REQUIRE(db->insert_run({"old-run", "", "alice", "old", "", "", 1000, std::nullopt, std::nullopt, "succeeded", 0, ""}));
     REQUIRE(db->append_audit({1000, "alice", "submit", "old-run", "", "", "started"}));
@@ -89,6 +90,7 @@ TEST_CASE("a schema-1 registry is migrated: the quarantine table is added and it
   CHECK(count_rows(*db, "SELECT count(*) FROM runs WHERE id = 'old-run'") == 1);
   CHECK(count_rows(*db, "SELECT count(*) FROM audit") == 1);
   CHECK(count_rows(*db, "SELECT count(*) FROM quarantine") == 0);
+  CHECK(count_rows(*db, "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'failures_by_run'") == 1);
   QuarantineRow manual;
   manual.host = "gpu02";
   manual.reason = "by hand";
