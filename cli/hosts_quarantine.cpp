@@ -49,6 +49,9 @@ Result<Millis> parse_quarantine_duration(const std::string& text) {
   if (!duration || duration->count() <= 0) {
     return Error::user("--for: '" + text + "' is not a duration; write e.g. 7d, 36h or 90m");
   }
+  // Until stays a time a registry row (and a person) can hold; for longer, quarantine again.
+  constexpr int64_t kLongestMs = 3650LL * 24 * 3600 * 1000;
+  if (duration->count() > kLongestMs) return Error::user("--for: '" + text + "' is longer than 3650d, the most it takes");
   return duration;
 }
 

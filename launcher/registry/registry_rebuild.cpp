@@ -13,6 +13,7 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -138,7 +139,9 @@ class RecordsBuilder {
     row.reason = quarantined.reason;
     row.evidence = quarantined.evidence;
     row.since_ms = at_;
-    row.until_ms = at_ + std::max<int64_t>(quarantined.duration_ms, 0);
+    // duration_ms comes from a log: a huge one saturates rather than overflows.
+    int64_t duration = std::clamp<int64_t>(quarantined.duration_ms, 0, std::numeric_limits<int64_t>::max() - std::max<int64_t>(at_, 0));
+    row.until_ms = at_ + duration;
     row.source = records_.run.id;
     records_.quarantines.push_back(std::move(row));
   }

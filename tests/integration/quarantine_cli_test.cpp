@@ -149,6 +149,11 @@ TEST_CASE("a plan that cannot do without a quarantined host is refused with the 
   std::string spec = env.write_spec("tight.yaml",
                                     "version: 1\nname: tight\nhosts: [qa-h1, qa-h2]\nslots_per_host: 1\n"
                                     "worker: {command: [\"true\"]}\nparallelism: {data: 2}\n");
+  // A duration that is none, or one past 3650d, is refused before anything is written.
+  DtrainProcess bad_for = env.run({"hosts", "quarantine", "qa-h1", "--reason", "Xid 79", "--for", "5y"});
+  CHECK(bad_for.exit_code == 2);
+  CHECK(contains(bad_for.err(), "--for: '5y' is not a duration"));
+  CHECK(env.run({"hosts", "quarantine", "qa-h1", "--reason", "Xid 79", "--for", "4000d"}).exit_code == 2);
   REQUIRE(env.run({"hosts", "quarantine", "qa-h1", "--reason", "Xid 79"}).exit_code == 0);
   DtrainProcess planned = env.run({"plan", spec});
   INFO(planned.out(), planned.err());
