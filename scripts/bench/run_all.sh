@@ -69,6 +69,7 @@ run launch 600 "$here/launch.sh" "$build/cli/dtrain" --reps "$reps"
 run allreduce 600 "$here/allreduce.sh" "$build" --reps "$reps"
 run checkpoint 600 "$here/checkpoint.sh" "$build" --reps "$reps"
 run step_time 600 "$here/step_time.sh" "$build" --reps "$step_reps"
+run health 300 "$here/health.sh" "$build" 10
 echo
 if [ ${#failed[@]} -gt 0 ]; then
   echo "# not complete: ${failed[*]}"
