@@ -58,6 +58,19 @@ const char* fatal_xid_meaning(int64_t xid) {
   return nullptr;
 }
 
+/// What NVML's recommended recovery action asks for (nvmlGpuRecoveryAction_t); nullptr for none.
+/// An action this build does not know is still one: the GPU wants something done to it.
+const char* recovery_action_text(unsigned int action) {
+  switch (action) {
+    case 0: return nullptr;
+    case 1: return "a GPU reset";
+    case 2: return "a node reboot";
+    case 3: return "draining peer-to-peer traffic";
+    case 4: return "draining the GPU, then a reset";
+    default: return "an action this dtrain does not know (NVML's nvmlGpuRecoveryAction_t)";
+  }
+}
+
 /// A sysfs file's first line, trimmed; nullopt when it cannot be read.
 std::optional<std::string> read_sysfs_line(const std::string& path) {
   Result<std::string> text = read_file(path);
@@ -156,6 +169,12 @@ std::vector<HealthCheck> check_gpu_health(const std::vector<GpuHealthReadings>& 
         looked_at.push_back("uncorrected ECC");
         if (*gpu.ecc_uncorrected > 0) {
           failures.push_back(std::to_string(*gpu.ecc_uncorrected) + " uncorrected ECC error(s) since the driver loaded");
+        }
+      }
+      if (gpu.recovery_action) {
+        looked_at.push_back("NVML's recovery action");
+        if (const char* action = recovery_action_text(*gpu.recovery_action)) {
+          failures.push_back(std::string("NVML recommends: ") + action);
         }
       }
       if (gpu.throttle_reasons) {

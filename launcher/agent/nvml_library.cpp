@@ -36,6 +36,24 @@ struct ProcessInfo {  // nvmlProcessInfo_t (_v2 and _v3 alike)
   unsigned int gpu_instance_id;
   unsigned int compute_instance_id;
 };
+// nvmlFieldValue_t: the field asked for, and the value NVML put there (a union of 8 bytes).
+struct FieldValue {
+  unsigned int field_id;
+  unsigned int scope_id;
+  long long timestamp;
+  long long latency_usec;
+  int value_type;
+  Return result;
+  union {
+    double d;
+    unsigned int ui;
+    unsigned long ul;
+    unsigned long long ull;
+    long long sll;
+    int si;
+  } value;
+};
+constexpr unsigned int kFieldGpuRecoveryAction = 230;  // NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
 }  // namespace nvml
 
 struct NvmlLibrary::Api {
@@ -58,6 +76,7 @@ struct NvmlLibrary::Api {
   nvml::Return (*remapped_rows)(nvml::Device, unsigned int*, unsigned int*, unsigned int*, unsigned int*);
   nvml::Return (*throttle_reasons)(nvml::Device, unsigned long long*);
   nvml::Return (*compute_processes)(nvml::Device, unsigned int*, nvml::ProcessInfo*);
+  nvml::Return (*field_values)(nvml::Device, int, nvml::FieldValue*);
 };
 
 std::string nvml_library_path() {
@@ -111,6 +130,7 @@ Result<std::unique_ptr<NvmlLibrary>> NvmlLibrary::open(const std::string& path, 
   // v1 has another struct layout: not used.
   resolve_optional(api->compute_processes, {"nvmlDeviceGetComputeRunningProcesses_v3",
                                             "nvmlDeviceGetComputeRunningProcesses_v2"});
+  resolve_optional(api->field_values, {"nvmlDeviceGetFieldValues"});
   library->api_ = std::move(api);
   const Api& nvml_api = *library->api_;
   auto failed = [&](const char* call, nvml::Return code) {
@@ -204,6 +224,12 @@ GpuHealthReadings NvmlLibrary::read_health(int index) const {
   }
   if (unsigned long long reasons = 0; api_->throttle_reasons && api_->throttle_reasons(device, &reasons) == nvml::kSuccess) {
     health.throttle_reasons = reasons;
+  }
+  // An NVML that does not know the field answers it with an error in the field, not the call.
+  nvml::FieldValue field{};
+  field.field_id = nvml::kFieldGpuRecoveryAction;
+  if (api_->field_values && api_->field_values(device, 1, &field) == nvml::kSuccess && field.result == nvml::kSuccess) {
+    health.recovery_action = field.value.ui;
   }
   return health;
 }

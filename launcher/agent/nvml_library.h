@@ -38,6 +38,9 @@ struct GpuHealthReadings {
   std::optional<bool> row_remap_failed;
   std::optional<int64_t> ecc_uncorrected;     ///< volatile: since the driver loaded
   std::optional<uint64_t> throttle_reasons;   ///< the raw bit mask
+  /// NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (nvmlDeviceGetFieldValues, drivers from R570): 0 none,
+  /// 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and reset.
+  std::optional<unsigned int> recovery_action;
 };
 
 /// A compute process on a GPU (nvmlDeviceGetComputeRunningProcesses). NVML gives host pids.

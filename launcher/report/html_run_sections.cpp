@@ -116,13 +116,23 @@ std::string outcome_section(const RunRecord& record, const Timeline& timeline) {
 std::string health_part(const RunRecord& record) {
   std::vector<const events::HostHealth*> checks;
   std::vector<const events::HostQuarantined*> quarantined;
+  std::vector<events::QuarantinedHost> planned_without;  // plan.quarantined: held by the registry
   for (const LoggedEvent& logged : record.events) {
     if (const auto* health = std::get_if<events::HostHealth>(&logged.event)) checks.push_back(health);
     if (const auto* quarantine = std::get_if<events::HostQuarantined>(&logged.event)) quarantined.push_back(quarantine);
+    if (const auto* plan = std::get_if<events::PlanQuarantined>(&logged.event)) {
+      planned_without.insert(planned_without.end(), plan->hosts.begin(), plan->hosts.end());
+    }
   }
-  if (checks.empty() && quarantined.empty()) return "";
-  std::string out = "<h3 id=\"health\">Host health (host.health)</h3><table><tr><th>host</th><th>moment</th><th>verdict</th>"
-                    "<th>action</th><th class=\"n\">ms</th><th>checks not ok</th></tr>";
+  if (checks.empty() && quarantined.empty() && planned_without.empty()) return "";
+  std::string out = "<h3 id=\"health\">Host health (host.health)</h3>";
+  for (const events::QuarantinedHost& held : planned_without) {
+    out += "<p class=\"warn planned-without\" data-host=\"" + e(held.host) + "\">" + e(held.host) +
+           " was left out of this run's plan: quarantined in the registry until " + e(held.until) + " (" + e(held.reason) +
+           "); <code>dtrain hosts release " + e(held.host) + "</code> brings it back</p>";
+  }
+  out += "<table><tr><th>host</th><th>moment</th><th>verdict</th>"
+         "<th>action</th><th class=\"n\">ms</th><th>checks not ok</th></tr>";
   for (const events::HostHealth* health : checks) {
     std::string said;
     for (const events::HealthCheckResult& check : health->checks) {

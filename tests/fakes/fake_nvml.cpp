@@ -8,7 +8,8 @@
  *   xid=<gpu>:<xid>   (one line per Xid; each is delivered once, in order)
  * Health readings (every GPU alike): retired_pages_pending=1  remap_pending=1  remap_failure=1
  *   throttle_reasons=<bit mask, decimal or 0x..>  no_health=1 (those entry points answer
- *   NOT_SUPPORTED)
+ *   NOT_SUPPORTED)  recovery_action=<0..4> (field 230 of nvmlDeviceGetFieldValues; any other
+ *   field answers NOT_SUPPORTED inside the field)
  * Compute processes: process=<gpu>:<pid>:<MiB>  (one line each; MiB "na": NVML does not say)
  *   no_process_list=1 (nvmlDeviceGetComputeRunningProcesses_v3 answers NOT_SUPPORTED)
  * Without the variable or the file: 2 GPUs with the defaults above, no Xids, healthy, no
@@ -48,6 +49,7 @@ struct Values {
   long long xid[kMaxXids];
   long long retired_pages_pending, remap_pending, remap_failure, no_health, no_process_list;
   unsigned long long throttle_reasons;
+  long long recovery_action;
   int process_count;
   int process_gpu[kMaxProcesses];
   unsigned int process_pid[kMaxProcesses];
@@ -119,6 +121,7 @@ static struct Values read_values(void) {
     else if (strcmp(line, "remap_failure") == 0) v.remap_failure = number;
     else if (strcmp(line, "no_health") == 0) v.no_health = number;
     else if (strcmp(line, "no_process_list") == 0) v.no_process_list = number;
+    else if (strcmp(line, "recovery_action") == 0) v.recovery_action = number;
   }
   fclose(file);
   return v;
@@ -203,6 +206,30 @@ nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device, unsi
   struct Values v = read_values();
   if (v.no_health) return kNotSupported;
   *reasons = v.throttle_reasons;
+  return kSuccess;
+}
+
+typedef struct {
+  unsigned int fieldId, scopeId;
+  long long timestamp, latencyUsec;
+  int valueType;
+  nvmlReturn_t nvmlReturn;
+  union { double d; unsigned int ui; unsigned long long ull; } value;
+} nvmlFieldValue_t;
+
+nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int count, nvmlFieldValue_t* values) {
+  (void)device;
+  struct Values v = read_values();
+  if (count < 0 || (count > 0 && !values)) return kInvalidArgument;
+  for (int i = 0; i < count; ++i) {
+    if (values[i].fieldId == 230 && !v.no_health) {
+      values[i].nvmlReturn = kSuccess;
+      values[i].valueType = 1; /* NVML_VALUE_TYPE_UNSIGNED_INT */
+      values[i].value.ui = (unsigned int)v.recovery_action;
+    } else {
+      values[i].nvmlReturn = kNotSupported;
+    }
+  }
   return kSuccess;
 }
 

@@ -123,7 +123,26 @@ TEST_CASE("GPU health from the fake NVML: pending retirement, remaps and uncorre
   fake.set("gpus=1\n");
   std::vector<HealthCheck> healthy = dtrain::agent::check_gpu_health({(*opened)->read_health(0)}, {});
   CHECK(healthy[0].verdict == HealthVerdict::ok);
-  CHECK(healthy[0].message == "healthy (checked: page retirement, row remapping, uncorrected ECC, clock throttling, Xids)");
+  CHECK(healthy[0].message ==
+        "healthy (checked: page retirement, row remapping, uncorrected ECC, NVML's recovery action, clock throttling, Xids)");
+}
+
+TEST_CASE("NVML's recommended recovery action (field 230): none passes, a reset or a reboot fails naming it") {
+  FakeNvml fake("gpus=1\nrecovery_action=2\n");
+  auto opened = NvmlLibrary::open(DTRAIN_FAKE_NVML, false);
+  REQUIRE(opened.ok());
+  GpuHealthReadings gpu = (*opened)->read_health(0);
+  CHECK(gpu.recovery_action == 2u);
+  std::vector<HealthCheck> reboot = dtrain::agent::check_gpu_health({gpu}, {});
+  REQUIRE(reboot.size() == 1);
+  CHECK(reboot[0].verdict == HealthVerdict::fail);
+  CHECK(contains(reboot[0].message, "NVML recommends: a node reboot"));
+  fake.set("gpus=1\nrecovery_action=1\n");
+  CHECK(contains(dtrain::agent::check_gpu_health({(*opened)->read_health(0)}, {})[0].message, "NVML recommends: a GPU reset"));
+  fake.set("gpus=1\nrecovery_action=9\n");
+  CHECK(dtrain::agent::check_gpu_health({(*opened)->read_health(0)}, {})[0].verdict == HealthVerdict::fail);
+  fake.set("gpus=1\nrecovery_action=0\n");
+  CHECK(dtrain::agent::check_gpu_health({(*opened)->read_health(0)}, {})[0].verdict == HealthVerdict::ok);
 }
 
 TEST_CASE("a GPU whose NVML answers NOT_SUPPORTED for the health readings is not failed for it") {
@@ -135,6 +154,7 @@ TEST_CASE("a GPU whose NVML answers NOT_SUPPORTED for the health readings is not
   CHECK_FALSE(gpu.row_remap_pending.has_value());
   CHECK_FALSE(gpu.ecc_uncorrected.has_value());
   CHECK_FALSE(gpu.throttle_reasons.has_value());
+  CHECK_FALSE(gpu.recovery_action.has_value());
   std::vector<HealthCheck> checks = dtrain::agent::check_gpu_health({gpu}, {});
   CHECK(checks[0].verdict == HealthVerdict::ok);
   CHECK(checks[0].message == "healthy (checked: Xids)");
@@ -146,7 +166,7 @@ TEST_CASE("Xids since the last check: the catalogue's fatal ones fail their GPU,
   CHECK(dtrain::agent::is_fatal_xid(120));
   CHECK_FALSE(dtrain::agent::is_fatal_xid(13));
   CHECK_FALSE(dtrain::agent::is_fatal_xid(31));
-  std::vector<GpuHealthReadings> gpus{{0, false, false, false, 0, 0}, {1, false, false, false, 0, 0}};
+  std::vector<GpuHealthReadings> gpus{{0, false, false, false, 0, 0, 0}, {1, false, false, false, 0, 0, 0}};
   std::vector<HealthCheck> checks = dtrain::agent::check_gpu_health(gpus, {{0, 13, 1}, {1, 79, 2}, {3, 31, 3}});
   REQUIRE(checks.size() == 3);
   CHECK(checks[0].name == "gpu 0");

@@ -361,3 +361,31 @@ TEST_CASE("load_run_record: not a run directory is an error that says so, a run 
   CHECK(html.find("No run.finished event") != std::string::npos);
   CHECK(html.find("</html>") != std::string::npos);
 }
+
+TEST_CASE("the report's Host health: each check that was not ok, the host left out and quarantined, a host the plan did without") {
+  TempDir dir;
+  std::string run = make_run(dir);
+  std::string log;
+  log += event(50, {{"ev", "plan.quarantined"},
+                    {"hosts", {{{"host", "h9"}, {"reason", "manual: <fans>"}, {"until", "2026-12-08T10:00:00Z"}}}}});
+  log += event(60, {{"ev", "host.health"}, {"host", "h3"}, {"moment", "start"}, {"verdict", "fail"}, {"action", "left out"},
+                    {"ms", 1003}, {"detail", "h3 failed its health check"},
+                    {"checks", {{{"name", "infiniband mlx5_0/1"}, {"verdict", "fail"}, {"message", "port is 1: DOWN"}},
+                                {{"name", "checkpoint dir"}, {"verdict", "ok"}, {"message", "writable"}}}}});
+  log += event(61, {{"ev", "host.health"}, {"host", "h1"}, {"moment", "start"}, {"verdict", "ok"}, {"action", "admitted"},
+                    {"ms", 3}, {"detail", "healthy"}, {"checks", json::array()}});
+  log += event(62, {{"ev", "host.quarantined"}, {"host", "h3"}, {"reason", "failed its health check (start)"},
+                    {"evidence", {"infiniband mlx5_0/1: port is 1: DOWN"}}, {"duration_ms", 604800000}});
+  std::ofstream(run + "/events.jsonl", std::ios::app) << log;
+  Result<RunRecord> record = load_run_record(run);
+  REQUIRE(record.ok());
+  std::string html = render_html(*record, build_timeline(*record));
+  CHECK(html.find("<h3 id=\"health\">") != std::string::npos);
+  CHECK(html.find("<tr class=\"health-row\" data-host=\"h3\" data-verdict=\"fail\">") != std::string::npos);
+  CHECK(html.find("infiniband mlx5_0/1 (fail): port is 1: DOWN") != std::string::npos);
+  CHECK(html.find("checkpoint dir (ok)") == std::string::npos);  // only what was not ok
+  CHECK(html.find("data-host=\"h1\" data-verdict=\"ok\"") != std::string::npos);
+  CHECK(html.find("<p class=\"warn quarantined\" data-host=\"h3\">") != std::string::npos);
+  CHECK(html.find("<p class=\"warn planned-without\" data-host=\"h9\">h9 was left out of this run's plan: quarantined in "
+                  "the registry until 2026-12-08T10:00:00Z (manual: &lt;fans&gt;)") != std::string::npos);
+}
