@@ -11,6 +11,7 @@
 #include "launcher/base/strings.h"
 #include "launcher/base/version.h"
 #include "launcher/proto/messages.h"
+#include "launcher/run/health_request.h"
 #include "worker/contract/wire.h"
 
 namespace dtrain::run {
@@ -254,9 +255,12 @@ void FrameRouter::on(AgentLink& link, const proto::Released& released) {
 }
 
 void FrameRouter::on(AgentLink& link, const proto::HealthReply& reply) {
-  // The supervisor decides what the checks mean for the run and records host.health.
-  events::HostHealth health{link.host(), reply.report.moment, proto::to_string(reply.report.verdict())};
-  for (const proto::HealthCheck& check : reply.report.checks) {
+  // The supervisor decides what the checks mean for the run and records host.health. A remote
+  // host's clock offset, which only this side can measure, is one more check.
+  proto::HealthReport report = reply.report;
+  if (!link.connection().local_pid()) report.checks.push_back(run::clock_offset_check(link.offset_ms()));
+  events::HostHealth health{link.host(), report.moment, proto::to_string(report.verdict())};
+  for (const proto::HealthCheck& check : report.checks) {
     health.checks.push_back({check.name, proto::to_string(check.verdict), check.message});
   }
   health.ms = reply.report.ms;

@@ -42,4 +42,14 @@ std::optional<proto::HealthRequest> health_request(const spec::JobSpec& spec, co
   return request;
 }
 
+proto::HealthCheck clock_offset_check(int64_t offset_ms) {
+  std::string offset = (offset_ms >= 0 ? "+" : "") + std::to_string(offset_ms) + " ms";
+  if (offset_ms > kClockOffsetWarnMs || offset_ms < -kClockOffsetWarnMs) {
+    return {"clock offset", proto::HealthVerdict::warn,
+            "the host's clock is " + offset + " off the launch host's: failures across hosts are ordered by time in "
+            "the run log; fix: run chrony or ntpd on every host"};
+  }
+  return {"clock offset", proto::HealthVerdict::ok, offset + " from the launch host's clock"};
+}
+
 }  // namespace dtrain::run

@@ -17,4 +17,12 @@ namespace dtrain::run {
 /// only known once the plan is made, so it is not checked.
 std::optional<proto::HealthRequest> health_request(const spec::JobSpec& spec, const std::string& checkpoint_dir);
 
+/// Past this a host's clock offset is a warning (as in `dtrain hosts`).
+inline constexpr int64_t kClockOffsetWarnMs = 1000;
+
+/// The "clock offset" check the supervisor adds to a remote host's report: the offset it
+/// measured of the host's clock (the hello, refined by a ping's round trip). A skewed clock does
+/// not stop training, but the run log orders failures across hosts by time: a warning.
+proto::HealthCheck clock_offset_check(int64_t offset_ms);
+
 }  // namespace dtrain::run

@@ -98,6 +98,12 @@ void check_refused_and_replaced(const TestCluster& cluster, ClusterJob& job, con
     REQUIRE(good != nullptr);
     CHECK((*good)["verdict"] != "fail");
     CHECK((*good)["action"] == "admitted");
+    // The supervisor adds the clock offset it measured (the hosts share this machine's clock).
+    bool clock = false;
+    for (const auto& check : (*good)["checks"]) {
+      if (check.value("name", "") == "clock offset" && check.value("verdict", "") == "ok") clock = true;
+    }
+    CHECK(clock);
   }
   auto quarantined = job.events("host.quarantined");
   REQUIRE(quarantined.size() == 1);
