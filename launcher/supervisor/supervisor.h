@@ -69,7 +69,8 @@ class Supervisor {
     connecting,          ///< RunState::connecting
     launching,           ///< RunState::launching
     running,             ///< RunState::running
-    in_place_killing,    ///< in place: a hung or misbehaving rank killed alone, its exit awaited (recovering)
+    in_place_killing,    ///< in place: a hung or misbehaving rank killed alone, its exit awaited, and the
+                         ///< health of the hosts the recovery takes in or keeps (recovering)
     in_place_launching,  ///< in place: survivors carried over, the replacement starting (launching)
     in_place_running,    ///< in place: every worker there, the first step awaited (running)
     recovering,          ///< RunState::recovering: the failed generation stopping for a restart
@@ -150,6 +151,11 @@ class Supervisor {
     int64_t decided_ms = 0;           ///< monotonic
     int64_t deadline_ms = 0;          ///< monotonic: past it, fall back to a full restart
     int64_t killed_ms = 0;            ///< the hung rank's exit seen (0: it had exited already)
+    bool killed = false;              ///< the hung rank's exit seen (rank >= 0 only)
+    int64_t continued_ms = 0;         ///< the survivors told to carry over (continue_in_place)
+    /// Hosts whose health answer the attempt waits for before it starts any replacement: the spare
+    /// that takes a lost host's ranks (join), the host blamed for the failure (after failure).
+    std::set<std::string> awaiting_health;
     int64_t carried_ms = 0;           ///< every host carried its survivors over
     std::set<std::string> awaiting_carry;
   };
@@ -228,6 +234,8 @@ class Supervisor {
   /// The failed rank's process is gone: carry the survivors over to the next generation and
   /// spawn its replacement (ContinueInPlace).
   void continue_in_place();
+  /// continue_in_place once the hung rank (if any) has exited and every health answer is in.
+  void continue_in_place_when_ready();
   /// The in-place recovery cannot finish: stop the generation and restart every worker from the
   /// newest checkpoint, as the same recovery (recovery.fallback says why).
   void fall_back_from_in_place(const std::string& why);
@@ -255,6 +263,9 @@ class Supervisor {
   void health_before_start(const HostHealthReported& event);
   void health_while_recovering(const HostHealthReported& event);
   void health_later(const HostHealthReported& event);
+  /// An in-place attempt's health answer: a failed host makes it fall back to a restart
+  /// without that host; the last answer lets it continue.
+  void health_in_place(const HostHealthReported& event);
   /// Records host.health with `action` and `detail`, keeps it for the views, and quarantines a
   /// host whose check failed. Returns the event as recorded.
   const events::HostHealth& note_health(events::HostHealth health, const std::string& action, const std::string& detail);
@@ -266,6 +277,10 @@ class Supervisor {
   /// the host blamed for the failure (after failure, with the site's diagnose) to check
   /// themselves; true while answers are awaited.
   bool health_gate_before_restart();
+  /// Asks the hosts of `next` that the recovery takes in (not in `current`: join) and the host
+  /// blamed for its failure when it stays (after failure) to check themselves, once per
+  /// recovery; returns the hosts asked now.
+  std::set<std::string> ask_health_of(const std::set<std::string>& current, const plan::RankPlan& next);
   /// The health answers awaited past their deadline are taken as unchecked (admitted, warned).
   void check_health_deadlines(int64_t now);
   Millis health_deadline(bool diagnose) const;

@@ -2,7 +2,9 @@
 // Three moments: the `start` checks every agent runs after hello (the first generation waits for
 // each planned host's), before a re-rendezvous takes a host in (a spare, a rejoined host: join),
 // and after a failure blamed on a host that the next generation keeps (after failure, with the
-// site's diagnose command). A failed check leaves the host out — a spare takes its place or the
+// site's diagnose command). An in-place recovery (elastic.in_place) waits for the same answers
+// before it starts a replacement, and falls back to a restart without a host that fails. A failed
+// check leaves the host out — a spare takes its place or the
 // job shrinks, as for a lost host — and quarantines it (host.quarantined: the registry keeps it
 // out of later runs). A warning lets it in; so does an agent that does not answer within the
 // checks' own limits (fail open, said in host.health as "unchecked").
@@ -129,11 +131,17 @@ void Supervisor::health_before_start(const HostHealthReported& event) {
 
 bool Supervisor::health_gate_before_restart() {
   if (!recovery_ || !recovery_->next_plan) return !awaiting_health_.empty();
-  const std::set<std::string> current = hosts_of(plan_);
+  ask_health_of(hosts_of(plan_), *recovery_->next_plan);
+  return !awaiting_health_.empty();
+}
+
+std::set<std::string> Supervisor::ask_health_of(const std::set<std::string>& current, const plan::RankPlan& next) {
+  std::set<std::string> asked;
+  if (!recovery_) return asked;
   const RootCause& cause = recovery_->cause;
   const bool blamed_stays = cause.kind != FailureKind::host_lost && !cause.host.empty();
   int64_t now = clock_.monotonic_ms();
-  for (const plan::PlanHost& host : recovery_->next_plan->hosts) {
+  for (const plan::PlanHost& host : next.hosts) {
     const std::string& name = host.entry.name;
     if (!connected_.count(name) || !health_checked_hosts_.count(name) || recovery_->health_checked.count(name) ||
         awaiting_health_.count(name)) {
@@ -147,8 +155,31 @@ bool Supervisor::health_gate_before_restart() {
     if (recovery_->health_asked_ms == 0) recovery_->health_asked_ms = now;
     out_.push_back(CheckHostHealth{name, joining ? HostHealth::kJoin : HostHealth::kAfterFailure,
                                    !joining && !spec_.health.diagnose.empty()});
+    asked.insert(name);
   }
-  return !awaiting_health_.empty();
+  return asked;
+}
+
+void Supervisor::health_in_place(const HostHealthReported& event) {
+  if (in_place_.awaiting_health.erase(event.host) == 0) {
+    health_later(event);
+    return;
+  }
+  awaiting_health_.erase(event.host);
+  const HostHealth& health = event.health;
+  if (health.verdict == HealthCheckResult::kFail) {
+    std::string why = event.host + " failed its health check (" + health.summary(HealthCheckResult::kFail) + ")";
+    note_health(health, HostHealth::kLeftOut, why + ": the recovery restarts every worker without it");
+    excluded_.insert(event.host);
+    // No replacement was started: the attempt becomes a restart whose plan leaves the host out
+    // (a spare takes its place, checked in turn, or the job shrinks).
+    fall_back_from_in_place(why);
+    replan_after_exclusion();
+    return;
+  }
+  std::string warned = health.summary(HealthCheckResult::kWarn);
+  note_health(health, HostHealth::kAdmitted, warned.empty() ? "healthy" : "admitted with warnings: " + warned);
+  continue_in_place_when_ready();
 }
 
 void Supervisor::health_while_recovering(const HostHealthReported& event) {
@@ -207,10 +238,13 @@ void Supervisor::check_health_deadlines(int64_t now) {
                                                                      format_duration(health_deadline(false)) +
                                                                      " (the checks' own limits + 10s)"});
     note_health(health, HostHealth::kUnchecked, host + " did not report its health in time: admitted unchecked");
+    in_place_.awaiting_health.erase(host);
   }
   if (late.empty()) return;
   if (phase_ == Phase::connecting) {
     start_when_all_connected();
+  } else if (phase_ == Phase::in_place_killing) {
+    continue_in_place_when_ready();
   } else if (phase_ == Phase::recovering && awaiting_health_.empty() && awaiting_release_.empty() && recovery_ &&
              recovery_->released_ms > 0) {
     start_next_generation();

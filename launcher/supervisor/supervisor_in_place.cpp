@@ -20,24 +20,46 @@ void Supervisor::start_in_place(const RootCause& cause, bool host_lost, Recovery
   in_place_.replaced = decision.replaced_ranks;
   in_place_.decided_ms = now;
   in_place_.deadline_ms = now + spec_.in_place_timeout().count();
+  std::set<std::string> current;
+  for (const plan::PlanHost& host : plan_.hosts) current.insert(host.entry.name);
   if (host_lost && decision.next_plan) {  // a lost host's spare, in its place
     std::vector<std::string> without(excluded_.begin(), excluded_.end());
     record(events::PlanChanged{plan::diff_text(plan_, *decision.next_plan), without}.to_json());
     plan_ = std::move(*decision.next_plan);
   }
+  // The health gate, as before any re-rendezvous: the spare taken in and the blamed host that
+  // stays check themselves before a replacement starts there (while a hung rank is killed).
+  in_place_.awaiting_health = ask_health_of(current, plan_);
+  std::string checking;
+  for (const std::string& host : in_place_.awaiting_health) checking += (checking.empty() ? "" : ", ") + host;
   if (host_lost || cause.kind == FailureKind::worker_exit) {
-    continue_in_place();
+    if (in_place_.awaiting_health.empty()) {
+      continue_in_place();
+      return;
+    }
+    set_phase(Phase::in_place_killing, "in-place recovery: health check of " + checking + " before a replacement starts");
     return;
   }
   // A hung or misbehaving rank still runs: only it is killed; its exit carries on (exit_while_killing).
   in_place_.rank = cause.rank;
-  set_phase(Phase::in_place_killing,
-            "in-place recovery: killing rank " + std::to_string(cause.rank) + " (" + decision.why + ")");
+  set_phase(Phase::in_place_killing, "in-place recovery: killing rank " + std::to_string(cause.rank) + " (" +
+                                         decision.why + ")" +
+                                         (checking.empty() ? "" : "; health check of " + checking));
   out_.push_back(KillRanks{gen_.number, cause.host, {cause.rank}});
+}
+
+void Supervisor::continue_in_place_when_ready() {
+  if (phase_ != Phase::in_place_killing || !in_place_.awaiting_health.empty()) return;
+  if (in_place_.rank >= 0 && !in_place_.killed) return;
+  continue_in_place();
 }
 
 void Supervisor::continue_in_place() {
   int64_t now = clock_.monotonic_ms();
+  in_place_.continued_ms = now;
+  if (recovery_ && recovery_->health_asked_ms > 0 && recovery_->health_ms == 0) {
+    recovery_->health_ms = std::max<int64_t>(1, now - recovery_->health_asked_ms);
+  }
   // Every rank but the replaced ones is a survivor, running in the new generation from now on
   // (the agents carry it over).
   std::map<int, int> survivors;
@@ -85,6 +107,14 @@ void Supervisor::fall_back_from_in_place(const std::string& why) {
 
 bool Supervisor::in_place_past_deadline() {
   if (clock_.monotonic_ms() <= in_place_.deadline_ms) return false;
+  if (phase_ == Phase::in_place_killing && !in_place_.awaiting_health.empty() &&
+      (in_place_.rank < 0 || in_place_.killed)) {
+    std::string hosts;
+    for (const std::string& host : in_place_.awaiting_health) hosts += (hosts.empty() ? "" : ", ") + host;
+    fall_back_from_in_place("not finished within " + format_duration(spec_.in_place_timeout()) +
+                            " (elastic.in_place_timeout); no health answer from " + hosts);
+    return true;
+  }
   fall_back_from_in_place(in_place_timeout_reason(phase_ == Phase::in_place_killing, gen_.ranks, spec_));
   return true;
 }
@@ -100,7 +130,8 @@ void Supervisor::exit_while_killing(const WorkerExited& event) {
   }
   rank->state = RankState::killed;
   in_place_.killed_ms = clock_.monotonic_ms();
-  continue_in_place();
+  in_place_.killed = true;
+  continue_in_place_when_ready();
 }
 
 void Supervisor::replacement_started(const WorkerStarted& event) { start_rank_then(event, Phase::in_place_running); }
@@ -129,7 +160,9 @@ void Supervisor::progress_in_place(const WorkerProgress& event) {
   set_phase(Phase::running, "in-place recovery completed");
 }
 
-void Supervisor::check_in_place(const Tick&) { in_place_past_deadline(); }
+void Supervisor::check_in_place(const Tick&) {
+  if (!in_place_past_deadline()) check_health_deadlines(clock_.monotonic_ms());
+}
 
 void Supervisor::check_in_place_launch(const Tick&) {
   if (!in_place_past_deadline()) check_launch_deadline(clock_.monotonic_ms());
@@ -145,7 +178,9 @@ void Supervisor::add_in_place_phases(nlohmann::json& phases, int64_t now) const 
   // first step, which begins with the state transfer from a live replica.
   const PendingRecovery& r = *recovery_;
   if (in_place_.killed_ms) phases["kill_ms"] = in_place_.killed_ms - in_place_.decided_ms;
-  int64_t continued_ms = in_place_.killed_ms ? in_place_.killed_ms : in_place_.decided_ms;
+  // decision → every health answer in (the hung rank's kill runs meanwhile) → continued.
+  if (r.health_ms > 0) phases["health_ms"] = r.health_ms;
+  int64_t continued_ms = in_place_.continued_ms;
   if (in_place_.carried_ms) phases["abort_ms"] = in_place_.carried_ms - continued_ms;
   phases["spawn_ms"] = r.started_ms - r.spawned_ms;
   int64_t all_there = std::max({r.started_ms, in_place_.carried_ms, continued_ms});

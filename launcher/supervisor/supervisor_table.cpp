@@ -101,7 +101,8 @@ const Supervisor::Table& Supervisor::table() {
       row<SurvivorsCarriedOver>({{kInPlace, &S::survivors_carried_over}}),
       row<HostHealthReported>({{kConnecting, &S::health_before_start},
                                {kRecovering, &S::health_while_recovering},
-                               {kAfterConnecting & ~kRecovering, &S::health_later}}),
+                               {kInPlaceKilling, &S::health_in_place},
+                               {kAfterConnecting & ~kRecovering & ~kInPlaceKilling, &S::health_later}}),
   };
   return kTable;
 }

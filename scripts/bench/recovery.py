@@ -11,6 +11,8 @@
 Cases:
   trainer-in-place  the same with elastic.in_place: only the failed rank's process is replaced;
                  the survivors re-rendezvous and hand it the newest completed step (issue 17).
+  trainer-in-place-no-health  the same with health: {enabled: false}: the cost of the health gate
+                 (the failed rank's host checks itself before its replacement starts; issue 29).
   trainer        dtrain-train (the reference trainer) on 4 local workers under dtrain, Gloo,
                  checkpoint every 20 steps; timings from dtrain's own events (failure.detected,
                  recovery.completed) against the harness's fault time.
@@ -551,7 +553,7 @@ def trainer_worker_pids(run_dir):
     return lambda: sorted({e.get("pid") for e in read_events(run_dir) if e["ev"] == "worker.started" and e.get("pid")})
 
 
-def run_trainer(args, work, fault, in_place=False, standby=0):
+def run_trainer(args, work, fault, in_place=False, standby=0, health=True):
     home = os.path.join(work, "home")
     os.makedirs(home)
     spec = os.path.join(work, "trainer.yaml")
@@ -561,7 +563,8 @@ def run_trainer(args, work, fault, in_place=False, standby=0):
     write_spec(spec, "bench-trainer",
                [dtrain_train, "--steps", str(args.kill_at + 200), "--hidden", "256", "--layers", "3",
                 "--log-every", "1"], args.hang_timeout,
-               "batch: {global: 64, micro: 8}\ncheckpoint: {interval_steps: 20, keep: 3}\n",
+               "batch: {global: 64, micro: 8}\ncheckpoint: {interval_steps: 20, keep: 3}\n" +
+               ("" if health else "health: {enabled: false}\n"),
                elastic_line(in_place, standby))
     job = Job([args.dtrain, "submit", spec], work, dtrain_env(home), os.path.join(work, "dtrain.out"))
     injected = {}
@@ -607,6 +610,9 @@ CASES = {
     "trainer": ("dtrain + dtrain-train", run_trainer),
     "trainer-in-place": ("dtrain + dtrain-train, elastic.in_place",
                          lambda args, work, fault: run_trainer(args, work, fault, in_place=True)),
+    "trainer-in-place-no-health": ("dtrain + dtrain-train, elastic.in_place, health: {enabled: false}",
+                                   lambda args, work, fault: run_trainer(args, work, fault, in_place=True,
+                                                                         health=False)),
     "trainer-standby": ("dtrain + dtrain-train, in place + 1 standby",
                         lambda args, work, fault: run_trainer(args, work, fault, in_place=True, standby=1)),
     "ddp-dtrain": ("dtrain + ddp_train.py", run_ddp_dtrain),
@@ -754,6 +760,17 @@ def main():
             median(lambda r: r.get("peer_gone_s"), "%.2f"), median(lambda r: r.get("victim_gone_s"), "%.2f"),
             median(lambda r: r.get("phases", {}).get("stop_ms")), median(lambda r: r.get("phases", {}).get("spawn_ms")),
             median(lambda r: r.get("steps_lost"))))
+    gated = {key: [r["phases"]["health_ms"] for r in results if "health_ms" in r.get("phases", {})]
+             for key, results in summary.items()}
+    if any(gated.values()):
+        print()
+        print("# the health gate's wait before the replacement (recovery phase health_ms, medians, ms) and the "
+              "recovery's total_ms")
+        for (label, fault_name), values in gated.items():
+            totals = [r["phases"]["total_ms"] for r in summary[(label, fault_name)] if "total_ms" in r.get("phases", {})]
+            print("%-36s %-7s health %s total %s" % (label, fault_name,
+                                                      fmt(statistics.median(values) if values else None),
+                                                      fmt(statistics.median(totals) if totals else None)))
     ddp = {key: results for key, results in summary.items() if any(r.get("script") for r in results)}
     if ddp:
         print()

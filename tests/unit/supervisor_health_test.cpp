@@ -2,7 +2,9 @@
 // generation waits for every planned host's `start` checks; a host that fails one is left out (a
 // spare takes its place) and quarantined; a warning or a late answer lets a host in; before a
 // recovery's next generation the joining spare and the blamed host are checked, and a failure
-// there leaves them out; the root cause of health.quarantine.after failures is quarantined.
+// there leaves them out (in place too: no replacement starts before the answer, and a failure
+// makes the attempt a restart without the host); the root cause of health.quarantine.after
+// failures is quarantined.
 
 #include <doctest/doctest.h>
 
@@ -256,6 +258,125 @@ TEST_CASE("health at a recovery: the blamed host is checked with the site's diag
   auto completed = recorded<events::RecoveryCompleted>(h.all);
   REQUIRE(completed.size() == 1);
   CHECK(completed[0].phases.contains("health_ms"));
+}
+
+// ---- in place (elastic.in_place): the same gate before a replacement starts ------------------
+
+namespace {
+
+/// Two hosts and `spares` spares, elastic.in_place, every host healthy, generation 0 at step 50.
+struct InPlaceHealth : Harness {
+  explicit InPlaceHealth(int spares) : Harness(in_place_spec(spares)) {
+    connect_all();
+    for (const auto& list : {spec.hosts, spec.spares}) {
+      for (const spec::HostEntry& host : list) healthy(host.name);
+    }
+    start_all(0);
+    for (int rank = 0; rank < 2; ++rank) feed(WorkerProgress{0, rank, 50, std::nullopt});
+    REQUIRE(supervisor->state() == RunState::running);
+    all.clear();
+  }
+  static spec::JobSpec in_place_spec(int spares) {
+    spec::JobSpec spec = make_spec(2, spares);
+    spec.elastic.in_place = true;
+    spec.elastic.max_restarts = 3;
+    return spec;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("health in place: the crashed rank's host is checked before its replacement starts, and the wait is health_ms") {
+  InPlaceHealth h(0);
+  h.feed(h.crash(0, 1));  // rank 1 on h2
+  auto checks = of_type<CheckHostHealth>(h.all);
+  REQUIRE(checks.size() == 1);
+  CHECK(checks[0].host == "h2");
+  CHECK(checks[0].moment == events::HostHealth::kAfterFailure);
+  CHECK(of_type<ContinueInPlace>(h.all).empty());
+  CHECK(of_type<StopGeneration>(h.all).empty());  // the survivor on h1 keeps running
+  CHECK(h.supervisor->phase() == Supervisor::Phase::in_place_killing);
+  CHECK(h.supervisor->state() == RunState::recovering);
+
+  h.clock.advance_ms(25);
+  auto continued = of_type<ContinueInPlace>(h.healthy("h2", events::HostHealth::kAfterFailure));
+  REQUIRE(continued.size() == 1);
+  CHECK(continued[0].replaced == std::vector<int>{1});
+  CHECK(continued[0].hosts == std::vector<std::string>{"h1", "h2"});
+  h.clock.advance_ms(10);
+  h.feed(SurvivorsCarriedOver{1, "h1", {0}, {1000}});
+  h.feed(SurvivorsCarriedOver{1, "h2", {}, {}});
+  h.feed(WorkerStarted{1, 1, 2001});
+  for (int rank = 0; rank < 2; ++rank) h.feed(WorkerCommReady{1, rank});
+  h.feed(WorkerProgress{1, 0, 51, std::nullopt});
+  auto completed = recorded<events::RecoveryCompleted>(h.all);
+  REQUIRE(completed.size() == 1);
+  CHECK(completed[0].action == "in-place");
+  CHECK(completed[0].phases["health_ms"] == 25);
+  CHECK(completed[0].phases["abort_ms"] == 10);  // from the continue, not from the decision
+  CHECK(completed[0].steps_lost == 0);
+}
+
+TEST_CASE("health in place: a spare that fails its join check is left out, and the recovery restarts on the next spare") {
+  InPlaceHealth h(2);
+  h.feed(HostLost{"h2", "silent", 5000});
+  auto checks = of_type<CheckHostHealth>(h.all);
+  REQUIRE(checks.size() == 1);
+  CHECK(checks[0].host == "s1");
+  CHECK(checks[0].moment == events::HostHealth::kJoin);
+  CHECK(of_type<ContinueInPlace>(h.all).empty());
+
+  h.feed(HostHealthReported{"s1", report("s1", "join", "fail", "network ports", "mlx5_0 port 1 is 1: DOWN")});
+  auto fallback = recorded<events::RecoveryFallback>(h.all);
+  REQUIRE(fallback.size() == 1);
+  CHECK(fallback[0].detail.find("s1 failed its health check (network ports") != std::string::npos);
+  CHECK(of_type<ContinueInPlace>(h.all).empty());  // no replacement was ever started on s1
+  REQUIRE(of_type<StopGeneration>(h.all).size() == 1);
+  CHECK(h.supervisor->excluded_hosts().count("s1") == 1);
+  REQUIRE(recorded<events::HostQuarantined>(h.all).size() == 1);
+
+  h.all.clear();
+  h.release_all(0, {"h1", "s1"});
+  auto joins = of_type<CheckHostHealth>(h.all);
+  REQUIRE(joins.size() == 1);
+  CHECK(joins[0].host == "s2");
+  h.healthy("s2", events::HostHealth::kJoin);
+  auto starts = of_type<StartGeneration>(h.all);
+  REQUIRE(starts.size() == 1);
+  CHECK(plan_hosts(starts[0].plan) == std::vector<std::string>{"h1", "s2"});
+}
+
+TEST_CASE("health in place: a hung rank is killed while its host checks itself, and the replacement waits for both") {
+  InPlaceHealth h(0);
+  h.feed(WorkerProgress{0, 0, 51, std::nullopt});
+  h.clock.advance_ms(15000);
+  h.feed(WorkerProgress{0, 0, 52, std::nullopt});
+  h.clock.advance_ms(6000);  // rank 1 silent for 21 s > hang_timeout 20 s
+  h.feed(Tick{});
+  REQUIRE(of_type<KillRanks>(h.all).size() == 1);
+  auto checks = of_type<CheckHostHealth>(h.all);
+  REQUIRE(checks.size() == 1);
+  CHECK(checks[0].host == "h2");
+  CHECK(h.supervisor->phase() == Supervisor::Phase::in_place_killing);
+
+  WorkerExited killed = h.crash(0, 1);
+  killed.code.reset();
+  killed.signal = "SIGKILL";
+  CHECK(of_type<ContinueInPlace>(h.feed(killed)).empty());  // the health answer is still due
+  auto continued = of_type<ContinueInPlace>(h.healthy("h2", events::HostHealth::kAfterFailure));
+  REQUIRE(continued.size() == 1);
+  CHECK(continued[0].replaced == std::vector<int>{1});
+}
+
+TEST_CASE("health in place: a health answer that never comes makes the attempt fall back at in_place_timeout, naming the host") {
+  InPlaceHealth h(0);
+  h.feed(h.crash(0, 1));
+  REQUIRE(of_type<CheckHostHealth>(h.all).size() == 1);
+  h.clock.advance_ms(h.spec.in_place_timeout().count() + 1);
+  h.feed(Tick{});
+  auto fallback = recorded<events::RecoveryFallback>(h.all);
+  REQUIRE(fallback.size() == 1);
+  CHECK(fallback[0].detail.find("no health answer from h2") != std::string::npos);
 }
 
 TEST_CASE("health: the root cause of health.quarantine.after failures within the window is quarantined once") {
