@@ -67,6 +67,12 @@ void check_in_place_recovery(const std::string& dir, int victim_rank, int world)
   CHECK(completed[0]["phases"].contains("rendezvous_ms"));
   CHECK(completed[0]["phases"].contains("state_and_first_step_ms"));
   CHECK(events_named(events, "recovery.fallback").empty());
+  // The health gate (on by default): the failed rank's host checked itself before its
+  // replacement started, and the wait is a phase of the recovery.
+  CHECK(completed[0]["phases"].contains("health_ms"));
+  int after_failure = 0;
+  for (const auto& health : events_named(events, "host.health")) after_failure += health["moment"] == "after failure";
+  CHECK(after_failure == 1);
   // Only the victim was started again: world + 1 worker.started, the last one for its rank.
   auto workers = events_named(events, "worker.started");
   REQUIRE(workers.size() == static_cast<size_t>(world + 1));
@@ -177,6 +183,48 @@ TEST_CASE("in place: with no live replica of the lost shard the recovery falls b
   CHECK(completed[0].contains("fallback"));
   CHECK(completed[0]["resume_step"].get<int>() >= 50);
   CHECK(ranks_final_lines(dir, 2) == expected);
+  CHECK(processes_of_run(run_id_of(dir)).empty());
+}
+
+TEST_CASE("in place: a host that fails its after-failure health check gets no fresh rank, the run ends naming the check") {
+  // The site's check passes at the start and fails from then on: the one host of the embedded
+  // default cannot take the killed rank's replacement, and without another host there is no plan.
+  DtrainEnv env;
+  std::string calls = env.dir.path + "/site-check-calls";
+  std::string check = env.dir.path + "/site-check.sh";
+  write_text(check, "n=$(cat '" + calls + "' 2>/dev/null || echo 0)\necho $((n + 1)) > '" + calls +
+                        "'\nif [ \"$n\" -ge 1 ]; then echo 'fan 3 stopped: drain this node'; exit 1; fi\n");
+  std::string spec = trainer_spec("sick", 100000, Layout{2, 1}, true,
+                                  "health: {command: \"/bin/sh '" + check + "'\", command_timeout: 10s}\n");
+  DtrainProcess run = env.start({"submit", env.write_spec("sick.yaml", spec)});
+  std::string dir = only_run_dir(env);
+  REQUIRE(!dir.empty());
+  REQUIRE(wait_until([&] { return rank_field(dir, 0, "step") >= 60; }, 60000));
+  REQUIRE(read_text(calls) == "1\n");  // the site's check ran once, at the start, and passed
+  int victim = rank_pid(dir, 1);
+  REQUIRE(victim > 0);
+  REQUIRE(::kill(victim, SIGKILL) == 0);
+  REQUIRE(run.wait(120000));
+  INFO("stderr: " << run.err());
+  CHECK(read_text(calls) == "2\n");
+  CHECK(run.exit_code == 5);  // hosts lost: no plan without the host
+
+  auto events = read_events(dir + "/events.jsonl");
+  auto fallback = events_named(events, "recovery.fallback");
+  REQUIRE(fallback.size() == 1);
+  CHECK(fallback[0]["detail"].get<std::string>().find("failed its health check (site command") != std::string::npos);
+  bool left_out = false;
+  for (const auto& health : events_named(events, "host.health")) {
+    if (health["moment"] == "after failure" && health["action"] == "left out") {
+      left_out = health.dump().find("fan 3 stopped") != std::string::npos;
+    }
+  }
+  CHECK(left_out);
+  CHECK(events_named(events, "host.quarantined").size() == 1);
+  // Only the two ranks of generation 0 ever started: no replacement on the sick host.
+  CHECK(events_named(events, "worker.started").size() == 2);
+  CHECK(events_named(events, "recovery.completed").empty());
+  CHECK((run.out() + run.err()).find("fan 3 stopped") != std::string::npos);  // on the console
   CHECK(processes_of_run(run_id_of(dir)).empty());
 }
 
