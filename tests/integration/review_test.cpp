@@ -341,7 +341,9 @@ TEST_CASE("review page of a synthetic month in headless Chromium: every section,
   CHECK(run.out().find("stop") != std::string::npos);
   std::string page = read_text(html);
   CHECK(page.find("<script") == std::string::npos);
-  CHECK(page.find("http") == std::string::npos);  // nothing fetched from anywhere
+  CHECK(page.find("http://") == std::string::npos);  // nothing fetched from anywhere
+  CHECK(page.find("https://") == std::string::npos);
+  CHECK(page.find(" src=") == std::string::npos);
 
   std::string dom = chromium(browser, html, {"--dump-dom"});
   for (const char* group : {"current-state", "validation", "decision", "operations"}) {

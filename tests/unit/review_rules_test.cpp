@@ -79,7 +79,7 @@ TEST_CASE("review objectives: met, missed and not tested, each with the figure t
   REQUIRE(results.size() == 4);
   CHECK(objective(results, "max_recovery").status == std::string(kMissed));
   CHECK(objective(results, "max_recovery").wanted == "1m");
-  CHECK(objective(results, "max_recovery").evidence.find("95.0 s") != std::string::npos);
+  CHECK(objective(results, "max_recovery").evidence.find("1m35s") != std::string::npos);
   CHECK(objective(results, "max_recovery").evidence.find("gen 2") != std::string::npos);
   CHECK(objective(results, "max_lost").status == std::string(kMet));
   CHECK(objective(results, "max_lost").evidence.find("40 steps") != std::string::npos);
