@@ -67,26 +67,8 @@ Result<std::vector<ScopedRun>> runs_in_scope(registry::RegistryDb& db, const Rev
 
 /// One drills.jsonl entry as a DrillGrade; none when it is not a drill line (no time, no id).
 std::optional<DrillGrade> drill_entry(const nlohmann::json& entry) {
-  DrillGrade drill;
-  drill.at = json_string(entry, "ts");
-  drill.drill_id = json_string(entry, "drill_id");
+  DrillGrade drill = drill_grade_of(entry, json_string(entry, "ts"));
   if (!parse_timestamp_utc(drill.at) || drill.drill_id.empty()) return std::nullopt;
-  drill.run_id = json_string(entry, "run_id");
-  drill.mode = json_string(entry, "mode");
-  drill.verdict = json_string(entry, "verdict", "error");
-  if (const nlohmann::json* faults = json_member(entry, "faults"); faults && faults->is_array()) {
-    for (const nlohmann::json& fault : *faults) {
-      std::string label = json_string(fault, "fault", "?");
-      if (!json_string(fault, "target").empty()) label += ":" + json_string(fault, "target");
-      drill.faults.push_back(label + " " + json_string(fault, "verdict", drill.verdict));
-    }
-  }
-  if (const nlohmann::json* missed = json_member(entry, "missed"); missed && missed->is_array()) {
-    for (const nlohmann::json& line : *missed) {
-      if (line.is_string()) drill.missed.push_back(line.get<std::string>());
-    }
-  }
-  if (!json_string(entry, "error").empty()) drill.missed.push_back("error: " + json_string(entry, "error"));
   drill.from = "drills.jsonl";
   return drill;
 }

@@ -13,6 +13,7 @@
 #include "launcher/base/regular_file.h"
 #include "launcher/base/strings.h"
 #include "launcher/events/event.h"
+#include "launcher/report/timeline.h"
 #include "launcher/runlog/event_log.h"
 #include "launcher/spec/spec_loader.h"
 
@@ -93,43 +94,18 @@ RecoveryRecord recovery_of(const LoggedEvent& event, const events::RecoveryCompl
   recovery.cause_host = completed.cause.host;
   recovery.steps_lost = completed.steps_lost;
   recovery.fallback = completed.fallback.value_or("");
-  // "<phase>_ms": whole milliseconds; anything else in the object is not a phase.
-  if (completed.phases.is_object()) {
-    for (const auto& [key, value] : completed.phases.items()) {
-      std::optional<int64_t> ms = json_as_integer(value);
-      if (!ms || *ms < 0 || key.size() <= 3 || key.compare(key.size() - 3, 3, "_ms") != 0) continue;
-      recovery.phases.push_back({key.substr(0, key.size() - 3), *ms});
-      recovery.total_ms += *ms;
-    }
+  // The phases in the order they happen, total_ms left out (the report's reading of them); the
+  // total is their sum, as the report's bars show it.
+  for (const auto& [name, ms] : report::recovery_phases(completed.phases)) {
+    if (ms < 0) continue;
+    recovery.phases.push_back({name, ms});
+    recovery.total_ms += ms;
   }
   return recovery;
 }
 
 DrillGrade drill_of(const LoggedEvent& event, const events::DrillVerdict& verdict) {
-  DrillGrade drill;
-  const nlohmann::json& report = verdict.report;
-  drill.at = json_string(report, "finished", time_of(event));
-  drill.drill_id = json_string(report, "drill_id");
-  drill.run_id = json_string(report, "run_id");
-  drill.mode = json_string(report, "mode");
-  drill.verdict = json_string(report, "verdict", "error");
-  if (const nlohmann::json* faults = json_member(report, "faults"); faults && faults->is_array()) {
-    for (const nlohmann::json& fault : *faults) {
-      std::string label = json_string(fault, "fault", "?");
-      if (!json_string(fault, "target").empty()) label += ":" + json_string(fault, "target");
-      drill.faults.push_back(label + " " + json_string(fault, "verdict", drill.verdict));
-    }
-  }
-  if (const nlohmann::json* missed = json_member(report, "missed"); missed && missed->is_array()) {
-    for (const nlohmann::json& line : *missed) {
-      if (line.is_string()) drill.missed.push_back(line.get<std::string>());
-    }
-  }
-  if (const nlohmann::json* leftovers = json_member(report, "leftover_pids"); leftovers && leftovers->is_array()) {
-    drill.leftover_processes = static_cast<int>(leftovers->size());
-  }
-  if (!json_string(report, "error").empty()) drill.missed.push_back("error: " + json_string(report, "error"));
-  return drill;
+  return drill_grade_of(verdict.report, json_string(verdict.report, "finished", time_of(event)));
 }
 
 /// Interval, size, save and restore figures from the commits (one per shard) and the recoveries.
@@ -240,6 +216,32 @@ void read_events(RunEvidence& evidence, const registry::RunRow& run, const std::
 }
 
 }  // namespace
+
+DrillGrade drill_grade_of(const nlohmann::json& summary, std::string at) {
+  DrillGrade drill;
+  drill.at = std::move(at);
+  drill.drill_id = json_string(summary, "drill_id");
+  drill.run_id = json_string(summary, "run_id");
+  drill.mode = json_string(summary, "mode");
+  drill.verdict = json_string(summary, "verdict", "error");
+  if (const nlohmann::json* faults = json_member(summary, "faults"); faults && faults->is_array()) {
+    for (const nlohmann::json& fault : *faults) {
+      std::string label = json_string(fault, "fault", "?");
+      if (!json_string(fault, "target").empty()) label += ":" + json_string(fault, "target");
+      drill.faults.push_back(label + " " + json_string(fault, "verdict", drill.verdict));
+    }
+  }
+  if (const nlohmann::json* missed = json_member(summary, "missed"); missed && missed->is_array()) {
+    for (const nlohmann::json& line : *missed) {
+      if (line.is_string()) drill.missed.push_back(line.get<std::string>());
+    }
+  }
+  if (const nlohmann::json* leftovers = json_member(summary, "leftover_pids"); leftovers && leftovers->is_array()) {
+    drill.leftover_processes = static_cast<int>(leftovers->size());
+  }
+  if (!json_string(summary, "error").empty()) drill.missed.push_back("error: " + json_string(summary, "error"));
+  return drill;
+}
 
 std::vector<std::string> file_tail(const std::string& path, size_t max_lines) {
   Result<UniqueFd> fd = open_regular_file(path, FollowLinks::kNo);

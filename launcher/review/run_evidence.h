@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "launcher/registry/registry_db.h"
 #include "launcher/review/review.h"
 #include "launcher/spec/job_spec.h"
@@ -32,6 +34,11 @@ struct RunEvidence {
 
 /// Reads run.run_dir. Never fails: what cannot be read is in `problems`.
 RunEvidence read_run_evidence(const registry::RunRow& run);
+
+/// A drill's summary as a DrillGrade: a drill.verdict event's report or a drills.jsonl line
+/// (the same keys, drill::history_entry), finished at `at`. A key missing or of another type
+/// keeps its default; never throws.
+DrillGrade drill_grade_of(const nlohmann::json& summary, std::string at);
 
 /// The last `max_lines` lines of the file at `path` (at most its last 16 kB read); empty when it
 /// cannot be read (not a regular file, missing).

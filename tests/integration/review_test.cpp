@@ -115,7 +115,7 @@ void crash_and_restart(RunWriter& run, const std::string& host) {
   run.add(events::ResourcesReleased{0, host, {31336, 31337}, 0, 120}, 0);
   run.generation(1, {"gpu01", host});
   json phases = {{"detect_ms", 1200}, {"stop_ms", 800}, {"replan_ms", 50}, {"spawn_ms", 900}, {"rendezvous_ms", 400},
-                 {"first_step_ms", 3000}};
+                 {"first_step_ms", 3000}, {"total_ms", 5150}};  // total_ms is no phase (the supervisor writes it)
   run.add(events::RecoveryCompleted{events::FailureKind::worker_exit, cause, phases, 200, 220, 20, 16, 1, "restart", {}}, 7000);
 }
 
@@ -275,8 +275,12 @@ TEST_CASE("review of a synthetic month: --json figures, two tenants, go and stop
   }
   CHECK(traceback);
   for (const json& recovery : review["validation"]["recoveries"]) {
-    if (recovery["run_id"] == "vision-2") CHECK(recovery["total_ms"] == 6350);
     if (recovery["run_id"] == "nlp-1") CHECK(recovery["total_ms"] == 150000);
+    if (recovery["run_id"] != "vision-2") continue;
+    CHECK(recovery["total_ms"] == 6350);
+    REQUIRE(recovery["phases"].size() == 6);
+    CHECK(recovery["phases"][0]["name"] == "detect");  // in the order they happen
+    CHECK(recovery["phases"][5]["name"] == "first_step");
   }
   for (const json& checkpoint : review["validation"]["checkpoints"]) {
     if (checkpoint["run_id"] != "vision-2") continue;
