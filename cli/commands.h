@@ -44,6 +44,7 @@ void add_registry_command(CLI::App& app, CommandContext& context);
 void add_usage_command(CLI::App& app, CommandContext& context);
 void add_history_command(CLI::App& app, CommandContext& context);
 void add_audit_command(CLI::App& app, CommandContext& context);
+void add_review_command(CLI::App& app, CommandContext& context);
 
 /// `dtrain run ARGS...` (argv after "run"), parsed without CLI11: everything after the script is
 /// the script's, so main() calls this before CLI11 sees the command line. Returns the exit code.

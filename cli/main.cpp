@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   cli::add_usage_command(app, context);
   cli::add_history_command(app, context);
   cli::add_audit_command(app, context);
+  cli::add_review_command(app, context);
   cli::add_agent_command(app, context);
   try {
     app.parse(argc, argv);
