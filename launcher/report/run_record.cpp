@@ -104,6 +104,11 @@ void note_unreadable(RunRecord& record, std::string message) {
 /// read: only the intent is wanted.
 void read_intent(const std::string& dir, RunRecord& record) {
   std::string path = dir + "/spec.yaml";
+  struct stat info{};
+  if (::lstat(path.c_str(), &info) != 0 && errno == ENOENT) {  // a run directory of a test, or hand-made
+    record.intent_unread = "the run directory has no spec.yaml";
+    return;
+  }
   Result<std::string> text = read_regular_file(path, kMaxSpecFileBytes, FollowLinks::kNo,
                                                "a job spec is far smaller; its intent is left out of the report");
   if (!text) {

@@ -125,7 +125,7 @@ struct RunRecord {
   /// spec.yaml's intent: (issue 30); intent.given is false when the spec states none.
   spec::IntentSettings intent;
   /// Why spec.yaml's intent could not be read (the file is missing, a link, or does not load);
-  /// empty when it was read. Also one of `problems`.
+  /// empty when it was read. Also one of `problems`, unless the file is simply not there.
   std::string intent_unread;
   /// What could not be read, one line each ("state.json: ..."), shown in the report: the first
   /// few skipped lines of each file and every unreadable file.

@@ -155,7 +155,9 @@ TEST_CASE("drill objectives: max_lost as time is steps lost x the ranks' step ti
   // 14 × 1 s = 14 s: over.
   CHECK_FALSE(objective(grade_fault(kill_rank_1(), restart_recovery(), objectives, running(1000)), "max_lost_time")->met);
   // No step time: lost steps cannot be held to a time.
-  const ObjectiveResult* unknown = objective(grade_fault(kill_rank_1(), restart_recovery(), objectives, running()), "max_lost_time");
+  FaultVerdict no_step_time = grade_fault(kill_rank_1(), restart_recovery(), objectives, running());
+  const ObjectiveResult* unknown = objective(no_step_time, "max_lost_time");
+  REQUIRE(unknown);
   CHECK_FALSE(unknown->met);
   CHECK(unknown->measured == "14 steps, step time unknown");
   // Nothing lost costs nothing, step time or not.

@@ -168,6 +168,14 @@ TEST_CASE("report intent: a run without an intent says so in one line, a damaged
   CHECK(intent_html(*broken).find("No intent read: ") != std::string::npos);
   CHECK(std::find(broken->problems.begin(), broken->problems.end(), broken->intent_unread) != broken->problems.end());
 
+  // No spec.yaml at all (a hand-made run directory): said in the section, not a file left out.
+  TempDir bare_dir;
+  Result<RunRecord> bare = load_run_record(make_run(bare_dir, ""));
+  REQUIRE(bare.ok());
+  CHECK(bare->intent_unread == "the run directory has no spec.yaml");
+  CHECK(bare->unreadable_files == 0);
+  CHECK(intent_html(*bare).find("No intent read: the run directory has no spec.yaml") != std::string::npos);
+
   // A link in a run directory is followed by no reader of it.
   TempDir linked_dir;
   std::string run = make_run(linked_dir, "");
@@ -176,5 +184,6 @@ TEST_CASE("report intent: a run without an intent says so in one line, a damaged
   Result<RunRecord> linked = load_run_record(run);
   REQUIRE(linked.ok());
   CHECK_FALSE(linked->intent.given);
-  CHECK_FALSE(linked->intent_unread.empty());
+  CHECK(linked->intent_unread.find("spec.yaml") != std::string::npos);
+  CHECK(linked->unreadable_files == 1);
 }
