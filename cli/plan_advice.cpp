@@ -86,7 +86,12 @@ std::optional<plan::MeasuredStepTime> step_time_from_registry(const spec::JobSpe
 std::string target_text(const plan::TargetTime& target) {
   std::string out = "target time   " + plan::verdict_text(target) + "\n";
   if (target.steps) out += "  steps       " + target.steps_source + "\n";
-  if (target.step) out += "  step time   " + seconds_text(target.step->seconds) + ": " + target.step->source + "\n";
+  if (target.step) {
+    char step[32];  // a fast step is milliseconds: tenths of a second would read 0.0s
+    if (target.step->seconds < 1) std::snprintf(step, sizeof step, "%.1fms", target.step->seconds * 1000);
+    out += "  step time   " + (target.step->seconds < 1 ? std::string(step) : seconds_text(target.step->seconds)) + ": " +
+           target.step->source + "\n";
+  }
   if (target.expected_seconds) out += "  expected    steps x step time = " + seconds_text(*target.expected_seconds) + "\n";
   if (target.target_seconds) out += "  target      " + seconds_text(*target.target_seconds) + " (intent.target_duration)\n";
   for (const std::string& missing : target.missing) out += "  missing     " + missing + "\n";

@@ -35,7 +35,8 @@ std::string intent_section(const RunRecord& record, const ReportLimits& limits) 
   for (const RecoveryAgainstIntent& recovery : grades.recoveries) {
     missed += std::any_of(recovery.checks.begin(), recovery.checks.end(), [](const IntentCheck& c) { return !c.met; }) ? 1 : 0;
   }
-  out += "<p class=\"recoveries\">" + std::to_string(grades.recoveries.size()) + " recoveries, " + std::to_string(missed) +
+  out += "<p class=\"recoveries\">" + std::to_string(grades.recoveries.size()) +
+         (grades.recoveries.size() == 1 ? " recovery, " : " recoveries, ") + std::to_string(missed) +
          " of them missing an objective of intent.recovery. Time to train again: from the failure (failure.detected less its "
          "latency) to the new generation's first step; time lost: steps lost × the failed generation's median step time "
          "(metrics.jsonl).</p>";

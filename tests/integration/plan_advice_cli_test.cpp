@@ -165,5 +165,5 @@ TEST_CASE("plan --advise: the expected time to the target from the step time of 
   REQUIRE(declared.exit_code == 0);
   CHECK_MESSAGE(declared.out().find("target time   meets the target 2h (expected 1h30m, 30m00s to spare)") != std::string::npos,
                 declared.out());
-  CHECK(declared.out().find("  step time   0.3s: --step-time") != std::string::npos);
+  CHECK(declared.out().find("  step time   300.0ms: --step-time") != std::string::npos);
 }
