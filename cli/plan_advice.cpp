@@ -13,8 +13,11 @@
 #include "launcher/base/clock.h"
 #include "launcher/base/duration.h"
 #include "launcher/base/exit_code.h"
+#include "launcher/plan/target_time.h"
 #include "launcher/registry/registry_db.h"
 #include "launcher/registry/registry_queries.h"
+#include "launcher/registry/registry_step_times.h"
+#include "launcher/report/run_record.h"
 
 namespace dtrain::cli {
 
@@ -53,6 +56,46 @@ void mtbf_from_registry(const spec::JobSpec& spec, int gpus_per_host, plan::Advi
   std::snprintf(source, sizeof source, "the registry: %d root-cause failure(s) of these hosts in %.0f host-hours over 90 days",
                 failures, hours);
   inputs.mtbf_source = source;
+}
+
+/// The step time of the job's earlier runs in the registry (each run's the median step_ms of
+/// its metrics.jsonl); none with the reason and the way to get one.
+std::optional<plan::MeasuredStepTime> step_time_from_registry(const spec::JobSpec& spec, int world_size, std::string& missing) {
+  Result<registry::RegistryDb> db = registry::RegistryDb::open(registry::registry_path(), false);
+  if (!db) {
+    missing = "no registry to find earlier runs in (" + db.error().message + "); run the job once, or give --step-time";
+    return std::nullopt;
+  }
+  auto run_step_ms = [](const std::string& run_dir) {
+    report::RunRecord metrics;
+    report::read_metrics_files(run_dir, metrics);
+    return report::median_step_ms(metrics.training);
+  };
+  Result<registry::JobStepTime> measured = registry::job_step_time(*db, spec.name, world_size, run_step_ms);
+  if (!measured) {
+    missing = measured.error().message + "; give --step-time";
+    return std::nullopt;
+  }
+  if (!measured->median_step_ms) {
+    missing = measured->source;
+    return std::nullopt;
+  }
+  return plan::MeasuredStepTime{*measured->median_step_ms / 1000, measured->source};
+}
+
+std::string target_text(const plan::TargetTime& target) {
+  std::string out = "target time   " + plan::verdict_text(target) + "\n";
+  if (target.steps) out += "  steps       " + target.steps_source + "\n";
+  if (target.step) {
+    char step[32];  // a fast step is milliseconds: tenths of a second would read 0.0s
+    if (target.step->seconds < 1) std::snprintf(step, sizeof step, "%.1fms", target.step->seconds * 1000);
+    out += "  step time   " + (target.step->seconds < 1 ? std::string(step) : seconds_text(target.step->seconds)) + ": " +
+           target.step->source + "\n";
+  }
+  if (target.expected_seconds) out += "  expected    steps x step time = " + seconds_text(*target.expected_seconds) + "\n";
+  if (target.target_seconds) out += "  target      " + seconds_text(*target.target_seconds) + " (intent.target_duration)\n";
+  for (const std::string& missing : target.missing) out += "  missing     " + missing + "\n";
+  return out;
 }
 
 std::string to_text(const plan::Advice& advice, const spec::JobSpec& spec) {
@@ -151,9 +194,23 @@ int run_plan_advice(const spec::JobSpec& spec, const AdviseOptions& options, boo
       inputs.step_seconds = static_cast<double>(step->count()) / 1000;
     }
   }
+  std::optional<plan::MeasuredStepTime> step;
+  std::string step_missing;
+  if (inputs.step_seconds) {
+    step = plan::MeasuredStepTime{*inputs.step_seconds, "--step-time"};
+  } else {
+    step = step_time_from_registry(spec, inputs.hardware.hosts * inputs.hardware.gpus_per_host, step_missing);
+  }
+  plan::TargetTime target = plan::expected_time_to_target(spec, step, step_missing);
   plan::Advice advice = plan::advise(inputs);
-  std::string text = json ? plan::to_json(advice).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"
-                          : to_text(advice, spec);
+  std::string text;
+  if (json) {
+    nlohmann::json out = plan::to_json(advice);
+    out["target_time"] = plan::to_json(target);
+    text = out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  } else {
+    text = to_text(advice, spec) + target_text(target);
+  }
   std::fwrite(text.data(), 1, text.size(), stdout);
   return to_int(ExitCode::ok);
 }

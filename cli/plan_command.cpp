@@ -121,7 +121,7 @@ void add_plan_command(CLI::App& app, CommandContext& context) {
   command->add_option("--network-gbps", options->advice.network_gbps, "--advise: network between hosts, Gbit/s");
   command->add_option("--checkpoint-cost", options->advice.checkpoint_cost, "--advise: one save's time, e.g. 30s");
   command->add_option("--mtbf", options->advice.mtbf, "--advise: the job's mean time between failures, e.g. 24h");
-  command->add_option("--step-time", options->advice.step_time, "--advise: a step's time, e.g. 1.2s");
+  command->add_option("--step-time", options->advice.step_time, "--advise: a step's time, e.g. 1.2s (default: measured in the job's earlier runs in the registry)");
   command->callback([options, &context] {
     try {
       context.exit_code = run_plan(*options);

@@ -421,6 +421,20 @@ void print_host_findings(const RunSnapshot& state) {
   }
 }
 
+/// The acceptable recovery and target the run's spec.yaml states (intent:, dtrain-spec(5)), in
+/// one line; "" without an intent or a spec that loads.
+std::string intent_text(const RunDirectory& run) {
+  spec::LoadResult loaded = spec::load_job_spec(run.spec_path(), {}, spec::EnvValues::names_only);
+  if (!loaded.ok() || !loaded.spec->intent.given) return "";
+  const spec::IntentSettings& intent = loaded.spec->intent;
+  std::string text = std::string("recovery ") + spec::to_string(intent.mode);
+  if (intent.max_recovery.count() > 0) text += " within " + format_duration(intent.max_recovery);
+  if (intent.max_lost_steps > 0) text += ", at most " + std::to_string(intent.max_lost_steps) + " steps lost";
+  if (intent.max_lost_time.count() > 0) text += ", at most " + format_duration(intent.max_lost_time) + " lost";
+  if (intent.target_duration.count() > 0) text += "; target " + format_duration(intent.target_duration);
+  return text + " (graded in `dtrain report`)";
+}
+
 void print_run_text(const RunDirectory& run, const RunSnapshot& state, bool alive, const Result<PlanRecord>& plan,
                     const std::vector<LoggedEvent>& events, const std::string& events_error, bool all) {
   int64_t now = now_ms();
@@ -481,6 +495,7 @@ void print_run_text(const RunDirectory& run, const RunSnapshot& state, bool aliv
     }
   }
   if (state.last_recovery) print_field("recovery", recovery_text(*state.last_recovery));
+  if (std::string intent = intent_text(run); !intent.empty()) print_field("intent", intent);
   // The hang timeouts in force: an auto one says what it was set from.
   if (state.hang_timeout) print_field("hang timeout", printable(state.hang_timeout->text(), 300));
   print_host_findings(state);

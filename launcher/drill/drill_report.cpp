@@ -57,6 +57,15 @@ json to_json(const DrillReport& report) {
   if (report.objectives.detect) objectives["detect"] = format_duration(*report.objectives.detect);
   if (report.objectives.recover) objectives["recover"] = format_duration(*report.objectives.recover);
   if (report.objectives.max_lost_steps) objectives["max_lost_steps"] = *report.objectives.max_lost_steps;
+  if (report.objectives.max_lost_time) objectives["max_lost_time"] = format_duration(*report.objectives.max_lost_time);
+  if (report.objectives.in_place) objectives["mode"] = "in-place";
+  json from = json::object();
+  if (report.objectives.detect) from["detect"] = to_string(ObjectiveSource::drill_spec);
+  if (report.objectives.recover) from["recover"] = to_string(report.objectives.recover_from);
+  if (report.objectives.max_lost_steps) from["max_lost_steps"] = to_string(report.objectives.lost_from);
+  if (report.objectives.max_lost_time) from["max_lost_time"] = to_string(report.objectives.lost_from);
+  if (report.objectives.in_place) from["mode"] = to_string(report.objectives.mode_from);
+  if (!from.empty()) objectives["from"] = from;
   json missed = json::array();
   for (const FaultVerdict& fault : report.faults) {
     for (const std::string& what : fault.missed()) missed.push_back(fault.injection.fault.label() + ": " + what);
@@ -76,6 +85,7 @@ json to_json(const DrillReport& report) {
   if (!report.spec_path.empty()) out["spec"] = report.spec_path;
   if (std::string report_file = report_path(report); !report_file.empty()) out["report"] = report_file;
   if (report.cleanup_checked) out["leftover_pids"] = report.leftover_pids;
+  if (!report.objectives_note.empty()) out["objectives_note"] = report.objectives_note;
   if (report.error) out["error"] = *report.error;
   return out;
 }
@@ -139,12 +149,12 @@ void format_fault(std::string& out, const FaultVerdict& verdict) {
   line(out, "final state", verdict.final_state.empty() ? "unknown" : verdict.final_state);
   if (!verdict.objectives.empty()) {
     char header[96];
-    std::snprintf(header, sizeof header, "  %-17s%-10s%-10s%s\n", "OBJECTIVE", "LIMIT", "MEASURED", "RESULT");
+    std::snprintf(header, sizeof header, "  %-17s%-10s%-10s%-8s%s\n", "OBJECTIVE", "LIMIT", "MEASURED", "RESULT", "FROM");
     out += header;
     for (const ObjectiveResult& objective : verdict.objectives) {
-      char row[160];
-      std::snprintf(row, sizeof row, "  %-17s%-10s%-10s%s\n", objective.name.c_str(), objective.limit.c_str(),
-                    objective.measured.c_str(), objective.met ? "met" : "MISSED");
+      char row[200];
+      std::snprintf(row, sizeof row, "  %-17s%-10s%-10s%-8s%s\n", objective.name.c_str(), objective.limit.c_str(),
+                    objective.measured.c_str(), objective.met ? "met" : "MISSED", to_string(objective.source));
       out += row;
     }
   }
@@ -171,6 +181,7 @@ std::string format_report(const DrillReport& report) {
                                     std::to_string(report.leftover_pids.front());
     out += (job_line ? "" : "\n") + std::string("cleanup: ") + cleanup + "\n";
   }
+  if (!report.objectives_note.empty()) out += "\nobjectives: " + printable(report.objectives_note) + "\n";
   if (report.error) out += "\nthe drill could not run: " + printable(*report.error) + "\n";
   if (std::string report_file = report_path(report); !report_file.empty()) out += "\nreport: " + report_file + "\n";
   out += "\nverdict: " + std::string(report.error ? "ERROR" : report.passed() ? "PASS" : "FAIL");

@@ -22,6 +22,9 @@ struct DrillReport {
   int64_t started_wall_ms = 0;
   int64_t finished_wall_ms = 0;
   Objectives objectives;
+  /// How the objectives were completed from the job's intent, or why they could not be ("the
+  /// run's spec.yaml does not load: ..."); empty when the intent had nothing to add.
+  std::string objectives_note;
   std::vector<FaultVerdict> faults;
   std::string final_state;            ///< the run's state when the drill ended
   bool cleanup_checked = false;       ///< --spec mode: looked for processes of the run at the end

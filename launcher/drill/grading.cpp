@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <set>
 
 #include "launcher/base/clock.h"
@@ -44,20 +45,46 @@ void take_detection(FaultVerdict& verdict, const LoggedEvent& detected) {
 }
 
 void grade_duration(FaultVerdict& verdict, const char* name, const std::optional<Millis>& limit,
-                    const std::optional<int64_t>& measured) {
+                    const std::optional<int64_t>& measured, ObjectiveSource source) {
   if (!limit) return;
   ObjectiveResult result;
   result.name = name;
   result.limit = format_duration(*limit);
   result.measured = measured ? format_duration(Millis(*measured)) : "never";
   result.met = measured && *measured <= limit->count();
+  result.source = source;
   verdict.objectives.push_back(result);
 }
 
-void grade_lost_steps(FaultVerdict& verdict, const std::optional<int64_t>& limit, const std::optional<int64_t>& lost) {
+void grade_lost_steps(FaultVerdict& verdict, const std::optional<int64_t>& limit, const std::optional<int64_t>& lost,
+                      ObjectiveSource source) {
   if (!limit) return;
   verdict.objectives.push_back({"max_lost_steps", std::to_string(*limit), lost ? std::to_string(*lost) : "never",
-                                lost && *lost <= *limit});
+                                lost && *lost <= *limit, source});
+}
+
+// intent.recovery.max_lost as time: the steps redone, at the ranks' step time. No lost steps
+// cost no time whatever the step time; lost steps without a step time cannot be held to it.
+void grade_lost_time(FaultVerdict& verdict, const Objectives& objectives, const GradeContext& context) {
+  if (verdict.steps_lost && (*verdict.steps_lost == 0 || context.step_ms)) {
+    verdict.lost_ms = *verdict.steps_lost == 0 ? 0 : std::llround(static_cast<double>(*verdict.steps_lost) * *context.step_ms);
+  }
+  if (!objectives.max_lost_time) return;
+  ObjectiveResult result{"max_lost_time", format_duration(*objectives.max_lost_time), "never", false, objectives.lost_from};
+  if (verdict.lost_ms) {
+    result.measured = format_duration(Millis(*verdict.lost_ms));
+    result.met = *verdict.lost_ms <= objectives.max_lost_time->count();
+  } else if (verdict.steps_lost) {
+    result.measured = std::to_string(*verdict.steps_lost) + " steps, step time unknown";
+  }
+  verdict.objectives.push_back(result);
+}
+
+// intent.recovery.mode in-place: the run must have recovered without a restart.
+void grade_mode(FaultVerdict& verdict, const Objectives& objectives, const Injection& injection) {
+  if (!objectives.in_place || injection.fault.kind == FaultKind::kill_supervisor) return;
+  verdict.objectives.push_back({"mode", "in-place", verdict.action.empty() ? "never" : verdict.action,
+                                verdict.action == "in-place", objectives.mode_from});
 }
 
 void check(FaultVerdict& verdict, std::string name, bool met, std::string detail) {
@@ -238,11 +265,14 @@ void grade_recovery(FaultVerdict& verdict, const Injection& injection, const Eve
     verdict.resume_step = completed->resume_step;
     verdict.last_step = completed->last_step;
     verdict.steps_lost = completed->steps_lost;
+    verdict.action = completed->action;
   }
 
-  grade_duration(verdict, "detect", objectives.detect, verdict.detect_ms);
-  grade_duration(verdict, "recover", objectives.recover, verdict.recover_ms);
-  grade_lost_steps(verdict, objectives.max_lost_steps, verdict.steps_lost);
+  grade_duration(verdict, "detect", objectives.detect, verdict.detect_ms, ObjectiveSource::drill_spec);
+  grade_duration(verdict, "recover", objectives.recover, verdict.recover_ms, objectives.recover_from);
+  grade_lost_steps(verdict, objectives.max_lost_steps, verdict.steps_lost, objectives.lost_from);
+  grade_lost_time(verdict, objectives, context);
+  grade_mode(verdict, objectives, injection);
 
   check(verdict, "failure detected", was_detected,
         was_detected ? verdict.detected_kind + " at " + format_timestamp_utc(verdict.detected_wall_ms.value_or(0))
@@ -330,7 +360,8 @@ void grade_slow_storage(FaultVerdict& verdict, const Injection& injection, const
   if (detected) take_detection(verdict, *detected);
   verdict.steps_lost = lost;
   verdict.last_step = newest;
-  grade_lost_steps(verdict, objectives.max_lost_steps, verdict.steps_lost);
+  grade_lost_steps(verdict, objectives.max_lost_steps, verdict.steps_lost, objectives.lost_from);
+  grade_lost_time(verdict, objectives, context);
   check(verdict, "checkpoints committed", commits > 0,
         std::to_string(commits) + " committed, newest step " + std::to_string(newest));
   check(verdict, "delay took effect", slow > 0,
@@ -355,6 +386,10 @@ std::vector<int> carried_over_pids(const std::vector<LoggedEvent>& events, int f
   return pids;
 }
 
+const char* to_string(ObjectiveSource source) {
+  return source == ObjectiveSource::intent ? "the job's intent" : "the drill spec";
+}
+
 bool FaultVerdict::passed() const {
   for (const ObjectiveResult& objective : objectives) {
     if (!objective.met) return false;
@@ -368,7 +403,10 @@ bool FaultVerdict::passed() const {
 std::vector<std::string> FaultVerdict::missed() const {
   std::vector<std::string> out;
   for (const ObjectiveResult& objective : objectives) {
-    if (!objective.met) out.push_back(objective.name + " (limit " + objective.limit + ", measured " + objective.measured + ")");
+    if (!objective.met) {
+      out.push_back(objective.name + " (limit " + objective.limit + " from " + to_string(objective.source) + ", measured " +
+                    objective.measured + ")");
+    }
   }
   for (const CheckResult& result : checks) {
     if (!result.met) out.push_back(result.name + " (" + result.detail + ")");
@@ -407,6 +445,8 @@ json to_json(const FaultVerdict& verdict) {
               {"resume_step", optional(verdict.resume_step)},
               {"last_step", optional(verdict.last_step)},
               {"steps_lost", optional(verdict.steps_lost)},
+              {"lost_ms", optional(verdict.lost_ms)},
+              {"action", verdict.action.empty() ? json(nullptr) : json(verdict.action)},
               {"resources_released", optional(verdict.resources_released)},
               {"final_state", verdict.final_state},
               {"verdict", verdict.passed() ? "pass" : "fail"}};
@@ -418,7 +458,7 @@ json to_json(const FaultVerdict& verdict) {
   json objectives = json::array();
   for (const ObjectiveResult& objective : verdict.objectives) {
     objectives.push_back({{"name", objective.name}, {"limit", objective.limit}, {"measured", objective.measured},
-                          {"met", objective.met}});
+                          {"met", objective.met}, {"from", to_string(objective.source)}});
   }
   json checks = json::array();
   for (const CheckResult& result : verdict.checks) {

@@ -16,11 +16,27 @@
 
 namespace dtrain::drill {
 
+/// Where an objective came from, said next to it in the verdict: the drill's own (drill.yaml
+/// objectives, --slo or the flags) or the job's intent.recovery (intent_objectives.h), which
+/// fills in what the drill leaves out.
+enum class ObjectiveSource { drill_spec, intent };
+/// "the drill spec", "the job's intent"
+const char* to_string(ObjectiveSource source);
+
 /// Recovery objectives; an absent one is not graded.
 struct Objectives {
-  std::optional<Millis> detect;           ///< injected → failure.detected
-  std::optional<Millis> recover;          ///< injected → recovery.completed (first step of the new generation)
-  std::optional<int64_t> max_lost_steps;  ///< recovery.completed steps_lost
+  std::optional<Millis> detect{};           ///< injected → failure.detected
+  std::optional<Millis> recover{};          ///< injected → recovery.completed (first step of the new generation)
+  std::optional<int64_t> max_lost_steps{};  ///< recovery.completed steps_lost
+  /// intent.recovery.max_lost as a duration: steps_lost × the ranks' step time (GradeContext).
+  std::optional<Millis> max_lost_time{};
+  /// intent.recovery.mode in-place: the recovery must be in place (recovery.completed action
+  /// "in-place"), not a restart. Not graded for slow-storage and kill-supervisor, which no
+  /// recovery in place can answer.
+  bool in_place = false;
+  ObjectiveSource recover_from = ObjectiveSource::drill_spec;
+  ObjectiveSource lost_from = ObjectiveSource::drill_spec;  ///< max_lost_steps and max_lost_time
+  ObjectiveSource mode_from = ObjectiveSource::intent;
 };
 
 /// What the drill did, recorded when it injected the fault.
@@ -41,6 +57,7 @@ struct ObjectiveResult {
   std::string limit;     ///< "10s", "100"
   std::string measured;  ///< "412ms", "37", or "never" when the run gave no value
   bool met = false;
+  ObjectiveSource source = ObjectiveSource::drill_spec;
 };
 
 /// Something every recovery must show whatever the objectives ("failure detected",
@@ -62,6 +79,9 @@ struct GradeContext {
   std::string detected_by;
   /// Checks the drill verified itself (on the hosts), graded like the others.
   std::vector<CheckResult> extra_checks;
+  /// The ranks' median step time (state.json step_ms) when graded: turns steps lost into time
+  /// lost for Objectives::max_lost_time. None: that objective is missed as "unknown".
+  std::optional<double> step_ms;
 };
 
 struct FaultVerdict {
@@ -76,6 +96,8 @@ struct FaultVerdict {
   std::optional<int64_t> resume_step;
   std::optional<int64_t> last_step;
   std::optional<int64_t> steps_lost;
+  std::optional<int64_t> lost_ms;     ///< steps_lost × GradeContext::step_ms
+  std::string action;                 ///< recovery.completed action: restart, in-place, ...
   std::optional<bool> resources_released;
   std::string final_state;
   std::vector<ObjectiveResult> objectives;

@@ -10,6 +10,7 @@
 #include "launcher/base/child_process.h"
 #include "launcher/drill/drill_history.h"
 #include "launcher/drill/injector.h"
+#include "launcher/drill/intent_objectives.h"
 #include "launcher/drill/run_processes.h"
 #include "launcher/runlog/control_client.h"
 #include "launcher/runlog/run_state.h"
@@ -44,6 +45,24 @@ void finish(DrillReport& report, const LiveRun* run, const Say& say) {
   }
 }
 
+// The drill's objectives completed from the run's own intent (its spec.yaml); `note` says which
+// came from there, or why none could.
+Objectives objectives_of_run(const Objectives& drill, const LiveRun& run, std::string& note) {
+  RunIntent read = read_run_intent(run.directory().spec_path());
+  if (!read.intent) {
+    note = read.note;
+    return drill;
+  }
+  Objectives objectives = with_intent(drill, *read.intent);
+  note = intent_note(objectives);
+  return objectives;
+}
+
+std::optional<double> step_ms_of(const LiveRun& run) {
+  Result<RunSnapshot> state = run.state();
+  return state ? median_step_ms(*state) : std::nullopt;
+}
+
 }  // namespace
 
 std::string make_drill_id() {
@@ -59,7 +78,7 @@ Result<DrillReport> run_live_drill(const LiveDrillPlan& plan, const Say& say) {
   report.drill_id = make_drill_id();
   report.mode = "live";
   report.run_id = run->id();
-  report.objectives = plan.objectives;
+  report.objectives = objectives_of_run(plan.objectives, *run, report.objectives_note);
   report.started_wall_ms = SystemClock().wall_ms();
 
   Result<FaultRecord> record = inject_and_follow(*run, plan.fault, deadline_after(plan.timeout), say);
@@ -68,7 +87,8 @@ Result<DrillReport> run_live_drill(const LiveDrillPlan& plan, const Say& say) {
   } else {
     GradeContext context = record->context();
     context.final_state = current_state(*run);
-    report.faults.push_back(grade_fault(record->injection, record->events_after, plan.objectives, context));
+    context.step_ms = step_ms_of(*run);
+    report.faults.push_back(grade_fault(record->injection, record->events_after, report.objectives, context));
   }
   report.final_state = current_state(*run);
   finish(report, &*run, say);
@@ -161,6 +181,7 @@ DrillReport run_spec_drill(const SpecDrillPlan& plan, const Say& say) {
   }
   LiveRun& run = *opened;
   int64_t job_started_wall_ms = report.started_wall_ms;
+  report.objectives = objectives_of_run(plan.objectives, run, report.objectives_note);
 
   std::vector<FaultRecord> records;
   std::vector<size_t> slow_storage;  // indexes into plan.faults, graded over the whole run
@@ -193,20 +214,23 @@ DrillReport run_spec_drill(const SpecDrillPlan& plan, const Say& say) {
 
   // Each fault is graded on the run as its recovery left it; whether the whole job then
   // succeeded is the report's own check (DrillReport::passed).
+  std::optional<double> step_ms = step_ms_of(run);
   for (FaultRecord& record : records) {
     GradeContext context = record.context();
-    report.faults.push_back(grade_fault(record.injection, record.events_after, plan.objectives, context));
+    context.step_ms = step_ms;
+    report.faults.push_back(grade_fault(record.injection, record.events_after, report.objectives, context));
   }
   GradeContext context;
   context.final_state = report.final_state;
   context.require_success = true;
+  context.step_ms = step_ms;
   for (size_t index : slow_storage) {
     Injection injection;
     injection.fault = plan.faults[index];
     injection.wall_ms = job_started_wall_ms;
     injection.generation = 0;
     context.surviving_pids.clear();
-    report.faults.push_back(grade_fault(injection, run.events(), plan.objectives, context));
+    report.faults.push_back(grade_fault(injection, run.events(), report.objectives, context));
   }
   finish(report, &run, say);
   return report;

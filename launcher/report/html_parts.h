@@ -102,6 +102,8 @@ std::vector<const LoggedEvent*> events_of(const RunRecord& record) {
 // ---- sections, in page order
 
 std::string outcome_section(const RunRecord& record, const Timeline& timeline);        // html_run_sections.cpp
+/// The run against its spec's intent (intent_grades.h); one line when it states none.
+std::string intent_section(const RunRecord& record, const ReportLimits& limits);        // html_intent_section.cpp
 std::string plan_section(const RunRecord& record);                                     // html_run_sections.cpp
 std::string timeline_section(const Timeline& timeline, const ReportLimits& limits);    // html_time_sections.cpp
 std::string curves_section(const RunRecord& record, const Timeline& timeline, const ReportLimits& limits);

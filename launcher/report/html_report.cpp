@@ -84,6 +84,7 @@ std::string render_html(const RunRecord& record, const Timeline& timeline, const
   out += "<h1>dtrain report: " + e(record.run_id) + "</h1><p class=\"sub\">job " + e(name) + " · run directory " +
          e(record.dir) + " · " + std::to_string(record.events.size()) + " events · made by dtrain " + kVersion + "</p>";
   out += outcome_section(record, timeline);
+  out += intent_section(record, limits);
   out += plan_section(record);
   out += timeline_section(timeline, limits);
   out += curves_section(record, timeline, limits);

@@ -1,6 +1,7 @@
 #pragma once
 // report.html: one self-contained page (inline CSS and SVG, no script, no network) that opens
-// from disk. In order: the outcome and root cause; the plan and GPU topology per generation; a
+// from disk. In order: the outcome and root cause; the run against its spec's intent (each
+// recovery and the training time held to intent.recovery and target_duration); the plan and GPU topology per generation; a
 // timeline of generations with every failure, detection, stop, re-plan, spawn, rendezvous and
 // first step in host lanes; loss and step-time curves with fault markers; per-rank step time as
 // a heat map; checkpoints; recovery phases as stacked bars; goodput; resources released.

@@ -16,6 +16,7 @@
 #include "launcher/base/json_fields.h"
 #include "launcher/runlog/run_directory.h"
 #include "launcher/runlog/run_state.h"
+#include "launcher/spec/spec_loader.h"
 
 namespace dtrain::report {
 namespace {
@@ -96,6 +97,33 @@ std::optional<HostResources> parse_resources(const json& entry, int64_t wall_ms)
 void note_unreadable(RunRecord& record, std::string message) {
   record.problems.push_back(std::move(message));
   ++record.unreadable_files;
+}
+
+/// spec.yaml's intent into `record`, read like every file of the run directory (no link
+/// followed, bounded) and then by the spec loader. Host lists and env files it names are not
+/// read: only the intent is wanted.
+void read_intent(const std::string& dir, RunRecord& record) {
+  std::string path = dir + "/spec.yaml";
+  struct stat info{};
+  if (::lstat(path.c_str(), &info) != 0 && errno == ENOENT) {  // a run directory of a test, or hand-made
+    record.intent_unread = "the run directory has no spec.yaml";
+    return;
+  }
+  Result<std::string> text = read_regular_file(path, kMaxSpecFileBytes, FollowLinks::kNo,
+                                               "a job spec is far smaller; its intent is left out of the report");
+  if (!text) {
+    record.intent_unread = text.error().message;
+    note_unreadable(record, record.intent_unread);
+    return;
+  }
+  spec::LoadResult loaded = spec::parse_job_spec(*text, path, dir, {}, spec::EnvValues::names_only);
+  if (!loaded.ok()) {
+    record.intent_unread = path + " does not load, so its intent is left out: " +
+                           (loaded.diagnostics.empty() ? std::string("no reason given") : loaded.diagnostics.front().to_string());
+    note_unreadable(record, record.intent_unread);
+    return;
+  }
+  record.intent = loaded.spec->intent;
 }
 
 /// Reads `path` line by line into `record`; a missing file is fine (a run before its first
@@ -232,6 +260,34 @@ Result<HostFacts> parse_host_facts(std::string_view text, const std::string& fal
   return host;
 }
 
+void read_metrics_files(const std::string& dir, RunRecord& record) {
+  read_metrics_file(dir + "/metrics.1.jsonl", "metrics.1.jsonl", record);
+  read_metrics_file(dir + "/metrics.jsonl", "metrics.jsonl", record);
+  if (record.skipped_metrics_lines > kProblemsPerFile) {
+    record.problems.push_back(std::to_string(record.skipped_metrics_lines) + " metrics lines skipped in all");
+  }
+}
+
+std::optional<double> median_step_ms(const std::vector<TrainingSample>& training, std::optional<int> generation) {
+  std::vector<double> values;
+  for (const TrainingSample& sample : training) {
+    if (generation && sample.generation != *generation) continue;
+    if (sample.summary) {
+      if (const std::optional<Spread>& spread = sample.spread(&contract::BeatMetrics::step_ms)) values.push_back(spread->median);
+      continue;
+    }
+    for (const RankSample& rank : sample.ranks) {
+      if (rank.metrics.step_ms && std::isfinite(*rank.metrics.step_ms) && *rank.metrics.step_ms > 0) {
+        values.push_back(*rank.metrics.step_ms);
+      }
+    }
+  }
+  if (values.empty()) return std::nullopt;
+  std::sort(values.begin(), values.end());
+  size_t middle = values.size() / 2;
+  return values.size() % 2 ? values[middle] : (values[middle - 1] + values[middle]) / 2;
+}
+
 Result<RunRecord> load_run_record(const std::string& dir) {
   namespace fs = std::filesystem;
   RunRecord record;
@@ -322,11 +378,8 @@ Result<RunRecord> load_run_record(const std::string& dir) {
     else note_unreadable(record, path.string() + ": " + host.error().message);
   }
 
-  read_metrics_file(dir + "/metrics.1.jsonl", "metrics.1.jsonl", record);
-  read_metrics_file(dir + "/metrics.jsonl", "metrics.jsonl", record);
-  if (record.skipped_metrics_lines > kProblemsPerFile) {
-    record.problems.push_back(std::to_string(record.skipped_metrics_lines) + " metrics lines skipped in all");
-  }
+  read_intent(dir, record);
+  read_metrics_files(dir, record);
   if (record.skipped_event_lines > kProblemsPerFile) {
     record.problems.push_back(std::to_string(record.skipped_event_lines) + " event lines skipped in all");
   }

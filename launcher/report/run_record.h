@@ -1,7 +1,8 @@
 #pragma once
 // Everything `dtrain report` reads from a run directory, parsed once at the boundary into typed
 // values: events.jsonl (through runlog's read_events), state.json, plan-<gen>.json,
-// hosts/<host>.json and metrics.jsonl (+ metrics.1.jsonl, the rotated part). Every file is
+// hosts/<host>.json, metrics.jsonl (+ metrics.1.jsonl, the rotated part) and the intent of
+// spec.yaml (through the spec loader, launcher/spec). Every file is
 // untrusted (docs/architecture.md §6): a damaged line or file is skipped and counted, never a crash, and
 // the report says what it skipped.
 
@@ -19,6 +20,7 @@
 #include "launcher/runlog/event_log.h"
 #include "launcher/runlog/plan_record.h"
 #include "launcher/runlog/run_snapshot.h"
+#include "launcher/spec/job_spec.h"
 #include "worker/contract/beat_metrics.h"
 
 namespace dtrain::report {
@@ -31,6 +33,9 @@ inline constexpr uint64_t kMaxEventsFileBytes = uint64_t{512} << 20;
 /// metrics.jsonl and metrics.1.jsonl: the supervisor rotates at 64 MiB
 /// (RunRecorder::kMetricsMaxBytes); twice that allows a line past the turn.
 inline constexpr uint64_t kMaxMetricsFileBytes = uint64_t{128} << 20;
+
+/// spec.yaml: the loader's own bound for a job spec (spec_reader.h kMaxTextFileBytes).
+inline constexpr uint64_t kMaxSpecFileBytes = uint64_t{16} << 20;
 
 /// min / median / max of one quantity over the ranks of a summary line.
 struct Spread {
@@ -117,12 +122,25 @@ struct RunRecord {
   std::vector<TrainingSample> training;  ///< oldest first
   std::vector<HostResources> resources;  ///< oldest first
   int64_t skipped_metrics_lines = 0;
+  /// spec.yaml's intent: (issue 30); intent.given is false when the spec states none.
+  spec::IntentSettings intent;
+  /// Why spec.yaml's intent could not be read (the file is missing, a link, or does not load);
+  /// empty when it was read. Also one of `problems`, unless the file is simply not there.
+  std::string intent_unread;
   /// What could not be read, one line each ("state.json: ..."), shown in the report: the first
   /// few skipped lines of each file and every unreadable file.
   std::vector<std::string> problems;
   /// How many of `problems` are whole files left out (plan, host, metrics or state file).
   int64_t unreadable_files = 0;
 };
+
+/// metrics.1.jsonl then metrics.jsonl of `dir` into `record` (training, resources, skipped lines
+/// and problems), as load_run_record reads them; for readers that want only the metrics.
+void read_metrics_files(const std::string& dir, RunRecord& record);
+
+/// The median of every step_ms in `training` (each rank's; a summary line's median), of one
+/// generation when `generation` is given. None when there is none.
+std::optional<double> median_step_ms(const std::vector<TrainingSample>& training, std::optional<int> generation = std::nullopt);
 
 /// Reads the run directory `dir`. An error only when it is not a run directory at all (no
 /// events.jsonl, or one whose header is not dtrain's); everything else that is missing or

@@ -213,6 +213,7 @@ struct IntentSettings {
   Optimizer optimizer = Optimizer::adamw;        ///< intent.model.optimizer: state per parameter
   uint64_t state_bytes = 0;                      ///< intent.model.state_bytes: total, when the user knows better
   double samples = 0, tokens = 0;                ///< intent.data: how much it trains on; 0: not said
+  int64_t sequence_length = 0;                   ///< intent.data.sequence_length: tokens a sample; 0: not said
   Millis target_duration{0};                     ///< intent.target_duration; 0: not said
   uint64_t gpu_memory_bytes = 0;                 ///< intent.gpu_memory: per-GPU need; 0: not said
   Millis max_recovery{0};                        ///< intent.recovery.max_recovery; 0: not said

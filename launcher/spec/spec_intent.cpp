@@ -125,12 +125,16 @@ void read_intent(DiagnosticSink& sink, const Section& root, const ElasticSetting
   if (s.node() == nullptr) return;
   intent.given = true;
   read_model(sink, s, intent);
-  Section data(sink, s.get("data"), "intent.data", {"samples", "tokens"});
+  Section data(sink, s.get("data"), "intent.data", {"samples", "tokens", "sequence_length"});
   if (auto v = read_amount(sink, data.get("samples"), data.path("samples"), parse_count, 1e18, "a sample count such as 10M")) {
     intent.samples = *v;
   }
   if (auto v = read_amount(sink, data.get("tokens"), data.path("tokens"), parse_count, 1e18, "a token count such as 2T")) {
     intent.tokens = *v;
+  }
+  if (auto v = read_amount(sink, data.get("sequence_length"), data.path("sequence_length"), parse_count, 1e9,
+                           "the tokens in one sample, such as 4096 or 8K")) {
+    intent.sequence_length = static_cast<int64_t>(std::llround(*v));
   }
   if (auto v = read_duration(sink, s.get("target_duration"), s.path("target_duration"), Millis(1000))) intent.target_duration = *v;
   if (auto v = read_amount(sink, s.get("gpu_memory"), s.path("gpu_memory"), parse_bytes, 1e15,

@@ -246,10 +246,11 @@ void intent_section(YAML::Emitter& out, const JobSpec& spec) {
     if (intent.state_bytes > 0) out << YAML::Key << "state_bytes" << YAML::Value << intent.state_bytes;
     out << YAML::EndMap;
   }
-  if (intent.samples > 0 || intent.tokens > 0) {
+  if (intent.samples > 0 || intent.tokens > 0 || intent.sequence_length > 0) {
     out << YAML::Key << "data" << YAML::Value << YAML::BeginMap;
     if (intent.samples > 0) number("samples", intent.samples);
     if (intent.tokens > 0) number("tokens", intent.tokens);
+    if (intent.sequence_length > 0) out << YAML::Key << "sequence_length" << YAML::Value << intent.sequence_length;
     out << YAML::EndMap;
   }
   if (intent.target_duration.count() > 0) duration_value(out, "target_duration", intent.target_duration);

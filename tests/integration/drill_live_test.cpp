@@ -94,7 +94,7 @@ TEST_CASE("kill-rank passes, an impossible objective fails naming it, an ended r
 
   DtrainProcess tight = env.run({"drill", run.id, "--fault", "kill-rank:0", "--recover", "1ms"}, 120000);
   CHECK(tight.exit_code == 1);
-  CHECK_MESSAGE(tight.out().find("recover (limit 1ms, measured ") != std::string::npos, tight.out());
+  CHECK_MESSAGE(tight.out().find("recover (limit 1ms from the drill spec, measured ") != std::string::npos, tight.out());
   CHECK(tight.out().find("verdict: FAIL") != std::string::npos);
   CHECK(logged_verdict(run.dir(), 1)["verdict"] == "fail");
 

@@ -7,32 +7,17 @@
 #include "launcher/base/clock.h"
 #include "launcher/drill/drill_report.h"
 #include "launcher/drill/grading.h"
+#include "tests/unit/drill_injection.h"
 #include "tests/unit/typed_events.h"
 
 using namespace dtrain;
+using dtrain::testing::at;
+using dtrain::testing::kill_rank_1;
 using dtrain::testing::typed;
 using namespace dtrain::drill;
 using nlohmann::json;
 
 namespace {
-
-constexpr int64_t kInjectedAt = 1'795'000'000'000;
-
-json at(int64_t offset_ms, json event) {
-  event["ts"] = format_timestamp_utc(kInjectedAt + offset_ms);
-  return event;
-}
-
-Injection kill_rank_1() {
-  Injection injection;
-  injection.fault = *parse_fault("kill-rank:1");
-  injection.wall_ms = kInjectedAt;
-  injection.pid = 4242;
-  injection.at_step = 64;
-  injection.generation = 0;
-  injection.hosts = {"localhost"};
-  return injection;
-}
 
 std::vector<json> clean_recovery() {
   return {
@@ -85,15 +70,15 @@ TEST_CASE("an objective set too tight fails, naming the objective, its limit and
   CHECK_FALSE(verdict.passed());
   std::vector<std::string> missed = verdict.missed();
   REQUIRE(missed.size() == 1);
-  CHECK(missed[0] == "recover (limit 1ms, measured 1.8s)");
+  CHECK(missed[0] == "recover (limit 1ms from the drill spec, measured 1.8s)");
 
   DrillReport report;
   report.drill_id = "drill-x";
   report.mode = "live";
   report.faults.push_back(verdict);
   CHECK(report.exit_code() == ExitCode::job_failed);
-  CHECK(format_report(report).find("recover          1ms       1.8s      MISSED") != std::string::npos);
-  CHECK(to_json(report)["missed"][0] == "kill-rank:1: recover (limit 1ms, measured 1.8s)");
+  CHECK(format_report(report).find("recover          1ms       1.8s      MISSED  the drill spec") != std::string::npos);
+  CHECK(to_json(report)["missed"][0] == "kill-rank:1: recover (limit 1ms from the drill spec, measured 1.8s)");
 }
 
 TEST_CASE("no failure detected and no recovery: every objective is missed as 'never'") {
@@ -169,7 +154,7 @@ TEST_CASE("slow-storage passes when slow checkpoints commit and the run succeeds
   Injection injection;
   injection.fault = *parse_fault("slow-storage");
   injection.fault.delay = Millis(500);
-  injection.wall_ms = kInjectedAt;
+  injection.wall_ms = dtrain::testing::kInjectedAt;
   std::vector<json> events = {
       at(900, {{"ev", "checkpoint.committed"}, {"step", 20}, {"seconds", 0.52}}),
       at(1900, {{"ev", "checkpoint.committed"}, {"step", 40}, {"seconds", 0.51}}),

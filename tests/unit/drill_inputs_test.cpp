@@ -180,7 +180,7 @@ TEST_CASE("the drill history keeps one line per drill behind a version header") 
   std::string table = format_history(*entries);
   CHECK(table.find("kill-rank:1") != std::string::npos);
   CHECK(table.find("1.84s") != std::string::npos);
-  CHECK(table.find("recover (limit 1ms, measured 1.8s)") != std::string::npos);
+  CHECK(table.find("recover (limit 1ms from the drill spec, measured 1.8s)") != std::string::npos);
 
   write(dir.path + "/other.jsonl", "{\"dtrain_drills\":9}\n");
   CHECK(read_drill_history(dir.path + "/other.jsonl").error().message.find("upgrade dtrain") != std::string::npos);

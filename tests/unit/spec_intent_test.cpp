@@ -19,7 +19,7 @@ namespace {
 const std::string kFullIntent =
     "intent:\n"
     "  model: {parameters: 7B, precision: bf16, optimizer: adamw}\n"
-    "  data: {tokens: 2T, samples: 10M}\n"
+    "  data: {tokens: 2T, samples: 10M, sequence_length: 4K}\n"
     "  target_duration: 72h\n"
     "  gpu_memory: 60GB\n"
     "  recovery: {max_recovery: 5m, max_lost: 200 steps, mode: restart}\n";
@@ -42,6 +42,7 @@ TEST_CASE("intent: absent by default, every field read, and read back through to
   CHECK(intent.optimizer == IntentSettings::Optimizer::adamw);
   CHECK(intent.tokens == 2e12);
   CHECK(intent.samples == 1e7);
+  CHECK(intent.sequence_length == 4000);
   CHECK(intent.target_duration == Millis(72ll * 3600 * 1000));
   CHECK(intent.gpu_memory_bytes == 60'000'000'000ull);
   CHECK(intent.max_recovery == Millis(300'000));
