@@ -114,7 +114,9 @@ int stop_run(const std::string& id, std::string timeout_text, bool checkpoint) {
     Result<RunSnapshot> now = read_state(*run);
     if (now) {
       last_state = recorded_state(*now);
-      if (is_terminal_state(last_state)) {
+      // The supervisor's state turns terminal while it still tears the run down; the run has
+      // ended once the exit code is recorded (or the supervisor is gone).
+      if (is_terminal_state(last_state) && (now->exit_code || !supervisor_alive(*now))) {
         std::printf("stopped %s (%s)\n", run->id().c_str(), state_and_exit(*now).c_str());
         return 0;
       }
