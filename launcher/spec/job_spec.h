@@ -20,13 +20,13 @@ struct HostEntry {
   std::string user;              ///< from "user@host"; empty: ssh.user or the current user
   int port = 0;                  ///< from "host:port"; 0: ssh.port
   int slots = 0;                 ///< workers to place there; 0: slots_per_host (the loader fills it)
-  /// Where the other hosts' workers reach this one (MASTER_ADDR when rank 0 is here): a pod's IP,
-  /// as pod names do not resolve outside the cluster's DNS. Empty: the name.
-  std::string address;
   /// include filter "host:0,2": the local slot (device) indices to use, `slots` of them
   /// (empty: 0 .. slots-1). The loader keeps slots == only_slots.size() when it is set.
   std::vector<int> only_slots;
   bool spare = false;            ///< listed under `spares`: used only to replace a lost host
+  /// Where the other hosts' workers reach this one (MASTER_ADDR when rank 0 is here): a pod's IP,
+  /// as pod names do not resolve outside the cluster's DNS. Empty: the name.
+  std::string address;
 
   /// localhost, 127.0.0.1, ::1 or this machine's hostname: reached through the local transport.
   bool is_local() const;
