@@ -306,6 +306,16 @@ std::string pod_unusable_reason(const Pod& pod) {
   return "";
 }
 
+std::optional<std::string> pod_loss_reason(const PodWatchEvent& event) {
+  if (event.type == PodWatchEvent::Type::error) return std::nullopt;
+  const std::string name = "pod " + printable(event.pod.name, 64);
+  if (event.type == PodWatchEvent::Type::deleted) return name + " was deleted";
+  if (event.pod.phase == "Failed" || event.pod.phase == "Succeeded") return name + " ended: " + event.pod.phase;
+  std::string reason = pod_unusable_reason(event.pod);
+  if (reason.empty()) return std::nullopt;
+  return name + " " + reason;
+}
+
 std::string describe_pod_source(const KubernetesSettings& kube) {
   std::string where = kube.namespace_name.empty() ? "the context's namespace" : "namespace " + single_quoted(kube.namespace_name);
   if (!kube.selector.empty()) where += ", selector " + single_quoted(kube.selector);

@@ -105,6 +105,12 @@ class JsonObjectStream {
 /// "is not Ready (node NotReady)", "has no IP yet").
 std::string pod_unusable_reason(const Pod& pod);
 
+/// Why a watch event means the pod is lost as a host, in words ("pod x was deleted", "pod x is
+/// not Ready (node NotReady)", "pod x ended: Failed"); none when it is still usable. The same
+/// rule as pod_unusable_reason, for a pod that was a host: an ERROR event is no loss (the watch
+/// itself failed; its owner restarts it).
+std::optional<std::string> pod_loss_reason(const PodWatchEvent& event);
+
 /// Where pods came from, for messages: "namespace 'ml', selector 'app=trainer'".
 std::string describe_pod_source(const KubernetesSettings& kube);
 

@@ -161,3 +161,17 @@ TEST_CASE("pods → hosts: no pods, none usable, too few for the spares, a missi
         "pod a of namespace 'ml', selector 'app=x' has no container 'trainer' (it has: main); set "
         "kubernetes.container to one of them");
 }
+
+TEST_CASE("pods: which watch events make a host lost") {
+  auto event = [](const char* type, json pod) { return parse_pod_watch_event(json{{"type", type}, {"object", pod}}.dump()).value(); };
+  CHECK_FALSE(pod_loss_reason(event("ADDED", api_pod("a", "10.0.0.1"))).has_value());
+  CHECK(pod_loss_reason(event("DELETED", api_pod("a", "10.0.0.1"))) == "pod a was deleted");
+  json deleting = api_pod("a", "10.0.0.1");
+  deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z";
+  CHECK(pod_loss_reason(event("MODIFIED", deleting)) == "pod a is being deleted");
+  CHECK(pod_loss_reason(event("MODIFIED", api_pod("a", "10.0.0.1", 0, "Failed", "False"))) == "pod a ended: Failed");
+  json not_ready = api_pod("a", "10.0.0.1", 0, "Running", "False");
+  not_ready["status"]["conditions"][1]["reason"] = "NodeNotReady";
+  CHECK(pod_loss_reason(event("MODIFIED", not_ready)) == "pod a is not Ready (NodeNotReady)");
+  CHECK_FALSE(pod_loss_reason(parse_pod_watch_event(R"({"type":"ERROR","object":{"message":"gone"}})").value()).has_value());
+}
