@@ -92,6 +92,14 @@ int submit(const SubmitOptions& options) {
   if (!spec.checkpoint.dir.empty()) spec.checkpoint.dir = absolute_path(spec.checkpoint.dir);
   std::string command = "dtrain " + options.audit_action;
   if (spec.kubernetes.enabled && spec.hosts.empty()) {  // hosts: kubernetes: the pods are the hosts
+    if (spec.kubernetes.job && spec.kubernetes.selector.empty()) {
+      // Never list every pod of the namespace in its place: those are not this run's.
+      std::fprintf(stderr,
+                   "%s: kubernetes.job: this dtrain does not create pods yet; create them (an Indexed Job, a "
+                   "StatefulSet) and name them with kubernetes.selector\n",
+                   options.spec_path.c_str());
+      return to_int(ExitCode::usage);
+    }
     Result<std::vector<std::string>> left_out = hosts::take_pods_as_hosts(spec, kKubectlTimeout);
     if (!left_out) {
       std::fprintf(stderr, "%s: %s\n", options.spec_path.c_str(), left_out.error().message.c_str());
