@@ -1,5 +1,6 @@
 #include "launcher/run/agent_transports.h"
 
+#include "launcher/hosts/kubernetes_hosts.h"
 #include "launcher/hosts/run_hosts.h"
 
 namespace dtrain::run {
@@ -14,7 +15,9 @@ transport::AgentTarget AgentTransports::target_for(const spec::HostEntry& host) 
   target.user = host.user.empty() ? spec_.ssh.user : host.user;
   target.port = host.port ? host.port : spec_.ssh.port;
   target.dtrain_path = dtrain_exe_;
-  if (!host.is_local()) {
+  if (spec_.transport == spec::TransportKind::kubectl) {
+    target.dtrain_path = hosts::dtrain_path_in_pods(spec_, dtrain_exe_);  // a pod is never this machine
+  } else if (!host.is_local()) {
     target.dtrain_path = spec_.ssh.remote_dtrain;  // empty: provision this binary there
     target.port = host.port;
   }
@@ -25,6 +28,7 @@ Result<std::unique_ptr<transport::AgentConnection>> AgentTransports::start_agent
   transport::AgentTarget target = target_for(host);
   if (injected_) return injected_->start_agent(target);
   if (spec_.transport == spec::TransportKind::srun) return srun().start_agent(target);
+  if (spec_.transport == spec::TransportKind::kubectl) return kubectl().start_agent(target);
   if (host.is_local()) return local_.start_agent(target);
   return ssh().start_agent(target);
 }
@@ -42,6 +46,11 @@ transport::Transport& AgentTransports::ssh() {
     }
   }
   return *ssh_;
+}
+
+transport::KubectlTransport& AgentTransports::kubectl() {
+  if (!kubectl_) kubectl_ = std::make_unique<transport::KubectlTransport>(hosts::kubectl_options_for(spec_));
+  return *kubectl_;
 }
 
 // One srun step for every host and spare: agents start as its tasks, this machine's included (so

@@ -9,6 +9,7 @@
 
 #include "launcher/base/result.h"
 #include "launcher/spec/job_spec.h"
+#include "launcher/transport/kubectl_transport.h"
 #include "launcher/transport/local_transport.h"
 #include "launcher/transport/openssh_transport.h"
 #include "launcher/transport/ssh_transport.h"
@@ -30,6 +31,7 @@ class AgentTransports {
  private:
   transport::AgentTarget target_for(const spec::HostEntry& host) const;
   transport::SrunTransport& srun();
+  transport::KubectlTransport& kubectl();
   /// The remote hosts' transport, as ssh.client says: libssh2 (SshTransport) or openssh.
   transport::Transport& ssh();
 
@@ -38,6 +40,7 @@ class AgentTransports {
   transport::Transport* injected_;
   std::function<void(const std::string&)> warn_;
   std::unique_ptr<transport::SrunTransport> srun_;  ///< transport: srun (one step for every host)
+  std::unique_ptr<transport::KubectlTransport> kubectl_;  ///< transport: kubectl (every host a pod)
   transport::LocalTransport local_;
   std::unique_ptr<transport::Transport> ssh_;  ///< made when the first remote host needs it
 };

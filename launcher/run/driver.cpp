@@ -13,11 +13,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <set>
 #include <thread>
 
 #include "launcher/base/exit_code.h"
 #include "launcher/base/strings.h"
 #include "launcher/base/version.h"
+#include "launcher/hosts/kubernetes_hosts.h"
 #include "launcher/proto/messages.h"
 #include "launcher/run/fd_watcher.h"
 #include "launcher/run/health_request.h"
@@ -47,6 +49,7 @@ RunDriver::RunDriver(spec::JobSpec spec, plan::RankPlan plan, RunDirectory run, 
                     recorder_.console_line("warning: " + warning);
                   }),
       times_{clock_.wall_ms(), std::nullopt},
+      watch_pods_(spec_.transport == spec::TransportKind::kubectl && seams.transport == nullptr),
       launcher_(*this, spec_, run_, supervisor_, store_, progress_, links_, clock_, this_hostname()),
       snapshots_(spec_, run_, supervisor_, progress_, links_, router_, metrics_, times_, recorder_, clock_,
                  this_hostname(), detached) {}
@@ -139,6 +142,16 @@ void RunDriver::host_lost(AgentLink& link, const std::string& reason, int64_t si
   log().warn("host {} lost: {}", link.host(), reason);
   link.connection().shutdown(0);
   feed(supervisor::HostLost{link.host(), reason, silent_ms});
+}
+
+void RunDriver::check_pods() {
+  if (!pod_watch_) return;
+  std::vector<std::string> warnings;
+  for (const LostPod& lost : pod_watch_->poll(clock_.monotonic_ms(), warnings)) {
+    auto link = links_.find(lost.pod);
+    if (link != links_.end()) host_lost(*link->second, lost.reason + " (kubernetes)", -1);
+  }
+  for (const std::string& warning : warnings) log().warn("{}", warning);
 }
 
 void RunDriver::check_silence() {
@@ -337,6 +350,11 @@ std::optional<int> RunDriver::open_run() {
     pending_resume_.reset();
   }
   start_agents();
+  if (watch_pods_) {
+    std::set<std::string> pods;
+    for (const auto& [host, link] : links_) pods.insert(host);
+    pod_watch_.emplace(hosts::kubectl_options_for(spec_), spec_.kubernetes.selector, std::move(pods));
+  }
   return std::nullopt;
 }
 
@@ -410,6 +428,7 @@ void RunDriver::loop() {
     if (now - pacing_.last_tick_ms >= 100) {  // silences and ticks count in seconds: 10 looks a second
       pacing_.last_tick_ms = now;
       check_silence();
+      check_pods();
       if (auto reason = checkpoints_.walltime_due(clock_.monotonic_ms(), log())) request_checkpoints(*reason);
       if (auto stop = checkpoints_.preemption_due(clock_.monotonic_ms())) feed(*stop);
       router_.flush_comm_warns(false);
@@ -431,6 +450,7 @@ int RunDriver::close_run() {
   router_.flush_comm_warns(true);
   snapshots_.write_metrics(true);
   shut_down_agents();
+  pod_watch_.reset();  // its kubectl is killed and reaped: no process of the run is left
   const int64_t elapsed_ms = clock_.wall_ms() - times_.submitted_wall_ms;
   record(run_finished_event(supervisor_, finish, elapsed_ms).to_json());
   if (recorder_.console_mode() != Console::Mode::quiet) {

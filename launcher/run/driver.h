@@ -14,6 +14,7 @@
 //   checkpoint_requests.* CheckpointRequests: a checkpoint asked of every worker at one step
 //                         (SIGUSR1, checkpoint.before_walltime), and the time-limit watch
 //   slurm_time_limit.*    the Slurm job's time left (squeue), pumped by the loop, never waited for
+//   pod_watch.*           hosts: kubernetes: pods deleted, ended or NotReady become lost hosts
 //   run_summary.cpp       the end-of-run summary
 //   run_recorder.*        where records go (events.jsonl, logs, files, console), off the loop
 //   agent_transports.*    which transport reaches which host
@@ -40,6 +41,7 @@
 #include "launcher/run/frame_router.h"
 #include "launcher/run/generation_launcher.h"
 #include "launcher/run/metrics_exporter.h"
+#include "launcher/run/pod_watch.h"
 #include "launcher/run/rank_progress.h"
 #include "launcher/run/run_driver.h"
 #include "launcher/run/run_recorder.h"
@@ -92,6 +94,8 @@ class RunDriver : private FrameRouter::Output, private GenerationLauncher::Outpu
   void send_pings_when_due();
   int64_t ping_spacing_ms() const;
   void host_lost(AgentLink& link, const std::string& reason, int64_t silent_ms);
+  /// hosts: kubernetes: the pods the watch saw lost become lost hosts (at each tick).
+  void check_pods();
   /// Connected hosts not heard from for the supervisor's HangTimeouts::unheard_after_ms().
   std::vector<std::string> unheard_hosts() const;
 
@@ -157,6 +161,10 @@ class RunDriver : private FrameRouter::Output, private GenerationLauncher::Outpu
   CheckpointRequests checkpoints_{spec_, supervisor_, progress_, links_};
   RunTimes times_;
   std::optional<supervisor::ResumeFrom> pending_resume_;
+  /// hosts: kubernetes with the real kubectl transport (not an injected one): from open_run to
+  /// close_run, whose reset kills and reaps its kubectl.
+  std::optional<PodWatch> pod_watch_;
+  bool watch_pods_ = false;
   LoopPacing pacing_;
   MetricsExporter metrics_{spec_, run_, recorder_, clock_};
   GenerationLauncher launcher_;

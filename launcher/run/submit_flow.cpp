@@ -12,6 +12,7 @@
 #include "launcher/base/identity.h"
 #include "launcher/base/strings.h"
 #include "launcher/base/version.h"
+#include "launcher/hosts/kubernetes_hosts.h"
 #include "launcher/run/driver.h"
 #include "launcher/run/governance.h"
 #include "launcher/run/quarantine_gate.h"
@@ -21,6 +22,11 @@
 namespace dtrain::run {
 
 using nlohmann::json;
+
+namespace {
+// One kubectl call that lists pods: an API server that answers in seconds when it is well.
+constexpr Millis kKubectlTimeout{60'000};
+}  // namespace
 
 std::optional<int> detach(const std::string& run_id, const char* what, const RunLock& lock) {
   std::fflush(stdout);
@@ -85,6 +91,22 @@ int submit(const SubmitOptions& options) {
   if (spec.worker.workdir.empty()) spec.worker.workdir = absolute_path(".");
   if (!spec.checkpoint.dir.empty()) spec.checkpoint.dir = absolute_path(spec.checkpoint.dir);
   std::string command = "dtrain " + options.audit_action;
+  if (spec.kubernetes.enabled && spec.hosts.empty()) {  // hosts: kubernetes: the pods are the hosts
+    if (spec.kubernetes.job && spec.kubernetes.selector.empty()) {
+      // Never list every pod of the namespace in its place: those are not this run's.
+      std::fprintf(stderr,
+                   "%s: kubernetes.job: this dtrain does not create pods yet; create them (an Indexed Job, a "
+                   "StatefulSet) and name them with kubernetes.selector\n",
+                   options.spec_path.c_str());
+      return to_int(ExitCode::usage);
+    }
+    Result<std::vector<std::string>> left_out = hosts::take_pods_as_hosts(spec, kKubectlTimeout);
+    if (!left_out) {
+      std::fprintf(stderr, "%s: %s\n", options.spec_path.c_str(), left_out.error().message.c_str());
+      return to_int(ExitCode::usage);
+    }
+    for (const std::string& pod : *left_out) std::fprintf(stderr, "warning: pod %s: not used\n", pod.c_str());
+  }
   QuarantineGate quarantine = read_quarantine_gate(spec, registry::registry_path(), clock.wall_ms());
   print_quarantine_gate(quarantine, command);
   Result<plan::RankPlan> plan = plan_without_quarantined(spec, quarantine);

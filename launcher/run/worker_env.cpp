@@ -100,6 +100,7 @@ std::string master_address(const spec::JobSpec& spec, const plan::RankPlan& plan
   const spec::HostEntry& rank0 = plan.hosts.at(static_cast<size_t>(plan.ranks.at(0).host_index)).entry;
   bool remote_hosts = false;
   for (const plan::PlanHost& host : plan.hosts) remote_hosts = remote_hosts || !host.entry.is_local();
+  if (!rank0.address.empty()) return rank0.address;  // a pod: its IP (pod names resolve only inside)
   if (!rank0.is_local()) return rank0.name;
   if (!remote_hosts) return "127.0.0.1";
   if (facts.launch_hostname_routable && !facts.launch_hostname.empty()) return facts.launch_hostname;

@@ -28,6 +28,7 @@ const char* to_string(TransportKind transport) {
     case TransportKind::auto_select: return "auto";
     case TransportKind::ssh: return "ssh";
     case TransportKind::srun: return "srun";
+    case TransportKind::kubectl: return "kubectl";
   }
   return "auto";
 }

@@ -24,6 +24,9 @@ struct HostEntry {
   /// (empty: 0 .. slots-1). The loader keeps slots == only_slots.size() when it is set.
   std::vector<int> only_slots;
   bool spare = false;            ///< listed under `spares`: used only to replace a lost host
+  /// Where the other hosts' workers reach this one (MASTER_ADDR when rank 0 is here): a pod's IP,
+  /// as pod names do not resolve outside the cluster's DNS. Empty: the name.
+  std::string address;
 
   /// localhost, 127.0.0.1, ::1 or this machine's hostname: reached through the local transport.
   bool is_local() const;
@@ -36,9 +39,10 @@ using dtrain::SshClient;      // launcher/base/ssh_client.h, shared with the tra
 using dtrain::to_string;
 enum class Backend { auto_select, gloo, nccl };
 /// How agents are started (`transport:`): auto (this machine through a pipe, other hosts over
-/// SSH), ssh (the same), or srun (one Slurm job step with a task on every host; needs an
-/// allocation). `hosts: slurm` makes srun the default.
-enum class TransportKind { auto_select, ssh, srun };
+/// SSH), ssh (the same), srun (one Slurm job step with a task on every host; needs an
+/// allocation), or kubectl (`kubectl exec -i` into each pod; needs the kubernetes: block).
+/// `hosts: slurm` makes srun the default, `hosts: kubernetes` kubectl.
+enum class TransportKind { auto_select, ssh, srun, kubectl };
 /// What a host whose software stack differs from the others' does to a run (`consistency:`):
 /// strict refuses to start (a spare that differs is not used), warn starts with a warning (a
 /// spare that differs is still not used), off compares nothing (the agents are not asked).
@@ -57,6 +61,41 @@ struct SshSettings {
   std::string config;            ///< ssh.config: `ssh -F` file (openssh); empty: ssh's own
 
   bool operator==(const SshSettings&) const = default;
+};
+
+/// kubernetes.job: the pods dtrain creates for one run, as an Indexed Job (+ a headless Service)
+/// labelled dtrain.io/run=<run id>, deleted when the run ends. Their containers only hold the
+/// slot (`command`); the agents are started in them with kubectl exec.
+struct KubernetesJobTemplate {
+  std::string image;                                ///< kubernetes.job.image (required)
+  int pods = 0;                                     ///< kubernetes.job.pods: hosts and spares together
+  int gpus_per_pod = 0;                             ///< nvidia.com/gpu limit of each pod; 0: none
+  std::map<std::string, std::string> node_selector; ///< kubernetes.job.node_selector
+  /// Tolerations of node.kubernetes.io/not-ready and /unreachable: how long a pod stays bound to
+  /// a node that stopped answering before Kubernetes evicts it (its default is 300 s).
+  Millis not_ready_toleration{30'000};
+  Millis unreachable_toleration{30'000};
+  std::vector<std::string> command{"sleep", "infinity"};  ///< the slot holder
+
+  bool operator==(const KubernetesJobTemplate&) const = default;
+};
+
+/// `hosts: kubernetes` and the kubernetes: block (docs/kubernetes.md): the hosts are pods, found by
+/// label selector or created from `job`, reached with `kubectl exec`, watched for loss. kubectl
+/// reads the user's kubeconfig itself: no credential ever passes through dtrain.
+struct KubernetesSettings {
+  bool enabled = false;          ///< hosts: kubernetes, or transport: kubectl with a host list
+  std::string namespace_name;    ///< kubernetes.namespace; empty: the context's own
+  std::string selector;          ///< kubernetes.selector: label selector of existing pods
+  std::optional<KubernetesJobTemplate> job;  ///< kubernetes.job: pods dtrain creates instead
+  std::string container;         ///< kubernetes.container; empty: each pod's first container
+  std::string context;           ///< kubernetes.context; empty: the kubeconfig's current one
+  std::string kubeconfig;        ///< kubernetes.kubeconfig; empty: kubectl's ($KUBECONFIG, ~/.kube/config)
+  std::string kubectl = "kubectl";  ///< kubernetes.kubectl: the client to run (PATH lookup)
+  int spares = 0;                ///< kubernetes.spares: the last N pods (by index, then name) are spares
+  Millis pod_timeout{300'000};   ///< kubernetes.pod_timeout: how long created pods may take to run
+
+  bool operator==(const KubernetesSettings&) const = default;
 };
 
 struct WorkerSettings {
@@ -264,6 +303,9 @@ struct JobSpec {
   int slots_per_host = 1;
   SshSettings ssh;
   TransportKind transport = TransportKind::auto_select;
+  /// hosts: kubernetes: where the pods come from. With `hosts: kubernetes` the loader leaves
+  /// `hosts` empty; launcher/hosts (kubernetes_hosts.h) fills them from the pods at submit.
+  KubernetesSettings kubernetes;
   /// Before the first generation every host's software stack (OS, kernel, GPU driver, CUDA,
   /// NCCL, Python, torch, image, the worker command's files) is compared with the others'.
   Consistency consistency = Consistency::strict;

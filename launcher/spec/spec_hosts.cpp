@@ -41,9 +41,10 @@ std::optional<std::vector<int>> read_slot_list(DiagnosticSink& sink, const YAML:
 // `{name: gpu[01-02], user: alice, port: 2222, slots: 8, only_slots: [0, 2]}`
 void read_host_mapping(DiagnosticSink& sink, const YAML::Node& item, const std::string& key,
                        std::vector<ListedHost>& out) {
-  Section host(sink, &item, key, {"name", "user", "port", "slots", "only_slots"});
+  Section host(sink, &item, key, {"name", "user", "port", "slots", "only_slots", "address"});
   HostEntry base;
   bool ok = true;
+  if (auto address = read_string(sink, host.get("address"), host.path("address"))) base.address = *address;
   if (auto user = read_string(sink, host.get("user"), host.path("user"))) base.user = *user;
   if (auto port = read_int(sink, host.get("port"), host.path("port"), 1, 65535)) base.port = *port;
   else ok = ok && host.get("port") == nullptr;
@@ -176,7 +177,17 @@ void read_hosts(DiagnosticSink& sink, const Section& root, const std::string& ba
   std::vector<ListedHost> listed;
   // `hosts: slurm` (the scalar; a host named slurm is `hosts: [slurm]`): the allocation's nodes.
   const bool from_slurm = hosts_node != nullptr && hosts_node->IsScalar() && hosts_node->Scalar() == "slurm";
-  if (from_slurm) {
+  // `hosts: kubernetes`: pods, found at submit (kubernetes_hosts.h), so none are listed here.
+  const bool from_kubernetes = hosts_node != nullptr && hosts_node->IsScalar() && hosts_node->Scalar() == "kubernetes";
+  if (from_kubernetes) {
+    for (const char* key : {"hostfile", "include", "exclude", "spares"}) {
+      if (const YAML::Node* node = root.get(key)) {
+        sink.error(*node, key,
+                   std::string("hosts: kubernetes takes its hosts from pods; choose them with kubernetes.selector") +
+                       (std::string(key) == "spares" ? " and set kubernetes.spares" : "") + ", and remove " + key);
+      }
+    }
+  } else if (from_slurm) {
     int slots_per_host = root.get("slots_per_host") != nullptr ? spec.slots_per_host : 0;
     Result<SlurmAllocation> allocation = read_slurm_allocation(process_environment(), slots_per_host);
     if (!allocation) {
@@ -230,12 +241,19 @@ void read_hosts(DiagnosticSink& sink, const Section& root, const std::string& ba
   }
   spec.hosts = std::move(hosts);
 
-  if (auto transport = read_choice(sink, root.get("transport"), "transport", {"auto", "ssh", "srun"})) {
-    spec.transport = *transport == "srun" ? TransportKind::srun
-                     : *transport == "ssh" ? TransportKind::ssh
-                                           : TransportKind::auto_select;
+  if (auto transport = read_choice(sink, root.get("transport"), "transport", {"auto", "ssh", "srun", "kubectl"})) {
+    spec.transport = *transport == "srun"      ? TransportKind::srun
+                     : *transport == "ssh"     ? TransportKind::ssh
+                     : *transport == "kubectl" ? TransportKind::kubectl
+                                               : TransportKind::auto_select;
   }
   if (from_slurm && spec.transport == TransportKind::auto_select) spec.transport = TransportKind::srun;
+  if (from_kubernetes && spec.transport == TransportKind::auto_select) spec.transport = TransportKind::kubectl;
+  if (from_kubernetes && spec.transport != TransportKind::kubectl) {
+    sink.error(*root.get("transport"), "transport",
+               "hosts: kubernetes reaches its pods with kubectl exec; remove transport: or set it to kubectl");
+  }
+  read_kubernetes(sink, root, base_dir, from_kubernetes, spec);
   if (spec.transport == TransportKind::srun && !in_slurm_allocation(process_environment())) {
     sink.error(root.get("transport") != nullptr ? *root.get("transport") : *hosts_node, "transport",
                "transport: srun starts the agents as a Slurm job step, but this is not inside a Slurm "
@@ -243,7 +261,8 @@ void read_hosts(DiagnosticSink& sink, const Section& root, const std::string& ba
                "or use transport: ssh");
   }
 
-  if (const YAML::Node* spares_node = root.get("spares")) {
+  const YAML::Node* spares_node = from_kubernetes ? nullptr : root.get("spares");  // reported above
+  if (spares_node != nullptr) {
     std::vector<ListedHost> spares;
     read_host_list(sink, *spares_node, "spares", spares);
     spec.spares = without_duplicates(sink, spares, seen);

@@ -14,4 +14,9 @@ namespace dtrain::spec {
 /// job runs on the embedded default: one host "localhost".
 void read_hosts(DiagnosticSink& sink, const Section& root, const std::string& base_dir, JobSpec& spec);
 
+/// The kubernetes: block (spec_kubernetes.cpp), after the transport is read: required with
+/// `hosts: kubernetes` (from_kubernetes), allowed with transport: kubectl, refused otherwise.
+void read_kubernetes(DiagnosticSink& sink, const Section& root, const std::string& base_dir, bool from_kubernetes,
+                     JobSpec& spec);
+
 }  // namespace dtrain::spec

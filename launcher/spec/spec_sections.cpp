@@ -386,7 +386,7 @@ void read_spec_body(DiagnosticSink& sink, const YAML::Node& root_node, const std
   Section root(sink, &root_node, "",
                {"version", "name", "tenant", "hosts", "hostfile", "include", "exclude", "slots_per_host", "spares",
                 "ssh", "transport", "worker", "parallelism", "batch", "elastic", "heartbeat", "checkpoint", "metrics", "logs",
-                "stop_grace", "preempt_grace", "intent", "consistency", "health"});
+                "stop_grace", "preempt_grace", "intent", "consistency", "health", "kubernetes"});
   read_label(sink, root.get("name"), "name", spec.name);
   read_label(sink, root.get("tenant"), "tenant", spec.tenant);
   if (auto v = read_int(sink, root.get("slots_per_host"), "slots_per_host", 1, kMaxCount)) spec.slots_per_host = *v;

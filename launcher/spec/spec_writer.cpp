@@ -42,6 +42,7 @@ void host_list(YAML::Emitter& out, const char* key, const std::vector<HostEntry>
     if (!host.only_slots.empty()) {
       out << YAML::Key << "only_slots" << YAML::Value << YAML::Flow << host.only_slots;
     }
+    if (!host.address.empty()) string_value(out, "address", host.address);
     out << YAML::EndMap;
   }
   out << YAML::EndSeq;
@@ -263,6 +264,41 @@ void intent_section(YAML::Emitter& out, const JobSpec& spec) {
   out << YAML::EndMap << YAML::EndMap;
 }
 
+// kubernetes: as read. Once the pods are found (hosts listed), a created job's pods are named by
+// the selector of its run label, so that reading spec.yaml again never creates a second job.
+void kubernetes_section(YAML::Emitter& out, const JobSpec& spec) {
+  const KubernetesSettings& kube = spec.kubernetes;
+  if (!kube.enabled) return;
+  out << YAML::Key << "kubernetes" << YAML::Value << YAML::BeginMap;
+  if (!kube.namespace_name.empty()) string_value(out, "namespace", kube.namespace_name);
+  if (!kube.selector.empty()) string_value(out, "selector", kube.selector);
+  if (kube.job && kube.selector.empty()) {
+    const KubernetesJobTemplate& job = *kube.job;
+    out << YAML::Key << "job" << YAML::Value << YAML::BeginMap;
+    string_value(out, "image", job.image);
+    out << YAML::Key << "pods" << YAML::Value << job.pods;
+    out << YAML::Key << "gpus_per_pod" << YAML::Value << job.gpus_per_pod;
+    if (!job.node_selector.empty()) {
+      out << YAML::Key << "node_selector" << YAML::Value << YAML::BeginMap;
+      for (const auto& [label, value] : job.node_selector) string_value(out, label.c_str(), value);
+      out << YAML::EndMap;
+    }
+    out << YAML::Key << "tolerations" << YAML::Value << YAML::BeginMap;
+    duration_value(out, "not_ready", job.not_ready_toleration);
+    duration_value(out, "unreachable", job.unreachable_toleration);
+    out << YAML::EndMap;
+    string_list(out, "command", job.command);
+    out << YAML::EndMap;
+  }
+  if (!kube.container.empty()) string_value(out, "container", kube.container);
+  if (!kube.context.empty()) string_value(out, "context", kube.context);
+  if (!kube.kubeconfig.empty()) string_value(out, "kubeconfig", kube.kubeconfig);
+  string_value(out, "kubectl", kube.kubectl);
+  out << YAML::Key << "spares" << YAML::Value << kube.spares;
+  duration_value(out, "pod_timeout", kube.pod_timeout);
+  out << YAML::EndMap;
+}
+
 }  // namespace
 
 std::string to_yaml(const JobSpec& spec) {
@@ -273,8 +309,12 @@ std::string to_yaml(const JobSpec& spec) {
   string_value(out, "name", spec.name);
   string_value(out, "tenant", spec.tenant);
   out << YAML::Key << "slots_per_host" << YAML::Value << spec.slots_per_host;
+  if (spec.kubernetes.enabled && spec.hosts.empty()) {
+    out << YAML::Key << "hosts" << YAML::Value << "kubernetes";  // pods found at submit
+  }
   host_list(out, "hosts", spec.hosts);
   host_list(out, "spares", spec.spares);
+  kubernetes_section(out, spec);
 
   ssh_section(out, spec);
   if (spec.transport != TransportKind::auto_select) {

@@ -146,6 +146,33 @@ class TestCluster {
   std::string ssh_config_path() const { return value("DTRAIN_TESTCLUSTER_SSH_CONFIG"); }
   std::string hosts_file() const { return value("DTRAIN_TESTCLUSTER_HOSTS_FILE"); }
   std::string control_namespace() const { return value("DTRAIN_TESTCLUSTER_CONTROL_NS"); }
+  /// With `up N --kubernetes` (kubernetes_options()): the emulated API server's kubeconfig, its
+  /// namespace, and the file that records every request it served (tests/k8s/README.md).
+  std::string kubeconfig() const { return value("DTRAIN_TESTCLUSTER_KUBECONFIG"); }
+  std::string kube_namespace() const { return value("DTRAIN_TESTCLUSTER_KUBE_NAMESPACE"); }
+  std::string kube_requests() const { return value("DTRAIN_TESTCLUSTER_KUBE_REQUESTS"); }
+
+  /// `up` options for a cluster with the emulated Kubernetes API server and node emulator.
+  static std::vector<std::string> kubernetes_options() { return {"--kubernetes"}; }
+  /// Why a Kubernetes cluster cannot be brought up here ("" when it can be tried): the emulator
+  /// (tests/k8s/apiserver.py) is not in this tree, or no kubectl is installed. Ask before
+  /// constructing the cluster, so that a skip leaves nothing behind.
+  static std::string kubernetes_skip_reason() {
+    if (::access((std::string(DTRAIN_SOURCE_DIR) + "/tests/k8s/apiserver.py").c_str(), R_OK) != 0) {
+      return "the emulated Kubernetes API server (tests/k8s/apiserver.py) is not in this tree";
+    }
+    if (run_command({"sh", "-c", "command -v kubectl"}).status != 0) {
+      return "no kubectl in PATH (scripts/setup.sh installs it)";
+    }
+    return "";
+  }
+
+  /// `kubectl --kubeconfig K -n NS ARGS...` in the control namespace, where dtrain runs.
+  CommandOutput kubectl(const std::vector<std::string>& args) const {
+    std::vector<std::string> argv{"kubectl", "--kubeconfig", kubeconfig(), "-n", kube_namespace()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return exec("ctl", argv);
+  }
 
   /// `testcluster.sh ARGS...` for this cluster.
   CommandOutput script(const std::vector<std::string>& args) const { return script_for(prefix_, args); }

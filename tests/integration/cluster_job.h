@@ -128,6 +128,14 @@ class ClusterJob {
     return spec_path_;
   }
 
+  /// Writes `yaml` as the job's spec as it is (a spec cluster_spec_yaml cannot express, such as
+  /// hosts: kubernetes) and returns its path.
+  std::string write_spec_text(const std::string& yaml) {
+    spec_path_ = dir_ + "/job.yaml";
+    write_text(spec_path_, yaml);
+    return spec_path_;
+  }
+
   /// Starts `dtrain submit SPEC ARGS...` through `testcluster.sh exec ctl`, which execs all the
   /// way down, so pid() is dtrain itself once it has exec'd (wait_exec()).
   void start(const std::vector<std::string>& args = {}) {
