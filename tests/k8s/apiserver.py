@@ -65,6 +65,12 @@ class Server(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 128
 
+    def handle_error(self, request, client_address):
+        # A client that leaves during the TLS handshake (a port probe) is not an error.
+        error = sys.exc_info()[1]
+        if not isinstance(error, (OSError, ssl.SSLError)):
+            super().handle_error(request, client_address)
+
 
 def main(argv):
     args = parse_args(argv)
