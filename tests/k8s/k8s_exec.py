@@ -17,6 +17,7 @@ import socket
 import ssl
 import subprocess
 import threading
+import time
 
 import k8s_kubelet
 import k8s_status
@@ -26,6 +27,7 @@ from k8s_status import ApiError
 PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io")
 BUFFER_LIMIT = 1 << 20
 READ_SIZE = 1 << 16
+OUTPUT_DRAIN = 1.0
 
 
 def exit_status(code):
@@ -101,6 +103,7 @@ class Session:
         self.outputs = {child.stdout.fileno(): (1, child.stdout), child.stderr.fileno(): (2, child.stderr)}
         self.client_open = True
         self.finished = False
+        self.exited_at = None
         for fd in list(self.outputs) + ([child.stdin.fileno()] if child.stdin else []):
             os.set_blocking(fd, False)
         sock.setblocking(False)
@@ -110,7 +113,7 @@ class Session:
             self._finish_if_done()
             readable, writable = self._interest()
             pending = isinstance(self.sock, ssl.SSLSocket) and self.sock.pending()
-            ready_r, ready_w, _ = select.select(readable, writable, [], 0 if pending else 1.0)
+            ready_r, ready_w, _ = select.select(readable, writable, [], 0 if pending else 0.1)
             if pending and self.sock not in ready_r and self.sock in readable:
                 ready_r.append(self.sock)
             for fd in ready_r:
@@ -215,14 +218,20 @@ class Session:
             self.client_open = False
 
     def _finish_if_done(self):
-        """Once stdout and stderr are at EOF and the command has ended: the exit Status on
+        """Once the command has ended and stdout and stderr are at EOF (or, when a process it
+        left in the background holds them open, OUTPUT_DRAIN seconds later): the exit Status on
         channel 3, then a close frame."""
-        if self.finished or self.outputs:
+        if self.finished:
             return
-        try:
-            code = self.child.wait(timeout=0.05)
-        except subprocess.TimeoutExpired:
+        code = self.child.poll()
+        if code is None:
             return
+        if self.exited_at is None:
+            self.exited_at = time.monotonic()
+        if self.outputs and time.monotonic() - self.exited_at < OUTPUT_DRAIN:
+            return
+        for fd in list(self.outputs):
+            self.outputs.pop(fd)[1].close()
         code = 128 - code if code < 0 else code
         self.to_client += ws.frame(ws.OP_BINARY, b"\x03" + json.dumps(exit_status(code)).encode())
         self.to_client += ws.close_frame()

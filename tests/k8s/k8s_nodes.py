@@ -67,8 +67,12 @@ class Host:
         try:
             with open(os.path.join(self.dir, "sshd.pid")) as handle:
                 pid = int(handle.read().strip())
-            with open(f"/proc/{pid}/comm") as handle:
-                return pid if handle.read().strip() == "sshd" else None
+            with open(f"/proc/{pid}/stat") as handle:
+                stat = handle.read()
+            # "PID (comm) STATE ...": a killed sshd may stay a zombie for a while (its parent
+            # is whatever init reaps orphans here): dead all the same.
+            name, state = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2]
+            return pid if name == "sshd" and state not in "ZX" else None
         except (OSError, ValueError):
             return None
 
