@@ -32,7 +32,22 @@ if $with_tests; then
   packages+=(tmux)  # a real terminal for the terminal-output test (capture-pane)
 fi
 
-missing=()
+# The emulated Kubernetes cluster's test (tests/k8s) drives the real kubectl: Debian's newer
+# `kubectl` package where the archive has it (WebSocket exec), else `kubernetes-client` (1.20,
+# SPDY exec only: the exec checks then fail, naming it). Only with --tests, only when missing.
+kubectl_package=()
+if $with_tests && ! command -v kubectl >/dev/null 2>&1; then
+  for candidate in kubectl kubernetes-client; do
+    if apt-cache show "$candidate" >/dev/null 2>&1; then
+      kubectl_package=("$candidate")
+      break
+    fi
+  done
+  [ ${#kubectl_package[@]} -gt 0 ] ||
+    echo "setup: no kubectl package (kubectl or kubernetes-client) in the apt sources; the tests/k8s test will skip" >&2
+fi
+
+missing=("${kubectl_package[@]}")
 for package in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed'; then
     missing+=("$package")

@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
 # A real SSH test cluster on one machine: network namespaces as hosts.
 #
-#   testcluster.sh up N [--share DIR]... [--env NAME=VALUE]... [--slurm]
+#   testcluster.sh up N [--share DIR]... [--env NAME=VALUE]... [--slurm] [--kubernetes [--kube-gpus-per-node G]]
 #                                N hosts (tears down stale state of the same prefix first); every
 #                                host sees this checkout and each DIR at its own path. --env: every
 #                                SSH session on the hosts gets NAME=VALUE (sshd SetEnv; e.g. a fake
 #                                NVML or sysfs root under the host's private /tmp). --slurm:
-#                                also a real Slurm (munged + slurmctld in ctl, slurmd per host)
+#                                also a real Slurm (munged + slurmctld in ctl, slurmd per host).
+#                                --kubernetes: also the emulated Kubernetes API server
+#                                (tests/k8s/apiserver.py) at https://10.77.0.2:6443 in ctl, one Node
+#                                per host with G nvidia.com/gpu (default 8); see tests/k8s/README.md
+#   testcluster.sh kube-node H notready|ready
+#                                forces node H's Ready condition (--kubernetes; its pods get
+#                                Ready=False and are evicted after their not-ready toleration)
 #   testcluster.sh down          removes everything it made; ends only processes in its namespaces
 #   testcluster.sh status        one line per namespace
 #   testcluster.sh partition H   takes H's switch port down (a clean partition; H stays alive)
@@ -43,6 +49,14 @@
 #               (/etc/hosts for the cluster), shared (the shared trees, one per line),
 #               hosts/<name>/ (sshd config, key, log, pid, home, tmp).
 #
+# With --kubernetes (tests/k8s/README.md): a CA and server certificate (openssl; SAN 10.77.0.2 and
+# 127.0.0.1), two bearer tokens and a kubeconfig under $STATE/kube/; the server runs in ctl (so
+# `down` ends it), its pods' processes on the hosts (so `down` and `kill H` end them). cluster.env
+# gains DTRAIN_TESTCLUSTER_KUBECONFIG (contexts dtrain-test, the default with every right, and
+# no-exec, which may not create pods/exec; both in namespace dtrain-test),
+# DTRAIN_TESTCLUSTER_KUBE_NAMESPACE, DTRAIN_TESTCLUSTER_KUBE_SERVER and
+# DTRAIN_TESTCLUSTER_KUBE_REQUESTS (requests.jsonl: one line per request, no tokens).
+#
 # Exit status: 0 ok, 1 failure, 2 usage, 77 cannot run on this machine (not root, no ip netns,
 # no sshd): tests treat 77 as "skip".
 set -euo pipefail
@@ -58,7 +72,7 @@ SSHD=${DTRAIN_TESTCLUSTER_SSHD:-/usr/sbin/sshd}
 
 die() { echo "testcluster: $*" >&2; exit 1; }
 cannot() { echo "testcluster: cannot run here: $*" >&2; exit 77; }
-usage() { sed -n '4,16p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '4,24p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 host_ip() { echo "$SUBNET.$((10 + $1))"; }
 host_name() { echo "$PREFIX-h$1"; }
@@ -452,6 +466,97 @@ wait_slurm_idle() {
   done
   return 1
 }
+# ---- Kubernetes (--kubernetes) ------------------------------------------------------------------
+
+KUBE_PORT=6443
+
+kube_preflight() {
+  command -v openssl >/dev/null || cannot "--kubernetes needs openssl (its certificates)"
+  [ -x /usr/bin/python3 ] || cannot "--kubernetes needs /usr/bin/python3 (the emulated API server)"
+}
+
+# A CA, a server certificate for 10.77.0.2 and 127.0.0.1, and one random token per user.
+kube_credentials() {
+  local dir=$STATE/kube
+  mkdir -p "$dir/nodes"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 7 -subj "/CN=dtrain-testcluster-ca" \
+    -keyout "$dir/ca.key" -out "$dir/ca.crt" 2>/dev/null || die "openssl could not make the CA"
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver" \
+    -keyout "$dir/server.key" -out "$dir/server.csr" 2>/dev/null || die "openssl could not make the server key"
+  printf 'subjectAltName=IP:%s,IP:127.0.0.1,DNS:kubernetes,DNS:localhost\nextendedKeyUsage=serverAuth\n' \
+    "$CTL_IP" >"$dir/server.ext"
+  openssl x509 -req -in "$dir/server.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" -CAcreateserial \
+    -days 7 -extfile "$dir/server.ext" -out "$dir/server.crt" 2>/dev/null ||
+    die "openssl could not sign the server certificate"
+  local admin no_exec
+  admin=$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')
+  no_exec=$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')
+  printf '{"tokens": {"%s": "dtrain-admin", "%s": "no-exec"}}\n' "$admin" "$no_exec" >"$dir/users.json"
+  cat >"$dir/kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: dtrain-testcluster
+  cluster:
+    server: https://$CTL_IP:$KUBE_PORT
+    certificate-authority: $dir/ca.crt
+users:
+- name: dtrain-admin
+  user:
+    token: $admin
+- name: no-exec
+  user:
+    token: $no_exec
+contexts:
+- name: dtrain-test
+  context: {cluster: dtrain-testcluster, user: dtrain-admin, namespace: dtrain-test}
+- name: no-exec
+  context: {cluster: dtrain-testcluster, user: no-exec, namespace: dtrain-test}
+current-context: dtrain-test
+EOF
+}
+
+# Starts the emulated API server in ctl (so `down` ends it) and waits until it accepts
+# connections; then adds the Kubernetes keys to cluster.env.
+kube_up() {
+  local gpus=$1 dir=$STATE/kube i server
+  kube_credentials
+  server="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tests/k8s/apiserver.py"
+  ip netns exec "$CTL" setsid /usr/bin/python3 "$server" --listen "$CTL_IP:$KUBE_PORT" \
+    --cert "$dir/server.crt" --key "$dir/server.key" --users "$dir/users.json" --state "$dir" \
+    --cluster-env "$STATE/cluster.env" --gpus-per-node "$gpus" --namespace dtrain-test \
+    </dev/null >"$dir/apiserver.log" 2>&1 &
+  echo $! >"$dir/apiserver.pid"
+  for i in $(seq 1 200); do
+    if ip netns exec "$CTL" timeout 1 bash -c "exec 3<>/dev/tcp/$CTL_IP/$KUBE_PORT" 2>/dev/null; then
+      {
+        echo "DTRAIN_TESTCLUSTER_KUBECONFIG=$dir/kubeconfig"
+        echo "DTRAIN_TESTCLUSTER_KUBE_NAMESPACE=dtrain-test"
+        echo "DTRAIN_TESTCLUSTER_KUBE_SERVER=https://$CTL_IP:$KUBE_PORT"
+        echo "DTRAIN_TESTCLUSTER_KUBE_REQUESTS=$dir/requests.jsonl"
+      } >>"$STATE/cluster.env"
+      return 0
+    fi
+    kill -0 "$(cat "$dir/apiserver.pid")" 2>/dev/null || break
+    sleep 0.05
+  done
+  die "the emulated API server did not start; see $dir/apiserver.log"
+}
+
+# kube-node H notready|ready: the node emulator reads kube/nodes/<name>.notready.
+cmd_kube_node() {
+  [ $# -eq 2 ] || die "kube-node: give a host and notready|ready"
+  local i name
+  i=$(resolve_host "$1")
+  [ "$i" != ctl ] || die "kube-node: use a host, not ctl"
+  [ -d "$STATE/kube/nodes" ] || die "kube-node: the cluster was not started with --kubernetes"
+  name=$(host_name "$i")
+  case $2 in
+    notready) : >"$STATE/kube/nodes/$name.notready" ;;
+    ready) rm -f "$STATE/kube/nodes/$name.notready" ;;
+    *) die "kube-node: '$2' must be notready or ready" ;;
+  esac
+}
 
 write_env() {  # count
   local count=$1 i
@@ -484,7 +589,7 @@ cmd_up() {
   shift
   # This checkout is always shared: the tests and their binaries live in it.
   local shared=("$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)")
-  local with_slurm=0
+  local with_slurm=0 with_kubernetes=0 kube_gpus=8
   local session_env=()
   while [ $# -gt 0 ]; do
     case $1 in
@@ -500,11 +605,17 @@ cmd_up() {
         session_env+=("$2")
         shift 2 ;;
       --slurm) with_slurm=1; shift ;;
-      *) die "up: unknown argument '$1'; usage: testcluster.sh up N [--share DIR]... [--env NAME=VALUE]... [--slurm]" ;;
+      --kubernetes) with_kubernetes=1; shift ;;
+      --kube-gpus-per-node)
+        [ $# -ge 2 ] && [[ $2 =~ ^[0-9]+$ ]] || die "up: --kube-gpus-per-node needs a number"
+        kube_gpus=$2
+        shift 2 ;;
+      *) die "up: unknown argument '$1'; usage: testcluster.sh up N [--share DIR]... [--env NAME=VALUE]... [--slurm] [--kubernetes [--kube-gpus-per-node G]]" ;;
     esac
   done
   preflight
   [ "$with_slurm" = 0 ] || slurm_preflight
+  [ "$with_kubernetes" = 0 ] || kube_preflight
   cmd_down >/dev/null 2>&1 || true
   umask 077
   mkdir -p "$STATE/hosts"
@@ -562,7 +673,8 @@ cmd_up() {
     echo "DTRAIN_TESTCLUSTER_SLURM_CONF=$STATE/slurm/slurm.conf" >>"$STATE/cluster.env"
     echo "DTRAIN_TESTCLUSTER_SLURM_PARTITION=test" >>"$STATE/cluster.env"
   fi
-  echo "testcluster: $count hosts up (prefix $PREFIX)$([ "$with_slurm" = 1 ] && echo ", Slurm"); env: $STATE/cluster.env"
+  [ "$with_kubernetes" = 0 ] || kube_up "$kube_gpus"
+  echo "testcluster: $count hosts up (prefix $PREFIX)$([ "$with_slurm" = 1 ] && echo ", Slurm")$([ "$with_kubernetes" = 1 ] && echo ", Kubernetes"); env: $STATE/cluster.env"
 }
 
 cmd_status() {
@@ -663,6 +775,7 @@ main() {
         ! ip netns pids "$name" 2>/dev/null | xargs -r -n1 -I{} cat /proc/{}/comm 2>/dev/null | grep -qx slurmd; then
         start_slurmd "$i"
       fi ;;
+    kube-node) cmd_kube_node "$@" ;;
     exec)
       [ $# -ge 1 ] || die "exec: give a host and a command"
       cmd_exec "$@" ;;

@@ -1,0 +1,253 @@
+#!/usr/bin/python3
+"""The emulated Kubernetes cluster, driven by the real kubectl (issue 31 item 4).
+
+Brings up `testcluster.sh up 3 --kubernetes` with a prefix of its own ("t<pid>k", the
+convention of tests/integration/cluster_fixture.h, whose stale-cluster cleanup then covers it),
+runs kubectl in the control namespace, and always tears the cluster down. Exits 77 printing
+"skipped: <reason>" where it cannot run (not root, no ip netns, no kubectl).
+"""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TESTCLUSTER = os.path.join(REPO, "scripts", "testcluster.sh")
+PREFIX = f"t{os.getpid()}k"
+STATE = os.path.join(os.environ.get("DTRAIN_TESTCLUSTER_ROOT", "/tmp/dtrain-testcluster"), PREFIX)
+ENV = dict(os.environ, DTRAIN_TESTCLUSTER_PREFIX=PREFIX)
+
+
+def skip(reason):
+    print(f"skipped: {reason}")
+    sys.exit(77)
+
+
+def testcluster(*args, check=True):
+    result = subprocess.run([TESTCLUSTER, *args], env=ENV, capture_output=True, text=True)
+    if check and result.returncode != 0:
+        raise AssertionError(f"testcluster.sh {' '.join(args)}: exit {result.returncode}: {result.stderr}")
+    return result
+
+
+def kubectl(*args, context=None, stdin=None, check=True, timeout=30):
+    """Runs the real kubectl in the control namespace; returns the CompletedProcess (bytes)."""
+    argv = ["ip", "netns", "exec", f"{PREFIX}-ctl", "kubectl", "--kubeconfig", f"{STATE}/kube/kubeconfig",
+            "--cache-dir", f"{STATE}/kube/kubectl-cache"]
+    if context:
+        argv += ["--context", context]
+    result = subprocess.run(argv + list(args), input=stdin, capture_output=True, timeout=timeout)
+    if check and result.returncode != 0:
+        raise AssertionError(f"kubectl {' '.join(args)}: exit {result.returncode}: {result.stderr.decode()}")
+    return result
+
+
+def create(obj):
+    return kubectl("create", "-f", "-", stdin=json.dumps(obj).encode())
+
+
+def get(kind, name):
+    return json.loads(kubectl("get", kind, name, "-o", "json").stdout)
+
+
+def wait_for(what, predicate, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def pod(name, command, **spec):
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"test": "emulator"}},
+            "spec": dict({"restartPolicy": "Never", "terminationGracePeriodSeconds": 2,
+                          "containers": [{"name": "main", "image": "none", "command": command}]}, **spec)}
+
+
+POD_PIDS = []  # every pod process the test saw: none may outlive `down`
+
+
+def main_pid(name):
+    status = get("pod", name)["status"]["containerStatuses"][0]
+    pid = int(status["containerID"].removeprefix("emulator://"))
+    POD_PIDS.append(pid)
+    return pid
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            stat = handle.read()
+        return stat[stat.rindex(")") + 2] not in "ZX"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def pod_phase(name):
+    result = kubectl("get", "pod", name, "-o", "json", check=False)
+    return json.loads(result.stdout)["status"].get("phase") if result.returncode == 0 else None
+
+
+# ---- the checks --------------------------------------------------------------------------------
+
+def check_pod_runs_on_a_host():
+    create(pod("one", ["sleep", "infinity"]))
+    wait_for("pod one Running", lambda: pod_phase("one") == "Running")
+    obj = get("pod", "one")
+    hosts = {f"10.77.0.{10 + i}" for i in (1, 2, 3)}
+    assert obj["status"]["podIP"] in hosts and obj["status"]["podIP"] == obj["status"]["hostIP"], obj["status"]
+    main_pid("one")
+    print(f"ok: pod one Running on {obj['spec']['nodeName']} with IP {obj['status']['podIP']}")
+
+
+def check_exec():
+    data = os.urandom(8 << 20)
+    result = kubectl("exec", "-i", "one", "-c", "main", "--", "cat", stdin=data, timeout=60)
+    assert hashlib.sha256(result.stdout).hexdigest() == hashlib.sha256(data).hexdigest(), \
+        f"8 MB round trip: got {len(result.stdout)} bytes back"
+    result = kubectl("exec", "-i", "one", "--", "sh", "-c", "wc -c; exit 7", stdin=b"x" * 1000, check=False)
+    assert result.returncode == 7 and result.stdout.strip() == b"1000", (result.returncode, result.stdout)
+    print("ok: exec -i round-trips 8 MB byte-exact; stdin EOF ends wc; exit 7 is kubectl's exit code")
+
+
+def check_watch_and_delete_end_processes():
+    watch = subprocess.Popen(["ip", "netns", "exec", f"{PREFIX}-ctl", "kubectl", "--kubeconfig",
+                              f"{STATE}/kube/kubeconfig", "--cache-dir", f"{STATE}/kube/kubectl-cache",
+                              "get", "pods", "-l", "test=emulator", "-w", "--output-watch-events", "-o", "json"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        create(pod("two", ["sleep", "infinity"]))
+        wait_for("pod two Running", lambda: pod_phase("two") == "Running")
+        # A process started by exec, in the background (its pid on the machine comes back).
+        out = kubectl("exec", "two", "--", "sh", "-c", "sleep 1002 >/dev/null 2>&1 & echo started").stdout
+        assert out.strip() == b"started", out
+        main = main_pid("two")
+        exec_child = wait_for("the exec'd sleep", lambda: [int(p) for p in os.listdir("/proc") if p.isdigit()
+                                                          and _cmdline(p) == "sleep 1002"])
+        POD_PIDS.extend(exec_child)
+        kubectl("delete", "pod", "two", "--grace-period=1", "--wait=true", timeout=30)
+        wait_for("pod two's processes to end", lambda: not alive(main) and not any(alive(p) for p in exec_child))
+    finally:
+        time.sleep(0.3)
+        watch.terminate()
+        stdout, _ = watch.communicate(timeout=10)
+    events = [(e["type"], e["object"]["metadata"]["name"]) for e in _json_stream(stdout.decode())]
+    for wanted in (("ADDED", "two"), ("MODIFIED", "two"), ("DELETED", "two")):
+        assert wanted in events, f"watch saw {events}"
+    print("ok: watch saw ADDED/MODIFIED/DELETED; deleting the pod ended its main process and the exec'd one")
+
+
+def _cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def _json_stream(text):
+    decoder, index, out = json.JSONDecoder(), 0, []
+    while index < len(text):
+        while index < len(text) and text[index].isspace():
+            index += 1
+        if index >= len(text):
+            break
+        obj, index = decoder.raw_decode(text, index)
+        out.append(obj)
+    return out
+
+
+def check_indexed_job():
+    template = pod("unused", ["sleep", "infinity"])
+    template["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "8"}}
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train"},
+           "spec": {"completionMode": "Indexed", "completions": 3, "parallelism": 3,
+                    "template": {"metadata": {"labels": {"app": "train"}}, "spec": template["spec"]}}}
+    create(job)
+
+    def running_pods():
+        items = json.loads(kubectl("get", "pods", "-l", "batch.kubernetes.io/job-name=train", "-o", "json").stdout)["items"]
+        return items if len(items) == 3 and all(p["status"].get("phase") == "Running" for p in items) else None
+    pods = wait_for("3 running job pods", running_pods)
+    POD_PIDS.extend(int(p["status"]["containerStatuses"][0]["containerID"].removeprefix("emulator://"))
+                    for p in pods)
+    indexes = sorted(p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] for p in pods)
+    nodes = {p["spec"]["nodeName"] for p in pods}
+    assert indexes == ["0", "1", "2"] and len(nodes) == 3, (indexes, nodes)
+    kubectl("delete", "job", "train", "--cascade=background", "--wait=false")
+    wait_for("the job's pods to go", lambda: not json.loads(kubectl(
+        "get", "pods", "-l", "batch.kubernetes.io/job-name=train", "-o", "json").stdout)["items"], timeout=15)
+    print(f"ok: Indexed Job of 3 made pods 0..2 on {sorted(nodes)}; deleting the job deleted them")
+
+
+def check_no_exec_context():
+    result = kubectl("exec", "one", "--", "true", context="no-exec", check=False)
+    wanted = (b'pods "one" is forbidden: User "no-exec" cannot create resource "pods/exec" '
+              b'in API group "" in the namespace "dtrain-test"')
+    assert result.returncode != 0 and wanted in result.stderr, result.stderr
+    result = kubectl("auth", "can-i", "create", "pods", "--subresource=exec", context="no-exec", check=False)
+    assert result.returncode == 1 and result.stdout.startswith(b"no"), (result.returncode, result.stdout)
+    result = kubectl("auth", "can-i", "create", "pods", "--subresource=exec", check=False)
+    assert result.returncode == 0 and result.stdout.strip() == b"yes", result.stdout
+    print("ok: context no-exec: exec is forbidden with the API server's message; auth can-i says no")
+
+
+def check_killed_host_is_not_ready():
+    node = get("pod", "one")["spec"]["nodeName"]
+    testcluster("kill", node)
+    started = time.monotonic()
+
+    def not_ready():
+        conditions = get("node", node)["status"]["conditions"]
+        return any(c["type"] == "Ready" and c["status"] != "True" for c in conditions)
+    wait_for(f"node {node} NotReady", not_ready, timeout=5)
+    print(f"ok: kill {node} -> node NotReady after {time.monotonic() - started:.1f} s")
+
+
+def check_nothing_left():
+    output = testcluster("down").stdout
+    leftover = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert f"{PREFIX}-" not in leftover, leftover
+    strays = [pid for pid in POD_PIDS if alive(pid)]
+    assert not strays, f"pod processes left: {strays}"
+    print("ok: down left no namespace and no pod process" + (f" ({output.strip()})" if output.strip() else ""))
+
+
+def main():
+    if os.geteuid() != 0:
+        skip("needs root (network namespaces)")
+    if subprocess.run(["sh", "-c", "command -v kubectl"], capture_output=True).returncode != 0:
+        skip("no kubectl; scripts/setup.sh --tests installs it")
+    result = testcluster("up", "3", "--kubernetes", check=False)
+    if result.returncode == 77:
+        testcluster("down", check=False)
+        skip(result.stderr.strip().splitlines()[-1] if result.stderr.strip() else "testcluster cannot run here")
+    started = time.monotonic()
+    try:
+        assert result.returncode == 0, result.stderr
+        check_pod_runs_on_a_host()
+        check_exec()
+        check_watch_and_delete_end_processes()
+        check_indexed_job()
+        check_no_exec_context()
+        check_killed_host_is_not_ready()
+        requests = sum(1 for _ in open(f"{STATE}/kube/requests.jsonl"))
+        assert "Bearer" not in open(f"{STATE}/kube/requests.jsonl").read()
+        print(f"ok: {requests} requests recorded in requests.jsonl, no token in it")
+    finally:
+        artefacts = os.environ.get("DTRAIN_TEST_ARTEFACTS")
+        if artefacts and os.path.exists(f"{STATE}/kube/requests.jsonl"):
+            os.makedirs(artefacts, exist_ok=True)
+            subprocess.run(["cp", f"{STATE}/kube/requests.jsonl", f"{STATE}/kube/apiserver.log", artefacts])
+        check_nothing_left()
+    print(f"passed in {time.monotonic() - started:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
