@@ -15,6 +15,8 @@ std::optional<std::string> master_to_check(const spec::JobSpec& spec) {
     return user->second;
   }
   if (spec.hosts.empty()) return std::nullopt;
+  // The same choice as master_address(): a pod's IP, since pod names resolve only inside it.
+  if (!spec.hosts.front().address.empty()) return spec.hosts.front().address;
   if (!spec.hosts.front().is_local()) return spec.hosts.front().name;
   bool all_local = std::all_of(spec.hosts.begin(), spec.hosts.end(), [](const spec::HostEntry& host) {
     return host.is_local();

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 
-CLUSTER = re.compile(r"^integration/(ssh_|testcluster_|cluster_|trainer_hybrid_cluster_)")
+CLUSTER = re.compile(r"^(integration/(ssh_|testcluster_|cluster_|trainer_hybrid_cluster_)|k8s/)")
 
 
 def copy_test_files(build, into):

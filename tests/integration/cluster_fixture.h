@@ -164,12 +164,29 @@ class TestCluster {
     if (run_command({"sh", "-c", "command -v kubectl"}).status != 0) {
       return "no kubectl in PATH (scripts/setup.sh installs it)";
     }
+    // kubectl execs over WebSocket from 1.30 on; the emulator speaks no SPDY (Debian's
+    // kubernetes-client is 1.20). "minor": "32+" in kubectl's own JSON.
+    CommandOutput version = run_command({"sh", "-c",
+                                         "kubectl version --client -o json | sed -n 's/.*\"minor\": *\"\\([0-9]*\\).*/\\1/p'"});
+    int minor = 0;
+    try {
+      minor = std::stoi(version.output);
+    } catch (const std::exception&) {
+      return "cannot read kubectl's version (`kubectl version --client -o json`)";
+    }
+    if (minor < 30) return "kubectl 1." + std::to_string(minor) + " execs over SPDY only; the emulator needs 1.30 or newer";
     return "";
   }
 
+  /// kubectl's discovery cache for this cluster (see kubectl()).
+  std::string kube_cache_dir() const { return state_dir() + "/kube/kubectl-cache"; }
+
   /// `kubectl --kubeconfig K -n NS ARGS...` in the control namespace, where dtrain runs.
   CommandOutput kubectl(const std::vector<std::string>& args) const {
-    std::vector<std::string> argv{"kubectl", "--kubeconfig", kubeconfig(), "-n", kube_namespace()};
+    // A cache of this cluster's own: every test cluster's API server is at 10.77.0.2:6443, and
+    // kubectl's default cache (~/.kube/cache) would serve one cluster's discovery to the next.
+    std::vector<std::string> argv{"kubectl", "--kubeconfig", kubeconfig(), "--cache-dir", kube_cache_dir(),
+                                  "-n", kube_namespace()};
     argv.insert(argv.end(), args.begin(), args.end());
     return exec("ctl", argv);
   }

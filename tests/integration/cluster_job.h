@@ -256,7 +256,8 @@ class ClusterJob {
 
 /// What of run `run_id` is still alive anywhere, after polling up to `timeout_ms`: any process
 /// carrying its DTRAIN_RUN_ID (hosts share the pid namespace, so this sees every host), any
-/// process on a host besides its listening sshd, and any process in the control namespace.
+/// process on a host besides its listening sshd, and any process in the control namespace but the
+/// emulated API server.
 /// "" when nothing is left.
 inline std::string leftovers(const TestCluster& cluster, const std::string& run_id, int timeout_ms) {
   std::string left;
@@ -272,7 +273,10 @@ inline std::string leftovers(const TestCluster& cluster, const std::string& run_
                 TestCluster::read_text("/proc/" + std::to_string(pid) + "/cmdline") + "\n";
       }
     }
+    // The emulated Kubernetes API server (up --kubernetes) lives in ctl for the cluster's life.
+    std::string api_server = std::string(trim(TestCluster::read_text(cluster.state_dir() + "/kube/apiserver.pid")));
     for (pid_t pid : cluster.pids_in_namespace(cluster.control_namespace())) {
+      if (std::to_string(pid) == api_server) continue;
       left += cluster.control_namespace() + ": pid " + std::to_string(pid) + " " +
               TestCluster::read_text("/proc/" + std::to_string(pid) + "/cmdline") + "\n";
     }

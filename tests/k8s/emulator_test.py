@@ -218,11 +218,29 @@ def check_nothing_left():
     print("ok: down left no namespace and no pod process" + (f" ({output.strip()})" if output.strip() else ""))
 
 
+def kubectl_too_old():
+    """Why this kubectl cannot exec into the emulator, or "": it speaks WebSocket exec only from
+    1.30 on (Debian's kubernetes-client 1.20 speaks SPDY, which the emulator does not)."""
+    result = subprocess.run(["kubectl", "version", "--client", "-o", "json"], capture_output=True, text=True)
+    try:
+        version = json.loads(result.stdout)["clientVersion"]
+        major, minor = int(version["major"]), int(version["minor"].rstrip("+"))
+    except (ValueError, KeyError, TypeError):
+        return "cannot read `kubectl version --client -o json`: " + (result.stderr.strip() or result.stdout[:200])
+    if (major, minor) < (1, 30):
+        return (f"kubectl {major}.{minor} execs over SPDY only; the emulated API server speaks WebSocket "
+                "exec (kubectl 1.30 or newer)")
+    return ""
+
+
 def main():
     if os.geteuid() != 0:
         skip("needs root (network namespaces)")
     if subprocess.run(["sh", "-c", "command -v kubectl"], capture_output=True).returncode != 0:
         skip("no kubectl; scripts/setup.sh --tests installs it")
+    too_old = kubectl_too_old()
+    if too_old:
+        skip(too_old)
     result = testcluster("up", "3", "--kubernetes", check=False)
     if result.returncode == 77:
         testcluster("down", check=False)

@@ -108,7 +108,7 @@ TEST_CASE("kubectl exec refused: the close reason names the missing permission")
   CHECK(reason.find("namespace 'ml' of context 'prod'") != std::string::npos);
 }
 
-TEST_CASE("pod watch: a pod that turns NotReady is lost once; other pods are not the run's") {
+TEST_CASE("pod watch: a pod that turns NotReady is lost once, and other pods are not the run's") {
   std::string ready = R"({"type":"ADDED","object":{"metadata":{"name":"a"},"status":{"phase":"Running","podIP":"10.0.0.1","conditions":[{"type":"Ready","status":"True"}]}}})";
   std::string other = R"({"type":"DELETED","object":{"metadata":{"name":"not-ours"}}})";
   std::string gone = "{\n  \"type\": \"MODIFIED\",\n  \"object\": {\"metadata\": {\"name\": \"a\"}, \"status\": {\"phase\": "

@@ -91,7 +91,7 @@ TEST_CASE("kubernetes: mistakes are reported where they are, with the fix") {
             .find("did you mean 'namespace'") != std::string::npos);
 }
 
-TEST_CASE("kubernetes: spec.yaml keeps the block; once the pods are hosts it reads back equal") {
+TEST_CASE("kubernetes: spec.yaml keeps the block, and once the pods are hosts it reads back equal") {
   LoadResult loaded = parse_section(
       "hosts: kubernetes\n"
       "kubernetes: {namespace: ml, selector: app=trainer, container: main, spares: 1}\n");
