@@ -8,7 +8,6 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <sstream>
 
 #include "launcher/spec/kubernetes_pods.h"
@@ -131,15 +130,6 @@ TEST_CASE("3 pods by selector train to the same final loss as 3 SSH hosts - noth
 }
 
 TEST_CASE("a pod deleted mid-run is a lost host: a spare pod takes its ranks, its processes are gone") {
-  // Known defect, open (issue 31): the pod watch finds the deleted pod at once and recovery
-  // starts, but the agents of the surviving pods end with SIGKILL (kubectl: "command terminated
-  // with exit code 137") stop_grace after their workers got SIGTERM, so those pods are lost too
-  // and the run ends exit 5. Seen 3 times of 3, with heartbeat.timeout 2 s and 10 s alike. The
-  // case runs again once that is fixed; until then it says so instead of failing the suite.
-  if (std::getenv("DTRAIN_RUN_KNOWN_DEFECTS") == nullptr) {
-    dtrain::testing::skip_test("known defect: surviving pods' agents are SIGKILLed stop_grace after a pod's loss "
-                               "(set DTRAIN_RUN_KNOWN_DEFECTS=1 to run it)");
-  }
   DTRAIN_REQUIRE_KUBERNETES();
   TestCluster cluster(4, TestCluster::kubernetes_options());
   DTRAIN_REQUIRE_CLUSTER(cluster);

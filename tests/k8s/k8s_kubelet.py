@@ -2,7 +2,10 @@
 
 Each container is one process tree entered into the host's network, UTS and mount namespaces
 (nsenter on the host's sshd, as `testcluster.sh exec H` does) and into a NEW pid namespace of
-its own (unshare --pid --fork --kill-child), whose init is the container's command. When that
+its own (unshare --pid --fork --kill-child --mount-proc: a /proc of that namespace, as a real
+container has; with the host's /proc, a pid read there is another process than the same number
+in the pod, and the agent's process-tree scan would name strangers), whose init is the
+container's command. When that
 init dies the kernel kills every process in the namespace, so ending a pod (SIGKILL of the init)
 ends everything in it, including what `kubectl exec` started there (exec enters the same pid
 namespace with nsenter -p). Because the processes live in the host's network namespace,
@@ -91,7 +94,7 @@ def start_container(host_pid, pod, container, node_ip, log_dir):
     log_path = os.path.join(log_dir, f"{meta.get('namespace', '')}_{meta['name']}_{container['name']}.log")
     workdir = container.get("workingDir") or "/"
     argv = ["nsenter", "-t", str(host_pid), "-n", "-u", "-m", f"--wd={workdir}", "--",
-            "unshare", "--pid", "--fork", "--kill-child", "--"] + container_argv(container)
+            "unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--"] + container_argv(container)
     with open(log_path, "ab") as log:
         wrapper = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                    env=env, close_fds=True, start_new_session=True)
