@@ -369,6 +369,14 @@ void Agent::on(const proto::AgentConfig& message) {
     std::fprintf(stderr, "%s: warning: %s\n", who().c_str(), note.c_str());
     send_error({note, "runtime_dir"});
   }
+  if (!proc_shows_own_processes()) {
+    std::string note =
+        "/proc shows another pid namespace than this agent's (a container with the host's /proc mounted?): the "
+        "agent signals its workers' process groups only, cannot find their daemonised descendants, and samples no "
+        "per-process CPU or memory; give the container its own /proc";
+    std::fprintf(stderr, "%s: warning: %s\n", who().c_str(), note.c_str());
+    send_error({note, "proc"});
+  }
   // The sampler starts after hello: facts ran nvidia-smi on this thread, unshared.
   sampler_ = std::make_unique<ResourceSampler>(HostSampler::Options{nvml_library_path(), kNvidiaSmiTimeoutMs},
                                                config.heartbeat_interval_ms);

@@ -1,6 +1,8 @@
 #include "launcher/agent/process_tree.h"
 
 #include <dirent.h>
+#include <limits.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <map>
@@ -38,8 +40,18 @@ std::optional<ProcessEntry> read_stat(pid_t pid) {
 
 }  // namespace
 
+bool proc_shows_own_processes() {
+  // Asked each time, not cached: a readlink costs nothing next to a scan, and a forked child may
+  // have entered a new pid namespace since.
+  char target[PATH_MAX] = {};
+  ssize_t length = ::readlink("/proc/self", target, sizeof target - 1);
+  if (length <= 0) return false;
+  return std::string(target, static_cast<size_t>(length)) == std::to_string(::getpid());
+}
+
 std::vector<ProcessEntry> scan_processes() {
   std::vector<ProcessEntry> entries;
+  if (!proc_shows_own_processes()) return entries;
   DIR* proc = ::opendir("/proc");
   if (proc == nullptr) return entries;
   while (dirent* item = ::readdir(proc)) {

@@ -21,7 +21,15 @@ struct ProcessEntry {
   long long rss_pages = 0;  ///< resident set size
 };
 
+/// Whether /proc shows this process's own pid namespace: /proc/self names getpid(). It does not in
+/// a container that bind-mounts the host's /proc, or in a pid namespace without its own proc
+/// mount; there every pid read from /proc is some other process's, and walking "descendants of
+/// getpid()" would find (and a kill would signal) strangers.
+bool proc_shows_own_processes();
+
 /// Every process visible in /proc now. Processes that vanish while being read are skipped.
+/// Empty when /proc is not this process's own (proc_shows_own_processes): no entry is better
+/// than entries naming other processes.
 std::vector<ProcessEntry> scan_processes();
 
 /// The entries of `snapshot` descended from `root` (not `root` itself), parents before children.

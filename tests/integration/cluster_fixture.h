@@ -24,11 +24,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -120,7 +122,9 @@ class TestCluster {
   }
 
   ~TestCluster() {
-    if (brought_up_) script({"down"});
+    if (!brought_up_) return;
+    keep_kube_requests();
+    script({"down"});
   }
   TestCluster(const TestCluster&) = delete;
   TestCluster& operator=(const TestCluster&) = delete;
@@ -312,6 +316,30 @@ class TestCluster {
   }
 
  private:
+  /// With the emulated Kubernetes API server: the requests it served (dtrain's kubectl calls among
+  /// them) kept as build/test-artefacts/k8s/<test case>.requests.jsonl, for a user with a real
+  /// cluster to compare. The test case is the --test-case= that ctest ran this binary with.
+  void keep_kube_requests() const {
+    std::string requests = kube_requests();
+    std::error_code error;
+    if (requests.empty() || !std::filesystem::exists(requests, error)) return;
+    std::string name = "requests";
+    {
+      std::ifstream arguments("/proc/self/cmdline", std::ios::binary);
+      std::string argument;
+      while (std::getline(arguments, argument, '\0')) {
+        if (argument.rfind("--test-case=", 0) == 0) name = argument.substr(12);
+      }
+    }
+    for (char& c : name) {
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-') c = '_';
+    }
+    std::string directory = std::string(DTRAIN_BINARY_DIR) + "/test-artefacts/k8s";
+    std::filesystem::create_directories(directory, error);
+    std::filesystem::copy_file(requests, directory + "/" + name.substr(0, 120) + ".requests.jsonl",
+                               std::filesystem::copy_options::overwrite_existing, error);
+  }
+
   static std::string trim_copy(const std::string& text) { return std::string(trim(text)); }
 
   void load_env() {
