@@ -46,7 +46,8 @@ PlanShape plan_shape_sizes(const Plan& plan) {
 
 /// A plan change in words: `size` is "shrunk from 6 to 4 ranks", "grew from 4 to 6 ranks" or
 /// "still 6 ranks"; `details` are, in this order, "host gpu02 excluded" (or "hosts a, b
-/// excluded": newly left out, and running ranks before), "spare gpu09 in use", where each new host runs ("gpu09 takes gpu02's place:
+/// excluded", past nine "hosts a, ... h and 12 more excluded": newly left out, and running ranks
+/// before), "spare gpu09 in use", where each new host runs ("gpu09 takes gpu02's place:
 /// ranks 2–3 at (tp,pp,dp) (0,0,1) (1,0,1)"), then each size that changed ("data 3 → 2",
 /// "pipeline", "tensor", "micro batch", "grad_accum", "global batch").
 struct PlanChangeText {

@@ -147,27 +147,55 @@ RecoveryDecision decide_spawn_failure(const RootCause& cause) {
   return decision;
 }
 
-RecoveryDecision decide_loss_while_connecting(const std::string& host, const std::set<std::string>& excluded,
+namespace {
+
+/// "a", "a and b", "a, b and 3 more": the hosts of one decision, short at any count.
+std::string name_hosts(const std::vector<std::string>& hosts) {
+  constexpr size_t kNamed = 3;
+  std::string text;
+  size_t named = hosts.size() <= kNamed + 1 ? hosts.size() : kNamed;
+  for (size_t i = 0; i < named; ++i) {
+    if (i > 0) text += i + 1 == named && named == hosts.size() ? " and " : ", ";
+    text += hosts[i];
+  }
+  if (named < hosts.size()) text += " and " + std::to_string(hosts.size() - named) + " more";
+  return text;
+}
+
+}  // namespace
+
+RecoveryDecision decide_loss_while_connecting(const std::vector<std::string>& lost, const std::set<std::string>& excluded,
                                               int world_size, const spec::JobSpec& spec) {
   RecoveryDecision decision;
   decision.exclude_host = true;
   std::set<std::string> without = excluded;
-  without.insert(host);
+  without.insert(lost.begin(), lost.end());
+  const std::string who = name_hosts(lost);
   Result<plan::RankPlan> next =
       spec.elastic.min_hosts > 0
           ? replan_without(without, spec)
           : Result<plan::RankPlan>(
-                Error::user("cannot start without " + host + " (set elastic.min_hosts to start with fewer hosts)"));
+                Error::user("cannot start without " + who + " (set elastic.min_hosts to start with fewer hosts)"));
   if (!next) {
     decision.exit_code = ExitCode::infra;
     decision.why = next.error().message;
     return decision;
   }
   decision.action = next->world_size == world_size ? RecoveryAction::replace : RecoveryAction::shrink;
-  decision.why = host + " is lost before the first generation; starting without it at world size " +
-                 std::to_string(next->world_size) + " (elastic.min_hosts " + std::to_string(spec.elastic.min_hosts) + ")";
+  decision.why = who + (lost.size() == 1 ? " is" : " are") + " lost before the first generation; starting without " +
+                 (lost.size() == 1 ? "it" : "them") + " at world size " + std::to_string(next->world_size) +
+                 " (elastic.min_hosts " + std::to_string(spec.elastic.min_hosts) + ")";
   decision.next_plan = std::move(next).value();
   return decision;
+}
+
+bool may_start_without(const std::set<std::string>& excluded, const spec::JobSpec& spec) {
+  if (spec.elastic.min_hosts <= 0) return excluded.empty();
+  int left = 0;
+  for (const auto* list : {&spec.hosts, &spec.spares}) {
+    for (const spec::HostEntry& host : *list) left += excluded.count(host.name) == 0 ? 1 : 0;
+  }
+  return left >= spec.elastic.min_hosts;
 }
 
 Result<plan::RankPlan> replan_without(const std::set<std::string>& excluded, const spec::JobSpec& spec) {

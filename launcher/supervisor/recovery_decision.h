@@ -79,12 +79,18 @@ int restarts_in_window(std::vector<int64_t>& restart_times_ms, int64_t now_ms, c
 /// run ends at once (exit job_failed), whatever budget is left.
 RecoveryDecision decide_spawn_failure(const RootCause& cause);
 
-/// A host of the plan was lost before the first generation started: start without it when
-/// elastic.min_hosts is set and a plan without every excluded host (this one too) exists
-/// (`next_plan`: replace when a spare keeps `world_size`, else shrink), else give up with exit
-/// infra and the planner's reason.
-RecoveryDecision decide_loss_while_connecting(const std::string& host, const std::set<std::string>& excluded,
+/// Hosts of the plan were lost before the first generation started (`lost`, in order; already
+/// among `excluded` or not): start without them when elastic.min_hosts is set and a plan without
+/// every excluded host exists (`next_plan`: replace when spares keep `world_size`, else shrink),
+/// else give up with exit infra and the planner's reason. One decision for any number of losses:
+/// hosts lost while the others connect are decided together (Supervisor::lose_host_before_start).
+RecoveryDecision decide_loss_while_connecting(const std::vector<std::string>& lost, const std::set<std::string>& excluded,
                                               int world_size, const spec::JobSpec& spec);
+
+/// Whether a start without `excluded` may still be possible, by counting alone (hosts and spares
+/// not excluded against elastic.min_hosts): cheap enough to ask at every loss while connecting,
+/// where the full plan waits for the losses to settle. False means give up now.
+bool may_start_without(const std::set<std::string>& excluded, const spec::JobSpec& spec);
 
 /// The plan of the next generation after hosts were excluded while the failed generation was
 /// stopping (lost, or silent past the stop deadline): the plan decided before is void.

@@ -136,9 +136,16 @@ GenerationProgress Supervisor::progress_of_generation() const {
 
 void Supervisor::start_when_all_connected() {
   for (const plan::PlanHost& host : plan_.hosts) {
+    if (excluded_.count(host.entry.name)) continue;  // lost while connecting: replanned below
     if (!connected_.count(host.entry.name) || awaiting_start_health(host.entry.name)) return;
   }
   if (phase_ != Phase::connecting) return;
+  if (!lost_while_connecting_.empty()) {
+    // Every host left has answered: one plan without all those lost meanwhile. It may take in
+    // spares that are still connecting; this is asked again as they do.
+    decide_losses_while_connecting();
+    return;
+  }
   if (!stacks_allow_start()) return;
   start_generation(plan_);
 }

@@ -185,6 +185,9 @@ class Supervisor {
   /// Records the loss (every phase does); true when the host is in the plan (not an unused spare).
   bool note_host_lost(const HostLost& event);
   void lose_host_before_start(const HostLost& event);
+  /// The one plan (or the give-up) for every host in lost_while_connecting_; the last of them is
+  /// the root cause when there is no plan.
+  void decide_losses_while_connecting();
   void fail_lost_host(const HostLost& event);
   void lose_host_while_recovering(const HostLost& event);
   void lose_host_while_stopping(const HostLost& event);
@@ -342,6 +345,8 @@ class Supervisor {
   ExitCode ending_code_ = ExitCode::ok;
   std::set<std::string> connected_;
   std::set<std::string> excluded_;
+  /// Hosts lost before the first generation whose exclusion no plan has taken in yet, in order.
+  std::vector<HostLost> lost_while_connecting_;
   std::map<std::string, int> host_failures_;
   std::set<std::string> awaiting_release_;
   // Health (supervisor_health.cpp): by host, when its checks were asked (monotonic ms).

@@ -164,29 +164,48 @@ TEST_CASE("a worker that cannot be spawned ends the run at once, naming the rank
 }
 
 TEST_CASE("a host lost before the first generation: start without it only when elastic.min_hosts allows") {
-  RecoveryDecision refused = decide_loss_while_connecting("c", {}, 8, four_hosts(0));
+  RecoveryDecision refused = decide_loss_while_connecting({"c"}, {}, 8, four_hosts(0));
   CHECK(refused.action == RecoveryAction::give_up);
   CHECK(refused.exit_code == ExitCode::infra);
   CHECK(refused.exclude_host);
   CHECK(refused.why == "cannot start without c (set elastic.min_hosts to start with fewer hosts)");
 
-  RecoveryDecision shrink = decide_loss_while_connecting("c", {"a"}, 8, four_hosts(0, 2));
+  RecoveryDecision shrink = decide_loss_while_connecting({"c"}, {"a"}, 8, four_hosts(0, 2));
   CHECK(shrink.action == RecoveryAction::shrink);
   REQUIRE(shrink.next_plan);
   CHECK(shrink.next_plan->world_size == 4);  // neither a nor c
   for (const plan::RankSlot& slot : shrink.next_plan->ranks) CHECK((slot.host != "a" && slot.host != "c"));
 
-  RecoveryDecision too_few = decide_loss_while_connecting("c", {"a", "b"}, 8, four_hosts(0, 3));
+  RecoveryDecision too_few = decide_loss_while_connecting({"c"}, {"a", "b"}, 8, four_hosts(0, 3));
   CHECK(too_few.action == RecoveryAction::give_up);
   CHECK(too_few.exit_code == ExitCode::infra);
   CHECK(!too_few.next_plan);
 
   spec::JobSpec spared = four_hosts(0, 1);
   add_spares(spared, {"spare"});
-  RecoveryDecision replace = decide_loss_while_connecting("c", {}, 8, spared);
+  RecoveryDecision replace = decide_loss_while_connecting({"c"}, {}, 8, spared);
   CHECK(replace.action == RecoveryAction::replace);
   REQUIRE(replace.next_plan);
   CHECK(replace.next_plan->world_size == 8);
+}
+
+TEST_CASE("hosts lost together before the first generation: one decision names them, short at any count") {
+  RecoveryDecision two = decide_loss_while_connecting({"c", "d"}, {}, 8, four_hosts(0, 2));
+  REQUIRE(two.next_plan);
+  CHECK(two.next_plan->world_size == 4);
+  CHECK(two.why == "c and d are lost before the first generation; starting without them at world size 4 (elastic.min_hosts 2)");
+  RecoveryDecision refused = decide_loss_while_connecting({"a", "b", "c", "d", "e"}, {}, 8, four_hosts(0));
+  CHECK(refused.why == "cannot start without a, b, c and 2 more (set elastic.min_hosts to start with fewer hosts)");
+}
+
+TEST_CASE("may_start_without counts hosts and spares left against elastic.min_hosts") {
+  CHECK(!may_start_without({"a"}, four_hosts(0)));  // no min_hosts: every host is needed
+  CHECK(may_start_without({}, four_hosts(0)));
+  CHECK(may_start_without({"a", "b"}, four_hosts(0, 2)));
+  CHECK(!may_start_without({"a", "b", "c"}, four_hosts(0, 2)));
+  spec::JobSpec spared = four_hosts(0, 4);
+  add_spares(spared, {"spare"});
+  CHECK(may_start_without({"a"}, spared));
 }
 
 TEST_CASE("the plan after exclusions during a stop leaves out every excluded host, or says why there is none") {

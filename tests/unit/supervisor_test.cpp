@@ -420,6 +420,45 @@ TEST_CASE("a lost host without elastic.min_hosts fails the run") {
   CHECK(finish[0].exit_code == ExitCode::hosts_lost);
 }
 
+TEST_CASE("hosts lost while the others connect are planned out once, when the rest have connected") {
+  spec::JobSpec spec = make_spec(6, 1);
+  spec.elastic.min_hosts = 2;
+  Harness h(spec);
+  std::vector<Action> all;
+  auto take = [&](std::vector<Action> actions) { all.insert(all.end(), actions.begin(), actions.end()); };
+  take(h.feed(HostConnected{"h1"}));
+  take(h.feed(HostLost{"h2", "socketpair: Too many open files"}));
+  take(h.feed(HostLost{"h3", "socketpair: Too many open files"}));
+  take(h.feed(HostConnected{"h4"}));
+  take(h.feed(HostLost{"h5", "socketpair: Too many open files"}));
+  CHECK(events_named(all, "host.lost").size() == 3);
+  CHECK(events_named(all, "plan.changed").empty());  // h6 has not answered yet
+  CHECK(of_type<StartGeneration>(all).empty());
+  take(h.feed(HostConnected{"h6"}));
+  auto changed = events_named(all, "plan.changed");
+  REQUIRE(changed.size() == 1);
+  CHECK(changed[0]["without"] == nlohmann::json::array({"h2", "h3", "h5"}));
+  auto starts = of_type<StartGeneration>(all);
+  REQUIRE(starts.size() == 1);
+  CHECK(starts[0].plan.world_size == 3);
+  CHECK(h.supervisor->restarts() == 0);
+}
+
+TEST_CASE("hosts lost while connecting below elastic.min_hosts end the run at once, naming the last loss") {
+  spec::JobSpec spec = make_spec(4, 1);
+  spec.elastic.min_hosts = 3;
+  Harness h(spec);
+  h.feed(HostConnected{"h1"});
+  auto first = h.feed(HostLost{"h2", "channel closed"});
+  CHECK(of_type<FinishRun>(first).empty());
+  auto second = h.feed(HostLost{"h3", "connection refused"});
+  auto finish = of_type<FinishRun>(second);
+  REQUIRE(finish.size() == 1);
+  CHECK(finish[0].exit_code == ExitCode::infra);
+  CHECK(h.supervisor->give_up_reason().find("h2") != std::string::npos);
+  CHECK(events_named(second, "failure.detected").at(0).dump().find("connection refused") != std::string::npos);
+}
+
 TEST_CASE("a lost host with elastic.min_hosts shrinks without using the restart budget") {
   spec::JobSpec spec = make_spec(3, 1);
   spec.elastic.min_hosts = 2;
