@@ -7,6 +7,8 @@
 // before the first generation (spec health; hosts_health.h). Exit 0 only when every host can run the job; otherwise 3, with
 // each failing host's reason and fix. localhost entries are checked here, without ssh. With
 // transport: srun every host (VIA srun) is checked through one srun step, as its agent would start.
+// With hosts: kubernetes, the kubeconfig user's permissions and the selector's pods instead
+// (hosts_kubernetes.h).
 //
 // `dtrain hosts --reliability [--since D] [--until D] [--json]` (no spec): each host's record in
 // the run registry: hours held, failures (root causes / all), root-cause failures per 1,000
@@ -27,6 +29,7 @@
 
 #include "cli/commands.h"
 #include "cli/hosts_health.h"
+#include "cli/hosts_kubernetes.h"
 #include "cli/hosts_quarantine.h"
 #include "cli/hosts_stack.h"
 #include "launcher/base/child_process.h"
@@ -524,6 +527,9 @@ int run_hosts(const HostsOptions& options) {
     return to_int(ExitCode::usage);
   }
   spec::JobSpec job = *loaded.spec;
+  // hosts: kubernetes (or transport: kubectl): the hosts are pods, reached through the API server
+  // (hosts_kubernetes.h).
+  if (job.kubernetes.enabled) return check_kubernetes_hosts(job, options.spec_path, options.json);
   // transport: srun starts this very binary on the nodes (or ssh.remote_dtrain): check that one.
   if (job.transport == spec::TransportKind::srun && job.ssh.remote_dtrain.empty()) {
     job.ssh.remote_dtrain = this_executable();
@@ -609,7 +615,8 @@ void add_hosts_command(CLI::App& app, CommandContext& context) {
   auto options = std::make_shared<HostsOptions>();
   CLI::App* command = app.add_subcommand(
       "hosts", "check every host of a job spec: ssh, host key, dtrain, GPUs, disk, clock, software stack, health "
-               "checks (exit 3 if any fails); "
+               "checks (exit 3 if any fails); hosts: kubernetes: the kubeconfig user's permissions (kubectl auth "
+               "can-i), the JobSet CRD and the selector's pods; "
                "--reliability: each host's failures and exclusions from the run registry; quarantine, release, "
                "--quarantined: the hosts kept out of every plan");
   command->add_option("spec", options->spec_path, "job spec (YAML); not with --reliability");

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A real SSH test cluster on one machine: network namespaces as hosts.
 #
-#   testcluster.sh up N [--share DIR]... [--env NAME=VALUE]... [--slurm] [--kubernetes [--kube-gpus-per-node G]]
+#   testcluster.sh up N [--share DIR]... [--env NAME=VALUE]... [--slurm] [--kubernetes [--kube-gpus-per-node G] [--kube-jobset-crd]]
 #                                N hosts (tears down stale state of the same prefix first); every
 #                                host sees this checkout and each DIR at its own path. --env: every
 #                                SSH session on the hosts gets NAME=VALUE (sshd SetEnv; e.g. a fake
@@ -10,6 +10,7 @@
 #                                --kubernetes: also the emulated Kubernetes API server
 #                                (tests/k8s/apiserver.py) at https://10.77.0.2:6443 in ctl, one Node
 #                                per host with G nvidia.com/gpu (default 8); see tests/k8s/README.md
+#                                --kube-jobset-crd: its discovery lists the JobSet CRD's jobsets
 #   testcluster.sh kube-node H notready|ready
 #                                forces node H's Ready condition (--kubernetes; its pods get
 #                                Ready=False and are evicted after their not-ready toleration)
@@ -519,12 +520,13 @@ EOF
 # Starts the emulated API server in ctl (so `down` ends it) and waits until it accepts
 # connections; then adds the Kubernetes keys to cluster.env.
 kube_up() {
-  local gpus=$1 dir=$STATE/kube i server
+  local gpus=$1 jobset=$2 dir=$STATE/kube i server extra=()
+  [ "$jobset" = 0 ] || extra+=(--jobset-crd)
   kube_credentials
   server="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tests/k8s/apiserver.py"
   ip netns exec "$CTL" setsid /usr/bin/python3 "$server" --listen "$CTL_IP:$KUBE_PORT" \
     --cert "$dir/server.crt" --key "$dir/server.key" --users "$dir/users.json" --state "$dir" \
-    --cluster-env "$STATE/cluster.env" --gpus-per-node "$gpus" --namespace dtrain-test \
+    --cluster-env "$STATE/cluster.env" --gpus-per-node "$gpus" --namespace dtrain-test "${extra[@]}" \
     </dev/null >"$dir/apiserver.log" 2>&1 &
   echo $! >"$dir/apiserver.pid"
   for i in $(seq 1 200); do
@@ -589,7 +591,7 @@ cmd_up() {
   shift
   # This checkout is always shared: the tests and their binaries live in it.
   local shared=("$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)")
-  local with_slurm=0 with_kubernetes=0 kube_gpus=8
+  local with_slurm=0 with_kubernetes=0 kube_gpus=8 kube_jobset=0
   local session_env=()
   while [ $# -gt 0 ]; do
     case $1 in
@@ -610,7 +612,8 @@ cmd_up() {
         [ $# -ge 2 ] && [[ $2 =~ ^[0-9]+$ ]] || die "up: --kube-gpus-per-node needs a number"
         kube_gpus=$2
         shift 2 ;;
-      *) die "up: unknown argument '$1'; usage: testcluster.sh up N [--share DIR]... [--env NAME=VALUE]... [--slurm] [--kubernetes [--kube-gpus-per-node G]]" ;;
+      --kube-jobset-crd) kube_jobset=1; shift ;;
+      *) die "up: unknown argument '$1'; usage: testcluster.sh up N [--share DIR]... [--env NAME=VALUE]... [--slurm] [--kubernetes [--kube-gpus-per-node G] [--kube-jobset-crd]]" ;;
     esac
   done
   preflight
@@ -673,7 +676,7 @@ cmd_up() {
     echo "DTRAIN_TESTCLUSTER_SLURM_CONF=$STATE/slurm/slurm.conf" >>"$STATE/cluster.env"
     echo "DTRAIN_TESTCLUSTER_SLURM_PARTITION=test" >>"$STATE/cluster.env"
   fi
-  [ "$with_kubernetes" = 0 ] || kube_up "$kube_gpus"
+  [ "$with_kubernetes" = 0 ] || kube_up "$kube_gpus" "$kube_jobset"
   echo "testcluster: $count hosts up (prefix $PREFIX)$([ "$with_slurm" = 1 ] && echo ", Slurm")$([ "$with_kubernetes" = 1 ] && echo ", Kubernetes"); env: $STATE/cluster.env"
 }
 

@@ -17,9 +17,7 @@ transport::KubectlOptions kubectl_options_for(const spec::JobSpec& job) {
   return options;
 }
 
-std::string dtrain_path_in_pods(const spec::JobSpec& job, const std::string& this_executable) {
-  return job.ssh.remote_dtrain.empty() ? this_executable : job.ssh.remote_dtrain;
-}
+std::string dtrain_path_in_pods(const spec::JobSpec& job) { return job.ssh.remote_dtrain; }
 
 Result<spec::PodList> list_pods(const spec::JobSpec& job, const std::string& selector, Millis timeout) {
   transport::KubectlOptions options = kubectl_options_for(job);

@@ -18,9 +18,10 @@ namespace dtrain::hosts {
 /// The spec's kubernetes: block as kubectl options (kubeconfig, context, namespace, container).
 transport::KubectlOptions kubectl_options_for(const spec::JobSpec& job);
 
-/// The dtrain binary inside the pods: ssh.remote_dtrain when set, else `this_executable`'s path
-/// (the image, or a volume shared with this machine, holds it there).
-std::string dtrain_path_in_pods(const spec::JobSpec& job, const std::string& this_executable);
+/// The dtrain binary inside the pods: ssh.remote_dtrain (the image, or a volume, holds it there);
+/// empty: this binary, which the kubectl transport copies into each pod that lacks it (as the SSH
+/// transport does on hosts; kubectl_provision.h).
+std::string dtrain_path_in_pods(const spec::JobSpec& job);
 
 /// `kubectl get pods [-l SELECTOR] -o json` in the spec's namespace, typed. Errors (user kind)
 /// name the namespace and selector and the fix: kubectl missing, a refused permission, output

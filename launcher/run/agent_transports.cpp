@@ -16,7 +16,7 @@ transport::AgentTarget AgentTransports::target_for(const spec::HostEntry& host) 
   target.port = host.port ? host.port : spec_.ssh.port;
   target.dtrain_path = dtrain_exe_;
   if (spec_.transport == spec::TransportKind::kubectl) {
-    target.dtrain_path = hosts::dtrain_path_in_pods(spec_, dtrain_exe_);  // a pod is never this machine
+    target.dtrain_path = hosts::dtrain_path_in_pods(spec_);  // a pod is never this machine; empty: provision
   } else if (!host.is_local()) {
     target.dtrain_path = spec_.ssh.remote_dtrain;  // empty: provision this binary there
     target.port = host.port;

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "launcher/base/strings.h"
+#include "launcher/transport/kubectl_provision.h"
 
 namespace dtrain::transport {
 namespace {
@@ -62,6 +63,9 @@ std::string explain_kubectl_failure(const std::string& what, const std::string& 
           "cluster's administrators for a Role that grants it";
   } else if (contains(said, "context was not found") || (contains(said, "does not exist") && contains(said, "context"))) {
     fix = "kubernetes.context names no context of the kubeconfig; `kubectl config get-contexts` lists them";
+  } else if (!options.kubeconfig.empty() && contains(said, options.kubeconfig.c_str()) &&
+             (contains(said, "no such file") || contains(said, "permission denied"))) {
+    fix = "kubectl cannot read the kubeconfig " + options.kubeconfig + "; fix kubernetes.kubeconfig";
   } else if (contains(said, "Unauthorized") || contains(said, "must be logged in")) {
     fix = "the cluster refused the kubeconfig's credentials; log in again the way your cluster wants (kubectl reads "
           "them itself)";
@@ -130,18 +134,26 @@ std::string KubectlConnection::describe() const {
   return pod_ + " (kubectl exec pid " + std::to_string(child_.pid()) + (options_.container.empty() ? "" : ", container " + options_.container) + ")";
 }
 
-Result<std::unique_ptr<AgentConnection>> KubectlTransport::start_agent(const AgentTarget& target) {
-  if (target.dtrain_path.empty()) {
-    return Error::internal("internal bug: kubectl transport started without the path of dtrain in the pod");
-  }
-  std::vector<std::string> argv = kubectl_exec_argv(options_, target.host, {target.dtrain_path, "agent"});
+Result<std::unique_ptr<AgentConnection>> start_kubectl_agent(const KubectlOptions& options, const std::string& pod,
+                                                             const std::string& dtrain_path) {
+  std::vector<std::string> argv = kubectl_exec_argv(options, pod, {dtrain_path, "agent"});
   // Its own process group: a terminal's Ctrl-C goes to the supervisor, which stops the run in
   // order (the agents fence when their input ends) instead of every kubectl dying at once.
   Result<PipedChild> child = PipedChild::spawn(argv, {.own_process_group = true, .kill_with_parent = true});
   if (!child) {
-    return Error::user(target.host + ": " + child.error().message + "; install kubectl or set kubernetes.kubectl to its path");
+    return Error::user(pod + ": " + child.error().message + "; install kubectl or set kubernetes.kubectl to its path");
   }
-  return std::unique_ptr<AgentConnection>(new KubectlConnection(target.host, options_, std::move(child).value()));
+  return std::unique_ptr<AgentConnection>(new KubectlConnection(pod, options, std::move(child).value()));
+}
+
+KubectlTransport::KubectlTransport(KubectlOptions options) : options_(std::move(options)) {}
+
+KubectlTransport::~KubectlTransport() = default;
+
+Result<std::unique_ptr<AgentConnection>> KubectlTransport::start_agent(const AgentTarget& target) {
+  if (!target.dtrain_path.empty()) return start_kubectl_agent(options_, target.host, target.dtrain_path);
+  if (!provisioning_) provisioning_ = std::make_shared<KubectlProvisioning>(options_);
+  return KubectlProvisioningConnection::start(target.host, options_, provisioning_);
 }
 
 }  // namespace dtrain::transport

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "launcher/base/child_process.h"
+#include "launcher/base/version.h"
 #include "launcher/transport/transport.h"
 
 namespace dtrain::transport {
@@ -28,6 +29,12 @@ struct KubectlOptions {
   /// How long `kubectl exec` may take before the agent's first byte arrives (API server, kubelet,
   /// the agent's start); past it the connection closes with the reason.
   int start_timeout_ms = 60'000;
+  /// Provisioning (kubectl_provision.h), when a target has no dtrain path: how long the copy of
+  /// this binary into one pod may take, the cache directory's version, and what is copied
+  /// (empty: this executable).
+  int provision_timeout_ms = 300'000;
+  std::string dtrain_version = kVersion;
+  std::string local_binary;
 };
 
 /// `kubectl [--kubeconfig F] [--context C] [-n NS] <rest...>`.
@@ -83,15 +90,24 @@ class KubectlConnection final : public AgentConnection {
   static constexpr int kDestructorGraceMs = 5000;
 };
 
+/// `kubectl exec -i POD [-c C] -- DTRAIN_PATH agent` as a connection.
+Result<std::unique_ptr<AgentConnection>> start_kubectl_agent(const KubectlOptions& options, const std::string& pod,
+                                                             const std::string& dtrain_path);
+
+struct KubectlProvisioning;
+
 /// Starts agents with `kubectl exec`: target.host is the pod, target.dtrain_path the dtrain
-/// binary inside it (required: the image holds it, or a volume shared with this machine).
+/// binary inside it (the image holds it, or a volume); empty: this binary, provisioned into the
+/// pod first (kubectl_provision.h).
 class KubectlTransport final : public Transport {
  public:
-  explicit KubectlTransport(KubectlOptions options) : options_(std::move(options)) {}
+  explicit KubectlTransport(KubectlOptions options);
+  ~KubectlTransport() override;
   Result<std::unique_ptr<AgentConnection>> start_agent(const AgentTarget& target) override;
 
  private:
   KubectlOptions options_;
+  std::shared_ptr<KubectlProvisioning> provisioning_;  // made on the first pod that needs it
 };
 
 }  // namespace dtrain::transport

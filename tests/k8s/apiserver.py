@@ -21,6 +21,7 @@ from http.server import ThreadingHTTPServer
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import k8s_auth  # noqa: E402
+import k8s_discovery  # noqa: E402
 from k8s_api import Api  # noqa: E402
 from k8s_exec import ExecServer  # noqa: E402
 from k8s_handler import Handler, RequestLog  # noqa: E402
@@ -57,6 +58,8 @@ def parse_args(argv):
     parser.add_argument("--cluster-env", help="testcluster's cluster.env: the hosts become nodes")
     parser.add_argument("--gpus-per-node", type=int, default=8)
     parser.add_argument("--namespace", action="append", default=[])
+    parser.add_argument("--jobset-crd", action="store_true",
+                        help="discovery lists the JobSet CRD's resource (jobsets.jobset.x-k8s.io)")
     return parser.parse_args(argv)
 
 
@@ -74,6 +77,8 @@ class Server(ThreadingHTTPServer):
 
 def main(argv):
     args = parse_args(argv)
+    if args.jobset_crd:
+        k8s_discovery.install_jobset_crd()
     os.makedirs(os.path.join(args.state, "nodes"), exist_ok=True)
     store = Store()
     for namespace in ["default", "kube-system"] + (args.namespace or ["dtrain-test"]):

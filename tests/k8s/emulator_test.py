@@ -209,6 +209,20 @@ def check_killed_host_is_not_ready():
     print(f"ok: kill {node} -> node NotReady after {time.monotonic() - started:.1f} s")
 
 
+def check_jobset_crd_discovery():
+    """No JobSet CRD by default; with install_jobset_crd (--jobset-crd) discovery lists it."""
+    listed = kubectl("api-resources", "--api-group=jobset.x-k8s.io", "-o", "name")
+    assert listed.stdout.decode().strip() == "", listed.stdout
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import k8s_discovery
+    k8s_discovery.install_jobset_crd()
+    groups = [group["name"] for group in k8s_discovery.api_group_list()["groups"]]
+    assert "jobset.x-k8s.io" in groups, groups
+    resources = k8s_discovery.api_resource_list("jobset.x-k8s.io", "v1alpha2")["resources"]
+    assert [entry["name"] for entry in resources] == ["jobsets"], resources
+    print("ok: JobSet CRD absent from discovery by default, listed with --jobset-crd")
+
+
 def check_nothing_left():
     output = testcluster("down").stdout
     leftover = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
@@ -253,6 +267,7 @@ def main():
         check_watch_and_delete_end_processes()
         check_indexed_job()
         check_no_exec_context()
+        check_jobset_crd_discovery()
         check_killed_host_is_not_ready()
         requests = sum(1 for _ in open(f"{STATE}/kube/requests.jsonl"))
         assert "Bearer" not in open(f"{STATE}/kube/requests.jsonl").read()

@@ -51,6 +51,17 @@ RESOURCES = [
 
 GROUP_VERSIONS = {"batch": "v1", "authorization.k8s.io": "v1"}
 
+JOBSET_CRD = Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", True)
+
+
+def install_jobset_crd():
+    """Discovery then lists jobsets.jobset.x-k8s.io, as where the JobSet CRD is installed
+    (`apiserver.py --jobset-crd`, `testcluster.sh up N --kubernetes --kube-jobset-crd`). Only
+    discovery: JobSet objects are not stored or run (there is no JobSet controller)."""
+    if JOBSET_CRD not in RESOURCES:
+        RESOURCES.append(JOBSET_CRD)
+        GROUP_VERSIONS[JOBSET_CRD.group] = JOBSET_CRD.version
+
 
 def find_resource(group, version, plural):
     for resource in RESOURCES:

@@ -16,30 +16,13 @@
 
 #include "launcher/run/pod_watch.h"
 #include "launcher/transport/kubectl_transport.h"
+#include "tests/fakes/fake_kubectl.h"
 
 using namespace dtrain;
 using namespace dtrain::transport;
+using dtrain::testing::FakeKubectl;
 
 namespace {
-
-struct FakeKubectl {
-  std::string dir;
-  std::string path;
-  explicit FakeKubectl(const std::string& body) {
-    char pattern[] = "/tmp/dtrain-fake-kubectl-XXXXXX";
-    dir = ::mkdtemp(pattern);
-    path = dir + "/kubectl";
-    std::ofstream(path) << "#!/bin/sh\necho \"$*\" >> " << dir << "/args\n" << body;
-    ::chmod(path.c_str(), 0700);
-  }
-  ~FakeKubectl() { std::system(("rm -rf '" + dir + "'").c_str()); }
-  std::string args() const {
-    std::ifstream in(dir + "/args");
-    std::stringstream text;
-    text << in.rdbuf();
-    return text.str();
-  }
-};
 
 KubectlOptions options_for(const FakeKubectl& fake) {
   KubectlOptions options;
