@@ -79,14 +79,6 @@ double peak_rss_mb() {
   return static_cast<double>(usage.ru_maxrss) / 1024.0;
 }
 
-void raise_open_file_limit() {
-  rlimit limit{};
-  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
-    limit.rlim_cur = limit.rlim_max;
-    ::setrlimit(RLIMIT_NOFILE, &limit);
-  }
-}
-
 /// Waits until `condition` holds or `timeout_ms` passes; false on timeout.
 template <class Condition>
 bool wait_for(Condition condition, int64_t timeout_ms) {
@@ -231,7 +223,7 @@ int main(int argc, char** argv) {
     home = pattern;
   }
   ::setenv("DTRAIN_HOME", home.c_str(), 1);
-  raise_open_file_limit();
+  // The supervisor raises its open-file limit for the hosts itself (RunDriver::open_run).
 
   int64_t interval_ms = interval->count();
   std::string spec = sim_spec(hosts, slots, interval_ms);

@@ -19,6 +19,7 @@
 #include "launcher/base/exit_code.h"
 #include "launcher/base/strings.h"
 #include "launcher/base/version.h"
+#include "launcher/base/open_files.h"
 #include "launcher/hosts/kubernetes_hosts.h"
 #include "launcher/proto/messages.h"
 #include "launcher/run/fd_watcher.h"
@@ -320,6 +321,14 @@ std::optional<int> RunDriver::open_run() {
     return to_int(ExitCode::infra);
   }
   signals_.emplace();
+  // Before the first connection: every host holds descriptors for the whole run.
+  const size_t host_count = spec_.hosts.size() + spec_.spares.size();
+  if (Result<OpenFileLimit> files = raise_open_file_limit(open_files_needed(host_count)); !files) {
+    log().warn("{}", files.error().message);
+    recorder_.console_line("warning: " + files.error().message);
+  } else if (files->raised_hard) {
+    log().info("open-file limit raised to {} for {} hosts", files->soft, host_count);
+  }
   Result<RuntimeDirectoryChoice> runtime_dir = run_.create_runtime_dir();
   if (!runtime_dir) {
     std::fprintf(stderr, "dtrain: %s\n", runtime_dir.error().message.c_str());
