@@ -50,7 +50,7 @@ Result<OpenFileLimit> raise_open_file_limit(uint64_t needed) {
   return Error::user("this many hosts need about " + std::to_string(needed) + " open files and dtrain may open " +
                      std::to_string(result.soft) + " (hard limit " + std::to_string(result.hard) +
                      (needed > ceiling ? ", above the kernel's fs.nr_open " + std::to_string(ceiling)
-                                       : std::string(", which only root may raise")) +
+                                       : std::string(", which only a process with CAP_SYS_RESOURCE may raise")) +
                      "); hosts beyond that are lost while connecting with \"Too many open files\". Raise it: "
                      "`ulimit -Hn " + std::to_string(needed) + "` as root before dtrain, LimitNOFILE= in a systemd "
                      "unit, or nofile in /etc/security/limits.conf");
