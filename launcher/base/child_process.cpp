@@ -326,16 +326,15 @@ void PipedChild::kill_and_reap() {
   (void)handle_.reap();
 }
 
-Result<CommandOutput> run_command(const std::vector<std::string>& argv, Millis timeout) {
-  return run_command(argv, timeout, {}, std::numeric_limits<size_t>::max());
-}
+namespace {
 
-Result<CommandOutput> run_command(const std::vector<std::string>& argv, Millis timeout,
-                                  const PipedChild::Options& options, size_t max_output_bytes) {
+Result<CommandOutput> run_to_end(const std::vector<std::string>& argv, Millis timeout, const PipedChild::Options& options,
+                                 size_t max_output_bytes, std::string input) {
   Result<PipedChild> started = PipedChild::spawn(argv, options);
   if (!started) return started.error();
   PipedChild& child = *started;
-  child.close_input();
+  if (input.empty()) child.close_input();
+  else child.write(std::move(input));
   CommandOutput output;
   const int64_t deadline = monotonic_ms() + timeout.count();
   // Its exit, not its pipes' EOF, ends the command. Who holds the pipes open after it exited is
@@ -347,6 +346,7 @@ Result<CommandOutput> run_command(const std::vector<std::string>& argv, Millis t
   for (;;) {
     if (exited_ms < 0 && child.reaped()) exited_ms = monotonic_ms();
     child.pump();
+    if (!child.input_closed() && !child.input_pending()) child.close_input();  // all written: EOF
     output.out += child.take_stdout();
     output.err += child.take_stderr();
     if (output.out.size() + output.err.size() > max_output_bytes) {
@@ -374,6 +374,21 @@ Result<CommandOutput> run_command(const std::vector<std::string>& argv, Millis t
   int status = *child.wait_status();
   output.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return output;
+}
+
+}  // namespace
+
+Result<CommandOutput> run_command(const std::vector<std::string>& argv, Millis timeout) {
+  return run_to_end(argv, timeout, {}, std::numeric_limits<size_t>::max(), {});
+}
+
+Result<CommandOutput> run_command_with_input(const std::vector<std::string>& argv, std::string input, Millis timeout) {
+  return run_to_end(argv, timeout, {}, std::numeric_limits<size_t>::max(), std::move(input));
+}
+
+Result<CommandOutput> run_command(const std::vector<std::string>& argv, Millis timeout,
+                                  const PipedChild::Options& options, size_t max_output_bytes) {
+  return run_to_end(argv, timeout, options, max_output_bytes, {});
 }
 
 }  // namespace dtrain

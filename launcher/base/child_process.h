@@ -126,6 +126,8 @@ class PipedChild {
   /// Writes what the pipe takes now, then closes its stdin (EOF).
   void close_input();
   bool input_closed() const { return !stdin_.valid(); }
+  /// Bytes queued by write() that the pipe has not taken yet.
+  bool input_pending() const { return outgoing_offset_ < outgoing_.size(); }
 
   std::string take_stdout() { return std::exchange(stdout_bytes_, {}); }
   std::string take_stderr() { return std::exchange(stderr_bytes_, {}); }
@@ -175,6 +177,9 @@ struct CommandOutput {
 /// Runs `argv` (no shell; argv[0] is a path) with stdin at EOF, capturing stdout and stderr.
 /// Past `timeout` the child is SIGKILLed and the result is an error (infra).
 Result<CommandOutput> run_command(const std::vector<std::string>& argv, Millis timeout);
+
+/// run_command with `input` written to its stdin, then EOF (`kubectl create -f -`).
+Result<CommandOutput> run_command_with_input(const std::vector<std::string>& argv, std::string input, Millis timeout);
 
 /// run_command for a program that is not ours to trust (a worker's interpreter): `options`
 /// says its environment, directory and process group; past `max_output_bytes` of stdout and

@@ -24,6 +24,8 @@ inline constexpr const char* kRunlogDropped = "runlog.dropped";
 // ---- hosts
 inline constexpr const char* kSshInsecure = "ssh.insecure";
 inline constexpr const char* kRuntimeDirFallback = "runtime_dir.fallback";
+inline constexpr const char* kKubernetesCreated = "kubernetes.created";
+inline constexpr const char* kKubernetesDeleted = "kubernetes.deleted";
 inline constexpr const char* kHostConnected = "host.connected";
 inline constexpr const char* kHostFacts = "host.facts";
 inline constexpr const char* kHostStack = "host.stack";
@@ -96,6 +98,8 @@ inline const std::vector<EventType>& catalogue() {
       {kRunlogDropped, "run-log writes (rank output, metrics, events) dropped while the run directory's file system fell behind: counted by kind, first and last", {"bytes", "writes", "detail", "kinds", "first_ts", "last_ts"}},
       {kSshInsecure, "host keys are not checked (ssh.host_key_policy insecure)", {"detail"}},
       {kRuntimeDirFallback, "the supervisor's runtime directory was refused (another owner, a link, open to others): the run uses a fresh private one", {"path", "refused"}},
+      {kKubernetesCreated, "kubernetes.job: the Indexed Job and headless Service dtrain created for the run (their pods are its hosts): namespace, names, the pods' selector and count", {"namespace", "job", "service", "selector", "pods"}},
+      {kKubernetesDeleted, "what dtrain created for the run deleted again (the Job with its pods, the Service), and why; error when kubectl could not", {"namespace", "job", "service", "why"}},
       {kHostConnected, "a host's agent said hello", {"host", "agent_pid", "version", "clock_offset_ms"}},
       {kHostFacts, "what the agent found on its host (CPUs, memory, GPUs)", {"host"}},
       {kHostStack, "a host's software stack as its agent found it at hello (OS, kernel, GPU driver, CUDA, NCCL, Python and torch of the worker's interpreter, container image, sha256 of the worker command's files); unknown where it could not be read", {"host", "items", "ms"}},

@@ -142,6 +142,37 @@ struct RuntimeDirFallback {
   bool operator==(const RuntimeDirFallback&) const = default;
 };
 
+/// kubernetes.created and kubernetes.deleted name the same objects: the Job and the Service
+/// (launcher/hosts CreatedJob), in "namespace" ("" is the kubeconfig context's own).
+struct KubernetesObjects {
+  std::string namespace_name{};
+  std::string job{};
+  std::string service{};
+  bool operator==(const KubernetesObjects&) const = default;
+};
+
+/// What dtrain created, so that it is deleted at the end, and by a resume when the supervisor
+/// that made it died.
+struct KubernetesCreated : KubernetesObjects {
+  static constexpr const char* name = kKubernetesCreated;
+  std::string selector{};  ///< of its pods: dtrain.io/run=RUN,dtrain.io/job=JOB
+  int pods = 0;            ///< kubernetes.job.pods
+  nlohmann::json to_json() const;
+  static Result<KubernetesCreated> from_json(const nlohmann::json& event);
+  bool operator==(const KubernetesCreated&) const = default;
+};
+
+/// Those deleted, and why (the run ended, a resume cleared what a supervisor that died left);
+/// `error` when kubectl could not delete them.
+struct KubernetesDeleted : KubernetesObjects {
+  static constexpr const char* name = kKubernetesDeleted;
+  std::string why{};                   ///< "the run ended (preempted)"
+  std::optional<std::string> error{};  ///< what kubectl said when it could not
+  nlohmann::json to_json() const;
+  static Result<KubernetesDeleted> from_json(const nlohmann::json& event);
+  bool operator==(const KubernetesDeleted&) const = default;
+};
+
 struct SshInsecure {
   static constexpr const char* name = kSshInsecure;
   std::string detail{};

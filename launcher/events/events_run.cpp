@@ -20,6 +20,18 @@ json host_failure_count(const char* name, const HostFailureCount& event) {
   return named(name, {{"host", event.host}, {"failures", event.failures}, {"detail", event.detail}});
 }
 
+// The objects' fields, then `more`.
+json kubernetes_objects(const char* name, const KubernetesObjects& objects, json more) {
+  more["namespace"] = objects.namespace_name;
+  more["job"] = objects.job;
+  more["service"] = objects.service;
+  return named(name, std::move(more));
+}
+
+EventFields& read_kubernetes_objects(EventFields& fields, KubernetesObjects& objects) {
+  return fields.read("namespace", objects.namespace_name).read("job", objects.job).read("service", objects.service);
+}
+
 }  // namespace
 
 // ---- the run
@@ -135,6 +147,28 @@ Result<RuntimeDirFallback> RuntimeDirFallback::from_json(const json& object) {
   fields.read("path", event.path).read("refused", event.refused);
   return fields.result(std::move(event));
 }
+json KubernetesCreated::to_json() const { return kubernetes_objects(name, *this, {{"selector", selector}, {"pods", pods}}); }
+
+Result<KubernetesCreated> KubernetesCreated::from_json(const json& object) {
+  EventFields fields(name, object);
+  KubernetesCreated event;
+  read_kubernetes_objects(fields, event).read("selector", event.selector).read("pods", event.pods);
+  return fields.result(std::move(event));
+}
+
+json KubernetesDeleted::to_json() const {
+  json out = kubernetes_objects(name, *this, {{"why", why}});
+  put_if(out, "error", error);
+  return out;
+}
+
+Result<KubernetesDeleted> KubernetesDeleted::from_json(const json& object) {
+  EventFields fields(name, object);
+  KubernetesDeleted event;
+  read_kubernetes_objects(fields, event).read("why", event.why).read("error", event.error);
+  return fields.result(std::move(event));
+}
+
 json SshInsecure::to_json() const { return named(name, {{"detail", detail}}); }
 
 Result<SshInsecure> SshInsecure::from_json(const json& object) {

@@ -39,7 +39,11 @@ Result<spec::PodList> list_pods(const spec::JobSpec& job, const std::string& sel
 }
 
 Result<std::vector<std::string>> take_pods_as_hosts(spec::JobSpec& job, Millis timeout) {
-  Result<spec::PodList> pods = list_pods(job, job.kubernetes.selector, timeout);
+  return take_pods_as_hosts(job, job.kubernetes.selector, timeout);
+}
+
+Result<std::vector<std::string>> take_pods_as_hosts(spec::JobSpec& job, const std::string& selector, Millis timeout) {
+  Result<spec::PodList> pods = list_pods(job, selector, timeout);
   if (!pods) return pods.error();
   if (job.kubernetes.container.empty()) {
     for (const spec::Pod& pod : pods->pods) {

@@ -32,5 +32,7 @@ Result<spec::PodList> list_pods(const spec::JobSpec& job, const std::string& sel
 /// with the first pod's first container when the spec names none (so that every exec and
 /// spec.yaml say which). Returns the pods left out, each with why, for a warning.
 Result<std::vector<std::string>> take_pods_as_hosts(spec::JobSpec& job, Millis timeout);
+/// The same with the pods of `selector` (kubernetes.job: the run's own, CreatedJob's names).
+Result<std::vector<std::string>> take_pods_as_hosts(spec::JobSpec& job, const std::string& selector, Millis timeout);
 
 }  // namespace dtrain::hosts

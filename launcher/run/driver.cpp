@@ -310,7 +310,11 @@ void RunDriver::send_store_replies(const std::vector<store::StoreReply>& replies
 // ---- the loop ---------------------------------------------------------------------------------
 
 int RunDriver::run() {
-  if (std::optional<int> failed = open_run()) return *failed;
+  if (std::optional<int> failed = open_run()) {
+    delete_created_job("the run could not start");
+    recorder_.flush();
+    return *failed;
+  }
   loop();
   return close_run();
 }
@@ -362,7 +366,8 @@ std::optional<int> RunDriver::open_run() {
   if (watch_pods_) {
     std::set<std::string> pods;
     for (const auto& [host, link] : links_) pods.insert(host);
-    pod_watch_.emplace(hosts::kubectl_options_for(spec_), spec_.kubernetes.selector, std::move(pods));
+    pod_watch_.emplace(hosts::kubectl_options_for(spec_),
+                       created_job_ ? created_job_->names().selector() : spec_.kubernetes.selector, std::move(pods));
   }
   return std::nullopt;
 }
@@ -460,6 +465,9 @@ int RunDriver::close_run() {
   snapshots_.write_metrics(true);
   shut_down_agents();
   pod_watch_.reset();  // its kubectl is killed and reaped: no process of the run is left
+  // After the agents' shutdown (a worker saving its checkpoint is not cut short by its pod's
+  // deletion), before run.finished (a reader of the log sees it as part of the run).
+  delete_created_job(std::string("the run ended (") + supervisor::to_string(finish.state) + ")");
   const int64_t elapsed_ms = clock_.wall_ms() - times_.submitted_wall_ms;
   record(run_finished_event(supervisor_, finish, elapsed_ms).to_json());
   if (recorder_.console_mode() != Console::Mode::quiet) {
@@ -476,6 +484,25 @@ int RunDriver::close_run() {
   remove_runtime_directory(runtime_dir_);
   signals_.reset();
   return to_int(finish.exit_code);
+}
+
+void RunDriver::delete_created_job(const std::string& why) {
+  if (!created_job_ || created_job_->deleted()) return;
+  // The end of a run waits for this: an API server that answers in seconds when it is well.
+  hosts::JobDeletion deletion = created_job_->delete_objects(Millis(60'000));
+  const hosts::KubernetesJobNames& names = created_job_->names();
+  events::KubernetesDeleted deleted{{created_job_->namespace_name(), names.job, names.service}, why, std::nullopt};
+  if (!deletion.error.empty()) {
+    deleted.error = deletion.error;
+    std::string warning = "kubernetes.job: could not delete job " + names.job + " and service " + names.service +
+                          ": " + deletion.error + "; delete them with kubectl delete job,service -l " +
+                          names.selector();
+    log().warn("{}", warning);
+    recorder_.console_line("warning: " + warning);
+  } else {
+    log().info("deleted job {} and service {} ({})", names.job, names.service, why);
+  }
+  record(deleted.to_json());
 }
 
 }  // namespace dtrain::run

@@ -33,6 +33,7 @@
 
 #include "launcher/base/clock.h"
 #include "launcher/base/fd.h"
+#include "launcher/hosts/created_job.h"
 #include "launcher/plan/rank_plan.h"
 #include "launcher/run/agent_link.h"
 #include "launcher/run/agent_transports.h"
@@ -63,6 +64,11 @@ class RunDriver : private FrameRouter::Output, private GenerationLauncher::Outpu
   /// Continue a run whose supervisor died: call before run().
   void resume_from(const supervisor::ResumeFrom& from, int64_t submitted_wall_ms);
 
+  /// kubernetes.job: the objects created for this run, which the driver now owns: their pods are
+  /// watched (their selector), and they are deleted at the end whatever the end is, recorded as
+  /// kubernetes.deleted before run.finished. Call before run().
+  void own_created_job(hosts::CreatedJob created) { created_job_.emplace(std::move(created)); }
+
   /// Runs the job to its end; the process exit code.
   int run();
 
@@ -81,6 +87,8 @@ class RunDriver : private FrameRouter::Output, private GenerationLauncher::Outpu
   /// Moves bytes on each of `links` and routes the frames that arrived.
   void pump_links(const std::vector<AgentLink*>& links);
   void handle_signals();
+  /// kubernetes.job: deletes what own_created_job() handed over, once, and records it.
+  void delete_created_job(const std::string& why);
   /// Asks every worker for a checkpoint (CheckpointRequests), and records that it did: SIGUSR1
   /// from Slurm before its time limit, or checkpoint.before_walltime.
   void request_checkpoints(const std::string& reason);
@@ -164,6 +172,7 @@ class RunDriver : private FrameRouter::Output, private GenerationLauncher::Outpu
   /// hosts: kubernetes with the real kubectl transport (not an injected one): from open_run to
   /// close_run, whose reset kills and reaps its kubectl.
   std::optional<PodWatch> pod_watch_;
+  std::optional<hosts::CreatedJob> created_job_;  ///< kubernetes.job: deleted at the end
   bool watch_pods_ = false;
   LoopPacing pacing_;
   MetricsExporter metrics_{spec_, run_, recorder_, clock_};

@@ -10,6 +10,7 @@
 #include "launcher/base/exit_code.h"
 #include "launcher/base/strings.h"
 #include "launcher/base/version.h"
+#include "launcher/run/created_pods.h"
 #include "launcher/run/driver.h"
 #include "launcher/run/governance.h"
 #include "launcher/run/quarantine_gate.h"
@@ -64,6 +65,16 @@ int resume(const ResumeOptions& options) {
     std::fprintf(stderr, "dtrain resume: warning: %s\n", warning.to_string().c_str());
   }
   spec::JobSpec spec = std::move(*loaded.spec);
+  // kubernetes.job: the pods of the run's last attempt were deleted at its end (or are being
+  // deleted now, when its supervisor died): fresh ones, under names of their own.
+  ResumedPods pods;
+  if (spec.kubernetes.job && spec.hosts.empty()) {
+    Result<ResumedPods> recreated = recreate_pods_as_hosts(spec, *run);
+    if (!recreated) {
+      return refuse(recreated.error().message, recreated.error().kind == ErrorKind::user ? ExitCode::usage : ExitCode::infra);
+    }
+    pods = std::move(recreated).value();
+  }
   QuarantineGate quarantine = read_quarantine_gate(spec, registry::registry_path(), clock.wall_ms());
   print_quarantine_gate(quarantine, "dtrain resume");
   Result<plan::RankPlan> plan = plan_without_quarantined(spec, quarantine);
@@ -99,13 +110,18 @@ int resume(const ResumeOptions& options) {
                              kVersion,
                              options.detach};
   (void)log->append(resumed.to_json(), clock.wall_ms());
+  for (const events::KubernetesDeleted& deleted : pods.cleared) (void)log->append(deleted.to_json(), clock.wall_ms());
+  if (pods.created) (void)log->append(created_event(*pods.created, spec.kubernetes.job->pods).to_json(), clock.wall_ms());
   if (!quarantine.left_out.empty()) (void)log->append(quarantine.event().to_json(), clock.wall_ms());
   std::string resume_text = resume_step >= 0 ? "checkpoint step " + std::to_string(resume_step) : "the start (no checkpoint)";
   audit_action("dtrain resume", "resume", run->id(), "",
                {{"detach", options.detach}, {"over_quota", options.over_quota}, {"previous_state", previous_state}},
                "resumed from " + resume_text + (admission.quota_note.empty() ? "" : "; " + admission.quota_note), &spec);
   if (options.detach) {
-    if (std::optional<int> parent_exit = detach(run->id(), ("resumed from " + resume_text).c_str(), *lock)) return *parent_exit;
+    if (std::optional<int> parent_exit = detach(run->id(), ("resumed from " + resume_text).c_str(), *lock)) {
+      if (pods.created) pods.created->release();  // the background supervisor deletes them
+      return *parent_exit;
+    }
   } else {
     std::string why = terminal ? "it had " + previous_state
                                : "its supervisor, pid " + std::to_string(previous_pid) + " on " + previous_host + ", died";
@@ -117,6 +133,7 @@ int resume(const ResumeOptions& options) {
   int64_t submitted = state->submitted_at_ms.value_or(clock.wall_ms());
   RunDriver driver(spec, std::move(plan).value(), std::move(run).value(), std::move(log).value(),
                    options.dtrain_exe, options.detach, Console(console_mode(options.detach), stderr, echo), DriverSeams{});
+  if (pods.created) driver.own_created_job(std::move(*pods.created));
   driver.resume_from(from, submitted);
   int code = driver.run();
   if (options.detach) std::_Exit(code);

@@ -12,7 +12,7 @@
 #include "launcher/base/identity.h"
 #include "launcher/base/strings.h"
 #include "launcher/base/version.h"
-#include "launcher/hosts/kubernetes_hosts.h"
+#include "launcher/run/created_pods.h"
 #include "launcher/run/driver.h"
 #include "launcher/run/governance.h"
 #include "launcher/run/quarantine_gate.h"
@@ -22,11 +22,6 @@
 namespace dtrain::run {
 
 using nlohmann::json;
-
-namespace {
-// One kubectl call that lists pods: an API server that answers in seconds when it is well.
-constexpr Millis kKubectlTimeout{60'000};
-}  // namespace
 
 std::optional<int> detach(const std::string& run_id, const char* what, const RunLock& lock) {
   std::fflush(stdout);
@@ -91,21 +86,17 @@ int submit(const SubmitOptions& options) {
   if (spec.worker.workdir.empty()) spec.worker.workdir = absolute_path(".");
   if (!spec.checkpoint.dir.empty()) spec.checkpoint.dir = absolute_path(spec.checkpoint.dir);
   std::string command = "dtrain " + options.audit_action;
+  // Before any pod: kubernetes.job names what it creates after the run. No run directory yet: a
+  // submit that fails from here on leaves none, and deletes what it created (`created` below).
+  std::string run_id = make_run_id(spec.name.empty() ? "job" : spec.name, clock.wall_ms());
+  std::optional<hosts::CreatedJob> created;  // kubernetes.job: deleted on every early return
   if (spec.kubernetes.enabled && spec.hosts.empty()) {  // hosts: kubernetes: the pods are the hosts
-    if (spec.kubernetes.job && spec.kubernetes.selector.empty()) {
-      // Never list every pod of the namespace in its place: those are not this run's.
-      std::fprintf(stderr,
-                   "%s: kubernetes.job: this dtrain does not create pods yet; create them (an Indexed Job, a "
-                   "StatefulSet) and name them with kubernetes.selector\n",
-                   options.spec_path.c_str());
+    Result<std::optional<hosts::CreatedJob>> pods = take_kubernetes_hosts(spec, run_id);
+    if (!pods) {
+      std::fprintf(stderr, "%s: %s\n", options.spec_path.c_str(), pods.error().message.c_str());
       return to_int(ExitCode::usage);
     }
-    Result<std::vector<std::string>> left_out = hosts::take_pods_as_hosts(spec, kKubectlTimeout);
-    if (!left_out) {
-      std::fprintf(stderr, "%s: %s\n", options.spec_path.c_str(), left_out.error().message.c_str());
-      return to_int(ExitCode::usage);
-    }
-    for (const std::string& pod : *left_out) std::fprintf(stderr, "warning: pod %s: not used\n", pod.c_str());
+    created = std::move(pods).value();
   }
   QuarantineGate quarantine = read_quarantine_gate(spec, registry::registry_path(), clock.wall_ms());
   print_quarantine_gate(quarantine, command);
@@ -123,7 +114,6 @@ int submit(const SubmitOptions& options) {
   // spec so a resume checks the same way.
   if (admission.site) spec::apply_site_health(*admission.site, spec.health);
 
-  std::string run_id = make_run_id(spec.name.empty() ? "job" : spec.name, clock.wall_ms());
   Result<RunDirectory> run = RunDirectory::create(run_id);
   if (!run) {
     std::fprintf(stderr, "dtrain: %s\n", run.error().message.c_str());
@@ -137,7 +127,7 @@ int submit(const SubmitOptions& options) {
   }
   // The spec first: without it the run could never be resumed, so a run that cannot keep it does
   // not start, and leaves no directory that would list as a run.
-  if (Status kept = write_file_atomic(run->spec_path(), spec::to_yaml(spec)); !kept) {
+  if (Status kept = write_file_atomic(run->spec_path(), spec::to_yaml(spec_to_keep(spec))); !kept) {
     std::error_code removed;
     std::filesystem::remove_all(run->path(), removed);
     std::fprintf(stderr,
@@ -167,6 +157,7 @@ int submit(const SubmitOptions& options) {
                                  this_hostname(),
                                  options.detach};
   (void)events->append(submitted.to_json(), clock.wall_ms());
+  if (created) (void)events->append(created_event(*created, spec.kubernetes.job->pods).to_json(), clock.wall_ms());
   if (!quarantine.left_out.empty()) (void)events->append(quarantine.event().to_json(), clock.wall_ms());
 
   json arguments = {{"tenant", spec.tenant}, {"hosts", plan->hosts.size()}, {"world_size", plan->world_size},
@@ -177,7 +168,10 @@ int submit(const SubmitOptions& options) {
                admission.quota_note.empty() ? "started" : "started; " + admission.quota_note, &spec);
 
   if (options.detach) {
-    if (std::optional<int> parent_exit = detach(run_id, "started", *lock)) return *parent_exit;
+    if (std::optional<int> parent_exit = detach(run_id, "started", *lock)) {
+      if (created) created->release();  // the background supervisor deletes them
+      return *parent_exit;
+    }
   }
   WorkerEcho echo{options.output, plan->world_size};
   if (!options.detach) {
@@ -187,6 +181,7 @@ int submit(const SubmitOptions& options) {
 
   RunDriver driver(spec, std::move(plan).value(), std::move(run).value(), std::move(events).value(),
                    options.dtrain_exe, options.detach, Console(console_mode(options.detach), stderr, echo), options.seams);
+  if (created) driver.own_created_job(std::move(*created));
   int code = driver.run();
   if (options.detach) std::_Exit(code);
   return code;

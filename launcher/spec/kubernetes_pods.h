@@ -25,6 +25,12 @@ inline constexpr const char* kGpuResource = "nvidia.com/gpu";
 inline constexpr const char* kCompletionIndexLabel = "batch.kubernetes.io/job-completion-index";
 /// The label dtrain puts on everything it creates for a run (value: the run id).
 inline constexpr const char* kRunLabel = "dtrain.io/run";
+/// kubernetes.job: the label that tells one attempt's pods (submit, each resume) from another's
+/// of the same run (value: the Job's name), and the annotations of what dtrain creates: the
+/// whole run id (a label value may have to shorten it) and who made it.
+inline constexpr const char* kJobLabel = "dtrain.io/job";
+inline constexpr const char* kRunIdAnnotation = "dtrain.io/run-id";
+inline constexpr const char* kCreatedByAnnotation = "dtrain.io/created-by";
 
 struct PodContainer {
   std::string name;

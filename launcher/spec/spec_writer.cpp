@@ -264,8 +264,9 @@ void intent_section(YAML::Emitter& out, const JobSpec& spec) {
   out << YAML::EndMap << YAML::EndMap;
 }
 
-// kubernetes: as read. Once the pods are found (hosts listed), a created job's pods are named by
-// the selector of its run label, so that reading spec.yaml again never creates a second job.
+// kubernetes: as read. Submit keeps a created job's template and no hosts (launcher/run
+// created_pods.h, spec_to_keep): its pods are deleted at the end, and a resume creates fresh ones.
+// A spec with both a selector and a job (none that the loader accepts) keeps the selector.
 void kubernetes_section(YAML::Emitter& out, const JobSpec& spec) {
   const KubernetesSettings& kube = spec.kubernetes;
   if (!kube.enabled) return;

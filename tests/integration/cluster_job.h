@@ -139,9 +139,16 @@ class ClusterJob {
   /// Starts `dtrain submit SPEC ARGS...` through `testcluster.sh exec ctl`, which execs all the
   /// way down, so pid() is dtrain itself once it has exec'd (wait_exec()).
   void start(const std::vector<std::string>& args = {}) {
-    std::vector<std::string> argv{std::string(DTRAIN_SOURCE_DIR) + "/scripts/testcluster.sh", "exec",
-                                  "ctl", DTRAIN_EXE, "submit", spec_path_};
-    argv.insert(argv.end(), args.begin(), args.end());
+    std::vector<std::string> command{"submit", spec_path_};
+    command.insert(command.end(), args.begin(), args.end());
+    start_dtrain(command);
+  }
+
+  /// Starts `dtrain COMMAND...` as start() does (`dtrain resume RUN`): same home, directory and
+  /// out/err files (truncated).
+  void start_dtrain(const std::vector<std::string>& command) {
+    std::vector<std::string> argv{std::string(DTRAIN_SOURCE_DIR) + "/scripts/testcluster.sh", "exec", "ctl", DTRAIN_EXE};
+    argv.insert(argv.end(), command.begin(), command.end());
     pid_ = ::fork();
     if (pid_ == 0) {
       ::setenv("DTRAIN_HOME", (dir_ + "/home").c_str(), 1);

@@ -3,7 +3,10 @@
 // from the control namespace (issue 31). Pods taken by label selector train to the same final
 // loss as the same job on the cluster's SSH hosts; a pod deleted mid-run is a lost host whose
 // ranks a spare pod takes, and its processes are gone; at the end nothing of the run is left on
-// any host. Skips (exit 77) where the emulator, kubectl or the cluster is unavailable.
+// any host. Pods dtrain creates itself (kubernetes.job: an Indexed Job and a headless Service)
+// train to that loss too, are deleted at the end, at a preemption (SIGTERM to dtrain) and when
+// they never start, and nothing of them is left in the API server. Skips (exit 77) where the
+// emulator, kubectl or the cluster is unavailable.
 
 #include <doctest/doctest.h>
 
@@ -18,6 +21,8 @@ using namespace dtrain::testing;
 namespace {
 
 constexpr const char* kPodLabel = "dtrain-e2e";
+// The batch of the jobs compared with their run on SSH hosts (6 ranks: 3 hosts or pods, 2 slots).
+constexpr const char* kBatch = "batch: {global: 24, micro: 2}\n";
 
 #define DTRAIN_REQUIRE_KUBERNETES()                                                                \
   do {                                                                                             \
@@ -89,29 +94,114 @@ std::string kubernetes_spec(const TestCluster& cluster, const std::string& name,
   return yaml.str();
 }
 
-}  // namespace
+// The spec of a job on pods dtrain creates (kubernetes.job `job_block`). preempt_grace is the
+// pods' terminationGracePeriodSeconds: their `sleep` ignores SIGTERM, so a deleted pod ends
+// after that grace, which is kept short here.
+std::string created_job_spec(const TestCluster& cluster, const std::string& name, const std::string& job_block,
+                             const std::string& command, const std::string& extra,
+                             const std::string& worker_extra = "", const std::string& pod_timeout = "60s") {
+  std::ostringstream yaml;
+  yaml << "version: 1\nname: " << name << "\nhosts: kubernetes\nslots_per_host: 2\n"
+       << "kubernetes:\n  namespace: " << cluster.kube_namespace() << "\n  kubeconfig: " << cluster.kubeconfig()
+       << "\n  pod_timeout: " << pod_timeout << "\n  job: " << job_block << "\n"
+       << "ssh: {remote_dtrain: " << DTRAIN_EXE << "}\n"
+       << "worker:\n  command: " << command << "\n  backend: gloo\n" << worker_extra
+       << "heartbeat: {interval: 200ms, timeout: 2s, hang_timeout: 10s}\nstop_grace: 2s\npreempt_grace: 3s\n"
+       << extra;
+  return yaml.str();
+}
 
-TEST_CASE("3 pods by selector train to the same final loss as 3 SSH hosts - nothing left after") {
-  DTRAIN_REQUIRE_KUBERNETES();
-  TestCluster cluster(3, TestCluster::kubernetes_options());
-  DTRAIN_REQUIRE_CLUSTER(cluster);
-  const std::string batch = "batch: {global: 24, micro: 2}\n";
+// What the API server still holds of `selector`: "job/x", "service/x", "pod/x" lines, polled
+// (bounded) until there is nothing; a deleted pod lasts its grace period.
+std::string kubernetes_left(const TestCluster& cluster, const std::string& selector, int64_t timeout_ms) {
+  std::string left;
+  wait_until([&] {
+    CommandOutput listed = cluster.kubectl({"get", "jobs,services,pods", "-o", "name", "-l", selector});
+    left = listed.status == 0 ? std::string(dtrain::trim(listed.output)) : "kubectl get failed: " + listed.output;
+    return left.empty();
+  }, timeout_ms);
+  return left;
+}
 
+// Nothing of `job`'s run is left: no object of its label in the API server, no process on any
+// host (its pods are gone).
+void check_run_gone(const TestCluster& cluster, ClusterJob& job) {
+  std::string left = kubernetes_left(cluster, "dtrain.io/run=" + job.run_id(), 30000);
+  CHECK_MESSAGE(left.empty(), "left in the API server: " << left);
+  check_nothing_left(cluster, job, 15000);
+}
+
+// The requests the API server recorded with `method` on the path `target` (with a trailing '/':
+// on any path under it).
+int requests_to(const TestCluster& cluster, const std::string& method, const std::string& target) {
+  std::istringstream lines(TestCluster::read_text(cluster.kube_requests()));
+  int count = 0;
+  for (std::string line; std::getline(lines, line);) {
+    nlohmann::json request = nlohmann::json::parse(line, nullptr, false);
+    if (!request.is_object()) continue;
+    std::string path = request.value("path", "");
+    bool under = !target.empty() && target.back() == '/' && path.rfind(target, 0) == 0;
+    if (request.value("method", "") == method && (path == target || under)) {
+      ++count;
+    }
+  }
+  return count;
+}
+
+// The run's kubernetes.created and kubernetes.deleted: one of each, the deletion without an
+// error and before run.finished; the Job and its Service were deleted by name.
+void check_created_and_deleted(const TestCluster& cluster, ClusterJob& job, const std::string& why) {
+  std::vector<nlohmann::json> created = job.events("kubernetes.created");
+  REQUIRE(created.size() == 1);
+  const std::string name = created[0]["job"];
+  CHECK(created[0]["service"] == name);
+  CHECK(created[0]["namespace"] == cluster.kube_namespace());
+  CHECK(created[0]["selector"] == "dtrain.io/run=" + job.run_id() + ",dtrain.io/job=" + name);
+  std::vector<nlohmann::json> deleted = job.events("kubernetes.deleted");
+  REQUIRE(deleted.size() == 1);
+  CHECK(deleted[0]["job"] == name);
+  CHECK_MESSAGE(!deleted[0].contains("error"), deleted[0].dump());
+  CHECK_MESSAGE(deleted[0].value("why", "").find(why) != std::string::npos, deleted[0].dump());
+  std::vector<nlohmann::json> all = job.events();
+  auto at = [&](const char* name) {
+    return std::find_if(all.begin(), all.end(), [&](const nlohmann::json& e) { return e.value("ev", "") == name; });
+  };
+  CHECK(at("kubernetes.deleted") < at("run.finished"));
+  const std::string path = "/namespaces/" + cluster.kube_namespace();
+  CHECK(requests_to(cluster, "POST", "/apis/batch/v1" + path + "/jobs") == 1);
+  CHECK(requests_to(cluster, "POST", "/api/v1" + path + "/services") == 1);
+  CHECK(requests_to(cluster, "DELETE", "/apis/batch/v1" + path + "/jobs/" + name) == 1);
+  CHECK(requests_to(cluster, "DELETE", "/api/v1" + path + "/services/" + name) == 1);
+}
+
+// The final line of rank 0 of the same 100-step job on the cluster's SSH hosts (2 slots each):
+// what a job on as many pods must end with.
+std::string ssh_reference_line(const TestCluster& cluster) {
   ClusterJob over_ssh(cluster, "ssh");
   ClusterSpec ssh_spec;
   ssh_spec.name = "ssh";
   ssh_spec.command = trainer_command(100);
-  ssh_spec.extra = batch;
+  ssh_spec.extra = kBatch;
   over_ssh.write_spec(ssh_spec);
   REQUIRE(over_ssh.run());
   INFO(over_ssh.err());
   REQUIRE(over_ssh.exit_code() == 0);
   std::string expected = final_line(over_ssh.rank_log(0));
   REQUIRE(expected.find("final step=100") != std::string::npos);
+  return expected;
+}
+
+}  // namespace
+
+TEST_CASE("3 pods by selector train to the same final loss as 3 SSH hosts - nothing left after") {
+  DTRAIN_REQUIRE_KUBERNETES();
+  TestCluster cluster(3, TestCluster::kubernetes_options());
+  DTRAIN_REQUIRE_CLUSTER(cluster);
+  std::string expected = ssh_reference_line(cluster);
 
   create_pods(cluster, 3, "sel");
   ClusterJob in_pods(cluster, "pods");
-  in_pods.write_spec_text(kubernetes_spec(cluster, "pods", "sel", trainer_command(100), 0, batch));
+  in_pods.write_spec_text(kubernetes_spec(cluster, "pods", "sel", trainer_command(100), 0, kBatch));
   REQUIRE(in_pods.run({}, 120000));
   INFO(in_pods.err());
   REQUIRE(in_pods.exit_code() == 0);
@@ -175,4 +265,147 @@ TEST_CASE("a pod deleted mid-run is a lost host: a spare pod takes its ranks, it
 
   delete_pods(cluster, "loss");
   check_nothing_left(cluster, job, 15000);
+}
+
+TEST_CASE("3 pods dtrain creates (kubernetes.job) train to the same final loss as 3 SSH hosts - then are deleted") {
+  DTRAIN_REQUIRE_KUBERNETES();
+  TestCluster cluster(3, TestCluster::kubernetes_options());
+  DTRAIN_REQUIRE_CLUSTER(cluster);
+  std::string expected = ssh_reference_line(cluster);
+
+  ClusterJob in_pods(cluster, "created");
+  in_pods.write_spec_text(created_job_spec(cluster, "created", "{image: debian, pods: 3}", trainer_command(100), kBatch));
+  REQUIRE(in_pods.run({}, 180000));
+  INFO(in_pods.err());
+  REQUIRE(in_pods.exit_code() == 0);
+  for (int rank = 0; rank < 6; ++rank) CHECK(final_line(in_pods.rank_log(rank)) == expected);
+  const std::string name = in_pods.events("kubernetes.created").at(0)["job"];
+  nlohmann::json plan = in_pods.plan(0);
+  REQUIRE(plan["ranks"].size() == 6);
+  // The Job's pods, in completion-index order: <job>-<index>-<random>.
+  CHECK(plan["ranks"][0]["host"].get<std::string>().rfind(name + "-0-", 0) == 0);
+  CHECK(plan["ranks"][5]["host"].get<std::string>().rfind(name + "-2-", 0) == 0);
+  check_created_and_deleted(cluster, in_pods, "the run ended (succeeded)");
+  // spec.yaml keeps the template (a resume creates fresh pods), not these pods.
+  std::string kept = TestCluster::read_text(in_pods.run_dir() + "/spec.yaml");
+  CHECK(kept.find("hosts: kubernetes") != std::string::npos);
+  CHECK_MESSAGE(kept.find("image: \"debian\"") != std::string::npos, kept);
+  CHECK_MESSAGE(kept.find(name + "-0-") == std::string::npos, kept);  // no pod as a host
+
+  check_run_gone(cluster, in_pods);
+}
+
+TEST_CASE("SIGTERM to dtrain on pods it created: a checkpoint is saved, the run ends preempted, the pods are deleted - resume makes fresh ones") {
+  DTRAIN_REQUIRE_KUBERNETES();
+  TestCluster cluster(2, TestCluster::kubernetes_options());
+  DTRAIN_REQUIRE_CLUSTER(cluster);
+  ClusterJob job(cluster, "preempt");
+  // Paced (rank 0 works 10 ms more a step) so that it still trains when the SIGTERM comes.
+  std::string spec = created_job_spec(cluster, "preempt", "{image: debian, pods: 2}", trainer_command(3000),
+                                      "batch: {global: 8, micro: 2}\n", "  env: {DTRAIN_FAULT_SLOW_RANK: \"0:10\"}\n");
+  job.write_spec_text(spec + "checkpoint: {dir: " + job.checkpoint_dir() + ", interval_steps: 50, keep: 3}\n");
+  job.start();
+  REQUIRE(job.wait_exec());
+  REQUIRE_MESSAGE(job.wait_checkpoint(50, 120000), job.err());
+  REQUIRE(::kill(job.pid(), SIGTERM) == 0);
+  REQUIRE(job.wait(120000));
+  INFO(job.err());
+  CHECK(job.exit_code() == 6);
+  nlohmann::json state = nlohmann::json::parse(TestCluster::read_text(job.run_dir() + "/state.json"), nullptr, false);
+  CHECK(state["state"] == "preempted");
+
+  std::vector<nlohmann::json> requested = job.events("checkpoint.requested");
+  REQUIRE(requested.size() == 1);
+  CHECK_MESSAGE(requested[0].value("reason", "").find("received SIGTERM (preemption)") != std::string::npos,
+                requested[0].dump());
+  int64_t asked = requested[0]["step"].get<int64_t>();
+  bool saved = false;
+  for (const auto& committed : job.events("checkpoint.committed")) saved = saved || committed["step"].get<int64_t>() >= asked;
+  CHECK_MESSAGE(saved, "no checkpoint at or after step " << asked);
+  std::vector<nlohmann::json> stop = job.events("run.stop_requested");
+  REQUIRE(stop.size() == 1);
+  CHECK_MESSAGE(stop[0].value("reason", "").find("saved by every rank") != std::string::npos, stop[0].dump());
+  CHECK(job.events("failure.detected").empty());
+  check_created_and_deleted(cluster, job, "the run ended (preempted)");
+  check_run_gone(cluster, job);
+
+  // dtrain resume creates fresh pods from the kept template (names of their own), finishes the
+  // run from the checkpoint, and deletes them too.
+  const std::string first = job.events("kubernetes.created").at(0)["job"];
+  job.start_dtrain({"resume", job.run_id()});
+  REQUIRE(job.wait(180000));
+  INFO(job.err());
+  CHECK(job.exit_code() == 0);
+  std::vector<nlohmann::json> created = job.events("kubernetes.created");
+  REQUIRE(created.size() == 2);
+  CHECK(created[1]["job"] == first + "-r1");
+  std::vector<nlohmann::json> deleted = job.events("kubernetes.deleted");
+  REQUIRE(deleted.size() == 2);
+  CHECK(deleted[1]["job"] == first + "-r1");
+  CHECK_MESSAGE(!deleted[1].contains("error"), deleted[1].dump());
+  CHECK(job.events("run.resumed").at(0)["resume_step"].get<int64_t>() >= asked);
+  check_run_gone(cluster, job);
+  CHECK(final_line(job.rank_log(0)).find("final step=3000") != std::string::npos);
+}
+
+TEST_CASE("--detach on pods dtrain creates: the background supervisor deletes them at the end") {
+  DTRAIN_REQUIRE_KUBERNETES();
+  TestCluster cluster(2, TestCluster::kubernetes_options());
+  DTRAIN_REQUIRE_CLUSTER(cluster);
+  ClusterJob detached(cluster, "detached");
+  detached.write_spec_text(created_job_spec(cluster, "detached", "{image: debian, pods: 2}", trainer_command(100),
+                                            "batch: {global: 8, micro: 2}\n"));
+  // The foreground process returns once the run directory exists; the pods outlive it.
+  REQUIRE(detached.run({"--detach"}, 120000));
+  INFO(detached.err());
+  REQUIRE(detached.exit_code() == 0);
+  CHECK(std::string(dtrain::trim(detached.out())) == detached.run_id());
+  REQUIRE(detached.events("kubernetes.created").size() == 1);
+  REQUIRE(wait_until([&] { return !detached.events("run.finished").empty(); }, 120000));
+  check_created_and_deleted(cluster, detached, "the run ended (succeeded)");
+  check_run_gone(cluster, detached);
+  CHECK(detached.events("run.finished").at(0)["state"] == "succeeded");
+}
+
+TEST_CASE("pods dtrain creates that never run: a clear error within pod_timeout, no run, nothing left") {
+  DTRAIN_REQUIRE_KUBERNETES();
+  TestCluster cluster(2, TestCluster::kubernetes_options());
+  DTRAIN_REQUIRE_CLUSTER(cluster);
+  ClusterJob job(cluster, "nowhere");
+  // No node has the label: the pods stay Pending.
+  job.write_spec_text(created_job_spec(cluster, "nowhere", "{image: debian, pods: 2, node_selector: {pool: nowhere}}",
+                                       trainer_command(10), "", "", "3s"));
+  REQUIRE(job.run({}, 60000));
+  CHECK(job.exit_code() == 2);
+  std::string err = job.err();
+  CHECK_MESSAGE(err.find("were not all Running and Ready within kubernetes.pod_timeout (3s)") != std::string::npos, err);
+  CHECK_MESSAGE(err.find("is Pending") != std::string::npos, err);
+  CHECK_MESSAGE(err.find("were deleted") != std::string::npos, err);
+  // No run directory: the submit failed before it made one.
+  CHECK(job.out().empty());
+  std::string runs = job.dir() + "/home/runs";
+  bool any_run = false;
+  if (DIR* d = ::opendir(runs.c_str())) {
+    while (dirent* entry = ::readdir(d)) {
+      std::string name = entry->d_name;
+      any_run = any_run || (name != "." && name != "..");
+    }
+    ::closedir(d);
+  }
+  CHECK_FALSE(any_run);
+  // Nothing of it in the namespace (every object there was made by this test's dtrain).
+  std::string left;
+  wait_until([&] {
+    CommandOutput listed = cluster.kubectl({"get", "jobs,services,pods", "-o", "name"});
+    left = listed.status == 0 ? std::string(dtrain::trim(listed.output)) : "kubectl get failed: " + listed.output;
+    return left.empty();
+  }, 30000);
+  CHECK_MESSAGE(left.empty(), "left in the API server: " << left);
+  // Deleted by the names created, never as a collection.
+  const std::string path = "/namespaces/" + cluster.kube_namespace();
+  CHECK(requests_to(cluster, "POST", "/apis/batch/v1" + path + "/jobs") == 1);
+  CHECK(requests_to(cluster, "DELETE", "/apis/batch/v1" + path + "/jobs/") == 1);
+  CHECK(requests_to(cluster, "DELETE", "/api/v1" + path + "/services/") == 1);
+  CHECK(requests_to(cluster, "DELETE", "/apis/batch/v1" + path + "/jobs") == 0);
+  CHECK(requests_to(cluster, "DELETE", "/api/v1" + path + "/services") == 0);
 }

@@ -269,3 +269,15 @@ TEST_CASE("run_command ends at the command's exit even when a daemon it started 
   CHECK(output->out == "before\nafter\n");
   CHECK(no_child_left());
 }
+
+TEST_CASE("run_command_with_input: the input reaches the command whole, then EOF (kubectl create -f -)") {
+  // Larger than a pipe's buffer: written as the command reads it, not all at once.
+  std::string input;
+  for (int i = 0; input.size() < (1u << 20); ++i) input += "line " + std::to_string(i) + "\n";
+  dtrain::Result<dtrain::CommandOutput> echoed =
+      dtrain::run_command_with_input({"/bin/sh", "-c", "cat; echo done >&2"}, input, dtrain::Millis(30'000));
+  REQUIRE_MESSAGE(echoed.ok(), echoed.error().message);
+  CHECK(echoed->exit_code == 0);
+  CHECK(echoed->out == input);  // every byte, and cat saw EOF (it exited)
+  CHECK(echoed->err == "done\n");
+}

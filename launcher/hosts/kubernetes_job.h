@@ -1,0 +1,60 @@
+#pragma once
+// kubernetes.job: what dtrain creates for a run, as data. The names of the Indexed Job and the
+// headless Service (derived from the run id, valid wherever Kubernetes puts them) and their
+// manifests (JSON for `kubectl create -f -`). Pure functions: created_job.h does the kubectl
+// calls. docs/kubernetes.md lists what a user sees of these objects.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "launcher/spec/job_spec.h"
+
+namespace dtrain::hosts {
+
+/// The names of what dtrain creates for one attempt of a run.
+struct KubernetesJobNames {
+  std::string job;        ///< the Indexed Job; its pods' hostnames are `<job>-<index>`
+  std::string service;    ///< the headless Service, the pods' subdomain
+  std::string run_label;  ///< the value of dtrain.io/run (the run id, made a valid label value)
+
+  /// `dtrain.io/run=<run_label>,dtrain.io/job=<job>` (spec::kRunLabel, spec::kJobLabel): this
+  /// attempt's pods, none of another's.
+  std::string selector() const;
+  bool operator==(const KubernetesJobNames&) const = default;
+};
+
+/// The names for attempt `attempt` (0 at submit, 1 for the first resume that creates pods, ...)
+/// of run `run_id` with `pods` pods. Each is a DNS-1035 label (a Service name's rule: lower-case
+/// letters, digits and '-', starting with a letter, ending with a letter or digit) short enough
+/// that `<job>-<highest index>` is still at most 63 characters; a run id too long for that keeps
+/// its start and ends with a hash of the whole id, so two runs never share a name.
+KubernetesJobNames kubernetes_job_names(std::string_view run_id, int attempt, int pods);
+
+/// `value` made a valid label value: at most 63 of [A-Za-z0-9_.-], starting and ending with a
+/// letter or digit ("" stays "").
+std::string label_value(std::string_view value);
+
+/// Who creates the objects, for their annotations.
+struct JobCreator {
+  std::string run_id;
+  std::string user;
+  std::string host;
+  int pid = 0;
+  std::string dtrain_version;
+};
+
+/// The Indexed Job: completions = parallelism = kubernetes.job.pods, restartPolicy Never,
+/// backoffLimit 0, the template's image and command, the nvidia.com/gpu limit, nodeSelector,
+/// not-ready/unreachable tolerations, terminationGracePeriodSeconds = preempt_grace, subdomain =
+/// the Service; labelled dtrain.io/run and annotated with who made it. `job.kubernetes.job` must
+/// be set.
+nlohmann::json render_job(const spec::JobSpec& job, const KubernetesJobNames& names, const JobCreator& creator);
+
+/// The headless Service (clusterIP None) selecting this attempt's pods: stable DNS names
+/// `<job>-<index>.<service>` for the pods on a real cluster.
+nlohmann::json render_service(const spec::JobSpec& job, const KubernetesJobNames& names, const JobCreator& creator);
+
+}  // namespace dtrain::hosts
