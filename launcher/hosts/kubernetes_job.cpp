@@ -114,9 +114,13 @@ json render_job(const spec::JobSpec& job, const KubernetesJobNames& names, const
            {{"completionMode", "Indexed"},
             {"completions", pods.pods},
             {"parallelism", pods.pods},
-            // dtrain replaces lost hosts itself (spares, shrink); a pod Kubernetes made again
-            // would never be used.
-            {"backoffLimit", 0},
+            // dtrain replaces lost hosts itself (spares, shrink). Per index, not per Job: with a
+            // Job-wide backoffLimit 0 one lost pod fails the Job and Kubernetes deletes every other
+            // pod of the run; with backoffLimitPerIndex 0 (Kubernetes 1.29+) only the lost pod's
+            // index fails, gets no new pod (it would never be used), and the rest run on.
+            // maxFailedIndexes = pods: the Job never ends the run's pods by itself.
+            {"backoffLimitPerIndex", 0},
+            {"maxFailedIndexes", pods.pods},
             {"template", {{"metadata", template_metadata}, {"spec", pod_spec}}}}}};
 }
 

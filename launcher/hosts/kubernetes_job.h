@@ -47,7 +47,7 @@ struct JobCreator {
 };
 
 /// The Indexed Job: completions = parallelism = kubernetes.job.pods, restartPolicy Never,
-/// backoffLimit 0, the template's image and command, the nvidia.com/gpu limit, nodeSelector,
+/// backoffLimitPerIndex 0 and maxFailedIndexes = pods (a lost pod fails its index alone), the template's image and command, the nvidia.com/gpu limit, nodeSelector,
 /// not-ready/unreachable tolerations, terminationGracePeriodSeconds = preempt_grace, subdomain =
 /// the Service; labelled dtrain.io/run and annotated with who made it. `job.kubernetes.job` must
 /// be set.

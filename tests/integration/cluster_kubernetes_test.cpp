@@ -11,6 +11,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <map>
 #include <sstream>
 
 #include "launcher/spec/kubernetes_pods.h"
@@ -346,6 +347,70 @@ TEST_CASE("SIGTERM to dtrain on pods it created: a checkpoint is saved, the run 
   CHECK(job.events("run.resumed").at(0)["resume_step"].get<int64_t>() >= asked);
   check_run_gone(cluster, job);
   CHECK(final_line(job.rank_log(0)).find("final step=3000") != std::string::npos);
+}
+
+TEST_CASE("a pod of the job dtrain created deleted mid-run: only its index fails, a spare pod takes its ranks, no pod is made in its place") {
+  DTRAIN_REQUIRE_KUBERNETES();
+  TestCluster cluster(4, TestCluster::kubernetes_options());
+  DTRAIN_REQUIRE_CLUSTER(cluster);
+  ClusterJob job(cluster, "lostpod");
+  // 3 pods train, the 4th (index 3) is a spare. Paced so that it still trains after the loss.
+  std::string spec = created_job_spec(cluster, "lostpod", "{image: debian, pods: 4}", trainer_command(1500),
+                                      std::string(kBatch) + "elastic: {min_hosts: 2, max_restarts: 1}\n",
+                                      "  env: {DTRAIN_FAULT_SLOW_RANK: \"0:5\"}\n");
+  spec.replace(spec.find("  pod_timeout:"), 0, "  spares: 1\n");
+  job.write_spec_text(spec + "checkpoint: {dir: " + job.checkpoint_dir() + ", interval_steps: 50, keep: 3}\n");
+  job.start();
+  REQUIRE(job.wait_exec());
+  REQUIRE_MESSAGE(job.wait_checkpoint(50, 120000), job.err());
+  const std::string selector = "dtrain.io/run=" + job.run_id();
+  auto pods_by_index = [&] {
+    std::map<std::string, std::string> pods;
+    CommandOutput listed = cluster.kubectl({"get", "pods", "-l", selector, "-o", "json"});
+    nlohmann::json list = nlohmann::json::parse(listed.output, nullptr, false);
+    if (!list.is_object()) return pods;
+    for (const auto& pod : list["items"]) {
+      if (pod["metadata"].contains("deletionTimestamp")) continue;
+      pods[pod["metadata"]["labels"].value("batch.kubernetes.io/job-completion-index", "?")] = pod["metadata"]["name"];
+    }
+    return pods;
+  };
+  std::map<std::string, std::string> before = pods_by_index();
+  REQUIRE(before.size() == 4);
+  const std::string victim = before["1"];
+  CommandOutput deleted = cluster.kubectl({"delete", "pod", victim, "--grace-period=1", "--wait=false"});
+  REQUIRE_MESSAGE(deleted.status == 0, deleted.output);
+
+  // While the run goes on: the Job failed index 1 alone, made no pod for it, and the others run.
+  const std::string name = job.events("kubernetes.created").at(0)["job"];
+  std::string failed_indexes;
+  wait_until([&] {
+    CommandOutput got = cluster.kubectl({"get", "job", name, "-o", "jsonpath={.status.failedIndexes}"});
+    failed_indexes = dtrain::trim(got.output);
+    return failed_indexes == "1";
+  }, 20000);
+  CHECK(failed_indexes == "1");
+  std::map<std::string, std::string> after;
+  wait_until([&] { after = pods_by_index(); return after.size() == 3; }, 20000);
+  CHECK(after == std::map<std::string, std::string>{{"0", before["0"]}, {"2", before["2"]}, {"3", before["3"]}});
+
+  REQUIRE(job.wait(240000));
+  INFO(job.err());
+  CHECK(job.exit_code() == 0);
+  std::vector<nlohmann::json> lost = job.events("host.lost");
+  REQUIRE(lost.size() == 1);
+  CHECK(lost[0]["host"] == victim);
+  nlohmann::json replanned = job.plan(1);
+  bool spare_used = false;
+  for (const auto& rank : replanned["ranks"]) {
+    CHECK(rank["host"] != victim);
+    spare_used = spare_used || rank["host"] == before["3"];
+  }
+  CHECK(spare_used);
+  CHECK(replanned["world_size"] == 6);
+  CHECK(final_line(job.rank_log(0)).find("final step=1500") != std::string::npos);
+  check_created_and_deleted(cluster, job, "the run ended (succeeded)");
+  check_run_gone(cluster, job);
 }
 
 TEST_CASE("--detach on pods dtrain creates: the background supervisor deletes them at the end") {

@@ -185,6 +185,55 @@ def check_indexed_job():
     print(f"ok: Indexed Job of 3 made pods 0..2 on {sorted(nodes)}; deleting the job deleted them")
 
 
+def check_job_failure_policies():
+    """backoffLimit 0: one lost pod fails the Job and its other pods are deleted. backoffLimitPerIndex 0
+    with maxFailedIndexes = completions: the lost pod's index fails alone, gets no new pod, and
+    the other pods run on (what dtrain's kubernetes.job asks for)."""
+    def job(name, **limits):
+        template = pod("unused", ["sleep", "infinity"])
+        return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+                "spec": {"completionMode": "Indexed", "completions": 3, "parallelism": 3, **limits,
+                         "template": {"metadata": {"labels": {"app": name}}, "spec": template["spec"]}}}
+
+    def pods_of(name):
+        return json.loads(kubectl("get", "pods", "-l", f"batch.kubernetes.io/job-name={name}", "-o", "json").stdout)["items"]
+
+    def running(name):
+        items = [p for p in pods_of(name) if not p["metadata"].get("deletionTimestamp")]
+        return items if len(items) == 3 and all(p["status"].get("phase") == "Running" for p in items) else None
+
+    def condition(name):
+        for c in get("job", name)["status"].get("conditions", []):
+            if c["status"] == "True":
+                return c
+        return None
+
+    for name, limits in (("whole", {"backoffLimit": 0}),
+                         ("per-index", {"backoffLimitPerIndex": 0, "maxFailedIndexes": 3})):
+        create(job(name, **limits))
+        pods = wait_for(f"3 running pods of {name}", lambda: running(name))
+        victim = next(p for p in pods if p["metadata"]["labels"][
+            "batch.kubernetes.io/job-completion-index"] == "1")["metadata"]["name"]
+        kubectl("delete", "pod", victim, "--grace-period=1", "--wait=false")
+        if name == "whole":
+            failed = wait_for("the job to fail", lambda: condition(name), timeout=15)
+            assert failed["type"] == "Failed" and failed["reason"] == "BackoffLimitExceeded", failed
+            wait_for("its other pods to go", lambda: not pods_of(name), timeout=20)
+        else:
+            wait_for("index 1 to fail", lambda: get("job", name)["status"].get("failedIndexes") == "1", timeout=15)
+            wait_for("the lost pod to go", lambda: victim not in [p["metadata"]["name"] for p in pods_of(name)],
+                     timeout=15)
+            left = pods_of(name)
+            indexes = sorted(p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] for p in left)
+            assert indexes == ["0", "2"], indexes  # no new pod for index 1
+            assert all(p["status"]["phase"] == "Running" for p in left), left
+            assert condition(name) is None, condition(name)
+        kubectl("delete", "job", name, "--cascade=background", "--wait=false")
+        wait_for(f"{name}'s pods to go", lambda: not pods_of(name), timeout=20)
+    print("ok: backoffLimit 0 fails the Job on one lost pod and deletes the rest; "
+          "backoffLimitPerIndex 0 fails only that index, the other pods run on")
+
+
 def check_no_exec_context():
     result = kubectl("exec", "one", "--", "true", context="no-exec", check=False)
     wanted = (b'pods "one" is forbidden: User "no-exec" cannot create resource "pods/exec" '
@@ -266,6 +315,7 @@ def main():
         check_exec()
         check_watch_and_delete_end_processes()
         check_indexed_job()
+        check_job_failure_policies()
         check_no_exec_context()
         check_jobset_crd_discovery()
         check_killed_host_is_not_ready()

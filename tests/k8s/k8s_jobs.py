@@ -4,7 +4,10 @@ Indexed Jobs get pods `<job>-<index>-<5 random>` with the index as label and ann
 (batch.kubernetes.io/job-completion-index), env JOB_COMPLETION_INDEX, spec.hostname
 `<job>-<index>` and the template's subdomain, and an ownerReference to the Job. As the real
 controller does (podReplacementPolicy TerminatingOrFailed), an index whose pod failed, was
-deleted or is terminating gets a new pod, until backoffLimit failures fail the Job.
+deleted or is terminating gets a new pod, until backoffLimit failures fail the Job. With
+backoffLimitPerIndex (Kubernetes 1.29+), each index has its own limit instead: an index past it
+is failed (status.failedIndexes) and gets no new pod, the other indexes' pods run on, and the Job
+fails only past maxFailedIndexes (then its live pods are deleted) or once every index is done.
 Deleting a Job (propagationPolicy Background or Foreground) deletes its pods gracefully;
 Orphan leaves them, without the ownerReference.
 """
@@ -76,14 +79,15 @@ class JobController:
         except NotFound:
             return
         uid, spec = job["metadata"]["uid"], job["spec"]
-        counted = self.failed_uids.setdefault(uid, set())
+        counted = self.failed_uids.setdefault(uid, {})  # failed pod uid -> its index
         if deleted_pod is not None and owner_uid(deleted_pod)[0] == uid \
                 and deleted_pod["status"].get("phase") != "Succeeded":
-            counted.add(deleted_pod["metadata"]["uid"])
+            counted[deleted_pod["metadata"]["uid"]] = self._index(deleted_pod)
         pods, _ = self.store.list("pods", namespace, lambda p: owner_uid(p)[0] == uid)
         for pod in pods:
             if pod["status"].get("phase") == "Failed" or pod["metadata"].get("deletionTimestamp"):
-                counted.add(pod["metadata"]["uid"])
+                counted[pod["metadata"]["uid"]] = self._index(pod)
+        failed_indexes = self._failed_indexes(spec, counted)
         live = [p for p in pods if p["status"].get("phase") not in TERMINAL
                 and not p["metadata"].get("deletionTimestamp")]
         succeeded = {self._index(p) for p in pods if p["status"].get("phase") == "Succeeded"}
@@ -93,12 +97,29 @@ class JobController:
             if len(counted) > spec["backoffLimit"]:
                 self._finish(job, "Failed", "BackoffLimitExceeded", live)
                 finished = True
-            elif self._complete(spec, succeeded):
-                self._finish(job, "Complete", None, [])
+            elif "maxFailedIndexes" in spec and len(failed_indexes) > spec["maxFailedIndexes"]:
+                self._finish(job, "Failed", "MaxFailedIndexesExceeded", live)
+                finished = True
+            elif self._complete(spec, succeeded | failed_indexes):
+                if failed_indexes:
+                    self._finish(job, "Failed", "FailedIndexes", [])
+                else:
+                    self._finish(job, "Complete", None, [])
                 finished = True
             else:
-                live += self._create_missing(job, live, succeeded)
-        self._write_status(job, live, pods, succeeded, len(counted))
+                live += self._create_missing(job, live, succeeded | failed_indexes)
+        self._write_status(job, live, pods, succeeded, len(counted), failed_indexes)
+
+    @staticmethod
+    def _failed_indexes(spec, counted):
+        """With backoffLimitPerIndex: the indexes whose failures are past it."""
+        if "backoffLimitPerIndex" not in spec:
+            return set()
+        failures = {}
+        for index in counted.values():
+            if index is not None:
+                failures[index] = failures.get(index, 0) + 1
+        return {index for index, count in failures.items() if count > spec["backoffLimitPerIndex"]}
 
     @staticmethod
     def _index(pod):
@@ -169,13 +190,16 @@ class JobController:
                          "lastTransitionTime": now_rfc3339()}
             if reason:
                 condition["reason"] = reason
-                condition["message"] = "Job has reached the specified backoff limit"
+                condition["message"] = {
+                    "BackoffLimitExceeded": "Job has reached the specified backoff limit",
+                    "MaxFailedIndexesExceeded": "Job has exceeded the specified maximal number of failed indexes",
+                    "FailedIndexes": "Job has failed indexes"}[reason]
             j["status"].setdefault("conditions", []).append(condition)
             if kind == "Complete":
                 j["status"]["completionTime"] = now_rfc3339()
         self.store.update("jobs", job["metadata"]["namespace"], job["metadata"]["name"], mutate)
 
-    def _write_status(self, job, live, pods, succeeded, failed):
+    def _write_status(self, job, live, pods, succeeded, failed, failed_indexes):
         ready = sum(1 for p in live if any(c["type"] == "Ready" and c["status"] == "True"
                                            for c in p["status"].get("conditions", [])))
         terminating = sum(1 for p in pods if p["metadata"].get("deletionTimestamp"))
@@ -183,6 +207,8 @@ class JobController:
                   "succeeded": len(succeeded), "failed": failed}
         if job["spec"]["completionMode"] == "Indexed" and succeeded:
             wanted["completedIndexes"] = index_ranges(i for i in succeeded if i is not None)
+        if "backoffLimitPerIndex" in job["spec"]:
+            wanted["failedIndexes"] = index_ranges(failed_indexes)
 
         def mutate(j):
             status = j["status"]

@@ -108,11 +108,25 @@ def prepare_job(job, namespace):
     spec.setdefault("completionMode", "NonIndexed")
     spec.setdefault("completions", 1)
     spec.setdefault("parallelism", spec["completions"])
-    spec.setdefault("backoffLimit", 6)
+    # As the API server defaults it: with backoffLimitPerIndex the Job-level limit is max int32.
+    spec.setdefault("backoffLimit", 2147483647 if "backoffLimitPerIndex" in spec else 6)
     if spec["completionMode"] not in ("Indexed", "NonIndexed"):
         raise invalid("Job", name, [("spec.completionMode", "FieldValueNotSupported",
                                      'Unsupported value: supported values: "NonIndexed", "Indexed"')], "batch")
-    for key in ("completions", "parallelism", "backoffLimit"):
+    if "backoffLimitPerIndex" in spec and spec["completionMode"] != "Indexed":
+        raise invalid("Job", name, [("spec.backoffLimitPerIndex", "FieldValueForbidden",
+                                     "Forbidden: requires indexed completion mode")], "batch")
+    if "maxFailedIndexes" in spec:
+        if "backoffLimitPerIndex" not in spec:
+            raise invalid("Job", name, [("spec.maxFailedIndexes", "FieldValueForbidden",
+                                         "Forbidden: cannot set maxFailedIndexes when backoffLimitPerIndex is not set")],
+                          "batch")
+        if isinstance(spec["maxFailedIndexes"], int) and spec["maxFailedIndexes"] > spec["completions"]:
+            raise invalid("Job", name, [("spec.maxFailedIndexes", "FieldValueInvalid",
+                                         "Invalid value: must be less than or equal to completions")], "batch")
+    for key in ("completions", "parallelism", "backoffLimit", "backoffLimitPerIndex", "maxFailedIndexes"):
+        if key not in spec:
+            continue
         if not isinstance(spec[key], int) or spec[key] < 0:
             raise invalid("Job", name, [(f"spec.{key}", "FieldValueInvalid",
                                          "Invalid value: must be greater than or equal to 0")], "batch")

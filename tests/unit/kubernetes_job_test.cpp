@@ -117,7 +117,10 @@ TEST_CASE("the Indexed Job: pods, restarts, image, GPUs, nodes, tolerations, gra
   CHECK(spec_json["completionMode"] == "Indexed");
   CHECK(spec_json["completions"] == 4);
   CHECK(spec_json["parallelism"] == 4);
-  CHECK(spec_json["backoffLimit"] == 0);
+  // A lost pod fails its own index only: a Job-wide backoffLimit would end every pod of the run.
+  CHECK(spec_json["backoffLimitPerIndex"] == 0);
+  CHECK(spec_json["maxFailedIndexes"] == 4);
+  CHECK_FALSE(spec_json.contains("backoffLimit"));
   const json& pod_template = spec_json["template"];
   CHECK(pod_template["metadata"]["labels"]["dtrain.io/run"] == names.run_label);
   CHECK(pod_template["metadata"]["labels"]["dtrain.io/job"] == names.job);
