@@ -192,6 +192,15 @@ std::string ssh_reference_line(const TestCluster& cluster) {
   return expected;
 }
 
+// Starts `job` from `spec` with checkpoints every 50 steps and returns once the first is
+// committed: a run on pods that is mid-training, for a fault to land in.
+void start_until_first_checkpoint(ClusterJob& job, const std::string& spec) {
+  job.write_spec_text(spec + "checkpoint: {dir: " + job.checkpoint_dir() + ", interval_steps: 50, keep: 3}\n");
+  job.start();
+  REQUIRE(job.wait_exec());
+  REQUIRE_MESSAGE(job.wait_checkpoint(50, 120000), job.err());
+}
+
 }  // namespace
 
 TEST_CASE("3 pods by selector train to the same final loss as 3 SSH hosts - nothing left after") {
@@ -304,10 +313,7 @@ TEST_CASE("SIGTERM to dtrain on pods it created: a checkpoint is saved, the run 
   // Paced (rank 0 works 10 ms more a step) so that it still trains when the SIGTERM comes.
   std::string spec = created_job_spec(cluster, "preempt", "{image: debian, pods: 2}", trainer_command(3000),
                                       "batch: {global: 8, micro: 2}\n", "  env: {DTRAIN_FAULT_SLOW_RANK: \"0:10\"}\n");
-  job.write_spec_text(spec + "checkpoint: {dir: " + job.checkpoint_dir() + ", interval_steps: 50, keep: 3}\n");
-  job.start();
-  REQUIRE(job.wait_exec());
-  REQUIRE_MESSAGE(job.wait_checkpoint(50, 120000), job.err());
+  start_until_first_checkpoint(job, spec);
   REQUIRE(::kill(job.pid(), SIGTERM) == 0);
   REQUIRE(job.wait(120000));
   INFO(job.err());
@@ -359,10 +365,7 @@ TEST_CASE("a pod of the job dtrain created deleted mid-run: only its index fails
                                       std::string(kBatch) + "elastic: {min_hosts: 2, max_restarts: 1}\n",
                                       "  env: {DTRAIN_FAULT_SLOW_RANK: \"0:5\"}\n");
   spec.replace(spec.find("  pod_timeout:"), 0, "  spares: 1\n");
-  job.write_spec_text(spec + "checkpoint: {dir: " + job.checkpoint_dir() + ", interval_steps: 50, keep: 3}\n");
-  job.start();
-  REQUIRE(job.wait_exec());
-  REQUIRE_MESSAGE(job.wait_checkpoint(50, 120000), job.err());
+  start_until_first_checkpoint(job, spec);
   const std::string selector = "dtrain.io/run=" + job.run_id();
   auto pods_by_index = [&] {
     std::map<std::string, std::string> pods;
