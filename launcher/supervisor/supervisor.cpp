@@ -369,9 +369,9 @@ void Supervisor::replan_after_exclusion() {
 
 // ---- recovery completed -----------------------------------------------------------------------
 
-void Supervisor::complete_recovery(int64_t step, bool in_place) {
+void Supervisor::complete_recovery(int64_t step, bool in_place, int64_t at_ms) {
   // First step of the new generation: the recovery is complete.
-  int64_t now = clock_.monotonic_ms();
+  int64_t now = at_ms > 0 ? at_ms : clock_.monotonic_ms();
   if (in_place) recovery_->resume_step = step - 1;  // the survivors' newest completed step
   const PendingRecovery& r = *recovery_;
   int64_t resume_from = std::max<int64_t>(r.resume_step, 0);

@@ -127,6 +127,11 @@ class Supervisor {
     int64_t spawned_ms = 0;
     int64_t started_ms = 0;
     int64_t comm_ready_ms = 0;    ///< every rank's communicator up; 0: not (yet) reported
+    /// A step past resume_step seen before every rank's comm.ready arrived (frames of different
+    /// hosts come through different links, in any order): the recovery completes, at this
+    /// time, when the last comm.ready does. 0: none seen.
+    int64_t first_step_seen_ms = 0;
+    int64_t first_step = -1;
     int64_t last_step = -1;       ///< newest step reached by the failed generation
     int64_t resume_step = -1;
     bool membership_change = false;
@@ -290,7 +295,8 @@ class Supervisor {
 
   // ---- the rest (supervisor.cpp) ----
   /// recovery.completed for the pending recovery, reached at `step` of the new generation.
-  void complete_recovery(int64_t step, bool in_place);
+  /// `at_ms`: when the first step was seen (monotonic); 0: now.
+  void complete_recovery(int64_t step, bool in_place, int64_t at_ms = 0);
   /// The cause as events name it.
   static events::FailureCause event_cause(const RootCause& cause);
   /// Fails the launching generation when a launch step is past launch_deadline().

@@ -263,6 +263,16 @@ void Supervisor::note_beat(const WorkerProgress& event) { note_progress(event); 
 
 void Supervisor::progress(const WorkerProgress& event) {
   if (note_progress(event) && recovery_ && recovery_->started_ms && event.step > recovery_->resume_step) {
+    // Workers that say comm.ready said it before this step; a rank on another host whose
+    // comm.ready is still on its way would otherwise leave the rendezvous phase out.
+    const bool comm_ready_due = gen_.comm_ready > 0 && gen_.comm_ready < static_cast<int>(gen_.ranks.size());
+    if (comm_ready_due) {
+      if (!recovery_->first_step_seen_ms) {
+        recovery_->first_step_seen_ms = clock_.monotonic_ms();
+        recovery_->first_step = event.step;
+      }
+      return;
+    }
     complete_recovery(event.step, false);
   }
 }
@@ -274,7 +284,13 @@ void Supervisor::comm_ready(const WorkerCommReady& event) {
   if (++gen_.comm_ready != static_cast<int>(gen_.ranks.size())) return;
   int64_t now = clock_.monotonic_ms();
   record(events::CommReady{gen_.comm_ready, now - gen_.started_ms}.to_json());
-  if (recovery_) recovery_->comm_ready_ms = now;
+  if (!recovery_) return;
+  recovery_->comm_ready_ms = now;
+  if (recovery_->first_step_seen_ms && recovery_->started_ms) {
+    // The first step came first: the rendezvous ended before it, by then at the latest.
+    recovery_->comm_ready_ms = std::min(now, recovery_->first_step_seen_ms);
+    complete_recovery(recovery_->first_step, false, recovery_->first_step_seen_ms);
+  }
 }
 
 void Supervisor::stopped_seen(const WorkerStoppedSeen& event) {

@@ -175,20 +175,20 @@ void check_created_and_deleted(const TestCluster& cluster, ClusterJob& job, cons
   CHECK(requests_to(cluster, "DELETE", "/api/v1" + path + "/services/" + name) == 1);
 }
 
-// The final line of rank 0 of the same 100-step job on the cluster's SSH hosts (2 slots each):
-// what a job on as many pods must end with.
-std::string ssh_reference_line(const TestCluster& cluster) {
+// The final line of rank 0 of the same `steps`-step job on the cluster's hosts 1-3 over SSH (2
+// slots each): what a job on as many pods must end with.
+std::string ssh_reference_line(const TestCluster& cluster, int steps = 100) {
   ClusterJob over_ssh(cluster, "ssh");
   ClusterSpec ssh_spec;
   ssh_spec.name = "ssh";
-  ssh_spec.command = trainer_command(100);
+  ssh_spec.command = trainer_command(steps);
   ssh_spec.extra = kBatch;
   over_ssh.write_spec(ssh_spec);
   REQUIRE(over_ssh.run());
   INFO(over_ssh.err());
   REQUIRE(over_ssh.exit_code() == 0);
   std::string expected = final_line(over_ssh.rank_log(0));
-  REQUIRE(expected.find("final step=100") != std::string::npos);
+  REQUIRE(expected.find("final step=" + std::to_string(steps)) != std::string::npos);
   return expected;
 }
 
@@ -412,6 +412,44 @@ TEST_CASE("a pod of the job dtrain created deleted mid-run: only its index fails
   CHECK(spare_used);
   CHECK(replanned["world_size"] == 6);
   CHECK(final_line(job.rank_log(0)).find("final step=1500") != std::string::npos);
+  check_created_and_deleted(cluster, job, "the run ended (succeeded)");
+  check_run_gone(cluster, job);
+}
+
+TEST_CASE("with elastic.in_place a deleted pod's ranks move to the spare pod in place: the survivors keep their processes, 0 steps lost, the same final loss") {
+  DTRAIN_REQUIRE_KUBERNETES();
+  TestCluster cluster(4, TestCluster::kubernetes_options());
+  DTRAIN_REQUIRE_CLUSTER(cluster);
+  std::string expected = ssh_reference_line(cluster, 300);
+  ClusterJob job(cluster, "inplace");
+  // Paced (a sleep that changes no numbers) so that the loss lands mid-run.
+  std::string spec = created_job_spec(cluster, "inplace", "{image: debian, pods: 4}", trainer_command(300),
+                                      std::string(kBatch) + "elastic: {in_place: true, max_restarts: 2}\n",
+                                      "  env: {DTRAIN_FAULT_SLOW_RANK: \"0:20\"}\n");
+  spec.replace(spec.find("  pod_timeout:"), 0, "  spares: 1\n");
+  start_until_first_checkpoint(job, spec);
+  nlohmann::json first = job.plan(0);
+  const std::string victim = first["ranks"][2]["host"];  // index 1: ranks 2 and 3
+  CommandOutput deleted = cluster.kubectl({"delete", "pod", victim, "--grace-period=1", "--wait=false"});
+  REQUIRE_MESSAGE(deleted.status == 0, deleted.output);
+  REQUIRE(job.wait(180000));
+  INFO(job.err());
+  CHECK(job.exit_code() == 0);
+
+  std::vector<nlohmann::json> completed = job.events("recovery.completed");
+  REQUIRE(completed.size() == 1);
+  CHECK(completed[0]["action"] == "in-place");
+  CHECK(completed[0]["kind"] == "host.lost");
+  CHECK(completed[0]["steps_lost"] == 0);
+  CHECK(job.events("recovery.fallback").empty());
+  // Only the lost pod's two ranks were started again, on the spare pod.
+  std::vector<nlohmann::json> started = job.events("worker.started");
+  REQUIRE(started.size() == 8);
+  for (size_t i = 6; i < started.size(); ++i) {
+    CHECK((started[i]["rank"] == 2 || started[i]["rank"] == 3));
+    CHECK(started[i]["host"] != victim);
+  }
+  for (int rank = 0; rank < 6; ++rank) CHECK(final_line(job.rank_log(rank)) == expected);
   check_created_and_deleted(cluster, job, "the run ended (succeeded)");
   check_run_gone(cluster, job);
 }

@@ -825,6 +825,38 @@ TEST_CASE("recovery phases include rendezvous when every rank reports comm.ready
   CHECK(phases["first_step_ms"] == 40);
 }
 
+TEST_CASE("a first step that arrives before another host's comm.ready completes the recovery when that comm.ready does") {
+  // Frames of different hosts come through different links: under load rank 0's first step can
+  // be read before rank 1's comm.ready, which rank 1 sent before that step could happen.
+  spec::JobSpec spec = make_spec(2, 1);
+  spec.elastic.max_restarts = 1;
+  Harness h(spec);
+  h.connect_all();
+  h.start_all(0);
+  h.feed(WorkerProgress{0, 0, 10, {}});
+  h.feed(WorkerProgress{0, 1, 10, {}});
+  h.feed(CheckpointCommitted{0, 10});
+  WorkerExited killed = h.exit_code(0, 1, 0);
+  killed.code = std::nullopt;
+  killed.signal = "SIGKILL";
+  h.feed(killed);
+  h.clock.advance_ms(100);
+  h.release_all(0);
+  h.clock.advance_ms(50);
+  h.start_all(1);
+  h.clock.advance_ms(300);
+  h.feed(WorkerCommReady{1, 0});
+  h.clock.advance_ms(200);
+  CHECK(!has_event(h.feed(WorkerProgress{1, 0, 11, {}}), "recovery.completed"));  // rank 1's comm.ready is due
+  h.clock.advance_ms(30);
+  REQUIRE(has_event(h.feed(WorkerCommReady{1, 1}), "recovery.completed"));
+  REQUIRE(h.supervisor->last_recovery());
+  const nlohmann::json& phases = h.supervisor->last_recovery()->completed.phases;
+  CHECK(phases["rendezvous_ms"] == 500);  // ended by the first step at the latest
+  CHECK(phases["first_step_ms"] == 0);
+  CHECK(h.supervisor->last_recovery()->completed.resume_step == 10);
+}
+
 TEST_CASE("ranks that never beat are exempt from hang detection, and the run log says so once") {
   spec::JobSpec spec = make_spec(1, 2);
   spec.heartbeat.hang_timeout = Millis(3000);
