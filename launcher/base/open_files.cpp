@@ -4,7 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <fstream>
+#include <cstdlib>
 
 #include "launcher/base/fd.h"
 
@@ -16,9 +16,10 @@ constexpr uint64_t kDescriptorsBesideHosts = 256;
 
 /// The kernel's ceiling for any process's limit (fs.nr_open); 1,048,576 by default.
 uint64_t kernel_ceiling() {
-  std::ifstream in("/proc/sys/fs/nr_open");
-  uint64_t value = 0;
-  if (in >> value && value > 0) return value;
+  if (Result<std::string> text = read_file("/proc/sys/fs/nr_open")) {
+    uint64_t value = std::strtoull(text->c_str(), nullptr, 10);
+    if (value > 0) return value;
+  }
   return 1u << 20;
 }
 

@@ -795,10 +795,9 @@ TEST_CASE("resume_from a stopped run continues it without inventing a failure") 
   CHECK(h.supervisor->incidents().empty());
 }
 
-TEST_CASE("recovery phases include rendezvous when every rank reports comm.ready") {
-  spec::JobSpec spec = make_spec(1, 2);
-  spec.elastic.max_restarts = 1;
-  Harness h(spec);
+/// Generation 0 of ranks 0 and 1 reaches step 10 (checkpointed), rank 1 is SIGKILLed, and
+/// generation 1 has started every rank 300 ms ago: a restart waiting for its rendezvous.
+void restart_after_rank_1_killed(Harness& h) {
   h.connect_all();
   h.start_all(0);
   h.feed(WorkerProgress{0, 0, 10, {}});
@@ -813,6 +812,13 @@ TEST_CASE("recovery phases include rendezvous when every rank reports comm.ready
   h.clock.advance_ms(50);
   h.start_all(1);
   h.clock.advance_ms(300);
+}
+
+TEST_CASE("recovery phases include rendezvous when every rank reports comm.ready") {
+  spec::JobSpec spec = make_spec(1, 2);
+  spec.elastic.max_restarts = 1;
+  Harness h(spec);
+  restart_after_rank_1_killed(h);
   h.feed(WorkerCommReady{1, 0});
   CHECK(!has_event(h.feed(WorkerCommReady{1, 0}), "comm.ready"));  // a repeat counts once
   h.clock.advance_ms(200);
@@ -831,20 +837,7 @@ TEST_CASE("a first step that arrives before another host's comm.ready completes 
   spec::JobSpec spec = make_spec(2, 1);
   spec.elastic.max_restarts = 1;
   Harness h(spec);
-  h.connect_all();
-  h.start_all(0);
-  h.feed(WorkerProgress{0, 0, 10, {}});
-  h.feed(WorkerProgress{0, 1, 10, {}});
-  h.feed(CheckpointCommitted{0, 10});
-  WorkerExited killed = h.exit_code(0, 1, 0);
-  killed.code = std::nullopt;
-  killed.signal = "SIGKILL";
-  h.feed(killed);
-  h.clock.advance_ms(100);
-  h.release_all(0);
-  h.clock.advance_ms(50);
-  h.start_all(1);
-  h.clock.advance_ms(300);
+  restart_after_rank_1_killed(h);
   h.feed(WorkerCommReady{1, 0});
   h.clock.advance_ms(200);
   CHECK(!has_event(h.feed(WorkerProgress{1, 0, 11, {}}), "recovery.completed"));  // rank 1's comm.ready is due
