@@ -42,6 +42,7 @@
 #include "launcher/base/duration.h"
 #include "launcher/base/exit_code.h"
 #include "launcher/base/fd.h"
+#include "launcher/base/strings.h"
 #include "launcher/base/version.h"
 #include "launcher/proto/frame.h"
 #include "launcher/proto/agent_messages.h"
@@ -114,6 +115,7 @@ int64_t Agent::next_wakeup_ms(int64_t now) const {
   for (const KillOperation& kill : kills_) wakeup = std::min(wakeup, kill.next_check_ms(now));
   if (fence_kill_) wakeup = std::min(wakeup, fence_kill_->next_check_ms(now));
   if (standby_count() < standbys_.wanted) wakeup = std::min(wakeup, std::max(now, next_standby_start_ms()));
+  if (relay_ && relay_->needs_periodic_pump()) wakeup = std::min(wakeup, last_relay_pump_ms_ + 100);
   return wakeup;
 }
 
@@ -128,6 +130,9 @@ void Agent::poll_and_dispatch() {
   if (health_) watch({health_->ready_fd(), POLLIN, 0}, [this](short) { send_health_replies(); });
   if (input_open_) watch({input_fd_, POLLIN, 0}, [this](short) { read_input(); });
   if (out_.pending_bytes() > 0) watch({out_.fd(), POLLOUT, 0}, [this](short) { out_.flush_some(); });
+  if (relay_) {
+    for (const pollfd& fd : relay_->poll_fds()) watch(fd, [this](short) { relay_ready_ = true; });
+  }
   // Worker output and worker messages wait while the supervisor is behind on reading ours.
   bool take_input = out_.pending_bytes() < Outbox::kBacklogLimit;
   if (sockets_) {
@@ -171,10 +176,12 @@ void Agent::poll_and_dispatch() {
   int64_t now = now_ms();
   int timeout = static_cast<int>(std::clamp<int64_t>(next_wakeup_ms(now) - now, 0, 1000));
   int ready = ::poll(fds.data(), fds.size(), timeout);
-  if (ready <= 0) return;  // timeout or EINTR: the next round looks at the clock
-  for (size_t i = 0; i < fds.size(); ++i) {
-    if (fds[i].revents != 0) handlers[i](fds[i].revents);
+  if (ready > 0) {  // else a timeout or EINTR: the next round looks at the clock
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i].revents != 0) handlers[i](fds[i].revents);
+    }
   }
+  pump_relay(now_ms());
 }
 
 void Agent::check_timers(int64_t now) {
@@ -234,8 +241,13 @@ void Agent::reap_children() {
   // While the sampler thread runs nvidia-smi, waitpid(-1) could take its exit status: reap only
   // our workers then, by pid; orphans wait for the next round (milliseconds).
   std::unique_lock<std::shared_mutex> no_helper_child(helper_child_lock(), std::try_to_lock);
+  // While relaying, the relay's ssh processes are ours too and their owners must reap them:
+  // reap by pid then, the workers and this thread's other children (orphans reparented to us).
+  const bool by_pid = !no_helper_child.owns_lock() || relay_;
   std::vector<pid_t> reapable;
-  if (!no_helper_child.owns_lock()) {
+  if (relay_) {
+    reapable = reapable_children();
+  } else if (by_pid) {
     for (const auto& [pid, worker] : workers_) reapable.push_back(pid);
   }
   size_t next_reapable = 0;
@@ -243,7 +255,7 @@ void Agent::reap_children() {
   for (;;) {
     int status = 0;
     pid_t pid = 0;
-    if (no_helper_child.owns_lock()) {
+    if (!by_pid) {
       pid = ::waitpid(-1, &status, WNOHANG);
     } else {
       while (pid <= 0 && next_reapable < reapable.size()) pid = ::waitpid(reapable[next_reapable++], &status, WNOHANG);
@@ -297,6 +309,51 @@ void Agent::reap_children() {
     reaped_any = true;
   }
   if (reaped_any) update_sampled_workers();
+}
+
+std::vector<pid_t> Agent::reapable_children() const {
+  std::vector<pid_t> pids;
+  for (const auto& [pid, worker] : workers_) pids.push_back(pid);
+  std::vector<pid_t> relay_pids = relay_ ? relay_->own_pids() : std::vector<pid_t>{};
+  // The main thread's children (Linux 3.5+, CONFIG_PROC_CHILDREN): orphans reparented to this
+  // subreaper land there; a helper thread's child (nvidia-smi) is its own thread's.
+  Result<std::string> listed = read_file("/proc/self/task/" + std::to_string(::getpid()) + "/children");
+  for (const std::string& field : split(listed ? *listed : std::string(), ' ')) {
+    pid_t pid = static_cast<pid_t>(std::strtol(field.c_str(), nullptr, 10));
+    if (pid <= 0 || workers_.count(pid)) continue;
+    if (std::find(relay_pids.begin(), relay_pids.end(), pid) != relay_pids.end()) continue;
+    pids.push_back(pid);
+  }
+  return pids;
+}
+
+void Agent::pump_relay(int64_t now) {
+  if (!relay_) return;
+  // Children's bytes wait while the supervisor is behind on reading ours, as workers' do; SSH
+  // sessions still get their periodic pump (their deadlines), which reads too.
+  bool periodic = relay_->needs_periodic_pump() && now - last_relay_pump_ms_ >= 100;
+  if (!periodic && !(relay_ready_ && out_.pending_bytes() < Outbox::kBacklogLimit)) return;
+  relay_ready_ = false;
+  last_relay_pump_ms_ = now;
+  relay_->pump();
+}
+
+void Agent::on(const proto::RelayOpenRequest& open) {
+  if (!relay_) {
+    relay_ = std::make_unique<Relay>(open.ssh, [this](proto::AgentMessage message) { out_.send(message); });
+  }
+  relay_->open(open.children);
+  std::fprintf(stderr, "%s: relaying for %zu host%s\n", who().c_str(), relay_->children(),
+               relay_->children() == 1 ? "" : "s");
+}
+
+void Agent::on(const proto::RelayToRequest& to) {
+  if (!relay_) return out_.send(proto::RelayClosedReport{to.host, "relay_to before relay_open"});
+  relay_->to(to.host, to.data);
+}
+
+void Agent::on(const proto::RelayCloseRequest& close) {
+  if (relay_) relay_->close(close.host);
 }
 
 void Agent::update_sampled_workers() {
@@ -614,6 +671,9 @@ void Agent::finish_fence(int64_t now) {
                summary.c_str());
   out_.send(proto::AgentBye{*fence_reason_, released.killed});
   out_.flush_until(now_ms() + kLastWordsMs);
+  // The relayed hosts' agents fence when their input closes; a second for them to go (their own
+  // fence kills their workers whether or not we wait).
+  if (relay_) relay_->shutdown(1000);
   health_.reset();   // stops its thread: a site command is killed; a hung one is left behind (bounded wait)
   sampler_.reset();  // joins its thread (a running nvidia-smi is bounded by kNvidiaSmiTimeoutMs)
   files_.reset();    // before the socket: the runtime dir is removed once it is empty

@@ -18,6 +18,7 @@
 #include "launcher/agent/health_runner.h"
 #include "launcher/agent/kill_operation.h"
 #include "launcher/agent/outbox.h"
+#include "launcher/agent/relay.h"
 #include "launcher/agent/resource_sampler.h"
 #include "launcher/agent/worker_files.h"
 #include "launcher/agent/worker_process.h"
@@ -77,6 +78,15 @@ class Agent {
   void on(const proto::DumpRequest& dump);
   void on(const proto::GenChangedRequest& change);
   void on(const proto::HealthCheckRequest& request);
+  void on(const proto::RelayOpenRequest& open);
+  void on(const proto::RelayToRequest& to);
+  void on(const proto::RelayCloseRequest& close);
+  /// The relay's children (relay.h): pumped when one of their fds is ready, and every 100 ms
+  /// while an SSH session needs it.
+  void pump_relay(int64_t now);
+  /// The children to reap: every worker, and while relaying, every child of this process but
+  /// the relay's ssh processes (their owners reap them).
+  std::vector<pid_t> reapable_children() const;
 
   /// Refuses a launch that would collide with a live worker or a generation gen_changed moved
   /// on from (spawn_failed), else adds its files and starts it.
@@ -145,6 +155,9 @@ class Agent {
   StandbyPool standbys_;
   int64_t standby_not_before_ms_ = 0;  ///< no standby starts before (a dead one's replacement waits)
   int64_t last_standby_start_ms_ = 0;
+  std::unique_ptr<Relay> relay_;     ///< after relay_open: the children this agent relays
+  bool relay_ready_ = false;         ///< a child's fd was ready this round
+  int64_t last_relay_pump_ms_ = 0;
   std::unique_ptr<ResourceSampler> sampler_;  ///< started after hello; its thread reads /proc and GPUs
   std::optional<proto::HealthRequest> health_request_;  ///< config.health
   std::unique_ptr<HealthRunner> health_;      ///< the checks' thread, from the first check on

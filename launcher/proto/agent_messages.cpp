@@ -412,6 +412,8 @@ struct ToJson {
   json operator()(const HealthReply& m) const {
     return {{"type", msg::kHealth}, {"id", m.id}, {"report", to_json(m.report)}};
   }
+  json operator()(const RelayFromReport& m) const { return relay_to_json(m); }
+  json operator()(const RelayClosedReport& m) const { return relay_to_json(m); }
   json operator()(const GenChangedReply& m) const {
     json out = {{"type", msg::kGenChanged}, {"from", m.from}, {"to", m.to}, {"ranks", m.ranks}, {"pids", m.pids}};
     put_optional(out, "id", m.id);
@@ -436,7 +438,7 @@ const char* type_of(const AgentMessage& message) {
                                            msg::kLog,    msg::kFromWorker, msg::kBeat,      msg::kPong,
                                            msg::kPort,   msg::kSample,   msg::kReleased,    msg::kError,
                                            msg::kBye,    msg::kProtocolError, msg::kDump,   msg::kGenChanged,
-                                           msg::kHealth};
+                                           msg::kHealth, msg::kRelayFrom, msg::kRelayClosed};
   static_assert(std::size(kNames) == std::variant_size_v<AgentMessage>);
   return kNames[message.index()];
 }
@@ -526,6 +528,8 @@ Result<AgentMessage> parse_agent_message(const json& frame) {
   }
   if (type == msg::kProtocolError) return parse_protocol_error(reader);
   if (type == msg::kDump) return parse_dump(reader);
+  if (type == msg::kRelayFrom) return lift<AgentMessage>(parse_relay_from(reader));
+  if (type == msg::kRelayClosed) return lift<AgentMessage>(parse_relay_closed(reader));
   return Error::user("unknown message type '" + printable(type, 40) + "'");
 }
 

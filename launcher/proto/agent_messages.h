@@ -15,6 +15,7 @@
 
 #include "launcher/base/result.h"
 #include "launcher/proto/host_health.h"
+#include "launcher/proto/relay_messages.h"
 #include "launcher/proto/stack_fingerprint.h"
 #include "launcher/proto/worker_messages.h"
 
@@ -257,7 +258,7 @@ struct HealthReply {
 using AgentMessage = std::variant<AgentHello, WorkerStartedReport, WorkerSpawnFailedReport, WorkerExitReport,
                                   WorkerLogLine, FromWorker, AgentBeat, Pong, PortReply, SampleReply,
                                   Released, AgentError, AgentBye, WorkerProtocolError, FlightRecorderDump,
-                                  GenChangedReply, HealthReply>;
+                                  GenChangedReply, HealthReply, RelayFromReport, RelayClosedReport>;
 
 /// The frame of one message: "type" first, then its fields (absent optionals left out). A
 /// FromWorker must hold a message (one that holds an Error is the supervisor's reading of a bad

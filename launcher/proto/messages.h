@@ -205,6 +205,11 @@ inline constexpr const char* kSample = "sample";  // request and reply
 inline constexpr const char* kDump = "dump";      // request and reply
 inline constexpr const char* kGenChanged = "gen_changed";  // request and reply
 inline constexpr const char* kHealth = "health";            // request and reply
+inline constexpr const char* kRelayOpen = "relay_open";     // relay_messages.h
+inline constexpr const char* kRelayTo = "relay_to";
+inline constexpr const char* kRelayClose = "relay_close";
+inline constexpr const char* kRelayFrom = "relay_from";
+inline constexpr const char* kRelayClosed = "relay_closed";
 
 inline constexpr const char* kHello = "hello";
 inline constexpr const char* kStarted = "started";

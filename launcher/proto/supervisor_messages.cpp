@@ -223,6 +223,9 @@ struct ToJson {
   json operator()(const HealthCheckRequest& m) const {
     return {{"type", msg::kHealth}, {"id", m.id}, {"moment", m.moment}, {"diagnose", m.diagnose}};
   }
+  json operator()(const RelayOpenRequest& m) const { return relay_to_json(m); }
+  json operator()(const RelayToRequest& m) const { return relay_to_json(m); }
+  json operator()(const RelayCloseRequest& m) const { return relay_to_json(m); }
 };
 
 }  // namespace
@@ -234,7 +237,8 @@ json to_json(const SupervisorMessage& message) { return std::visit(ToJson{}, mes
 const char* type_of(const SupervisorMessage& message) {
   static constexpr const char* kNames[] = {msg::kConfig, msg::kSpawn,       msg::kKill,  msg::kPing,
                                            msg::kToWorker, msg::kReservePort, msg::kFence, msg::kSample,
-                                           msg::kDump,   msg::kGenChanged, msg::kHealth};
+                                           msg::kDump,   msg::kGenChanged, msg::kHealth, msg::kRelayOpen,
+                                           msg::kRelayTo, msg::kRelayClose};
   static_assert(std::size(kNames) == std::variant_size_v<SupervisorMessage>);
   return kNames[message.index()];
 }
@@ -291,6 +295,9 @@ Result<SupervisorMessage> parse_supervisor_message(const json& frame) {
     health.diagnose = reader.optional_boolean("diagnose").value_or(false);
     return checked(reader, std::move(health));
   }
+  if (type == msg::kRelayOpen) return lift<SupervisorMessage>(parse_relay_open(reader));
+  if (type == msg::kRelayTo) return lift<SupervisorMessage>(parse_relay_to(reader));
+  if (type == msg::kRelayClose) return lift<SupervisorMessage>(parse_relay_close(reader));
   return Error::user("unknown message type '" + printable(type, 40) + "'");
 }
 

@@ -17,6 +17,7 @@
 
 #include "launcher/base/result.h"
 #include "launcher/proto/host_health.h"
+#include "launcher/proto/relay_messages.h"
 #include "launcher/proto/stack_fingerprint.h"
 
 namespace dtrain::proto {
@@ -134,7 +135,8 @@ struct HealthCheckRequest {
 
 using SupervisorMessage = std::variant<AgentConfig, SpawnRequest, KillRequest, PingRequest, ToWorkerRequest,
                                        ReservePortRequest, FenceRequest, SampleRequest, DumpRequest,
-                                       GenChangedRequest, HealthCheckRequest>;
+                                       GenChangedRequest, HealthCheckRequest, RelayOpenRequest, RelayToRequest,
+                                       RelayCloseRequest>;
 
 /// The frame of one message: "type" first, then its fields (absent optionals left out).
 nlohmann::json to_json(const SupervisorMessage& message);

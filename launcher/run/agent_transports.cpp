@@ -24,6 +24,11 @@ transport::AgentTarget AgentTransports::target_for(const spec::HostEntry& host) 
   return target;
 }
 
+bool AgentTransports::reached_over_ssh(const spec::HostEntry& host) const {
+  return !injected_ && spec_.transport != spec::TransportKind::srun && spec_.transport != spec::TransportKind::kubectl &&
+         !host.is_local();
+}
+
 Result<std::unique_ptr<transport::AgentConnection>> AgentTransports::start_agent(const spec::HostEntry& host) {
   transport::AgentTarget target = target_for(host);
   if (injected_) return injected_->start_agent(target);

@@ -28,8 +28,12 @@ class AgentTransports {
   /// Starts `dtrain agent` for `host`; returns at once (see transport::Transport::start_agent).
   Result<std::unique_ptr<transport::AgentConnection>> start_agent(const spec::HostEntry& host);
 
- private:
+  /// Where and as whom `host`'s agent starts (also what a relay is told for the hosts it reaches).
   transport::AgentTarget target_for(const spec::HostEntry& host) const;
+  /// True when `host` is reached over SSH (libssh2 or openssh): what a relay tree may carry.
+  bool reached_over_ssh(const spec::HostEntry& host) const;
+
+ private:
   transport::SrunTransport& srun();
   transport::KubectlTransport& kubectl();
   /// The remote hosts' transport, as ssh.client says: libssh2 (SshTransport) or openssh.

@@ -67,16 +67,24 @@ void RunDriver::resume_from(const supervisor::ResumeFrom& from, int64_t submitte
 void RunDriver::start_agents() {
   std::vector<spec::HostEntry> hosts = spec_.hosts;
   hosts.insert(hosts.end(), spec_.spares.begin(), spec_.spares.end());
-  for (const spec::HostEntry& host : hosts) {
-    // A host the first plan does without (quarantined in the registry) gets no agent: nothing of
-    // this run touches it, and no plan of this run takes it back.
-    if (supervisor_.excluded_hosts().count(host.name)) continue;
-    Result<std::unique_ptr<transport::AgentConnection>> connection = transports_.start_agent(host);
-    if (!connection) {
-      record(events::HostFailed{host.name, connection.error().message}.to_json());
-      feed(supervisor::HostLost{host.name, connection.error().message});
-      continue;
-    }
+  // A host the first plan does without (quarantined in the registry) gets no agent: nothing of
+  // this run touches it, and no plan of this run takes it back.
+  std::erase_if(hosts, [this](const spec::HostEntry& host) { return supervisor_.excluded_hosts().count(host.name) > 0; });
+  relay_tree_ = plan_run_relay_tree(hosts);
+  // Relays (and directly reached hosts) first: a relayed host's bytes go out on its relay's link.
+  std::stable_partition(hosts.begin(), hosts.end(),
+                        [this](const spec::HostEntry& host) { return !relay_tree_.relay_of.count(host.name); });
+  for (const spec::HostEntry& host : hosts) start_agent(host);
+}
+
+void RunDriver::start_agent(const spec::HostEntry& host) {
+  Result<std::unique_ptr<transport::AgentConnection>> connection = connect_agent(host);
+  if (!connection) {
+    record(events::HostFailed{host.name, connection.error().message}.to_json());
+    feed(supervisor::HostLost{host.name, connection.error().message});
+    return;
+  }
+  {
     // A frame too large for the agent is not sent (it would cost the host); the bug is recorded.
     auto refused = [this, name = host.name](const Error& error) {
       log().error("{}", error.message);
@@ -92,13 +100,22 @@ void RunDriver::start_agents() {
     config.health = health_request(spec_, spec_.checkpoint.dir.empty() ? run_.path() + "/checkpoints" : spec_.checkpoint.dir);
     link->health_requested = config.health.has_value();
     link->send(config);
+    open_relay(*link);
     log().info("host {}: starting agent ({})", host.name, link->connection().describe());
     links_[host.name] = std::move(link);
   }
 }
 
 void RunDriver::shut_down_agents() {
+  // Relayed hosts first: their fence travels on their relay's link, which must still be open.
+  std::vector<AgentLink*> ordered;
   for (auto& [host, link] : links_) {
+    if (relayed_.count(host)) ordered.push_back(link.get());
+  }
+  for (auto& [host, link] : links_) {
+    if (!relayed_.count(host)) ordered.push_back(link.get());
+  }
+  for (AgentLink* link : ordered) {
     if (!link->connection().closed()) link->send(proto::FenceRequest{"run finished"});
     link->connection().pump();
     link->connection().close_input();
@@ -133,6 +150,7 @@ void RunDriver::pump_links(const std::vector<AgentLink*>& links) {
     if (!link->lost && link->connection().closed()) {
       host_lost(*link, "agent connection closed: " + link->connection().close_reason());
     }
+    pump_relayed();
   }
 }
 
@@ -143,6 +161,7 @@ void RunDriver::host_lost(AgentLink& link, const std::string& reason, int64_t si
   log().warn("host {} lost: {}", link.host(), reason);
   link.connection().shutdown(0);
   feed(supervisor::HostLost{link.host(), reason, silent_ms});
+  lose_relayed_hosts(link, reason);
 }
 
 void RunDriver::check_pods() {

@@ -35,6 +35,8 @@
 #include "launcher/base/fd.h"
 #include "launcher/hosts/created_job.h"
 #include "launcher/plan/rank_plan.h"
+#include "launcher/run/relay_tree.h"
+#include "launcher/run/relayed_connection.h"
 #include "launcher/run/agent_link.h"
 #include "launcher/run/agent_transports.h"
 #include "launcher/run/checkpoint_requests.h"
@@ -135,6 +137,25 @@ class RunDriver : private FrameRouter::Output, private GenerationLauncher::Outpu
   void port_reservation_failed(const std::string& host, const std::string& error) override {
     launcher_.port_reservation_failed(host, error);
   }
+  // ---- the relay tree (driver_relays.cpp)
+  void relay_from(AgentLink& relay, proto::RelayFromReport from) override;
+  void relay_closed(AgentLink& relay, const proto::RelayClosedReport& closed) override;
+  /// Starts one host's agent, directly or (when the tree says so) through its relay, and sends
+  /// its config; a relay also gets relay_open with its children. False when it could not start.
+  void start_agent(const spec::HostEntry& host);
+  /// The relay tree of these hosts (scale:, relay_tree.h), over those reached by SSH.
+  RelayTree plan_run_relay_tree(const std::vector<spec::HostEntry>& hosts) const;
+  /// `host`'s connection: through its relay when it has one, else its transport's.
+  Result<std::unique_ptr<transport::AgentConnection>> connect_agent(const spec::HostEntry& host);
+  /// Sends relay_open to `link` when it relays (after its config, before its children's bytes).
+  void open_relay(AgentLink& link);
+  /// The relayed host's connection when `relay` relays it, else nullptr (a relay speaks only for
+  /// the hosts it was given).
+  RelayedConnection* relayed_by(const AgentLink& relay, const std::string& host);
+  /// A lost relay's hosts: their sessions ended with it (their agents fence), so they are lost.
+  void lose_relayed_hosts(const AgentLink& relay, const std::string& reason);
+  /// Pumps the links of relayed hosts that relay frames just fed.
+  void pump_relayed();
 
   /// Hands `action` to the part that carries it out (the launcher, the snapshot writer, the loop).
   void perform(const supervisor::Action& action);
@@ -160,6 +181,9 @@ class RunDriver : private FrameRouter::Output, private GenerationLauncher::Outpu
   RuntimeDirectoryChoice runtime_dir_;
   AgentTransports transports_;
   AgentLinks links_;
+  RelayTree relay_tree_;  ///< empty: every agent connected directly
+  std::map<std::string, RelayedConnection*> relayed_;  ///< relayed host → its connection (owned by its link)
+  std::vector<AgentLink*> relayed_fed_;  ///< relayed links that relay frames fed since the last pump_relayed
   int64_t health_requests_ = 0;  ///< ids of health requests sent (0 is each agent's `start` report)
   RankProgressTable progress_;  ///< per-rank progress from beats, and every per-rank view
   FrameRouter router_{*this, supervisor_, store_, progress_, run_, clock_};

@@ -57,6 +57,10 @@ class FrameRouter {
     virtual void port_reserved(int64_t request_id, int port) = 0;
     /// The agent on `host` could not reserve a port.
     virtual void port_reservation_failed(const std::string& host, const std::string& error) = 0;
+    /// A relay's agent carried bytes from (relay_from), or the end of (relay_closed), the session
+    /// of a host it relays (relayed_connection.h). The driver checks that it relays that host.
+    virtual void relay_from(AgentLink& relay, proto::RelayFromReport from) = 0;
+    virtual void relay_closed(AgentLink& relay, const proto::RelayClosedReport& closed) = 0;
   };
 
   /// Everything referenced must outlive the router. The router reads the supervisor (its
@@ -117,6 +121,8 @@ class FrameRouter {
   void on(AgentLink& link, const proto::AgentBye& bye);
   void on(AgentLink& link, const proto::WorkerProtocolError& error);
   void on(AgentLink& link, const proto::FlightRecorderDump& dump);
+  void on(AgentLink& link, const proto::RelayFromReport& from) { out_.relay_from(link, from); }
+  void on(AgentLink& link, const proto::RelayClosedReport& closed) { out_.relay_closed(link, closed); }
   // Host resources from the agents' beats (host_resources.cpp): keeps the newest per host,
   // records Xids and new uncorrected ECC errors as events, and writes metrics.jsonl lines.
   void on_host_resources(AgentLink& link, const proto::HostResources& resources);

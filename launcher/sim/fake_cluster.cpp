@@ -308,6 +308,16 @@ struct FakeCluster::Simulation {
     emit(agent, proto::HealthReply{request.id, proto::HealthReport{request.moment, {}, 0}});
   }
 
+  // Simulated agents do not relay (the driver builds no relay tree over an injected transport):
+  // a relay request is answered as an agent that cannot reach the host would answer it.
+  void on(SimAgent& agent, const proto::RelayOpenRequest& open, int64_t) {
+    for (const proto::RelayChild& child : open.children) {
+      emit(agent, proto::RelayClosedReport{child.host, "simulated agents do not relay"});
+    }
+  }
+  void on(SimAgent&, const proto::RelayToRequest&, int64_t) {}
+  void on(SimAgent&, const proto::RelayCloseRequest&, int64_t) {}
+
   void fence(SimAgent& agent, const std::string& reason, int64_t wall) {
     std::vector<int64_t> killed = kill_workers(agent, -1, wall);
     emit(agent, proto::AgentBye{reason, std::move(killed)});

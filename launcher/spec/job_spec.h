@@ -239,6 +239,18 @@ struct LogsSettings {
   bool operator==(const LogsSettings&) const = default;
 };
 
+/// scale: how the supervisor reaches many hosts (issue 32; man/dtrain-spec.5 SCALE). With a relay
+/// tree, the supervisor connects to a first level of relays (job hosts, never spares) and each
+/// relay starts and carries the agents of up to `fanout` other hosts over SSH.
+enum class RelayTreeMode { auto_select, on, off };
+/// scale.tree: auto builds a tree from this many hosts (hosts and spares, reached over SSH) on.
+inline constexpr int kRelayTreeFromHosts = 256;
+struct ScaleSettings {
+  RelayTreeMode tree = RelayTreeMode::auto_select;
+  int fanout = 0;  ///< hosts each relay reaches; 0: about √(hosts), which keeps both levels even
+  bool operator==(const ScaleSettings&) const = default;
+};
+
 /// intent: what the job is for and what a failure may cost it, stated by the submitter (issue
 /// 30): the platform's advice (`dtrain plan --advise`) and grading read it; a site can require it
 /// per tenant ($DTRAIN_HOME/config.yaml intent.required_for). Absent: given == false.
@@ -317,6 +329,7 @@ struct JobSpec {
   CheckpointSettings checkpoint;
   MetricsSettings metrics;
   LogsSettings logs;
+  ScaleSettings scale;
   IntentSettings intent;
   HealthSettings health;
   Millis stop_grace{10'000};

@@ -379,6 +379,22 @@ void read_logs(DiagnosticSink& sink, const Section& root, LogsSettings& logs) {
   logs.max_bytes = value << shift;
 }
 
+// scale: a relay tree carries the agents of SSH hosts (srun and kubectl reach every host flat).
+void read_scale(DiagnosticSink& sink, const Section& root, TransportKind transport, ScaleSettings& scale) {
+  Section s(sink, root.get("scale"), "scale", {"tree", "fanout"});
+  if (auto v = read_choice(sink, s.get("tree"), s.path("tree"), {"auto", "on", "off"})) {
+    scale.tree = *v == "on" ? RelayTreeMode::on : *v == "off" ? RelayTreeMode::off : RelayTreeMode::auto_select;
+    if (scale.tree == RelayTreeMode::on && (transport == TransportKind::srun || transport == TransportKind::kubectl)) {
+      sink.error(*s.get("tree"), s.path("tree"),
+                 std::string("a relay tree reaches hosts over SSH, and this job's transport is ") +
+                     (transport == TransportKind::srun ? "srun (Slurm's own step launch is a tree already)"
+                                                       : "kubectl (every pod is reached with kubectl exec)") +
+                     "; remove scale.tree or set it to auto");
+    }
+  }
+  if (auto v = read_int(sink, s.get("fanout"), s.path("fanout"), 2, kMaxCount)) scale.fanout = *v;
+}
+
 }  // namespace
 
 void read_spec_body(DiagnosticSink& sink, const YAML::Node& root_node, const std::string& base_dir, JobSpec& spec,
@@ -386,7 +402,7 @@ void read_spec_body(DiagnosticSink& sink, const YAML::Node& root_node, const std
   Section root(sink, &root_node, "",
                {"version", "name", "tenant", "hosts", "hostfile", "include", "exclude", "slots_per_host", "spares",
                 "ssh", "transport", "worker", "parallelism", "batch", "elastic", "heartbeat", "checkpoint", "metrics", "logs",
-                "stop_grace", "preempt_grace", "intent", "consistency", "health", "kubernetes"});
+                "scale", "stop_grace", "preempt_grace", "intent", "consistency", "health", "kubernetes"});
   read_label(sink, root.get("name"), "name", spec.name);
   read_label(sink, root.get("tenant"), "tenant", spec.tenant);
   if (auto v = read_int(sink, root.get("slots_per_host"), "slots_per_host", 1, kMaxCount)) spec.slots_per_host = *v;
@@ -407,6 +423,7 @@ void read_spec_body(DiagnosticSink& sink, const YAML::Node& root_node, const std
   read_checkpoint(sink, root, spec.checkpoint);
   read_metrics(sink, root, base_dir, spec.metrics);
   read_logs(sink, root, spec.logs);
+  read_scale(sink, root, spec.transport, spec.scale);
   read_intent(sink, root, spec.elastic, spec.intent);
   read_health(sink, root, spec.health);
   if (auto v = read_duration(sink, root.get("stop_grace"), "stop_grace", Millis(0))) spec.stop_grace = *v;

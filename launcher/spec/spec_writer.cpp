@@ -206,6 +206,16 @@ void observability_sections(YAML::Emitter& out, const JobSpec& spec) {
   }
 }
 
+/// scale: only when not the default.
+void scale_section(YAML::Emitter& out, const JobSpec& spec) {
+  if (spec.scale == ScaleSettings{}) return;
+  out << YAML::Key << "scale" << YAML::Value << YAML::BeginMap;
+  const char* tree = spec.scale.tree == RelayTreeMode::on ? "on" : spec.scale.tree == RelayTreeMode::off ? "off" : "auto";
+  string_value(out, "tree", tree);
+  if (spec.scale.fanout > 0) out << YAML::Key << "fanout" << YAML::Value << spec.scale.fanout;
+  out << YAML::EndMap;
+}
+
 /// intent: only when the spec stated one; amounts as plain numbers, so they read back the same.
 void health_section(YAML::Emitter& out, const JobSpec& spec) {
   const HealthSettings& health = spec.health;
@@ -333,6 +343,7 @@ std::string to_yaml(const JobSpec& spec) {
   observability_sections(out, spec);
   intent_section(out, spec);
   health_section(out, spec);
+  scale_section(out, spec);
   duration_value(out, "stop_grace", spec.stop_grace);
   duration_value(out, "preempt_grace", spec.preempt_grace);
   out << YAML::EndMap;

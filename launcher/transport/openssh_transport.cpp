@@ -240,6 +240,11 @@ std::string OpensshConnection::describe() const {
   return target_.host + " (openssh" + (child_ ? " pid " + std::to_string(child_->pid()) : std::string()) + ")";
 }
 
+std::optional<pid_t> OpensshConnection::child_pid() const {
+  if (!child_ || child_->reaped()) return std::nullopt;
+  return child_->pid();
+}
+
 std::vector<pollfd> OpensshConnection::poll_fds() const {
   if (closed_ || !child_) return {};
   return child_->poll_fds();

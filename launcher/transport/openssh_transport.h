@@ -63,6 +63,7 @@ class OpensshConnection final : public AgentConnection {
   void close_input() override;
   void shutdown(int grace_ms) override;
   std::optional<pid_t> local_pid() const override { return std::nullopt; }
+  std::optional<pid_t> child_pid() const override;
   /// Until the agent started (queued behind ssh.max_parallel, a start deadline) or while its
   /// ssh lingers after the output ended; otherwise the child's pipes and pidfd wake the caller.
   bool needs_periodic_pump() const override { return !started_ || !child_ || child_->stdout_closed(); }

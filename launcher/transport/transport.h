@@ -50,6 +50,10 @@ class AgentConnection {
   /// The local agent's pid (local transport only).
   virtual std::optional<pid_t> local_pid() const = 0;
 
+  /// The process on this machine that carries the connection (a local agent, the system's ssh),
+  /// until it is reaped: a subreaper that reaps every child (a relaying agent) leaves it alone.
+  virtual std::optional<pid_t> child_pid() const { return local_pid(); }
+
   /// True when pump() must run every ~100 ms even without an fd event (SSH: libssh2's own
   /// deadlines and keepalives; local: an agent that closed its output but lingers). False when
   /// fd readiness says everything, which spares a system call per host per pump at scale.

@@ -21,30 +21,7 @@ constexpr int kSteps = 300;
 
 ClusterSpec trainer_job(const std::string& name) { return shrinkable_trainer_job(name, kSteps); }
 
-/// The fault-free loss at the same global batch. The trainer's loss curve does not depend on
-/// the number of ranks for a fixed global batch, so the cheapest run, a standalone world of one,
-/// is the reference.
-double reference_loss() {
-  static double loss = [] {
-    CommandOutput run = run_command({std::string(DTRAIN_BINARY_DIR) + "/cli/dtrain-train", "--standalone",
-                                     "--steps", std::to_string(kSteps), "--global-batch", "24",
-                                     "--micro-batch", "2", "--log-every", "0"});
-    return final_loss(final_line(run.output));
-  }();
-  return loss;
-}
-
-void check_final_loss(ClusterJob& job, int world_size) {
-  double expected = reference_loss();
-  REQUIRE(!std::isnan(expected));
-  for (int rank = 0; rank < world_size; ++rank) {
-    std::string line = final_line(job.rank_log(rank));
-    INFO("rank " << rank << ": " << line);
-    double loss = final_loss(line);
-    REQUIRE(!std::isnan(loss));
-    CHECK(std::fabs(loss - expected) <= 1e-4 * std::fabs(expected));
-  }
-}
+void check_final_loss(ClusterJob& job, int world_size) { check_shrinkable_final_loss(job, world_size, kSteps); }
 
 void report_recovery(ClusterJob& job) {
   for (const auto& event : job.events("recovery.completed")) MESSAGE("recovery.completed " << event.dump());

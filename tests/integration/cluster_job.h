@@ -18,6 +18,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -297,6 +298,31 @@ inline std::string leftovers(const TestCluster& cluster, const std::string& run_
 inline void check_nothing_left(const TestCluster& cluster, ClusterJob& job, int timeout_ms = 8000) {
   std::string left = leftovers(cluster, job.run_id(), timeout_ms);
   CHECK_MESSAGE(left.empty(), "left behind by run " << job.run_id() << ":\n" << left);
+}
+
+/// The loss of shrinkable_trainer_job(name, steps) run without a fault. The trainer's loss curve
+/// does not depend on the number of ranks for a fixed global batch, so the cheapest run, a
+/// standalone world of one, is the reference.
+inline double shrinkable_reference_loss(int steps) {
+  static std::map<int, double> losses;
+  auto known = losses.find(steps);
+  if (known != losses.end()) return known->second;
+  CommandOutput run = run_command({std::string(DTRAIN_BINARY_DIR) + "/cli/dtrain-train", "--standalone", "--steps",
+                                   std::to_string(steps), "--global-batch", "24", "--micro-batch", "2", "--log-every", "0"});
+  return losses[steps] = final_loss(final_line(run.output));
+}
+
+/// Checks (doctest) that each of `world_size` ranks of `job` ended at shrinkable_reference_loss.
+inline void check_shrinkable_final_loss(ClusterJob& job, int world_size, int steps) {
+  double expected = shrinkable_reference_loss(steps);
+  REQUIRE(!std::isnan(expected));
+  for (int rank = 0; rank < world_size; ++rank) {
+    std::string line = final_line(job.rank_log(rank));
+    INFO("rank " << rank << ": " << line);
+    double loss = final_loss(line);
+    REQUIRE(!std::isnan(loss));
+    CHECK(std::fabs(loss - expected) <= 1e-4 * std::fabs(expected));
+  }
 }
 
 }  // namespace dtrain::testing

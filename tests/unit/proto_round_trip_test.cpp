@@ -56,6 +56,14 @@ std::vector<SupervisorMessage> supervisor_samples() {
       GenChangedRequest{14, 3, 4},
       HealthCheckRequest{15, "after failure", true},
       HealthCheckRequest{16, "join", false},
+      RelayOpenRequest{RelaySsh{"openssh", "train", 2222, {"/keys/id_ed25519"}, false, "/keys/known_hosts", "accept-new",
+                                5000, 60'000, 16, "/opt/dtrain/bin/dtrain", "/etc/ssh/cluster_config", "/usr/bin/ssh"},
+                       {{"gpu02", "train", 22, ""}, {"gpu03", "", 0, "/opt/dtrain"}}},
+      RelayOpenRequest{},
+      // Protocol bytes are binary: a length prefix with NUL bytes, then JSON.
+      RelayToRequest{"gpu02", std::string("\0\0\0\x02{}", 6)},
+      RelayToRequest{"gpu02", ""},
+      RelayCloseRequest{"gpu03"},
   };
 }
 
@@ -169,6 +177,9 @@ std::vector<AgentMessage> agent_samples() {
       HealthReply{0, HealthReport{"start", {{"checkpoint dir", HealthVerdict::fail, "write + fsync did not finish within 5s"},
                                             {"site command", HealthVerdict::warn, "exit 7: ?"}}, 35}},
       HealthReply{15, HealthReport{"after failure", {}, 0}},
+      RelayFromReport{"gpu02", std::string("\0\0\0\x02{}\xff", 7), "agent gpu02: relaying\n"},
+      RelayFromReport{"gpu02", "", ""},
+      RelayClosedReport{"gpu03", "gpu03: connect to 10.0.0.3:22 timed out after 10s"},
   };
 }
 

@@ -62,6 +62,12 @@ struct Outside : FrameRouter::Output {
   void port_reservation_failed(const std::string& host, const std::string& error) override {
     port_failures.push_back(host + ": " + error);
   }
+  void relay_from(AgentLink& relay, proto::RelayFromReport from) override {
+    relayed.push_back(relay.host() + " carried " + std::to_string(from.data.size()) + " bytes of " + from.host);
+  }
+  void relay_closed(AgentLink& relay, const proto::RelayClosedReport& closed) override {
+    relayed.push_back(relay.host() + " closed " + closed.host + ": " + closed.reason);
+  }
 
   std::vector<json> named(const std::string& name) const {
     std::vector<json> found;
@@ -94,6 +100,7 @@ struct Outside : FrameRouter::Output {
   std::vector<store::StoreReply> store_replies;
   std::vector<std::pair<int64_t, int>> ports;
   std::vector<std::string> port_failures;
+  std::vector<std::string> relayed;  ///< relay_from / relay_closed, as text
 };
 
 /// A router over a real supervisor of 2 hosts × 2 ranks, both agents connected, generation 0
@@ -280,4 +287,15 @@ TEST_CASE("a port reply and a port refusal go to the driver, which knows what it
   scripted.frame("h1", {{"type", "error"}, {"message", "no free port"}, {"about", "reserve_port"}});
   CHECK(scripted.outside.port_failures == std::vector<std::string>{"h1: no free port"});
   CHECK(scripted.outside.named("agent.error").size() == 1);
+}
+
+TEST_CASE("a relay's frames go to the driver as they are: bytes of a relayed host, the end of its session") {
+  Scripted s;
+  s.frame("h1", {{"type", "relay_from"}, {"host", "h9"}, {"data", "AAAAAnt9"}});  // base64 of 6 bytes
+  s.frame("h1", {{"type", "relay_closed"}, {"host", "h9"}, {"reason", "h9: connection refused"}});
+  s.frame("h1", {{"type", "relay_from"}, {"host", "h9"}, {"data", "not base64!"}});
+  REQUIRE(s.outside.relayed == std::vector<std::string>{"h1 carried 6 bytes of h9", "h1 closed h9: h9: connection refused"});
+  // The third is a protocol error of h1's, not bytes of h9's.
+  REQUIRE(s.outside.named("protocol.error").size() == 1);
+  CHECK(s.outside.named("protocol.error")[0].dump().find("relay_from.data: not base64") != std::string::npos);
 }

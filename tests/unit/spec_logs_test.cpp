@@ -54,3 +54,25 @@ TEST_CASE("logs.max_bytes: too small, unknown units, negatives and lists are ref
   CHECK(only_section_error("logs:\n  max_bytes: [1]\n").find("logs.max_bytes") != std::string::npos);
   CHECK(only_section_error("logs:\n  max_byte: 1GiB\n").find("max_bytes") != std::string::npos);  // did you mean
 }
+
+TEST_CASE("scale: tree auto by default, on/off and a fanout, read back - a tree over srun is refused") {
+  LoadResult plain = parse_section("");
+  REQUIRE(plain.ok());
+  CHECK(plain.spec->scale == ScaleSettings{});
+  CHECK(to_yaml(*plain.spec).find("scale") == std::string::npos);
+  LoadResult set = parse_section("scale: {tree: on, fanout: 16}\n");
+  REQUIRE_MESSAGE(set.ok(), set.message());
+  CHECK(set.spec->scale.tree == RelayTreeMode::on);
+  CHECK(set.spec->scale.fanout == 16);
+  LoadResult again = parse_job_spec(to_yaml(*set.spec), "spec.yaml", "/elsewhere", {});
+  REQUIRE_MESSAGE(again.ok(), again.message());
+  CHECK(again.spec->scale == set.spec->scale);
+
+  CHECK(only_section_error("scale: {tree: yes}\n").find("scale.tree") != std::string::npos);
+  CHECK(only_section_error("scale: {fanout: 1}\n").find("scale.fanout") != std::string::npos);
+  // (Outside an allocation transport: srun has its own error too.)
+  LoadResult srun = parse_section("transport: srun\nscale: {tree: on}\n");
+  REQUIRE_FALSE(srun.ok());
+  CHECK_MESSAGE(srun.message().find("job.yaml:5:15: scale.tree: a relay tree reaches hosts over SSH, and this job's "
+                                    "transport is srun") != std::string::npos, srun.message());
+}

@@ -1,0 +1,95 @@
+// A relay tree on the namespace cluster (issue 32, spec scale:): with scale.tree on and fanout 2,
+// the supervisor reaches two relays and they start the other hosts' agents over real SSH. The
+// proof is in the workers' own environment: sshd sets SSH_CONNECTION, whose first field is the
+// address the session came from (the control namespace for a relay's workers, the relay's host
+// for the others'). The job trains to a fault-free run's loss. When a relay's host is killed, the
+// host it relayed is lost with it (its agent's input was the relay's session: it fences), the run
+// shrinks onto what is left, and nothing of the run remains on any host.
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "tests/integration/cluster_job.h"
+
+using namespace dtrain::testing;
+
+namespace {
+
+constexpr int kSteps = 300;
+
+/// Hosts 1-3 and spare 4 (4 SSH hosts, fanout 2: relays h1 and h2; h1 relays h3, h2 the spare).
+/// Each worker first prints where its agent's SSH session came from.
+ClusterSpec tree_job(const std::string& name) {
+  ClusterSpec spec = shrinkable_trainer_job(name, kSteps);
+  spec.spares = {4};
+  spec.command = "[/bin/sh, -c, 'echo \"SSH_FROM ${SSH_CONNECTION%% *}\"; exec dtrain-train --steps " +
+                 std::to_string(kSteps) + " --log-every 50']";
+  spec.extra += "scale: {tree: on, fanout: 2}\n";
+  return spec;
+}
+
+void check_final_loss(ClusterJob& job, int world_size) { check_shrinkable_final_loss(job, world_size, kSteps); }
+
+/// The address rank `rank`'s agent session came from, as its worker printed it.
+std::string ssh_from(ClusterJob& job, int rank) {
+  std::string log = job.rank_log(rank);
+  size_t at = log.find("SSH_FROM ");
+  if (at == std::string::npos) return "";
+  return log.substr(at + 9, log.find('\n', at) - at - 9);
+}
+
+}  // namespace
+
+TEST_CASE("relay tree, fanout 2: h3's agent is started by relay h1 over SSH, and the job trains to the same loss") {
+  TestCluster cluster(4);
+  DTRAIN_REQUIRE_CLUSTER(cluster);
+  ClusterJob job(cluster, "tree");
+  job.write_spec(tree_job("tree"), 50);
+  REQUIRE(job.run());
+  INFO(job.err());
+  REQUIRE(job.exit_code() == 0);
+
+  // Ranks 0-1 on h1 and 2-3 on h2 (relays: reached from the control namespace), 4-5 on h3
+  // (reached from h1).
+  std::string from_ctl = ssh_from(job, 0);
+  CHECK(!from_ctl.empty());
+  CHECK(from_ctl != cluster.host(1).ip);
+  CHECK(ssh_from(job, 2) == from_ctl);
+  CHECK(ssh_from(job, 4) == cluster.host(1).ip);
+  std::string log = read_text(job.run_dir() + "/supervisor.log");
+  CHECK(log.find("host " + cluster.host(1).name + ": relays 1 host") != std::string::npos);
+  CHECK(log.find("host " + cluster.host(2).name + ": relays 1 host") != std::string::npos);
+  CHECK(log.find(cluster.host(4).name + " (relayed by " + cluster.host(2).name + ")") != std::string::npos);
+  CHECK(job.events("host.lost").empty());
+  check_final_loss(job, 6);
+  check_nothing_left(cluster, job);
+}
+
+TEST_CASE("relay tree: the relay's host killed - the host it relayed is lost with it, the run shrinks, nothing left") {
+  TestCluster cluster(4);
+  DTRAIN_REQUIRE_CLUSTER(cluster);
+  ClusterJob job(cluster, "relay-killed");
+  job.write_spec(tree_job("relay-killed"), 50);
+  job.start();
+  REQUIRE(job.wait_exec());
+  REQUIRE(job.wait_checkpoint(100, 90000));
+  REQUIRE(cluster.kill(1).status == 0);
+  REQUIRE(job.wait(120000));
+  INFO(job.err());
+  CHECK(job.exit_code() == 0);
+
+  std::map<std::string, std::string> lost;
+  for (const auto& event : job.events("host.lost")) lost[event.value("host", "")] = event.value("reason", "");
+  REQUIRE(lost.count(cluster.host(1).name) == 1);
+  REQUIRE(lost.count(cluster.host(3).name) == 1);
+  CHECK(lost.count(cluster.host(2).name) == 0);
+  CHECK(lost.count(cluster.host(4).name) == 0);
+  CHECK_MESSAGE(lost[cluster.host(3).name].find("its relay " + cluster.host(1).name + " was lost") != std::string::npos,
+                lost[cluster.host(3).name]);
+  // h2 and the spare (relayed by h2) carry on: 2 hosts, the global batch kept.
+  nlohmann::json state = nlohmann::json::parse(read_text(job.run_dir() + "/state.json"));
+  CHECK(state["world_size"] == 4);
+  check_final_loss(job, 4);
+  check_nothing_left(cluster, job);
+}
