@@ -71,10 +71,15 @@ void RunDriver::start_agents() {
   // this run touches it, and no plan of this run takes it back.
   std::erase_if(hosts, [this](const spec::HostEntry& host) { return supervisor_.excluded_hosts().count(host.name) > 0; });
   relay_tree_ = plan_run_relay_tree(hosts);
-  // Relays (and directly reached hosts) first: a relayed host's bytes go out on its relay's link.
-  std::stable_partition(hosts.begin(), hosts.end(),
-                        [this](const spec::HostEntry& host) { return !relay_tree_.relay_of.count(host.name); });
-  for (const spec::HostEntry& host : hosts) start_agent(host);
+  // Relayed hosts start once their relay said hello (agent_connected); a relay lost before that
+  // costs only itself: its hosts are reached directly (start_orphans_directly).
+  for (const spec::HostEntry& host : hosts) {
+    if (relay_tree_.relay_of.count(host.name)) {
+      waiting_for_relay_.push_back(host);
+    } else {
+      start_agent(host);
+    }
+  }
 }
 
 void RunDriver::start_agent(const spec::HostEntry& host) {
@@ -84,26 +89,24 @@ void RunDriver::start_agent(const spec::HostEntry& host) {
     feed(supervisor::HostLost{host.name, connection.error().message});
     return;
   }
-  {
-    // A frame too large for the agent is not sent (it would cost the host); the bug is recorded.
-    auto refused = [this, name = host.name](const Error& error) {
-      log().error("{}", error.message);
-      record(events::AgentError{name, error.message}.to_json());
-    };
-    auto link = std::make_unique<AgentLink>(host.name, std::move(connection).value(),
-                                            clock_.monotonic_ms(), clock_.wall_ms(), refused);
-    proto::AgentConfig config{proto::kProtocolVersion, run_.id(), host.name, runtime_dir_.directory.path(),
-                              spec_.heartbeat.interval.count(), spec_.heartbeat.timeout.count(),
-                              clock_.wall_ms(), /*batch_beats=*/true};
-    config.stack = stack_probe_request(spec_);
-    // Where the workers will write checkpoints: the agent's checks write and fsync a probe there.
-    config.health = health_request(spec_, spec_.checkpoint.dir.empty() ? run_.path() + "/checkpoints" : spec_.checkpoint.dir);
-    link->health_requested = config.health.has_value();
-    link->send(config);
-    open_relay(*link);
-    log().info("host {}: starting agent ({})", host.name, link->connection().describe());
-    links_[host.name] = std::move(link);
-  }
+  // A frame too large for the agent is not sent (it would cost the host); the bug is recorded.
+  auto refused = [this, name = host.name](const Error& error) {
+    log().error("{}", error.message);
+    record(events::AgentError{name, error.message}.to_json());
+  };
+  auto link = std::make_unique<AgentLink>(host.name, std::move(connection).value(),
+                                          clock_.monotonic_ms(), clock_.wall_ms(), refused);
+  proto::AgentConfig config{proto::kProtocolVersion, run_.id(), host.name, runtime_dir_.directory.path(),
+                            spec_.heartbeat.interval.count(), spec_.heartbeat.timeout.count(),
+                            clock_.wall_ms(), /*batch_beats=*/true};
+  config.stack = stack_probe_request(spec_);
+  // Where the workers will write checkpoints: the agent's checks write and fsync a probe there.
+  config.health = health_request(spec_, spec_.checkpoint.dir.empty() ? run_.path() + "/checkpoints" : spec_.checkpoint.dir);
+  link->health_requested = config.health.has_value();
+  link->send(config);
+  log().info("host {}: starting agent ({})", host.name, link->connection().describe());
+  links_[host.name] = std::move(link);
+  links_added_ = true;
 }
 
 void RunDriver::shut_down_agents() {
@@ -394,19 +397,26 @@ std::optional<int> RunDriver::open_run() {
 void RunDriver::loop() {
   std::vector<AgentLink*> all_links;
   std::vector<AgentLink*> periodic_links;  // pumped every 100 ms whether or not an fd is ready
-  for (auto& [host, link] : links_) {
-    all_links.push_back(link.get());
-    if (link->connection().needs_periodic_pump()) periodic_links.push_back(link.get());
-  }
+  auto list_links = [&] {  // again when links were added (a relay's hosts start at its hello)
+    all_links.clear();
+    periodic_links.clear();
+    for (auto& [host, link] : links_) {
+      all_links.push_back(link.get());
+      if (link->connection().needs_periodic_pump()) periodic_links.push_back(link.get());
+    }
+    links_added_ = false;
+  };
+  list_links();
   FdWatcher link_watcher;
   std::vector<pollfd> fds;
   std::vector<AgentLink*> ready_links;
   // With hundreds of hosts a frame arrives every few microseconds, and a wakeup per frame costs
   // a poll of every fd: wakeups are spaced (1 ms per 100 hosts, at most 20 ms) so that each
   // handles a batch. Small jobs (under 100 hosts) are not delayed at all.
-  const int64_t min_wakeup_spacing_ms = std::min<int64_t>(20, static_cast<int64_t>(all_links.size()) / 100);
+  const int64_t min_wakeup_spacing_ms = std::min<int64_t>(20, static_cast<int64_t>(spec_.hosts.size() + spec_.spares.size()) / 100);
   int64_t last_wakeup_ms = 0;
   while (!finished_) {
+    if (links_added_) list_links();
     if (min_wakeup_spacing_ms > 0) {
       int64_t since = clock_.monotonic_ms() - last_wakeup_ms;
       if (since < min_wakeup_spacing_ms) std::this_thread::sleep_for(Millis(clock_.real_ms(min_wakeup_spacing_ms - since)));

@@ -140,6 +140,8 @@ class RunDriver : private FrameRouter::Output, private GenerationLauncher::Outpu
   // ---- the relay tree (driver_relays.cpp)
   void relay_from(AgentLink& relay, proto::RelayFromReport from) override;
   void relay_closed(AgentLink& relay, const proto::RelayClosedReport& closed) override;
+  /// A relay that said hello gets relay_open, and its hosts' agents start through it.
+  void agent_connected(AgentLink& link) override;
   /// Starts one host's agent, directly or (when the tree says so) through its relay, and sends
   /// its config; a relay also gets relay_open with its children. False when it could not start.
   void start_agent(const spec::HostEntry& host);
@@ -147,8 +149,11 @@ class RunDriver : private FrameRouter::Output, private GenerationLauncher::Outpu
   RelayTree plan_run_relay_tree(const std::vector<spec::HostEntry>& hosts) const;
   /// `host`'s connection: through its relay when it has one, else its transport's.
   Result<std::unique_ptr<transport::AgentConnection>> connect_agent(const spec::HostEntry& host);
-  /// Sends relay_open to `link` when it relays (after its config, before its children's bytes).
+  /// Sends relay_open to `link` when it relays, and starts its hosts' agents through it.
   void open_relay(AgentLink& link);
+  /// The hosts `relay` was to relay, not started yet (it was lost before its hello): reached
+  /// directly instead, so that a dead relay host costs only itself.
+  void start_orphans_directly(const std::string& relay);
   /// The relayed host's connection when `relay` relays it, else nullptr (a relay speaks only for
   /// the hosts it was given).
   RelayedConnection* relayed_by(const AgentLink& relay, const std::string& host);
@@ -184,6 +189,8 @@ class RunDriver : private FrameRouter::Output, private GenerationLauncher::Outpu
   RelayTree relay_tree_;  ///< empty: every agent connected directly
   std::map<std::string, RelayedConnection*> relayed_;  ///< relayed host → its connection (owned by its link)
   std::vector<AgentLink*> relayed_fed_;  ///< relayed links that relay frames fed since the last pump_relayed
+  std::vector<spec::HostEntry> waiting_for_relay_;  ///< relayed hosts whose relay has not said hello yet
+  bool links_added_ = false;  ///< a link was added after the loop began: it rebuilds its lists
   int64_t health_requests_ = 0;  ///< ids of health requests sent (0 is each agent's `start` report)
   RankProgressTable progress_;  ///< per-rank progress from beats, and every per-rank view
   FrameRouter router_{*this, supervisor_, store_, progress_, run_, clock_};

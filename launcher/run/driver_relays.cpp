@@ -26,10 +26,6 @@ RelayTree RunDriver::plan_run_relay_tree(const std::vector<spec::HostEntry>& hos
 Result<std::unique_ptr<transport::AgentConnection>> RunDriver::connect_agent(const spec::HostEntry& host) {
   auto relay_name = relay_tree_.relay_of.find(host.name);
   if (relay_name == relay_tree_.relay_of.end()) return transports_.start_agent(host);
-  auto relay = links_.find(relay_name->second);
-  if (relay == links_.end() || relay->second->lost) {
-    return Error::infra(host.name + ": its relay " + relay_name->second + " could not be started");
-  }
   auto to_relay = [this, relay_host = relay_name->second](const proto::SupervisorMessage& message) {
     auto link = links_.find(relay_host);
     if (link == links_.end() || link->second->lost || link->second->connection().closed()) return false;
@@ -40,21 +36,44 @@ Result<std::unique_ptr<transport::AgentConnection>> RunDriver::connect_agent(con
   return std::unique_ptr<transport::AgentConnection>(std::move(connection));
 }
 
+void RunDriver::agent_connected(AgentLink& link) { open_relay(link); }
+
 void RunDriver::open_relay(AgentLink& link) {
   auto children = relay_tree_.children.find(link.host());
   if (children == relay_tree_.children.end()) return;
   proto::RelayOpenRequest open{relay_ssh(hosts::ssh_options_for(spec_)), {}};
-  for (const std::string& name : children->second) {
-    for (const auto* list : {&spec_.hosts, &spec_.spares}) {
-      for (const spec::HostEntry& host : *list) {
-        if (host.name != name) continue;
-        transport::AgentTarget target = transports_.target_for(host);
-        open.children.push_back({target.host, target.user, target.port, target.dtrain_path});
-      }
+  std::vector<spec::HostEntry> starting;
+  for (auto host = waiting_for_relay_.begin(); host != waiting_for_relay_.end();) {
+    auto relay = relay_tree_.relay_of.find(host->name);
+    if (relay == relay_tree_.relay_of.end() || relay->second != link.host()) {
+      ++host;
+      continue;
     }
+    transport::AgentTarget target = transports_.target_for(*host);
+    open.children.push_back({target.host, target.user, target.port, target.dtrain_path});
+    starting.push_back(std::move(*host));
+    host = waiting_for_relay_.erase(host);
   }
+  if (starting.empty()) return;
   link.send(open);
   log().info("host {}: relays {} host{}", link.host(), open.children.size(), open.children.size() == 1 ? "" : "s");
+  // After relay_open on the relay's link: each one's config follows it there.
+  for (const spec::HostEntry& host : starting) start_agent(host);
+}
+
+void RunDriver::start_orphans_directly(const std::string& relay) {
+  std::vector<spec::HostEntry> orphans;
+  std::erase_if(waiting_for_relay_, [&](const spec::HostEntry& host) {
+    auto of = relay_tree_.relay_of.find(host.name);
+    if (of == relay_tree_.relay_of.end() || of->second != relay) return false;
+    orphans.push_back(host);
+    relay_tree_.relay_of.erase(of);
+    return true;
+  });
+  if (orphans.empty()) return;
+  log().warn("host {} was lost before it could relay: its {} host{} reached directly", relay, orphans.size(),
+             orphans.size() == 1 ? "" : "s");
+  for (const spec::HostEntry& host : orphans) start_agent(host);
 }
 
 RelayedConnection* RunDriver::relayed_by(const AgentLink& relay, const std::string& host) {
@@ -84,6 +103,7 @@ void RunDriver::relay_closed(AgentLink& relay, const proto::RelayClosedReport& c
 }
 
 void RunDriver::lose_relayed_hosts(const AgentLink& relay, const std::string& reason) {
+  start_orphans_directly(relay.host());
   auto children = relay_tree_.children.find(relay.host());
   if (children == relay_tree_.children.end()) return;
   for (const std::string& host : children->second) {

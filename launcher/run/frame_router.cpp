@@ -86,6 +86,7 @@ void FrameRouter::on(AgentLink& link, const proto::AgentHello& hello) {
     return;
   }
   link.connected = true;
+  out_.agent_connected(link);
   link.facts = hello.facts;
   // A local agent shares our clock: a one-round-trip estimate would only add noise.
   if (!link.connection().local_pid()) {

@@ -60,6 +60,8 @@ class FrameRouter {
     /// A relay's agent carried bytes from (relay_from), or the end of (relay_closed), the session
     /// of a host it relays (relayed_connection.h). The driver checks that it relays that host.
     virtual void relay_from(AgentLink& relay, proto::RelayFromReport from) = 0;
+    /// `link`'s agent said hello (before the supervisor hears of it): a relay may start its hosts.
+    virtual void agent_connected(AgentLink& link) = 0;
     virtual void relay_closed(AgentLink& relay, const proto::RelayClosedReport& closed) = 0;
   };
 

@@ -93,3 +93,33 @@ TEST_CASE("relay tree: the relay's host killed - the host it relayed is lost wit
   check_final_loss(job, 4);
   check_nothing_left(cluster, job);
 }
+
+TEST_CASE("relay tree: a relay's host down at submit costs only itself - the host it would relay is reached directly") {
+  TestCluster cluster(4);
+  DTRAIN_REQUIRE_CLUSTER(cluster);
+  REQUIRE(cluster.kill(1).status == 0);  // h1, a relay by the plan, has no sshd
+  ClusterJob job(cluster, "relay-down");
+  job.write_spec(tree_job("relay-down"), 50);
+  REQUIRE(job.run());
+  INFO(job.err());
+  CHECK(job.exit_code() == 0);
+
+  std::vector<std::string> lost;
+  for (const auto& event : job.events("host.lost")) lost.push_back(event.value("host", ""));
+  CHECK(lost == std::vector<std::string>{cluster.host(1).name});
+  std::string log = read_text(job.run_dir() + "/supervisor.log");
+  CHECK(log.find(cluster.host(1).name + " was lost before it could relay: its 1 host reached directly") !=
+        std::string::npos);
+  // h2, h3 and the spare h4 (relayed by h2) run the 6 ranks; h3's agent was reached from the
+  // control namespace, the spare's from h2.
+  nlohmann::json state = nlohmann::json::parse(read_text(job.run_dir() + "/state.json"));
+  CHECK(state["world_size"] == 6);
+  std::map<std::string, std::string> from_by_host;
+  for (int rank = 0; rank < 6; ++rank) from_by_host[state["ranks"][rank]["host"].get<std::string>()] = ssh_from(job, rank);
+  CHECK(from_by_host.count(cluster.host(1).name) == 0);
+  CHECK(from_by_host[cluster.host(4).name] == cluster.host(2).ip);
+  CHECK(from_by_host[cluster.host(3).name] != cluster.host(1).ip);
+  CHECK(from_by_host[cluster.host(3).name] == from_by_host[cluster.host(2).name]);
+  check_final_loss(job, 6);
+  check_nothing_left(cluster, job);
+}

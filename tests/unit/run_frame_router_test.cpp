@@ -65,6 +65,7 @@ struct Outside : FrameRouter::Output {
   void relay_from(AgentLink& relay, proto::RelayFromReport from) override {
     relayed.push_back(relay.host() + " carried " + std::to_string(from.data.size()) + " bytes of " + from.host);
   }
+  void agent_connected(AgentLink& link) override { relayed.push_back(link.host() + " connected"); }
   void relay_closed(AgentLink& relay, const proto::RelayClosedReport& closed) override {
     relayed.push_back(relay.host() + " closed " + closed.host + ": " + closed.reason);
   }
