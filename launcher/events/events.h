@@ -187,6 +187,7 @@ struct HostConnected {
   int64_t agent_pid = 0;
   std::string version{};
   int64_t clock_offset_ms = 0;
+  std::string relayed_by{};  ///< the relay that carries this host's agent (scale.tree); "": direct
   nlohmann::json to_json() const;
   static Result<HostConnected> from_json(const nlohmann::json& event);
   bool operator==(const HostConnected&) const = default;

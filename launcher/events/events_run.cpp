@@ -179,15 +179,17 @@ Result<SshInsecure> SshInsecure::from_json(const json& object) {
 }
 
 json HostConnected::to_json() const {
-  return named(name, {{"host", host}, {"agent_pid", agent_pid}, {"version", version},
-                      {"clock_offset_ms", clock_offset_ms}});
+  json out = named(name, {{"host", host}, {"agent_pid", agent_pid}, {"version", version},
+                          {"clock_offset_ms", clock_offset_ms}});
+  if (!relayed_by.empty()) out["relayed_by"] = relayed_by;
+  return out;
 }
 
 Result<HostConnected> HostConnected::from_json(const json& object) {
   EventFields fields(name, object);
   HostConnected event;
   fields.read("host", event.host).read("agent_pid", event.agent_pid).read("version", event.version)
-      .read("clock_offset_ms", event.clock_offset_ms);
+      .read("clock_offset_ms", event.clock_offset_ms).read("relayed_by", event.relayed_by);
   return fields.result(std::move(event));
 }
 

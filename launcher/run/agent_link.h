@@ -64,6 +64,7 @@ class AgentLink {
   bool lost = false;        ///< reported as HostLost; ignore further traffic
   bool health_requested = false;  ///< config.health was sent: the agent reports its checks
   nlohmann::json facts;     ///< from hello
+  std::string relayed_by;   ///< the relay that carries this agent's stream (scale.tree); "": direct
 
  private:
   std::string host_;

@@ -103,6 +103,7 @@ void RunDriver::start_agent(const spec::HostEntry& host) {
   // Where the workers will write checkpoints: the agent's checks write and fsync a probe there.
   config.health = health_request(spec_, spec_.checkpoint.dir.empty() ? run_.path() + "/checkpoints" : spec_.checkpoint.dir);
   link->health_requested = config.health.has_value();
+  if (auto relay = relay_tree_.relay_of.find(host.name); relay != relay_tree_.relay_of.end()) link->relayed_by = relay->second;
   link->send(config);
   log().info("host {}: starting agent ({})", host.name, link->connection().describe());
   links_[host.name] = std::move(link);

@@ -100,7 +100,7 @@ void FrameRouter::on(AgentLink& link, const proto::AgentHello& hello) {
   if (hello.stack) host_file["stack"] = proto::to_json(*hello.stack);
   out_.write_unsynced_file(run_.host_facts_path(link.host()),
                            host_file.dump(2, ' ', false, json::error_handler_t::replace));  // re-made at every connect
-  out_.record(events::HostConnected{link.host(), hello.pid, hello.version, link.offset_ms()}.to_json());
+  out_.record(events::HostConnected{link.host(), hello.pid, hello.version, link.offset_ms(), link.relayed_by}.to_json());
   out_.record(events::HostFacts{link.host(), link.facts}.to_json());
   // A stack that did not parse is the agent's protocol error; the host connects, its stack unknown.
   if (hello.stack_error) agent_protocol_error(link, *hello.stack_error + " (its software stack is unknown)");

@@ -62,6 +62,12 @@ TEST_CASE("relay tree, fanout 2: h3's agent is started by relay h1 over SSH, and
   CHECK(log.find("host " + cluster.host(2).name + ": relays 1 host") != std::string::npos);
   CHECK(log.find(cluster.host(4).name + " (relayed by " + cluster.host(2).name + ")") != std::string::npos);
   CHECK(job.events("host.lost").empty());
+  std::map<std::string, std::string> relayed_by;
+  for (const auto& event : job.events("host.connected")) relayed_by[event.value("host", "")] = event.value("relayed_by", "-");
+  CHECK(relayed_by == std::map<std::string, std::string>{{cluster.host(1).name, "-"},
+                                                           {cluster.host(2).name, "-"},
+                                                           {cluster.host(3).name, cluster.host(1).name},
+                                                           {cluster.host(4).name, cluster.host(2).name}});
   check_final_loss(job, 6);
   check_nothing_left(cluster, job);
 }
