@@ -2,8 +2,7 @@
 
 Two users, as the contract's kubeconfig names them: "dtrain-admin" (context dtrain-test) may do
 everything; "no-exec" may get/list/watch/create/delete/patch/update pods, jobs, services and
-jobsets and
-read nodes and namespaces, but NOT create pods/exec. The tokens are random, written at `up`
+jobsets and read nodes and namespaces, but NOT create pods/exec. The tokens are random, written at `up`
 into the kubeconfig and the server's users file, never logged.
 """
 
