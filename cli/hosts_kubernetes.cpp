@@ -31,6 +31,8 @@ struct KubernetesReport {
   std::vector<hosts::AccessCheck> access;
   hosts::CrdState jobset = hosts::CrdState::unknown;
   std::string jobset_detail;
+  /// kubernetes.job: what a submit would create here (kind auto: as the CRD's state decides)
+  events::KubernetesKind creates = events::KubernetesKind::job;
   std::string pods_note;  ///< instead of pods: kubernetes.job creates them at submit
   std::vector<PodRow> pods;
   std::vector<std::string> problems;
@@ -47,7 +49,8 @@ const spec::HostEntry* find_entry(const std::vector<spec::HostEntry>& entries, c
 void read_pods(const spec::JobSpec& job, KubernetesReport& report) {
   if (job.kubernetes.job && job.kubernetes.selector.empty()) {
     report.pods_note = "kubernetes.job: dtrain creates " + std::to_string(job.kubernetes.job->pods) +
-                       " pod(s) of image " + printable(job.kubernetes.job->image, 200) + " at submit";
+                       " pod(s) of image " + printable(job.kubernetes.job->image, 200) + " at submit, as " +
+                       (report.creates == events::KubernetesKind::jobset ? "a JobSet" : "an Indexed Job");
     return;
   }
   Result<spec::PodList> pods = hosts::list_pods(job, job.kubernetes.selector, kKubectlTimeout);
@@ -127,10 +130,12 @@ nlohmann::json to_json(const KubernetesReport& report, const spec::JobSpec& job)
   for (const PodRow& row : report.pods) {
     pods.push_back({{"name", row.name}, {"node", row.node}, {"ip", row.ip}, {"slots", row.slots}, {"use", row.use}});
   }
-  return {{"namespace", job.kubernetes.namespace_name}, {"context", job.kubernetes.context},
-          {"kubeconfig", job.kubernetes.kubeconfig}, {"access", access},
-          {"jobset_crd", hosts::to_string(report.jobset)}, {"pods", pods},
-          {"pods_note", report.pods_note}, {"dtrain", dtrain_in_pods(job)}};
+  nlohmann::json document = {{"namespace", job.kubernetes.namespace_name}, {"context", job.kubernetes.context},
+                              {"kubeconfig", job.kubernetes.kubeconfig}, {"access", access},
+                              {"jobset_crd", hosts::to_string(report.jobset)}, {"pods", pods},
+                              {"pods_note", report.pods_note}, {"dtrain", dtrain_in_pods(job)}};
+  if (job.kubernetes.job && job.kubernetes.selector.empty()) document["creates"] = events::to_string(report.creates);
+  return document;
 }
 
 void print_report(const KubernetesReport& report, const spec::JobSpec& job) {
@@ -141,7 +146,7 @@ void print_report(const KubernetesReport& report, const spec::JobSpec& job) {
     std::printf("%-22s %-8s %s\n", hosts::describe(check.permission).c_str(), hosts::to_string(check.verdict.answer).c_str(),
                 check.permission.needed_for.c_str());
   }
-  std::printf("JobSet CRD (%s): %s%s (informational: dtrain runs on the pods whatever made them)\n",
+  std::printf("JobSet CRD (%s): %s%s (kubernetes.job.kind auto creates a JobSet where it is installed)\n",
               hosts::kJobSetResource, hosts::to_string(report.jobset).c_str(),
               report.jobset_detail.empty() ? "" : (": " + report.jobset_detail).c_str());
   std::printf("dtrain in the pods: %s\n\n", dtrain_in_pods(job).c_str());
@@ -161,7 +166,15 @@ void print_report(const KubernetesReport& report, const spec::JobSpec& job) {
 
 int check_kubernetes_hosts(const spec::JobSpec& job, const std::string& spec_path, bool json) {
   KubernetesReport report;
-  Result<std::vector<hosts::AccessCheck>> access = hosts::check_access(job, kKubectlTimeout);
+  // First: with kubernetes.job, the CRD decides what a submit creates, and so which rights it needs.
+  report.jobset = hosts::check_jobset_crd(job, kKubectlTimeout, report.jobset_detail);
+  std::string kind_problem;
+  if (job.kubernetes.job && job.kubernetes.selector.empty()) {
+    Result<hosts::JobKindChoice> choice = hosts::choose_job_kind(job.kubernetes, report.jobset, report.jobset_detail);
+    if (choice) report.creates = choice->kind;
+    else kind_problem = choice.error().message;
+  }
+  Result<std::vector<hosts::AccessCheck>> access = hosts::check_access(job, kKubectlTimeout, report.creates);
   if (!access) {
     if (json) {
       nlohmann::json document = {{"ok", false}, {"spec", spec_path}, {"error", access.error().message}};
@@ -177,7 +190,7 @@ int check_kubernetes_hosts(const spec::JobSpec& job, const std::string& spec_pat
       report.problems.push_back(hosts::missing_permission_message(check.permission, job.kubernetes));
     }
   }
-  report.jobset = hosts::check_jobset_crd(job, kKubectlTimeout, report.jobset_detail);
+  if (!kind_problem.empty()) report.problems.push_back(kind_problem);
   if (job.hosts.empty()) read_pods(job, report);
   else read_named_pods(job, report);
   bool ok = report.problems.empty();

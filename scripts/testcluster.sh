@@ -10,7 +10,8 @@
 #                                --kubernetes: also the emulated Kubernetes API server
 #                                (tests/k8s/apiserver.py) at https://10.77.0.2:6443 in ctl, one Node
 #                                per host with G nvidia.com/gpu (default 8); see tests/k8s/README.md
-#                                --kube-jobset-crd: its discovery lists the JobSet CRD's jobsets
+#                                --kube-jobset-crd: it serves the JobSet CRD's jobsets (stored
+#                                and run by its JobSet controller), as where JobSet is installed
 #   testcluster.sh kube-node H notready|ready
 #                                forces node H's Ready condition (--kubernetes; its pods get
 #                                Ready=False and are evicted after their not-ready toleration)

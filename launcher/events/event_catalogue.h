@@ -98,8 +98,8 @@ inline const std::vector<EventType>& catalogue() {
       {kRunlogDropped, "run-log writes (rank output, metrics, events) dropped while the run directory's file system fell behind: counted by kind, first and last", {"bytes", "writes", "detail", "kinds", "first_ts", "last_ts"}},
       {kSshInsecure, "host keys are not checked (ssh.host_key_policy insecure)", {"detail"}},
       {kRuntimeDirFallback, "the supervisor's runtime directory was refused (another owner, a link, open to others): the run uses a fresh private one", {"path", "refused"}},
-      {kKubernetesCreated, "kubernetes.job: the Indexed Job and headless Service dtrain created for the run (their pods are its hosts): namespace, names, the pods' selector and count", {"namespace", "job", "service", "selector", "pods"}},
-      {kKubernetesDeleted, "what dtrain created for the run deleted again (the Job with its pods, the Service), and why; error when kubectl could not", {"namespace", "job", "service", "why"}},
+      {kKubernetesCreated, "kubernetes.job: what dtrain created for the run (their pods are its hosts): kind (an Indexed Job and its headless Service, or a JobSet), namespace, names, the pods' selector and count", {"namespace", "job", "service", "kind", "selector", "pods"}},
+      {kKubernetesDeleted, "what dtrain created for the run deleted again (the Job with its pods and the Service, or the JobSet with all it made), and why; error when kubectl could not", {"namespace", "job", "service", "kind", "why"}},
       {kHostConnected, "a host's agent said hello", {"host", "agent_pid", "version", "clock_offset_ms"}},
       {kHostFacts, "what the agent found on its host (CPUs, memory, GPUs)", {"host"}},
       {kHostStack, "a host's software stack as its agent found it at hello (OS, kernel, GPU driver, CUDA, NCCL, Python and torch of the worker's interpreter, container image, sha256 of the worker command's files); unknown where it could not be read", {"host", "items", "ms"}},
@@ -159,6 +159,23 @@ inline const EventType* find_event_type(std::string_view name) {
     if (type.name == name) return &type;
   }
   return nullptr;
+}
+
+// ---- what kubernetes.job created: the "kind" of kubernetes.created and kubernetes.deleted,
+// written as its Kubernetes kind and read back by parse_kubernetes_kind. Logs written before
+// dtrain created JobSets have no "kind": their objects are a Job (and its Service).
+
+enum class KubernetesKind {
+  job,     ///< an Indexed Job, and the headless Service dtrain created beside it
+  jobset,  ///< a JobSet (jobset.x-k8s.io), whose controller made its child Job and the Service
+};
+
+inline std::string to_string(KubernetesKind kind) { return kind == KubernetesKind::jobset ? "JobSet" : "Job"; }
+
+inline std::optional<KubernetesKind> parse_kubernetes_kind(std::string_view name) {
+  if (name == "Job") return KubernetesKind::job;
+  if (name == "JobSet") return KubernetesKind::jobset;
+  return std::nullopt;
 }
 
 // ---- what failed: the kind of a failure.detected cause, of run.finished's root cause and of

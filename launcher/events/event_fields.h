@@ -101,6 +101,14 @@ class EventFields {
     fields_.fail_text(key, "'" + *name + "' is not a failure kind (" + known + ")");
     return *this;
   }
+  /// What kubernetes.job created, by its Kubernetes kind ("Job", "JobSet").
+  EventFields& read(std::string_view key, KubernetesKind& out) {
+    std::optional<std::string> name = fields_.optional_string(key, kNoLimit);
+    if (!name) return *this;
+    if (std::optional<KubernetesKind> kind = parse_kubernetes_kind(*name)) out = *kind;
+    else fields_.fail_text(key, "'" + *name + "' is not what kubernetes.job creates (Job, JobSet)");
+    return *this;
+  }
   /// An object member as it is (a drill's report, per-phase timings).
   EventFields& read(std::string_view key, json& out) {
     if (const json* value = fields_.optional_object(key)) out = *value;

@@ -142,12 +142,15 @@ struct RuntimeDirFallback {
   bool operator==(const RuntimeDirFallback&) const = default;
 };
 
-/// kubernetes.created and kubernetes.deleted name the same objects: the Job and the Service
-/// (launcher/hosts CreatedJob), in "namespace" ("" is the kubeconfig context's own).
+/// kubernetes.created and kubernetes.deleted name the same objects (launcher/hosts CreatedJob),
+/// in "namespace" ("" is the kubeconfig context's own): what `kind` says, named `job` (the Job,
+/// or the JobSet), and the Service of its pods (dtrain's own beside a Job; a JobSet's controller
+/// makes and deletes it). "kind" is absent from logs older than JobSets: a Job.
 struct KubernetesObjects {
   std::string namespace_name{};
   std::string job{};
   std::string service{};
+  KubernetesKind kind = KubernetesKind::job;
   bool operator==(const KubernetesObjects&) const = default;
 };
 

@@ -25,11 +25,13 @@ json kubernetes_objects(const char* name, const KubernetesObjects& objects, json
   more["namespace"] = objects.namespace_name;
   more["job"] = objects.job;
   more["service"] = objects.service;
+  more["kind"] = to_string(objects.kind);
   return named(name, std::move(more));
 }
 
 EventFields& read_kubernetes_objects(EventFields& fields, KubernetesObjects& objects) {
-  return fields.read("namespace", objects.namespace_name).read("job", objects.job).read("service", objects.service);
+  return fields.read("namespace", objects.namespace_name).read("job", objects.job).read("service", objects.service)
+      .read("kind", objects.kind);
 }
 
 }  // namespace

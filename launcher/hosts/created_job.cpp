@@ -43,9 +43,16 @@ std::string delete_one(const transport::KubectlOptions& options, const std::vect
 
 }  // namespace
 
-JobDeletion delete_job_objects(const transport::KubectlOptions& options, const std::string& job,
-                               const std::string& service, Millis timeout) {
+JobDeletion delete_job_objects(const transport::KubectlOptions& options, events::KubernetesKind kind,
+                               const std::string& job, const std::string& service, Millis timeout) {
   JobDeletion deletion;
+  if (kind == events::KubernetesKind::jobset) {
+    // By its full resource name: `jobset` alone could be another group's short name.
+    deletion.error = delete_one(
+        options, {"delete", kJobSetResource, job, "--cascade=background", "--wait=false", "--ignore-not-found"}, timeout);
+    if (deletion.error.empty()) deletion.deleted.push_back("jobset/" + job);
+    return deletion;
+  }
   std::string job_error = delete_one(
       options, {"delete", "job", job, "--cascade=background", "--wait=false", "--ignore-not-found"}, timeout);
   if (job_error.empty()) deletion.deleted.push_back("job/" + job);
@@ -57,9 +64,28 @@ JobDeletion delete_job_objects(const transport::KubectlOptions& options, const s
   return deletion;
 }
 
+std::string describe_created(events::KubernetesKind kind, const std::string& job, const std::string& service) {
+  if (kind == events::KubernetesKind::jobset) {
+    return "jobset " + job + " (its job " + job + "-" + kReplicatedJob + "-0 and service " + service + " with it)";
+  }
+  return "job " + job + " and service " + service;
+}
+
+std::string manual_delete_command(const KubernetesJobNames& names) {
+  if (names.kind == events::KubernetesKind::jobset) return std::string("kubectl delete ") + kJobSetResource + " " + names.job;
+  return "kubectl delete job,service -l " + names.selector();
+}
+
 Result<CreatedJob> CreatedJob::create(const spec::JobSpec& job, KubernetesJobNames names, const JobCreator& creator,
                                       Millis kubectl_timeout) {
   transport::KubectlOptions options = kubectl_options_for(job);
+  if (names.kind == events::KubernetesKind::jobset) {
+    if (Status made = create_object(options, "jobset " + names.job, render_jobset(job, names, creator), kubectl_timeout);
+        !made) {
+      return made.error();
+    }
+    return CreatedJob(std::move(options), std::move(names));
+  }
   if (Status made = create_object(options, "service " + names.service, render_service(job, names, creator),
                                   kubectl_timeout);
       !made) {
@@ -103,7 +129,7 @@ CreatedJob::~CreatedJob() {
 JobDeletion CreatedJob::delete_objects(Millis timeout) {
   if (done_) return deletion_;
   done_ = true;
-  deletion_ = delete_job_objects(options_, names_.job, names_.service, timeout);
+  deletion_ = delete_job_objects(options_, names_.kind, names_.job, names_.service, timeout);
   return deletion_;
 }
 
@@ -133,7 +159,8 @@ Status CreatedJob::wait_until_ready(int pods, Millis timeout, Millis kubectl_tim
     ::usleep(static_cast<useconds_t>(std::min<int64_t>(kPollSpacingMs, std::max<int64_t>(1, deadline - clock.monotonic_ms())) * 1000));
   }
   std::string missing = seen < pods ? "; " + std::to_string(pods - seen) + " not even created" : "";
-  return Error::user("kubernetes.job: " + std::to_string(pods) + " pods of Job '" + names_.job + "' (" +
+  return Error::user("kubernetes.job: " + std::to_string(pods) + " pods of " + to_string(names_.kind) + " '" +
+                     names_.job + "' (" +
                      in_namespace(options_) + ") were not all Running and Ready within kubernetes.pod_timeout (" +
                      format_duration(timeout) + "): " + (not_ready.empty() ? "none listed" : not_ready) + missing +
                      "; a node_selector no node matches, too few free nvidia.com/gpu, or an image that cannot be "

@@ -1,7 +1,7 @@
 #pragma once
-// kubernetes.job: the Indexed Job and headless Service dtrain creates for a run (names and
-// manifests from kubernetes_job.h), waited for until their pods run, and deleted by name when
-// the run ends. CreatedJob owns them as a unique_ptr owns memory: whoever holds it deletes them
+// kubernetes.job: the Indexed Job and headless Service, or the JobSet, dtrain creates for a run
+// (names and manifests from kubernetes_job.h), waited for until their pods run, and deleted by
+// name when the run ends. CreatedJob owns them as a unique_ptr owns memory: whoever holds it deletes them
 // (the submit or resume flow until the driver takes it, then the driver at its end), and a flow
 // that returns early on an error deletes them by leaving scope. Only what this process created
 // is ever deleted: by the names it created, in their namespace.
@@ -19,21 +19,30 @@ namespace dtrain::hosts {
 
 /// What one deletion did, for the run's kubernetes.deleted event and messages.
 struct JobDeletion {
-  std::vector<std::string> deleted;  ///< "job/x", "service/x" (already gone counts as deleted)
-  std::string error;                 ///< "" when both went; else what kubectl said
+  std::vector<std::string> deleted;  ///< "job/x", "service/x", "jobset/x" (already gone counts as deleted)
+  std::string error;                 ///< "" when all went; else what kubectl said
 };
 
-/// `kubectl delete job NAME --cascade=background --wait=false` and `kubectl delete service NAME`
-/// (both --ignore-not-found) in `options`' namespace. Used by CreatedJob, and by resume for what
-/// a supervisor that died had created (its kubernetes.created event names them).
-JobDeletion delete_job_objects(const transport::KubectlOptions& options, const std::string& job,
-                               const std::string& service, Millis timeout);
+/// Job: `kubectl delete job NAME --cascade=background --wait=false` and `kubectl delete service
+/// NAME`; JobSet: `kubectl delete jobsets.jobset.x-k8s.io NAME --cascade=background
+/// --wait=false` alone (its child Job, their pods and its Service go with it). Each
+/// --ignore-not-found, in `options`' namespace. Used by CreatedJob, and by resume for what a
+/// supervisor that died had created (its kubernetes.created event names them).
+JobDeletion delete_job_objects(const transport::KubectlOptions& options, events::KubernetesKind kind,
+                               const std::string& job, const std::string& service, Millis timeout);
+
+/// For messages: "job J and service S", or "jobset J (its job J-workers-0 and service S with it)".
+std::string describe_created(events::KubernetesKind kind, const std::string& job, const std::string& service);
+
+/// The command that deletes them by hand, for a warning when dtrain could not.
+std::string manual_delete_command(const KubernetesJobNames& names);
 
 class CreatedJob {
  public:
-  /// Creates the Service, then the Job (`kubectl create -f -`, each with its manifest on stdin).
-  /// On an error nothing is left: a Service already created is deleted again. Errors (user kind)
-  /// name the object, the namespace and what kubectl said.
+  /// names.kind Job: creates the Service, then the Job (`kubectl create -f -`, each with its
+  /// manifest on stdin); on an error nothing is left: a Service already created is deleted
+  /// again. JobSet: creates the JobSet alone. Errors (user kind) name the object, the namespace
+  /// and what kubectl said.
   static Result<CreatedJob> create(const spec::JobSpec& job, KubernetesJobNames names, const JobCreator& creator,
                                    Millis kubectl_timeout);
 
@@ -53,8 +62,8 @@ class CreatedJob {
   /// and how many were asked; the caller deletes (or lets go of) this object.
   Status wait_until_ready(int pods, Millis timeout, Millis kubectl_timeout) const;
 
-  /// Deletes the Job (its pods go with it, background cascade) and the Service. Once: a second
-  /// call returns what the first did.
+  /// Deletes the Job (its pods go with it, background cascade) and the Service, or the JobSet
+  /// (with all it made). Once: a second call returns what the first did.
   JobDeletion delete_objects(Millis timeout);
   bool deleted() const { return done_; }
 

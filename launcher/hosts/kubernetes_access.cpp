@@ -16,14 +16,18 @@ std::string first_line(const std::string& text) {
 
 }  // namespace
 
-std::vector<KubernetesPermission> permissions_needed(const spec::KubernetesSettings& kube) {
+std::vector<KubernetesPermission> permissions_needed(const spec::KubernetesSettings& kube,
+                                                     events::KubernetesKind creates) {
   std::vector<KubernetesPermission> needed{
       {"get", "pods", "", "reading the pods"},
       {"list", "pods", "", "finding the pods"},
       {"watch", "pods", "", "noticing a pod lost mid-run"},
       {"create", "pods", "exec", "starting dtrain's agent in each pod"},
   };
-  if (kube.job) {
+  if (kube.job && creates == events::KubernetesKind::jobset) {
+    needed.push_back({"create", kJobSetResource, "", "creating the run's JobSet"});
+    needed.push_back({"delete", kJobSetResource, "", "deleting it at the end"});
+  } else if (kube.job) {
     needed.push_back({"create", "jobs.batch", "", "creating the run's Indexed Job"});
     needed.push_back({"delete", "jobs.batch", "", "deleting it at the end"});
     needed.push_back({"create", "services", "", "creating the pods' headless Service"});
@@ -88,10 +92,11 @@ std::string missing_permission_message(const KubernetesPermission& permission, c
          where + ", bound to the kubeconfig's user";
 }
 
-Result<std::vector<AccessCheck>> check_access(const spec::JobSpec& job, Millis timeout) {
+Result<std::vector<AccessCheck>> check_access(const spec::JobSpec& job, Millis timeout,
+                                              events::KubernetesKind creates) {
   transport::KubectlOptions options = kubectl_options_for(job);
   std::vector<AccessCheck> checks;
-  for (const KubernetesPermission& permission : permissions_needed(job.kubernetes)) {
+  for (const KubernetesPermission& permission : permissions_needed(job.kubernetes, creates)) {
     const std::string what = "kubectl auth can-i " + describe(permission) + " (" + describe_namespace(job.kubernetes) + ")";
     Result<CommandOutput> output = run_command(transport::kubectl_argv(options, can_i_arguments(permission)), timeout);
     if (!output) {
@@ -119,6 +124,35 @@ CrdState check_jobset_crd(const spec::JobSpec& job, Millis timeout, std::string&
   CrdState state = read_jobset_discovery(output->exit_code, output->out);
   if (state == CrdState::unknown) detail = printable(std::string(trim(output->err)), 300);
   return state;
+}
+
+Result<JobKindChoice> choose_job_kind(const spec::KubernetesSettings& kube, CrdState crd, const std::string& detail) {
+  const spec::KubernetesJobKind asked = kube.job ? kube.job->kind : spec::KubernetesJobKind::job;
+  if (asked == spec::KubernetesJobKind::job) return JobKindChoice{};
+  const std::string unknown = "could not tell from discovery whether the cluster (" + describe_namespace(kube) +
+                              ") has the JobSet CRD (" + kJobSetResource +
+                              "): " + (detail.empty() ? "kubectl api-resources failed" : detail);
+  if (asked == spec::KubernetesJobKind::automatic) {
+    if (crd == CrdState::installed) return JobKindChoice{events::KubernetesKind::jobset, ""};
+    if (crd == CrdState::absent) return JobKindChoice{};
+    return JobKindChoice{events::KubernetesKind::job, "kubernetes.job.kind auto: " + unknown + "; creating an Indexed Job"};
+  }
+  if (crd == CrdState::installed) return JobKindChoice{events::KubernetesKind::jobset, ""};
+  if (crd == CrdState::unknown) {
+    return JobKindChoice{events::KubernetesKind::jobset, "kubernetes.job.kind jobset: " + unknown + "; creating the JobSet anyway"};
+  }
+  return Error::user("kubernetes.job.kind: jobset, but the cluster has no JobSet CRD (" + std::string(kJobSetResource) +
+                     "): kubectl api-resources --api-group=" + kJobSetGroup + " for " + describe_namespace(kube) +
+                     " lists none; nothing was created. Ask your cluster admin to install JobSet "
+                     "(https://jobset.sigs.k8s.io/docs/installation/), or set kubernetes.job.kind: job (or auto) "
+                     "for an Indexed Job and a headless Service");
+}
+
+Result<JobKindChoice> resolve_job_kind(const spec::JobSpec& job, Millis timeout) {
+  if (!job.kubernetes.job || job.kubernetes.job->kind == spec::KubernetesJobKind::job) return JobKindChoice{};
+  std::string detail;
+  CrdState crd = check_jobset_crd(job, timeout, detail);
+  return choose_job_kind(job.kubernetes, crd, detail);
 }
 
 }  // namespace dtrain::hosts

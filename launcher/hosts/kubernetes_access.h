@@ -11,6 +11,7 @@
 
 #include "launcher/base/duration.h"
 #include "launcher/base/result.h"
+#include "launcher/hosts/kubernetes_job.h"
 #include "launcher/spec/job_spec.h"
 
 namespace dtrain::hosts {
@@ -26,9 +27,10 @@ struct KubernetesPermission {
 };
 
 /// What dtrain needs in the spec's namespace: get, list and watch on pods and create on
-/// pods/exec always; with kubernetes.job (dtrain creates the pods), create and delete on
-/// jobs.batch and services too.
-std::vector<KubernetesPermission> permissions_needed(const spec::KubernetesSettings& kube);
+/// pods/exec always; with kubernetes.job (dtrain creates the pods), create and delete on what
+/// it `creates`: jobs.batch and services, or jobsets.jobset.x-k8s.io.
+std::vector<KubernetesPermission> permissions_needed(const spec::KubernetesSettings& kube,
+                                                     events::KubernetesKind creates = events::KubernetesKind::job);
 
 /// "create on pods/exec".
 std::string describe(const KubernetesPermission& permission);
@@ -51,10 +53,7 @@ struct AccessVerdict {
 /// server) unknown, with what kubectl printed on stderr.
 AccessVerdict read_can_i(int exit_code, const std::string& out, const std::string& err);
 
-/// The JobSet CRD (jobsets.jobset.x-k8s.io): installed, absent, or unknown (discovery failed).
-inline constexpr const char* kJobSetResource = "jobsets.jobset.x-k8s.io";
-inline constexpr const char* kJobSetGroup = "jobset.x-k8s.io";
-
+/// The JobSet CRD (kJobSetResource, kubernetes_job.h): installed, absent, or unknown (discovery failed).
 enum class CrdState { installed, absent, unknown };
 
 /// kubectl's arguments after the global ones: `api-resources --api-group=jobset.x-k8s.io -o name`.
@@ -80,13 +79,30 @@ std::string describe_namespace(const spec::KubernetesSettings& kube);
 /// The line that names a denied permission and the fix.
 std::string missing_permission_message(const KubernetesPermission& permission, const spec::KubernetesSettings& kube);
 
-/// Asks each of permissions_needed(kube) with kubectl, one call each (`timeout` per call).
-/// An Error (user kind) when kubectl cannot answer at all: missing, a wrong kubeconfig or
+/// Asks each of permissions_needed(kube, creates) with kubectl, one call each (`timeout` per
+/// call). An Error (user kind) when kubectl cannot answer at all: missing, a wrong kubeconfig or
 /// context, an unreachable server (the first call's failure, explained, and no more calls).
-Result<std::vector<AccessCheck>> check_access(const spec::JobSpec& job, Millis timeout);
+Result<std::vector<AccessCheck>> check_access(const spec::JobSpec& job, Millis timeout,
+                                              events::KubernetesKind creates = events::KubernetesKind::job);
 
-/// Whether the JobSet CRD is installed (informational: dtrain does not need it). `detail`
-/// receives kubectl's words when the answer is unknown.
+/// Whether the JobSet CRD is installed (kubernetes.job.kind auto and jobset depend on it).
+/// `detail` receives kubectl's words when the answer is unknown.
 CrdState check_jobset_crd(const spec::JobSpec& job, Millis timeout, std::string& detail);
+
+/// What kubernetes.job creates, as kubernetes.job.kind and the cluster decide.
+struct JobKindChoice {
+  events::KubernetesKind kind = events::KubernetesKind::job;
+  std::string warning;  ///< "" unless discovery could not answer: then what was assumed, and why
+  bool operator==(const JobKindChoice&) const = default;
+};
+
+/// kind job: a Job. kind jobset: a JobSet, or where `crd` is absent an Error (user kind) naming
+/// the namespace and context and the fix (install JobSet, or kind job). kind auto: a JobSet
+/// where `crd` is installed, else a Job. Where `crd` is unknown (`detail`: kubectl's words),
+/// jobset goes on as a JobSet and auto as a Job, each with a warning. Pure.
+Result<JobKindChoice> choose_job_kind(const spec::KubernetesSettings& kube, CrdState crd, const std::string& detail);
+
+/// choose_job_kind on check_jobset_crd's answer; kind job asks the cluster nothing.
+Result<JobKindChoice> resolve_job_kind(const spec::JobSpec& job, Millis timeout);
 
 }  // namespace dtrain::hosts

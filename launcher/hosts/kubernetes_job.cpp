@@ -51,6 +51,10 @@ int64_t seconds_up(Millis duration) { return (duration.count() + 999) / 1000; }
 
 }  // namespace
 
+std::string KubernetesJobNames::pods_job() const {
+  return kind == events::KubernetesKind::jobset ? job + "-" + kReplicatedJob + "-0" : job;
+}
+
 std::string KubernetesJobNames::selector() const {
   return std::string(spec::kRunLabel) + "=" + run_label + "," + spec::kJobLabel + "=" + job;
 }
@@ -65,10 +69,15 @@ std::string label_value(std::string_view value) {
   return out;
 }
 
-KubernetesJobNames kubernetes_job_names(std::string_view run_id, int attempt, int pods) {
-  // A pod's hostname is `<job>-<index>`, itself a DNS label: room for the highest index.
+KubernetesJobNames kubernetes_job_names(std::string_view run_id, int attempt, int pods, events::KubernetesKind kind) {
+  // A pod's hostname is `<pods_job()>-<index>`, itself a DNS label: room for the highest index
+  // (and, in a JobSet, for the child Job's `-workers-0`).
   const std::string suffix = attempt > 0 ? "-r" + std::to_string(attempt) : "";
-  const size_t room = kMaxLabel - 1 - static_cast<size_t>(digits(std::max(0, pods - 1))) - suffix.size();
+  KubernetesJobNames names;
+  names.kind = kind;
+  const size_t child = names.pods_job().size();  // what pods_job() adds to the name
+  const size_t room =
+      kMaxLabel - 1 - static_cast<size_t>(digits(std::max(0, pods - 1))) - suffix.size() - child;
   std::string base = dns_text(run_id);
   // A Service name must start with a letter (DNS-1035); run ids may start with a digit.
   if (base.empty() || !(base[0] >= 'a' && base[0] <= 'z')) base = "dt-" + base;
@@ -78,7 +87,6 @@ KubernetesJobNames kubernetes_job_names(std::string_view run_id, int attempt, in
     std::string hash = short_id(run_id);
     base = trim_dashes(base.substr(0, room - hash.size() - 1)) + "-" + hash;
   }
-  KubernetesJobNames names;
   names.job = base + suffix;
   names.service = names.job;  // Jobs and Services have names of their own kind
   names.run_label = label_value(run_id);
@@ -122,6 +130,24 @@ json render_job(const spec::JobSpec& job, const KubernetesJobNames& names, const
             {"backoffLimitPerIndex", 0},
             {"maxFailedIndexes", pods.pods},
             {"template", {{"metadata", template_metadata}, {"spec", pod_spec}}}}}};
+}
+
+json render_jobset(const spec::JobSpec& job, const KubernetesJobNames& names, const JobCreator& creator) {
+  json indexed = render_job(job, names, creator);
+  json template_metadata = indexed["metadata"];
+  template_metadata.erase("name");  // the JobSet names its child Job
+  json replicated = {{"name", kReplicatedJob},
+                     {"replicas", 1},
+                     {"template", {{"metadata", template_metadata}, {"spec", indexed["spec"]}}}};
+  return {{"apiVersion", std::string(kJobSetGroup) + "/" + kJobSetVersion},
+          {"kind", "JobSet"},
+          {"metadata", metadata(names.job, names, creator)},
+          {"spec",
+           {{"replicatedJobs", json::array({replicated})},
+            {"network", {{"enableDNSHostnames", true}, {"subdomain", names.service}}},
+            // A restart would delete and recreate every pod of the running run; dtrain replaces
+            // lost pods itself (spares, shrink), as with the Job.
+            {"failurePolicy", {{"maxRestarts", 0}}}}}};
 }
 
 json render_service(const spec::JobSpec&, const KubernetesJobNames& names, const JobCreator& creator) {

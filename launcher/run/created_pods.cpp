@@ -7,6 +7,7 @@
 
 #include "launcher/base/identity.h"
 #include "launcher/base/version.h"
+#include "launcher/hosts/kubernetes_access.h"
 #include "launcher/hosts/kubernetes_hosts.h"
 #include "launcher/run/driver.h"
 
@@ -22,18 +23,22 @@ Result<hosts::CreatedJob> create_pods_as_hosts(spec::JobSpec& spec, const std::s
   const spec::KubernetesJobTemplate& pods = *spec.kubernetes.job;
   // The container the manifest names, so that every exec and spec.yaml say which.
   if (spec.kubernetes.container.empty()) spec.kubernetes.container = "main";
-  hosts::KubernetesJobNames names = hosts::kubernetes_job_names(run_id, attempt, pods.pods);
+  // A JobSet or an Indexed Job (kubernetes.job.kind), asked of the cluster before anything is made.
+  Result<hosts::JobKindChoice> kind = hosts::resolve_job_kind(spec, kKubectlTimeout);
+  if (!kind) return kind.error();
+  if (!kind->warning.empty()) std::fprintf(stderr, "warning: %s\n", kind->warning.c_str());
+  hosts::KubernetesJobNames names = hosts::kubernetes_job_names(run_id, attempt, pods.pods, kind->kind);
   hosts::JobCreator creator{run_id, run_owner(), this_hostname(), static_cast<int>(::getpid()), kVersion};
   Result<hosts::CreatedJob> created = hosts::CreatedJob::create(spec, names, creator, kKubectlTimeout);
   if (!created) return created.error();
   const std::string where =
       spec.kubernetes.namespace_name.empty() ? "" : " in namespace " + spec.kubernetes.namespace_name;
-  std::fprintf(stderr, "dtrain: created job %s and service %s%s; waiting up to %s for its %d pods\n",
-               names.job.c_str(), names.service.c_str(), where.c_str(), format_duration(spec.kubernetes.pod_timeout).c_str(),
-               pods.pods);
+  const std::string what = hosts::describe_created(names.kind, names.job, names.service);
+  std::fprintf(stderr, "dtrain: created %s%s; waiting up to %s for its %d pods\n", what.c_str(), where.c_str(),
+               format_duration(spec.kubernetes.pod_timeout).c_str(), pods.pods);
   if (Status ready = created->wait_until_ready(pods.pods, spec.kubernetes.pod_timeout, kKubectlTimeout); !ready) {
     hosts::JobDeletion deletion = created->delete_objects(kKubectlTimeout);
-    std::string cleanup = deletion.error.empty() ? "; job " + names.job + " and service " + names.service + " were deleted"
+    std::string cleanup = deletion.error.empty() ? "; " + what + " were deleted"
                                                  : "; deleting them failed too: " + deletion.error;
     return Error::user(ready.error().message + cleanup);
   }
@@ -67,12 +72,13 @@ Result<ResumedPods> recreate_pods_as_hosts(spec::JobSpec& spec, const RunDirecto
   for (const events::KubernetesCreated& left : before.undeleted) {
     // Only what this run created, by the names it recorded: what a supervisor that died left.
     hosts::JobDeletion deletion =
-        hosts::delete_job_objects(hosts::kubectl_options_for(spec), left.job, left.service, kKubectlTimeout);
-    events::KubernetesDeleted event{{left.namespace_name, left.job, left.service},
+        hosts::delete_job_objects(hosts::kubectl_options_for(spec), left.kind, left.job, left.service, kKubectlTimeout);
+    events::KubernetesDeleted event{{left.namespace_name, left.job, left.service, left.kind},
                                     "left by the run's previous supervisor; deleted by dtrain resume", std::nullopt};
     if (!deletion.error.empty()) event.error = deletion.error;
-    std::fprintf(stderr, "dtrain resume: %s job %s and service %s that the previous supervisor left%s\n",
-                 deletion.error.empty() ? "deleted" : "could not delete", left.job.c_str(), left.service.c_str(),
+    std::fprintf(stderr, "dtrain resume: %s %s that the previous supervisor left%s\n",
+                 deletion.error.empty() ? "deleted" : "could not delete",
+                 hosts::describe_created(left.kind, left.job, left.service).c_str(),
                  deletion.error.empty() ? "" : (": " + deletion.error).c_str());
     pods.cleared.push_back(std::move(event));
   }
@@ -85,7 +91,8 @@ Result<ResumedPods> recreate_pods_as_hosts(spec::JobSpec& spec, const RunDirecto
 }
 
 events::KubernetesCreated created_event(const hosts::CreatedJob& created, int pods) {
-  return {{created.namespace_name(), created.names().job, created.names().service}, created.names().selector(), pods};
+  const hosts::KubernetesJobNames& names = created.names();
+  return {{created.namespace_name(), names.job, names.service, names.kind}, names.selector(), pods};
 }
 
 spec::JobSpec spec_to_keep(const spec::JobSpec& spec) {
@@ -107,7 +114,8 @@ CreatedObjects created_objects(const std::vector<LoggedEvent>& events) {
         },
         [&](const events::KubernetesDeleted& deleted) {
           std::erase_if(found.undeleted, [&](const events::KubernetesCreated& created) {
-            return created.job == deleted.job && created.namespace_name == deleted.namespace_name && !deleted.error;
+            return created.job == deleted.job && created.kind == deleted.kind &&
+                   created.namespace_name == deleted.namespace_name && !deleted.error;
           });
         },
         [](const auto&) {},

@@ -1,7 +1,7 @@
 #pragma once
 // kubernetes.job around a driver: what `dtrain submit` and `dtrain resume` do before the plan
-// (create the run's Indexed Job and headless Service, wait for their pods, take the pods as
-// hosts) and what resume clears first (objects a supervisor that died had created). The objects
+// (create the run's Indexed Job and headless Service, or its JobSet, wait for their pods, take
+// the pods as hosts) and what resume clears first (objects a supervisor that died had created). The objects
 // themselves are launcher/hosts' CreatedJob; the driver deletes them at the end of the run.
 
 #include <optional>
@@ -17,9 +17,10 @@
 
 namespace dtrain::run {
 
-/// Creates attempt `attempt` of run `run_id`'s Job and Service (kubernetes.job), waits up to
-/// kubernetes.pod_timeout for its pods, and fills spec.hosts/spares from them (as selector mode
-/// does). Says what it does on stderr; pods left out go to `left_out`. On an error (user kind)
+/// Creates attempt `attempt` of run `run_id`'s Job and Service, or JobSet (kubernetes.job; kind
+/// auto asks discovery for the JobSet CRD first, kind jobset without it is an error before
+/// anything is created), waits up to kubernetes.pod_timeout for its pods, and fills
+/// spec.hosts/spares from them (as selector mode does). Says what it does on stderr; pods left out go to `left_out`. On an error (user kind)
 /// nothing it created is left.
 Result<hosts::CreatedJob> create_pods_as_hosts(spec::JobSpec& spec, const std::string& run_id, int attempt,
                                                std::vector<std::string>& left_out);

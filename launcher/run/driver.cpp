@@ -521,16 +521,17 @@ void RunDriver::delete_created_job(const std::string& why) {
   // The end of a run waits for this: an API server that answers in seconds when it is well.
   hosts::JobDeletion deletion = created_job_->delete_objects(Millis(60'000));
   const hosts::KubernetesJobNames& names = created_job_->names();
-  events::KubernetesDeleted deleted{{created_job_->namespace_name(), names.job, names.service}, why, std::nullopt};
+  events::KubernetesDeleted deleted{{created_job_->namespace_name(), names.job, names.service, names.kind}, why,
+                                    std::nullopt};
+  const std::string what = hosts::describe_created(names.kind, names.job, names.service);
   if (!deletion.error.empty()) {
     deleted.error = deletion.error;
-    std::string warning = "kubernetes.job: could not delete job " + names.job + " and service " + names.service +
-                          ": " + deletion.error + "; delete them with kubectl delete job,service -l " +
-                          names.selector();
+    std::string warning = "kubernetes.job: could not delete " + what + ": " + deletion.error + "; delete them with " +
+                          hosts::manual_delete_command(names);
     log().warn("{}", warning);
     recorder_.console_line("warning: " + warning);
   } else {
-    log().info("deleted job {} and service {} ({})", names.job, names.service, why);
+    log().info("deleted {} ({})", what, why);
   }
   record(deleted.to_json());
 }

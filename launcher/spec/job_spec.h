@@ -63,10 +63,22 @@ struct SshSettings {
   bool operator==(const SshSettings&) const = default;
 };
 
+/// kubernetes.job.kind: what dtrain creates for the pods.
+enum class KubernetesJobKind {
+  automatic,  ///< auto: a JobSet where the cluster's discovery lists the JobSet CRD, else a Job
+  job,        ///< an Indexed Job and a headless Service
+  jobset,     ///< a JobSet (jobset.x-k8s.io/v1alpha2) of one Indexed Job; its controller makes the Service
+};
+inline const char* to_string(KubernetesJobKind kind) {
+  return kind == KubernetesJobKind::job ? "job" : kind == KubernetesJobKind::jobset ? "jobset" : "auto";
+}
+
 /// kubernetes.job: the pods dtrain creates for one run, as an Indexed Job (+ a headless Service)
-/// labelled dtrain.io/run=<run id>, deleted when the run ends. Their containers only hold the
-/// slot (`command`); the agents are started in them with kubectl exec.
+/// or a JobSet of one such Job (`kind`), labelled dtrain.io/run=<run id>, deleted when the run
+/// ends. Their containers only hold the slot (`command`); the agents are started in them with
+/// kubectl exec.
 struct KubernetesJobTemplate {
+  KubernetesJobKind kind = KubernetesJobKind::automatic;  ///< kubernetes.job.kind
   std::string image;                                ///< kubernetes.job.image (required)
   int pods = 0;                                     ///< kubernetes.job.pods: hosts and spares together
   int gpus_per_pod = 0;                             ///< nvidia.com/gpu limit of each pod; 0: none

@@ -75,9 +75,14 @@ void read_tolerations(DiagnosticSink& sink, const Section& job, KubernetesJobTem
 
 std::optional<KubernetesJobTemplate> read_job_template(DiagnosticSink& sink, const Section& block) {
   Section job(sink, block.get("job"), block.path("job"),
-              {"image", "pods", "gpus_per_pod", "node_selector", "tolerations", "command"});
+              {"kind", "image", "pods", "gpus_per_pod", "node_selector", "tolerations", "command"});
   if (job.node() == nullptr) return std::nullopt;
   KubernetesJobTemplate result;
+  // Which the cluster has is known only at submit (launcher/hosts): `dtrain validate` needs none.
+  if (auto v = read_choice(sink, job.get("kind"), job.path("kind"), {"auto", "job", "jobset"})) {
+    result.kind = *v == "job" ? KubernetesJobKind::job : *v == "jobset" ? KubernetesJobKind::jobset
+                                                                        : KubernetesJobKind::automatic;
+  }
   if (auto v = read_string(sink, job.get("image"), job.path("image"))) result.image = *v;
   if (job.get("image") == nullptr) {
     sink.error(*job.node(), job.path("image"),

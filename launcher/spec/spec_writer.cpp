@@ -286,6 +286,7 @@ void kubernetes_section(YAML::Emitter& out, const JobSpec& spec) {
   if (kube.job && kube.selector.empty()) {
     const KubernetesJobTemplate& job = *kube.job;
     out << YAML::Key << "job" << YAML::Value << YAML::BeginMap;
+    out << YAML::Key << "kind" << YAML::Value << to_string(job.kind);
     string_value(out, "image", job.image);
     out << YAML::Key << "pods" << YAML::Value << job.pods;
     out << YAML::Key << "gpus_per_pod" << YAML::Value << job.gpus_per_pod;

@@ -158,6 +158,8 @@ class TestCluster {
 
   /// `up` options for a cluster with the emulated Kubernetes API server and node emulator.
   static std::vector<std::string> kubernetes_options() { return {"--kubernetes"}; }
+  /// The same where the JobSet CRD is installed: the API server stores and runs JobSets.
+  static std::vector<std::string> kubernetes_jobset_options() { return {"--kubernetes", "--kube-jobset-crd"}; }
   /// Why a Kubernetes cluster cannot be brought up here ("" when it can be tried): the emulator
   /// (tests/k8s/apiserver.py) is not in this tree, or no kubectl is installed. Ask before
   /// constructing the cluster, so that a skip leaves nothing behind.

@@ -7,6 +7,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include "launcher/base/version.h"
@@ -131,6 +132,21 @@ TEST_CASE("dtrain hosts reads the JobSet CRD from discovery - installed where th
   INFO(checked.output);
   REQUIRE(checked.status == 0);
   CHECK(nlohmann::json::parse(checked.output)["kubernetes"]["jobset_crd"] == "installed");
+
+  // kubernetes.job (kind auto) would create a JobSet here: its rights are the ones asked.
+  std::string created = job.write_spec_text("version: 1\nhosts: kubernetes\nkubernetes:\n  namespace: " +
+                                            cluster.kube_namespace() + "\n  kubeconfig: " + cluster.kubeconfig() +
+                                            "\n  job: {image: debian, pods: 2}\nworker: {command: [dtrain-train]}\n");
+  CommandOutput planned = cluster.exec("ctl", {DTRAIN_EXE, "hosts", created, "--json"});
+  INFO(planned.output);
+  REQUIRE(planned.status == 0);
+  nlohmann::json kube = nlohmann::json::parse(planned.output)["kubernetes"];
+  CHECK(kube["creates"] == "JobSet");
+  std::vector<std::string> resources;
+  for (const auto& check : kube["access"]) resources.push_back(check["verb"].get<std::string>() + " " + check["resource"].get<std::string>());
+  CHECK(std::count(resources.begin(), resources.end(), "create jobsets.jobset.x-k8s.io") == 1);
+  CHECK(std::count(resources.begin(), resources.end(), "create jobs.batch") == 0);
+  CHECK(kube["pods_note"].get<std::string>().find("as a JobSet") != std::string::npos);
 }
 
 TEST_CASE("pods without dtrain get a checked copy of this binary - the next run uses it") {

@@ -5,8 +5,11 @@
 // ranks a spare pod takes, and its processes are gone; at the end nothing of the run is left on
 // any host. Pods dtrain creates itself (kubernetes.job: an Indexed Job and a headless Service)
 // train to that loss too, are deleted at the end, at a preemption (SIGTERM to dtrain) and when
-// they never start, and nothing of them is left in the API server. Skips (exit 77) where the
-// emulator, kubectl or the cluster is unavailable.
+// they never start, and nothing of them is left in the API server. Where the JobSet CRD is
+// installed, kind auto makes that a JobSet: its pods train, a deleted one's ranks go to the spare,
+// and deleting the JobSet alone takes its Job, Service and pods; kind jobset without the CRD
+// fails before anything is created. Skips (exit 77) where the emulator, kubectl or the cluster is
+// unavailable.
 
 #include <doctest/doctest.h>
 
@@ -112,12 +115,16 @@ std::string created_job_spec(const TestCluster& cluster, const std::string& name
   return yaml.str();
 }
 
-// What the API server still holds of `selector`: "job/x", "service/x", "pod/x" lines, polled
-// (bounded) until there is nothing; a deleted pod lasts its grace period.
-std::string kubernetes_left(const TestCluster& cluster, const std::string& selector, int64_t timeout_ms) {
+// What the API server still holds of `resources` ("jobs,services,pods") of `selector` (""
+// for all in the namespace): "job/x", "service/x", "pod/x" lines, polled (bounded) until there
+// is nothing; a deleted pod lasts its grace period.
+std::string kubernetes_left(const TestCluster& cluster, const std::string& resources, const std::string& selector,
+                            int64_t timeout_ms) {
   std::string left;
+  std::vector<std::string> get{"get", resources, "-o", "name"};
+  if (!selector.empty()) get.insert(get.end(), {"-l", selector});
   wait_until([&] {
-    CommandOutput listed = cluster.kubectl({"get", "jobs,services,pods", "-o", "name", "-l", selector});
+    CommandOutput listed = cluster.kubectl(get);
     left = listed.status == 0 ? std::string(dtrain::trim(listed.output)) : "kubectl get failed: " + listed.output;
     return left.empty();
   }, timeout_ms);
@@ -127,7 +134,7 @@ std::string kubernetes_left(const TestCluster& cluster, const std::string& selec
 // Nothing of `job`'s run is left: no object of its label in the API server, no process on any
 // host (its pods are gone).
 void check_run_gone(const TestCluster& cluster, ClusterJob& job) {
-  std::string left = kubernetes_left(cluster, "dtrain.io/run=" + job.run_id(), 30000);
+  std::string left = kubernetes_left(cluster, "jobs,services,pods", "dtrain.io/run=" + job.run_id(), 30000);
   CHECK_MESSAGE(left.empty(), "left in the API server: " << left);
   check_nothing_left(cluster, job, 15000);
 }
@@ -199,6 +206,51 @@ void start_until_first_checkpoint(ClusterJob& job, const std::string& spec) {
   job.start();
   REQUIRE(job.wait_exec());
   REQUIRE_MESSAGE(job.wait_checkpoint(50, 120000), job.err());
+}
+
+// Starts `job` (spec name `name`) on 4 pods dtrain creates (`kind_block`: "" or "kind: ..., "): 3 train, the 4th
+// (index 3) is a spare; paced so that it still trains after a pod is lost.
+void start_with_spare_pod(const TestCluster& cluster, ClusterJob& job, const std::string& name,
+                          const std::string& kind_block) {
+  std::string spec = created_job_spec(cluster, name, "{" + kind_block + "image: debian, pods: 4}",
+                                      trainer_command(1500),
+                                      std::string(kBatch) + "elastic: {min_hosts: 2, max_restarts: 1}\n",
+                                      "  env: {DTRAIN_FAULT_SLOW_RANK: \"0:5\"}\n");
+  spec.replace(spec.find("  pod_timeout:"), 0, "  spares: 1\n");
+  start_until_first_checkpoint(job, spec);
+}
+
+// The run's pods that are not terminating, by completion index.
+std::map<std::string, std::string> live_pods_by_index(const TestCluster& cluster, const std::string& run_id) {
+  std::map<std::string, std::string> pods;
+  CommandOutput listed = cluster.kubectl({"get", "pods", "-l", "dtrain.io/run=" + run_id, "-o", "json"});
+  nlohmann::json list = nlohmann::json::parse(listed.output, nullptr, false);
+  if (!list.is_object()) return pods;
+  for (const auto& pod : list["items"]) {
+    if (pod["metadata"].contains("deletionTimestamp")) continue;
+    pods[pod["metadata"]["labels"].value("batch.kubernetes.io/job-completion-index", "?")] = pod["metadata"]["name"];
+  }
+  return pods;
+}
+
+// After start_with_spare_pod and `victim` deleted: the run succeeds, losing `victim` alone, and
+// `spare` runs its ranks to the last step.
+void check_spare_took_over(ClusterJob& job, const std::string& victim, const std::string& spare) {
+  REQUIRE(job.wait(240000));
+  INFO(job.err());
+  CHECK(job.exit_code() == 0);
+  std::vector<nlohmann::json> lost = job.events("host.lost");
+  REQUIRE(lost.size() == 1);
+  CHECK(lost[0]["host"] == victim);
+  nlohmann::json replanned = job.plan(1);
+  bool spare_used = false;
+  for (const auto& rank : replanned["ranks"]) {
+    CHECK(rank["host"] != victim);
+    spare_used = spare_used || rank["host"] == spare;
+  }
+  CHECK(spare_used);
+  CHECK(replanned["world_size"] == 6);
+  CHECK(final_line(job.rank_log(0)).find("final step=1500") != std::string::npos);
 }
 
 }  // namespace
@@ -360,24 +412,8 @@ TEST_CASE("a pod of the job dtrain created deleted mid-run: only its index fails
   TestCluster cluster(4, TestCluster::kubernetes_options());
   DTRAIN_REQUIRE_CLUSTER(cluster);
   ClusterJob job(cluster, "lostpod");
-  // 3 pods train, the 4th (index 3) is a spare. Paced so that it still trains after the loss.
-  std::string spec = created_job_spec(cluster, "lostpod", "{image: debian, pods: 4}", trainer_command(1500),
-                                      std::string(kBatch) + "elastic: {min_hosts: 2, max_restarts: 1}\n",
-                                      "  env: {DTRAIN_FAULT_SLOW_RANK: \"0:5\"}\n");
-  spec.replace(spec.find("  pod_timeout:"), 0, "  spares: 1\n");
-  start_until_first_checkpoint(job, spec);
-  const std::string selector = "dtrain.io/run=" + job.run_id();
-  auto pods_by_index = [&] {
-    std::map<std::string, std::string> pods;
-    CommandOutput listed = cluster.kubectl({"get", "pods", "-l", selector, "-o", "json"});
-    nlohmann::json list = nlohmann::json::parse(listed.output, nullptr, false);
-    if (!list.is_object()) return pods;
-    for (const auto& pod : list["items"]) {
-      if (pod["metadata"].contains("deletionTimestamp")) continue;
-      pods[pod["metadata"]["labels"].value("batch.kubernetes.io/job-completion-index", "?")] = pod["metadata"]["name"];
-    }
-    return pods;
-  };
+  start_with_spare_pod(cluster, job, "lostpod", "");
+  auto pods_by_index = [&] { return live_pods_by_index(cluster, job.run_id()); };
   std::map<std::string, std::string> before = pods_by_index();
   REQUIRE(before.size() == 4);
   const std::string victim = before["1"];
@@ -397,21 +433,7 @@ TEST_CASE("a pod of the job dtrain created deleted mid-run: only its index fails
   wait_until([&] { after = pods_by_index(); return after.size() == 3; }, 20000);
   CHECK(after == std::map<std::string, std::string>{{"0", before["0"]}, {"2", before["2"]}, {"3", before["3"]}});
 
-  REQUIRE(job.wait(240000));
-  INFO(job.err());
-  CHECK(job.exit_code() == 0);
-  std::vector<nlohmann::json> lost = job.events("host.lost");
-  REQUIRE(lost.size() == 1);
-  CHECK(lost[0]["host"] == victim);
-  nlohmann::json replanned = job.plan(1);
-  bool spare_used = false;
-  for (const auto& rank : replanned["ranks"]) {
-    CHECK(rank["host"] != victim);
-    spare_used = spare_used || rank["host"] == before["3"];
-  }
-  CHECK(spare_used);
-  CHECK(replanned["world_size"] == 6);
-  CHECK(final_line(job.rank_log(0)).find("final step=1500") != std::string::npos);
+  check_spare_took_over(job, victim, before["3"]);
   check_created_and_deleted(cluster, job, "the run ended (succeeded)");
   check_run_gone(cluster, job);
 }
@@ -500,12 +522,7 @@ TEST_CASE("pods dtrain creates that never run: a clear error within pod_timeout,
   }
   CHECK_FALSE(any_run);
   // Nothing of it in the namespace (every object there was made by this test's dtrain).
-  std::string left;
-  wait_until([&] {
-    CommandOutput listed = cluster.kubectl({"get", "jobs,services,pods", "-o", "name"});
-    left = listed.status == 0 ? std::string(dtrain::trim(listed.output)) : "kubectl get failed: " + listed.output;
-    return left.empty();
-  }, 30000);
+  std::string left = kubernetes_left(cluster, "jobs,services,pods", "", 30000);
   CHECK_MESSAGE(left.empty(), "left in the API server: " << left);
   // Deleted by the names created, never as a collection.
   const std::string path = "/namespaces/" + cluster.kube_namespace();
@@ -514,4 +531,90 @@ TEST_CASE("pods dtrain creates that never run: a clear error within pod_timeout,
   CHECK(requests_to(cluster, "DELETE", "/api/v1" + path + "/services/") == 1);
   CHECK(requests_to(cluster, "DELETE", "/apis/batch/v1" + path + "/jobs") == 0);
   CHECK(requests_to(cluster, "DELETE", "/api/v1" + path + "/services") == 0);
+}
+
+TEST_CASE("where the JobSet CRD is installed, kind auto creates a JobSet: its pods train, a deleted pod's ranks go to the spare, and deleting the JobSet takes its Job, Service and pods") {
+  DTRAIN_REQUIRE_KUBERNETES();
+  TestCluster cluster(4, TestCluster::kubernetes_jobset_options());
+  DTRAIN_REQUIRE_CLUSTER(cluster);
+  ClusterJob job(cluster, "jobset");
+  start_with_spare_pod(cluster, job, "jobset", "");  // kind auto
+
+  // What dtrain created, while the run trains: the JobSet alone; its controller made the rest.
+  std::vector<nlohmann::json> created = job.events("kubernetes.created");
+  REQUIRE(created.size() == 1);
+  CHECK(created[0]["kind"] == "JobSet");
+  const std::string name = created[0]["job"];
+  CHECK(created[0]["service"] == name);
+  CHECK(created[0]["selector"] == "dtrain.io/run=" + job.run_id() + ",dtrain.io/job=" + name);
+  nlohmann::json jobset = nlohmann::json::parse(cluster.kubectl({"get", "jobset", name, "-o", "json"}).output, nullptr, false);
+  REQUIRE_MESSAGE(jobset.is_object(), "no JobSet " << name);
+  CHECK(jobset["spec"]["replicatedJobs"][0]["name"] == "workers");
+  CHECK(jobset["spec"]["failurePolicy"]["maxRestarts"] == 0);
+  const std::string child = name + "-workers-0";
+  nlohmann::json child_job = nlohmann::json::parse(cluster.kubectl({"get", "job", child, "-o", "json"}).output, nullptr, false);
+  REQUIRE_MESSAGE(child_job.is_object(), "no child Job " << child);
+  CHECK(child_job["metadata"]["ownerReferences"][0]["kind"] == "JobSet");
+  CHECK(child_job["spec"]["backoffLimitPerIndex"] == 0);
+  nlohmann::json service = nlohmann::json::parse(cluster.kubectl({"get", "service", name, "-o", "json"}).output, nullptr, false);
+  REQUIRE_MESSAGE(service.is_object(), "no Service " << name);
+  CHECK(service["spec"]["clusterIP"] == "None");
+  CHECK(service["metadata"]["ownerReferences"][0]["kind"] == "JobSet");
+  // The pods: found by dtrain's labels, named by the JobSet's child Job, in the Service's subdomain.
+  nlohmann::json pods = nlohmann::json::parse(
+      cluster.kubectl({"get", "pods", "-l", "dtrain.io/run=" + job.run_id(), "-o", "json"}).output, nullptr, false);
+  REQUIRE(pods.is_object());
+  for (const auto& pod : pods["items"]) {
+    const std::string index = pod["metadata"]["labels"].value("batch.kubernetes.io/job-completion-index", "?");
+    CHECK(pod["spec"]["hostname"] == child + "-" + index);
+    CHECK(pod["spec"]["subdomain"] == name);
+    CHECK(pod["metadata"]["labels"].value("jobset.sigs.k8s.io/jobset-name", "") == name);
+  }
+  std::map<std::string, std::string> by_index = live_pods_by_index(cluster, job.run_id());
+  REQUIRE(by_index.size() == 4);
+  CHECK(job.plan(0)["ranks"][0]["host"] == by_index["0"]);
+
+  const std::string victim = by_index["1"];
+  CommandOutput deleted = cluster.kubectl({"delete", "pod", victim, "--grace-period=1", "--wait=false"});
+  REQUIRE_MESSAGE(deleted.status == 0, deleted.output);
+  check_spare_took_over(job, victim, by_index["3"]);
+
+  // Deleted at the end: the JobSet alone, by name; nothing of it is left.
+  std::vector<nlohmann::json> gone = job.events("kubernetes.deleted");
+  REQUIRE(gone.size() == 1);
+  CHECK(gone[0]["kind"] == "JobSet");
+  CHECK(gone[0]["job"] == name);
+  CHECK_MESSAGE(!gone[0].contains("error"), gone[0].dump());
+  const std::string path = "/namespaces/" + cluster.kube_namespace();
+  CHECK(requests_to(cluster, "POST", "/apis/jobset.x-k8s.io/v1alpha2" + path + "/jobsets") == 1);
+  CHECK(requests_to(cluster, "DELETE", "/apis/jobset.x-k8s.io/v1alpha2" + path + "/jobsets/" + name) == 1);
+  CHECK(requests_to(cluster, "POST", "/apis/batch/v1" + path + "/jobs") == 0);
+  CHECK(requests_to(cluster, "POST", "/api/v1" + path + "/services") == 0);
+  CHECK(requests_to(cluster, "DELETE", "/apis/batch/v1" + path + "/jobs/") == 0);
+  CHECK(requests_to(cluster, "DELETE", "/api/v1" + path + "/services/") == 0);
+  // Its Service carries no dtrain label (the JobSet controller made it): the whole namespace.
+  std::string left = kubernetes_left(cluster, "jobsets,jobs,services", "", 30000);
+  CHECK_MESSAGE(left.empty(), "left in the API server: " << left);
+  check_run_gone(cluster, job);
+}
+
+TEST_CASE("kind jobset where the JobSet CRD is not installed: a clear error naming the fix, nothing created, no run") {
+  DTRAIN_REQUIRE_KUBERNETES();
+  TestCluster cluster(1, TestCluster::kubernetes_options());
+  DTRAIN_REQUIRE_CLUSTER(cluster);
+  ClusterJob job(cluster, "nojobset");
+  job.write_spec_text(created_job_spec(cluster, "nojobset", "{kind: jobset, image: debian, pods: 1}",
+                                       trainer_command(10), "batch: {global: 4, micro: 2}\n"));
+  REQUIRE(job.run({}, 60000));
+  CHECK(job.exit_code() == 2);
+  std::string err = job.err();
+  CHECK_MESSAGE(err.find("kubernetes.job.kind: jobset, but the cluster has no JobSet CRD (jobsets.jobset.x-k8s.io)") !=
+                    std::string::npos,
+                err);
+  CHECK_MESSAGE(err.find("namespace '" + cluster.kube_namespace() + "'") != std::string::npos, err);
+  CHECK_MESSAGE(err.find("or set kubernetes.job.kind: job") != std::string::npos, err);
+  CHECK(job.out().empty());
+  CHECK(requests_to(cluster, "POST", "/apis/batch/v1/namespaces/" + cluster.kube_namespace() + "/jobs") == 0);
+  CHECK(requests_to(cluster, "POST", "/api/v1/namespaces/" + cluster.kube_namespace() + "/services") == 0);
+  CHECK(dtrain::trim(cluster.kubectl({"get", "jobs,services,pods", "-o", "name"}).output).empty());
 }

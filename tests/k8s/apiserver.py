@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """An emulated Kubernetes API server for dtrain's tests (issue 31): Pods, batch/v1 Jobs,
-Services, Nodes and Namespaces over HTTPS, with list/watch, selectors, access reviews and
+Services, Nodes, Namespaces and (with --jobset-crd) JobSets over HTTPS, with list/watch, selectors, access reviews and
 pods/exec, and a node emulator that runs each pod's containers on the testcluster hosts.
 
   apiserver.py --listen 10.77.0.2:6443 --cert C --key K --users USERS.json --state DIR
@@ -26,6 +26,7 @@ from k8s_api import Api  # noqa: E402
 from k8s_exec import ExecServer  # noqa: E402
 from k8s_handler import Handler, RequestLog  # noqa: E402
 from k8s_jobs import JobController  # noqa: E402
+from k8s_jobsets import JobSetController  # noqa: E402
 from k8s_nodes import Host, NodeEmulator  # noqa: E402
 from k8s_store import Store  # noqa: E402
 
@@ -59,7 +60,8 @@ def parse_args(argv):
     parser.add_argument("--gpus-per-node", type=int, default=8)
     parser.add_argument("--namespace", action="append", default=[])
     parser.add_argument("--jobset-crd", action="store_true",
-                        help="discovery lists the JobSet CRD's resource (jobsets.jobset.x-k8s.io)")
+                        help="serve the JobSet CRD's resource (jobsets.jobset.x-k8s.io): discovery lists it, "
+                             "JobSets are stored and run (k8s_jobsets.py)")
     return parser.parse_args(argv)
 
 
@@ -87,6 +89,7 @@ def main(argv):
                                         "status": {"phase": "Active"}})
     nodes = NodeEmulator(store, hosts_from_env(args.cluster_env, args.gpus_per_node), args.state)
     jobs = JobController(store, nodes)
+    jobsets = JobSetController(store, jobs)  # idle unless --jobset-crd serves jobsets
     host, _, port = args.listen.rpartition(":")
     server = Server((host, int(port)), Handler)
     server.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -94,7 +97,7 @@ def main(argv):
     server.tls.set_alpn_protocols(["http/1.1"])
     server.tokens = k8s_auth.load_tokens(args.users)
     server.log = RequestLog(os.path.join(args.state, "requests.jsonl"))
-    server.api = Api(store, nodes, jobs, ExecServer(nodes))
+    server.api = Api(store, nodes, jobs, jobsets, ExecServer(nodes))
     threading.Thread(target=nodes.run_forever, name="node-loop", daemon=True).start()
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
     print(f"apiserver: listening on https://{args.listen} with {len(nodes.hosts)} nodes", flush=True)

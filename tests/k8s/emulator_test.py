@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 """The emulated Kubernetes cluster, driven by the real kubectl (issue 31 item 4).
 
-Brings up `testcluster.sh up 3 --kubernetes` with a prefix of its own ("t<pid>k", the
-convention of tests/integration/cluster_fixture.h, whose stale-cluster cleanup then covers it),
-runs kubectl in the control namespace, and always tears the cluster down. Exits 77 printing
+Brings up `testcluster.sh up 3 --kubernetes`, then `up 2 --kubernetes --kube-jobset-crd` for the
+JobSet checks, with a prefix of its own ("t<pid>k", the convention of
+tests/integration/cluster_fixture.h, whose stale-cluster cleanup then covers it), runs kubectl in
+the control namespace, and always tears each cluster down. Exits 77 printing
 "skipped: <reason>" where it cannot run (not root, no ip netns, no kubectl).
 """
 
@@ -258,18 +259,118 @@ def check_killed_host_is_not_ready():
     print(f"ok: kill {node} -> node NotReady after {time.monotonic() - started:.1f} s")
 
 
-def check_jobset_crd_discovery():
-    """No JobSet CRD by default; with install_jobset_crd (--jobset-crd) discovery lists it."""
+def check_no_jobsets_without_crd():
+    """Without the JobSet CRD, as on a real server without it: no group in discovery, its paths
+    are 404, and kubectl cannot create a JobSet."""
     listed = kubectl("api-resources", "--api-group=jobset.x-k8s.io", "-o", "name")
     assert listed.stdout.decode().strip() == "", listed.stdout
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import k8s_discovery
-    k8s_discovery.install_jobset_crd()
-    groups = [group["name"] for group in k8s_discovery.api_group_list()["groups"]]
-    assert "jobset.x-k8s.io" in groups, groups
-    resources = k8s_discovery.api_resource_list("jobset.x-k8s.io", "v1alpha2")["resources"]
-    assert [entry["name"] for entry in resources] == ["jobsets"], resources
-    print("ok: JobSet CRD absent from discovery by default, listed with --jobset-crd")
+    raw = kubectl("get", "--raw", "/apis/jobset.x-k8s.io/v1alpha2/namespaces/dtrain-test/jobsets", check=False)
+    assert raw.returncode != 0 and b"NotFound" in raw.stderr, (raw.returncode, raw.stderr)
+    # --validate=false: kubectl's schema check would fail first, on the OpenAPI v2 fallback that
+    # the emulator does not serve; what is checked here is kubectl's mapping of the kind.
+    made = kubectl("create", "--validate=false", "-f", "-", check=False,
+                   stdin=json.dumps(jobset("none", 1, ["sleep", "infinity"])).encode())
+    assert made.returncode != 0 and b'no matches for kind "JobSet"' in made.stderr, made.stderr
+    print("ok: without the CRD: no jobset.x-k8s.io in discovery, its path is 404, kubectl create refuses a JobSet")
+
+
+def jobset(name, pods, command, **job_spec):
+    """A JobSet of one replicatedJob `workers` (1 replica) of an Indexed Job of `pods` pods."""
+    template = pod("unused", command)
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": name, "labels": {"test": "jobset"}},
+            "spec": {"replicatedJobs": [{"name": "workers", "replicas": 1, "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": dict({"completionMode": "Indexed", "completions": pods, "parallelism": pods},
+                             **job_spec,
+                             template={"metadata": {"labels": {"app": name}}, "spec": template["spec"]})}}],
+                     "failurePolicy": {"maxRestarts": 0}}}
+
+
+def check_jobset_crd():
+    """With the CRD (--kube-jobset-crd): discovery lists it, kubectl creates a JobSet; its child
+    Job, the Job's pods (hostnames <jobset>-<replicatedJob>-<jobIndex>-<podIndex>, the subdomain,
+    the JobSet's labels) and the headless Service appear, and deleting the JobSet deletes them all."""
+    listed = kubectl("api-resources", "--api-group=jobset.x-k8s.io", "-o", "name")
+    assert listed.stdout.decode().split() == ["jobsets.jobset.x-k8s.io"], listed.stdout
+    wanted = jobset("train", 2, ["sleep", "infinity"], backoffLimitPerIndex=0, maxFailedIndexes=2)
+    wanted["spec"]["network"] = {"enableDNSHostnames": True, "subdomain": "trainnet"}
+    create(wanted)
+    job = wait_for("the child Job", lambda: json.loads(kubectl("get", "jobs", "-l", "jobset.sigs.k8s.io/jobset-name=train",
+                                                               "-o", "json").stdout)["items"])
+    assert [j["metadata"]["name"] for j in job] == ["train-workers-0"], job
+    owner = job[0]["metadata"]["ownerReferences"][0]
+    uid = get("jobset", "train")["metadata"]["uid"]
+    assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == ("JobSet", "train", uid, True), owner
+    labels = job[0]["metadata"]["labels"]
+    assert (labels["jobset.sigs.k8s.io/replicatedjob-name"], labels["jobset.sigs.k8s.io/job-index"],
+            labels["app"]) == ("workers", "0", "train"), labels
+
+    def running_pods():
+        items = json.loads(kubectl("get", "pods", "-l", "jobset.sigs.k8s.io/jobset-name=train", "-o", "json").stdout)["items"]
+        return items if len(items) == 2 and all(p["status"].get("phase") == "Running" for p in items) else None
+    pods = sorted(wait_for("2 running pods of the JobSet", running_pods), key=lambda p: p["spec"]["hostname"])
+    POD_PIDS.extend(int(p["status"]["containerStatuses"][0]["containerID"].removeprefix("emulator://")) for p in pods)
+    assert [p["spec"]["hostname"] for p in pods] == ["train-workers-0-0", "train-workers-0-1"], pods
+    assert all(p["spec"]["subdomain"] == "trainnet" and p["metadata"]["labels"]["app"] == "train"
+               and p["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] == "workers" for p in pods), pods
+    service = get("service", "trainnet")
+    assert service["spec"]["clusterIP"] == "None", service["spec"]
+    assert service["spec"]["selector"] == {"jobset.sigs.k8s.io/jobset-name": "train"}, service["spec"]
+    assert service["metadata"]["ownerReferences"][0]["uid"] == uid, service["metadata"]
+    status = wait_for("replicatedJobsStatus", lambda: get("jobset", "train")["status"].get("replicatedJobsStatus"))
+    assert status[0]["name"] == "workers" and status[0]["active"] == 1, status
+    by_label = json.loads(kubectl("get", "jobsets", "-l", "test=jobset", "-o", "json").stdout)["items"]
+    assert [j["metadata"]["name"] for j in by_label] == ["train"], by_label
+
+    kubectl("delete", "jobset", "train", "--cascade=background", "--wait=false")
+
+    def all_gone():
+        left = kubectl("get", "jobsets,jobs,services,pods", "-o", "name").stdout.decode().split()
+        return not [name for name in left if "train" in name]
+    wait_for("the JobSet's Job, Service and pods to go", all_gone, timeout=20)
+    wait_for("the JobSet's pod processes to end", lambda: not any(alive(p) for p in POD_PIDS[-2:]))
+    print("ok: JobSet train made Job train-workers-0 (owned, labelled), pods train-workers-0-{0,1} in subdomain "
+          "trainnet and headless Service trainnet; deleting the JobSet deleted all of them and ended the processes")
+
+
+def check_jobset_validation_and_status():
+    """422 with causes for what a JobSet lacks; Completed when its Jobs complete, Failed when one fails."""
+    for name, spec, cause in (("nojobs", {}, "spec.replicatedJobs: Required value"),
+                              ("notemplate", {"replicatedJobs": [{"name": "w"}]},
+                               "spec.replicatedJobs[0].template: Required value")):
+        made = kubectl("create", "-f", "-", check=False, stdin=json.dumps(
+            {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": name},
+             "spec": spec}).encode())
+        assert made.returncode != 0 and f'The JobSet "{name}" is invalid: {cause}'.encode() in made.stderr, made.stderr
+    create(jobset("done", 1, ["true"]))
+    create(jobset("broken", 1, ["false"], backoffLimit=0))
+
+    def terminal(name):
+        return get("jobset", name)["status"].get("terminalState")
+    wait_for("JobSet done to complete", lambda: terminal("done") == "Completed", timeout=15)
+    wait_for("JobSet broken to fail", lambda: terminal("broken") == "Failed", timeout=15)
+    failed = [c for c in get("jobset", "broken")["status"]["conditions"] if c["type"] == "Failed"]
+    assert failed and failed[0]["reason"] == "FailedJobs", failed
+    for name in ("done", "broken"):
+        kubectl("delete", "jobset", name, "--wait=false")
+    wait_for("their Jobs to go", lambda: not kubectl("get", "jobs", "-o", "name").stdout.strip(), timeout=15)
+    print("ok: a JobSet without replicatedJobs or a template gets 422 with the cause; "
+          "Completed when its Job completes, Failed (FailedJobs) when it fails")
+
+
+def check_requests_recorded():
+    requests = sum(1 for _ in open(f"{STATE}/kube/requests.jsonl"))
+    assert "Bearer" not in open(f"{STATE}/kube/requests.jsonl").read()
+    print(f"ok: {requests} requests recorded in requests.jsonl, no token in it")
+
+
+def keep_artefacts(prefix):
+    artefacts = os.environ.get("DTRAIN_TEST_ARTEFACTS")
+    if artefacts and os.path.exists(f"{STATE}/kube/requests.jsonl"):
+        os.makedirs(artefacts, exist_ok=True)
+        for name in ("requests.jsonl", "apiserver.log"):
+            subprocess.run(["cp", f"{STATE}/kube/{name}", os.path.join(artefacts, prefix + name)])
 
 
 def check_nothing_left():
@@ -317,16 +418,21 @@ def main():
         check_indexed_job()
         check_job_failure_policies()
         check_no_exec_context()
-        check_jobset_crd_discovery()
+        check_no_jobsets_without_crd()
         check_killed_host_is_not_ready()
-        requests = sum(1 for _ in open(f"{STATE}/kube/requests.jsonl"))
-        assert "Bearer" not in open(f"{STATE}/kube/requests.jsonl").read()
-        print(f"ok: {requests} requests recorded in requests.jsonl, no token in it")
+        check_requests_recorded()
     finally:
-        artefacts = os.environ.get("DTRAIN_TEST_ARTEFACTS")
-        if artefacts and os.path.exists(f"{STATE}/kube/requests.jsonl"):
-            os.makedirs(artefacts, exist_ok=True)
-            subprocess.run(["cp", f"{STATE}/kube/requests.jsonl", f"{STATE}/kube/apiserver.log", artefacts])
+        keep_artefacts("")
+        check_nothing_left()
+    # The JobSet CRD is a flag of the server: a cluster of its own (it comes up in seconds).
+    result = testcluster("up", "2", "--kubernetes", "--kube-jobset-crd", check=False)
+    try:
+        assert result.returncode == 0, result.stderr
+        check_jobset_crd()
+        check_jobset_validation_and_status()
+        check_requests_recorded()
+    finally:
+        keep_artefacts("jobset-")
         check_nothing_left()
     print(f"passed in {time.monotonic() - started:.1f} s")
     return 0

@@ -32,8 +32,8 @@ def merge_patch(target, patch):
 
 
 class Api:
-    def __init__(self, store, nodes, jobs, exec_server):
-        self.store, self.nodes, self.jobs, self.exec_server = store, nodes, jobs, exec_server
+    def __init__(self, store, nodes, jobs, jobsets, exec_server):
+        self.store, self.nodes, self.jobs, self.jobsets, self.exec_server = store, nodes, jobs, jobsets, exec_server
 
     def handle(self, http, method, request):
         resource = request.resource
@@ -199,6 +199,8 @@ class Api:
                 return http.send_json(200, self.nodes.delete_pod(request.namespace, request.name, grace))
             if plural == "jobs":
                 job = self.jobs.delete_job(request.namespace, request.name, propagation)
+            elif plural == "jobsets":
+                job = self.jobsets.delete_jobset(request.namespace, request.name, propagation)
             else:
                 job = self.store.delete(plural, request.namespace, request.name)
         except NotFound:

@@ -1,8 +1,8 @@
 """Users (bearer tokens) and what each may do, in the shape of RBAC rules.
 
 Two users, as the contract's kubeconfig names them: "dtrain-admin" (context dtrain-test) may do
-everything; "no-exec" may get/list/watch/create/delete/patch/update pods, jobs and services and
-read nodes and namespaces, but NOT create pods/exec. The tokens are random, written at `up`
+everything; "no-exec" may get/list/watch/create/delete/patch/update pods, jobs, services and
+jobsets and read nodes and namespaces, but NOT create pods/exec. The tokens are random, written at `up`
 into the kubeconfig and the server's users file, never logged.
 """
 
@@ -15,6 +15,8 @@ RULES = {
     "no-exec": [
         {"verbs": ["get", "list", "watch", "create", "delete", "patch", "update"],
          "apiGroups": ["", "batch"], "resources": ["pods", "jobs", "services", "pods/status"]},
+        {"verbs": ["get", "list", "watch", "create", "delete", "patch", "update"],
+         "apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"]},
         {"verbs": ["get", "list", "watch"], "apiGroups": [""], "resources": ["nodes", "namespaces"]},
         {"verbs": ["create"], "apiGroups": ["authorization.k8s.io"],
          "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"]},

@@ -55,9 +55,10 @@ JOBSET_CRD = Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", True)
 
 
 def install_jobset_crd():
-    """Discovery then lists jobsets.jobset.x-k8s.io, as where the JobSet CRD is installed
-    (`apiserver.py --jobset-crd`, `testcluster.sh up N --kubernetes --kube-jobset-crd`). Only
-    discovery: JobSet objects are not stored or run (there is no JobSet controller)."""
+    """Serves jobsets.jobset.x-k8s.io, as where the JobSet CRD is installed (`apiserver.py
+    --jobset-crd`, `testcluster.sh up N --kubernetes --kube-jobset-crd`): discovery lists it and
+    its requests reach the store (k8s_jobsets.py runs them). Without it, as on a server without
+    the CRD, discovery has no such group and its paths are 404."""
     if JOBSET_CRD not in RESOURCES:
         RESOURCES.append(JOBSET_CRD)
         GROUP_VERSIONS[JOBSET_CRD.group] = JOBSET_CRD.version

@@ -1,4 +1,4 @@
-"""Validation and defaulting of what clients create: Pods, Jobs, Services.
+"""Validation and defaulting of what clients create: Pods, Jobs, Services, JobSets.
 
 Validation covers what the emulator relies on and what a real server would reject in the same
 way (422 Invalid with field causes); it is not the full Kubernetes validation.
@@ -151,4 +151,82 @@ def prepare_service(service, namespace):
     return name
 
 
-PREPARE = {"pods": prepare_pod, "jobs": prepare_job, "services": prepare_service}
+def _job_template_causes(prefix, template):
+    """What a JobSet's replicatedJob template lacks that its child Job would need."""
+    if not isinstance(template, dict) or not isinstance(template.get("spec"), dict):
+        return [(prefix, "FieldValueRequired", "Required value")]
+    pod_template = template["spec"].get("template")
+    if not isinstance(pod_template, dict) or not isinstance(pod_template.get("spec"), dict):
+        return [(f"{prefix}.spec.template", "FieldValueRequired", "Required value")]
+    causes = []
+    pod_spec = pod_template["spec"]
+    if not pod_spec.get("containers") or not isinstance(pod_spec["containers"], list):
+        causes.append((f"{prefix}.spec.template.spec.containers", "FieldValueRequired", "Required value"))
+    if pod_spec.get("restartPolicy") not in ("Never", "OnFailure"):
+        causes.append((f"{prefix}.spec.template.spec.restartPolicy", "FieldValueRequired",
+                       'Required value: valid values: "OnFailure", "Never"'))
+    return causes
+
+
+def prepare_jobset(jobset, namespace):
+    """Validates and defaults a jobset.x-k8s.io/v1alpha2 JobSet (what the CRD's schema and the
+    JobSet webhook refuse of the fields the emulator uses); returns its name."""
+    group = "jobset.x-k8s.io"
+    name = assign_name(jobset, "JobSet")
+    jobset["apiVersion"], jobset["kind"] = "jobset.x-k8s.io/v1alpha2", "JobSet"
+    spec = jobset.get("spec")
+    if not isinstance(spec, dict):
+        raise invalid("JobSet", name, [("spec", "FieldValueRequired", "Required value")], group)
+    replicated_jobs = spec.get("replicatedJobs")
+    if not isinstance(replicated_jobs, list) or not replicated_jobs:
+        raise invalid("JobSet", name, [("spec.replicatedJobs", "FieldValueRequired", "Required value")], group)
+    causes, seen = [], set()
+    for index, replicated in enumerate(replicated_jobs):
+        where = f"spec.replicatedJobs[{index}]"
+        if not isinstance(replicated, dict):
+            raise bad_request(f"{where} must be an object")
+        rj_name = replicated.get("name")
+        if not isinstance(rj_name, str) or not _DNS_LABEL.fullmatch(rj_name):
+            causes.append((f"{where}.name", "FieldValueRequired", "Required value: a DNS-1123 label"))
+        elif rj_name in seen:
+            causes.append((f"{where}.name", "FieldValueDuplicate", f'Duplicate value: "{rj_name}"'))
+        seen.add(rj_name)
+        replicated.setdefault("replicas", 1)
+        if not isinstance(replicated["replicas"], int) or replicated["replicas"] < 0:
+            causes.append((f"{where}.replicas", "FieldValueInvalid", "Invalid value: must be greater than or equal to 0"))
+        causes += _job_template_causes(f"{where}.template", replicated.get("template"))
+        if causes or not isinstance(rj_name, str):
+            continue
+        # As the JobSet webhook: a child Job's name and its pods' hostnames are DNS labels.
+        last_job = f"{name}-{rj_name}-{max(0, replicated['replicas'] - 1)}"
+        pods = replicated["template"]["spec"].get("completions") or 1
+        if len(last_job) > 63:
+            causes.append(("metadata.name", "FieldValueInvalid",
+                           "Invalid value: JobSet name is too long, job names generated for this JobSet "
+                           "will exceed 63 characters"))
+        elif len(f"{last_job}-{max(0, pods - 1)}") > 63:
+            causes.append(("metadata.name", "FieldValueInvalid",
+                           "Invalid value: JobSet name is too long, pod hostnames generated for this "
+                           "JobSet will exceed 63 characters"))
+    if causes:
+        raise invalid("JobSet", name, causes, group)
+    network = spec.setdefault("network", {})
+    if not isinstance(network, dict):
+        raise bad_request("JobSet: spec.network must be an object")
+    network.setdefault("enableDNSHostnames", True)
+    network.setdefault("publishNotReadyAddresses", True)
+    subdomain = network.get("subdomain")
+    if subdomain is not None and (not isinstance(subdomain, str) or not _DNS_LABEL.fullmatch(subdomain)):
+        raise invalid("JobSet", name, [("spec.network.subdomain", "FieldValueInvalid",
+                                        f'Invalid value: "{subdomain}": must be a DNS-1123 label')], group)
+    failure = spec.get("failurePolicy")
+    if failure is not None and (not isinstance(failure, dict) or not isinstance(failure.get("maxRestarts", 0), int)
+                                or failure.get("maxRestarts", 0) < 0):
+        raise invalid("JobSet", name, [("spec.failurePolicy.maxRestarts", "FieldValueInvalid",
+                                        "Invalid value: must be greater than or equal to 0")], group)
+    spec.setdefault("successPolicy", {"operator": "All", "targetReplicatedJobs": []})
+    jobset["status"] = {"restarts": 0}
+    return name
+
+
+PREPARE = {"pods": prepare_pod, "jobs": prepare_job, "services": prepare_service, "jobsets": prepare_jobset}

@@ -25,7 +25,7 @@ def _status(obj):
     if kind == "Node":
         ready = [c for c in obj["status"].get("conditions", []) if c["type"] == "Ready"]
         return "Ready" if ready and ready[0]["status"] == "True" else "NotReady"
-    if kind == "Job":
+    if kind in ("Job", "JobSet"):
         done = [c["type"] for c in obj["status"].get("conditions", []) if c["status"] == "True"]
         return done[0] if done else "Running"
     return ""

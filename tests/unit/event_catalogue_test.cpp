@@ -67,10 +67,10 @@ auto sample_events() {
       RunlogDropped{4096, 3, "fell behind", {{"rank_output", 2}, {"worker.started", 1}}, "2026-12-02T18:00:00.000Z",
                     "2026-12-02T18:00:05.000Z"}, SshInsecure{"host keys are not checked"},
       RuntimeDirFallback{"/tmp/dtrain-0-Ab12Cd/3fa2c1d0", "runtime directory '/tmp/dtrain-0' belongs to uid 65534"},
-      KubernetesCreated{{"ml", "llm-20261206-021500-ab12", "llm-20261206-021500-ab12"},
+      KubernetesCreated{{"ml", "llm-20261206-021500-ab12", "llm-20261206-021500-ab12", KubernetesKind::jobset},
                         "dtrain.io/run=llm-20261206-021500-ab12,dtrain.io/job=llm-20261206-021500-ab12", 4},
-      KubernetesDeleted{{"ml", "llm-20261206-021500-ab12", "llm-20261206-021500-ab12"}, "the run ended (succeeded)",
-                        "kubectl delete job: forbidden"},
+      KubernetesDeleted{{"ml", "llm-20261206-021500-ab12", "llm-20261206-021500-ab12", KubernetesKind::jobset},
+                        "the run ended (succeeded)", "kubectl delete jobsets.jobset.x-k8s.io: forbidden"},
       HostConnected{"h1", 77, "0.1.0", -3, "h0"}, HostFacts{"h1", {{"cpus", 8}, {"os", "Linux"}}},
       HostStack{"h1", {{"torch", "2.3.1"}, {"file train.py", "ab12"}}, 42, {"python: killed after 5s"}},
       HostHealth{"h2", "start", "fail", "left out", {{"network ports", "fail", "mlx5_0 port 1 is 1: DOWN"}}, 30, "h2 failed"},
@@ -238,4 +238,30 @@ TEST_CASE("from_json: an absent field keeps its default (an older dtrain wrote f
   REQUIRE(cause.ok());
   CHECK(cause->local_rank == -1);
   CHECK(!cause->rank);
+}
+
+TEST_CASE("kubernetes.created's kind: Job or JobSet by name, absent in an older log is a Job, another is an error") {
+  events::KubernetesCreated created{{"ml", "r-1", "r-1", events::KubernetesKind::jobset}, "dtrain.io/run=r-1,dtrain.io/job=r-1", 2};
+  CHECK(created.to_json()["kind"] == "JobSet");
+  created.kind = events::KubernetesKind::job;
+  CHECK(created.to_json()["kind"] == "Job");
+
+  // As dtrain wrote it before it created JobSets: no kind.
+  nlohmann::json older = {{"ev", "kubernetes.created"}, {"namespace", "ml"}, {"job", "r-1"}, {"service", "r-1"},
+                          {"selector", "dtrain.io/run=r-1,dtrain.io/job=r-1"}, {"pods", 2}};
+  Result<events::Event> read = events::parse_event(older);
+  REQUIRE_MESSAGE(read.ok(), read.error().message);
+  CHECK(std::get<events::KubernetesCreated>(*read).kind == events::KubernetesKind::job);
+  Result<events::KubernetesDeleted> deleted = events::KubernetesDeleted::from_json(
+      {{"ev", "kubernetes.deleted"}, {"namespace", "ml"}, {"job", "r-1"}, {"service", "r-1"}, {"why", "the run ended"}});
+  REQUIRE(deleted.ok());
+  CHECK(deleted->kind == events::KubernetesKind::job);
+
+  older["kind"] = "StatefulSet";
+  Result<events::Event> bad = events::parse_event(older);
+  REQUIRE(!bad.ok());
+  CHECK_MESSAGE(bad.error().message.find("kubernetes.created.kind") != std::string::npos, bad.error().message);
+  CHECK_MESSAGE(bad.error().message.find("'StatefulSet' is not what kubernetes.job creates (Job, JobSet)") !=
+                    std::string::npos,
+                bad.error().message);
 }

@@ -39,6 +39,71 @@ TEST_CASE("pods by selector need get, list, watch on pods and create on pods/exe
   CHECK(described == std::vector<std::string>{"get on pods", "list on pods", "watch on pods", "create on pods/exec",
                                               "create on jobs.batch", "delete on jobs.batch", "create on services",
                                               "delete on services"});
+
+  // A JobSet instead: its controller makes the Job and the Service.
+  described.clear();
+  for (const KubernetesPermission& permission : permissions_needed(kube, events::KubernetesKind::jobset)) {
+    described.push_back(describe(permission));
+  }
+  CHECK(described == std::vector<std::string>{"get on pods", "list on pods", "watch on pods", "create on pods/exec",
+                                              "create on jobsets.jobset.x-k8s.io", "delete on jobsets.jobset.x-k8s.io"});
+}
+
+TEST_CASE("kubernetes.job.kind against the CRD: auto follows discovery, jobset without the CRD is an error with the fix") {
+  spec::KubernetesSettings kube;
+  kube.namespace_name = "ml";
+  kube.context = "prod";
+  kube.job = spec::KubernetesJobTemplate{};
+  using events::KubernetesKind;
+  auto chosen = [&](spec::KubernetesJobKind asked, CrdState crd) {
+    kube.job->kind = asked;
+    Result<JobKindChoice> choice = choose_job_kind(kube, crd, "error: the server is unreachable");
+    REQUIRE_MESSAGE(choice.ok(), choice.error().message);
+    return *choice;
+  };
+  for (CrdState crd : {CrdState::installed, CrdState::absent, CrdState::unknown}) {
+    CHECK(chosen(spec::KubernetesJobKind::job, crd) == JobKindChoice{KubernetesKind::job, ""});
+  }
+  CHECK(chosen(spec::KubernetesJobKind::automatic, CrdState::installed) == JobKindChoice{KubernetesKind::jobset, ""});
+  CHECK(chosen(spec::KubernetesJobKind::automatic, CrdState::absent) == JobKindChoice{KubernetesKind::job, ""});
+  CHECK(chosen(spec::KubernetesJobKind::jobset, CrdState::installed) == JobKindChoice{KubernetesKind::jobset, ""});
+  // Discovery could not answer: what is assumed is said, with kubectl's words.
+  JobKindChoice guessed = chosen(spec::KubernetesJobKind::automatic, CrdState::unknown);
+  CHECK(guessed.kind == KubernetesKind::job);
+  CHECK_MESSAGE(guessed.warning.find("the server is unreachable; creating an Indexed Job") != std::string::npos,
+                guessed.warning);
+  JobKindChoice tried = chosen(spec::KubernetesJobKind::jobset, CrdState::unknown);
+  CHECK(tried.kind == KubernetesKind::jobset);
+  CHECK_MESSAGE(tried.warning.find("creating the JobSet anyway") != std::string::npos, tried.warning);
+
+  kube.job->kind = spec::KubernetesJobKind::jobset;
+  Result<JobKindChoice> refused = choose_job_kind(kube, CrdState::absent, "");
+  REQUIRE(!refused.ok());
+  CHECK(refused.error().kind == ErrorKind::user);
+  CHECK(refused.error().message ==
+        "kubernetes.job.kind: jobset, but the cluster has no JobSet CRD (jobsets.jobset.x-k8s.io): kubectl "
+        "api-resources --api-group=jobset.x-k8s.io for namespace 'ml' of context 'prod' lists none; nothing was "
+        "created. Ask your cluster admin to install JobSet (https://jobset.sigs.k8s.io/docs/installation/), or set "
+        "kubernetes.job.kind: job (or auto) for an Indexed Job and a headless Service");
+}
+
+TEST_CASE("resolve_job_kind asks discovery only when the kind depends on it") {
+  FakeKubectl installed("echo jobsets.jobset.x-k8s.io\n");
+  spec::JobSpec job = kubernetes_job(installed.path);
+  job.kubernetes.selector.clear();
+  job.kubernetes.job = spec::KubernetesJobTemplate{};
+  Result<JobKindChoice> automatic = resolve_job_kind(job, Millis(10'000));
+  REQUIRE(automatic.ok());
+  CHECK(automatic->kind == events::KubernetesKind::jobset);
+  CHECK(installed.args() == "--context prod -n ml api-resources --api-group=jobset.x-k8s.io -o name\n");
+
+  FakeKubectl untouched("echo called >&2; exit 1\n");
+  job.kubernetes.kubectl = untouched.path;
+  job.kubernetes.job->kind = spec::KubernetesJobKind::job;
+  Result<JobKindChoice> plain = resolve_job_kind(job, Millis(10'000));
+  REQUIRE(plain.ok());
+  CHECK(plain->kind == events::KubernetesKind::job);
+  CHECK(untouched.args().empty());
 }
 
 TEST_CASE("exec is asked as a subresource - never as pods/exec, which kubectl reads as the pod named exec") {

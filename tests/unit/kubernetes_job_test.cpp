@@ -1,5 +1,5 @@
-// kubernetes.job as data: the names dtrain gives the Indexed Job and headless Service of a run
-// (valid DNS labels whatever the job's name), their manifests, the spec.yaml a resume creates
+// kubernetes.job as data: the names dtrain gives the Indexed Job and headless Service, or the
+// JobSet, of a run (valid DNS labels whatever the job's name), their manifests, the spec.yaml a resume creates
 // fresh pods from, and what a run log says is still to delete. The kubectl calls themselves run
 // against the emulated API server in tests/integration/cluster_kubernetes_test.cpp.
 
@@ -29,13 +29,15 @@ bool is_label_value(const std::string& value) {
   return value.size() <= 63 && std::regex_match(value, rule);
 }
 
-// Every name valid, and room for the pods' hostnames `<job>-<highest index>`.
+// Every name valid, and room for the pods' hostnames `<job>-<highest index>` (in a JobSet
+// `<jobset>-workers-0-<highest index>`).
 void check_names(const KubernetesJobNames& names, int pods) {
   INFO(names.job);
   CHECK(is_dns_1035_label(names.job));
   CHECK(is_dns_1035_label(names.service));
+  CHECK(is_dns_1035_label(names.pods_job()));
   CHECK(is_label_value(names.run_label));
-  CHECK((names.job + "-" + std::to_string(pods - 1)).size() <= 63);
+  CHECK((names.pods_job() + "-" + std::to_string(pods - 1)).size() <= 63);
 }
 
 spec::JobSpec job_spec(const std::string& job_block) {
@@ -86,6 +88,7 @@ TEST_CASE("kubernetes.job names: odd and long job names still make valid, distin
       for (int attempt : {0, 1, 123}) {
         INFO(id << " pods=" << pods << " attempt=" << attempt);
         check_names(kubernetes_job_names(id, attempt, pods), pods);
+        check_names(kubernetes_job_names(id, attempt, pods, events::KubernetesKind::jobset), pods);
       }
     }
   }
@@ -97,6 +100,22 @@ TEST_CASE("kubernetes.job names: odd and long job names still make valid, distin
   KubernetesJobNames second = kubernetes_job_names(forty + "-20261206-021500-ab13", 0, 10'000);
   CHECK(first.job != second.job);
   CHECK(first.job.rfind(std::string(20, 'x'), 0) == 0);  // starts as the id does
+}
+
+TEST_CASE("kubernetes.job names of a JobSet: its child Job is <jobset>-workers-0, the same names otherwise") {
+  KubernetesJobNames names = kubernetes_job_names("llm-20261206-021500-ab12", 0, 4, events::KubernetesKind::jobset);
+  CHECK(names.kind == events::KubernetesKind::jobset);
+  CHECK(names.job == "llm-20261206-021500-ab12");
+  CHECK(names.service == names.job);
+  CHECK(names.pods_job() == "llm-20261206-021500-ab12-workers-0");
+  CHECK(names.selector() == "dtrain.io/run=llm-20261206-021500-ab12,dtrain.io/job=llm-20261206-021500-ab12");
+  CHECK(kubernetes_job_names("llm-20261206-021500-ab12", 0, 4).pods_job() == names.job);
+  // A long id is cut shorter for a JobSet: its pods' hostnames carry "-workers-0" more.
+  const std::string forty(40, 'x');
+  KubernetesJobNames as_job = kubernetes_job_names(forty + "-20261206-021500-ab12", 0, 100);
+  KubernetesJobNames as_jobset = kubernetes_job_names(forty + "-20261206-021500-ab12", 0, 100, events::KubernetesKind::jobset);
+  CHECK(as_jobset.job.size() < as_job.job.size());
+  CHECK((as_jobset.pods_job() + "-99").size() <= 63);
 }
 
 TEST_CASE("label values: cut to 63, starting and ending with a letter or digit") {
@@ -163,6 +182,35 @@ TEST_CASE("the headless Service selects this attempt's pods") {
   CHECK(service["spec"]["selector"] == json{{"dtrain.io/run", names.run_label}, {"dtrain.io/job", names.job}});
 }
 
+TEST_CASE("the JobSet: one replicatedJob workers whose template is the Indexed Job, DNS hostnames in the Service's subdomain, no restarts") {
+  spec::JobSpec spec = job_spec("{kind: jobset, image: trainer, pods: 3, gpus_per_pod: 8}");
+  KubernetesJobNames names = kubernetes_job_names(kCreator.run_id, 0, 3, events::KubernetesKind::jobset);
+  json jobset = render_jobset(spec, names, kCreator);
+  check_object(jobset, "jobset.x-k8s.io/v1alpha2", "JobSet", names.job, names);
+  CHECK(jobset["metadata"]["labels"]["dtrain.io/job"] == names.job);
+  const json& spec_json = jobset["spec"];
+  REQUIRE(spec_json["replicatedJobs"].size() == 1);
+  const json& replicated = spec_json["replicatedJobs"][0];
+  CHECK(replicated["name"] == "workers");
+  CHECK(replicated["replicas"] == 1);
+  // The template is render_job's Job, less its name: the same Indexed Job, labels and all.
+  json indexed = render_job(spec, names, kCreator);
+  CHECK(replicated["template"]["spec"] == indexed["spec"]);
+  json job_metadata = indexed["metadata"];
+  job_metadata.erase("name");
+  CHECK(replicated["template"]["metadata"] == job_metadata);
+  const json& job_spec_json = replicated["template"]["spec"];
+  CHECK(job_spec_json["completionMode"] == "Indexed");
+  CHECK(job_spec_json["completions"] == 3);
+  CHECK(job_spec_json["parallelism"] == 3);
+  CHECK(job_spec_json["backoffLimitPerIndex"] == 0);
+  CHECK(job_spec_json["maxFailedIndexes"] == 3);
+  CHECK(job_spec_json["template"]["metadata"]["labels"]["dtrain.io/job"] == names.job);
+  CHECK(job_spec_json["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "8");
+  CHECK(spec_json["network"] == json{{"enableDNSHostnames", true}, {"subdomain", names.service}});
+  CHECK(spec_json["failurePolicy"] == json{{"maxRestarts", 0}});
+}
+
 TEST_CASE("spec.yaml of a created job keeps the template, not the pods: a resume creates fresh ones") {
   spec::JobSpec spec = job_spec("{image: trainer, pods: 2, node_selector: {pool: a}}");
   spec.kubernetes.container = "main";
@@ -181,15 +229,23 @@ TEST_CASE("spec.yaml of a created job keeps the template, not the pods: a resume
 TEST_CASE("the run log names what is still to delete, and the next attempt's number") {
   auto logged = [](events::Event event) { return LoggedEvent{"2026-12-06T02:15:00.000Z", std::nullopt, std::move(event)}; };
   std::vector<LoggedEvent> log = {
-      logged(events::KubernetesCreated{{"ml", "r-1", "r-1"}, "dtrain.io/run=r-1,dtrain.io/job=r-1", 2}),
-      logged(events::KubernetesDeleted{{"ml", "r-1", "r-1"}, "the run ended (preempted)", std::nullopt}),
-      logged(events::KubernetesCreated{{"ml", "r-1-r1", "r-1-r1"}, "dtrain.io/run=r-1,dtrain.io/job=r-1-r1", 2}),
+      logged(events::KubernetesCreated{{"ml", "r-1", "r-1", events::KubernetesKind::job},
+                                       "dtrain.io/run=r-1,dtrain.io/job=r-1", 2}),
+      logged(events::KubernetesDeleted{{"ml", "r-1", "r-1", events::KubernetesKind::job}, "the run ended (preempted)",
+                                       std::nullopt}),
+      logged(events::KubernetesCreated{{"ml", "r-1-r1", "r-1-r1", events::KubernetesKind::jobset},
+                                       "dtrain.io/run=r-1,dtrain.io/job=r-1-r1", 2}),
   };
   run::CreatedObjects found = run::created_objects(log);
   CHECK(found.attempts == 2);
   REQUIRE(found.undeleted.size() == 1);
   CHECK(found.undeleted[0].job == "r-1-r1");
+  CHECK(found.undeleted[0].kind == events::KubernetesKind::jobset);  // a resume deletes the JobSet
   // A deletion that failed leaves them to delete.
-  log.push_back(logged(events::KubernetesDeleted{{"ml", "r-1-r1", "r-1-r1"}, "the run ended (failed)", "forbidden"}));
+  log.push_back(logged(events::KubernetesDeleted{{"ml", "r-1-r1", "r-1-r1", events::KubernetesKind::jobset},
+                                                 "the run ended (failed)", "forbidden"}));
   CHECK(run::created_objects(log).undeleted.size() == 1);
+  log.push_back(logged(events::KubernetesDeleted{{"ml", "r-1-r1", "r-1-r1", events::KubernetesKind::jobset},
+                                                 "the run ended (failed)", std::nullopt}));
+  CHECK(run::created_objects(log).undeleted.empty());
 }

@@ -57,6 +57,25 @@ TEST_CASE("kubernetes: a job block is read with its defaults") {
   CHECK(job.not_ready_toleration == Millis(20'000));
   CHECK(job.unreachable_toleration == Millis(30'000));
   CHECK(job.command == std::vector<std::string>{"sleep", "infinity"});
+  CHECK(job.kind == KubernetesJobKind::automatic);  // a JobSet where the cluster has the CRD
+}
+
+TEST_CASE("kubernetes: job.kind is auto, job or jobset - spec.yaml keeps it - another value is an error where it is") {
+  for (const auto& [text, kind] : {std::pair{"auto", KubernetesJobKind::automatic}, std::pair{"job", KubernetesJobKind::job},
+                                   std::pair{"jobset", KubernetesJobKind::jobset}}) {
+    LoadResult loaded = parse_section(std::string("hosts: kubernetes\nkubernetes: {job: {kind: ") + text +
+                                      ", image: trainer, pods: 2}}\n");
+    REQUIRE_MESSAGE(loaded.ok(), loaded.message());
+    CHECK(loaded.spec->kubernetes.job->kind == kind);
+    std::string kept = to_yaml(*loaded.spec);
+    CHECK_MESSAGE(kept.find(std::string("kind: ") + text) != std::string::npos, kept);
+    LoadResult again = parse_job_spec(kept, "spec.yaml", "/specs", {});
+    REQUIRE_MESSAGE(again.ok(), (again.message() + "\n" + kept));
+    CHECK(again.spec->kubernetes == loaded.spec->kubernetes);
+  }
+  std::string error = only_section_error("hosts: kubernetes\nkubernetes:\n  job: {kind: jobsets, image: i, pods: 2}\n");
+  CHECK_MESSAGE(error.find("job.yaml:6:15: kubernetes.job.kind: ") == 0, error);
+  CHECK_MESSAGE(error.find("did you mean 'jobset'") != std::string::npos, error);
 }
 
 TEST_CASE("kubernetes: mistakes are reported where they are, with the fix") {
