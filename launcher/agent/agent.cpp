@@ -102,14 +102,16 @@ void Agent::loop_once() {
   poll_and_dispatch();
   out_.flush_some();
   if (out_.broken() && !fence_reason_) {
-    begin_fence("the supervisor's channel is closed (output)", ExitCode::ok);
+    channel_ended("the supervisor's channel is closed (output)", ExitCode::ok);
   }
 }
 
 int64_t Agent::next_wakeup_ms(int64_t now) const {
   int64_t wakeup = now + 1000;
   if (!config_) wakeup = std::min(wakeup, started_ms_ + kConfigTimeoutMs);
-  if (config_ && !fence_reason_) {
+  if (config_ && !fence_reason_ && detached_since_ms_) {
+    wakeup = std::min(wakeup, *detached_since_ms_ + reattach_ms_);
+  } else if (config_ && !fence_reason_) {
     wakeup = std::min({wakeup, next_beat_ms_, last_frame_ms_ + config_->heartbeat_timeout_ms});
   }
   for (const KillOperation& kill : kills_) wakeup = std::min(wakeup, kill.next_check_ms(now));
@@ -129,7 +131,8 @@ void Agent::poll_and_dispatch() {
   watch({signal_fd_.get(), POLLIN, 0}, [this](short) { read_signals(); });
   if (health_) watch({health_->ready_fd(), POLLIN, 0}, [this](short) { send_health_replies(); });
   if (input_open_) watch({input_fd_, POLLIN, 0}, [this](short) { read_input(); });
-  if (out_.pending_bytes() > 0) watch({out_.fd(), POLLOUT, 0}, [this](short) { out_.flush_some(); });
+  if (out_.pending_bytes() > 0 && !out_.detached()) watch({out_.fd(), POLLOUT, 0}, [this](short) { out_.flush_some(); });
+  if (attach_listener_.valid() && !fence_reason_) watch({attach_listener_.get(), POLLIN, 0}, [this](short) { accept_attach(); });
   if (relay_) {
     for (const pollfd& fd : relay_->poll_fds()) watch(fd, [this](short) { relay_ready_ = true; });
   }
@@ -193,10 +196,10 @@ void Agent::check_timers(int64_t now) {
     }
     return;
   }
+  if (detached_since_ms_) return check_detached(now);
   if (now - last_frame_ms_ >= config_->heartbeat_timeout_ms) {
-    return begin_fence("supervisor silent for " +
-                           format_duration(Millis(config_->heartbeat_timeout_ms)),
-                       ExitCode::infra);
+    return channel_ended("supervisor silent for " + format_duration(Millis(config_->heartbeat_timeout_ms)),
+                         ExitCode::infra);
   }
   if (now >= next_beat_ms_) {
     send_beat(now);
@@ -214,8 +217,7 @@ void Agent::read_input() {
     std::string how = !got ? "a read error (" + got.error().message + ")"
                      : decoder_.buffered_bytes() > 0 ? "EOF in the middle of a frame"
                                                      : "EOF";
-    return begin_fence("the supervisor closed the channel (stdin " + how + ")",
-                       got ? ExitCode::ok : ExitCode::infra);
+    return channel_ended("the supervisor closed the channel (stdin " + how + ")", got ? ExitCode::ok : ExitCode::infra);
   }
   decoder_.feed(chunk);
   while (input_open_ && !fence_reason_) {
@@ -231,6 +233,11 @@ void Agent::read_signals() {
   signalfd_siginfo info{};
   while (::read(signal_fd_.get(), &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
     if (info.ssi_signo == SIGCHLD) continue;  // reap_children() runs every round
+    if ((info.ssi_signo == SIGTERM || info.ssi_signo == SIGHUP) && parent_gone_once()) {
+      channel_ended("the session's process ended (received " + signal_name(static_cast<int>(info.ssi_signo)) + ")",
+                    ExitCode::ok);
+      continue;
+    }
     begin_fence("received " + signal_name(static_cast<int>(info.ssi_signo)),
                 ExitCode::interrupted);
   }
@@ -304,6 +311,7 @@ void Agent::reap_children() {
       bool failed = !WIFEXITED(status) || WEXITSTATUS(status) != 0;
       if (error && failed) exit.error = std::move(*error);
     }
+    remember_exit(exit);
     out_.send(exit);
     workers_.erase(it);
     reaped_any = true;
@@ -380,9 +388,10 @@ void Agent::handle_frame(const json& frame) {
   // The one place a supervisor's frame becomes a typed message.
   Result<proto::SupervisorMessage> message = proto::parse_supervisor_message(frame);
   if (!message) return protocol_error(message.error().message);
-  if (!config_ && !std::holds_alternative<proto::AgentConfig>(*message)) {
+  if (!config_ && !std::holds_alternative<proto::AgentConfig>(*message) &&
+      !std::holds_alternative<proto::AgentAttachRequest>(*message)) {
     return protocol_error(std::string("'") + proto::type_of(*message) +
-                          "' before config; config must be the first frame");
+                          "' before config; config (or attach) must be the first frame");
   }
   std::visit([this](const auto& typed) { on(typed); }, *message);
 }
@@ -414,6 +423,11 @@ void Agent::on(const proto::AgentConfig& message) {
   hello.pid = ::getpid();
   hello.agent_time_ms = agent_time_ms();
   hello.socket = sockets_->path();
+  std::string attach_note;
+  if (message.reattach_ms.value_or(0) > 0) {
+    attach_note = open_attach_socket(*message.reattach_ms);
+    if (reattachable()) hello.attach_socket = attach_path_;
+  }
   // The stack probe (bounded: the interpreter is killed past the request's timeout) runs while
   // nvidia-smi does, so on a GPU host it costs the hello next to nothing.
   std::future<proto::StackFingerprint> stack;
@@ -422,6 +436,10 @@ void Agent::on(const proto::AgentConfig& message) {
   if (stack.valid()) hello.stack = stack.get();
   out_.send(hello);
   // Said once, after hello (the supervisor records it as agent.error): the run goes on.
+  if (!attach_note.empty()) {
+    std::fprintf(stderr, "%s: warning: %s\n", who().c_str(), attach_note.c_str());
+    send_error({attach_note, "reattach"});
+  }
   if (std::string note = sockets_->runtime_dir_note(); !note.empty()) {
     std::fprintf(stderr, "%s: warning: %s\n", who().c_str(), note.c_str());
     send_error({note, "runtime_dir"});
@@ -677,6 +695,8 @@ void Agent::finish_fence(int64_t now) {
   health_.reset();   // stops its thread: a site command is killed; a hung one is left behind (bounded wait)
   sampler_.reset();  // joins its thread (a running nvidia-smi is bounded by kNvidiaSmiTimeoutMs)
   files_.reset();    // before the socket: the runtime dir is removed once it is empty
+  close_attach_socket();
+  channel_.reset();
   sockets_.reset();  // removes the socket and the runtime dir
   done_ = true;
 }

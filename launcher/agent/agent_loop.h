@@ -81,6 +81,26 @@ class Agent {
   void on(const proto::RelayOpenRequest& open);
   void on(const proto::RelayToRequest& to);
   void on(const proto::RelayCloseRequest& close);
+  void on(const proto::AgentAttachRequest& attach);
+
+  // Re-attaching (agent_attach.cpp; proto/messages.h config.reattach_ms).
+  /// Listens for re-attaches; returns why it could not ("" when it does).
+  std::string open_attach_socket(int64_t reattach_ms);
+  void close_attach_socket();
+  bool reattachable() const { return reattach_ms_ > 0 && attach_listener_.valid(); }
+  /// The channel to the supervisor ended: a re-attachable agent keeps its workers and waits for
+  /// a re-attach; any other fences.
+  void channel_ended(std::string reason, ExitCode code);
+  /// Gives up the current channel's fds (the first session's: /dev/null in their place).
+  void release_channel();
+  void accept_attach();
+  /// Fences once a detached agent has waited reattach_ms.
+  void check_detached(int64_t now);
+  /// True the first time a SIGTERM/SIGHUP comes with our parent gone (sshd's session process
+  /// ends with the connection): the channel's end, not an order to stop.
+  bool parent_gone_once();
+  /// Keeps a worker's exit report for a re-attach (the newest two generations).
+  void remember_exit(const proto::WorkerExitReport& exit);
   /// The relay's children (relay.h): pumped when one of their fds is ready, and every 100 ms
   /// while an SSH session needs it.
   void pump_relay(int64_t now);
@@ -170,6 +190,16 @@ class Agent {
   size_t workers_at_fence_ = 0;
   ExitCode exit_code_ = ExitCode::ok;
   bool done_ = false;
+
+  int64_t reattach_ms_ = 0;            ///< config.reattach_ms, once the attach socket listens
+  UniqueFd attach_listener_;
+  std::string attach_path_;
+  UniqueFd channel_;                   ///< a re-attach's connection, once one came
+  std::optional<int64_t> detached_since_ms_;
+  std::string detach_reason_;
+  pid_t parent_at_start_ = 0;
+  bool parent_death_seen_ = false;
+  std::map<std::pair<int, int>, proto::WorkerExitReport> recent_exits_;  ///< (gen, rank) → its exit
 };
 
 }  // namespace dtrain::agent::detail

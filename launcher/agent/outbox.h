@@ -4,6 +4,7 @@
 // is large (backpressure reaches the workers through their pipes, not the agent's memory).
 
 #include <cstdint>
+#include <deque>
 #include <string>
 
 #include "launcher/proto/agent_messages.h"
@@ -25,6 +26,15 @@ class Outbox {
   /// Tries to write everything until `deadline_ms` (monotonic), for the last words before exit.
   void flush_until(int64_t deadline_ms);
 
+  /// The channel ended (re-attachable agents, messages.h config.reattach_ms): nothing is written
+  /// until rebind(); send() goes on queueing.
+  void detach();
+  /// A new channel: `first` goes out first, then every queued frame that nothing of was written
+  /// to the old one. A frame the old channel took part of is dropped (the new stream must start
+  /// at a frame's first byte); those it took whole are gone with it.
+  void rebind(int fd, const proto::AgentMessage& first);
+  bool detached() const { return fd_ < 0; }
+
   size_t pending_bytes() const { return queue_.size() - written_; }
   bool broken() const { return broken_; }
   int fd() const { return fd_; }
@@ -33,8 +43,11 @@ class Outbox {
   static constexpr size_t kBacklogLimit = 4 << 20;
 
  private:
+  void drop_written();
+
   int fd_;
   std::string queue_;
+  std::deque<size_t> frame_ends_;  ///< where each frame in queue_ ends (offsets into queue_)
   size_t written_ = 0;
   bool broken_ = false;
 };

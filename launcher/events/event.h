@@ -23,7 +23,7 @@ struct UnknownEvent {
 /// Any one event of the catalogue, or an UnknownEvent. Readers std::visit it.
 using Event = std::variant<
     RunSubmitted, RunResumed, RunState, RunStopRequested, RunFinished, RunlogDropped, RuntimeDirFallback,
-    KubernetesCreated, KubernetesDeleted, SshInsecure, HostConnected, HostFacts, HostStack, StackConsistency, HostHealth, HostQuarantined, HostFailed, HostLost, HostExcluded, HostExclusionSkipped,
+    KubernetesCreated, KubernetesDeleted, SshInsecure, HostConnected, HostReattached, HostFacts, HostStack, StackConsistency, HostHealth, HostQuarantined, HostFailed, HostLost, HostExcluded, HostExclusionSkipped,
     AgentError, ProtocolError, SignalRefused, PlanGeneration, PlanChanged, PlanQuarantined, GenerationSpawned,
     GenerationStepped, WorkerStarted, WorkerSpawnFailed, WorkerExit, WorkerHang, WorkerSample, CommReady,
     CommWarn, HangDump, HangDetectionOff, HangDetectionOn, HangTimeoutChanged, StragglerDetected, StragglerCleared, GpuXid,

@@ -27,6 +27,7 @@ inline constexpr const char* kRuntimeDirFallback = "runtime_dir.fallback";
 inline constexpr const char* kKubernetesCreated = "kubernetes.created";
 inline constexpr const char* kKubernetesDeleted = "kubernetes.deleted";
 inline constexpr const char* kHostConnected = "host.connected";
+inline constexpr const char* kHostReattached = "host.reattached";
 inline constexpr const char* kHostFacts = "host.facts";
 inline constexpr const char* kHostStack = "host.stack";
 inline constexpr const char* kStackConsistency = "stack.consistency";
@@ -101,6 +102,7 @@ inline const std::vector<EventType>& catalogue() {
       {kKubernetesCreated, "kubernetes.job: what dtrain created for the run (their pods are its hosts): kind (an Indexed Job and its headless Service, or a JobSet), namespace, names, the pods' selector and count", {"namespace", "job", "service", "kind", "selector", "pods"}},
       {kKubernetesDeleted, "what dtrain created for the run deleted again (the Job with its pods and the Service, or the JobSet with all it made), and why; error when kubectl could not", {"namespace", "job", "service", "kind", "why"}},
       {kHostConnected, "a host's agent said hello", {"host", "agent_pid", "version", "clock_offset_ms"}},
+      {kHostReattached, "a relayed host whose relay was lost, reached again: its agent kept its workers and the supervisor re-attached to it directly (the host is not lost); from (the lost relay), detached_ms (the agent's wait), gap_ms (the supervisor's, from the relay's loss), workers kept", {"host", "from", "detached_ms", "gap_ms", "workers"}},
       {kHostFacts, "what the agent found on its host (CPUs, memory, GPUs)", {"host"}},
       {kHostStack, "a host's software stack as its agent found it at hello (OS, kernel, GPU driver, CUDA, NCCL, Python and torch of the worker's interpreter, container image, sha256 of the worker command's files); unknown where it could not be read", {"host", "items", "ms"}},
       {kStackConsistency, "the hosts' software stacks compared before the first generation (or a spare's against them): each item a host differs on, beside the majority's value, and what the run did (started, refused, warned, spare left out)", {"mode", "verdict", "action", "hosts", "differences", "detail"}},

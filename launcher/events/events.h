@@ -196,6 +196,19 @@ struct HostConnected {
   bool operator==(const HostConnected&) const = default;
 };
 
+/// A relayed host reached again after its relay's loss (scale.tree): not lost.
+struct HostReattached {
+  static constexpr const char* name = kHostReattached;
+  std::string host{};
+  std::string from{};        ///< the relay that was lost
+  int64_t detached_ms = 0;   ///< how long the agent waited, by its clock
+  int64_t gap_ms = 0;        ///< from the relay's loss to the re-attach, by the supervisor's
+  int64_t workers = 0;       ///< workers the agent kept
+  nlohmann::json to_json() const;
+  static Result<HostReattached> from_json(const nlohmann::json& event);
+  bool operator==(const HostReattached&) const = default;
+};
+
 /// The agent's facts are its own JSON (untrusted, checked where read): the known keys are
 /// copied as they came, the rest left out.
 struct HostFacts {

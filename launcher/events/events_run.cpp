@@ -195,6 +195,18 @@ Result<HostConnected> HostConnected::from_json(const json& object) {
   return fields.result(std::move(event));
 }
 
+json HostReattached::to_json() const {
+  return named(name, {{"host", host}, {"from", from}, {"detached_ms", detached_ms}, {"gap_ms", gap_ms}, {"workers", workers}});
+}
+
+Result<HostReattached> HostReattached::from_json(const json& object) {
+  EventFields fields(name, object);
+  HostReattached event;
+  fields.read("host", event.host).read("from", event.from).read("detached_ms", event.detached_ms)
+      .read("gap_ms", event.gap_ms).read("workers", event.workers);
+  return fields.result(std::move(event));
+}
+
 json HostFacts::to_json() const {
   json out = named(name, {{"host", host}});
   if (agent_facts.is_object()) {

@@ -37,6 +37,7 @@ Result<AgentMessage> parse_hello(FieldReader& reader) {
   hello.pid = reader.optional_integer("pid", 0, kIntMax).value_or(0);
   hello.agent_time_ms = reader.optional_integer("agent_time_ms");
   hello.socket = reader.optional_string("socket", 4096);
+  hello.attach_socket = reader.optional_string("attach_socket", 4096);
   if (const json* facts = reader.optional_object("facts")) hello.facts = *facts;
   if (const json* stack = reader.optional_value("stack")) {
     Result<StackFingerprint> fingerprint = parse_stack_fingerprint(*stack);
@@ -85,6 +86,36 @@ Result<AgentMessage> parse_exit(FieldReader& reader, const json& frame) {
   if (auto local_rank = reader.optional_integer("local_rank", 0, kIntMax)) exit.local_rank = static_cast<int>(*local_rank);
   exit.core_dumped = reader.optional_boolean("core_dumped").value_or(false);
   return checked(reader, std::move(exit));
+}
+
+// The exits inside are exit frames, read by parse_exit like any other.
+Result<AgentMessage> parse_reattached(FieldReader& reader) {
+  ReattachedReport report;
+  report.host = reader.string("host", 4096);
+  report.pid = read_pid(reader);
+  report.detached_ms = reader.integer("detached_ms", 0);
+  report.reason = reader.optional_string("reason", 4096).value_or("");
+  const json* workers = reader.optional_array("workers");
+  const json* exits = reader.optional_array("exits");
+  if (!reader.ok()) return reader.error();
+  if ((workers && workers->size() > kMaxPids) || (exits && exits->size() > kMaxPids)) {
+    reader.fail_text(workers && workers->size() > kMaxPids ? "workers" : "exits", "more than " + std::to_string(kMaxPids) + " entries");
+    return reader.error();
+  }
+  for (const json& item : workers ? *workers : json::array()) {
+    FieldReader entry("reattached.workers[]", item);
+    ReattachedWorker worker{read_gen(entry), read_rank(entry), read_pid(entry)};
+    if (!entry.ok()) return entry.error();
+    report.workers.push_back(worker);
+  }
+  for (const json& item : exits ? *exits : json::array()) {
+    FieldReader entry("reattached.exits[]", item);
+    if (!entry.ok()) return entry.error();
+    Result<AgentMessage> exit = parse_exit(entry, item);
+    if (!exit) return exit.error();
+    report.exits.push_back(std::get<WorkerExitReport>(std::move(*exit)));
+  }
+  return AgentMessage(std::move(report));
 }
 
 std::optional<double> read_percent(FieldReader& reader, const char* key) {
@@ -298,6 +329,7 @@ struct ToJson {
                 {"pid", m.pid}};
     put_optional(out, "agent_time_ms", m.agent_time_ms);
     put_optional(out, "socket", m.socket);
+    put_optional(out, "attach_socket", m.attach_socket);
     out["facts"] = m.facts;
     if (m.stack) out["stack"] = to_json(*m.stack);
     return out;
@@ -414,6 +446,14 @@ struct ToJson {
   }
   json operator()(const RelayFromReport& m) const { return relay_to_json(m); }
   json operator()(const RelayClosedReport& m) const { return relay_to_json(m); }
+  json operator()(const ReattachedReport& m) const {
+    json workers = json::array();
+    for (const ReattachedWorker& worker : m.workers) workers.push_back({{"gen", worker.gen}, {"rank", worker.rank}, {"pid", worker.pid}});
+    json exits = json::array();
+    for (const WorkerExitReport& exit : m.exits) exits.push_back((*this)(exit));
+    return {{"type", msg::kReattached}, {"host", m.host},       {"pid", m.pid},         {"detached_ms", m.detached_ms},
+            {"reason", m.reason},       {"workers", std::move(workers)}, {"exits", std::move(exits)}};
+  }
   json operator()(const GenChangedReply& m) const {
     json out = {{"type", msg::kGenChanged}, {"from", m.from}, {"to", m.to}, {"ranks", m.ranks}, {"pids", m.pids}};
     put_optional(out, "id", m.id);
@@ -438,7 +478,7 @@ const char* type_of(const AgentMessage& message) {
                                            msg::kLog,    msg::kFromWorker, msg::kBeat,      msg::kPong,
                                            msg::kPort,   msg::kSample,   msg::kReleased,    msg::kError,
                                            msg::kBye,    msg::kProtocolError, msg::kDump,   msg::kGenChanged,
-                                           msg::kHealth, msg::kRelayFrom, msg::kRelayClosed};
+                                           msg::kHealth, msg::kRelayFrom, msg::kRelayClosed, msg::kReattached};
   static_assert(std::size(kNames) == std::variant_size_v<AgentMessage>);
   return kNames[message.index()];
 }
@@ -530,6 +570,7 @@ Result<AgentMessage> parse_agent_message(const json& frame) {
   if (type == msg::kDump) return parse_dump(reader);
   if (type == msg::kRelayFrom) return lift<AgentMessage>(parse_relay_from(reader));
   if (type == msg::kRelayClosed) return lift<AgentMessage>(parse_relay_closed(reader));
+  if (type == msg::kReattached) return parse_reattached(reader);
   return Error::user("unknown message type '" + printable(type, 40) + "'");
 }
 

@@ -28,6 +28,7 @@ struct AgentHello {
   int64_t pid = 0;
   std::optional<int64_t> agent_time_ms{};
   std::optional<std::string> socket{};
+  std::optional<std::string> attach_socket{};  ///< with config.reattach_ms: where a re-attach connects
   nlohmann::json facts = nlohmann::json::object();  ///< checked: an object; fields read with json_fields.h
   /// The host's software stack, when config asked for it.
   std::optional<StackFingerprint> stack{};
@@ -255,10 +256,31 @@ struct HealthReply {
   bool operator==(const HealthReply&) const = default;
 };
 
+/// One worker a re-attached agent still runs.
+struct ReattachedWorker {
+  int gen = 0;
+  int rank = 0;
+  int64_t pid = 0;
+  bool operator==(const ReattachedWorker&) const = default;
+};
+/// The first frame of a re-attached agent (config.reattach_ms): it kept its workers while its
+/// channel was down. `exits` repeats the exit reports of the generations it still holds: one
+/// that went out into the lost channel was never read, and the reader skips those it knows.
+struct ReattachedReport {
+  std::string host{};
+  int64_t pid = 0;
+  int64_t detached_ms = 0;
+  std::string reason{};  ///< why its channel ended, as the agent saw it
+  std::vector<ReattachedWorker> workers{};
+  std::vector<WorkerExitReport> exits{};
+  bool operator==(const ReattachedReport&) const = default;
+};
+
 using AgentMessage = std::variant<AgentHello, WorkerStartedReport, WorkerSpawnFailedReport, WorkerExitReport,
                                   WorkerLogLine, FromWorker, AgentBeat, Pong, PortReply, SampleReply,
                                   Released, AgentError, AgentBye, WorkerProtocolError, FlightRecorderDump,
-                                  GenChangedReply, HealthReply, RelayFromReport, RelayClosedReport>;
+                                  GenChangedReply, HealthReply, RelayFromReport, RelayClosedReport,
+                                  ReattachedReport>;
 
 /// The frame of one message: "type" first, then its fields (absent optionals left out). A
 /// FromWorker must hold a message (one that holds an Error is the supervisor's reading of a bad

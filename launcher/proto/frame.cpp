@@ -26,6 +26,13 @@ Result<std::string> encode_frame_checked(const nlohmann::json& message) {
                          std::to_string(kMaxFrameBytes) + "-byte frame limit; not sent");
 }
 
+std::string FrameDecoder::take_buffered() {
+  std::string rest = buffer_.substr(consumed_);
+  buffer_.clear();
+  consumed_ = 0;
+  return rest;
+}
+
 void FrameDecoder::feed(std::string_view bytes) {
   if (failure_) return;
   // Compact lazily so that many small frames in one chunk cost no quadratic copying.

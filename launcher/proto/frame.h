@@ -61,6 +61,10 @@ class FrameDecoder {
   /// Bytes buffered but not yet returned as a message (for "truncated frame at EOF" checks).
   size_t buffered_bytes() const { return buffer_.size() - consumed_; }
 
+  /// Those bytes, handed over and forgotten: what followed the last frame returned (an agent
+  /// that becomes a plain pipe passes them on).
+  std::string take_buffered();
+
  private:
   Error fail(std::string message);
 

@@ -7,7 +7,19 @@
 //
 // supervisor → agent
 //   config  {protocol, run_id, host, runtime_dir, heartbeat_interval_ms, heartbeat_timeout_ms,
-//            supervisor_time_ms, batch_beats?, stack?, health?}
+//            supervisor_time_ms, batch_beats?, stack?, health?, reattach_ms?}
+//           reattach_ms (default 0: off; the supervisor sets it for a host it reaches through a
+//           relay): when the channel ends (stdin EOF, the session's process gone, a write that
+//           fails, or heartbeat_timeout_ms of silence) the agent does not fence: it keeps its
+//           workers and waits this long for a re-attach on the unix socket hello.attach_socket
+//           (mode 0600 in the private runtime directory; a peer of another uid is refused). A
+//           connection there becomes the channel; the agent's first frame on it is reattached
+//           {host, pid, detached_ms, reason, workers:[{gen, rank, pid}], exits:[exit frames of
+//           its retained generations]}, then what it queued while detached (beats are not
+//           queued). No re-attach in time: it fences as before.
+//   attach  {socket}  the first frame to a fresh `dtrain agent` instead of config: it connects
+//           to that path (a detached agent's attach_socket) and carries bytes both ways until
+//           either side ends; nothing else. It cannot: error {about:"attach"} and exit 3.
 //           health {checkpoint_dir?, master_addr?, command?, command_timeout_ms, diagnose?,
 //           diagnose_timeout_ms, leftover_gpu_memory_mb, reclaim_wait_ms, write_timeout_ms,
 //           min_free_mb} (host_health.h): check this host once after hello and say it in a
@@ -135,9 +147,11 @@
 //           closed that connection (a line over the limit, or a first line that is not hello).
 //   gen_changed {id, from, to, ranks:[r..], pids:[p..]}   the workers carried over (and told)
 //   bye     {reason}                   the agent is exiting (after fence / EOF / silence)
+//   reattached {host, pid, detached_ms, reason, workers, exits}   see config.reattach_ms
 
 // Fields the agent adds beyond the catalogue above (all optional for a reader):
 //   hello.socket            the worker socket path (also the workers' DTRAIN_AGENT_SOCKET)
+//   hello.attach_socket     with config.reattach_ms: where a re-attach connects
 //   started.agent_time_ms   when the worker was forked, agent clock
 //   exit.local_rank
 //   exit.killed_by_agent    true when a kill or fence signalled this worker: not a crash
@@ -210,6 +224,8 @@ inline constexpr const char* kRelayTo = "relay_to";
 inline constexpr const char* kRelayClose = "relay_close";
 inline constexpr const char* kRelayFrom = "relay_from";
 inline constexpr const char* kRelayClosed = "relay_closed";
+inline constexpr const char* kAttach = "attach";          // re-attaching a relayed agent
+inline constexpr const char* kReattached = "reattached";
 
 inline constexpr const char* kHello = "hello";
 inline constexpr const char* kStarted = "started";

@@ -60,6 +60,7 @@ Result<SupervisorMessage> parse_config(FieldReader& reader) {
   config.heartbeat_timeout_ms = reader.integer("heartbeat_timeout_ms");
   config.supervisor_time_ms = reader.optional_integer("supervisor_time_ms");
   config.batch_beats = reader.optional_boolean("batch_beats").value_or(false);
+  config.reattach_ms = reader.optional_integer("reattach_ms", 0, 24LL * 3'600'000);
   if (const json* stack = reader.optional_object("stack")) {
     Result<StackProbeRequest> request = parse_stack_probe_request(*stack);
     if (!request) return request.error();
@@ -162,6 +163,7 @@ struct ToJson {
                 {"heartbeat_timeout_ms", m.heartbeat_timeout_ms}};
     put_optional(out, "supervisor_time_ms", m.supervisor_time_ms);
     out["batch_beats"] = m.batch_beats;
+    put_optional(out, "reattach_ms", m.reattach_ms);
     if (m.stack) out["stack"] = to_json(*m.stack);
     if (m.health) out["health"] = to_json(*m.health);
     return out;
@@ -226,6 +228,7 @@ struct ToJson {
   json operator()(const RelayOpenRequest& m) const { return relay_to_json(m); }
   json operator()(const RelayToRequest& m) const { return relay_to_json(m); }
   json operator()(const RelayCloseRequest& m) const { return relay_to_json(m); }
+  json operator()(const AgentAttachRequest& m) const { return {{"type", msg::kAttach}, {"socket", m.socket}}; }
 };
 
 }  // namespace
@@ -238,7 +241,7 @@ const char* type_of(const SupervisorMessage& message) {
   static constexpr const char* kNames[] = {msg::kConfig, msg::kSpawn,       msg::kKill,  msg::kPing,
                                            msg::kToWorker, msg::kReservePort, msg::kFence, msg::kSample,
                                            msg::kDump,   msg::kGenChanged, msg::kHealth, msg::kRelayOpen,
-                                           msg::kRelayTo, msg::kRelayClose};
+                                           msg::kRelayTo, msg::kRelayClose, msg::kAttach};
   static_assert(std::size(kNames) == std::variant_size_v<SupervisorMessage>);
   return kNames[message.index()];
 }
@@ -298,6 +301,13 @@ Result<SupervisorMessage> parse_supervisor_message(const json& frame) {
   if (type == msg::kRelayOpen) return lift<SupervisorMessage>(parse_relay_open(reader));
   if (type == msg::kRelayTo) return lift<SupervisorMessage>(parse_relay_to(reader));
   if (type == msg::kRelayClose) return lift<SupervisorMessage>(parse_relay_close(reader));
+  if (type == msg::kAttach) {
+    AgentAttachRequest attach{reader.string("socket", kMaxPathBytes)};
+    if (reader.ok() && (attach.socket.empty() || attach.socket.front() != '/')) {
+      reader.fail_text("socket", "expected an absolute path");
+    }
+    return checked(reader, std::move(attach));
+  }
   return Error::user("unknown message type '" + printable(type, 40) + "'");
 }
 

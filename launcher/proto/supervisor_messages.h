@@ -43,6 +43,9 @@ struct AgentConfig {
   std::optional<StackProbeRequest> stack{};
   /// Check this host's health after hello and say it in a health frame (id 0); absent: no checks.
   std::optional<HealthRequest> health{};
+  /// Keep the workers and wait this long for a re-attach when the channel ends (messages.h);
+  /// absent or 0: fence at once, as a directly connected agent does.
+  std::optional<int64_t> reattach_ms{};
   bool operator==(const AgentConfig&) const = default;
 };
 
@@ -98,6 +101,12 @@ struct ReservePortRequest {
   std::optional<int64_t> id{};
   bool operator==(const ReservePortRequest&) const = default;
 };
+/// The first frame to a fresh agent process that is to carry a detached agent's channel instead of
+/// being an agent itself: the detached agent's hello.attach_socket.
+struct AgentAttachRequest {
+  std::string socket{};
+  bool operator==(const AgentAttachRequest&) const = default;
+};
 struct FenceRequest {
   std::optional<std::string> reason{};
   bool operator==(const FenceRequest&) const = default;
@@ -136,7 +145,7 @@ struct HealthCheckRequest {
 using SupervisorMessage = std::variant<AgentConfig, SpawnRequest, KillRequest, PingRequest, ToWorkerRequest,
                                        ReservePortRequest, FenceRequest, SampleRequest, DumpRequest,
                                        GenChangedRequest, HealthCheckRequest, RelayOpenRequest, RelayToRequest,
-                                       RelayCloseRequest>;
+                                       RelayCloseRequest, AgentAttachRequest>;
 
 /// The frame of one message: "type" first, then its fields (absent optionals left out).
 nlohmann::json to_json(const SupervisorMessage& message);

@@ -18,6 +18,15 @@ AgentLink::AgentLink(std::string host, std::unique_ptr<transport::AgentConnectio
       last_heard_ms_(now_ms),
       config_sent_wall_ms_(now_wall_ms) {}
 
+void AgentLink::replace_connection(std::unique_ptr<transport::AgentConnection> connection, int64_t now_ms,
+                                   int64_t now_wall_ms) {
+  connection_->shutdown(0);
+  connection_ = std::move(connection);
+  decoder_ = proto::FrameDecoder{};
+  last_heard_ms_ = now_ms;
+  config_sent_wall_ms_ = now_wall_ms;  // a fresh agent's hello measures its offset from here
+}
+
 bool AgentLink::send(const proto::SupervisorMessage& message) { return send(proto::to_json(message)); }
 
 bool AgentLink::send(const nlohmann::json& message) {

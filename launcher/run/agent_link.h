@@ -29,6 +29,10 @@ class AgentLink {
   const std::string& host() const { return host_; }
   transport::AgentConnection& connection() { return *connection_; }
 
+  /// A new connection to the same agent (a re-attach after its relay's loss): the old one is
+  /// shut down, the decoder starts afresh, and the silence clock from `now_ms`.
+  void replace_connection(std::unique_ptr<transport::AgentConnection> connection, int64_t now_ms, int64_t now_wall_ms);
+
   /// Frames one message to the agent. A message whose frame would be over
   /// proto::kMaxFrameBytes is not sent (the agent would drop the stream and fence its host): it
   /// goes to the RefusalHandler instead, and the link stays up. Returns whether it was sent.
@@ -65,6 +69,15 @@ class AgentLink {
   bool health_requested = false;  ///< config.health was sent: the agent reports its checks
   nlohmann::json facts;     ///< from hello
   std::string relayed_by;   ///< the relay that carries this agent's stream (scale.tree); "": direct
+  int64_t agent_pid = 0;    ///< from hello
+  std::string attach_socket;  ///< from hello (config.reattach_ms): where a re-attach connects
+  /// Set from the re-attach's start (its relay was lost) until the agent's reattached frame.
+  struct Reattach {
+    std::string from;        ///< the lost relay
+    std::string reason;      ///< why the relayed session ended
+    int64_t started_ms = 0;  ///< monotonic
+  };
+  std::optional<Reattach> reattaching;
 
  private:
   std::string host_;

@@ -96,18 +96,25 @@ void RunDriver::start_agent(const spec::HostEntry& host) {
   };
   auto link = std::make_unique<AgentLink>(host.name, std::move(connection).value(),
                                           clock_.monotonic_ms(), clock_.wall_ms(), refused);
-  proto::AgentConfig config{proto::kProtocolVersion, run_.id(), host.name, runtime_dir_.directory.path(),
+  if (auto relay = relay_tree_.relay_of.find(host.name); relay != relay_tree_.relay_of.end()) link->relayed_by = relay->second;
+  send_config(*link);
+  log().info("host {}: starting agent ({})", host.name, link->connection().describe());
+  links_[host.name] = std::move(link);
+  links_added_ = true;
+}
+
+void RunDriver::send_config(AgentLink& link) {
+  proto::AgentConfig config{proto::kProtocolVersion, run_.id(), link.host(), runtime_dir_.directory.path(),
                             spec_.heartbeat.interval.count(), spec_.heartbeat.timeout.count(),
                             clock_.wall_ms(), /*batch_beats=*/true};
   config.stack = stack_probe_request(spec_);
   // Where the workers will write checkpoints: the agent's checks write and fsync a probe there.
   config.health = health_request(spec_, spec_.checkpoint.dir.empty() ? run_.path() + "/checkpoints" : spec_.checkpoint.dir);
-  link->health_requested = config.health.has_value();
-  if (auto relay = relay_tree_.relay_of.find(host.name); relay != relay_tree_.relay_of.end()) link->relayed_by = relay->second;
-  link->send(config);
-  log().info("host {}: starting agent ({})", host.name, link->connection().describe());
-  links_[host.name] = std::move(link);
-  links_added_ = true;
+  link.health_requested = config.health.has_value();
+  // A relayed host's relay may be lost through no fault of its own: it keeps its workers for a
+  // re-attach (driver_relays.cpp).
+  if (!link.relayed_by.empty()) config.reattach_ms = spec_.heartbeat.timeout.count();
+  link.send(config);
 }
 
 void RunDriver::shut_down_agents() {
@@ -151,9 +158,7 @@ void RunDriver::pump_links(const std::vector<AgentLink*>& links) {
       if (link->lost) break;
       router_.route(*link, frame);
     }
-    if (!link->lost && link->connection().closed()) {
-      host_lost(*link, "agent connection closed: " + link->connection().close_reason());
-    }
+    if (!link->lost && link->connection().closed()) connection_ended(*link);
     pump_relayed();
   }
 }
@@ -164,6 +169,9 @@ void RunDriver::host_lost(AgentLink& link, const std::string& reason, int64_t si
   router_.forget_host(link.host());
   log().warn("host {} lost: {}", link.host(), reason);
   link.connection().shutdown(0);
+  // Before the supervisor hears of it: what it sends the relayed hosts next (the stop of the
+  // generation) must go on their new connections.
+  reattach_relayed_hosts(link);
   feed(supervisor::HostLost{link.host(), reason, silent_ms});
   lose_relayed_hosts(link, reason);
 }
@@ -179,15 +187,21 @@ void RunDriver::check_pods() {
 }
 
 void RunDriver::check_silence() {
-  int64_t now = clock_.monotonic_ms();
   int64_t timeout = spec_.heartbeat.timeout.count();
-  for (auto& [host, link] : links_) {
-    if (link->lost || now - link->last_heard_ms() <= timeout) continue;
-    // An SSH connection still being set up (or provisioning) has its own deadlines.
-    if (!link->connected && !link->connection().local_pid()) continue;
-    host_lost(*link, "nothing received for " + format_duration(Millis(now - link->last_heard_ms())) +
-                         " (heartbeat.timeout " + format_duration(spec_.heartbeat.timeout) + ")",
-              now - link->last_heard_ms());
+  // Directly connected hosts (relays among them) first: a relayed host hears nothing while its
+  // relay is silent, and the relay's loss re-attaches it (its silence clock starts again then)
+  // instead of losing it.
+  for (bool relayed : {false, true}) {
+    for (auto& [host, link] : links_) {
+      int64_t now = clock_.monotonic_ms();
+      if (link->lost || link->relayed_by.empty() == relayed || now - link->last_heard_ms() <= timeout) continue;
+      // An SSH connection still being set up (or provisioning) has its own deadlines.
+      if (!link->connected && !link->connection().local_pid()) continue;
+      std::string silence = "nothing received for " + format_duration(Millis(now - link->last_heard_ms())) +
+                            " (heartbeat.timeout " + format_duration(spec_.heartbeat.timeout) + ")";
+      if (link->reattaching) silence += " while re-attaching after its relay " + link->reattaching->from + " was lost";
+      host_lost(*link, silence, now - link->last_heard_ms());
+    }
   }
 }
 

@@ -145,6 +145,10 @@ class RunDriver : private FrameRouter::Output, private GenerationLauncher::Outpu
   /// Starts one host's agent, directly or (when the tree says so) through its relay, and sends
   /// its config; a relay also gets relay_open with its children. False when it could not start.
   void start_agent(const spec::HostEntry& host);
+  /// `link`'s config (a relayed host's asks it to wait for a re-attach when its channel ends).
+  void send_config(AgentLink& link);
+  /// The host `link` names, in the spec (hosts or spares).
+  const spec::HostEntry* host_entry(const std::string& host) const;
   /// The relay tree of these hosts (scale:, relay_tree.h), over those reached by SSH.
   RelayTree plan_run_relay_tree(const std::vector<spec::HostEntry>& hosts) const;
   /// `host`'s connection: through its relay when it has one, else its transport's.
@@ -157,8 +161,18 @@ class RunDriver : private FrameRouter::Output, private GenerationLauncher::Outpu
   /// The relayed host's connection when `relay` relays it, else nullptr (a relay speaks only for
   /// the hosts it was given).
   RelayedConnection* relayed_by(const AgentLink& relay, const std::string& host);
-  /// A lost relay's hosts: their sessions ended with it (their agents fence), so they are lost.
+  /// A lost relay's hosts: their relayed sessions end (each is then re-attached or lost).
   void lose_relayed_hosts(const AgentLink& relay, const std::string& reason);
+  /// `link`'s connection closed: the host is lost (a re-attach that ended so failed).
+  void connection_ended(AgentLink& link);
+  bool can_reattach(const AgentLink& link) const;
+  /// The hosts `relay` carried that can be re-attached: reached again directly, before anyone
+  /// hears of the relay's loss (lose_relayed_hosts then ends the others).
+  void reattach_relayed_hosts(const AgentLink& relay);
+  /// A fresh agent process on the host, over its own transport, whose first frame is attach:
+  /// it carries the link to the agent that kept the workers (agent/attach_pipe.h).
+  void reattach_directly(AgentLink& link, const std::string& reason);
+  void agent_reattached(AgentLink& link, const proto::ReattachedReport& report) override;
   /// Pumps the links of relayed hosts that relay frames just fed.
   void pump_relayed();
 

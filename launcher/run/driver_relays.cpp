@@ -102,17 +102,103 @@ void RunDriver::relay_closed(AgentLink& relay, const proto::RelayClosedReport& c
   relayed_fed_.push_back(links_.at(closed.host).get());
 }
 
+const spec::HostEntry* RunDriver::host_entry(const std::string& host) const {
+  for (const auto* hosts : {&spec_.hosts, &spec_.spares}) {
+    for (const spec::HostEntry& candidate : *hosts) {
+      if (candidate.name == host) return &candidate;
+    }
+  }
+  return nullptr;
+}
+
 void RunDriver::lose_relayed_hosts(const AgentLink& relay, const std::string& reason) {
+  // Those re-attachable were re-attached already (reattach_relayed_hosts). A host whose agent
+  // had not said hello yet has nothing to keep: a fresh agent is started on it directly, on the
+  // same link. The others' sessions end (pump_links loses them).
   start_orphans_directly(relay.host());
   auto children = relay_tree_.children.find(relay.host());
   if (children == relay_tree_.children.end()) return;
   for (const std::string& host : children->second) {
     auto connection = relayed_.find(host);
     if (connection == relayed_.end() || connection->second->closed()) continue;
+    AgentLink& link = *links_.at(host);
+    const spec::HostEntry* entry = host_entry(host);
+    if (!link.connected && !link.lost && entry != nullptr && !finished_) {
+      relayed_.erase(connection);
+      relay_tree_.relay_of.erase(host);
+      Result<std::unique_ptr<transport::AgentConnection>> direct = transports_.start_agent(*entry);
+      if (direct) {
+        link.replace_connection(std::move(direct).value(), clock_.monotonic_ms(), clock_.wall_ms());
+        link.relayed_by.clear();
+        send_config(link);
+        links_added_ = true;
+        log().warn("host {}: its relay {} was lost before its agent said hello: started directly", host, relay.host());
+        continue;
+      }
+      host_lost(link, "its relay " + relay.host() + " was lost (" + reason + ") and starting its agent directly failed: " +
+                          direct.error().message);
+      continue;
+    }
     connection->second->end("its relay " + relay.host() + " was lost (" + reason + ")");
-    relayed_fed_.push_back(links_.at(host).get());
+    relayed_fed_.push_back(&link);
   }
   pump_relayed();
+}
+
+bool RunDriver::can_reattach(const AgentLink& link) const {
+  // A relayed host that said hello and listens for a re-attach outlives its relay's session.
+  return !link.lost && !link.relayed_by.empty() && link.connected && !link.attach_socket.empty() && !finished_;
+}
+
+void RunDriver::connection_ended(AgentLink& link) {
+  std::string reason = link.connection().close_reason();
+  if (link.reattaching) {
+    return host_lost(link, "re-attaching after its relay " + link.reattaching->from + " was lost failed: " + reason);
+  }
+  // A relayed session that ended while its relay lives (relay_closed): the host's agent or the
+  // host itself is gone, as with a direct connection. Only a relay's loss re-attaches.
+  host_lost(link, "agent connection closed: " + reason);
+}
+
+void RunDriver::reattach_relayed_hosts(const AgentLink& relay) {
+  auto children = relay_tree_.children.find(relay.host());
+  if (children == relay_tree_.children.end()) return;
+  for (const std::string& host : children->second) {
+    auto link = links_.find(host);
+    if (link == links_.end() || !relayed_.count(host) || !can_reattach(*link->second)) continue;
+    if (link->second->relayed_by != relay.host()) continue;
+    reattach_directly(*link->second, "its relay " + relay.host() + " was lost");
+  }
+}
+
+void RunDriver::reattach_directly(AgentLink& link, const std::string& reason) {
+  const std::string host = link.host();
+  std::string relay = link.relayed_by;
+  const spec::HostEntry* entry = host_entry(host);
+  relayed_.erase(host);
+  relay_tree_.relay_of.erase(host);
+  Result<std::unique_ptr<transport::AgentConnection>> connection =
+      entry ? transports_.start_agent(*entry) : Result<std::unique_ptr<transport::AgentConnection>>(Error::internal("no such host"));
+  if (!connection) {
+    return host_lost(link, "agent connection closed: " + reason + "; re-attaching directly failed: " + connection.error().message);
+  }
+  int64_t now = clock_.monotonic_ms();
+  link.replace_connection(std::move(connection).value(), now, clock_.wall_ms());
+  link.relayed_by.clear();
+  link.reattaching = AgentLink::Reattach{relay, reason, now};
+  link.send(proto::AgentAttachRequest{link.attach_socket});
+  links_added_ = true;  // its new connection has fds of its own: the loop lists it again
+  log().warn("host {}: {}; re-attaching to its agent directly ({})", host, reason, link.connection().describe());
+}
+
+void RunDriver::agent_reattached(AgentLink& link, const proto::ReattachedReport& report) {
+  int64_t gap_ms = clock_.monotonic_ms() - link.reattaching->started_ms;
+  record(events::HostReattached{link.host(), link.reattaching->from, report.detached_ms, gap_ms,
+                                static_cast<int64_t>(report.workers.size())}
+             .to_json());
+  log().info("host {}: re-attached directly after its relay {} was lost: {} worker{} kept ({} ms)", link.host(),
+             link.reattaching->from, report.workers.size(), report.workers.size() == 1 ? "" : "s", gap_ms);
+  link.reattaching.reset();
 }
 
 void RunDriver::pump_relayed() {

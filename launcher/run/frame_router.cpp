@@ -86,6 +86,8 @@ void FrameRouter::on(AgentLink& link, const proto::AgentHello& hello) {
     return;
   }
   link.connected = true;
+  link.agent_pid = hello.pid;
+  link.attach_socket = hello.attach_socket.value_or("");
   out_.agent_connected(link);
   link.facts = hello.facts;
   // A local agent shares our clock: a one-round-trip estimate would only add noise.
@@ -111,6 +113,24 @@ void FrameRouter::on(AgentLink& link, const proto::AgentHello& hello) {
     out_.record(stack->to_json());
   }
   out_.feed(supervisor::HostConnected{link.host(), std::move(stack), link.health_requested});
+}
+
+void FrameRouter::on(AgentLink& link, const proto::ReattachedReport& report) {
+  if (!link.reattaching) return agent_protocol_error(link, "reattached on a channel that was not a re-attach");
+  if (report.pid != link.agent_pid) {
+    return out_.host_lost(link, "the re-attach reached agent pid " + std::to_string(report.pid) + ", not the agent pid " +
+                                    std::to_string(link.agent_pid) + " that ran its workers");
+  }
+  out_.agent_reattached(link, report);
+  // Its exits that went into the lost channel: those the supervisor still counts as live. The
+  // rest it heard already (or they belong to a generation it left).
+  const std::vector<supervisor::RankStatus>& ranks = supervisor_.ranks();
+  for (const proto::WorkerExitReport& exit : report.exits) {
+    if (exit.gen != supervisor_.generation() || exit.rank < 0 || exit.rank >= static_cast<int>(ranks.size())) continue;
+    const supervisor::RankStatus& rank = ranks[static_cast<size_t>(exit.rank)];
+    bool live = rank.state == supervisor::RankState::starting || rank.state == supervisor::RankState::running;
+    if (live && (rank.pid == 0 || rank.pid == exit.pid)) on(link, exit);
+  }
 }
 
 void FrameRouter::on(AgentLink&, const proto::WorkerStartedReport& started) {

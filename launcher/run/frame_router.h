@@ -63,6 +63,8 @@ class FrameRouter {
     /// `link`'s agent said hello (before the supervisor hears of it): a relay may start its hosts.
     virtual void agent_connected(AgentLink& link) = 0;
     virtual void relay_closed(AgentLink& relay, const proto::RelayClosedReport& closed) = 0;
+    /// A re-attach reached the agent that ran `link`'s workers (its relay was lost).
+    virtual void agent_reattached(AgentLink& link, const proto::ReattachedReport& report) = 0;
   };
 
   /// Everything referenced must outlive the router. The router reads the supervisor (its
@@ -125,6 +127,7 @@ class FrameRouter {
   void on(AgentLink& link, const proto::FlightRecorderDump& dump);
   void on(AgentLink& link, const proto::RelayFromReport& from) { out_.relay_from(link, from); }
   void on(AgentLink& link, const proto::RelayClosedReport& closed) { out_.relay_closed(link, closed); }
+  void on(AgentLink& link, const proto::ReattachedReport& report);
   // Host resources from the agents' beats (host_resources.cpp): keeps the newest per host,
   // records Xids and new uncorrected ECC errors as events, and writes metrics.jsonl lines.
   void on_host_resources(AgentLink& link, const proto::HostResources& resources);

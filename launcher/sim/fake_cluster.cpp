@@ -317,6 +317,12 @@ struct FakeCluster::Simulation {
   }
   void on(SimAgent&, const proto::RelayToRequest&, int64_t) {}
   void on(SimAgent&, const proto::RelayCloseRequest&, int64_t) {}
+  /// Nothing simulated is ever detached (no relays): an attach is answered as by an agent that
+  /// finds no socket.
+  void on(SimAgent& agent, const proto::AgentAttachRequest& attach, int64_t wall) {
+    emit(agent, proto::AgentError{"re-attach: no agent waits at " + attach.socket + " (simulated)", "attach"});
+    fence(agent, "attach", wall);
+  }
 
   void fence(SimAgent& agent, const std::string& reason, int64_t wall) {
     std::vector<int64_t> killed = kill_workers(agent, -1, wall);

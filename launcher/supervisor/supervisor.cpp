@@ -396,12 +396,18 @@ void Supervisor::complete_recovery(int64_t step, bool in_place, int64_t at_ms) {
     }
   }
   phases["total_ms"] = now - r.detected_ms;
+  int64_t steps_lost = std::max<int64_t>(0, r.last_step - resume_from);
+  // In place, one survivor may have been a step ahead: its all-reduce of the next step finished
+  // while a peer's still waited on the failed rank (a SIGSTOP mid-ring does it). The survivors'
+  // agreement rolled it back to the newest step every one of them completed, the resume step;
+  // the step it had reported was never a step of the whole job, and redoing it loses nothing.
+  if (in_place) steps_lost = std::max<int64_t>(0, steps_lost - 1);
   events::RecoveryCompleted completed{r.cause.kind,
                                              event_cause(r.cause),
                                              std::move(phases),
                                              r.resume_step,
                                              r.last_step,
-                                             std::max<int64_t>(0, r.last_step - resume_from),
+                                             steps_lost,
                                              plan_.world_size,
                                              restarts_,
                                              r.action.empty() ? "restart" : r.action,

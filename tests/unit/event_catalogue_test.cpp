@@ -71,7 +71,7 @@ auto sample_events() {
                         "dtrain.io/run=llm-20261206-021500-ab12,dtrain.io/job=llm-20261206-021500-ab12", 4},
       KubernetesDeleted{{"ml", "llm-20261206-021500-ab12", "llm-20261206-021500-ab12", KubernetesKind::jobset},
                         "the run ended (succeeded)", "kubectl delete jobsets.jobset.x-k8s.io: forbidden"},
-      HostConnected{"h1", 77, "0.1.0", -3, "h0"}, HostFacts{"h1", {{"cpus", 8}, {"os", "Linux"}}},
+      HostConnected{"h1", 77, "0.1.0", -3, "h0"}, HostReattached{"h5", "h4", 180, 240, 8}, HostFacts{"h1", {{"cpus", 8}, {"os", "Linux"}}},
       HostStack{"h1", {{"torch", "2.3.1"}, {"file train.py", "ab12"}}, 42, {"python: killed after 5s"}},
       HostHealth{"h2", "start", "fail", "left out", {{"network ports", "fail", "mlx5_0 port 1 is 1: DOWN"}}, 30, "h2 failed"},
       HostQuarantined{"h2", "failed its health check (start)", {"network ports: mlx5_0 port 1 is 1: DOWN"}, 604800000},

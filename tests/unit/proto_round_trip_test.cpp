@@ -36,6 +36,7 @@ std::vector<SupervisorMessage> supervisor_samples() {
   with_stack.stack = StackProbeRequest{{"/usr/bin/python3", "train.py"}, "/work", {{"PYTHONPATH", "/site"}}, 3000};
   AgentConfig with_health{kProtocolVersion, "run-1", "gpu01", "/tmp/dtrain-0/abc", 1000, 10'000, std::nullopt, false};
   with_health.health = HealthRequest{"/ckpt", "10.0.0.1", "/usr/sbin/nhc", 20'000, "dcgmi diag -r 1", 120'000, 256, 0, 3000, 4096};
+  with_health.reattach_ms = 10'000;
   return {
       with_stack,
       with_health,
@@ -64,6 +65,7 @@ std::vector<SupervisorMessage> supervisor_samples() {
       RelayToRequest{"gpu02", std::string("\0\0\0\x02{}", 6)},
       RelayToRequest{"gpu02", ""},
       RelayCloseRequest{"gpu03"},
+      AgentAttachRequest{"/tmp/dtrain-0/abc/gpu03.attach"},
   };
 }
 
@@ -95,6 +97,7 @@ std::vector<AgentMessage> agent_samples() {
   hello.pid = 4321;
   hello.agent_time_ms = 1'700'000'000'000;
   hello.socket = "/tmp/dtrain-0/abc/gpu01.sock";
+  hello.attach_socket = "/tmp/dtrain-0/abc/gpu01.attach";
   hello.facts = {{"hostname", "gpu01"}, {"gpus", json::array({{{"index", 0}, {"name", "H100"}}})}};
   StackFingerprint stack;
   stack.os = "Debian GNU/Linux 12 (bookworm)";
@@ -180,6 +183,9 @@ std::vector<AgentMessage> agent_samples() {
       RelayFromReport{"gpu02", std::string("\0\0\0\x02{}\xff", 7), "agent gpu02: relaying\n"},
       RelayFromReport{"gpu02", "", ""},
       RelayClosedReport{"gpu03", "gpu03: connect to 10.0.0.3:22 timed out after 10s"},
+      ReattachedReport{"gpu03", 4321, 180, "the supervisor closed the channel (stdin EOF)", {{2, 5, 999}, {2, 6, 1000}},
+                       {crashed, exited}},
+      ReattachedReport{"gpu03", 4321, 0, "", {}, {}},
   };
 }
 

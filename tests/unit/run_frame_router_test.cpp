@@ -69,6 +69,10 @@ struct Outside : FrameRouter::Output {
   void relay_closed(AgentLink& relay, const proto::RelayClosedReport& closed) override {
     relayed.push_back(relay.host() + " closed " + closed.host + ": " + closed.reason);
   }
+  void agent_reattached(AgentLink& link, const proto::ReattachedReport& report) override {
+    relayed.push_back(link.host() + " re-attached with " + std::to_string(report.workers.size()) + " workers");
+    link.reattaching.reset();
+  }
 
   std::vector<json> named(const std::string& name) const {
     std::vector<json> found;

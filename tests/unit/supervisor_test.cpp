@@ -1243,6 +1243,21 @@ TEST_CASE("a hung rank is killed alone, and its exit starts the in-place recover
   CHECK(completed[0]["steps_lost"] == 0);
 }
 
+TEST_CASE("a survivor one step ahead when its peer failed is rolled back, and that step is not counted as lost") {
+  // Rank 0's all-reduce of step 51 finished, its peers' did not before rank 2 crashed: the
+  // survivors agree on step 50 (rank 0 rolls back) and generation 1 starts with step 51.
+  InPlaceHarness h(in_place_spec());
+  h.feed(WorkerProgress{0, 0, 51, std::nullopt});
+  h.rejoin_after_crash();
+  h.all_comm_ready(1);
+  auto completed = events_named(h.feed(WorkerProgress{1, 1, 51, std::nullopt}), "recovery.completed");
+  REQUIRE(completed.size() == 1);
+  CHECK(completed[0]["action"] == "in-place");
+  CHECK(completed[0]["resume_step"] == 50);
+  CHECK(completed[0]["last_step"] == 51);  // what rank 0 reported, kept as evidence
+  CHECK(completed[0]["steps_lost"] == 0);
+}
+
 TEST_CASE("a survivor that ended before it was carried over makes the recovery fall back to a full restart") {
   InPlaceHarness h(in_place_spec());
   h.crash_rank_2();
