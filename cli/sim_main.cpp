@@ -5,6 +5,14 @@
 //
 //   dtrain-sim --hosts 2048 --slots 8 --interval 1s --steady 20s --fault host-loss
 //
+//   dtrain-sim --hosts 16384 --slots 8 --tree on --ssh-setup-ms 200 --fault relay-loss
+//
+// --tree on: the driver plans its relay tree (spec scale:) over the simulated hosts and the
+// simulated relays carry their hosts' streams; --ssh-setup-ms models each SSH session's setup
+// (at most --max-parallel at a time per initiator: the supervisor, or each relay), so that
+// submit_to_running_ms is a launch time under a stated per-hop latency. relay-loss kills
+// sim00001 (a relay in a tree; a plain host when flat).
+//
 // supervisor_cpu_percent: the process's CPU time minus the simulation thread's, over the steady
 // window (every rank beating, before the fault), in % of one core. peak_rss_mb: the whole
 // process (the simulation's share is small: a few words per rank). The recovery timings come
@@ -93,7 +101,7 @@ bool wait_for(Condition condition, int64_t timeout_ms) {
 
 /// The job the simulated cluster runs: `hosts` hosts sim00001.. of `slots` ranks, beating every
 /// `interval_ms`, losing a host after 10 silent intervals and a rank after 30.
-std::string sim_spec(int hosts, int slots, int64_t interval_ms) {
+std::string sim_spec(int hosts, int slots, int64_t interval_ms, const std::string& tree, int fanout, int max_parallel) {
   char width[16];
   std::snprintf(width, sizeof width, "%05d", hosts);
   std::string spec =
@@ -102,7 +110,9 @@ std::string sim_spec(int hosts, int slots, int64_t interval_ms) {
       "worker: {command: [/simulated/train]}\n"
       "elastic: {min_hosts: 1, max_restarts: 3}\n"
       "heartbeat: {interval: " + std::to_string(interval_ms) + "ms, timeout: " + std::to_string(10 * interval_ms) +
-      "ms, hang_timeout: " + std::to_string(30 * interval_ms) + "ms}\nstop_grace: 2s\n";
+      "ms, hang_timeout: " + std::to_string(30 * interval_ms) + "ms}\nstop_grace: 2s\n"
+      "ssh: {max_parallel: " + std::to_string(max_parallel) + "}\n"
+      "scale: {tree: " + tree + (fanout > 0 ? ", fanout: " + std::to_string(fanout) : std::string()) + "}\n";
   return spec;
 }
 
@@ -136,12 +146,14 @@ bool measure_then_inject(sim::FakeCluster& cluster, const std::string& fault, in
   std::snprintf(victim_name, sizeof victim_name, "sim%05d", hosts / 2 + 1);
   std::string victim = victim_name;
   int generation_before = cluster.newest_generation();
-  if (fault == "host-loss") cluster.kill_host(victim);
+  if (fault == "relay-loss") victim = "sim00001";  // the first relay of a tree (relay_tree.cpp)
+  if (fault == "host-loss" || fault == "relay-loss") cluster.kill_host(victim);
   else if (fault == "partition") cluster.partition_host(victim);
   else if (fault == "crash") cluster.crash_rank(hosts * slots / 2, 1);
   else if (fault == "hang") cluster.hang_rank(hosts * slots / 2);
   if (fault != "none") {
-    result["victim"] = fault == "host-loss" || fault == "partition" ? victim : "rank " + std::to_string(hosts * slots / 2);
+    result["victim"] = fault == "host-loss" || fault == "relay-loss" || fault == "partition" ? victim
+                                                                                             : "rank " + std::to_string(hosts * slots / 2);
     bool recovered = wait_for(
         [&] { return cluster.newest_generation() > generation_before && cluster.newest_step() >= 3; }, 600'000);
     result["recovered"] = recovered;
@@ -158,7 +170,7 @@ Status add_run_record(const std::string& home, json& result) {
   Result<std::vector<LoggedEvent>> events = read_logged_events(run_dir + "/events.jsonl");
   if (!events) return events.error();
   int64_t count = 0, first_ms = 0, last_ms = 0, lost_ms = 0, decided_ms = 0, spawned_ms = 0, completed_ms = 0;
-  int64_t hosts_lost = 0, running_ms = 0;
+  int64_t hosts_lost = 0, running_ms = 0, hosts_reattached = 0;
   for (const LoggedEvent& logged : *events) {
     ++count;
     int64_t ts = logged.wall_ms().value_or(0);
@@ -166,6 +178,7 @@ Status add_run_record(const std::string& home, json& result) {
     last_ms = ts;
     const events::Event& event = logged.event;
     if (std::holds_alternative<events::HostLost>(event)) ++hosts_lost;
+    if (std::holds_alternative<events::HostReattached>(event)) ++hosts_reattached;
     const auto* state = std::get_if<events::RunState>(&event);
     if (!running_ms && state && state->state == "running") running_ms = ts;
     if (!lost_ms && std::holds_alternative<events::FailureDetected>(event)) lost_ms = ts;
@@ -178,6 +191,7 @@ Status add_run_record(const std::string& home, json& result) {
   // Every host lost that the harness did not kill: the supervisor's own slowness (a stalled loop
   // stops reading beats and sending pings). Should be 0, or 1 for --fault host-loss/partition.
   result["hosts_lost"] = hosts_lost;
+  result["hosts_reattached"] = hosts_reattached;
   result["submit_to_running_ms"] = running_ms ? running_ms - first_ms : -1;
   result["events_per_second"] = last_ms > first_ms ? 1000.0 * static_cast<double>(count) / static_cast<double>(last_ms - first_ms) : 0.0;
   result["events_jsonl_bytes"] = std::filesystem::exists(run_dir + "/events.jsonl")
@@ -201,12 +215,23 @@ int main(int argc, char** argv) {
   std::string steady_text = "10s";
   std::string fault = "host-loss";
   std::string home;
+  std::string tree = "off";
+  int fanout = 0;
+  int64_t ssh_setup_ms = 0;
+  int max_parallel = 64;
   app.add_option("--hosts", hosts, "simulated hosts")->check(CLI::Range(1, 65536));
+  app.add_option("--tree", tree, "scale.tree of the spec: off (every host direct), on (relays), auto")
+      ->check(CLI::IsMember({"off", "on", "auto"}));
+  app.add_option("--fanout", fanout, "scale.fanout (0: the default, about sqrt(hosts))")->check(CLI::Range(0, 65536));
+  app.add_option("--ssh-setup-ms", ssh_setup_ms, "modelled cost of one SSH session's setup (per hop)")
+      ->check(CLI::Range(int64_t{0}, int64_t{600'000}));
+  app.add_option("--max-parallel", max_parallel, "ssh.max_parallel: session setups at once per initiator")
+      ->check(CLI::Range(1, 100'000));
   app.add_option("--slots", slots, "ranks per host")->check(CLI::Range(1, 64));
   app.add_option("--interval", interval_text, "heartbeat.interval of the spec (every rank beats once per interval)");
   app.add_option("--steady", steady_text, "how long every rank beats before the fault (the measured window)");
-  app.add_option("--fault", fault, "host-loss, partition, crash, hang or none")
-      ->check(CLI::IsMember({"host-loss", "partition", "crash", "hang", "none"}));
+  app.add_option("--fault", fault, "host-loss, relay-loss, partition, crash, hang or none")
+      ->check(CLI::IsMember({"host-loss", "relay-loss", "partition", "crash", "hang", "none"}));
   app.add_option("--home", home, "DTRAIN_HOME for the run log (default: a new directory under /tmp)");
   CLI11_PARSE(app, argc, argv);
 
@@ -226,19 +251,23 @@ int main(int argc, char** argv) {
   // The supervisor raises its open-file limit for the hosts itself (RunDriver::open_run).
 
   int64_t interval_ms = interval->count();
-  std::string spec = sim_spec(hosts, slots, interval_ms);
+  std::string spec = sim_spec(hosts, slots, interval_ms, tree, fanout, max_parallel);
 
   sim::FakeClusterOptions options;
   options.step_ms = interval_ms;
+  options.ssh_setup_ms = ssh_setup_ms;
+  options.max_parallel = max_parallel;
   sim::FakeCluster cluster(options);
   run::SubmitOptions submit;
   submit.spec_path = "sim.yaml";
   submit.spec_text = spec;
   submit.seams.transport = &cluster.transport();
+  submit.seams.relay_over_transport = tree != "off";
 
   SystemClock clock;
   json result = {{"hosts", hosts}, {"slots", slots}, {"ranks", hosts * slots}, {"interval_ms", interval_ms},
-                 {"fault", fault}};
+                 {"fault", fault}, {"tree", tree}, {"fanout", fanout}, {"ssh_setup_ms", ssh_setup_ms},
+                 {"max_parallel", max_parallel}};
   std::atomic<bool> harness_failed{false};
   std::thread harness([&] {
     if (!measure_then_inject(cluster, fault, hosts, slots, *steady, result)) harness_failed = true;

@@ -51,6 +51,7 @@ RunDriver::RunDriver(spec::JobSpec spec, plan::RankPlan plan, RunDirectory run, 
                   }),
       times_{clock_.wall_ms(), std::nullopt},
       watch_pods_(spec_.transport == spec::TransportKind::kubectl && seams.transport == nullptr),
+      relay_over_transport_(seams.transport != nullptr && seams.relay_over_transport),
       launcher_(*this, spec_, run_, supervisor_, store_, progress_, links_, clock_, this_hostname()),
       snapshots_(spec_, run_, supervisor_, progress_, links_, router_, metrics_, times_, recorder_, clock_,
                  this_hostname(), detached) {}

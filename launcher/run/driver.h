@@ -219,6 +219,7 @@ class RunDriver : private FrameRouter::Output, private GenerationLauncher::Outpu
   std::optional<PodWatch> pod_watch_;
   std::optional<hosts::CreatedJob> created_job_;  ///< kubernetes.job: deleted at the end
   bool watch_pods_ = false;
+  bool relay_over_transport_ = false;  ///< DriverSeams::relay_over_transport
   LoopPacing pacing_;
   MetricsExporter metrics_{spec_, run_, recorder_, clock_};
   GenerationLauncher launcher_;

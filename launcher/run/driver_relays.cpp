@@ -15,7 +15,7 @@ RelayTree RunDriver::plan_run_relay_tree(const std::vector<spec::HostEntry>& hos
   std::vector<std::string> job_hosts;
   std::vector<std::string> spares;
   for (const spec::HostEntry& host : hosts) {
-    if (!transports_.reached_over_ssh(host)) continue;
+    if (!transports_.reached_over_ssh(host) && !relay_over_transport_) continue;
     bool spare = std::any_of(spec_.spares.begin(), spec_.spares.end(),
                              [&](const spec::HostEntry& entry) { return entry.name == host.name; });
     (spare ? spares : job_hosts).push_back(host.name);

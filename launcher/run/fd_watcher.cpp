@@ -33,8 +33,12 @@ void FdWatcher::watch(int fd, short events, void* owner) {
   auto [it, added] = entries_.try_emplace(fd);
   Entry& entry = it->second;
   entry.declared = true;
+  // Another owner for a known number: the old fd was closed (the kernel dropped its
+  // registration) and the number reused, e.g. a lost relay's socket for the direct connection
+  // that re-attaches one of its hosts. Registered again, or it would never be reported ready.
+  bool same_owner = entry.owner == owner;
   entry.owner = owner;
-  if (!added && entry.events == events) return;
+  if (!added && same_owner && entry.events == events) return;
   entry.events = events;
   if (added || ::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, fd, &event) != 0) {
     // New, or the number was closed and reused since (the kernel dropped the old registration).

@@ -23,6 +23,7 @@ class FdWatcher {
   /// Starts a new declaration round: fds not watched again before wait() are dropped.
   void begin();
   /// Watch `fd` for `events` (POLLIN/POLLOUT) on behalf of `owner` (returned with its events).
+  /// A number declared by another owner than before is registered again (closed and reused).
   void watch(int fd, short events, void* owner);
 
   /// Ends the round (drops what was not declared again). The epoll fd is then readable when any

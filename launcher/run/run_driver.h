@@ -28,6 +28,9 @@ struct DriverSeams {
   /// Every host's agent through this transport instead of local/ssh (sim::FakeCluster). Not
   /// owned; must outlive the run.
   transport::Transport* transport = nullptr;
+  /// Plan a relay tree (spec scale:) over `transport`'s hosts as if they were reached over SSH
+  /// (dtrain-sim --tree: FakeCluster relays).
+  bool relay_over_transport = false;
   /// Runs on the run log's writer thread before each write (a test stalls the file system).
   std::function<void()> before_runlog_write;
 };

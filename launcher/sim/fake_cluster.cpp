@@ -9,6 +9,8 @@
 
 #include <atomic>
 #include <algorithm>
+#include <optional>
+#include <queue>
 #include <cerrno>
 #include <cstring>
 #include <functional>
@@ -131,6 +133,25 @@ struct SimWorker {
   bool saving = false;  ///< in a checkpoint save: beats say phase "checkpoint" and the step stands
 };
 
+/// The SSH sessions one initiator opens, `max_parallel` at a time, each `setup_ms` long.
+class SessionLanes {
+ public:
+  /// When a session asked for at `now` is up.
+  int64_t next_ready(int64_t now, int64_t setup_ms, int max_parallel) {
+    if (setup_ms <= 0) return now;
+    int64_t start = now;
+    if (static_cast<int>(busy_until_.size()) >= std::max(1, max_parallel)) {
+      start = std::max(now, busy_until_.top());
+      busy_until_.pop();
+    }
+    busy_until_.push(start + setup_ms);
+    return start + setup_ms;
+  }
+
+ private:
+  std::priority_queue<int64_t, std::vector<int64_t>, std::greater<>> busy_until_;
+};
+
 struct SimAgent {
   std::string host;
   int index = 0;
@@ -146,6 +167,15 @@ struct SimAgent {
   int64_t last_heard_ms = 0;      ///< the driver's last frame (monotonic)
   int64_t next_beat_ms = 0;
   std::vector<SimWorker> workers;
+  int64_t ready_ms = 0;          ///< its session is up (FakeClusterOptions::ssh_setup_ms): frames wait
+  int64_t hello_pid = 0;
+  int64_t reattach_ms = 0;       ///< config.reattach_ms
+  SimAgent* relay = nullptr;     ///< the relay that carries it; null: its own socketpair
+  std::vector<std::unique_ptr<SimAgent>> children;  ///< a relay's hosts (relay_open)
+  SessionLanes lanes;            ///< a relay's sessions to its hosts
+  int relay_max_parallel = 64;   ///< relay_open's ssh.max_parallel
+  int64_t detached_since_ms = 0; ///< a re-attachable agent whose relay went: since when it waits
+  std::string detach_reason;
 };
 
 }  // namespace
@@ -167,6 +197,8 @@ struct FakeCluster::Simulation {
   std::atomic<int> silence_fences{0};
   std::atomic<int64_t> longest_silence_ms{0};  ///< longest gap between the driver's frames to one agent
   std::vector<std::unique_ptr<SimAgent>> agents;  // simulation thread only
+  std::vector<std::unique_ptr<SimAgent>> detached;  // relayed agents whose relay went, waiting for an attach
+  SessionLanes driver_lanes;                        // guarded by mutex (start_agent runs on the driver's thread)
   int next_index = 0;
   int64_t next_pid = 100000;
   std::thread thread;
@@ -183,13 +215,40 @@ struct FakeCluster::Simulation {
     [[maybe_unused]] ssize_t ignored = ::write(wake_write.get(), &byte, 1);
   }
 
+  /// Whether what `agent` says reaches the driver: its own socket, or its relay's.
+  static bool reachable(const SimAgent& agent) {
+    if (agent.partitioned || agent.detached_since_ms != 0) return false;
+    if (agent.relay) return reachable(*agent.relay);
+    return agent.fd.valid();
+  }
+
   void emit(SimAgent& agent, const proto::AgentMessage& message) {
-    if (agent.partitioned || !agent.fd.valid()) return;
+    if (!reachable(agent)) return;
     agent.outgoing += proto::encode_frame(proto::to_json(message));
     ++sent;
   }
 
+  /// A relay's frames about its hosts: their bytes (relay_from, in pieces) and the ends of
+  /// their sessions (relay_closed). Not counted in frames_sent (those count the hosts' own).
+  void carry_children(SimAgent& relay) {
+    for (auto it = relay.children.begin(); it != relay.children.end();) {
+      SimAgent& child = **it;
+      for (size_t offset = 0; offset < child.outgoing.size(); offset += proto::kMaxRelayChunkBytes) {
+        relay.outgoing += proto::encode_frame(proto::to_json(
+            proto::RelayFromReport{child.host, child.outgoing.substr(offset, proto::kMaxRelayChunkBytes), ""}));
+      }
+      child.outgoing.clear();
+      if (child.closing) {
+        relay.outgoing += proto::encode_frame(proto::to_json(proto::RelayClosedReport{child.host, "agent exited (simulated)"}));
+        it = relay.children.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
   void flush(SimAgent& agent) {
+    if (!agent.children.empty() && !agent.partitioned && agent.fd.valid()) carry_children(agent);
     while (!agent.outgoing.empty() && agent.fd.valid() && !agent.partitioned) {
       ssize_t wrote = ::send(agent.fd.get(), agent.outgoing.data(), agent.outgoing.size(), MSG_NOSIGNAL);
       if (wrote > 0) {
@@ -257,9 +316,12 @@ struct FakeCluster::Simulation {
     hello.protocol = proto::kProtocolVersion;
     hello.version = "simulated";
     hello.host = agent.host;
-    hello.pid = 1000 + agent.index;
+    agent.hello_pid = 1000 + agent.index;
+    agent.reattach_ms = config.reattach_ms.value_or(0);
+    hello.pid = agent.hello_pid;
     hello.agent_time_ms = clock_().wall_ms();
     hello.socket = "/simulated/" + agent.host + "/agent.sock";
+    if (agent.reattach_ms > 0) hello.attach_socket = attach_socket_of(agent.host);
     hello.facts = {{"hostname", agent.host}, {"os", "Linux (simulated)"}, {"arch", "x86_64"},
                    {"cpus", 96},          {"memory_mb", 2'000'000},     {"gpus", gpus}};
     emit(agent, hello);
@@ -308,20 +370,93 @@ struct FakeCluster::Simulation {
     emit(agent, proto::HealthReply{request.id, proto::HealthReport{request.moment, {}, 0}});
   }
 
-  // Simulated agents do not relay (the driver builds no relay tree over an injected transport):
-  // a relay request is answered as an agent that cannot reach the host would answer it.
-  void on(SimAgent& agent, const proto::RelayOpenRequest& open, int64_t) {
-    for (const proto::RelayChild& child : open.children) {
-      emit(agent, proto::RelayClosedReport{child.host, "simulated agents do not relay"});
+  // A relay starts its hosts' agents (each session up after the modelled SSH setup, at most
+  // relay_open's max_parallel at a time) and carries their streams.
+  void on(SimAgent& agent, const proto::RelayOpenRequest& open, int64_t now) {
+    agent.relay_max_parallel = open.ssh.max_parallel;
+    for (const proto::RelayChild& wanted : open.children) {
+      auto child = std::make_unique<SimAgent>();
+      child->host = wanted.host;
+      {
+        std::lock_guard lock(mutex);  // start_agent numbers agents on the driver's thread
+        child->index = next_index++;
+      }
+      child->relay = &agent;
+      child->ready_ms = agent.lanes.next_ready(now, options.ssh_setup_ms, agent.relay_max_parallel);
+      child->last_heard_ms = now;
+      agent.children.push_back(std::move(child));
     }
   }
-  void on(SimAgent&, const proto::RelayToRequest&, int64_t) {}
-  void on(SimAgent&, const proto::RelayCloseRequest&, int64_t) {}
-  /// Nothing simulated is ever detached (no relays): an attach is answered as by an agent that
-  /// finds no socket.
-  void on(SimAgent& agent, const proto::AgentAttachRequest& attach, int64_t wall) {
-    emit(agent, proto::AgentError{"re-attach: no agent waits at " + attach.socket + " (simulated)", "attach"});
-    fence(agent, "attach", wall);
+  void on(SimAgent& agent, const proto::RelayToRequest& to, int64_t now) {
+    for (auto& child : agent.children) {
+      if (child->host != to.host || child->closing) continue;
+      child->decoder.feed(to.data);
+      child->last_heard_ms = now;
+      if (now >= child->ready_ms) process_frames(*child, now);
+      return;
+    }
+  }
+  void on(SimAgent& agent, const proto::RelayCloseRequest& close, int64_t) {
+    for (auto& child : agent.children) {
+      if (child->host == close.host && !child->closing) fence(*child, "relay_close", clock_().wall_ms());
+    }
+  }
+  /// A fresh agent whose first frame is attach becomes the detached agent it names: the same
+  /// workers, answered with reattached (as attach_pipe.cpp and the agent do together).
+  void on(SimAgent& agent, const proto::AgentAttachRequest& attach, int64_t now) {
+    auto waiting = std::find_if(detached.begin(), detached.end(),
+                                [&](const auto& candidate) { return attach_socket_of(candidate->host) == attach.socket; });
+    if (waiting == detached.end()) {
+      emit(agent, proto::AgentError{"re-attach: no agent waits at " + attach.socket + " (simulated)", "attach"});
+      fence(agent, "attach", clock_().wall_ms());
+      return;
+    }
+    SimAgent& old = **waiting;
+    agent.configured = true;
+    agent.batch_beats = old.batch_beats;
+    agent.interval_ms = old.interval_ms;
+    agent.timeout_ms = old.timeout_ms;
+    agent.next_beat_ms = now + (agent.index * 7919) % agent.interval_ms;
+    agent.hello_pid = old.hello_pid;
+    agent.reattach_ms = old.reattach_ms;
+    agent.workers = std::move(old.workers);
+    proto::ReattachedReport report{old.host, old.hello_pid, now - old.detached_since_ms, old.detach_reason, {}, {}};
+    for (const SimWorker& worker : agent.workers) report.workers.push_back({worker.gen, worker.rank, worker.pid});
+    detached.erase(waiting);
+    emit(agent, report);
+  }
+
+  static std::string attach_socket_of(const std::string& host) { return "/simulated/" + host + "/agent.attach"; }
+
+  /// A relay is gone: its re-attachable hosts keep their workers and wait; the others are gone
+  /// with it (their agents fence: nobody hears their workers' exits).
+  void orphan_children(SimAgent& relay, const std::string& why, int64_t now) {
+    for (auto& child : relay.children) {
+      if (child->reattach_ms <= 0 || child->closing) continue;
+      child->relay = nullptr;
+      child->detached_since_ms = now;
+      child->detach_reason = why;
+      child->outgoing.clear();
+      detached.push_back(std::move(child));
+    }
+    relay.children.clear();
+  }
+
+  void process_frames(SimAgent& agent, int64_t now) {
+    for (;;) {
+      Result<std::optional<json>> next = agent.decoder.next();
+      if (!next) {
+        if (agent.decoder.failed()) {
+          agent.fd.reset();
+          agent.closing = true;
+          return;
+        }
+        continue;
+      }
+      if (!next->has_value()) return;
+      on_frame(agent, **next, now);
+      if (agent.closing || (!agent.relay && !agent.fd.valid())) return;
+    }
   }
 
   void fence(SimAgent& agent, const std::string& reason, int64_t wall) {
@@ -375,29 +510,54 @@ struct FakeCluster::Simulation {
       if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) agent.fd.reset();
       break;
     }
-    for (;;) {
-      Result<std::optional<json>> next = agent.decoder.next();
-      if (!next) {
-        if (agent.decoder.failed()) agent.fd.reset();
-        if (agent.decoder.failed()) return;
-        continue;
-      }
-      if (!next->has_value()) break;
-      on_frame(agent, **next, now);
-      if (!agent.fd.valid()) return;
+    if (now >= agent.ready_ms) process_frames(agent, now);
+  }
+
+  /// Every live agent: the directly connected ones and the hosts their relays carry.
+  template <class Visit>
+  void for_each_agent(Visit visit) {
+    for (auto& agent : agents) {
+      visit(*agent);
+      for (auto& child : agent->children) visit(*child);
     }
   }
 
   SimWorker* find_rank(int rank, SimAgent** owner) {
-    for (auto& agent : agents) {
-      for (SimWorker& worker : agent->workers) {
-        if (worker.rank == rank && worker.gen == newest_generation) {
-          *owner = agent.get();
-          return &worker;
+    SimWorker* found = nullptr;
+    for_each_agent([&](SimAgent& agent) {
+      for (SimWorker& worker : agent.workers) {
+        if (!found && worker.rank == rank && worker.gen == newest_generation) {
+          *owner = &agent;
+          found = &worker;
         }
       }
+    });
+    return found;
+  }
+
+  /// Beats, silences and sessions coming up: one agent's timers (next_timer: when to look again).
+  void tick(SimAgent& agent, int64_t now, int64_t wall, int64_t& next_timer) {
+    if (!agent.configured) {
+      // Frames that came before its session was up wait for it.
+      if (agent.ready_ms > now) next_timer = std::min(next_timer, agent.ready_ms);
+      else if (agent.decoder.buffered_bytes() > 0 && !agent.closing) process_frames(agent, now);
+      return;
     }
-    return nullptr;
+    if (agent.partitioned || agent.closing) return;
+    if (agent.relay && agent.relay->partitioned) return;  // cut off with its relay: it hears nothing either
+    if (now - agent.last_heard_ms >= agent.timeout_ms) {
+      // As the real agent does (Agent::check_timers): a supervisor silent this long is gone.
+      ++silence_fences;
+      fence(agent, "supervisor silent for " + std::to_string(agent.timeout_ms) + "ms", wall);
+      return;
+    }
+    next_timer = std::min(next_timer, agent.last_heard_ms + agent.timeout_ms);
+    if (now >= agent.next_beat_ms) {
+      beat(agent, wall);
+      agent.next_beat_ms += agent.interval_ms;
+      if (agent.next_beat_ms <= now) agent.next_beat_ms = now + agent.interval_ms;
+    }
+    next_timer = std::min(next_timer, agent.next_beat_ms);
   }
 
   void run() {
@@ -413,27 +573,26 @@ struct FakeCluster::Simulation {
         }
         for (auto& command : todo) command();
       }
-      std::erase_if(agents, [](const std::unique_ptr<SimAgent>& agent) { return !agent->fd.valid(); });
-
       int64_t now = clock_().monotonic_ms();
       int64_t wall = clock_().wall_ms();
+      for (auto& agent : agents) {
+        if (!agent->fd.valid()) orphan_children(*agent, "its relay's session ended", now);
+      }
+      std::erase_if(agents, [](const std::unique_ptr<SimAgent>& agent) { return !agent->fd.valid(); });
+      // A relayed agent whose relay is gone waits reattach_ms for an attach, then fences (its
+      // workers go with it; nobody hears of them).
+      std::erase_if(detached, [&](const std::unique_ptr<SimAgent>& agent) {
+        if (now - agent->detached_since_ms < agent->reattach_ms) return false;
+        ++silence_fences;
+        return true;
+      });
+
       int64_t next_timer = now + 100;
       for (auto& agent : agents) {
-        if (!agent->configured || agent->partitioned || agent->closing) continue;
-        if (now - agent->last_heard_ms >= agent->timeout_ms) {
-          // As the real agent does (Agent::check_timers): a supervisor silent this long is gone.
-          ++silence_fences;
-          fence(*agent, "supervisor silent for " + std::to_string(agent->timeout_ms) + "ms", wall);
-          continue;
-        }
-        next_timer = std::min(next_timer, agent->last_heard_ms + agent->timeout_ms);
-        if (now >= agent->next_beat_ms) {
-          beat(*agent, wall);
-          agent->next_beat_ms += agent->interval_ms;
-          if (agent->next_beat_ms <= now) agent->next_beat_ms = now + agent->interval_ms;
-        }
-        next_timer = std::min(next_timer, agent->next_beat_ms);
+        tick(*agent, now, wall, next_timer);
+        for (auto& child : agent->children) tick(*child, now, wall, next_timer);
       }
+      for (auto& agent : detached) next_timer = std::min(next_timer, agent->detached_since_ms + agent->reattach_ms);
       std::vector<pollfd> fds;
       fds.reserve(agents.size() + 1);
       for (auto& agent : agents) {
@@ -485,6 +644,8 @@ class FakeTransportImpl final : public Transport {
     agent->fd = UniqueFd(pair[1]);
     {
       std::lock_guard lock(simulation_.mutex);
+      agent->ready_ms = simulation_.driver_lanes.next_ready(simulation_.clock_().monotonic_ms(), simulation_.options.ssh_setup_ms,
+                                                            simulation_.options.max_parallel);
       agent->index = simulation_.next_index++;
       simulation_.new_agents.push_back(std::move(agent));
     }
@@ -522,15 +683,22 @@ void FakeCluster::kill_host(const std::string& host) {
   simulation_->post([simulation = simulation_.get(), host] {
     for (auto& agent : simulation->agents) {
       if (agent->host == host) agent->fd.reset();  // agent and workers gone at once: EOF
+      // A relayed host: its session ends, which its relay reports (relay_closed).
+      for (auto& child : agent->children) {
+        if (child->host != host) continue;
+        child->workers.clear();
+        child->outgoing.clear();
+        child->closing = true;
+      }
     }
   });
 }
 
 void FakeCluster::partition_host(const std::string& host) {
   simulation_->post([simulation = simulation_.get(), host] {
-    for (auto& agent : simulation->agents) {
-      if (agent->host == host) agent->partitioned = true;
-    }
+    simulation->for_each_agent([&](SimAgent& agent) {
+      if (agent.host == host) agent.partitioned = true;
+    });
   });
 }
 
@@ -564,12 +732,10 @@ void FakeCluster::set_saving(int rank, bool saving) {
 void FakeCluster::finish_all() {
   simulation_->post([simulation = simulation_.get()] {
     int64_t wall = simulation->clock_().wall_ms();
-    for (auto& agent : simulation->agents) {
-      for (const SimWorker& worker : agent->workers) {
-        simulation->emit(*agent, simulation->worker_exit(worker, wall));
-      }
-      agent->workers.clear();
-    }
+    simulation->for_each_agent([&](SimAgent& agent) {
+      for (const SimWorker& worker : agent.workers) simulation->emit(agent, simulation->worker_exit(worker, wall));
+      agent.workers.clear();
+    });
   });
 }
 

@@ -13,6 +13,12 @@
 //   hang_rank       a worker stops beating (alive, as a SIGSTOPped one; the agent reports 'T')
 //   set_saving      a worker is in a checkpoint save (phase "checkpoint", no step progress)
 //
+// Relays (scale.tree; the driver builds a tree over this transport when DriverSeams says so): a
+// simulated agent answers relay_open by starting the named hosts' agents itself, carries their
+// frames in relay_to / relay_from as the real relay does, and reports relay_closed when one ends.
+// When a relay is killed, its hosts' agents that were configured with reattach_ms keep their
+// workers and wait; an attach (a fresh agent's first frame) naming one of them takes it over.
+//
 // One thread serves every host: 2,048 hosts × 8 ranks beating once a second is ~18,000 frames a
 // second, which one thread writes easily; the driver's share of the CPU is the process's minus
 // simulation_cpu_seconds().
@@ -35,6 +41,12 @@ struct FakeClusterOptions {
   /// The simulation's time (not owned): the driver's ScaledClock in tests of long timeouts.
   /// Null: the system clock.
   const Clock* clock = nullptr;
+  /// Modelled cost of one SSH session (connect, key exchange, authentication, the agent's start):
+  /// an agent reads nothing before its session is up. The sessions one initiator opens (the
+  /// driver its hosts or relays, a relay its hosts) run at most `max_parallel` at a time, as the
+  /// SSH transports do (ssh.max_parallel; a relay uses relay_open's).
+  int64_t ssh_setup_ms = 0;
+  int max_parallel = 64;
 };
 
 class FakeCluster {

@@ -113,6 +113,37 @@ TEST_CASE("relay tree: the relay's host killed - the host it relayed is re-attac
   check_nothing_left(cluster, job);
 }
 
+TEST_CASE("relay tree: the relay's host partitioned - lost by its silence, the host it relayed re-attached directly, nothing left") {
+  TestCluster cluster(4);
+  DTRAIN_REQUIRE_CLUSTER(cluster);
+  ClusterJob job(cluster, "relay-cut");
+  job.write_spec(tree_job("relay-cut"), 50);
+  job.start();
+  REQUIRE(job.wait_exec());
+  REQUIRE(job.wait_checkpoint(100, 90000));
+  // h1 stays alive but reaches nobody: the supervisor hears neither it nor (through it) h3;
+  // h3's agent hears no supervisor either. Its silence must cost h1 only.
+  REQUIRE(cluster.partition(1).status == 0);
+  REQUIRE(job.wait(120000));
+  INFO(job.err());
+  CHECK(job.exit_code() == 0);
+
+  std::map<std::string, std::string> lost;
+  for (const auto& event : job.events("host.lost")) lost[event.value("host", "")] = event.value("reason", "");
+  CHECK(lost.size() == 1);
+  CHECK_MESSAGE(lost[cluster.host(1).name].find("nothing received for") != std::string::npos, lost[cluster.host(1).name]);
+  auto reattached = job.events("host.reattached");
+  REQUIRE(reattached.size() == 1);
+  CHECK(reattached[0].value("host", "") == cluster.host(3).name);
+  CHECK(reattached[0].value("from", "") == cluster.host(1).name);
+  nlohmann::json state = nlohmann::json::parse(read_text(job.run_dir() + "/state.json"));
+  CHECK(state["world_size"] == 6);
+  check_final_loss(job, 6);
+  // h1's agent fenced itself when its supervisor fell silent: nothing of the run is left there
+  // either, partitioned or not.
+  check_nothing_left(cluster, job);
+}
+
 TEST_CASE("relay tree: a relay's host down at submit costs only itself - the host it would relay is reached directly") {
   TestCluster cluster(4);
   DTRAIN_REQUIRE_CLUSTER(cluster);
