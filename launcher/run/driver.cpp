@@ -198,6 +198,12 @@ void RunDriver::check_silence() {
       if (link->lost || link->relayed_by.empty() == relayed || now - link->last_heard_ms() <= timeout) continue;
       // An SSH connection still being set up (or provisioning) has its own deadlines.
       if (!link->connected && !link->connection().local_pid()) continue;
+      // Its relay has been silent for half the timeout too: the relay's verdict comes first (its
+      // last frames may be a little newer than this host's, which it carried).
+      if (relayed) {
+        auto relay = links_.find(link->relayed_by);
+        if (relay != links_.end() && !relay->second->lost && now - relay->second->last_heard_ms() > timeout / 2) continue;
+      }
       std::string silence = "nothing received for " + format_duration(Millis(now - link->last_heard_ms())) +
                             " (heartbeat.timeout " + format_duration(spec_.heartbeat.timeout) + ")";
       if (link->reattaching) silence += " while re-attaching after its relay " + link->reattaching->from + " was lost";
