@@ -245,7 +245,7 @@ TEST_CASE("a frame before config is refused and a protocol mismatch is explained
     session.send({{"type", "ping"}, {"id", 1}});
     auto error = session.wait_for_type("error");
     REQUIRE(error);
-    CHECK((*error)["message"] == "protocol error: 'ping' before config; config must be the first frame");
+    CHECK((*error)["message"] == "protocol error: 'ping' before config; config (or attach) must be the first frame");
     REQUIRE(session.wait_closed());
     CHECK(session.connection().close_reason() == "agent exited with code 3");
   }
