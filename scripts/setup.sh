@@ -30,6 +30,7 @@ packages=(
 if $with_tests; then
   packages+=(python3-torch)  # the unmodified-script, DDP and in-place PyTorch tests (tests/skip.h)
   packages+=(tmux)  # a real terminal for the terminal-output test (capture-pane)
+  packages+=(pdsh)  # scripts/bench/launch.sh and fanout.py time `pdsh -S true` beside dtrain (without it they exit 77)
 fi
 
 missing=()

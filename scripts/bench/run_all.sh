@@ -9,7 +9,7 @@
 #                  there first (Release recommended: cmake -DCMAKE_BUILD_TYPE=Release)
 #   --no-build     use the binaries already in DIR
 #   --budget S     total seconds for all benchmarks (default 3600); each gets what is left
-#   --quick        fewer repetitions (3 for recovery/launch/checkpoint, 2 for step time)
+#   --quick        fewer repetitions (3 for recovery/launch/checkpoint, 2 for step time, 1 for fan-out)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -33,8 +33,8 @@ if [ $build_first -eq 1 ]; then
     { echo "run_all.sh: build failed in $build" >&2; exit 1; }
 fi
 
-reps=5 step_reps=3
-[ $quick -eq 1 ] && reps=3 step_reps=2
+reps=5 step_reps=3 fanout_reps=3
+[ $quick -eq 1 ] && reps=3 step_reps=2 fanout_reps=1
 deadline=$(($(date +%s) + budget))
 failed=()
 run() {  # name limit_seconds command...
@@ -66,6 +66,7 @@ run recovery 2400 python3 "$here/recovery.py" --dtrain "$build/cli/dtrain" --rep
 run sim 900 python3 "$here/sim.py" --build "$build" --reps "$reps"
 run host_loss 900 python3 "$here/host_loss.py" --dtrain "$build/cli/dtrain" --reps "$reps"
 run launch 600 "$here/launch.sh" "$build/cli/dtrain" --reps "$reps"
+run fanout 900 python3 "$here/fanout.py" --dtrain "$build/cli/dtrain" --reps "$fanout_reps"
 run allreduce 600 "$here/allreduce.sh" "$build" --reps "$reps"
 run checkpoint 600 "$here/checkpoint.sh" "$build" --reps "$reps"
 run step_time 600 "$here/step_time.sh" "$build" --reps "$step_reps"
