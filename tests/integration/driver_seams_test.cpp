@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 
 #include "launcher/base/clock.h"
 #include "tests/integration/sim_run.h"
@@ -143,4 +145,43 @@ TEST_CASE("a Slurm time-limit lookup that takes 3 s (a busy slurmctld) does not 
   REQUIRE(requested.size() == 1);
   CHECK(requested[0].dump().find("before_walltime") != std::string::npos);
   CHECK(step_at_request > step_at_start);  // the job trained on meanwhile
+}
+
+TEST_CASE("a simulated relay tree: a relay's loss costs only its own host, the hosts it carried are re-attached with their workers") {
+  SimRun sim;
+  sim.seams.relay_over_transport = true;
+  // 12 hosts and a spare, fanout 3: four relays, sim1 the first (relay_tree.cpp).
+  std::string spec = sim_spec(12, 2, "spares: [sim13]\nelastic: {max_restarts: 1}\nscale: {tree: on, fanout: 3}\n");
+  CHECK(sim.run(spec, [&](sim::FakeCluster& cluster, const std::atomic<bool>& ended) {
+    int generation = cluster.newest_generation();
+    cluster.kill_host("sim1");
+    wait_until([&] { return ended.load() || (cluster.newest_generation() > generation && cluster.newest_step() >= 2); }, 20000);
+  }) == 0);
+  auto events = sim.events();
+  std::map<std::string, std::string> relayed_by;
+  for (const auto& connected : events_named(events, "host.connected")) {
+    relayed_by[connected["host"]] = connected.value("relayed_by", "");
+  }
+  CHECK(relayed_by["sim1"] == "");
+  CHECK(relayed_by["sim13"] != "");  // the spare is relayed, never a relay
+  std::set<std::string> carried_by_sim1;
+  for (const auto& [host, relay] : relayed_by) {
+    if (relay == "sim1") carried_by_sim1.insert(host);
+  }
+  CHECK(carried_by_sim1.size() == 3);
+  auto lost = events_named(events, "host.lost");
+  REQUIRE(lost.size() == 1);
+  CHECK(lost[0]["host"] == "sim1");
+  std::set<std::string> reattached;
+  for (const auto& event : events_named(events, "host.reattached")) {
+    reattached.insert(event["host"].get<std::string>());
+    CHECK(event["from"] == "sim1");
+    CHECK(event["workers"] == 2);
+  }
+  CHECK(reattached == carried_by_sim1);
+  // The spare took sim1's two ranks; nobody else's changed host.
+  auto generations = events_named(events, "plan.generation");
+  REQUIRE(generations.size() == 2);
+  CHECK(generations.back()["world_size"] == 24);
+  CHECK(sim.cluster.silence_fences() == 0);
 }
