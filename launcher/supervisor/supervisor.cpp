@@ -135,6 +135,10 @@ GenerationProgress Supervisor::progress_of_generation() const {
 // ---- generations ------------------------------------------------------------------------------
 
 void Supervisor::start_when_all_connected() {
+  // Not every planned host can have connected yet while fewer hosts connected or were left out
+  // than the plan has: the scan below (a lookup per host, per host's hello and health report) is
+  // then skipped. It made the start quadratic: 15 % of the loop at 8,192 hosts.
+  if (connected_.size() + excluded_.size() < plan_.hosts.size()) return;
   for (const plan::PlanHost& host : plan_.hosts) {
     if (excluded_.count(host.entry.name)) continue;  // lost while connecting: replanned below
     if (!connected_.count(host.entry.name) || awaiting_start_health(host.entry.name)) return;
