@@ -20,7 +20,10 @@ using nlohmann::json;
 
 namespace {
 
-constexpr int kSteps = 400;
+// Long enough that the drill (started once a checkpoint is committed, then waiting for two more
+// steps in state.json) always finds the run still training on an idle machine: at 400 steps the
+// run once ended first.
+constexpr int kSteps = 2000;
 
 ClusterSpec trainer_job(const std::string& name) { return shrinkable_trainer_job(name, kSteps); }
 
