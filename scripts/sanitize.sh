@@ -85,7 +85,7 @@ if ((all)); then
   cmake --build "$build"
   filter=()
 else
-  targets=$(cd "$build" && ninja -t targets all | sed -n 's/^\(tests\/unit_[a-z_]*_test\):.*/\1/p' | sort -u)
+  targets=$(cd "$build" && ninja -t targets all | sed -n 's/^\(tests\/unit_[a-z0-9_]*_test\):.*/\1/p' | sort -u)
   # shellcheck disable=SC2086
   cmake --build "$build" --target $targets
   filter=(-R '^unit/')

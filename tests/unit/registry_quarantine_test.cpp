@@ -117,7 +117,7 @@ TEST_CASE("host.quarantined becomes a row once, through the rebuild and the live
   Result<std::vector<QuarantineRow>> rows = quarantine_rows(*db);
   REQUIRE(rows.ok());
   REQUIRE(rows->size() == 1);
-  const QuarantineRow& row = rows->front();
+  const QuarantineRow row = rows->front();  // a copy: rows is assigned again below
   CHECK(row.host == "gpu02");
   CHECK(row.source == "health-run");
   CHECK(row.reason == "failed its health check (start)");
@@ -166,7 +166,7 @@ TEST_CASE("cross-run rule: the root cause of K failures within the window across
   Result<std::vector<QuarantineRow>> rows = quarantine_rows(*db);
   REQUIRE(rows.ok());
   REQUIRE(rows->size() == 1);
-  const QuarantineRow& row = rows->front();
+  const QuarantineRow row = rows->front();  // a copy: rows is assigned again below
   CHECK(row.host == "gpu02");
   CHECK(row.source == "r4");  // the run whose failure made three
   CHECK(quarantine_time_text(row.since_ms) == "2026-11-10T04:10:00Z");
