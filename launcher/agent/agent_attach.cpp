@@ -4,7 +4,6 @@
 // reach it another way (a fresh `dtrain agent` whose first frame is attach: attach_pipe.h). Only
 // when nothing comes does it fence, as it would have at once. docs/architecture.md §1 "Relays".
 
-#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -17,6 +16,7 @@
 #include "launcher/agent/agent_loop.h"
 #include "launcher/agent/attach_pipe.h"
 #include "launcher/base/duration.h"
+#include "launcher/base/fd.h"
 
 namespace dtrain::agent::detail {
 
@@ -91,11 +91,9 @@ void Agent::release_channel() {
   }
   // The first session's pipes: /dev/null in their place, so that the fds stay taken and sshd
   // sees them closed.
-  int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
-  if (null_fd < 0) return;
-  ::dup2(null_fd, input_fd_);
-  if (old_output >= 0) ::dup2(null_fd, old_output);
-  ::close(null_fd);
+  if (Status redirected = redirect_to_dev_null({input_fd_, old_output}); !redirected) {
+    std::fprintf(stderr, "%s: %s\n", who().c_str(), redirected.error().message.c_str());
+  }
 }
 
 void Agent::accept_attach() {

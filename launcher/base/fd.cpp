@@ -42,6 +42,15 @@ Status set_nonblocking(int fd) {
   return {};
 }
 
+Status redirect_to_dev_null(std::initializer_list<int> fds) {
+  UniqueFd null_fd(::open("/dev/null", O_RDWR | O_CLOEXEC));
+  if (!null_fd.valid()) return Error::infra("open /dev/null: " + errno_text(errno));
+  for (int fd : fds) {
+    if (fd >= 0 && fd != null_fd.get()) ::dup2(null_fd.get(), fd);
+  }
+  return {};
+}
+
 Status write_all(int fd, std::string_view bytes) {
   while (!bytes.empty()) {
     ssize_t written = ::write(fd, bytes.data(), bytes.size());

@@ -2,6 +2,7 @@
 // RAII for file descriptors, and read/write helpers that retry EINTR inside the wrapper so that
 // call sites never do.
 
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -38,6 +39,11 @@ struct Pipe {
 Result<Pipe> make_pipe();
 
 Status set_nonblocking(int fd);
+
+/// Puts /dev/null in place of each of `fds` (dup2), so that the numbers stay taken and whatever
+/// was open there (a session's pipes, a terminal) is closed. An error when /dev/null cannot be
+/// opened; the fds are then left as they were.
+Status redirect_to_dev_null(std::initializer_list<int> fds);
 
 /// Writes all of `bytes` (blocking fd), retrying EINTR and short writes.
 Status write_all(int fd, std::string_view bytes);

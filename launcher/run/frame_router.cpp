@@ -124,9 +124,14 @@ void FrameRouter::on(AgentLink& link, const proto::ReattachedReport& report) {
   out_.agent_reattached(link, report);
   // Its exits that went into the lost channel: those the supervisor still counts as live. The
   // rest it heard already (or they belong to a generation it left).
+  // An agent speaks only for its own host's ranks.
   const std::vector<supervisor::RankStatus>& ranks = supervisor_.ranks();
+  const plan::RankPlan& plan = supervisor_.current_plan();
   for (const proto::WorkerExitReport& exit : report.exits) {
-    if (exit.gen != supervisor_.generation() || exit.rank < 0 || exit.rank >= static_cast<int>(ranks.size())) continue;
+    if (exit.gen != supervisor_.generation() || exit.rank < 0 || exit.rank >= static_cast<int>(ranks.size()) ||
+        exit.rank >= static_cast<int>(plan.ranks.size()) || plan.ranks[static_cast<size_t>(exit.rank)].host != link.host()) {
+      continue;
+    }
     const supervisor::RankStatus& rank = ranks[static_cast<size_t>(exit.rank)];
     bool live = rank.state == supervisor::RankState::starting || rank.state == supervisor::RankState::running;
     if (live && (rank.pid == 0 || rank.pid == exit.pid)) on(link, exit);

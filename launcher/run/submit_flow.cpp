@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "launcher/base/exit_code.h"
+#include "launcher/base/fd.h"
 #include "launcher/base/identity.h"
 #include "launcher/base/strings.h"
 #include "launcher/base/version.h"
@@ -40,13 +41,7 @@ std::optional<int> detach(const std::string& run_id, const char* what, const Run
   ::setsid();
   // The parent exits at once; `dtrain resume` and status must name this process as the holder.
   (void)lock.record_holder();
-  int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
-  if (null_fd >= 0) {
-    ::dup2(null_fd, STDIN_FILENO);
-    ::dup2(null_fd, STDOUT_FILENO);
-    ::dup2(null_fd, STDERR_FILENO);
-    ::close(null_fd);
-  }
+  (void)redirect_to_dev_null({STDIN_FILENO, STDOUT_FILENO, STDERR_FILENO});
   return std::nullopt;
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "launcher/base/fd.h"
+#include "tests/integration/dtrain_runner.h"
 #include "tests/integration/support/agent_session.h"
 #include "tests/integration/support/process_probe.h"
 
@@ -40,6 +41,14 @@ std::vector<pid_t> start_two(AgentSession& session, const std::string& release) 
 
 bool alive(pid_t pid) { return !dtrain::test::is_gone(pid); }
 
+/// One worker of generation 0 that sleeps; its pid.
+pid_t start_sleeper(AgentSession& session) {
+  session.send(spawn_message(0, {0}, {"/bin/sh", "-c", "echo ready; exec sleep 1000"}, session.run_id()));
+  auto started = session.wait_for_type("started");
+  REQUIRE(started);
+  return (*started)["pid"].get<pid_t>();
+}
+
 /// The agent under test is the test's own child (LocalTransport): gone once its session reaped it.
 bool agent_exited(AgentSession& session, int timeout_ms = 10'000) {
   for (int waited = 0; waited < timeout_ms; waited += 20) {
@@ -53,8 +62,8 @@ bool agent_exited(AgentSession& session, int timeout_ms = 10'000) {
 }  // namespace
 
 TEST_CASE("a re-attachable agent keeps its workers when its channel ends, and a re-attach gets them back with the exit it missed") {
-  std::string release = "/tmp/dtrain-reattach-" + std::to_string(::getpid()) + "-release";
-  ::unlink(release.c_str());
+  dtrain::testing::TempDir scratch;  // removed whatever the outcome
+  std::string release = scratch.path + "/release";
   AgentSession first(DTRAIN_EXE, "h1");
   auto hello = first.handshake({{"reattach_ms", 20'000}});
   REQUIRE(hello);
@@ -108,7 +117,6 @@ TEST_CASE("a re-attachable agent keeps its workers when its channel ends, and a 
   CHECK(dtrain::test::wait_until_run_gone(first.run_id(), 5000).empty());
   CHECK(agent_exited(pipe));
   CHECK(::access(attach_socket.c_str(), F_OK) != 0);  // removed at the fence
-  ::unlink(release.c_str());
 }
 
 TEST_CASE("a silent supervisor detaches a re-attachable agent instead of fencing it, and a re-attach says why") {
@@ -116,11 +124,7 @@ TEST_CASE("a silent supervisor detaches a re-attachable agent instead of fencing
   auto hello = first.handshake({{"reattach_ms", 20'000}, {"heartbeat_timeout_ms", 500}, {"heartbeat_interval_ms", 100}});
   REQUIRE(hello);
   std::string attach_socket = (*hello)["attach_socket"];
-  json spawn = spawn_message(0, {0}, {"/bin/sh", "-c", "echo ready; exec sleep 1000"}, first.run_id());
-  first.send(spawn);
-  auto started = first.wait_for_type("started");
-  REQUIRE(started);
-  pid_t worker = (*started)["pid"];
+  pid_t worker = start_sleeper(first);
   // Nothing more from the test: after 500 ms the agent gives the channel up (as across a
   // partition) and keeps the worker.
   REQUIRE(first.wait_closed(15'000));
@@ -144,11 +148,7 @@ TEST_CASE("no re-attach within reattach_ms: the agent fences as it would have at
   auto hello = first.handshake({{"reattach_ms", 600}});
   REQUIRE(hello);
   std::string attach_socket = (*hello)["attach_socket"];
-  json spawn = spawn_message(0, {0}, {"/bin/sh", "-c", "echo ready; exec sleep 1000"}, first.run_id());
-  first.send(spawn);
-  auto started = first.wait_for_type("started");
-  REQUIRE(started);
-  pid_t worker = (*started)["pid"];
+  pid_t worker = start_sleeper(first);
   first.connection().close_input();
   REQUIRE(first.wait_closed(15'000));
   REQUIRE(agent_exited(first, 15'000));

@@ -168,16 +168,8 @@ TEST_CASE("partitioned host: detected within timeout + interval - its agent fenc
 
   // Cut off, h2's agent hears nothing either: it fences (heartbeat.timeout, then TERM, grace,
   // KILL). Only sshd's session, stuck on the dead TCP connection, may stay until heal.
-  std::string left;
-  bool fenced = wait_until([&] {
-    left.clear();
-    for (pid_t pid : cluster.leftover_pids_on(2)) {
-      std::string cmdline = TestCluster::read_text("/proc/" + std::to_string(pid) + "/cmdline");
-      if (cmdline.rfind("sshd", 0) != 0) left += std::to_string(pid) + " " + cmdline + "\n";
-    }
-    return left.empty();
-  }, 2000 + 2000 + 3000);
-  CHECK_MESSAGE(fenced, "still on the partitioned host:\n" << left);
+  std::string left = wait_only_sshd_left(cluster, 2, 2000 + 2000 + 3000);
+  CHECK_MESSAGE(left.empty(), "still on the partitioned host:\n" << left);
   MESSAGE("partitioned host free of the run's processes " << now_ms() - partitioned_at << " ms after the cut");
 
   REQUIRE(cluster.heal(2).status == 0);

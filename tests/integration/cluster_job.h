@@ -293,6 +293,22 @@ inline std::string leftovers(const TestCluster& cluster, const std::string& run_
   return left;
 }
 
+/// Waits up to `timeout_ms` until host `host` holds nothing but sshd's sessions (a partitioned
+/// host's, stuck on TCP connections nobody will answer until heal). Returns what else is left
+/// ("" when nothing), one process a line.
+inline std::string wait_only_sshd_left(const TestCluster& cluster, int host, int timeout_ms) {
+  std::string left;
+  wait_until([&] {
+    left.clear();
+    for (pid_t pid : cluster.leftover_pids_on(host)) {
+      std::string cmdline = TestCluster::read_text("/proc/" + std::to_string(pid) + "/cmdline");
+      if (cmdline.rfind("sshd", 0) != 0) left += std::to_string(pid) + " " + cmdline + "\n";
+    }
+    return left.empty();
+  }, timeout_ms);
+  return left;
+}
+
 /// Checks (doctest CHECK) that nothing of `job`'s run is left anywhere after up to `timeout_ms`,
 /// listing what is.
 inline void check_nothing_left(const TestCluster& cluster, ClusterJob& job, int timeout_ms = 8000) {

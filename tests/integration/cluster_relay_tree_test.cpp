@@ -41,6 +41,24 @@ std::string ssh_from(ClusterJob& job, int rank) {
   return log.substr(at + 9, log.find('\n', at) - at - 9);
 }
 
+/// Starts `job` (tree_job) and waits until it committed its checkpoint of step 100.
+void start_past_checkpoint(ClusterJob& job, const std::string& name) {
+  job.write_spec(tree_job(name), 50);
+  job.start();
+  REQUIRE(job.wait_exec());
+  REQUIRE(job.wait_checkpoint(100, 90000));
+}
+
+/// h3, the host relay h1 carried, was re-attached directly once: one host.reattached event.
+void check_h3_reattached_from_h1(const TestCluster& cluster, ClusterJob& job) {
+  auto reattached = job.events("host.reattached");
+  REQUIRE(reattached.size() == 1);
+  CHECK(reattached[0].value("host", "") == cluster.host(3).name);
+  CHECK(reattached[0].value("from", "") == cluster.host(1).name);
+  CHECK(reattached[0].value("gap_ms", -1) >= 0);
+  CHECK(reattached[0].value("workers", -1) >= 0);
+}
+
 }  // namespace
 
 TEST_CASE("relay tree, fanout 2: h3's agent is started by relay h1 over SSH, and the job trains to the same loss") {
@@ -78,10 +96,7 @@ TEST_CASE("relay tree: the relay's host killed - the host it relayed is re-attac
   TestCluster cluster(4);
   DTRAIN_REQUIRE_CLUSTER(cluster);
   ClusterJob job(cluster, "relay-killed");
-  job.write_spec(tree_job("relay-killed"), 50);
-  job.start();
-  REQUIRE(job.wait_exec());
-  REQUIRE(job.wait_checkpoint(100, 90000));
+  start_past_checkpoint(job, "relay-killed");
   // Every process of h1 dies, sshd and the relay's sessions to h3 with them.
   REQUIRE(cluster.kill(1).status == 0);
   REQUIRE(job.wait(120000));
@@ -93,11 +108,7 @@ TEST_CASE("relay tree: the relay's host killed - the host it relayed is re-attac
   std::vector<std::string> lost;
   for (const auto& event : job.events("host.lost")) lost.push_back(event.value("host", ""));
   CHECK(lost == std::vector<std::string>{cluster.host(1).name});
-  auto reattached = job.events("host.reattached");
-  REQUIRE(reattached.size() == 1);
-  CHECK(reattached[0].value("host", "") == cluster.host(3).name);
-  CHECK(reattached[0].value("from", "") == cluster.host(1).name);
-  CHECK(reattached[0].value("gap_ms", -1) >= 0);
+  check_h3_reattached_from_h1(cluster, job);
   std::string log = read_text(job.run_dir() + "/supervisor.log");
   CHECK(log.find("host " + cluster.host(3).name + ": its relay " + cluster.host(1).name +
                  " was lost; re-attaching to its agent directly") != std::string::npos);
@@ -117,10 +128,7 @@ TEST_CASE("relay tree: the relay's host partitioned - lost by its silence, the h
   TestCluster cluster(4);
   DTRAIN_REQUIRE_CLUSTER(cluster);
   ClusterJob job(cluster, "relay-cut");
-  job.write_spec(tree_job("relay-cut"), 50);
-  job.start();
-  REQUIRE(job.wait_exec());
-  REQUIRE(job.wait_checkpoint(100, 90000));
+  start_past_checkpoint(job, "relay-cut");
   // h1 stays alive but reaches nobody: the supervisor hears neither it nor (through it) h3;
   // h3's agent hears no supervisor either. Its silence must cost h1 only.
   REQUIRE(cluster.partition(1).status == 0);
@@ -132,26 +140,15 @@ TEST_CASE("relay tree: the relay's host partitioned - lost by its silence, the h
   for (const auto& event : job.events("host.lost")) lost[event.value("host", "")] = event.value("reason", "");
   CHECK(lost.size() == 1);
   CHECK_MESSAGE(lost[cluster.host(1).name].find("nothing received for") != std::string::npos, lost[cluster.host(1).name]);
-  auto reattached = job.events("host.reattached");
-  REQUIRE(reattached.size() == 1);
-  CHECK(reattached[0].value("host", "") == cluster.host(3).name);
-  CHECK(reattached[0].value("from", "") == cluster.host(1).name);
+  check_h3_reattached_from_h1(cluster, job);
   nlohmann::json state = nlohmann::json::parse(read_text(job.run_dir() + "/state.json"));
   CHECK(state["world_size"] == 6);
   check_final_loss(job, 6);
   // h1's agent fenced itself when its supervisor fell silent: only sshd sessions stuck on dead TCP
   // connections (the supervisor's to h1, h1's relay session to h3) may stay until heal.
   for (int host : {1, 3}) {
-    std::string left;
-    bool clean = wait_until([&] {
-      left.clear();
-      for (pid_t pid : cluster.leftover_pids_on(host)) {
-        std::string cmdline = TestCluster::read_text("/proc/" + std::to_string(pid) + "/cmdline");
-        if (cmdline.rfind("sshd", 0) != 0) left += std::to_string(pid) + " " + cmdline + "\n";
-      }
-      return left.empty();
-    }, 10000);
-    CHECK_MESSAGE(clean, "still on h" << host << ":\n" << left);
+    std::string left = wait_only_sshd_left(cluster, host, 10000);
+    CHECK_MESSAGE(left.empty(), "still on h" << host << ":\n" << left);
   }
   REQUIRE(cluster.heal(1).status == 0);
   // After heal the stale sessions learn their connections are gone and end too.

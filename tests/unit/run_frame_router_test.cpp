@@ -304,3 +304,33 @@ TEST_CASE("a relay's frames go to the driver as they are: bytes of a relayed hos
   REQUIRE(s.outside.named("protocol.error").size() == 1);
   CHECK(s.outside.named("protocol.error")[0].dump().find("relay_from.data: not base64") != std::string::npos);
 }
+
+TEST_CASE("reattached: only on a re-attaching link of the same agent, and only its own live ranks' exits are fed") {
+  Scripted scripted;
+  AgentLink& h2 = *scripted.links.at("h2");
+  h2.agent_pid = 42;
+  json exits = json::array({{{"type", "exit"}, {"gen", 0}, {"rank", 3}, {"pid", 103}, {"code", 3}, {"tail", json::array()}},
+                            {{"type", "exit"}, {"gen", 0}, {"rank", 0}, {"pid", 100}, {"code", 3}, {"tail", json::array()}}});
+  json report = {{"type", "reattached"}, {"host", "h2"}, {"pid", 42}, {"detached_ms", 180},
+                 {"reason", "stdin EOF"}, {"workers", {{{"gen", 0}, {"rank", 2}, {"pid", 102}}}}, {"exits", exits}};
+
+  // Not a re-attach: a protocol error naming the host, nothing fed.
+  scripted.frame("h2", report);
+  CHECK(scripted.outside.named("protocol.error").size() == 1);
+  CHECK(scripted.outside.fed.empty());
+
+  h2.reattaching = AgentLink::Reattach{"h0", "its relay h0 was lost", 0};
+  scripted.frame("h2", report);
+  CHECK(scripted.outside.relayed == std::vector<std::string>{"h2 re-attached with 1 workers"});
+  CHECK_FALSE(h2.reattaching);
+  // Rank 3 is h2's and still live: its exit, lost with the relay, is fed now. Rank 0 is h1's.
+  auto exited = scripted.outside.fed_of_type<supervisor::WorkerExited>();
+  REQUIRE(exited.size() == 1);
+  CHECK(exited[0].rank == 3);
+
+  // Another agent answering a re-attach: the host is lost.
+  h2.reattaching = AgentLink::Reattach{"h0", "its relay h0 was lost", 0};
+  report["pid"] = 43;
+  scripted.frame("h2", report);
+  CHECK(scripted.outside.lost.size() == 1);
+}
