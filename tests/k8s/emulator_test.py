@@ -54,14 +54,14 @@ def get(kind, name):
     return json.loads(kubectl("get", kind, name, "-o", "json").stdout)
 
 
-def wait_for(what, predicate, timeout=10.0):
+def wait_for(what, predicate, timeout=10.0, describe=None):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+    raise AssertionError(f"timed out waiting for {what}" + (f": {describe()}" if describe else ""))
 
 
 def pod(name, command, **spec):
@@ -348,13 +348,19 @@ def check_jobset_validation_and_status():
 
     def terminal(name):
         return get("jobset", name)["status"].get("terminalState")
-    wait_for("JobSet done to complete", lambda: terminal("done") == "Completed", timeout=15)
-    wait_for("JobSet broken to fail", lambda: terminal("broken") == "Failed", timeout=15)
+    # Deadlines against a hang, not timings: the first full-suite minute (fuzz replays, builds of
+    # other tests' pods) once made the JobSet's pod take longer than 15 s to run `true`.
+    def state_of(name):
+        pods = kubectl("get", "pods", "-o", "json", check=False).stdout
+        return json.dumps(get("jobset", name).get("status")) + " pods: " + pods.decode(errors="replace")[:3000]
+    wait_for("JobSet done to complete", lambda: terminal("done") == "Completed", timeout=60,
+             describe=lambda: state_of("done"))
+    wait_for("JobSet broken to fail", lambda: terminal("broken") == "Failed", timeout=60)
     failed = [c for c in get("jobset", "broken")["status"]["conditions"] if c["type"] == "Failed"]
     assert failed and failed[0]["reason"] == "FailedJobs", failed
     for name in ("done", "broken"):
         kubectl("delete", "jobset", name, "--wait=false")
-    wait_for("their Jobs to go", lambda: not kubectl("get", "jobs", "-o", "name").stdout.strip(), timeout=15)
+    wait_for("their Jobs to go", lambda: not kubectl("get", "jobs", "-o", "name").stdout.strip(), timeout=60)
     print("ok: a JobSet without replicatedJobs or a template gets 422 with the cause; "
           "Completed when its Job completes, Failed (FailedJobs) when it fails")
 
