@@ -1,14 +1,15 @@
 // Fuzz target: the byte stream an agent sends the supervisor: length-prefixed frames
 // (proto::FrameDecoder), each decoded object checked by proto::parse_agent_message, and a
 // from_worker's inner message by parse_worker_message; each frame body also through
-// proto::AgentFrameParser (the driver's parser, simdjson for beats). Input: the stream's bytes.
+// proto::AgentFrameParser (the driver's parser, simdjson for beats and relay_from). Input: the stream's bytes.
 // Invariants: nothing throws; the stream decodes to the same messages and errors whether it
 // arrives at once or in 3-byte pieces; a decoded frame is an object with a string "type" and
 // re-encodes to a frame that decodes equal; an accepted message respects the catalogue's
 // ranges (an exit has exactly one of code and signal) and survives its own serialisation
 // (parse(to_json(m)) == m); errors are printable text;
 // AgentFrameParser gives every body the same message or error as the generic path, and its
-// beat fast path accepts only what the generic path accepts, with the same fields.
+// beat and relay_from fast paths accept only what the generic path accepts, with the same
+// fields.
 
 #include <cstddef>
 #include <cstdint>
@@ -98,6 +99,10 @@ void check_frame_parser(proto::AgentFrameParser& parser, std::string_view body) 
   if (std::optional<proto::AgentBeat> beat = parser.read_beat(body)) {
     check(describe_agent_message(proto::AgentMessage(std::move(*beat))) == expected,
           "a beat the fast path accepts is the generic path's beat", printable(shown, 400));
+  }
+  if (std::optional<proto::RelayFromReport> from = parser.read_relay_from(body)) {
+    check(describe_agent_message(proto::AgentMessage(std::move(*from))) == expected,
+          "a relay_from the fast path accepts is the generic path's", printable(shown, 400));
   }
 }
 

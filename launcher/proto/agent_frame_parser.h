@@ -41,6 +41,8 @@ class AgentFrameParser {
   /// The fast path alone (tests, fuzzing): the beat in `body`, or nullopt when `body` is not a
   /// beat that passes every check (parse() then takes the generic path).
   std::optional<AgentBeat> read_beat(std::string_view body);
+  /// The same for relay_from, which carries a relayed host's stream (most of the bytes at scale).
+  std::optional<RelayFromReport> read_relay_from(std::string_view body);
 
  private:
   struct Simdjson;  // keeps simdjson.h (large) out of the driver's includes

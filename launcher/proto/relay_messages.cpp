@@ -11,11 +11,10 @@ using nlohmann::json;
 
 namespace {
 
-constexpr size_t kMaxHostBytes = 1024;
+constexpr size_t kMaxHostBytes = kMaxRelayHostBytes;
 constexpr size_t kMaxPathBytes = 4096;
-constexpr size_t kMaxReasonBytes = 64 << 10;
-// Senders cut a relayed stream into pieces of kMaxRelayChunkBytes; base64 makes 4 of every 3.
-constexpr size_t kMaxEncodedChunk = (kMaxRelayChunkBytes + 2) / 3 * 4;
+constexpr size_t kMaxReasonBytes = kMaxRelayReasonBytes;
+constexpr size_t kMaxEncodedChunk = kMaxRelayEncodedChunkBytes;
 
 std::string read_data(FieldReader& reader, std::string_view key, bool required) {
   std::optional<std::string> text =

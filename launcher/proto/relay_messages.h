@@ -37,6 +37,11 @@ inline constexpr size_t kMaxRelayChildren = 65'536;
 /// A relayed stream travels in pieces of at most this many bytes (relay_to, relay_from): a frame
 /// of the agent protocol may be up to kMaxFrameBytes, and base64 makes it a third larger.
 inline constexpr size_t kMaxRelayChunkBytes = 1 << 20;
+/// A piece's `data` as it travels: base64 makes 4 bytes of every 3.
+inline constexpr size_t kMaxRelayEncodedChunkBytes = (kMaxRelayChunkBytes + 2) / 3 * 4;
+/// Longest host name, and longest reason or diagnostics text, in a relay message.
+inline constexpr size_t kMaxRelayHostBytes = 1024;
+inline constexpr size_t kMaxRelayReasonBytes = 64 << 10;
 
 /// How a relay reaches its children: the part of the run's SSH settings (transport::SshOptions)
 /// that travels. Paths are read on the relay's host.

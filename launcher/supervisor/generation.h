@@ -18,6 +18,7 @@ struct Generation {
   std::vector<RankStatus> ranks;  ///< by rank, as in the plan it runs
   int started = 0;                ///< ranks running: reported `started`, or carried over in place
   int comm_ready = 0;             ///< ranks whose communicator is up
+  int exited = 0;                 ///< ranks that exited 0 while it ran (a cheap test before a full scan)
   int64_t started_ms = 0;         ///< monotonic: launched, or continued in place
   int64_t spawned_ms = 0;         ///< monotonic; 0 until GenerationSpawned
   int64_t start_step = -1;        ///< the step it starts from: progress is a step past it

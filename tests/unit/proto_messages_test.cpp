@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fuzz/message_invariants.h"
+#include "launcher/base/base64.h"
 #include "launcher/proto/agent_frame_parser.h"
 #include "launcher/proto/agent_messages.h"
 #include "launcher/proto/frame.h"
@@ -432,6 +433,42 @@ TEST_CASE("a bad field of a beat is the agent's error, a bad held worker beat th
   REQUIRE(parsed.ok());
   CHECK(describe(parsed) == describe(parse_generically(beat.dump())));
   CHECK(std::get<AgentBeat>(*parsed).worker_beats.at(0).failed_request_id == 7);
+}
+
+TEST_CASE("a relay_from reads the same on the fast path as through nlohmann's DOM, wrong fields included") {
+  AgentFrameParser parser;
+  // A relayed host's beat frame, as a relay carries it.
+  std::string carried = encode_frame(full_agent_beat());
+  std::string encoded = base64_encode(carried);
+  json from = {{"type", "relay_from"}, {"host", "h17"}, {"data", encoded}, {"diagnostics", "ssh: warning"}};
+  std::optional<RelayFromReport> fast = parser.read_relay_from(from.dump());
+  REQUIRE(fast.has_value());
+  CHECK(fast->host == "h17");
+  CHECK(fast->data == carried);  // the bytes, decoded, as the generic path gives them
+  CHECK(fast->diagnostics == "ssh: warning");
+  CHECK(describe(AgentMessage(*fast)) == describe(parse_generically(from.dump())));
+
+  const std::vector<json> replacements = {json(nullptr), json("x"),   json("not base64!"), json(""),
+                                          json(1),       json(true),  json::array(),       json::object(),
+                                          json(std::string(1025, 'h')), json(std::string(70'000, 'A'))};
+  int compared = 0, fast_accepted = 0, refused = 0;
+  auto compare = [&](const json& variant) {
+    std::string body = variant.dump();
+    CAPTURE(body.substr(0, 200));
+    Result<AgentMessage> generic = parse_generically(body);
+    CHECK(describe(parser.parse(body)) == describe(generic));
+    if (std::optional<RelayFromReport> accepted = parser.read_relay_from(body)) {
+      ++fast_accepted;
+      CHECK(describe(AgentMessage(*accepted)) == describe(generic));
+    }
+    ++compared;
+    if (!generic) ++refused;
+  };
+  for (const json& replacement : replacements) each_variant(from, replacement, compare);
+  each_variant(from, std::nullopt, compare);
+  CHECK(compared > 40);
+  CHECK(refused > 10);
+  CHECK(fast_accepted > 5);
 }
 
 TEST_CASE("JSON corner cases take the generic path or agree with it: duplicates, escapes, bad bytes") {
