@@ -589,7 +589,7 @@ int show_run(const std::string& id, bool as_json, int event_count, bool all) {
   }
   // The plan of the generation state.json names; before generation 0 starts there is none.
   int generation = std::max(0, state->generation);
-  Result<PlanRecord> plan = read_plan_record(*run, generation);
+  Result<PlanRecord> plan = read_plan_record(*run, generation, as_json ? PlanJson::keep : PlanJson::drop);
   if (as_json) {
     json shown_events = json::array();
     for (const LoggedEvent& event : events) shown_events.push_back(to_json(event));

@@ -46,9 +46,14 @@ struct PlanRecord {
 /// Takes `plan` by value: the record keeps it (move it in; a 16,384-rank plan is megabytes).
 Result<PlanRecord> parse_plan_record(nlohmann::json plan, int generation, const std::string& where);
 
+/// Whether a plan read back keeps its JSON (PlanRecord::json, for `dtrain status --json`).
+/// Without it a plan as dtrain writes it is read on a faster parser (simdjson; same record, and
+/// any doubt goes the nlohmann way, which words the error).
+enum class PlanJson { keep, drop };
+
 /// Reads run.plan_path(generation). A missing file is an infra error that says so ("no
 /// plan-<gen>.json").
-Result<PlanRecord> read_plan_record(const RunDirectory& run, int generation);
+Result<PlanRecord> read_plan_record(const RunDirectory& run, int generation, PlanJson keep = PlanJson::keep);
 
 /// Largest plan-<gen>.json read back (by status, resume and report): a plan is about 100 bytes
 /// per rank, 50 MiB for half a million ranks.
