@@ -245,12 +245,16 @@ Result<PlanRecord> read_plan_record(const RunDirectory& run, int generation, Pla
   }
   Result<std::string> text = read_plan_text(path);
   if (!text) return text.error();
+  return parse_plan_text(*text, generation, path, keep);
+}
+
+Result<PlanRecord> parse_plan_text(const std::string& text, int generation, const std::string& where, PlanJson keep) {
   if (keep == PlanJson::drop) {
-    if (std::optional<PlanRecord> plain = read_plain_plan(*text, generation)) return std::move(*plain);
+    if (std::optional<PlanRecord> plain = read_plain_plan(text, generation)) return std::move(*plain);
   }
-  json plan = json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (plan.is_discarded()) return Error::infra(path + ": not valid JSON; the file is damaged");
-  return parse_plan_record(std::move(plan), generation, path);
+  json plan = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (plan.is_discarded()) return Error::infra(where + ": not valid JSON; the file is damaged");
+  return parse_plan_record(std::move(plan), generation, where);
 }
 
 bool same_layout(const PlanRecord& a, const PlanRecord& b) {

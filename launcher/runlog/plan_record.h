@@ -55,6 +55,10 @@ enum class PlanJson { keep, drop };
 /// plan-<gen>.json").
 Result<PlanRecord> read_plan_record(const RunDirectory& run, int generation, PlanJson keep = PlanJson::keep);
 
+/// A plan file's text read as read_plan_record does (`where` names it in errors).
+Result<PlanRecord> parse_plan_text(const std::string& text, int generation, const std::string& where,
+                                   PlanJson keep = PlanJson::keep);
+
 /// Largest plan-<gen>.json read back (by status, resume and report): a plan is about 100 bytes
 /// per rank, 50 MiB for half a million ranks.
 inline constexpr size_t kMaxPlanFileBytes = size_t{256} << 20;
