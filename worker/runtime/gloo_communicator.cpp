@@ -169,7 +169,8 @@ std::string local_address_toward(const std::string& master_addr) {
 struct PeerSocket {
   int fd = -1;  // -1: not found, the peer watch leaves that peer to Gloo
   ino_t inode = 0;
-  std::string address;  // the far end, as Gloo prints addresses: "[10.0.0.2]:41234"
+  std::string address;       // the far end, as Gloo prints addresses: "[10.0.0.2]:41234"
+  std::string pair_address;  // the peer's pair address for this rank, the same way
 };
 
 /// A transfer that the peer watch ended: that peer's connection closed.
@@ -253,12 +254,19 @@ std::vector<PeerSocket> find_peer_sockets(gloo::rendezvous::Context& context, co
         }
       }
     }
+    if (theirs && theirs->getSockaddr().ss_family == AF_INET) {
+      found[static_cast<size_t>(peer)].pair_address =
+          printed(reinterpret_cast<const sockaddr_in&>(theirs->getSockaddr()));
+    }
     for (const InetSocket& socket : sockets) {
       if (!socket.remote) continue;
       bool accepted = own != nullptr && same_address(socket.local, own->getSockaddr());
       bool connected = theirs && same_address(*socket.remote, theirs->getSockaddr());
       if (accepted || connected) {
-        found[static_cast<size_t>(peer)] = PeerSocket{socket.fd, socket.inode, printed(*socket.remote)};
+        PeerSocket& entry = found[static_cast<size_t>(peer)];
+        entry.fd = socket.fd;
+        entry.inode = socket.inode;
+        entry.address = printed(*socket.remote);
         break;
       }
     }
@@ -394,20 +402,19 @@ class GlooCommunicator final : public Communicator {
     PeerWait(GlooCommunicator& owner, gloo::transport::UnboundBuffer& buffer, int peer, bool receiving)
         : owner_(owner) {
       std::lock_guard lock(owner_.interrupted_mutex_);
-      owner_.peer_waits_.push_back({&buffer, peer, receiving});
-      entry_ = &owner_.peer_waits_.back();
+      entry_ = owner_.peer_waits_.insert(owner_.peer_waits_.end(), Waiting{&buffer, peer, receiving});
       owner_.peer_watch_changed_.notify_all();
     }
     ~PeerWait() {
       std::lock_guard lock(owner_.interrupted_mutex_);
-      owner_.peer_waits_.remove_if([this](const Waiting& waiting) { return &waiting == entry_; });
+      owner_.peer_waits_.erase(entry_);
     }
     PeerWait(const PeerWait&) = delete;
     PeerWait& operator=(const PeerWait&) = delete;
 
    private:
     GlooCommunicator& owner_;
-    const void* entry_ = nullptr;
+    std::list<Waiting>::iterator entry_;  // a list's iterators stay valid while others come and go
   };
 
   void wait_send(gloo::transport::UnboundBuffer& buffer, int peer, Millis timeout) {
@@ -612,6 +619,14 @@ class GlooCommunicator final : public Communicator {
     int swapped = ((port & 0xFF) << 8) | (port >> 8);
     std::string as_printed = match[1].str() + std::to_string(port) + " ";
     std::string as_swapped = match[1].str() + std::to_string(swapped) + " ";
+    // Gloo names the far end of the connection it lost (the peer's pair address, or the far
+    // end of the socket): both are known here since the rendezvous, without asking the store.
+    for (int peer = 0; peer < size(); ++peer) {
+      const PeerSocket& socket = peer_sockets_.at(static_cast<size_t>(peer));
+      for (const std::string& known : {socket.address, socket.pair_address}) {
+        if (!known.empty() && (known + " " == as_printed || known + " " == as_swapped)) return global(peer);
+      }
+    }
     for (int peer = 0; peer < size(); ++peer) {
       if (peer == rank()) continue;
       Result<std::optional<std::string>> endpoints = kv_.get(kEndpointsPrefix + std::to_string(global(peer)));
