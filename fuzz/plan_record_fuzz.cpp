@@ -12,39 +12,18 @@
 
 #include "fuzz/fuzz_check.h"
 #include "fuzz/message_invariants.h"
+#include "fuzz/plan_invariants.h"
 #include "launcher/runlog/plan_record.h"
 
 using namespace dtrain;
 using namespace dtrain::fuzz;
 
-namespace {
-
-std::string shown(const Result<PlanRecord>& read) {
-  if (!read) return "error: " + read.error().message;
-  std::string text = std::to_string(read->world_size) + " " + std::to_string(read->data) + "x" +
-                     std::to_string(read->pipeline) + "x" + std::to_string(read->tensor) + " " +
-                     std::to_string(read->global_batch) + "/" + std::to_string(read->micro_batch) + "/" +
-                     std::to_string(read->grad_accum);
-  for (const std::string& host : read->without) text += " -" + host;
-  for (const std::string& host : read->spares_used) text += " +" + host;
-  for (const PlanRecord::Host& host : read->hosts) {
-    text += " |" + host.name + (host.spare ? "*" : "");
-    for (const PlanRecord::Rank& rank : host.ranks) {
-      text += " " + std::to_string(rank.rank) + ":" + std::to_string(rank.dp) + "," + std::to_string(rank.pp) + "," +
-              std::to_string(rank.tp);
-    }
-  }
-  return text;
-}
-
-}  // namespace
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string text(as_text(data, size));
   Result<PlanRecord> kept = parse_plan_text(text, 2, "plan-2.json", PlanJson::keep);
   Result<PlanRecord> dropped = parse_plan_text(text, 2, "plan-2.json", PlanJson::drop);
-  check(shown(kept) == shown(dropped), "a plan reads the same with and without its JSON",
-        printable(shown(kept), 300) + "\n  without: " + printable(shown(dropped), 300));
+  check(describe_plan_record(kept) == describe_plan_record(dropped), "a plan reads the same with and without its JSON",
+        printable(describe_plan_record(kept), 300) + "\n  without: " + printable(describe_plan_record(dropped), 300));
   if (!kept) {
     check(!kept.error().message.empty(), "an error says what is wrong");
     check_printable(kept.error().message, "an error about a plan file is printable");

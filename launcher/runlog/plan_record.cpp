@@ -5,9 +5,8 @@
 #include <limits>
 #include <map>
 #include <optional>
-#include <unistd.h>
-
 #include <unordered_map>
+#include <unistd.h>
 
 #include <simdjson.h>
 

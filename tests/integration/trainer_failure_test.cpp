@@ -23,6 +23,17 @@ bool reached_step(const std::vector<ReceivedMessage>& messages, int rank, int st
   return false;
 }
 
+/// Starts 3 trainers with a long comm timeout (the survivors of a death must notice it
+/// themselves, not time out) and waits until ranks 0 and 1 beat step `step`.
+void start_three_trainers(FakeAgent& agent, std::vector<std::string> model, const std::string& global_batch,
+                          int step) {
+  std::vector<std::string> command = {kTrainer, "--steps", "100000000", "--log-every", "0", "--comm-timeout-ms", "120000"};
+  command.insert(command.end(), model.begin(), model.end());
+  agent.spawn(3, command,
+              {{"DTRAIN_HEARTBEAT_INTERVAL_MS", "0"}, {"DTRAIN_GLOBAL_BATCH", global_batch}, {"DTRAIN_MICRO_BATCH", "1"}});
+  REQUIRE(agent.wait_for([step](const auto& m) { return reached_step(m, 0, step) && reached_step(m, 1, step); }, 120s));
+}
+
 /// Kills rank 2 of 3 and checks that ranks 0 and 1 exit 1 within 60 s (their comm timeout is
 /// longer: they must notice the death itself), failing an all-reduce that names a peer.
 void kill_rank_2_and_check_survivors(FakeAgent& agent) {
@@ -59,24 +70,19 @@ bool names_rank_2(const std::string& log) {
 
 TEST_CASE("trainer: SIGKILL of one rank makes the others fail fast, naming the operation and the peer") {
   FakeAgent agent;
-  // A long comm timeout: the survivors must notice the death itself, not time out.
-  agent.spawn(3, {kTrainer, "--steps", "100000000", "--log-every", "0", "--comm-timeout-ms", "120000"},
-              {{"DTRAIN_HEARTBEAT_INTERVAL_MS", "0"}, {"DTRAIN_GLOBAL_BATCH", "6"}, {"DTRAIN_MICRO_BATCH", "1"}});
-  REQUIRE(agent.wait_for([](const auto& m) { return reached_step(m, 0, 20) && reached_step(m, 2, 20); }, 60s));
+  start_three_trainers(agent, {}, "6", 20);
   kill_rank_2_and_check_survivors(agent);
   INFO("rank 0 log:\n" << agent.log(0) << "\nrank 1 log:\n" << agent.log(1));
   CHECK((names_rank_2(agent.log(0)) || names_rank_2(agent.log(1))));
 }
 
 TEST_CASE("trainer: a rank killed while its large message is half received does not leave the receiver waiting") {
-  // 3 ranks, 8M float64 parameters: each ring step moves ~21 MB, so at the SIGKILL the dead
-  // rank is almost always in the middle of a message. Gloo closes the connection but does not
-  // end a wait on a message that had begun to arrive; dtrain's peer watch does.
+  // 3 ranks, 8M float64 parameters: each ring step moves ~21 MB, so at the SIGKILL a survivor
+  // is often reading the dead rank's message (most runs on an idle machine; fewer under load,
+  // when Gloo's own error comes first). Gloo closes the connection but does not end a wait on a
+  // message that had begun to arrive; the peer watch (gloo_peer_watch.h) does.
   FakeAgent agent;
-  agent.spawn(3, {kTrainer, "--steps", "100000000", "--log-every", "0", "--comm-timeout-ms", "120000", "--inputs",
-                  "2048", "--hidden", "2048", "--layers", "2"},
-              {{"DTRAIN_HEARTBEAT_INTERVAL_MS", "0"}, {"DTRAIN_GLOBAL_BATCH", "3"}, {"DTRAIN_MICRO_BATCH", "1"}});
-  REQUIRE(agent.wait_for([](const auto& m) { return reached_step(m, 0, 3) && reached_step(m, 1, 3); }, 120s));
+  start_three_trainers(agent, {"--inputs", "2048", "--hidden", "2048", "--layers", "2"}, "3", 3);
   kill_rank_2_and_check_survivors(agent);
   INFO("rank 0 log:\n" << agent.log(0) << "\nrank 1 log:\n" << agent.log(1));
   CHECK((names_rank_2(agent.log(0)) || names_rank_2(agent.log(1))));

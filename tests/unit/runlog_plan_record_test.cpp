@@ -7,6 +7,7 @@
 #include <string>
 #include <unistd.h>
 
+#include "fuzz/plan_invariants.h"
 #include "launcher/base/fd.h"
 #include "launcher/plan/rank_plan.h"
 #include "launcher/runlog/plan_record.h"
@@ -124,29 +125,6 @@ TEST_CASE("plan_history_text compares with plan-0.json and counts re-plans acros
   CHECK(absent.error().message == "no plan-3.json in " + dir.path);
 }
 
-namespace {
-
-/// A record as text, every field status reads, for comparing two reads of one file.
-std::string shown(const Result<PlanRecord>& read) {
-  if (!read) return "error: " + read.error().message;
-  const PlanRecord& plan = *read;
-  std::string text = std::to_string(plan.generation) + " " + std::to_string(plan.world_size) + " " +
-                     std::to_string(plan.data) + "x" + std::to_string(plan.pipeline) + "x" +
-                     std::to_string(plan.tensor) + " " + std::to_string(plan.global_batch) + "/" +
-                     std::to_string(plan.micro_batch) + "/" + std::to_string(plan.grad_accum) + " without " +
-                     json(plan.without).dump() + " spares " + json(plan.spares_used).dump();
-  for (const PlanRecord::Host& host : plan.hosts) {
-    text += " | " + host.name + (host.spare ? " (spare)" : "");
-    for (const PlanRecord::Rank& rank : host.ranks) {
-      text += " " + std::to_string(rank.rank) + "(" + std::to_string(rank.dp) + "," + std::to_string(rank.pp) + "," +
-              std::to_string(rank.tp) + ")";
-    }
-  }
-  return text;
-}
-
-}  // namespace
-
 TEST_CASE("a plan read without its JSON (the faster parser) is the same record, damaged files included") {
   TempDir dir;
   RunDirectory run = RunDirectory::at(dir.path, "t");
@@ -156,14 +134,14 @@ TEST_CASE("a plan read without its JSON (the faster parser) is the same record, 
     Result<PlanRecord> kept = read_plan_record(run, 0, PlanJson::keep);
     Result<PlanRecord> dropped = read_plan_record(run, 0, PlanJson::drop);
     CAPTURE(plan.dump().substr(0, 300));
-    CHECK(shown(dropped) == shown(kept));
+    CHECK(fuzz::describe_plan_record(dropped) == fuzz::describe_plan_record(kept));
     ++compared;
     if (!kept) ++refused;
   };
   compare(plan_json());
   compare(plan_json({"b", "c"}));
   CHECK(read_plan_record(run, 0, PlanJson::drop)->json.is_null());  // the plain plan took the fast path
-  CHECK(shown(read_plan_record(run, 0, PlanJson::drop)).find("| a 0(0,0,0) 1(0,0,1) | d 2(1,0,0)") != std::string::npos);
+  CHECK(fuzz::describe_plan_record(read_plan_record(run, 0, PlanJson::drop)).find("| a 0(0,0,0) 1(0,0,1) | d 2(1,0,0)") != std::string::npos);
   // Every field and array item of a real plan replaced by a wrong value, or removed.
   const std::vector<json> replacements = {json(nullptr), json("x"), json(1.5), json(2.0), json(-1), json(99),
                                           json(4294967296), json(true), json::array(), json::object()};

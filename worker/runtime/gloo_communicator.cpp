@@ -5,21 +5,15 @@
 #include <signal.h>
 #include <netdb.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <cstring>
-#include <filesystem>
-#include <list>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <regex>
-#include <set>
-#include <thread>
 
 #include <gloo/broadcast.h>
 #include <gloo/rendezvous/context.h>
@@ -30,6 +24,7 @@
 #include <gloo/types.h>
 
 #include "worker/runtime/communicators.h"
+#include "worker/runtime/gloo_peer_watch.h"
 
 namespace dtrain::worker {
 namespace {
@@ -40,8 +35,6 @@ constexpr const char* kEndpointsPrefix = "gloo-endpoints/";
 // ring all-reduce have their own.
 constexpr uint8_t kPointToPointSlotPrefix = 0x70;
 constexpr uint8_t kRingSlotPrefix = 0x71;
-// How often the peer watch looks at the connections that waits depend on.
-constexpr Millis kPeerWatchInterval{250};
 
 /// gloo::rendezvous::Store over our KV store, in the namespace of one group (each group's
 /// context rendezvouses separately). Values are hex so that any byte survives JSON.
@@ -165,114 +158,11 @@ std::string local_address_toward(const std::string& master_addr) {
   return address;
 }
 
-/// One peer's connection socket, found after the rendezvous (see find_peer_sockets).
-struct PeerSocket {
-  int fd = -1;  // -1: not found, the peer watch leaves that peer to Gloo
-  ino_t inode = 0;
-  std::string address;       // the far end, as Gloo prints addresses: "[10.0.0.2]:41234"
-  std::string pair_address;  // the peer's pair address for this rank, the same way
-};
-
 /// A transfer that the peer watch ended: that peer's connection closed.
 struct PeerGone : std::runtime_error {
   PeerGone(int index, const std::string& what) : std::runtime_error(what), index(index) {}
   int index;
 };
-
-/// Each IPv4 socket of this process: its descriptor and both ends (remote unset when not
-/// connected).
-struct InetSocket {
-  int fd;
-  ino_t inode;
-  sockaddr_in local;
-  std::optional<sockaddr_in> remote;
-};
-
-std::vector<InetSocket> inet_sockets() {
-  std::vector<InetSocket> sockets;
-  std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", error)) {
-    int fd = std::atoi(entry.path().filename().c_str());
-    sockaddr_in local{};
-    socklen_t length = sizeof(local);
-    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) != 0 || local.sin_family != AF_INET) continue;
-    struct stat status {};
-    if (::fstat(fd, &status) != 0) continue;
-    InetSocket socket{fd, status.st_ino, local, std::nullopt};
-    sockaddr_in remote{};
-    length = sizeof(remote);
-    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&remote), &length) == 0 && remote.sin_family == AF_INET) {
-      socket.remote = remote;
-    }
-    sockets.push_back(socket);
-  }
-  return sockets;
-}
-
-/// An address as Gloo prints it: "[127.0.0.1]:41234".
-std::string printed(const sockaddr_in& address) {
-  char text[INET_ADDRSTRLEN] = "?";
-  ::inet_ntop(AF_INET, &address.sin_addr, text, sizeof(text));
-  return "[" + std::string(text) + "]:" + std::to_string(ntohs(address.sin_port));
-}
-
-bool same_address(const sockaddr_in& a, const sockaddr_storage& b) {
-  if (b.ss_family != AF_INET) return false;
-  const auto& other = reinterpret_cast<const sockaddr_in&>(b);
-  return a.sin_port == other.sin_port && a.sin_addr.s_addr == other.sin_addr.s_addr;
-}
-
-/// Every local TCP endpoint of this process as Gloo prints addresses ("[127.0.0.1]:41234"):
-/// its listening socket and its end of every connection. Published after rendezvous so that a
-/// peer's I/O error, which names the far end of a broken connection, can be traced to a rank.
-std::string local_endpoints() {
-  std::string endpoints;
-  for (const InetSocket& socket : inet_sockets()) endpoints += printed(socket.local) + " ";
-  return endpoints;
-}
-
-/// The socket of each peer's connection (by index), just after connectFullMesh. Of the two
-/// ends of a connection, the one whose pair address is lower accepted it (its socket's local
-/// address is its pair address), the other connected to that address (the peer's pair address
-/// for this rank, which the peer published in the store as connectFullMesh lays it out: one
-/// address per other rank, in rank order).
-std::vector<PeerSocket> find_peer_sockets(gloo::rendezvous::Context& context, const KvGlooStore& store) {
-  std::vector<PeerSocket> found(static_cast<size_t>(context.size));
-  std::vector<InetSocket> sockets = inet_sockets();
-  for (int peer = 0; peer < context.size; ++peer) {
-    if (peer == context.rank) continue;
-    const auto* own = dynamic_cast<const gloo::transport::tcp::Address*>(&context.getPair(peer)->address());
-    std::optional<gloo::transport::tcp::Address> theirs;
-    if (std::optional<std::vector<char>> all = store.known(std::to_string(peer)); all && context.size > 1) {
-      size_t each = all->size() / static_cast<size_t>(context.size - 1);
-      size_t position = static_cast<size_t>(context.rank > peer ? context.rank - 1 : context.rank);
-      if (each > 0 && (position + 1) * each <= all->size()) {
-        try {
-          theirs.emplace(std::vector<char>(all->begin() + static_cast<long>(position * each),
-                                           all->begin() + static_cast<long>((position + 1) * each)));
-        } catch (const std::exception&) {
-        }
-      }
-    }
-    if (theirs && theirs->getSockaddr().ss_family == AF_INET) {
-      found[static_cast<size_t>(peer)].pair_address =
-          printed(reinterpret_cast<const sockaddr_in&>(theirs->getSockaddr()));
-    }
-    for (const InetSocket& socket : sockets) {
-      if (!socket.remote) continue;
-      bool accepted = own != nullptr && same_address(socket.local, own->getSockaddr());
-      bool connected = theirs && same_address(*socket.remote, theirs->getSockaddr());
-      if (accepted || connected) {
-        PeerSocket& entry = found[static_cast<size_t>(peer)];
-        entry.fd = socket.fd;
-        entry.inode = socket.inode;
-        entry.address = printed(*socket.remote);
-        break;
-      }
-    }
-  }
-  return found;
-}
 
 class GlooCommunicator final : public Communicator {
  public:
@@ -283,20 +173,13 @@ class GlooCommunicator final : public Communicator {
         group_(std::move(group)),
         sent_(group_.ranks.size(), 0),
         received_(group_.ranks.size(), 0),
-        peer_sockets_(std::move(peer_sockets)) {
+        peer_watch_(std::move(peer_sockets)) {
     if (interrupts) {
       registration_ = CommInterrupts::add(interrupts, [this](const std::string& why) { interrupt(why); });
     }
-    if (size() > 1) peer_watch_ = std::thread([this] { watch_peers(); });
   }
   ~GlooCommunicator() override {
     registration_.reset();  // before anything an interrupt touches is destroyed
-    {
-      std::lock_guard lock(interrupted_mutex_);
-      stopping_ = true;
-    }
-    peer_watch_changed_.notify_all();
-    if (peer_watch_.joinable()) peer_watch_.join();
   }
 
   /// A collective after this fails at once, saying so. The peers see this rank leave when the
@@ -387,46 +270,18 @@ class GlooCommunicator final : public Communicator {
     gloo::transport::UnboundBuffer* buffer_;
   };
 
-  /// A wait for one buffer's transfer with one peer (an index in the group), watched by
-  /// watch_peers(): Gloo ends such a wait when the peer's connection breaks only if the message
-  /// had not begun to arrive or leave (see InFlight), so a survivor whose peer died while
-  /// that peer's message was half read waited the collective's whole timeout (seen in CI: a
-  /// 3-rank ring, 60 s and counting with a 120 s timeout, its left peer already exited).
-  struct Waiting {
-    gloo::transport::UnboundBuffer* buffer;
-    int peer;
-    bool receiving;
-  };
-  class PeerWait {
-   public:
-    PeerWait(GlooCommunicator& owner, gloo::transport::UnboundBuffer& buffer, int peer, bool receiving)
-        : owner_(owner) {
-      std::lock_guard lock(owner_.interrupted_mutex_);
-      entry_ = owner_.peer_waits_.insert(owner_.peer_waits_.end(), Waiting{&buffer, peer, receiving});
-      owner_.peer_watch_changed_.notify_all();
-    }
-    ~PeerWait() {
-      std::lock_guard lock(owner_.interrupted_mutex_);
-      owner_.peer_waits_.erase(entry_);
-    }
-    PeerWait(const PeerWait&) = delete;
-    PeerWait& operator=(const PeerWait&) = delete;
-
-   private:
-    GlooCommunicator& owner_;
-    std::list<Waiting>::iterator entry_;  // a list's iterators stay valid while others come and go
-  };
-
+  // Each wait is on one peer (an index in the group) and watched (gloo_peer_watch.h): Gloo
+  // does not end every wait whose peer's connection broke.
   void wait_send(gloo::transport::UnboundBuffer& buffer, int peer, Millis timeout) {
     {
-      PeerWait watched(*this, buffer, peer, false);
+      PeerWatch::Waiting watched(peer_watch_, buffer, peer, false);
       if (buffer.waitSend(timeout)) return;
     }
     end_aborted_wait(peer, "send", [&] { return buffer.waitSend(Millis(1)); });
   }
   void wait_recv(gloo::transport::UnboundBuffer& buffer, int peer, Millis timeout) {
     {
-      PeerWait watched(*this, buffer, peer, true);
+      PeerWatch::Waiting watched(peer_watch_, buffer, peer, true);
       if (buffer.waitRecv(timeout)) return;
     }
     end_aborted_wait(peer, "receive", [&] { return buffer.waitRecv(Millis(1)); });
@@ -438,55 +293,13 @@ class GlooCommunicator final : public Communicator {
   /// Otherwise `wait_again` times out, which closes this context's connections; it is broken.
   template <class WaitAgain>
   void end_aborted_wait(int peer, const char* direction, WaitAgain wait_again) {
-    bool peer_failed;
-    {
-      std::lock_guard lock(interrupted_mutex_);
-      if (interrupted_) throw gloo::IoException(std::string(direction) + " interrupted");
-      peer_failed = failed_peers_.count(peer) != 0;
-    }
-    if (!peer_failed) throw gloo::IoException(std::string(direction) + " interrupted");
+    if (interrupted() || !peer_watch_.failed(peer)) throw gloo::IoException(std::string(direction) + " interrupted");
     try {
       if (wait_again()) return;
     } catch (const std::exception&) {
     }
-    throw PeerGone(peer, std::string("its connection (") + peer_sockets_.at(static_cast<size_t>(peer)).address +
+    throw PeerGone(peer, std::string("its connection (") + peer_watch_.socket(peer).address +
                              ") closed while a " + direction + " with it was under way");
-  }
-
-  /// The peer watch's thread: while a wait is under way, every kPeerWatchInterval looks at
-  /// each waited-for peer's connection, and aborts the waits on one that Gloo has closed.
-  void watch_peers() {
-    std::unique_lock lock(interrupted_mutex_);
-    while (!stopping_) {
-      if (peer_waits_.empty()) {
-        peer_watch_changed_.wait(lock, [&] { return stopping_ || !peer_waits_.empty(); });
-        continue;
-      }
-      peer_watch_changed_.wait_for(lock, kPeerWatchInterval, [&] { return stopping_; });
-      if (stopping_) break;
-      for (const Waiting& waiting : peer_waits_) {
-        if (failed_peers_.count(waiting.peer) == 0 && connection_closed(waiting.peer)) {
-          failed_peers_.insert(waiting.peer);
-        }
-      }
-      for (const Waiting& waiting : peer_waits_) {
-        if (failed_peers_.count(waiting.peer) == 0) continue;
-        if (waiting.receiving) {
-          waiting.buffer->abortWaitRecv();
-        } else {
-          waiting.buffer->abortWaitSend();
-        }
-      }
-    }
-  }
-
-  /// Gloo closes a connection's socket when the connection fails (the peer closed or reset
-  /// it, a write failed, a wait timed out): the descriptor is then gone or another file.
-  bool connection_closed(int peer) const {
-    const PeerSocket& socket = peer_sockets_.at(static_cast<size_t>(peer));
-    if (socket.fd < 0) return false;  // not found after the rendezvous: not watched
-    struct stat now {};
-    return ::fstat(socket.fd, &now) != 0 || now.st_ino != socket.inode;
   }
 
   /// Sum over the ring, in place: a reduce-scatter (size - 1 steps: pass chunk i on to the
@@ -617,22 +430,19 @@ class GlooCommunicator final : public Communicator {
     // This Gloo prints some ports in network byte order: accept either reading.
     int port = std::stoi(match[2].str()) & 0xFFFF;
     int swapped = ((port & 0xFF) << 8) | (port >> 8);
-    std::string as_printed = match[1].str() + std::to_string(port) + " ";
-    std::string as_swapped = match[1].str() + std::to_string(swapped) + " ";
+    const std::string as_printed = match[1].str() + std::to_string(port);
+    const std::string as_swapped = match[1].str() + std::to_string(swapped);
     // Gloo names the far end of the connection it lost (the peer's pair address, or the far
-    // end of the socket): both are known here since the rendezvous, without asking the store.
-    for (int peer = 0; peer < size(); ++peer) {
-      const PeerSocket& socket = peer_sockets_.at(static_cast<size_t>(peer));
-      for (const std::string& known : {socket.address, socket.pair_address}) {
-        if (!known.empty() && (known + " " == as_printed || known + " " == as_swapped)) return global(peer);
-      }
+    // end of the socket): the peer watch knows both since the rendezvous.
+    for (const std::string& address : {as_printed, as_swapped}) {
+      if (std::optional<int> peer = peer_watch_.peer_at(address)) return global(*peer);
     }
     for (int peer = 0; peer < size(); ++peer) {
       if (peer == rank()) continue;
       Result<std::optional<std::string>> endpoints = kv_.get(kEndpointsPrefix + std::to_string(global(peer)));
       if (!endpoints || !endpoints->has_value()) continue;
-      const std::string& list = **endpoints;
-      if (list.find(as_printed) != std::string::npos || list.find(as_swapped) != std::string::npos) {
+      const std::string& list = **endpoints;  // each address followed by a space
+      if (list.find(as_printed + " ") != std::string::npos || list.find(as_swapped + " ") != std::string::npos) {
         return global(peer);
       }
     }
@@ -648,16 +458,11 @@ class GlooCommunicator final : public Communicator {
   bool broken_ = false;
   std::string broken_reason_;
   std::vector<char> scratch_;  // the ring's incoming chunk
-  std::mutex interrupted_mutex_;  // interrupted_, in_flight_ and the peer watch's state
+  std::mutex interrupted_mutex_;  // interrupted_ and in_flight_
   std::optional<std::string> interrupted_;
   std::vector<gloo::transport::UnboundBuffer*> in_flight_;
   std::unique_ptr<CommInterrupts::Registration> registration_;
-  std::vector<PeerSocket> peer_sockets_;  // by index
-  std::list<Waiting> peer_waits_;         // the waits under way, each with its peer
-  std::set<int> failed_peers_;            // indexes whose connection Gloo closed
-  bool stopping_ = false;
-  std::condition_variable peer_watch_changed_;
-  std::thread peer_watch_;  // last: started after, and joined before, what it reads
+  PeerWatch peer_watch_;  // after context_: destroyed (its thread joined) first
 };
 
 }  // namespace
@@ -724,7 +529,8 @@ Result<std::unique_ptr<Communicator>> make_gloo_communicator(KvClient& kv, const
     // Best effort: without it errors name the whole group instead of the peer. A process in
     // several groups republishes a superset (every socket it has) after each.
     (void)kv.set(kEndpointsPrefix + std::to_string(group.global_rank()), local_endpoints());
-    std::vector<PeerSocket> peer_sockets = find_peer_sockets(*context, store);
+    std::vector<PeerSocket> peer_sockets =
+        find_peer_sockets(*context, [&](int peer) { return store.known(std::to_string(peer)); });
     return std::unique_ptr<Communicator>(
         std::make_unique<GlooCommunicator>(context, kv, group, interrupts, std::move(peer_sockets)));
   } catch (const std::exception& failure) {
