@@ -174,7 +174,11 @@ def check_indexed_job():
     def running_pods():
         items = json.loads(kubectl("get", "pods", "-l", "batch.kubernetes.io/job-name=train", "-o", "json").stdout)["items"]
         return items if len(items) == 3 and all(p["status"].get("phase") == "Running" for p in items) else None
-    pods = wait_for("3 running job pods", running_pods)
+    def phases():
+        items = json.loads(kubectl("get", "pods", "-o", "json", check=False).stdout or b'{"items": []}')["items"]
+        return "; ".join(f'{p["metadata"]["name"]}: {p["status"].get("phase")} {p["status"].get("message", "")}'
+                         for p in items)
+    pods = wait_for("3 running job pods", running_pods, describe=phases)
     POD_PIDS.extend(int(p["status"]["containerStatuses"][0]["containerID"].removeprefix("emulator://"))
                     for p in pods)
     indexes = sorted(p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] for p in pods)

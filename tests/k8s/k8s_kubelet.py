@@ -93,20 +93,39 @@ def start_container(host_pid, pod, container, node_ip, log_dir):
     meta = pod["metadata"]
     log_path = os.path.join(log_dir, f"{meta.get('namespace', '')}_{meta['name']}_{container['name']}.log")
     workdir = container.get("workingDir") or "/"
+    # The init holds on a pipe until its pid is known here, then execs the container's command:
+    # a command that ends at once (`true`) used to be gone before the wrapper's child could be
+    # seen, and a container that had run was reported as one that could not start (StartError).
+    release_read, release_write = os.pipe()
+    command = container_argv(container)
+    # The pipe is the init's stdin until then (dash redirects only fds 0-9), /dev/null after.
+    hold = 'read -r _ || exit 126; exec </dev/null; exec "$@"'
     argv = ["nsenter", "-t", str(host_pid), "-n", "-u", "-m", f"--wd={workdir}", "--",
-            "unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--"] + container_argv(container)
-    with open(log_path, "ab") as log:
-        wrapper = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                   env=env, close_fds=True, start_new_session=True)
-    # The container's init is the wrapper's child once unshare has forked (milliseconds).
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        children = _children(wrapper.pid)
-        if children:
-            return ContainerProcess(container["name"], wrapper, children[0], env, log_path)
-        if wrapper.poll() is not None:
-            break
-        time.sleep(0.005)
+            "unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--",
+            "sh", "-c", hold, command[0]] + command
+    try:
+        with open(log_path, "ab") as log:
+            wrapper = subprocess.Popen(argv, stdin=release_read, stdout=log, stderr=log, env=env,
+                                       close_fds=True, start_new_session=True)
+    except OSError:
+        os.close(release_write)
+        raise
+    finally:
+        os.close(release_read)
+    with os.fdopen(release_write, "wb", buffering=0) as release:
+        # The container's init is the wrapper's child once unshare has forked (milliseconds).
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            children = _children(wrapper.pid)
+            if children:
+                try:
+                    release.write(b"go\n")
+                except BrokenPipeError:
+                    break  # the init died before its release: it never ran the command
+                return ContainerProcess(container["name"], wrapper, children[0], env, log_path)
+            if wrapper.poll() is not None:
+                break
+            time.sleep(0.005)
     if wrapper.poll() is None:
         wrapper.kill()
     wrapper.wait()
