@@ -100,6 +100,7 @@ void RunDriver::start_agent(const spec::HostEntry& host) {
   if (auto relay = relay_tree_.relay_of.find(host.name); relay != relay_tree_.relay_of.end()) link->relayed_by = relay->second;
   send_config(*link);
   log().info("host {}: starting agent ({})", host.name, link->connection().describe());
+  if (auto relayed = relayed_.find(host.name); relayed != relayed_.end()) relayed->second.link = link.get();
   links_[host.name] = std::move(link);
   links_added_ = true;
 }

@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <map>
+#include <unordered_map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -158,9 +159,15 @@ class RunDriver : private FrameRouter::Output, private GenerationLauncher::Outpu
   /// The hosts `relay` was to relay, not started yet (it was lost before its hello): reached
   /// directly instead, so that a dead relay host costs only itself.
   void start_orphans_directly(const std::string& relay);
-  /// The relayed host's connection when `relay` relays it, else nullptr (a relay speaks only for
-  /// the hosts it was given).
-  RelayedConnection* relayed_by(const AgentLink& relay, const std::string& host);
+  /// A relayed host's connection (owned by its link) and that link: every relay_from finds both
+  /// by name, tens of thousands a second at scale, hence a hash map.
+  struct Relayed {
+    RelayedConnection* connection = nullptr;
+    AgentLink* link = nullptr;  ///< set once start_agent made the link
+  };
+  /// The relayed host's connection and link when `relay` relays it, else nullptr (a relay
+  /// speaks only for the hosts it was given).
+  Relayed* relayed_by(const AgentLink& relay, const std::string& host);
   /// A lost relay's hosts: their relayed sessions end (each is then re-attached or lost).
   void lose_relayed_hosts(const AgentLink& relay, const std::string& reason);
   /// `link`'s connection closed: the host is lost (a re-attach that ended so failed).
@@ -201,7 +208,7 @@ class RunDriver : private FrameRouter::Output, private GenerationLauncher::Outpu
   AgentTransports transports_;
   AgentLinks links_;
   RelayTree relay_tree_;  ///< empty: every agent connected directly
-  std::map<std::string, RelayedConnection*> relayed_;  ///< relayed host → its connection (owned by its link)
+  std::unordered_map<std::string, Relayed> relayed_;  ///< relayed host → its connection and link
   std::vector<AgentLink*> relayed_fed_;  ///< relayed links that relay frames fed since the last pump_relayed
   std::vector<spec::HostEntry> waiting_for_relay_;  ///< relayed hosts whose relay has not said hello yet
   bool links_added_ = false;  ///< a link was added after the loop began: it rebuilds its lists

@@ -32,7 +32,7 @@ Result<std::unique_ptr<transport::AgentConnection>> RunDriver::connect_agent(con
     return link->second->send(message);
   };
   auto connection = std::make_unique<RelayedConnection>(host.name, relay_name->second, to_relay);
-  relayed_[host.name] = connection.get();
+  relayed_[host.name] = Relayed{connection.get(), nullptr};
   return std::unique_ptr<transport::AgentConnection>(std::move(connection));
 }
 
@@ -76,30 +76,32 @@ void RunDriver::start_orphans_directly(const std::string& relay) {
   for (const spec::HostEntry& host : orphans) start_agent(host);
 }
 
-RelayedConnection* RunDriver::relayed_by(const AgentLink& relay, const std::string& host) {
-  auto connection = relayed_.find(host);
-  if (connection == relayed_.end() || connection->second->relay() != relay.host()) return nullptr;
-  return connection->second;
+RunDriver::Relayed* RunDriver::relayed_by(const AgentLink& relay, const std::string& host) {
+  auto relayed = relayed_.find(host);
+  if (relayed == relayed_.end() || relayed->second.link == nullptr || relayed->second.connection->relay() != relay.host()) {
+    return nullptr;
+  }
+  return &relayed->second;
 }
 
 void RunDriver::relay_from(AgentLink& relay, proto::RelayFromReport from) {
-  RelayedConnection* connection = relayed_by(relay, from.host);
-  if (connection == nullptr) {
+  Relayed* relayed = relayed_by(relay, from.host);
+  if (relayed == nullptr) {
     // Untrusted like any frame: a relay speaks only for the hosts it was given.
     std::string problem = "relay_from for '" + from.host.substr(0, 64) + "', a host this agent does not relay";
     log().warn("agent {}: {}", relay.host(), problem);
     record(events::AgentError{relay.host(), problem}.to_json());
     return;
   }
-  connection->deliver(std::move(from.data), std::move(from.diagnostics));
-  relayed_fed_.push_back(links_.at(from.host).get());
+  relayed->connection->deliver(std::move(from.data), std::move(from.diagnostics));
+  relayed_fed_.push_back(relayed->link);
 }
 
 void RunDriver::relay_closed(AgentLink& relay, const proto::RelayClosedReport& closed) {
-  RelayedConnection* connection = relayed_by(relay, closed.host);
-  if (connection == nullptr) return;  // a host it never relayed: nothing to end
-  connection->end(closed.reason + " (relayed by " + relay.host() + ")");
-  relayed_fed_.push_back(links_.at(closed.host).get());
+  Relayed* relayed = relayed_by(relay, closed.host);
+  if (relayed == nullptr) return;  // a host it never relayed: nothing to end
+  relayed->connection->end(closed.reason + " (relayed by " + relay.host() + ")");
+  relayed_fed_.push_back(relayed->link);
 }
 
 const spec::HostEntry* RunDriver::host_entry(const std::string& host) const {
@@ -120,7 +122,7 @@ void RunDriver::lose_relayed_hosts(const AgentLink& relay, const std::string& re
   if (children == relay_tree_.children.end()) return;
   for (const std::string& host : children->second) {
     auto connection = relayed_.find(host);
-    if (connection == relayed_.end() || connection->second->closed()) continue;
+    if (connection == relayed_.end() || connection->second.connection->closed()) continue;
     AgentLink& link = *links_.at(host);
     const spec::HostEntry* entry = host_entry(host);
     if (!link.connected && !link.lost && entry != nullptr && !finished_) {
@@ -139,7 +141,7 @@ void RunDriver::lose_relayed_hosts(const AgentLink& relay, const std::string& re
                           direct.error().message);
       continue;
     }
-    connection->second->end("its relay " + relay.host() + " was lost (" + reason + ")");
+    connection->second.connection->end("its relay " + relay.host() + " was lost (" + reason + ")");
     relayed_fed_.push_back(&link);
   }
   pump_relayed();
