@@ -360,6 +360,16 @@ void Agent::on(const proto::RelayToRequest& to) {
   relay_->to(to.host, to.data);
 }
 
+void Agent::on(const proto::RelayFanoutRequest& fanout) {
+  for (const std::string& host : fanout.hosts) {
+    if (!relay_) {
+      out_.send(proto::RelayClosedReport{host, "relay_fanout before relay_open"});
+    } else {
+      relay_->to(host, fanout.data);
+    }
+  }
+}
+
 void Agent::on(const proto::RelayCloseRequest& close) {
   if (relay_) relay_->close(close.host);
 }

@@ -80,6 +80,7 @@ class Agent {
   void on(const proto::HealthCheckRequest& request);
   void on(const proto::RelayOpenRequest& open);
   void on(const proto::RelayToRequest& to);
+  void on(const proto::RelayFanoutRequest& fanout);
   void on(const proto::RelayCloseRequest& close);
   void on(const proto::AgentAttachRequest& attach);
 

@@ -7,17 +7,19 @@ namespace dtrain::metrics {
 
 namespace {
 
-/// HELP text escapes backslash and newline; label values also the double quote.
-std::string escaped(std::string_view text, bool quote) {
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '\n') out += "\\n";
-    else if (c == '"' && quote) out += "\\\"";
-    else out += c;
+/// HELP text escapes backslash and newline; label values also the double quote. Appended to
+/// `out` in runs between the characters escaped.
+void append_escaped(std::string& out, std::string_view text, bool quote) {
+  size_t start = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    const char* replacement = c == '\\' ? "\\\\" : c == '\n' ? "\\n" : c == '"' && quote ? "\\\"" : nullptr;
+    if (replacement == nullptr) continue;
+    out.append(text, start, i - start);
+    out += replacement;
+    start = i + 1;
   }
-  return out;
+  out.append(text, start);
 }
 
 }  // namespace
@@ -37,10 +39,10 @@ void PrometheusText::family(std::string_view name, Type type, std::string_view h
 }
 
 void PrometheusText::sample(std::string_view name, double value, const Labels& labels) {
-  auto found = index_.find(std::string(name));
+  auto found = index_.find(name);
   if (found == index_.end()) {
     family(name, Type::gauge, name);
-    found = index_.find(std::string(name));
+    found = index_.find(name);
   }
   std::string& out = families_[found->second].samples;
   out += name;
@@ -48,7 +50,10 @@ void PrometheusText::sample(std::string_view name, double value, const Labels& l
     out += '{';
     for (size_t i = 0; i < labels.size(); ++i) {
       if (i) out += ',';
-      out += labels[i].first + "=\"" + escaped(labels[i].second, true) + '"';
+      out += labels[i].first;
+      out += "=\"";
+      append_escaped(out, labels[i].second, true);
+      out += '"';
     }
     out += '}';
   }
@@ -61,7 +66,9 @@ std::string PrometheusText::text() const {
   std::string out;
   for (const Family& family : families_) {
     if (family.samples.empty()) continue;
-    out += "# HELP " + family.name + ' ' + escaped(family.help, false) + '\n';
+    out += "# HELP " + family.name + ' ';
+    append_escaped(out, family.help, false);
+    out += '\n';
     out += "# TYPE " + family.name + (family.type == Type::counter ? " counter\n" : " gauge\n");
     out += family.samples;
   }

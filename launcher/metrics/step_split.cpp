@@ -134,7 +134,10 @@ void StepSplitBuilder::add(int rank, const contract::BeatMetrics& metrics) {
 StepSplit StepSplitBuilder::build() const {
   StepSplit out;
   double step = 0, data = 0, comm = 0;
-  for (const auto& [rank, sums] : ranks_) {
+  std::vector<std::pair<int, Sums>> ranks(ranks_.begin(), ranks_.end());
+  std::sort(ranks.begin(), ranks.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  out.ranks.reserve(ranks.size());
+  for (const auto& [rank, sums] : ranks) {
     auto n = static_cast<double>(sums.samples);
     RankStepSplit row{.rank = rank, .parts = split(sums.step_ms / n, sums.data_ms / n, sums.comm_ms / n), .samples = sums.samples};
     step += row.parts.step_ms;

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <map>
+#include <unordered_map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -70,7 +71,9 @@ class StepSplitBuilder {
     double step_ms = 0, data_ms = 0, comm_ms = 0;
     int64_t samples = 0;
   };
-  std::map<int, Sums> ranks_;
+  /// By rank; build() orders them. A hash map: a metrics file at 131,072 ranks built an ordered
+  /// map of them every 5 s, a third of the file's cost.
+  std::unordered_map<int, Sums> ranks_;
   bool any_data_ = false, any_comm_ = false;
 };
 

@@ -5,7 +5,10 @@
 namespace dtrain::proto {
 
 std::string encode_frame(const nlohmann::json& message) {
-  std::string body = message.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return frame_of_body(message.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
+std::string frame_of_body(std::string_view body) {
   uint32_t length = static_cast<uint32_t>(body.size());
   std::string frame;
   frame.reserve(4 + body.size());

@@ -25,6 +25,10 @@ inline constexpr size_t kMaxFrameBytes = 8 << 20;
 /// encode_frame_checked().
 std::string encode_frame(const nlohmann::json& message);
 
+/// The length prefix + `body`, a frame body its caller has serialised itself (unchecked, as
+/// encode_frame()).
+std::string frame_of_body(std::string_view body);
+
 /// encode_frame(), or an Error naming the message's type, its size and kMaxFrameBytes when the
 /// body is over the limit. Such a frame must not be sent: the peer's decoder would refuse it and
 /// the stream would be lost (an agent fences itself, the supervisor loses the host).

@@ -221,6 +221,7 @@ inline constexpr const char* kGenChanged = "gen_changed";  // request and reply
 inline constexpr const char* kHealth = "health";            // request and reply
 inline constexpr const char* kRelayOpen = "relay_open";     // relay_messages.h
 inline constexpr const char* kRelayTo = "relay_to";
+inline constexpr const char* kRelayFanout = "relay_fanout";
 inline constexpr const char* kRelayClose = "relay_close";
 inline constexpr const char* kRelayFrom = "relay_from";
 inline constexpr const char* kRelayClosed = "relay_closed";

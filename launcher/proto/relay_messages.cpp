@@ -58,6 +58,10 @@ json relay_to_json(const RelayToRequest& m) {
   return {{"type", msg::kRelayTo}, {"host", m.host}, {"data", base64_encode(m.data)}};
 }
 
+json relay_to_json(const RelayFanoutRequest& m) {
+  return {{"type", msg::kRelayFanout}, {"hosts", m.hosts}, {"data", base64_encode(m.data)}};
+}
+
 json relay_to_json(const RelayCloseRequest& m) { return {{"type", msg::kRelayClose}, {"host", m.host}}; }
 
 json relay_to_json(const RelayFromReport& m) {
@@ -125,6 +129,14 @@ Result<RelayToRequest> parse_relay_to(FieldReader& reader) {
   to.data = read_data(reader, "data", true);
   if (!reader.ok()) return reader.error();
   return to;
+}
+
+Result<RelayFanoutRequest> parse_relay_fanout(FieldReader& reader) {
+  RelayFanoutRequest fanout;
+  fanout.hosts = reader.string_array("hosts", kMaxRelayChildren, kMaxHostBytes);
+  fanout.data = read_data(reader, "data", true);
+  if (!reader.ok()) return reader.error();
+  return fanout;
 }
 
 Result<RelayCloseRequest> parse_relay_close(FieldReader& reader) {

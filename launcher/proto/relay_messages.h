@@ -13,6 +13,8 @@
 //               files read on the relay's host, provisioning by copying the relay's own binary).
 //               Once per connection; a second one adds children.
 //   relay_to    {host, data}    bytes for that child's agent (base64)
+//   relay_fanout {hosts, data}  the same bytes for each of these children: one frame for what
+//               every child of a relay gets alike (the supervisor's pings), instead of one each
 //   relay_close {host}          close that child's input and end its session
 // relay → supervisor
 //   relay_from   {host, data?, diagnostics?}   the child's bytes (base64) and its stderr text
@@ -83,6 +85,13 @@ struct RelayToRequest {
   bool operator==(const RelayToRequest&) const = default;
 };
 
+/// The same bytes for each listed child's agent (decoded), as if each had its own relay_to.
+struct RelayFanoutRequest {
+  std::vector<std::string> hosts{};
+  std::string data{};
+  bool operator==(const RelayFanoutRequest&) const = default;
+};
+
 struct RelayCloseRequest {
   std::string host{};
   bool operator==(const RelayCloseRequest&) const = default;
@@ -111,6 +120,7 @@ Result<Message> lift(Result<T> parsed) {
 
 nlohmann::json relay_to_json(const RelayOpenRequest& message);
 nlohmann::json relay_to_json(const RelayToRequest& message);
+nlohmann::json relay_to_json(const RelayFanoutRequest& message);
 nlohmann::json relay_to_json(const RelayCloseRequest& message);
 nlohmann::json relay_to_json(const RelayFromReport& message);
 nlohmann::json relay_to_json(const RelayClosedReport& message);
@@ -118,6 +128,7 @@ nlohmann::json relay_to_json(const RelayClosedReport& message);
 /// Each reads the fields of a frame whose type is already known (reader names the message).
 Result<RelayOpenRequest> parse_relay_open(FieldReader& reader);
 Result<RelayToRequest> parse_relay_to(FieldReader& reader);
+Result<RelayFanoutRequest> parse_relay_fanout(FieldReader& reader);
 Result<RelayCloseRequest> parse_relay_close(FieldReader& reader);
 Result<RelayFromReport> parse_relay_from(FieldReader& reader);
 Result<RelayClosedReport> parse_relay_closed(FieldReader& reader);

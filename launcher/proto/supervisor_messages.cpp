@@ -2,8 +2,10 @@
 
 #include <limits>
 
+#include "launcher/base/base64.h"
 #include "launcher/base/json_fields.h"
 #include "launcher/base/strings.h"
+#include "launcher/proto/frame.h"
 #include "launcher/proto/messages.h"
 
 namespace dtrain::proto {
@@ -228,6 +230,7 @@ struct ToJson {
   json operator()(const RelayOpenRequest& m) const { return relay_to_json(m); }
   json operator()(const RelayToRequest& m) const { return relay_to_json(m); }
   json operator()(const RelayCloseRequest& m) const { return relay_to_json(m); }
+  json operator()(const RelayFanoutRequest& m) const { return relay_to_json(m); }
   json operator()(const AgentAttachRequest& m) const { return {{"type", msg::kAttach}, {"socket", m.socket}}; }
 };
 
@@ -237,11 +240,30 @@ const char* to_string(KillSignal signal) { return signal == KillSignal::kill ? "
 
 json to_json(const SupervisorMessage& message) { return std::visit(ToJson{}, message); }
 
+Result<std::string> encode_supervisor_frame(const SupervisorMessage& message) {
+  const auto* relay_to = std::get_if<RelayToRequest>(&message);
+  if (relay_to == nullptr) return encode_frame_checked(to_json(message));
+  // nlohmann's compact dump: keys in order (data, host, type); base64 needs no escaping, the host
+  // is escaped as dump() escapes it.
+  std::string host = json(relay_to->host).dump(-1, ' ', false, json::error_handler_t::replace);
+  std::string body;
+  body.reserve(relay_to->data.size() / 3 * 4 + host.size() + 48);
+  body += R"({"data":")";
+  body += base64_encode(relay_to->data);
+  body += R"(","host":)";
+  body += host;
+  body += R"(,"type":")";
+  body += msg::kRelayTo;
+  body += R"("})";
+  if (body.size() > kMaxFrameBytes) return encode_frame_checked(to_json(message));  // its Error
+  return frame_of_body(body);
+}
+
 const char* type_of(const SupervisorMessage& message) {
   static constexpr const char* kNames[] = {msg::kConfig, msg::kSpawn,       msg::kKill,  msg::kPing,
                                            msg::kToWorker, msg::kReservePort, msg::kFence, msg::kSample,
                                            msg::kDump,   msg::kGenChanged, msg::kHealth, msg::kRelayOpen,
-                                           msg::kRelayTo, msg::kRelayClose, msg::kAttach};
+                                           msg::kRelayTo, msg::kRelayClose, msg::kAttach, msg::kRelayFanout};
   static_assert(std::size(kNames) == std::variant_size_v<SupervisorMessage>);
   return kNames[message.index()];
 }
@@ -300,6 +322,7 @@ Result<SupervisorMessage> parse_supervisor_message(const json& frame) {
   }
   if (type == msg::kRelayOpen) return lift<SupervisorMessage>(parse_relay_open(reader));
   if (type == msg::kRelayTo) return lift<SupervisorMessage>(parse_relay_to(reader));
+  if (type == msg::kRelayFanout) return lift<SupervisorMessage>(parse_relay_fanout(reader));
   if (type == msg::kRelayClose) return lift<SupervisorMessage>(parse_relay_close(reader));
   if (type == msg::kAttach) {
     AgentAttachRequest attach{reader.string("socket", kMaxPathBytes)};

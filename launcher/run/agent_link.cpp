@@ -27,10 +27,11 @@ void AgentLink::replace_connection(std::unique_ptr<transport::AgentConnection> c
   config_sent_wall_ms_ = now_wall_ms;  // a fresh agent's hello measures its offset from here
 }
 
-bool AgentLink::send(const proto::SupervisorMessage& message) { return send(proto::to_json(message)); }
+bool AgentLink::send(const proto::SupervisorMessage& message) { return send_frame(proto::encode_supervisor_frame(message)); }
 
-bool AgentLink::send(const nlohmann::json& message) {
-  Result<std::string> frame = proto::encode_frame_checked(message);
+bool AgentLink::send(const nlohmann::json& message) { return send_frame(proto::encode_frame_checked(message)); }
+
+bool AgentLink::send_frame(Result<std::string> frame) {
   if (frame) {
     connection_->send(*frame);
     return true;

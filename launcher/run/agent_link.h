@@ -80,6 +80,7 @@ class AgentLink {
   std::optional<Reattach> reattaching;
 
  private:
+  bool send_frame(Result<std::string> frame);
   std::string host_;
   std::unique_ptr<transport::AgentConnection> connection_;
   RefusalHandler on_refused_;

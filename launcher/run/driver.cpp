@@ -15,12 +15,14 @@
 #include <cstdio>
 #include <set>
 #include <thread>
+#include <unordered_map>
 
 #include "launcher/base/exit_code.h"
 #include "launcher/base/strings.h"
 #include "launcher/base/version.h"
 #include "launcher/base/open_files.h"
 #include "launcher/hosts/kubernetes_hosts.h"
+#include "launcher/proto/frame.h"
 #include "launcher/proto/messages.h"
 #include "launcher/run/fd_watcher.h"
 #include "launcher/run/health_request.h"
@@ -243,8 +245,37 @@ void RunDriver::send_pings_when_due() {
   int64_t now = clock_.monotonic_ms();
   if (now - pacing_.last_ping_ms < ping_spacing_ms()) return;
   pacing_.last_ping_ms = now;
+  // A relay's hosts share one ping, carried in relay_fanout frames (one per relay, not one
+  // relay_to per host: at 16,384 relayed hosts those were a tenth of the loop). The pong's id
+  // is not matched to its ping; each pong measures its own host's clock offset.
+  std::unordered_map<std::string, std::vector<std::string>> by_relay;
   for (auto& [host, link] : links_) {
-    if (!link->lost) ping(*link);
+    if (link->lost) continue;
+    auto relayed = relayed_.find(host);
+    if (relayed != relayed_.end() && relayed->second.connection->accepts_input()) {
+      by_relay[relayed->second.connection->relay()].push_back(host);
+    } else {
+      ping(*link);
+    }
+  }
+  if (by_relay.empty()) return;
+  std::string ping_frame = proto::encode_frame(proto::to_json(proto::PingRequest{launcher_.take_request_id(), clock_.wall_ms()}));
+  for (auto& [relay, hosts] : by_relay) {
+    auto relay_link = links_.find(relay);
+    if (relay_link == links_.end() || relay_link->second->lost || relay_link->second->connection().closed()) continue;
+    // In frames far below the frame limit however many hosts a relay has.
+    proto::RelayFanoutRequest fanout{{}, ping_frame};
+    size_t names_bytes = 0;
+    for (std::string& host : hosts) {
+      names_bytes += host.size() + 4;
+      fanout.hosts.push_back(std::move(host));
+      if (names_bytes >= proto::kMaxRelayChunkBytes) {
+        relay_link->second->send(fanout);
+        fanout.hosts.clear();
+        names_bytes = 0;
+      }
+    }
+    if (!fanout.hosts.empty()) relay_link->second->send(fanout);
   }
 }
 
@@ -421,13 +452,17 @@ std::optional<int> RunDriver::open_run() {
 }
 
 void RunDriver::loop() {
-  std::vector<AgentLink*> all_links;
+  // A relayed host's link has no fds (its relay's link carries it), and at 16,384
+  // relayed hosts asking each one on every wakeup was a sixteenth of the loop.
+  std::vector<AgentLink*> links_with_fds;
   std::vector<AgentLink*> periodic_links;  // pumped every 100 ms whether or not an fd is ready
-  auto list_links = [&] {  // again when links were added (a relay's hosts start at its hello)
-    all_links.clear();
+  // Again when links were added or a connection replaced (a relay's hosts start at its hello,
+  // a relayed host is reached directly after its relay's loss).
+  auto list_links = [&] {
+    links_with_fds.clear();
     periodic_links.clear();
     for (auto& [host, link] : links_) {
-      all_links.push_back(link.get());
+      if (!link->connection().without_fds()) links_with_fds.push_back(link.get());
       if (link->connection().needs_periodic_pump()) periodic_links.push_back(link.get());
     }
     links_added_ = false;
@@ -450,7 +485,7 @@ void RunDriver::loop() {
     // Agent links through the epoll-backed watcher (a wait costs O(ready)); the signal pipe and
     // control sockets, with the watcher's fd, through poll.
     link_watcher.begin();
-    for (AgentLink* link : all_links) {
+    for (AgentLink* link : links_with_fds) {
       if (link->lost) continue;
       for (pollfd fd : link->connection().poll_fds()) link_watcher.watch(fd.fd, fd.events, link);
     }

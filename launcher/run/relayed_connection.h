@@ -21,6 +21,8 @@ class RelayedConnection final : public transport::AgentConnection {
   RelayedConnection(std::string host, std::string relay, ToRelay to_relay);
 
   const std::string& relay() const { return relay_; }
+  /// Whether send() would carry bytes (neither ended nor its input closed).
+  bool accepts_input() const { return !closed_ && !input_closed_; }
 
   /// What the relay's relay_from carried for this host.
   void deliver(std::string bytes, std::string diagnostics);
@@ -28,6 +30,7 @@ class RelayedConnection final : public transport::AgentConnection {
   void end(std::string reason);
 
   std::vector<pollfd> poll_fds() const override { return {}; }
+  bool without_fds() const override { return true; }
   void pump() override {}
   void send(std::string bytes) override;
   std::string take_received() override { return std::exchange(received_, {}); }

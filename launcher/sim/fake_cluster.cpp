@@ -16,7 +16,9 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <string_view>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -390,11 +392,22 @@ struct FakeCluster::Simulation {
   void on(SimAgent& agent, const proto::RelayToRequest& to, int64_t now) {
     for (auto& child : agent.children) {
       if (child->host != to.host || child->closing) continue;
-      child->decoder.feed(to.data);
-      child->last_heard_ms = now;
-      if (now >= child->ready_ms) process_frames(*child, now);
-      return;
+      return relay_to_child(*child, to.data, now);
     }
+  }
+  void on(SimAgent& agent, const proto::RelayFanoutRequest& fanout, int64_t now) {
+    std::unordered_map<std::string_view, SimAgent*> children;
+    for (auto& child : agent.children) {
+      if (!child->closing) children.emplace(child->host, child.get());
+    }
+    for (const std::string& host : fanout.hosts) {
+      if (auto child = children.find(host); child != children.end()) relay_to_child(*child->second, fanout.data, now);
+    }
+  }
+  void relay_to_child(SimAgent& child, const std::string& bytes, int64_t now) {
+    child.decoder.feed(bytes);
+    child.last_heard_ms = now;
+    if (now >= child.ready_ms) process_frames(child, now);
   }
   void on(SimAgent& agent, const proto::RelayCloseRequest& close, int64_t) {
     for (auto& child : agent.children) {

@@ -23,6 +23,9 @@ class AgentConnection {
 
   /// The fds (with events) to wait on before the next pump(). May change between calls.
   virtual std::vector<pollfd> poll_fds() const = 0;
+  /// True for a connection that never has an fd (one carried inside another's frames): the
+  /// driver's loop then leaves it out of each wait's list.
+  virtual bool without_fds() const { return false; }
 
   /// Moves bytes: writes what is queued, reads what is available. Never blocks.
   virtual void pump() = 0;

@@ -17,6 +17,7 @@
 #include "launcher/proto/agent_frame_parser.h"
 #include "launcher/proto/agent_messages.h"
 #include "launcher/proto/frame.h"
+#include "launcher/proto/supervisor_messages.h"
 #include "launcher/proto/worker_messages.h"
 
 using namespace dtrain;
@@ -502,4 +503,31 @@ TEST_CASE("JSON corner cases take the generic path or agree with it: duplicates,
     same(body);
   }
   CHECK(describe(parser.parse("[1]")) == "error: frame is a JSON array, not an object");
+}
+
+TEST_CASE("a relay_to frame written directly is byte for byte the frame nlohmann would write") {
+  std::string binary;
+  for (int i = 0; i < 1000; ++i) binary += static_cast<char>((i * 37) & 0xff);
+  const std::vector<std::string> hosts = {"h17", "gpu-node-0001.cluster.example", "quote\"back\\slash", "tab\there\n",
+                                          std::string("nul\0byte", 8), "\xff\xfe not UTF-8", "h\xc3\xa9t\xc3\xa9", ""};
+  const std::vector<std::string> payloads = {"", "a", "ab", "abc", binary, std::string(kMaxRelayChunkBytes, 'x')};
+  for (const std::string& host : hosts) {
+    for (const std::string& data : payloads) {
+      CAPTURE(host);
+      CAPTURE(data.size());
+      SupervisorMessage message = RelayToRequest{host, data};
+      Result<std::string> direct = encode_supervisor_frame(message);
+      Result<std::string> generic = encode_frame_checked(to_json(message));
+      REQUIRE(direct.ok());
+      REQUIRE(generic.ok());
+      CHECK(*direct == *generic);
+    }
+  }
+  // Other messages take the generic path; a frame over the limit is refused with its Error.
+  SupervisorMessage ping = PingRequest{7, 1'700'000'000'000};
+  CHECK(*encode_supervisor_frame(ping) == *encode_frame_checked(to_json(ping)));
+  SupervisorMessage huge = RelayToRequest{"h1", std::string(kMaxFrameBytes, 'x')};
+  Result<std::string> refused = encode_supervisor_frame(huge);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().message.find("relay_to frame") != std::string::npos);
 }

@@ -65,6 +65,8 @@ std::vector<SupervisorMessage> supervisor_samples() {
       RelayToRequest{"gpu02", std::string("\0\0\0\x02{}", 6)},
       RelayToRequest{"gpu02", ""},
       RelayCloseRequest{"gpu03"},
+      RelayFanoutRequest{{"gpu02", "gpu03"}, std::string("\0\0\0\x02{}", 6)},
+      RelayFanoutRequest{},
       AgentAttachRequest{"/tmp/dtrain-0/abc/gpu03.attach"},
   };
 }
