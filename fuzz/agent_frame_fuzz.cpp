@@ -104,6 +104,10 @@ void check_frame_parser(proto::AgentFrameParser& parser, std::string_view body) 
     check(describe_agent_message(proto::AgentMessage(std::move(*from))) == expected,
           "a relay_from the fast path accepts is the generic path's", printable(shown, 400));
   }
+  if (std::optional<proto::Pong> pong = parser.read_pong(body)) {
+    check(describe_agent_message(proto::AgentMessage(*pong)) == expected, "a pong the fast path accepts is the generic path's",
+          printable(shown, 400));
+  }
 }
 
 }  // namespace

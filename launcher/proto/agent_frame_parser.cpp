@@ -290,6 +290,16 @@ std::optional<RelayFromReport> read_relay_from_fields(element root) {
   return from;
 }
 
+// agent_messages.cpp's pong: every host answers each ping, half as many frames as beats.
+std::optional<Pong> read_pong_fields(element root) {
+  StrictFields fields(root, {"type", "id", "agent_time_ms", "supervisor_time_ms"});
+  if (fields.optional_string("type", SIZE_MAX) != std::optional<std::string_view>("pong")) return std::nullopt;
+  Pong pong{fields.optional_integer("id"), fields.optional_integer("agent_time_ms"),
+            fields.optional_integer("supervisor_time_ms")};
+  if (!fields.ok) return std::nullopt;
+  return pong;
+}
+
 // Where nlohmann and simdjson may disagree on what a string holds or whether it is valid JSON
 // (\u escapes: lone surrogates; control bytes, which JSON forbids raw in strings), the generic
 // path decides. The agent's compact JSON has neither in an ordinary beat.
@@ -337,6 +347,12 @@ std::optional<RelayFromReport> AgentFrameParser::read_relay_from(std::string_vie
   return read_relay_from_fields(*root);
 }
 
+std::optional<Pong> AgentFrameParser::read_pong(std::string_view body) {
+  std::optional<element> root = fast_root(simdjson_->parser, body);
+  if (!root) return std::nullopt;
+  return read_pong_fields(*root);
+}
+
 
 Result<AgentMessage> AgentFrameParser::parse(std::string_view body) {
   // Compact JSON of a beat has this text outside any string (inside one, its quotes would be
@@ -345,6 +361,8 @@ Result<AgentMessage> AgentFrameParser::parse(std::string_view body) {
     if (std::optional<AgentBeat> beat = read_beat(body)) return AgentMessage(std::move(*beat));
   } else if (body.find(R"("type":"relay_from")") != std::string_view::npos) {
     if (std::optional<RelayFromReport> from = read_relay_from(body)) return AgentMessage(std::move(*from));
+  } else if (body.find(R"("type":"pong")") != std::string_view::npos) {
+    if (std::optional<Pong> pong = read_pong(body)) return AgentMessage(*pong);
   }
   Result<nlohmann::json> frame = parse_frame_body(body);
   if (!frame) return frame.error();

@@ -43,6 +43,8 @@ class AgentFrameParser {
   std::optional<AgentBeat> read_beat(std::string_view body);
   /// The same for relay_from, which carries a relayed host's stream (most of the bytes at scale).
   std::optional<RelayFromReport> read_relay_from(std::string_view body);
+  /// And for pong, every host's answer to each ping.
+  std::optional<Pong> read_pong(std::string_view body);
 
  private:
   struct Simdjson;  // keeps simdjson.h (large) out of the driver's includes

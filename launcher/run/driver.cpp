@@ -196,10 +196,17 @@ void RunDriver::check_silence() {
   // relay is silent, and the relay's loss re-attaches it (its silence clock starts again then)
   // instead of losing it.
   // One clock read per pass, again after each loss (a loss can take a while: re-attaching): at
-  // 16,384 hosts a read per link was 320,000 clock calls a second.
+  // 16,384 hosts a read per link was 320,000 clock calls a second. One pass over the links
+  // finds the silent ones (rarely any); each is looked at again when its turn comes.
   int64_t now = clock_.monotonic_ms();
+  std::vector<AgentLink*> silent_direct, silent_relayed;
+  for (auto& [host, link] : links_) {
+    if (link->lost || now - link->last_heard_ms() <= timeout) continue;
+    (link->relayed_by.empty() ? silent_direct : silent_relayed).push_back(link.get());
+  }
   for (bool relayed : {false, true}) {
-    for (auto& [host, link] : links_) {
+    for (AgentLink* link : relayed ? silent_relayed : silent_direct) {
+      // Lost with its relay, or re-attached after the relay's loss (its silence starts again).
       if (link->lost || link->relayed_by.empty() == relayed || now - link->last_heard_ms() <= timeout) continue;
       // An SSH connection still being set up (or provisioning) has its own deadlines.
       if (!link->connected && !link->connection().local_pid()) continue;

@@ -42,18 +42,25 @@ HangCheck HangDetector::check(const std::vector<RankStatus>& ranks, int64_t now,
   // watched, with heartbeat.checkpoint_timeout, and when a save ends every rank's clock restarts.
   // A saver seen stopped (SIGSTOP, a debugger) is not saving: it gets hang_timeout.
   auto saving = [](const RankStatus& r) { return r.in_checkpoint && !r.seen_stopped; };
-  bool any_saving = std::any_of(ranks.begin(), ranks.end(), [&](const RankStatus& r) {
-    return r.state == RankState::running && saving(r);
-  });
   auto quiet_since = [&](const RankStatus& r) { return this->quiet_since(r); };
   auto limit_of = [&](const RankStatus& r) { return saving(r) ? limits_.checkpoint_timeout_ms : hang_timeout; };
+  // Whether any rank saves, and how long ago the first watched rank went past its limit (over
+  // every stepping rank, and over the savers alone), in one pass: it runs ten times a second
+  // over every rank, 131,072 at scale.
+  bool any_saving = false;
+  int64_t overdue_any_ms = 0, overdue_saver_ms = 0;
+  for (const RankStatus& r : ranks) {
+    if (r.state != RankState::running) continue;
+    if (saving(r)) any_saving = true;
+    if (r.step < 0) continue;
+    int64_t overdue = now - quiet_since(r) - limit_of(r);
+    overdue_any_ms = std::max(overdue_any_ms, overdue);
+    if (saving(r)) overdue_saver_ms = std::max(overdue_saver_ms, overdue);
+  }
+  const int64_t most_overdue_ms = any_saving ? overdue_saver_ms : overdue_any_ms;
   auto watched = [&](const RankStatus& r) {
     return r.state == RankState::running && r.step >= 0 && (!any_saving || saving(r));
   };
-  int64_t most_overdue_ms = 0;  // how long ago the first rank went past its limit
-  for (const RankStatus& r : ranks) {
-    if (watched(r)) most_overdue_ms = std::max(most_overdue_ms, now - quiet_since(r) - limit_of(r));
-  }
   if (most_overdue_ms <= 0 || maybe_host_loss) return found;
   // Once one rank is past its limit, the blame goes to the most suspicious rank among those
   // silent almost as long: beats are rate-limited, so the rank that stopped may have beaten a

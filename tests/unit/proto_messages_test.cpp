@@ -531,3 +531,31 @@ TEST_CASE("a relay_to frame written directly is byte for byte the frame nlohmann
   REQUIRE_FALSE(refused.ok());
   CHECK(refused.error().message.find("relay_to frame") != std::string::npos);
 }
+
+TEST_CASE("a pong reads the same on the fast path as through nlohmann's DOM, wrong fields included") {
+  AgentFrameParser parser;
+  json pong = {{"type", "pong"}, {"id", 12}, {"agent_time_ms", 1'700'000'000'123}, {"supervisor_time_ms", 1'700'000'000'100}};
+  std::optional<Pong> fast = parser.read_pong(pong.dump());
+  REQUIRE(fast.has_value());
+  CHECK(*fast == Pong{12, 1'700'000'000'123, 1'700'000'000'100});
+  const std::vector<json> replacements = {json(nullptr), json("12"), json(1.5), json(1e300), json(-7),
+                                          json(true),    json::array(), json::object(), json(2.0)};
+  int compared = 0, fast_accepted = 0, refused = 0;
+  auto compare = [&](const json& variant) {
+    std::string body = variant.dump();
+    CAPTURE(body);
+    Result<AgentMessage> generic = parse_generically(body);
+    CHECK(describe(parser.parse(body)) == describe(generic));
+    if (std::optional<Pong> accepted = parser.read_pong(body)) {
+      ++fast_accepted;
+      CHECK(describe(AgentMessage(*accepted)) == describe(generic));
+    }
+    ++compared;
+    if (!generic) ++refused;
+  };
+  for (const json& replacement : replacements) each_variant(pong, replacement, compare);
+  each_variant(pong, std::nullopt, compare);
+  CHECK(compared > 30);
+  CHECK(refused > 5);
+  CHECK(fast_accepted > 10);
+}
