@@ -436,6 +436,34 @@ TEST_CASE("a bad field of a beat is the agent's error, a bad held worker beat th
   CHECK(std::get<AgentBeat>(*parsed).worker_beats.at(0).failed_request_id == 7);
 }
 
+/// Counts of compare_variants: bodies compared, accepted by the fast reader, refused generically.
+struct VariantCounts {
+  int compared = 0, fast_accepted = 0, refused = 0;
+};
+
+/// Every variant of `root` (each field replaced by each of `replacements`, or left out): the
+/// parser's answer is the generic path's, and what `read_fast` accepts is the generic message.
+template <class ReadFast>
+VariantCounts compare_variants(AgentFrameParser& parser, const json& root, const std::vector<json>& replacements,
+                               ReadFast read_fast) {
+  VariantCounts counts;
+  auto compare = [&](const json& variant) {
+    std::string body = variant.dump();
+    CAPTURE(body.substr(0, 200));
+    Result<AgentMessage> generic = parse_generically(body);
+    CHECK(describe(parser.parse(body)) == describe(generic));
+    if (auto accepted = read_fast(body)) {
+      ++counts.fast_accepted;
+      CHECK(describe(AgentMessage(*accepted)) == describe(generic));
+    }
+    ++counts.compared;
+    if (!generic) ++counts.refused;
+  };
+  for (const json& replacement : replacements) each_variant(root, replacement, compare);
+  each_variant(root, std::nullopt, compare);
+  return counts;
+}
+
 TEST_CASE("a relay_from reads the same on the fast path as through nlohmann's DOM, wrong fields included") {
   AgentFrameParser parser;
   // A relayed host's beat frame, as a relay carries it.
@@ -452,24 +480,11 @@ TEST_CASE("a relay_from reads the same on the fast path as through nlohmann's DO
   const std::vector<json> replacements = {json(nullptr), json("x"),   json("not base64!"), json(""),
                                           json(1),       json(true),  json::array(),       json::object(),
                                           json(std::string(1025, 'h')), json(std::string(70'000, 'A'))};
-  int compared = 0, fast_accepted = 0, refused = 0;
-  auto compare = [&](const json& variant) {
-    std::string body = variant.dump();
-    CAPTURE(body.substr(0, 200));
-    Result<AgentMessage> generic = parse_generically(body);
-    CHECK(describe(parser.parse(body)) == describe(generic));
-    if (std::optional<RelayFromReport> accepted = parser.read_relay_from(body)) {
-      ++fast_accepted;
-      CHECK(describe(AgentMessage(*accepted)) == describe(generic));
-    }
-    ++compared;
-    if (!generic) ++refused;
-  };
-  for (const json& replacement : replacements) each_variant(from, replacement, compare);
-  each_variant(from, std::nullopt, compare);
-  CHECK(compared > 40);
-  CHECK(refused > 10);
-  CHECK(fast_accepted > 5);
+  VariantCounts counts =
+      compare_variants(parser, from, replacements, [&](std::string_view body) { return parser.read_relay_from(body); });
+  CHECK(counts.compared > 40);
+  CHECK(counts.refused > 10);
+  CHECK(counts.fast_accepted > 5);
 }
 
 TEST_CASE("JSON corner cases take the generic path or agree with it: duplicates, escapes, bad bytes") {
@@ -540,22 +555,9 @@ TEST_CASE("a pong reads the same on the fast path as through nlohmann's DOM, wro
   CHECK(*fast == Pong{12, 1'700'000'000'123, 1'700'000'000'100});
   const std::vector<json> replacements = {json(nullptr), json("12"), json(1.5), json(1e300), json(-7),
                                           json(true),    json::array(), json::object(), json(2.0)};
-  int compared = 0, fast_accepted = 0, refused = 0;
-  auto compare = [&](const json& variant) {
-    std::string body = variant.dump();
-    CAPTURE(body);
-    Result<AgentMessage> generic = parse_generically(body);
-    CHECK(describe(parser.parse(body)) == describe(generic));
-    if (std::optional<Pong> accepted = parser.read_pong(body)) {
-      ++fast_accepted;
-      CHECK(describe(AgentMessage(*accepted)) == describe(generic));
-    }
-    ++compared;
-    if (!generic) ++refused;
-  };
-  for (const json& replacement : replacements) each_variant(pong, replacement, compare);
-  each_variant(pong, std::nullopt, compare);
-  CHECK(compared > 30);
-  CHECK(refused > 5);
-  CHECK(fast_accepted > 10);
+  VariantCounts counts =
+      compare_variants(parser, pong, replacements, [&](std::string_view body) { return parser.read_pong(body); });
+  CHECK(counts.compared > 30);
+  CHECK(counts.refused > 5);
+  CHECK(counts.fast_accepted > 10);
 }
