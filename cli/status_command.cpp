@@ -405,8 +405,8 @@ std::vector<const RunSnapshot::Rank*> standout_ranks(const std::vector<RunSnapsh
 
 /// What the run found of its hosts before using them: their software stacks (spec consistency,
 /// what differs side by side), their health checks (spec health; those with something to say)
-/// and the hosts it quarantined.
-void print_host_findings(const RunSnapshot& state) {
+/// and the hosts it quarantined. Without `all`, the first 8 health lines and how many more.
+void print_host_findings(const RunSnapshot& state, bool all) {
   // The hosts' software stacks (spec consistency), and what differs side by side.
   for (const events::StackConsistency& stack : state.stack) {
     print_field("stack", printable(stack.text(), 400));
@@ -415,7 +415,13 @@ void print_host_findings(const RunSnapshot& state) {
   }
   // The hosts' health checks (spec health): those with something to say, by name.
   std::vector<std::string> health = events::health_lines(state.health);
-  for (size_t i = 0; i < health.size() && i < 8; ++i) print_field(i == 0 ? "health" : "", printable(health[i], 400));
+  constexpr size_t kHealthLines = 8;
+  for (size_t i = 0; i < health.size() && (all || i < kHealthLines); ++i) {
+    print_field(i == 0 ? "health" : "", printable(health[i], 400));
+  }
+  if (!all && health.size() > kHealthLines) {
+    print_field("", "... " + std::to_string(health.size() - kHealthLines) + " more (--all lists them)");
+  }
   if (!state.quarantined.empty()) {
     print_field("quarantined", join(state.quarantined, ", ") + " (kept out of later runs; dtrain hosts release HOST)");
   }
@@ -498,7 +504,7 @@ void print_run_text(const RunDirectory& run, const RunSnapshot& state, bool aliv
   if (std::string intent = intent_text(run); !intent.empty()) print_field("intent", intent);
   // The hang timeouts in force: an auto one says what it was set from.
   if (state.hang_timeout) print_field("hang timeout", printable(state.hang_timeout->text(), 300));
-  print_host_findings(state);
+  print_host_findings(state, all);
   // Ranks slower than the fastest (metrics.straggler_threshold): the first few, by name.
   if (!state.stragglers.empty()) print_field("stragglers", stragglers_text(state));
   if (std::string split = step_split_text(state); !split.empty()) print_field("step split", split);

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "launcher/base/fd.h"
+#include "launcher/events/health_events.h"
 #include "launcher/plan/rank_plan.h"
 #include "launcher/runlog/event_log.h"
 #include "launcher/runlog/rank_logs.h"
@@ -585,6 +586,14 @@ TEST_CASE("status RUN of 512 ranks on 64 hosts summarises: hosts by state, the r
   state["hosts"] = hosts;
   state["ranks"] = ranks;
   state["world_size"] = 512;
+  // 12 hosts warned at their start check: 8 lines are shown, and how many more.
+  json health = json::array();
+  for (int host = 0; host < 12; ++host) {
+    events::HostHealth warned{"gpu" + std::to_string(100 + host), "start", "warn", events::HostHealth::kAdmitted};
+    warned.detail = "clock offset " + std::to_string(1000 + host) + " ms";
+    health.push_back(warned.to_json());
+  }
+  state["health"] = health;
   make_run(id, state);
 
   Outcome result = run_dtrain({"status", id});
@@ -598,9 +607,14 @@ TEST_CASE("status RUN of 512 ranks on 64 hosts summarises: hosts by state, the r
   CHECK(contains(result.out, "\n302   gpu137"));
   CHECK_FALSE(contains(result.out, "\n299   gpu137"));
   CHECK_FALSE(contains(result.out, "gpu163 (connected)"));
+  CHECK(contains(result.out, "gpu107 warn (start)"));
+  CHECK_FALSE(contains(result.out, "gpu108 warn (start)"));
+  CHECK(contains(result.out, "... 4 more (--all lists them)"));
 
   Outcome all = run_dtrain({"status", id, "--all"});
   REQUIRE(all.code == 0);
+  CHECK(contains(all.out, "gpu111 warn (start)"));
+  CHECK_FALSE(contains(all.out, "more (--all lists them)"));
   CHECK(contains(all.out, "gpu163 (connected)"));
   CHECK(contains(all.out, "\n299   gpu137"));
   CHECK(contains(all.out, "\n511   gpu163"));
