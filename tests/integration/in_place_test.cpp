@@ -8,6 +8,8 @@
 
 #include <signal.h>
 
+#include <cerrno>
+#include <cstring>
 #include <set>
 
 #include "tests/integration/dtrain_runner.h"
@@ -101,7 +103,13 @@ std::string kill_rank_in_place(DtrainEnv& env, const std::string& name, const La
   REQUIRE(wait_until([&] { return rank_field(dir, 0, "step") >= 80; }, 60000));
   int pid = rank_pid(dir, victim);
   REQUIRE(pid > 0);
-  REQUIRE(::kill(pid, SIGKILL) == 0);
+  // Once (a full suite, load 3) this kill found no such process 2 s into the test: what the run
+  // had recorded by then says why, next time.
+  int killed = ::kill(pid, SIGKILL);
+  int kill_errno = errno;
+  REQUIRE_MESSAGE(killed == 0, "kill(" << pid << ") of rank " << victim << ": " << std::strerror(kill_errno) << "\nevents:\n"
+                                       << read_text(dir + "/events.jsonl").substr(0, 6000) << "\nstate.json (start):\n"
+                                       << read_text(dir + "/state.json").substr(0, 3000));
   REQUIRE(run.wait(120000));
   CHECK(run.exit_code == 0);
   check_in_place_recovery(dir, victim, layout.slots);

@@ -168,7 +168,13 @@ TEST_CASE("a slow rank is a straggler: event, dtrain status and the /metrics end
     return scraped.find("dtrain_rank_straggler_score{run=\"" + run_id_of(run_dir) +
                         "\",host=\"localhost\",rank=\"2\"} 0.") != std::string::npos;
   }, 10'000);
-  std::string status = env.run({"status", run_id_of(run_dir)}).out();
+  // state.json, which status reads, is rewritten on its own cadence (a second or so, later under
+  // load): the line may come one write after the event and the scrape.
+  std::string status;
+  wait_until([&] {
+    status = env.run({"status", run_id_of(run_dir)}).out();
+    return status.find("stragglers   rank 2 on localhost (score 0.") != std::string::npos;
+  }, 10'000);
   ::kill(run.pid, SIGTERM);  // it would train on for minutes
   CHECK(run.wait(60'000));
   REQUIRE_MESSAGE(found, run.err());
