@@ -106,7 +106,10 @@ TEST_CASE("testcluster: up is idempotent and down ends only its own namespaces' 
   CommandOutput again = cluster.script({"up", "2"});
   INFO(again.output);
   REQUIRE(again.status == 0);
-  CHECK(cluster.pids_on(1).size() == 1);  // the old sleep went with the old cluster
+  // The old sleep went with the old cluster: SIGKILLed, it may take a moment to be gone (under
+  // a full suite's load one count still saw it).
+  CHECK(cluster.wait_hosts_clean() == "");
+  CHECK(cluster.pids_on(1).size() == 1);
 
   REQUIRE(cluster.script({"down"}).status == 0);
   CHECK(!namespace_exists(cluster.host(1).name));
