@@ -17,6 +17,12 @@ int64_t SystemClock::wall_ms() const {
   return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
 }
 
+int64_t thread_cpu_us() {
+  timespec used{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &used);
+  return static_cast<int64_t>(used.tv_sec) * 1'000'000 + used.tv_nsec / 1'000;
+}
+
 ScaledClock::ScaledClock(int64_t speed)
     : speed_(speed < 1 ? 1 : speed), start_monotonic_(real_.monotonic_ms()), start_wall_(real_.wall_ms()) {}
 

@@ -55,6 +55,11 @@ class ScaledClock final : public Clock {
 };
 
 /// "2026-11-29T23:40:01.123Z"
+/// CPU time the calling thread has used, in microseconds (CLOCK_THREAD_CPUTIME_ID): what work
+/// paced by its own cost measures, since wall time on a loaded machine counts other processes'
+/// turns too.
+int64_t thread_cpu_us();
+
 std::string format_timestamp_utc(int64_t wall_ms);
 
 /// format_timestamp_utc's form back to Unix-epoch milliseconds; nullopt for anything else (another
