@@ -11,7 +11,6 @@
 // collectives themselves: the network, the topology or the message sizes.
 
 #include <cstdint>
-#include <map>
 #include <unordered_map>
 #include <optional>
 #include <string>

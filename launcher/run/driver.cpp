@@ -22,7 +22,6 @@
 #include "launcher/base/version.h"
 #include "launcher/base/open_files.h"
 #include "launcher/hosts/kubernetes_hosts.h"
-#include "launcher/proto/frame.h"
 #include "launcher/proto/messages.h"
 #include "launcher/run/fd_watcher.h"
 #include "launcher/run/health_request.h"
@@ -252,9 +251,7 @@ void RunDriver::send_pings_when_due() {
   int64_t now = clock_.monotonic_ms();
   if (now - pacing_.last_ping_ms < ping_spacing_ms()) return;
   pacing_.last_ping_ms = now;
-  // A relay's hosts share one ping, carried in relay_fanout frames (one per relay, not one
-  // relay_to per host: at 16,384 relayed hosts those were a tenth of the loop). The pong's id
-  // is not matched to its ping; each pong measures its own host's clock offset.
+  // A relay's hosts share one ping (ping_through_relays, driver_relays.cpp).
   std::unordered_map<std::string, std::vector<std::string>> by_relay;
   for (auto& [host, link] : links_) {
     if (link->lost) continue;
@@ -265,25 +262,7 @@ void RunDriver::send_pings_when_due() {
       ping(*link);
     }
   }
-  if (by_relay.empty()) return;
-  std::string ping_frame = proto::encode_frame(proto::to_json(proto::PingRequest{launcher_.take_request_id(), clock_.wall_ms()}));
-  for (auto& [relay, hosts] : by_relay) {
-    auto relay_link = links_.find(relay);
-    if (relay_link == links_.end() || relay_link->second->lost || relay_link->second->connection().closed()) continue;
-    // In frames far below the frame limit however many hosts a relay has.
-    proto::RelayFanoutRequest fanout{{}, ping_frame};
-    size_t names_bytes = 0;
-    for (std::string& host : hosts) {
-      names_bytes += host.size() + 4;
-      fanout.hosts.push_back(std::move(host));
-      if (names_bytes >= proto::kMaxRelayChunkBytes) {
-        relay_link->second->send(fanout);
-        fanout.hosts.clear();
-        names_bytes = 0;
-      }
-    }
-    if (!fanout.hosts.empty()) relay_link->second->send(fanout);
-  }
+  ping_through_relays(by_relay);
 }
 
 void RunDriver::handle_signals() {

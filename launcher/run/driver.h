@@ -168,6 +168,9 @@ class RunDriver : private FrameRouter::Output, private GenerationLauncher::Outpu
   /// The relayed host's connection and link when `relay` relays it, else nullptr (a relay
   /// speaks only for the hosts it was given).
   Relayed* relayed_by(const AgentLink& relay, const std::string& host);
+  /// Sends one ping to every host in `hosts_by_relay` (relay → its hosts), one relay_fanout
+  /// per relay; the names are moved out.
+  void ping_through_relays(std::unordered_map<std::string, std::vector<std::string>>& hosts_by_relay);
   /// A lost relay's hosts: their relayed sessions end (each is then re-attached or lost).
   void lose_relayed_hosts(const AgentLink& relay, const std::string& reason);
   /// `link`'s connection closed: the host is lost (a re-attach that ended so failed).

@@ -203,6 +203,33 @@ void RunDriver::agent_reattached(AgentLink& link, const proto::ReattachedReport&
   link.reattaching.reset();
 }
 
+void RunDriver::ping_through_relays(std::unordered_map<std::string, std::vector<std::string>>& hosts_by_relay) {
+  // One relay_fanout per relay, not one relay_to per host: at 16,384 relayed hosts those were a
+  // tenth of the loop. The pong's id is not matched to its ping; each pong measures its own
+  // host's clock offset.
+  if (hosts_by_relay.empty()) return;
+  Result<std::string> ping_frame =
+      proto::encode_supervisor_frame(proto::PingRequest{launcher_.take_request_id(), clock_.wall_ms()});
+  if (!ping_frame) return;  // a ping is a few dozen bytes: never over the limit
+  for (auto& [relay, hosts] : hosts_by_relay) {
+    auto relay_link = links_.find(relay);
+    if (relay_link == links_.end() || relay_link->second->lost || relay_link->second->connection().closed()) continue;
+    // In frames far below the frame limit however many hosts a relay has.
+    proto::RelayFanoutRequest fanout{{}, *ping_frame};
+    size_t names_bytes = 0;
+    for (std::string& host : hosts) {
+      names_bytes += host.size() + 4;
+      fanout.hosts.push_back(std::move(host));
+      if (names_bytes >= proto::kMaxRelayChunkBytes) {
+        relay_link->second->send(fanout);
+        fanout.hosts.clear();
+        names_bytes = 0;
+      }
+    }
+    if (!fanout.hosts.empty()) relay_link->second->send(fanout);
+  }
+}
+
 void RunDriver::pump_relayed() {
   while (!relayed_fed_.empty()) {
     std::vector<AgentLink*> fed = std::exchange(relayed_fed_, {});

@@ -633,9 +633,7 @@ struct FakeCluster::Simulation {
         if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) read_from(agent, now);
         if (agent.fd.valid()) flush(agent);
       }
-      timespec cpu{};
-      ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
-      cpu_ns = static_cast<int64_t>(cpu.tv_sec) * 1'000'000'000 + cpu.tv_nsec;
+      cpu_ns = thread_cpu_us() * 1000;
     }
   }
 };
