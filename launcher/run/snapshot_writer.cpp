@@ -38,7 +38,6 @@ void SnapshotWriter::write_state(bool force, const std::optional<supervisor::Fin
   if (!force && state_name == last_state_name_ && now - last_state_write_ms_ < state_write_spacing_ms_) return;
   last_state_write_ms_ = now;
   last_state_name_ = state_name;
-  const int64_t started_cpu_us = thread_cpu_us();
 
   const plan::RankPlan& plan = supervisor_.current_plan();
   RunSnapshot snapshot;
@@ -113,10 +112,9 @@ void SnapshotWriter::write_state(bool force, const std::optional<supervisor::Fin
   // Copying the rows is O(ranks) on the loop and turning them into text O(ranks) on the state
   // thread (a few ms and 4-23 ms at 16,384 ranks): paced so that each takes at most ~1% of its
   // thread's CPU (at 2,048 hosts a snapshot every 1-2 s; at 2% the state thread alone was 2-2.7%
-  // of the supervisor's ~11%). CPU time, not wall time, on both threads: the write's fsyncs
-  // must not make state.json stale (a slow disk), nor other processes' turns (a loaded machine).
-  // A change of the run's state is written at once whatever the pace.
-  int64_t cost_ms = std::max((thread_cpu_us() - started_cpu_us) / 1000, recorder_.last_state_text_ms());
+  // of the supervisor's ~11%). The write's fsyncs are not counted: a slow disk must not make
+  // state.json stale. A change of the run's state is written at once whatever the pace.
+  int64_t cost_ms = std::max(clock_.monotonic_ms() - now, recorder_.last_state_text_ms());
   state_write_spacing_ms_ = std::max<int64_t>(kStateWriteSpacingMs, 100 * cost_ms);
 }
 

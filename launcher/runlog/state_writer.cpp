@@ -4,7 +4,6 @@
 
 #include <chrono>
 
-#include "launcher/base/clock.h"
 #include "launcher/base/fd.h"
 
 namespace dtrain {
@@ -44,14 +43,13 @@ void StateWriter::run() {
     pending_.reset();
     writing_ = true;
     lock.unlock();
-    // Only the serialising is timed, in this thread's CPU time: it is CPU, which the caller
-    // paces. The write and its fsyncs are waiting, and a slow disk must not make state.json go
-    // stale (at 50x a 200 ms fsync, status and drills would see the run 10 s late); nor must a
-    // loaded machine (in wall time, other processes' turns counted too and state.json of a
-    // 4-rank run fell seconds behind while the suite ran two tests at once).
-    int64_t started_us = thread_cpu_us();
+    // Only the serialising is timed: it is CPU, which the caller paces. The write and its
+    // fsyncs are waiting, and a slow disk must not make state.json go stale (at 50x a 200 ms
+    // fsync, status and drills would see the run 10 s late).
+    auto started = std::chrono::steady_clock::now();
     std::string text = snapshot.text();
-    last_text_ms_ = (thread_cpu_us() - started_us) / 1000;
+    last_text_ms_ =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count();
     Status written = write_file_atomic(path_, text);
     lock.lock();
     writing_ = false;
