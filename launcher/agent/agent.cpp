@@ -147,10 +147,7 @@ void Agent::poll_and_dispatch() {
             [this](int gen, int rank, pid_t peer_pid, proto::WorkerMessage message) {
               forward_from_worker(gen, rank, peer_pid, std::move(message));
             },
-            [this](const WorkerLineProblem& problem) {
-              out_.send(proto::WorkerProtocolError{problem.gen, problem.rank, problem.peer_pid, problem.error,
-                                                   problem.closed});
-            });
+            [this](const WorkerLineProblem& problem) { report_worker_line_problem(problem); });
       });
     }
   }
@@ -287,7 +284,17 @@ void Agent::reap_children() {
       workers_.erase(it);
       continue;
     }
-    // Every line the worker wrote is in its pipes now; they go out before its exit.
+    // Every line the worker wrote is in its pipes and its socket now; they go out before its
+    // exit: the signal is read before the sockets in a round, and a final beat that came after
+    // the exit would find the run already ended (no recovery.completed for the last generation).
+    if (sockets_) {
+      sockets_->drain_connections_of(
+          pid,
+          [this](int gen, int rank, pid_t peer_pid, proto::WorkerMessage message) {
+            forward_from_worker(gen, rank, peer_pid, std::move(message));
+          },
+          [this](const WorkerLineProblem& problem) { report_worker_line_problem(problem); });
+    }
     worker.drain_output([&](const char* stream, std::string line) {
       out_.send(proto::WorkerLogLine{worker.gen(), worker.rank(), stream, std::move(line)});
     });
@@ -632,6 +639,10 @@ void Agent::forward_from_worker(int gen, int rank, pid_t pid, proto::WorkerMessa
   flush_held_beat(gen, rank);
   if (beat) beaten_.insert(key);
   out_.send(proto::FromWorker{gen, rank, pid, std::move(message)});
+}
+
+void Agent::report_worker_line_problem(const WorkerLineProblem& problem) {
+  out_.send(proto::WorkerProtocolError{problem.gen, problem.rank, problem.peer_pid, problem.error, problem.closed});
 }
 
 void Agent::flush_held_beat(int gen, int rank) {

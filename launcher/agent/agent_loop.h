@@ -139,6 +139,8 @@ class Agent {
   /// (newest wins). Anything else the worker sends first flushes its held beat, so its order holds.
   void forward_from_worker(int gen, int rank, pid_t pid, proto::WorkerMessage message);
   void flush_held_beat(int gen, int rank);
+  /// A line from a worker's connection that was dropped (it did not parse, or lost the framing).
+  void report_worker_line_problem(const WorkerLineProblem& problem);
   void send_error(proto::AgentError error);
   void protocol_error(const std::string& what);
   void begin_fence(std::string reason, ExitCode code);

@@ -134,6 +134,26 @@ void WorkerSocketServer::on_ready(int fd, short revents, const WorkerMessageSink
   }
 }
 
+void WorkerSocketServer::drain_connections_of(pid_t peer_pid, const WorkerMessageSink& sink,
+                                              const WorkerProblemSink& problems) {
+  accept_all();  // its connection may still wait in the listener's queue
+  std::vector<int> fds;
+  for (const auto& [fd, connection] : connections_) {
+    if (connection.peer_pid == peer_pid) fds.push_back(fd);
+  }
+  for (int fd : fds) {
+    // Bounded: the process is gone, so what its buffer holds only shrinks (a child that shares
+    // the socket could still write: at most 64 reads); read_from drops the connection at its end.
+    for (int reads = 0; reads < 64; ++reads) {
+      auto it = connections_.find(fd);
+      if (it == connections_.end()) break;
+      pollfd ready{fd, POLLIN, 0};
+      if (::poll(&ready, 1, 0) <= 0 || ready.revents == 0) break;
+      read_from(it->second, sink, problems);
+    }
+  }
+}
+
 void WorkerSocketServer::accept_all() {
   for (;;) {
     int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);

@@ -66,6 +66,11 @@ class WorkerSocketServer {
   /// lost (a line over the limit) or it never said hello.
   void on_ready(int fd, short revents, const WorkerMessageSink& sink, const WorkerProblemSink& problems);
 
+  /// Accepts what waits, then reads what the connections of process `peer_pid` still hold, to
+  /// the end of what the kernel buffers have, before the agent reports that process's exit: its last beat (its final
+  /// step) was written before it exited, and must not reach the supervisor after the exit.
+  void drain_connections_of(pid_t peer_pid, const WorkerMessageSink& sink, const WorkerProblemSink& problems);
+
   /// Queues one line for the newest connection whose hello said (gen, rank): a to_worker
   /// frame's msg, relayed as the supervisor wrote it.
   Status send_to(int gen, int rank, const nlohmann::json& message);

@@ -421,6 +421,23 @@ void Supervisor::complete_recovery(int64_t step, bool in_place, int64_t at_ms) {
   recovery_.reset();
 }
 
+void Supervisor::complete_recovery_at_success() {
+  PendingRecovery& r = *recovery_;
+  int64_t now = clock_.monotonic_ms();
+  if (!r.started_ms) r.started_ms = now;
+  if (replacing()) {
+    // The survivors resumed from the newest step when they were carried over (the generation's
+    // start step); every communicator was up by now.
+    if (!r.comm_ready_ms) r.comm_ready_ms = now;
+    complete_recovery(gen_.start_step + 1, true, now);
+  } else if (r.first_step_seen_ms) {
+    if (!r.comm_ready_ms) r.comm_ready_ms = r.first_step_seen_ms;
+    complete_recovery(r.first_step, false, r.first_step_seen_ms);
+  } else {
+    complete_recovery(std::max(newest_step(), r.resume_step + 1), false, now);
+  }
+}
+
 // ---- launch deadlines -------------------------------------------------------------------------
 
 Millis Supervisor::launch_deadline() const {

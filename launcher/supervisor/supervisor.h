@@ -297,6 +297,11 @@ class Supervisor {
   /// recovery.completed for the pending recovery, reached at `step` of the new generation.
   /// `at_ms`: when the first step was seen (monotonic); 0: now.
   void complete_recovery(int64_t step, bool in_place, int64_t at_ms = 0);
+  /// Every rank of the recovered generation exited 0 before a beat completed the recovery (its
+  /// steps after the recovery took less than a beat interval, or its beats were late): it
+  /// trained to the end, so the recovery completed, by now at the latest. Without this the run
+  /// log would hold a recovery.started that never ends.
+  void complete_recovery_at_success();
   /// The cause as events name it.
   static events::FailureCause event_cause(const RootCause& cause);
   /// Fails the launching generation when a launch step is past launch_deadline().

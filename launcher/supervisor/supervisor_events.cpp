@@ -198,6 +198,7 @@ void Supervisor::worker_exited(const WorkerExited& event) {
   // ranks, a scan per exit was a quarter of the supervisor's CPU while a job ended).
   if (gen_.exited >= static_cast<int>(gen_.ranks.size()) &&
       std::all_of(gen_.ranks.begin(), gen_.ranks.end(), [](const RankStatus& r) { return r.state == RankState::exited; })) {
+    if (recovery_) complete_recovery_at_success();
     stop_generation(Ending::succeed, ExitCode::ok);
   }
 }

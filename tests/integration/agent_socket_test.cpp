@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -210,4 +211,50 @@ TEST_CASE("batch_beats: a worker's first beat goes at once, later ones ride on t
   CHECK(steps.back() == 7);                             // the last beat arrived
   CHECK(committed_frame > 0);
   CHECK(exit_frame > committed_frame);
+}
+
+TEST_CASE("a worker's last beat, written just before it exits, reaches the supervisor before its exit") {
+  // The agent reads its signals before its sockets in a round; without draining the dead
+  // worker's connection first, a final beat came after the exit, when the run had already
+  // ended (and a recovery's completion was never recorded). No sleep before the exit here.
+  AgentSession session(DTRAIN_EXE);
+  auto hello = session.handshake({{"batch_beats", true}, {"heartbeat_interval_ms", 200}});
+  REQUIRE(hello);
+  std::string script =
+      "import json, os, socket\n"
+      "s = socket.socket(socket.AF_UNIX); s.connect(os.environ['DTRAIN_AGENT_SOCKET'])\n"
+      "rank = int(os.environ['RANK'])\n"
+      "s.sendall((json.dumps({'type': 'hello', 'rank': rank, 'gen': 3, 'pid': os.getpid()}) + '\\n' +\n"
+      "           json.dumps({'type': 'beat', 'step': 1}) + '\\n' +\n"
+      "           json.dumps({'type': 'beat', 'step': 300}) + '\\n').encode())\n"
+      "os._exit(0)\n";
+  const std::vector<int> ranks{0, 1, 2, 3, 4, 5, 6, 7};
+  json spawn = spawn_message(3, ranks, {"/usr/bin/python3", "-c", script}, session.run_id());
+  for (json& worker : spawn["workers"]) worker["env"] = {{"RANK", std::to_string(worker["rank"].get<int>())}};
+  session.send(spawn);
+  std::map<int, int> last_step;  // rank → newest step seen so far
+  std::map<int, int> step_at_exit;
+  int exits = 0;
+  for (size_t seen = 0; exits < static_cast<int>(ranks.size());) {
+    REQUIRE(session.wait_for_type("exit", 20'000));
+    const auto& history = session.history();
+    for (; seen < history.size(); ++seen) {
+      const json& message = history[seen];
+      if (message["type"] == "from_worker" && message["msg"]["type"] == "beat") {
+        last_step[message["rank"].get<int>()] = message["msg"]["step"].get<int>();
+      } else if (message["type"] == "beat" && message.contains("worker_beats")) {
+        for (const json& held : message["worker_beats"]) last_step[held["rank"].get<int>()] = held["msg"]["step"].get<int>();
+      } else if (message["type"] == "exit") {
+        int rank = message["rank"].get<int>();
+        step_at_exit[rank] = last_step.count(rank) ? last_step[rank] : -1;
+        ++exits;
+      }
+    }
+  }
+  std::string frames;
+  for (const json& message : session.history()) frames += message.dump().substr(0, 300) + "\n";
+  for (int rank : ranks) {
+    INFO("rank " << rank << "; the agent's frames:\n" << frames);
+    CHECK(step_at_exit[rank] == 300);
+  }
 }

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -209,6 +210,35 @@ inline int64_t rank_field(const std::string& run_dir, int rank, const char* fiel
 }
 
 inline int rank_pid(const std::string& run_dir, int rank) { return static_cast<int>(rank_field(run_dir, rank, "pid")); }
+
+/// The newest step dtrain-train logged for a rank ("step N loss ..." lines, every --log-every
+/// steps), -1 before the first. Rank logs are written as lines arrive; state.json is rewritten
+/// at most every 500 ms, in which a short test run can all but end, so a fault timed by
+/// state.json's step can land near the end of the run, or after it.
+inline int64_t rank_logged_step(const std::string& run_dir, int rank) {
+  std::istringstream log(read_text(run_dir + "/ranks/" + std::to_string(rank) + ".log"));
+  std::string line;
+  int64_t newest = -1;
+  while (std::getline(log, line)) {
+    if (line.rfind("step ", 0) != 0) continue;
+    newest = std::max<int64_t>(newest, std::strtoll(line.c_str() + 5, nullptr, 10));
+  }
+  return newest;
+}
+
+/// A rank's pid from its newest worker.started event in events.jsonl (written as it happens,
+/// unlike state.json's paced rewrite), or 0 before that event.
+inline int started_pid(const std::string& run_dir, int rank) {
+  std::ifstream in(run_dir + "/events.jsonl");
+  std::string line;
+  int pid = 0;
+  while (std::getline(in, line)) {
+    if (line.find("\"worker.started\"") == std::string::npos) continue;
+    nlohmann::json event = nlohmann::json::parse(line, nullptr, false);
+    if (event.is_object() && event.value("rank", -1) == rank && event["pid"].is_number_integer()) pid = event["pid"].get<int>();
+  }
+  return pid;
+}
 
 /// Each rank's "dtrain-train: final step=N loss=L checksum=C" line (loss, and the checksum of
 /// that rank's own shard), "" for a rank without one: what bit-identical runs compare.

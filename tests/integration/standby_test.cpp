@@ -100,14 +100,17 @@ std::vector<std::string> python_params(const std::string& dir) {
   return params;
 }
 
-/// Once rank 0 of the run in `dir` has reached `step`: the run's one standby (0 when there is
-/// not exactly one), after which rank `victim` is SIGKILLed.
-pid_t kill_rank_beside_standby(const std::string& dir, int64_t step, int victim, int timeout_ms) {
+/// Once rank 0 of the run in `dir` has logged `step` (dtrain-train's log lines; state.json's
+/// step by `step_from_state`): the run's one standby (0 when there is not exactly one), after
+/// which rank `victim` is SIGKILLed.
+pid_t kill_rank_beside_standby(const std::string& dir, int64_t step, int victim, int timeout_ms,
+                               bool step_from_state = false) {
   REQUIRE(!dir.empty());
-  REQUIRE(wait_until([&] { return rank_field(dir, 0, "step") >= step; }, timeout_ms));
+  REQUIRE(wait_until([&] { return (step_from_state ? rank_field(dir, 0, "step") : rank_logged_step(dir, 0)) >= step; },
+                     timeout_ms));
   std::vector<pid_t> standbys = standbys_of_run(run_id_of(dir));
   REQUIRE(standbys.size() == 1);
-  int pid = rank_pid(dir, victim);
+  int pid = started_pid(dir, victim);
   REQUIRE(pid > 0);
   CHECK(pid != standbys[0]);
   REQUIRE(::kill(pid, SIGKILL) == 0);
@@ -151,7 +154,7 @@ TEST_CASE("standby: kill -9 of one of 4 ranks is replaced by the warm standby ta
   DtrainProcess run = env.start({"submit", env.write_spec("standby.yaml", trainer_spec("standby", kSteps, true, 1))});
   std::string dir = only_run_dir(env);
   std::string run_id = run_id_of(dir);
-  pid_t standby = kill_rank_beside_standby(dir, 80, 2, 60000);
+  pid_t standby = kill_rank_beside_standby(dir, 50, 2, 60000);
   // The pool is refilled while the run goes on: a second process started as a standby.
   bool refilled = wait_until([&] {
     std::vector<pid_t> now = standbys_of_run(run_id);
@@ -177,9 +180,9 @@ TEST_CASE("standby: without a standby the same recovery starts a new process (ph
   std::string dir = only_run_dir(env);
   REQUIRE(!dir.empty());
   std::string run_id = run_id_of(dir);
-  REQUIRE(wait_until([&] { return rank_field(dir, 0, "step") >= 80; }, 60000));
+  REQUIRE(wait_until([&] { return rank_logged_step(dir, 0) >= 50; }, 60000));
   CHECK(standbys_of_run(run_id).empty());
-  int victim = rank_pid(dir, 2);
+  int victim = started_pid(dir, 2);
   REQUIRE(victim > 0);
   REQUIRE(::kill(victim, SIGKILL) == 0);
   REQUIRE(run.wait(120000));
@@ -212,7 +215,7 @@ TEST_CASE("standby: a Python DDP script's standby (torch imported, model built) 
   write_text(script, kPythonScript);
   DtrainProcess run = env.start({"submit", env.write_spec("warm.yaml", python_spec("warm", script, 1))});
   std::string dir = only_run_dir(env);
-  pid_t standby = kill_rank_beside_standby(dir, 40, 1, 180000);
+  pid_t standby = kill_rank_beside_standby(dir, 40, 1, 180000, /*step_from_state=*/true);
   bool ended = run.wait(240000);
   INFO("stderr:\n" << run.err() << "\nrank 1 log:\n" << read_text(dir + "/ranks/1.log"));
   REQUIRE(ended);

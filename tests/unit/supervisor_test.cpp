@@ -1404,6 +1404,55 @@ TEST_CASE("after an in-place attempt falls back, beats of the generation being s
   CHECK(completed[0]["phases"]["stop_ms"] >= 0);
 }
 
+TEST_CASE("an in-place recovery whose generation ends before any of its beats arrives still completes, then the run succeeds") {
+  // Killed near the end of a short run: the rest took less than a beat interval, and the final
+  // beats can come after the exits. The run log must not hold a recovery that never ended.
+  InPlaceHarness h(in_place_spec());
+  h.rejoin_after_crash();
+  h.all_comm_ready(1);
+  h.clock.advance_ms(30);
+  for (int rank = 0; rank < 3; ++rank) {
+    CHECK(events_named(h.feed(h.exit_code(1, rank, 0)), "recovery.completed").empty());
+  }
+  auto actions = h.feed(h.exit_code(1, 3, 0));
+  auto completed = events_named(actions, "recovery.completed");
+  REQUIRE(completed.size() == 1);
+  CHECK(completed[0]["action"] == "in-place");
+  CHECK(completed[0]["resume_step"] == 50);
+  CHECK(completed[0]["steps_lost"] == 0);
+  CHECK(completed[0]["phases"].contains("rendezvous_ms"));
+  CHECK(h.supervisor->last_recovery());
+  CHECK(h.supervisor->state() == RunState::stopping);  // succeeding: releasing the generation
+  auto finish = of_type<FinishRun>(h.release_all(1));
+  REQUIRE(finish.size() == 1);
+  CHECK(finish[0].state == RunState::succeeded);
+}
+
+TEST_CASE("a restarted generation that ends before any of its beats arrives completes the recovery at its end") {
+  spec::JobSpec spec = make_spec(1, 2);
+  spec.elastic.max_restarts = 2;
+  Harness h(spec);
+  h.connect_all();
+  h.start_all(0);
+  h.feed(CheckpointCommitted{0, 20});
+  h.feed(WorkerProgress{0, 0, 27, {}});
+  h.feed(h.exit_code(0, 1, 1));
+  REQUIRE(of_type<StartGeneration>(h.release_all(0)).size() == 1);
+  h.start_all(1);
+  h.clock.advance_ms(300);
+  CHECK_FALSE(has_event(h.feed(h.exit_code(1, 0, 0)), "recovery.completed"));
+  auto actions = h.feed(h.exit_code(1, 1, 0));
+  REQUIRE(has_event(actions, "recovery.completed"));
+  REQUIRE(h.supervisor->last_recovery());
+  const events::RecoveryCompleted& recovery = h.supervisor->last_recovery()->completed;
+  CHECK(recovery.resume_step == 20);
+  CHECK(recovery.steps_lost == 7);
+  CHECK(recovery.phases["first_step_ms"] == 300);
+  auto finish = of_type<FinishRun>(h.release_all(1));
+  REQUIRE(finish.size() == 1);
+  CHECK(finish[0].state == RunState::succeeded);
+}
+
 TEST_CASE("auto hang_timeout: the supervisor records the value in force and a hang names the limit it passed") {
   spec::JobSpec spec = make_spec(1, 2);
   spec.heartbeat.hang_timeout = Millis(0);  // auto, the default
