@@ -3,7 +3,9 @@
 // read_state_file does. Input: a state.json file's bytes.
 // Invariants: the reader never throws; an error says what is wrong in printable text; an accepted
 // snapshot written out (to_json) reads back equal, and the text the state writer writes (text(),
-// whose ranks are written without nlohmann) is that same JSON and reads back equal too.
+// whose ranks are written without nlohmann) is that same JSON and reads back equal too. The plain
+// path on simdjson (read_plain_state, what read_state_file tries first) reads nothing the generic
+// path refuses, and what it reads is what the generic path reads.
 
 #include <cstddef>
 #include <cstdint>
@@ -17,9 +19,15 @@ using namespace dtrain;
 using namespace dtrain::fuzz;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  std::optional<RunSnapshot> plain = read_plain_state(as_text(data, size));
   nlohmann::json state = nlohmann::json::parse(as_text(data, size), nullptr, /*allow_exceptions=*/false);
-  if (state.is_discarded()) return 0;  // read_state_file's own error: not JSON
+  if (state.is_discarded()) {  // read_state_file's own error: not JSON
+    check(!plain, "the plain path reads no text that is not JSON");
+    return 0;
+  }
   Result<RunSnapshot> snapshot = RunSnapshot::from_json(state);
+  check(!plain || (snapshot && *plain == *snapshot), "the plain path reads what the generic path reads",
+        snapshot ? "" : snapshot.error().message);
   if (!snapshot) {
     check(!snapshot.error().message.empty(), "an error says what is wrong");
     check_printable(snapshot.error().message, "an error about state.json is printable");

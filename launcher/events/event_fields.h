@@ -17,6 +17,7 @@
 
 #include "launcher/base/json_fields.h"
 #include "launcher/base/result.h"
+#include "launcher/base/strings.h"
 #include "launcher/events/event_catalogue.h"
 
 namespace dtrain::events::detail {
@@ -98,7 +99,7 @@ class EventFields {
     }
     std::string known;
     for (const FailureKindInfo& info : kFailureKinds) known += (known.empty() ? "" : ", ") + std::string(info.name);
-    fields_.fail_text(key, "'" + *name + "' is not a failure kind (" + known + ")");
+    fields_.fail_text(key, "'" + printable(*name, 200) + "' is not a failure kind (" + known + ")");
     return *this;
   }
   /// What kubernetes.job created, by its Kubernetes kind ("Job", "JobSet").
@@ -106,7 +107,7 @@ class EventFields {
     std::optional<std::string> name = fields_.optional_string(key, kNoLimit);
     if (!name) return *this;
     if (std::optional<KubernetesKind> kind = parse_kubernetes_kind(*name)) out = *kind;
-    else fields_.fail_text(key, "'" + *name + "' is not what kubernetes.job creates (Job, JobSet)");
+    else fields_.fail_text(key, "'" + printable(*name, 200) + "' is not what kubernetes.job creates (Job, JobSet)");
     return *this;
   }
   /// An object member as it is (a drill's report, per-phase timings).

@@ -112,6 +112,7 @@ void RegistrySync::loop() {
   });
   int64_t retry_after_ms = 0;  // after a failed write: not before this (wall ms), unless final
   int64_t last_written_ms = 0;
+  int64_t last_write_cost_ms = 0;
   while (true) {
     bool final_requested = false, stopping = false;
     std::vector<LoggedEvent> observed;
@@ -132,8 +133,12 @@ void RegistrySync::loop() {
     bool last_chance = final_requested || stopping;
     // Allocations still held end at the write's time: rewrite them while the run runs.
     if (!finished && !kept.empty() && SystemClock().wall_ms() - last_written_ms >= kHeldRewriteIntervalMs) dirty = true;
-    if (dirty && (last_chance || SystemClock().wall_ms() >= retry_after_ms)) {
-      if (write(kept, finished)) {
+    int64_t now = SystemClock().wall_ms();
+    bool paced_out = now < retry_after_ms || now < last_written_ms + kWriteCostMultiple * last_write_cost_ms;
+    if (dirty && (last_chance || !paced_out)) {
+      bool written = write(kept, finished);
+      last_write_cost_ms = std::max<int64_t>(0, SystemClock().wall_ms() - now);
+      if (written) {
         dirty = false;
         last_written_ms = SystemClock().wall_ms();
       } else {

@@ -1,8 +1,11 @@
 #include "launcher/runlog/run_snapshot.h"
 
 #include <charconv>
+#include <climits>
 #include <cmath>
 #include <string_view>
+
+#include <simdjson.h>
 
 #include "launcher/base/json_fields.h"
 #include "launcher/events/event_fields.h"
@@ -345,6 +348,163 @@ Result<RunSnapshot> RunSnapshot::from_json(const json& state) {
     return Error::infra(read.error().message + "; the file is damaged (something other than dtrain changed it)");
   }
   return read;
+}
+
+// ---- the plain state.json, on simdjson ---------------------------------------------------------
+
+namespace {
+
+/// One rank of state.json as the writer writes it, into `out` with from_json's meaning: a key
+/// absent or null keeps the default, a later duplicate key wins (as nlohmann's parse keeps it).
+/// false for anything from_json might read otherwise (or refuse): the generic path decides.
+bool read_plain_rank(simdjson::dom::element element, RunSnapshot::Rank& out) {
+  using simdjson::dom::element_type;
+  simdjson::dom::object object;
+  if (element.get(object) != simdjson::SUCCESS) return false;
+  auto integer = [](simdjson::dom::element value, int64_t min, int64_t max, std::optional<int64_t>& to) {
+    int64_t number = 0;
+    if (value.type() == element_type::INT64) {
+      if (value.get(number) != simdjson::SUCCESS) return false;
+    } else if (value.type() == element_type::UINT64) {
+      uint64_t unsigned_number = 0;
+      if (value.get(unsigned_number) != simdjson::SUCCESS || unsigned_number > static_cast<uint64_t>(INT64_MAX)) {
+        return false;
+      }
+      number = static_cast<int64_t>(unsigned_number);
+    } else {
+      return false;
+    }
+    if (number < min || number > max) return false;
+    to = number;
+    return true;
+  };
+  // A null is the default, also after an earlier duplicate of the key (nlohmann keeps the null).
+  auto small = [&](simdjson::dom::element value, int& to) {
+    if (value.is_null()) {
+      to = 0;
+      return true;
+    }
+    std::optional<int64_t> number;
+    if (!integer(value, INT_MIN, INT_MAX, number)) return false;
+    to = static_cast<int>(*number);
+    return true;
+  };
+  auto large = [&](simdjson::dom::element value, std::optional<int64_t>& to) {
+    if (value.is_null()) {
+      to.reset();
+      return true;
+    }
+    return integer(value, INT64_MIN, INT64_MAX, to);
+  };
+  auto text = [](simdjson::dom::element value, std::string& to) {
+    if (value.is_null()) {
+      to.clear();
+      return true;
+    }
+    std::string_view view;
+    if (value.get(view) != simdjson::SUCCESS) return false;
+    to.assign(view);
+    return true;
+  };
+  for (simdjson::dom::key_value_pair field : object) {
+    std::string_view key = field.key;
+    simdjson::dom::element value = field.value;
+    bool ok = true;
+    if (key == "rank") ok = small(value, out.rank);
+    else if (key == "host") ok = text(value, out.host);
+    else if (key == "local_rank") ok = small(value, out.local_rank);
+    else if (key == "dp") ok = small(value, out.dp);
+    else if (key == "pp") ok = small(value, out.pp);
+    else if (key == "tp") ok = small(value, out.tp);
+    else if (key == "pid") ok = large(value, out.pid);
+    else if (key == "state") ok = text(value, out.state);
+    else if (key == "step") ok = large(value, out.step);
+    else if (key == "last_beat_ms") ok = large(value, out.last_beat_ms);
+    else if (key == "exit") {
+      if (value.is_null()) {
+        out.exit.reset();
+        continue;
+      }
+      simdjson::dom::object exit;
+      if (value.get(exit) != simdjson::SUCCESS) return false;
+      RunSnapshot::RankExit read;
+      for (simdjson::dom::key_value_pair exit_field : exit) {
+        if (exit_field.key == "code") {
+          std::optional<int64_t> code;
+          if (exit_field.value.is_null()) {
+            read.code.reset();
+          } else if (integer(exit_field.value, INT_MIN, INT_MAX, code)) {
+            read.code = static_cast<int>(*code);
+          } else {
+            return false;
+          }
+        } else if (exit_field.key == "signal") {
+          if (exit_field.value.is_null()) {
+            read.signal.reset();
+            continue;
+          }
+          std::string signal;
+          if (!text(exit_field.value, signal)) return false;
+          read.signal = std::move(signal);
+        }
+      }
+      out.exit = std::move(read);
+    } else {
+      for (const contract::BeatMetric& metric : contract::kBeatMetrics) {
+        if (!(metric.shown & contract::kInStateJson) || key != metric.key) continue;
+        std::optional<double>& to = out.metrics.*metric.field;
+        if (value.is_null()) {
+          to.reset();
+          break;
+        }
+        double number = 0;
+        // get_double converts INT64 and UINT64 as nlohmann's get<double>() does.
+        if (!value.is_number() || value.get_double().get(number) != simdjson::SUCCESS || !std::isfinite(number)) {
+          return false;
+        }
+        to = number;
+        break;
+      }
+    }
+    if (!ok) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::optional<RunSnapshot> read_plain_state(std::string_view text) {
+  simdjson::dom::parser parser;
+  simdjson::dom::object state;
+  if (parser.parse(text.data(), text.size()).get(state) != simdjson::SUCCESS) return std::nullopt;
+  // The head (everything but "ranks": kilobytes) through from_json, each member as simdjson
+  // writes it back; the ranks here.
+  json head = json::object();
+  std::optional<simdjson::dom::element> ranks_member;
+  for (simdjson::dom::key_value_pair member : state) {
+    if (member.key == "ranks") {
+      ranks_member = member.value;
+      head.erase("ranks");
+      continue;
+    }
+    json value = json::parse(simdjson::minify(member.value), nullptr, /*allow_exceptions=*/false);
+    if (value.is_discarded()) return std::nullopt;
+    head[std::string(member.key)] = std::move(value);
+  }
+  std::vector<RunSnapshot::Rank> ranks;
+  if (ranks_member && !ranks_member->is_null()) {
+    simdjson::dom::array items;
+    if (ranks_member->get(items) != simdjson::SUCCESS) return std::nullopt;
+    ranks.resize(items.size());
+    size_t i = 0;
+    for (simdjson::dom::element item : items) {
+      if (!read_plain_rank(item, ranks[i++])) return std::nullopt;
+    }
+  }
+  Result<RunSnapshot> snapshot = RunSnapshot::from_json(head);
+  if (!snapshot) return std::nullopt;
+  snapshot->ranks = std::move(ranks);
+  return std::move(*snapshot);
 }
 
 }  // namespace dtrain

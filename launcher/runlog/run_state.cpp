@@ -31,6 +31,7 @@ Result<RunSnapshot> read_state_file(const std::string& path) {
   Result<std::string> text = read_regular_file(path, kMaxStateFileBytes, FollowLinks::kNo,
                                               "state.json is written by dtrain and far smaller; restore the run's own");
   if (!text) return text.error();
+  if (std::optional<RunSnapshot> plain = read_plain_state(*text)) return std::move(*plain);
   nlohmann::json state = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (state.is_discarded() || !state.is_object()) {
     return Error::infra(path + ": not a JSON object; the file is damaged (it is written "

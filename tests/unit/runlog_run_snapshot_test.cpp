@@ -245,3 +245,50 @@ TEST_CASE("the state.json the supervisor wrote before RunSnapshot reads and writ
   CHECK(read->ranks[1].exit->signal == std::optional<std::string>("SIGKILL"));
   CHECK(json::parse(read->text()) == original);
 }
+
+TEST_CASE("the plain path on simdjson reads what the writer writes as from_json does, and leaves the rest to it") {
+  RunSnapshot full = everything_set();
+  std::optional<RunSnapshot> plain = read_plain_state(full.text());
+  REQUIRE(plain);
+  CHECK(*plain == full);
+  RunSnapshot empty;
+  REQUIRE(read_plain_state(empty.text()));
+  CHECK(*read_plain_state(empty.text()) == empty);
+
+  // A rank as a hand (or another tool) may write it: the plain path declines, the generic one
+  // reads it (3.0 is an integer to from_json) or names what is wrong.
+  std::string text = full.text();
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string changed = text;
+    size_t at = changed.find(from);
+    REQUIRE(at != std::string::npos);
+    changed.replace(at, from.size(), to);
+    return changed;
+  };
+  std::string float_pid = with("\"pid\": 5000", "\"pid\": 5000.0");
+  CHECK_FALSE(read_plain_state(float_pid));
+  REQUIRE(from_text(float_pid).ok());
+  CHECK(from_text(float_pid)->ranks[0].pid == 5000);
+  std::string string_pid = with("\"pid\": 5000", "\"pid\": \"5000\"");
+  CHECK_FALSE(read_plain_state(string_pid));
+  REQUIRE_FALSE(from_text(string_pid).ok());
+  CHECK(from_text(string_pid).error().message.find("ranks[0]") != std::string::npos);
+  // A later duplicate key wins on both paths (nlohmann keeps the last).
+  std::string twice = with("\"pid\": 5000", "\"pid\": 5000, \"pid\": 6000");
+  REQUIRE(read_plain_state(twice));
+  CHECK(read_plain_state(twice)->ranks[0].pid == 6000);
+  CHECK(from_text(twice)->ranks[0].pid == 6000);
+  // A later null is the default again, whatever came before (found by fuzz/run_snapshot).
+  std::string renulled = with("\"pid\": 5000", "\"pid\": 5000, \"rank\": null, \"host\": null");
+  REQUIRE(read_plain_state(renulled));
+  CHECK(*read_plain_state(renulled) == *from_text(renulled));
+  CHECK(read_plain_state(renulled)->ranks[0].host.empty());
+  // Nulls keep the defaults; unknown keys are ignored.
+  std::string sparse = with("\"pid\": 5000", "\"pid\": null, \"gpu_util\": [1, 2], \"exit\": {\"code\": null, \"why\": 1}");
+  REQUIRE(read_plain_state(sparse));
+  CHECK(*read_plain_state(sparse) == *from_text(sparse));
+  CHECK_FALSE(read_plain_state(sparse)->ranks[0].pid);
+  // Not JSON, or a head from_json refuses: nullopt, and read_state_file words the error.
+  CHECK_FALSE(read_plain_state(text.substr(0, text.size() / 2)));
+  CHECK_FALSE(read_plain_state(with("\"version\": 1", "\"version\": 99")));
+}
