@@ -142,12 +142,7 @@ void Agent::poll_and_dispatch() {
     for (const pollfd& fd : sockets_->poll_fds(take_input)) {
       watch(fd, [this, fd = fd.fd](short revents) {
         if (!sockets_) return;
-        sockets_->on_ready(
-            fd, revents,
-            [this](int gen, int rank, pid_t peer_pid, proto::WorkerMessage message) {
-              forward_from_worker(gen, rank, peer_pid, std::move(message));
-            },
-            [this](const WorkerLineProblem& problem) { report_worker_line_problem(problem); });
+        sockets_->on_ready(fd, revents, worker_message_sink(), worker_problem_sink());
       });
     }
   }
@@ -287,14 +282,7 @@ void Agent::reap_children() {
     // Every line the worker wrote is in its pipes and its socket now; they go out before its
     // exit: the signal is read before the sockets in a round, and a final beat that came after
     // the exit would find the run already ended (no recovery.completed for the last generation).
-    if (sockets_) {
-      sockets_->drain_connections_of(
-          pid,
-          [this](int gen, int rank, pid_t peer_pid, proto::WorkerMessage message) {
-            forward_from_worker(gen, rank, peer_pid, std::move(message));
-          },
-          [this](const WorkerLineProblem& problem) { report_worker_line_problem(problem); });
-    }
+    if (sockets_) sockets_->drain_connections_of(pid, worker_message_sink(), worker_problem_sink());
     worker.drain_output([&](const char* stream, std::string line) {
       out_.send(proto::WorkerLogLine{worker.gen(), worker.rank(), stream, std::move(line)});
     });
@@ -639,6 +627,16 @@ void Agent::forward_from_worker(int gen, int rank, pid_t pid, proto::WorkerMessa
   flush_held_beat(gen, rank);
   if (beat) beaten_.insert(key);
   out_.send(proto::FromWorker{gen, rank, pid, std::move(message)});
+}
+
+WorkerMessageSink Agent::worker_message_sink() {
+  return [this](int gen, int rank, pid_t peer_pid, proto::WorkerMessage message) {
+    forward_from_worker(gen, rank, peer_pid, std::move(message));
+  };
+}
+
+WorkerProblemSink Agent::worker_problem_sink() {
+  return [this](const WorkerLineProblem& problem) { report_worker_line_problem(problem); };
 }
 
 void Agent::report_worker_line_problem(const WorkerLineProblem& problem) {

@@ -141,6 +141,10 @@ class Agent {
   void flush_held_beat(int gen, int rank);
   /// A line from a worker's connection that was dropped (it did not parse, or lost the framing).
   void report_worker_line_problem(const WorkerLineProblem& problem);
+  /// What the worker sockets hand their messages and problems to (forward_from_worker,
+  /// report_worker_line_problem): when they are ready, and when a dead worker's are drained.
+  WorkerMessageSink worker_message_sink();
+  WorkerProblemSink worker_problem_sink();
   void send_error(proto::AgentError error);
   void protocol_error(const std::string& what);
   void begin_fence(std::string reason, ExitCode code);
