@@ -299,8 +299,19 @@ TEST_CASE("a supervisor killed with SIGKILL leaves its run's hours ending at its
     return query_rows(registry, "SELECT count(*) FROM allocations WHERE end_reason LIKE 'still held%'") ==
            std::vector<std::string>{"1"};
   }, 30000));
-  nlohmann::json state = nlohmann::json::parse(read_text(run_dir + "/state.json"), nullptr, false);
-  int supervisor = state["supervisor"]["pid"].get<int>();
+  // state.json is rewritten on its own pace: a read can come before the one that names the
+  // supervisor (seen once in a full suite: "supervisor": null).
+  int supervisor = 0;
+  REQUIRE(wait_until([&] {
+    nlohmann::json state = nlohmann::json::parse(read_text(run_dir + "/state.json"), nullptr, false);
+    if (!state.is_object() || !state.contains("supervisor") || !state["supervisor"].is_object() ||
+        !state["supervisor"]["pid"].is_number_integer()) {
+      return false;
+    }
+    supervisor = state["supervisor"]["pid"].get<int>();
+    return true;
+  }, 30000));
+  REQUIRE(supervisor > 0);
   REQUIRE(::kill(supervisor, SIGKILL) == 0);
   // Its agent fences the workers once the supervisor has been silent for heartbeat.timeout.
   CHECK(wait_until([&] { return processes_of_run(run_id).empty(); }, 60000));
