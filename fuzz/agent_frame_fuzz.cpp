@@ -8,8 +8,10 @@
 // ranges (an exit has exactly one of code and signal) and survives its own serialisation
 // (parse(to_json(m)) == m); errors are printable text;
 // AgentFrameParser gives every body the same message or error as the generic path, and its
-// beat and relay_from fast paths accept only what the generic path accepts, with the same
-// fields.
+// beat, relay_from, pong and relay_batch fast paths accept only what the generic path accepts,
+// with the same fields; the stream carried by a relay (proto::RelayBatcher, in 3-byte pieces,
+// its beats and pongs batched) reads on the supervisor as the same messages and errors, in the
+// same order, as the stream read directly.
 
 #include <cstddef>
 #include <cstdint>
@@ -22,6 +24,7 @@
 #include "launcher/proto/agent_frame_parser.h"
 #include "launcher/proto/agent_messages.h"
 #include "launcher/proto/frame.h"
+#include "launcher/proto/relay_batcher.h"
 #include "launcher/proto/worker_messages.h"
 
 using namespace dtrain;
@@ -73,6 +76,11 @@ void check_agent_message(const proto::AgentMessage& message) {
   if (const auto* beat = std::get_if<proto::AgentBeat>(&message)) {
     for (const proto::FromWorker& held : beat->worker_beats) check_from_worker(held);
   }
+  if (const auto* batch = std::get_if<proto::RelayBatchReport>(&message)) {
+    for (const proto::RelayedMessage& relayed : batch->messages) {
+      if (const auto* beat = std::get_if<proto::AgentBeat>(&relayed.message)) check_agent_message(proto::AgentMessage(*beat));
+    }
+  }
 }
 
 // Whether every worker message a from_worker or a beat carries parsed, and a hello's stack: only
@@ -83,6 +91,12 @@ bool carries_no_error(const proto::AgentMessage& message) {
   if (const auto* beat = std::get_if<proto::AgentBeat>(&message)) {
     for (const proto::FromWorker& held : beat->worker_beats) {
       if (!held.msg) return false;
+    }
+  }
+  if (const auto* batch = std::get_if<proto::RelayBatchReport>(&message)) {
+    for (const proto::RelayedMessage& relayed : batch->messages) {
+      const auto* beat = std::get_if<proto::AgentBeat>(&relayed.message);
+      if (beat && !carries_no_error(proto::AgentMessage(*beat))) return false;
     }
   }
   return true;
@@ -108,6 +122,75 @@ void check_frame_parser(proto::AgentFrameParser& parser, std::string_view body) 
     check(describe_agent_message(proto::AgentMessage(*pong)) == expected, "a pong the fast path accepts is the generic path's",
           printable(shown, 400));
   }
+  if (std::optional<proto::RelayBatchReport> batch = parser.read_relay_batch(body)) {
+    check(describe_agent_message(proto::AgentMessage(std::move(*batch))) == expected,
+          "a relay_batch the fast path accepts is the generic path's", printable(shown, 400));
+  }
+}
+
+// Every message and error in `stream`, frame by frame, as the driver reads them; a lost framing
+// ends it with its error. `tail` gets what follows the last whole frame.
+std::vector<Outcome> read_directly(proto::AgentFrameParser& parser, std::string_view stream) {
+  std::vector<Outcome> outcomes;
+  proto::FrameDecoder decoder;
+  decoder.feed(stream);
+  while (true) {
+    auto body = decoder.next_body();
+    if (!body) {
+      outcomes.push_back("lost: " + body.error().message);
+      break;
+    }
+    if (!body->has_value()) break;
+    outcomes.push_back(describe_agent_message(parser.parse(**body)));
+  }
+  outcomes.push_back("rest: " + std::to_string(decoder.failed() ? 0 : decoder.buffered_bytes()));
+  return outcomes;
+}
+
+// The same stream carried by a relay: read on the supervisor from what the batcher sent.
+void check_relayed(proto::AgentFrameParser& parser, std::string_view stream) {
+  std::vector<proto::AgentMessage> sent;
+  proto::RelayBatcher batcher([&](proto::AgentMessage message) { sent.push_back(std::move(message)); });
+  int64_t now = 0;
+  for (size_t at = 0; at < stream.size(); at += 3) {
+    batcher.received("h", stream.substr(at, 3), "", now);
+    now += 7;
+    batcher.flush_due(now);
+  }
+  batcher.forget("h");
+  std::vector<Outcome> outcomes;
+  proto::FrameDecoder raw;
+  bool lost = false;
+  for (const proto::AgentMessage& message : sent) {
+    if (const auto* from = std::get_if<proto::RelayFromReport>(&message)) {
+      check(from->host == "h", "a relay_from names the host it carries");
+      raw.feed(from->data);
+      while (!lost) {
+        auto body = raw.next_body();
+        if (!body) {
+          outcomes.push_back("lost: " + body.error().message);
+          lost = true;
+          break;
+        }
+        if (!body->has_value()) break;
+        outcomes.push_back(describe_agent_message(parser.parse(**body)));
+      }
+    } else if (const auto* batch = std::get_if<proto::RelayBatchReport>(&message)) {
+      check(!lost, "nothing is batched after the framing broke");
+      check(proto::to_json(message).dump().size() < proto::kMaxFrameBytes, "a batch fits in a frame");
+      for (const proto::RelayedMessage& relayed : batch->messages) {
+        check(relayed.host == "h", "a batch names the host it carries");
+        outcomes.push_back(describe_agent_message(
+            std::visit([](const auto& typed) { return Result<proto::AgentMessage>(proto::AgentMessage(typed)); }, relayed.message)));
+      }
+    } else {
+      check(false, "a relay sends only relay_from and relay_batch for a host's stream");
+    }
+  }
+  outcomes.push_back("rest: " + std::to_string(raw.failed() ? 0 : raw.buffered_bytes()));
+  std::vector<Outcome> direct = read_directly(parser, stream);
+  check(outcomes == direct, "a relayed stream reads as the same messages, in the same order, as a direct one",
+        printable(std::string(stream.substr(0, 400)), 400));
 }
 
 }  // namespace
@@ -137,6 +220,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!body || !body->has_value()) break;
     check_frame_parser(parser, **body);
   }
+
+  check_relayed(parser, stream);
 
   for (const nlohmann::json& message : messages) {
     check(message.is_object() && message.contains("type") && message["type"].is_string(),

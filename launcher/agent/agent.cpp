@@ -338,7 +338,7 @@ void Agent::pump_relay(int64_t now) {
   if (!periodic && !(relay_ready_ && out_.pending_bytes() < Outbox::kBacklogLimit)) return;
   relay_ready_ = false;
   last_relay_pump_ms_ = now;
-  relay_->pump();
+  relay_->pump(now);
 }
 
 void Agent::on(const proto::RelayOpenRequest& open) {

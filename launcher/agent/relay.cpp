@@ -33,7 +33,7 @@ transport::SshOptions ssh_options(const proto::RelaySsh& ssh) {
 
 }  // namespace
 
-Relay::Relay(const proto::RelaySsh& ssh, Send send) : send_(std::move(send)) {
+Relay::Relay(const proto::RelaySsh& ssh, Send send) : send_(send), batcher_(std::move(send)) {
   transport::SshOptions options = ssh_options(ssh);
   if (options.client == SshClient::openssh) {
     transport_ = std::make_unique<transport::OpensshTransport>(std::move(options));
@@ -82,28 +82,17 @@ std::vector<pollfd> Relay::poll_fds() const {
 }
 
 bool Relay::needs_periodic_pump() const {
-  return std::any_of(children_.begin(), children_.end(),
+  return batcher_.holding() || std::any_of(children_.begin(), children_.end(),
                      [](const auto& entry) { return entry.second.connection->needs_periodic_pump(); });
 }
 
-void Relay::forward(const std::string& host, Child& child) {
-  proto::RelayFromReport from{host, child.connection->take_received(), child.connection->take_diagnostics()};
-  // A piece at a time: a relay frame must stay far below the frame limit after base64.
-  size_t offset = 0;
-  do {
-    proto::RelayFromReport piece{host, from.data.substr(offset, proto::kMaxRelayChunkBytes),
-                                 offset == 0 ? from.diagnostics : std::string()};
-    offset += proto::kMaxRelayChunkBytes;
-    if (!piece.data.empty() || !piece.diagnostics.empty()) send_(std::move(piece));
-  } while (offset < from.data.size());
-}
-
-void Relay::pump() {
+void Relay::pump(int64_t now_ms) {
   for (auto it = children_.begin(); it != children_.end();) {
     Child& child = it->second;
     child.connection->pump();
-    forward(it->first, child);
+    batcher_.received(it->first, child.connection->take_received(), child.connection->take_diagnostics(), now_ms);
     if (child.connection->closed()) {
+      batcher_.forget(it->first);
       send_(proto::RelayClosedReport{it->first, child.connection->close_reason()});
       child.connection->shutdown(0);
       it = children_.erase(it);
@@ -111,6 +100,7 @@ void Relay::pump() {
       ++it;
     }
   }
+  batcher_.flush_due(now_ms);
 }
 
 std::vector<pid_t> Relay::own_pids() const {
@@ -122,6 +112,7 @@ std::vector<pid_t> Relay::own_pids() const {
 }
 
 void Relay::shutdown(int grace_ms) {
+  batcher_.flush();
   for (auto& [host, child] : children_) child.connection->close_input();
   for (auto& [host, child] : children_) child.connection->shutdown(grace_ms);
   children_.clear();

@@ -1,8 +1,9 @@
 #pragma once
 // An agent that relays (issue 32; docs/architecture.md §1 "Relays"): it starts other hosts'
 // agents over SSH for the supervisor (relay_open) and carries each one's stream both ways
-// (relay_to / relay_from), unread: the supervisor speaks the agent protocol with every child as
-// if it were connected to it. The relay's own loop pumps the children's connections; their
+// (relay_to / relay_from): the supervisor speaks the agent protocol with every child as if it
+// were connected to it. On the way up, the children's beats and pongs are gathered into one
+// relay_batch frame at a time (proto/relay_batcher.h); the rest travels byte for byte. The relay's own loop pumps the children's connections; their
 // sessions use the transports the supervisor would (libssh2 or the system's ssh, the same
 // host-key policy and provisioning, with the relay's own binary as the copy).
 //
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "launcher/proto/agent_messages.h"
+#include "launcher/proto/relay_batcher.h"
 #include "launcher/proto/relay_messages.h"
 #include "launcher/transport/transport.h"
 
@@ -43,10 +45,12 @@ class Relay {
 
   /// Every child's fds, for the agent's poll (any readiness: pump()).
   std::vector<pollfd> poll_fds() const;
-  /// True while some child must be pumped without an fd event (SSH deadlines): every 100 ms.
+  /// True while some child must be pumped without an fd event (SSH deadlines), or beats are
+  /// held for the next batch: every 100 ms.
   bool needs_periodic_pump() const;
-  /// Moves every child's bytes; sends what arrived and the ends of sessions.
-  void pump();
+  /// Moves every child's bytes; sends what arrived (the held batch once it is due) and the ends
+  /// of sessions. `now_ms`: the agent's monotonic clock.
+  void pump(int64_t now_ms);
 
   /// The pids of the processes this relay started (the system's ssh): the agent, a subreaper,
   /// must leave them to their owners when it reaps.
@@ -61,11 +65,10 @@ class Relay {
     std::unique_ptr<transport::AgentConnection> connection;
     bool closing = false;
   };
-  void forward(const std::string& host, Child& child);
-
   std::unique_ptr<transport::Transport> transport_;
   std::string transport_error_;  ///< why no transport could be made (every child gets it)
   Send send_;
+  proto::RelayBatcher batcher_;
   std::map<std::string, Child> children_;
 };
 

@@ -300,6 +300,35 @@ std::optional<Pong> read_pong_fields(element root) {
   return pong;
 }
 
+// agent_messages.cpp's parse_relay_batch: a relay's hosts' beats and pongs, each read as if
+// its host had sent it alone. Any doubt about one of them and the whole batch goes the generic
+// way, which words the error.
+std::optional<RelayBatchReport> read_relay_batch_fields(element root) {
+  StrictFields fields(root, {"type", "messages"});
+  if (fields.optional_string("type", SIZE_MAX) != std::optional<std::string_view>("relay_batch")) return std::nullopt;
+  RelayBatchReport batch;
+  if (auto messages = fields.optional_array("messages")) {
+    batch.messages.reserve(messages->size());
+    for (element item : *messages) {
+      StrictFields entry(item, {"host", "message"});
+      std::optional<std::string_view> host = entry.optional_string("host", kMaxRelayHostBytes);
+      std::optional<element> message = entry.object("message");
+      if (!entry.ok || !host) return std::nullopt;
+      RelayedMessage relayed{std::string(*host), {}};
+      if (std::optional<AgentBeat> beat = read_beat_fields(*message)) {
+        relayed.message = std::move(*beat);
+      } else if (std::optional<Pong> pong = read_pong_fields(*message)) {
+        relayed.message = *pong;
+      } else {
+        return std::nullopt;
+      }
+      batch.messages.push_back(std::move(relayed));
+    }
+  }
+  if (!fields.ok) return std::nullopt;
+  return batch;
+}
+
 // Where nlohmann and simdjson may disagree on what a string holds or whether it is valid JSON
 // (\u escapes: lone surrogates; control bytes, which JSON forbids raw in strings), the generic
 // path decides. The agent's compact JSON has neither in an ordinary beat.
@@ -347,6 +376,12 @@ std::optional<RelayFromReport> AgentFrameParser::read_relay_from(std::string_vie
   return read_relay_from_fields(*root);
 }
 
+std::optional<RelayBatchReport> AgentFrameParser::read_relay_batch(std::string_view body) {
+  std::optional<element> root = fast_root(simdjson_->parser, body);
+  if (!root) return std::nullopt;
+  return read_relay_batch_fields(*root);
+}
+
 std::optional<Pong> AgentFrameParser::read_pong(std::string_view body) {
   std::optional<element> root = fast_root(simdjson_->parser, body);
   if (!root) return std::nullopt;
@@ -361,6 +396,8 @@ Result<AgentMessage> AgentFrameParser::parse(std::string_view body) {
     if (std::optional<AgentBeat> beat = read_beat(body)) return AgentMessage(std::move(*beat));
   } else if (body.find(R"("type":"relay_from")") != std::string_view::npos) {
     if (std::optional<RelayFromReport> from = read_relay_from(body)) return AgentMessage(std::move(*from));
+  } else if (body.find(R"("type":"relay_batch")") != std::string_view::npos) {
+    if (std::optional<RelayBatchReport> batch = read_relay_batch(body)) return AgentMessage(std::move(*batch));
   } else if (body.find(R"("type":"pong")") != std::string_view::npos) {
     if (std::optional<Pong> pong = read_pong(body)) return AgentMessage(*pong);
   }

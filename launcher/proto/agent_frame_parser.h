@@ -45,6 +45,8 @@ class AgentFrameParser {
   std::optional<RelayFromReport> read_relay_from(std::string_view body);
   /// And for pong, every host's answer to each ping.
   std::optional<Pong> read_pong(std::string_view body);
+  /// And for relay_batch, a relay's hosts' beats and pongs in one frame.
+  std::optional<RelayBatchReport> read_relay_batch(std::string_view body);
 
  private:
   struct Simdjson;  // keeps simdjson.h (large) out of the driver's includes

@@ -237,6 +237,34 @@ Result<AgentMessage> parse_beat(FieldReader& reader) {
   return checked(reader, std::move(beat));
 }
 
+// Each message inside is read by parse_agent_message as if its host had sent it alone; a relay
+// gathers only beats and pongs.
+Result<AgentMessage> parse_relay_batch(FieldReader& reader) {
+  RelayBatchReport batch;
+  if (const json* messages = reader.optional_array("messages")) {
+    batch.messages.reserve(messages->size());
+    for (const json& item : *messages) {
+      FieldReader entry("relay_batch.messages[]", item);
+      RelayedMessage relayed;
+      relayed.host = entry.string("host", kMaxRelayHostBytes);
+      const json* message = entry.object("message");
+      if (!entry.ok()) return entry.error();
+      Result<AgentMessage> parsed = parse_agent_message(*message);
+      if (!parsed) return Error::user("relay_batch.messages[] (host " + printable(relayed.host, 64) + "): " + parsed.error().message);
+      if (auto* beat = std::get_if<AgentBeat>(&*parsed)) {
+        relayed.message = std::move(*beat);
+      } else if (auto* pong = std::get_if<Pong>(&*parsed)) {
+        relayed.message = *pong;
+      } else {
+        return Error::user("relay_batch.messages[] (host " + printable(relayed.host, 64) + "): a " + type_of(*parsed) +
+                           ", but a batch carries only beats and pongs");
+      }
+      batch.messages.push_back(std::move(relayed));
+    }
+  }
+  return checked(reader, std::move(batch));
+}
+
 Result<AgentMessage> parse_dump(FieldReader& reader) {
   FlightRecorderDump dump;
   dump.id = reader.optional_integer("id");
@@ -446,6 +474,13 @@ struct ToJson {
   }
   json operator()(const RelayFromReport& m) const { return relay_to_json(m); }
   json operator()(const RelayClosedReport& m) const { return relay_to_json(m); }
+  json operator()(const RelayBatchReport& m) const {
+    json messages = json::array();
+    for (const RelayedMessage& relayed : m.messages) {
+      messages.push_back({{"host", relayed.host}, {"message", std::visit(*this, relayed.message)}});
+    }
+    return {{"type", msg::kRelayBatch}, {"messages", std::move(messages)}};
+  }
   json operator()(const ReattachedReport& m) const {
     json workers = json::array();
     for (const ReattachedWorker& worker : m.workers) workers.push_back({{"gen", worker.gen}, {"rank", worker.rank}, {"pid", worker.pid}});
@@ -478,7 +513,8 @@ const char* type_of(const AgentMessage& message) {
                                            msg::kLog,    msg::kFromWorker, msg::kBeat,      msg::kPong,
                                            msg::kPort,   msg::kSample,   msg::kReleased,    msg::kError,
                                            msg::kBye,    msg::kProtocolError, msg::kDump,   msg::kGenChanged,
-                                           msg::kHealth, msg::kRelayFrom, msg::kRelayClosed, msg::kReattached};
+                                           msg::kHealth, msg::kRelayFrom, msg::kRelayClosed, msg::kReattached,
+                                           msg::kRelayBatch};
   static_assert(std::size(kNames) == std::variant_size_v<AgentMessage>);
   return kNames[message.index()];
 }
@@ -571,6 +607,7 @@ Result<AgentMessage> parse_agent_message(const json& frame) {
   if (type == msg::kRelayFrom) return lift<AgentMessage>(parse_relay_from(reader));
   if (type == msg::kRelayClosed) return lift<AgentMessage>(parse_relay_closed(reader));
   if (type == msg::kReattached) return parse_reattached(reader);
+  if (type == msg::kRelayBatch) return parse_relay_batch(reader);
   return Error::user("unknown message type '" + printable(type, 40) + "'");
 }
 

@@ -276,11 +276,24 @@ struct ReattachedReport {
   bool operator==(const ReattachedReport&) const = default;
 };
 
+/// One beat or pong of a host a relay carries, as the host's agent sent it (relay_batch).
+struct RelayedMessage {
+  std::string host{};
+  std::variant<AgentBeat, Pong> message{};
+  bool operator==(const RelayedMessage&) const = default;
+};
+/// A relay's hosts' beats and pongs since its previous batch, in the order each host sent them
+/// (relay_messages.h: relay_batch). Everything else a host sends travels in relay_from.
+struct RelayBatchReport {
+  std::vector<RelayedMessage> messages{};
+  bool operator==(const RelayBatchReport&) const = default;
+};
+
 using AgentMessage = std::variant<AgentHello, WorkerStartedReport, WorkerSpawnFailedReport, WorkerExitReport,
                                   WorkerLogLine, FromWorker, AgentBeat, Pong, PortReply, SampleReply,
                                   Released, AgentError, AgentBye, WorkerProtocolError, FlightRecorderDump,
                                   GenChangedReply, HealthReply, RelayFromReport, RelayClosedReport,
-                                  ReattachedReport>;
+                                  ReattachedReport, RelayBatchReport>;
 
 /// The frame of one message: "type" first, then its fields (absent optionals left out). A
 /// FromWorker must hold a message (one that holds an Error is the supervisor's reading of a bad

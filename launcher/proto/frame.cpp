@@ -48,7 +48,9 @@ void FrameDecoder::feed(std::string_view bytes) {
 
 Error FrameDecoder::fail(std::string message) {
   failure_ = Error::infra(std::move(message));
-  buffer_.clear();
+  // The bytes from the bad length on stay for take_buffered() (a relay passes them on as they
+  // are, so the supervisor sees the same break); nothing is fed or decoded any more.
+  buffer_.erase(0, consumed_);
   consumed_ = 0;
   return *failure_;
 }

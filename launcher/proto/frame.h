@@ -62,11 +62,12 @@ class FrameDecoder {
   /// True once next() has returned a fatal Error (the framing is lost).
   bool failed() const { return failure_.has_value(); }
 
-  /// Bytes buffered but not yet returned as a message (for "truncated frame at EOF" checks).
-  size_t buffered_bytes() const { return buffer_.size() - consumed_; }
+  /// Bytes buffered but not yet returned as a message (for "truncated frame at EOF" checks);
+  /// 0 once failed().
+  size_t buffered_bytes() const { return failed() ? 0 : buffer_.size() - consumed_; }
 
-  /// Those bytes, handed over and forgotten: what followed the last frame returned (an agent
-  /// that becomes a plain pipe passes them on).
+  /// The bytes after the last frame returned, handed over and forgotten (an agent that becomes
+  /// a plain pipe passes them on). Once failed(): the bytes fed from the bad length on.
   std::string take_buffered();
 
  private:

@@ -225,6 +225,7 @@ inline constexpr const char* kRelayFanout = "relay_fanout";
 inline constexpr const char* kRelayClose = "relay_close";
 inline constexpr const char* kRelayFrom = "relay_from";
 inline constexpr const char* kRelayClosed = "relay_closed";
+inline constexpr const char* kRelayBatch = "relay_batch";
 inline constexpr const char* kAttach = "attach";          // re-attaching a relayed agent
 inline constexpr const char* kReattached = "reattached";
 

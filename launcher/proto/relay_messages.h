@@ -20,6 +20,11 @@
 //   relay_from   {host, data?, diagnostics?}   the child's bytes (base64) and its stderr text
 //   relay_closed {host, reason}                the child's session ended (never started, or
 //                                              its agent exited, or relay_close)
+//   relay_batch  {messages:[{host, message}]}  the children's beats and pongs, gathered for up
+//               to kRelayBatchHoldMs (relay_batcher.h): one frame for what would be a frame
+//               per host, read by the supervisor as if each host had sent its own. The relay
+//               re-encodes only messages it parsed whole; every other frame, and a stream whose
+//               framing broke, goes on byte for byte in relay_from, in the host's order
 // The parsers are the supervisor_messages / agent_messages ones (this header is their part).
 
 #include <cstdint>
@@ -41,6 +46,10 @@ inline constexpr size_t kMaxRelayChildren = 65'536;
 inline constexpr size_t kMaxRelayChunkBytes = 1 << 20;
 /// A piece's `data` as it travels: base64 makes 4 bytes of every 3.
 inline constexpr size_t kMaxRelayEncodedChunkBytes = (kMaxRelayChunkBytes + 2) / 3 * 4;
+/// How long a relay holds its children's beats and pongs before it sends them (relay_batch),
+/// and the most bytes of them it holds: a batch stays within the supervisor's fast parse.
+inline constexpr int64_t kRelayBatchHoldMs = 100;
+inline constexpr size_t kMaxRelayBatchBytes = 512 << 10;
 /// Longest host name, and longest reason or diagnostics text, in a relay message.
 inline constexpr size_t kMaxRelayHostBytes = 1024;
 inline constexpr size_t kMaxRelayReasonBytes = 64 << 10;

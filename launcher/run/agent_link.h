@@ -64,6 +64,9 @@ class AgentLink {
   int64_t offset_uncertainty_ms() const { return offset_round_trip_ms_ < 0 ? 0 : (offset_round_trip_ms_ + 1) / 2; }
 
   int64_t last_heard_ms() const { return last_heard_ms_; }
+  /// Something of this agent's arrived another way than through its connection (its relay's
+  /// relay_batch): its silence clock starts again.
+  void heard(int64_t now_ms) { last_heard_ms_ = now_ms; }
   bool connected = false;   ///< hello received
   bool lost = false;        ///< reported as HostLost; ignore further traffic
   bool health_requested = false;  ///< config.health was sent: the agent reports its checks

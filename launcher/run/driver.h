@@ -141,6 +141,9 @@ class RunDriver : private FrameRouter::Output, private GenerationLauncher::Outpu
   // ---- the relay tree (driver_relays.cpp)
   void relay_from(AgentLink& relay, proto::RelayFromReport from) override;
   void relay_closed(AgentLink& relay, const proto::RelayClosedReport& closed) override;
+  void relay_batch(AgentLink& relay, proto::RelayBatchReport batch) override;
+  /// A relay frame (`frame`: its type) about a host that relay does not carry: an agent.error.
+  void refuse_relayed(const AgentLink& relay, const char* frame, const std::string& host);
   /// A relay that said hello gets relay_open, and its hosts' agents start through it.
   void agent_connected(AgentLink& link) override;
   /// Starts one host's agent, directly or (when the tree says so) through its relay, and sends

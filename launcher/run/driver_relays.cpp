@@ -84,17 +84,35 @@ RunDriver::Relayed* RunDriver::relayed_by(const AgentLink& relay, const std::str
   return &relayed->second;
 }
 
+void RunDriver::refuse_relayed(const AgentLink& relay, const char* frame, const std::string& host) {
+  // Untrusted like any frame: a relay speaks only for the hosts it was given.
+  std::string problem = std::string(frame) + " for '" + host.substr(0, 64) + "', a host this agent does not relay";
+  log().warn("agent {}: {}", relay.host(), problem);
+  record(events::AgentError{relay.host(), problem}.to_json());
+}
+
 void RunDriver::relay_from(AgentLink& relay, proto::RelayFromReport from) {
   Relayed* relayed = relayed_by(relay, from.host);
-  if (relayed == nullptr) {
-    // Untrusted like any frame: a relay speaks only for the hosts it was given.
-    std::string problem = "relay_from for '" + from.host.substr(0, 64) + "', a host this agent does not relay";
-    log().warn("agent {}: {}", relay.host(), problem);
-    record(events::AgentError{relay.host(), problem}.to_json());
-    return;
-  }
+  if (relayed == nullptr) return refuse_relayed(relay, "relay_from", from.host);
   relayed->connection->deliver(std::move(from.data), std::move(from.diagnostics));
   relayed_fed_.push_back(relayed->link);
+}
+
+void RunDriver::relay_batch(AgentLink& relay, proto::RelayBatchReport batch) {
+  // What the relay carried before this batch (relay_from) is read first: each host's messages
+  // stay in the order it sent them.
+  pump_relayed();
+  const int64_t now = clock_.monotonic_ms();
+  for (const proto::RelayedMessage& relayed : batch.messages) {
+    Relayed* host = relayed_by(relay, relayed.host);
+    if (host == nullptr) {
+      refuse_relayed(relay, "relay_batch", relayed.host);
+      continue;
+    }
+    if (host->link->lost || relay.lost) continue;
+    host->link->heard(now);
+    router_.route_relayed(*host->link, relayed);
+  }
 }
 
 void RunDriver::relay_closed(AgentLink& relay, const proto::RelayClosedReport& closed) {

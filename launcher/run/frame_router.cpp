@@ -47,6 +47,10 @@ void FrameRouter::route(AgentLink& link, std::string_view body) {
   std::visit([&](const auto& typed) { on(link, typed); }, *message);
 }
 
+void FrameRouter::route_relayed(AgentLink& link, const proto::RelayedMessage& relayed) {
+  std::visit([&](const auto& typed) { on(link, typed); }, relayed.message);
+}
+
 void FrameRouter::agent_protocol_error(AgentLink& link, const std::string& problem) {
   int count = ++protocol_errors_["agent " + link.host()];
   if (count > kMaxProtocolErrorsPerSender) return;  // the host is lost already

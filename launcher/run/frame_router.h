@@ -63,6 +63,9 @@ class FrameRouter {
     /// `link`'s agent said hello (before the supervisor hears of it): a relay may start its hosts.
     virtual void agent_connected(AgentLink& link) = 0;
     virtual void relay_closed(AgentLink& relay, const proto::RelayClosedReport& closed) = 0;
+    /// A relay's agent carried its hosts' beats and pongs (relay_batch): the driver checks that
+    /// it relays each host, and routes each as that host's own (route_relayed).
+    virtual void relay_batch(AgentLink& relay, proto::RelayBatchReport batch) = 0;
     /// A re-attach reached the agent that ran `link`'s workers (its relay was lost).
     virtual void agent_reattached(AgentLink& link, const proto::ReattachedReport& report) = 0;
   };
@@ -74,6 +77,8 @@ class FrameRouter {
 
   /// One frame body an agent sent (AgentLink::Received): parsed, then dispatched by type.
   void route(AgentLink& link, std::string_view body);
+  /// A beat or pong `link`'s agent sent, which its relay carried in a relay_batch.
+  void route_relayed(AgentLink& link, const proto::RelayedMessage& relayed);
 
   /// Records the counts of NCCL WARN windows that ended (all: every open one, at the end).
   void flush_comm_warns(bool all);
@@ -127,6 +132,7 @@ class FrameRouter {
   void on(AgentLink& link, const proto::FlightRecorderDump& dump);
   void on(AgentLink& link, const proto::RelayFromReport& from) { out_.relay_from(link, from); }
   void on(AgentLink& link, const proto::RelayClosedReport& closed) { out_.relay_closed(link, closed); }
+  void on(AgentLink& link, const proto::RelayBatchReport& batch) { out_.relay_batch(link, batch); }
   void on(AgentLink& link, const proto::ReattachedReport& report);
   // Host resources from the agents' beats (host_resources.cpp): keeps the newest per host,
   // records Xids and new uncorrected ECC errors as events, and writes metrics.jsonl lines.

@@ -28,6 +28,7 @@
 #include "launcher/proto/frame.h"
 #include "launcher/proto/agent_messages.h"
 #include "launcher/proto/messages.h"
+#include "launcher/proto/relay_batcher.h"
 #include "launcher/proto/supervisor_messages.h"
 
 namespace dtrain::sim {
@@ -174,6 +175,7 @@ struct SimAgent {
   int64_t reattach_ms = 0;       ///< config.reattach_ms
   SimAgent* relay = nullptr;     ///< the relay that carries it; null: its own socketpair
   std::vector<std::unique_ptr<SimAgent>> children;  ///< a relay's hosts (relay_open)
+  std::unique_ptr<proto::RelayBatcher> batcher;     ///< a relay's: what it sends of its hosts
   SessionLanes lanes;            ///< a relay's sessions to its hosts
   int relay_max_parallel = 64;   ///< relay_open's ssh.max_parallel
   int64_t detached_since_ms = 0; ///< a re-attachable agent whose relay went: since when it waits
@@ -195,6 +197,7 @@ struct FakeCluster::Simulation {
   std::atomic<int64_t> newest_step{0};
   std::atomic<int> newest_generation{-1};
   std::atomic<int64_t> sent{0}, received{0};
+  std::atomic<int64_t> relay_batches{0}, relay_batched_messages{0};
   std::atomic<int64_t> cpu_ns{0};
   std::atomic<int> silence_fences{0};
   std::atomic<int64_t> longest_silence_ms{0};  ///< longest gap between the driver's frames to one agent
@@ -230,23 +233,32 @@ struct FakeCluster::Simulation {
     ++sent;
   }
 
-  /// A relay's frames about its hosts: their bytes (relay_from, in pieces) and the ends of
-  /// their sessions (relay_closed). Not counted in frames_sent (those count the hosts' own).
+  /// A relay's frames about its hosts, as the real relay sends them (proto::RelayBatcher): their
+  /// beats and pongs in relay_batch, their other bytes in relay_from, and the ends of their
+  /// sessions (relay_closed). Not counted in frames_sent (those count the hosts' own).
   void carry_children(SimAgent& relay) {
+    if (!relay.batcher) {
+      relay.batcher = std::make_unique<proto::RelayBatcher>([this, &relay](proto::AgentMessage message) {
+        if (const auto* batch = std::get_if<proto::RelayBatchReport>(&message)) {
+          ++relay_batches;
+          relay_batched_messages += static_cast<int64_t>(batch->messages.size());
+        }
+        relay.outgoing += proto::encode_frame(proto::to_json(message));
+      });
+    }
+    int64_t now = clock_().monotonic_ms();
     for (auto it = relay.children.begin(); it != relay.children.end();) {
       SimAgent& child = **it;
-      for (size_t offset = 0; offset < child.outgoing.size(); offset += proto::kMaxRelayChunkBytes) {
-        relay.outgoing += proto::encode_frame(proto::to_json(
-            proto::RelayFromReport{child.host, child.outgoing.substr(offset, proto::kMaxRelayChunkBytes), ""}));
-      }
-      child.outgoing.clear();
+      if (!child.outgoing.empty()) relay.batcher->received(child.host, std::exchange(child.outgoing, {}), "", now);
       if (child.closing) {
+        relay.batcher->forget(child.host);
         relay.outgoing += proto::encode_frame(proto::to_json(proto::RelayClosedReport{child.host, "agent exited (simulated)"}));
         it = relay.children.erase(it);
       } else {
         ++it;
       }
     }
+    relay.batcher->flush_due(now);
   }
 
   void flush(SimAgent& agent) {
@@ -757,5 +769,17 @@ int FakeCluster::silence_fences() const { return simulation_->silence_fences; }
 int64_t FakeCluster::longest_driver_silence_ms() const { return simulation_->longest_silence_ms; }
 int64_t FakeCluster::frames_sent() const { return simulation_->sent; }
 int64_t FakeCluster::frames_received() const { return simulation_->received; }
+int64_t FakeCluster::relay_batches() const { return simulation_->relay_batches; }
+int64_t FakeCluster::relay_batched_messages() const { return simulation_->relay_batched_messages; }
+
+void FakeCluster::forge_relayed_pong(const std::string& relay, const std::string& host) {
+  simulation_->post([simulation = simulation_.get(), relay, host] {
+    for (auto& agent : simulation->agents) {
+      if (agent->host != relay) continue;
+      proto::RelayBatchReport forged{{proto::RelayedMessage{host, proto::Pong{}}}};
+      agent->outgoing += proto::encode_frame(proto::to_json(proto::AgentMessage(forged)));
+    }
+  });
+}
 
 }  // namespace dtrain::sim

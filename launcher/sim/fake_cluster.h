@@ -84,6 +84,12 @@ class FakeCluster {
   /// Frames the simulated agents have sent and received.
   int64_t frames_sent() const;
   int64_t frames_received() const;
+  /// relay_batch frames the simulated relays have sent, and the beats and pongs in them.
+  int64_t relay_batches() const;
+  int64_t relay_batched_messages() const;
+  /// `relay` sends a relay_batch with a pong of `host`, which it does not carry (a confused
+  /// relay: the driver must refuse it, not route it).
+  void forge_relayed_pong(const std::string& relay, const std::string& host);
 
   struct Simulation;  ///< the simulation thread's state (fake_cluster.cpp)
 

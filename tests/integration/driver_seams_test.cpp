@@ -185,3 +185,34 @@ TEST_CASE("a simulated relay tree: a relay's loss costs only its own host, the h
   CHECK(generations.back()["world_size"] == 24);
   CHECK(sim.cluster.silence_fences() == 0);
 }
+
+TEST_CASE("a simulated relay tree: the relayed hosts' beats and pongs come in relay_batch frames, and a batch for another relay's host is refused") {
+  SimRun sim;
+  sim.seams.relay_over_transport = true;
+  // 12 hosts, fanout 3: four relays (sim1 the first) carrying three hosts each (relay_tree.cpp).
+  std::string spec = sim_spec(12, 2, "scale: {tree: on, fanout: 3}\n");
+  std::string carried_elsewhere;
+  CHECK(sim.run(spec, [&](sim::FakeCluster& cluster, const std::atomic<bool>& ended) {
+    int64_t step = cluster.newest_step();
+    // sim1 speaks for a host another relay carries.
+    for (const auto& connected : events_named(sim.events(), "host.connected")) {
+      std::string relay = connected.value("relayed_by", "");
+      if (!relay.empty() && relay != "sim1") carried_elsewhere = connected["host"].get<std::string>();
+    }
+    REQUIRE_FALSE(carried_elsewhere.empty());
+    cluster.forge_relayed_pong("sim1", carried_elsewhere);
+    wait_until([&] { return ended.load() || cluster.newest_step() >= step + 3; }, 20000);
+  }) == 0);
+  // Batched: fewer frames than the beats and pongs they carried (9 relayed hosts, a beat every
+  // 100 ms each, held up to 100 ms).
+  CHECK(sim.cluster.relay_batches() > 0);
+  CHECK(sim.cluster.relay_batched_messages() > 2 * sim.cluster.relay_batches());
+  auto events = sim.events();
+  CHECK(events_named(events, "host.lost").empty());
+  CHECK(events_named(events, "protocol.error").empty());
+  auto refused = events_named(events, "agent.error");
+  REQUIRE(refused.size() == 1);
+  CHECK(refused[0]["host"] == "sim1");
+  CHECK(refused[0]["message"] == "relay_batch for '" + carried_elsewhere + "', a host this agent does not relay");
+  CHECK(sim.cluster.silence_fences() == 0);
+}

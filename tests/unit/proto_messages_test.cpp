@@ -487,6 +487,45 @@ TEST_CASE("a relay_from reads the same on the fast path as through nlohmann's DO
   CHECK(counts.fast_accepted > 5);
 }
 
+TEST_CASE("a relay_batch reads the same on the fast path as through nlohmann's DOM, wrong fields included") {
+  AgentFrameParser parser;
+  json batch = {{"type", "relay_batch"},
+                {"messages", json::array({{{"host", "h17"}, {"message", full_agent_beat()}},
+                                          {{"host", "h18"}, {"message", {{"type", "pong"}, {"id", 3}, {"agent_time_ms", 9}}}},
+                                          {{"host", "h17"}, {"message", {{"type", "beat"}}}}})}};
+  std::optional<RelayBatchReport> fast = parser.read_relay_batch(batch.dump());
+  REQUIRE(fast.has_value());
+  REQUIRE(fast->messages.size() == 3);
+  CHECK(fast->messages[0].host == "h17");
+  CHECK(std::get<AgentBeat>(fast->messages[0].message) == *parser.read_beat(full_agent_beat().dump()));
+  CHECK(std::get<Pong>(fast->messages[1].message).id == 3);
+  CHECK(describe(AgentMessage(*fast)) == describe(parse_generically(batch.dump())));
+
+  const std::vector<json> replacements = {json(nullptr), json("x"), json(-1), json(1.5), json(true), json::array(),
+                                          json::object(), json(std::string(1025, 'h'))};
+  VariantCounts counts =
+      compare_variants(parser, batch, replacements, [&](std::string_view body) { return parser.read_relay_batch(body); });
+  CHECK(counts.compared > 600);
+  CHECK(counts.refused > 200);
+  CHECK(counts.fast_accepted > 50);
+
+  // What a batch may carry, and the errors that name the host inside it.
+  auto error_of = [&](const json& body) {
+    Result<AgentMessage> parsed = parser.parse(body.dump());
+    CHECK(describe(parsed) == describe(parse_generically(body.dump())));
+    return parsed ? std::string() : parsed.error().message;
+  };
+  json port = batch;
+  port["messages"][1]["message"] = {{"type", "port"}, {"id", 1}, {"port", 29500}};
+  CHECK(error_of(port) == "relay_batch.messages[] (host h18): a port, but a batch carries only beats and pongs");
+  json bad_beat = batch;
+  bad_beat["messages"][0]["message"]["load1"] = "high";
+  CHECK(error_of(bad_beat) == "relay_batch.messages[] (host h17): beat.load1: expected a number, got a string \"high\"");
+  json no_host = batch;
+  no_host["messages"][2].erase("host");
+  CHECK(error_of(no_host) == "relay_batch.messages[].host: missing (expected a string)");
+}
+
 TEST_CASE("JSON corner cases take the generic path or agree with it: duplicates, escapes, bad bytes") {
   AgentFrameParser parser;
   auto same = [&](const std::string& body) {

@@ -188,6 +188,8 @@ std::vector<AgentMessage> agent_samples() {
       ReattachedReport{"gpu03", 4321, 180, "the supervisor closed the channel (stdin EOF)", {{2, 5, 999}, {2, 6, 1000}},
                        {crashed, exited}},
       ReattachedReport{"gpu03", 4321, 0, "", {}, {}},
+      RelayBatchReport{{{"gpu04", beat}, {"gpu05", Pong{7, 8, 9}}, {"gpu04", AgentBeat{}}}},
+      RelayBatchReport{},
   };
 }
 

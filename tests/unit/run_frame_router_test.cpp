@@ -69,6 +69,9 @@ struct Outside : FrameRouter::Output {
   void relay_closed(AgentLink& relay, const proto::RelayClosedReport& closed) override {
     relayed.push_back(relay.host() + " closed " + closed.host + ": " + closed.reason);
   }
+  void relay_batch(AgentLink& relay, proto::RelayBatchReport batch) override {
+    relayed.push_back(relay.host() + " carried a batch of " + std::to_string(batch.messages.size()));
+  }
   void agent_reattached(AgentLink& link, const proto::ReattachedReport& report) override {
     relayed.push_back(link.host() + " re-attached with " + std::to_string(report.workers.size()) + " workers");
     link.reattaching.reset();
