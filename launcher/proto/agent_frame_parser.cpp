@@ -392,14 +392,27 @@ std::optional<Pong> AgentFrameParser::read_pong(std::string_view body) {
 Result<AgentMessage> AgentFrameParser::parse(std::string_view body) {
   // Compact JSON of a beat has this text outside any string (inside one, its quotes would be
   // escaped); a frame without it is not worth a second parse. A miss only costs time.
-  if (body.find(R"("type":"beat")") != std::string_view::npos) {
-    if (std::optional<AgentBeat> beat = read_beat(body)) return AgentMessage(std::move(*beat));
+  // relay_batch first: the beats inside one have "type":"beat" too.
+  if (body.find(R"("type":"relay_batch")") != std::string_view::npos) {
+    if (std::optional<RelayBatchReport> batch = read_relay_batch(body)) {
+      ++fast_parses_;
+      return AgentMessage(std::move(*batch));
+    }
+  } else if (body.find(R"("type":"beat")") != std::string_view::npos) {
+    if (std::optional<AgentBeat> beat = read_beat(body)) {
+      ++fast_parses_;
+      return AgentMessage(std::move(*beat));
+    }
   } else if (body.find(R"("type":"relay_from")") != std::string_view::npos) {
-    if (std::optional<RelayFromReport> from = read_relay_from(body)) return AgentMessage(std::move(*from));
-  } else if (body.find(R"("type":"relay_batch")") != std::string_view::npos) {
-    if (std::optional<RelayBatchReport> batch = read_relay_batch(body)) return AgentMessage(std::move(*batch));
+    if (std::optional<RelayFromReport> from = read_relay_from(body)) {
+      ++fast_parses_;
+      return AgentMessage(std::move(*from));
+    }
   } else if (body.find(R"("type":"pong")") != std::string_view::npos) {
-    if (std::optional<Pong> pong = read_pong(body)) return AgentMessage(*pong);
+    if (std::optional<Pong> pong = read_pong(body)) {
+      ++fast_parses_;
+      return AgentMessage(*pong);
+    }
   }
   Result<nlohmann::json> frame = parse_frame_body(body);
   if (!frame) return frame.error();

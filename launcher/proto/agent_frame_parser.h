@@ -13,6 +13,7 @@
 // the generic path accepts with the same fields (proto_messages_test and the agent_frame fuzz
 // target compare the two).
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string_view>
@@ -48,7 +49,11 @@ class AgentFrameParser {
   /// And for relay_batch, a relay's hosts' beats and pongs in one frame.
   std::optional<RelayBatchReport> read_relay_batch(std::string_view body);
 
+  /// How many bodies parse() read on a fast path (tests: a frame meant for one takes it).
+  uint64_t fast_parses() const { return fast_parses_; }
+
  private:
+  uint64_t fast_parses_ = 0;
   struct Simdjson;  // keeps simdjson.h (large) out of the driver's includes
   std::unique_ptr<Simdjson> simdjson_;
 };

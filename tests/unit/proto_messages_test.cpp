@@ -500,6 +500,11 @@ TEST_CASE("a relay_batch reads the same on the fast path as through nlohmann's D
   CHECK(std::get<AgentBeat>(fast->messages[0].message) == *parser.read_beat(full_agent_beat().dump()));
   CHECK(std::get<Pong>(fast->messages[1].message).id == 3);
   CHECK(describe(AgentMessage(*fast)) == describe(parse_generically(batch.dump())));
+  // parse() takes the fast path for it, though the beats inside say "type":"beat" too (it once
+  // tried a beat's and gave the batch to nlohmann: 60 % of a core at 16,384 hosts).
+  uint64_t fast_before = parser.fast_parses();
+  REQUIRE(parser.parse(batch.dump()).ok());
+  CHECK(parser.fast_parses() == fast_before + 1);
 
   const std::vector<json> replacements = {json(nullptr), json("x"), json(-1), json(1.5), json(true), json::array(),
                                           json::object(), json(std::string(1025, 'h'))};

@@ -226,10 +226,15 @@ TEST_CASE("round trip: every agent → supervisor message parses back to itself,
     auto parsed = parse_agent_message(frame);
     REQUIRE_MESSAGE(parsed.ok(), (parsed.ok() ? "" : parsed.error().message));
     CHECK(*parsed == sample);
-    // What the driver calls on a frame body: the same message, whichever path reads it.
+    // What the driver calls on a frame body: the same message, whichever path reads it; the
+    // messages of every host and interval on their fast path.
+    uint64_t fast_before = fast.fast_parses();
     auto from_body = fast.parse(frame.dump());
     REQUIRE(from_body.ok());
     CHECK(*from_body == sample);
+    bool frequent = std::holds_alternative<AgentBeat>(sample) || std::holds_alternative<Pong>(sample) ||
+                    std::holds_alternative<RelayFromReport>(sample) || std::holds_alternative<RelayBatchReport>(sample);
+    CHECK(fast.fast_parses() == fast_before + (frequent ? 1 : 0));
   }
 }
 
