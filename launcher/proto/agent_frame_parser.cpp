@@ -333,10 +333,21 @@ std::optional<RelayBatchReport> read_relay_batch_fields(element root) {
 // (\u escapes: lone surrogates; control bytes, which JSON forbids raw in strings), the generic
 // path decides. The agent's compact JSON has neither in an ordinary beat.
 bool has_tricky_text(std::string_view body) {
-  for (size_t i = 0; i < body.size(); ++i) {
-    auto byte = static_cast<unsigned char>(body[i]);
-    if (byte < 0x20) return true;
-    if (byte == '\\' && i + 1 < body.size() && body[i + 1] == 'u') return true;
+  // Control bytes: a branch-free test per block of 64, which the compiler vectorises (a byte at a
+  // time with an early exit was 5 % of the supervisor's loop on 120 KB relay batches).
+  const auto* bytes = reinterpret_cast<const unsigned char*>(body.data());
+  size_t at = 0;
+  for (; at + 64 <= body.size(); at += 64) {
+    unsigned char control = 0;
+    for (size_t i = 0; i < 64; ++i) control |= static_cast<unsigned char>(bytes[at + i] < 0x20);
+    if (control) return true;
+  }
+  for (; at < body.size(); ++at) {
+    if (bytes[at] < 0x20) return true;
+  }
+  // \u escapes: backslashes are rare in what agents send.
+  for (size_t slash = body.find('\\'); slash != std::string_view::npos; slash = body.find('\\', slash + 1)) {
+    if (slash + 1 < body.size() && body[slash + 1] == 'u') return true;
   }
   return false;
 }
@@ -392,8 +403,10 @@ std::optional<Pong> AgentFrameParser::read_pong(std::string_view body) {
 Result<AgentMessage> AgentFrameParser::parse(std::string_view body) {
   // Compact JSON of a beat has this text outside any string (inside one, its quotes would be
   // escaped); a frame without it is not worth a second parse. A miss only costs time.
-  // relay_batch first: the beats inside one have "type":"beat" too.
-  if (body.find(R"("type":"relay_batch")") != std::string_view::npos) {
+  // A relay's batch first: its beats say "type":"beat" too. Its own "type" comes last as
+  // nlohmann writes it (keys in order), so the tail tells without scanning 100 KB or more; a
+  // batch written otherwise goes the generic way, as anything doubtful does.
+  if (body.ends_with(R"("type":"relay_batch"})")) {
     if (std::optional<RelayBatchReport> batch = read_relay_batch(body)) {
       ++fast_parses_;
       return AgentMessage(std::move(*batch));
