@@ -119,11 +119,11 @@ std::string sim_spec(int hosts, int slots, int64_t interval_ms, const std::strin
 /// The harness: waits until every rank beats, measures the supervisor over `steady`, injects
 /// `fault` and waits for the recovery; into `result`. False when the ranks never got going.
 bool measure_then_inject(sim::FakeCluster& cluster, const std::string& fault, int hosts, int slots, Millis steady,
-                         json& result) {
+                         const std::atomic<bool>& run_ended, json& result) {
   SystemClock clock;
   // Steady: every rank started and beating (the simulated step counts beats), and the start's
   // backlog (16,384 worker.started events, rank logs, host facts) written: three more beats.
-  if (!wait_for([&] { return cluster.newest_step() >= 6; }, 600'000)) return false;
+  if (!wait_for([&] { return run_ended || cluster.newest_step() >= 6; }, 600'000) || run_ended) return false;
   double cpu0 = process_cpu_seconds() - cluster.simulation_cpu_seconds();
   std::map<std::string, double> threads0 = cpu_seconds_by_thread();
   int64_t t0 = clock.monotonic_ms();
@@ -154,9 +154,10 @@ bool measure_then_inject(sim::FakeCluster& cluster, const std::string& fault, in
   if (fault != "none") {
     result["victim"] = fault == "host-loss" || fault == "relay-loss" || fault == "partition" ? victim
                                                                                              : "rank " + std::to_string(hosts * slots / 2);
+    // A run that ended without recovering (exit 5) is waited for no longer.
     bool recovered = wait_for(
-        [&] { return cluster.newest_generation() > generation_before && cluster.newest_step() >= 3; }, 600'000);
-    result["recovered"] = recovered;
+        [&] { return run_ended || (cluster.newest_generation() > generation_before && cluster.newest_step() >= 3); }, 600'000);
+    result["recovered"] = recovered && cluster.newest_generation() > generation_before && cluster.newest_step() >= 3;
   }
   return true;
 }
@@ -268,14 +269,15 @@ int main(int argc, char** argv) {
   json result = {{"hosts", hosts}, {"slots", slots}, {"ranks", hosts * slots}, {"interval_ms", interval_ms},
                  {"fault", fault}, {"tree", tree}, {"fanout", fanout}, {"ssh_setup_ms", ssh_setup_ms},
                  {"max_parallel", max_parallel}};
-  std::atomic<bool> harness_failed{false};
+  std::atomic<bool> harness_failed{false}, run_ended{false};
   std::thread harness([&] {
-    if (!measure_then_inject(cluster, fault, hosts, slots, *steady, result)) harness_failed = true;
+    if (!measure_then_inject(cluster, fault, hosts, slots, *steady, run_ended, result)) harness_failed = true;
     cluster.finish_all();
   });
 
   int64_t started = clock.monotonic_ms();
   int code = run::submit(submit);
+  run_ended = true;
   harness.join();
   result["exit_code"] = code;
   result["run_seconds"] = static_cast<double>(clock.monotonic_ms() - started) / 1000.0;

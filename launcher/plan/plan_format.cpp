@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 
 #include "launcher/base/plan_change.h"
 #include "launcher/base/strings.h"
@@ -33,12 +35,18 @@ std::string groups_text(const std::vector<std::vector<int>>& groups) {
 /// The plan as a plan change is told (launcher/base/plan_change.h).
 PlanShape shape_of(const RankPlan& plan) {
   PlanShape shape = plan_shape_sizes(plan);
+  // One pass over the ranks, each to its host by name: a scan of every rank per host was
+  // hosts × ranks string compares, 14 s of a stalled loop at 16,384 hosts × 8 (every agent
+  // fenced for silence meanwhile; found with perf on dtrain-sim --fault relay-loss).
+  std::unordered_map<std::string_view, size_t> host_position;
+  shape.hosts.reserve(plan.hosts.size());
   for (const PlanHost& host : plan.hosts) {
-    PlanShape::Host& out = shape.hosts.emplace_back();
-    out.name = host.entry.name;
-    for (const RankSlot& slot : plan.ranks) {
-      if (slot.host == host.entry.name) out.ranks.push_back({slot.rank, slot.tp, slot.pp, slot.dp});
-    }
+    host_position.emplace(host.entry.name, shape.hosts.size());
+    shape.hosts.emplace_back().name = host.entry.name;
+  }
+  for (const RankSlot& slot : plan.ranks) {
+    auto position = host_position.find(slot.host);
+    if (position != host_position.end()) shape.hosts[position->second].ranks.push_back({slot.rank, slot.tp, slot.pp, slot.dp});
   }
   return shape;
 }

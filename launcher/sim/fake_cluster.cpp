@@ -198,6 +198,7 @@ struct FakeCluster::Simulation {
   std::atomic<int> newest_generation{-1};
   std::atomic<int64_t> sent{0}, received{0};
   std::atomic<int64_t> relay_batches{0}, relay_batched_messages{0};
+  bool job_done = false;  ///< finish_all() ran: a worker spawned later (its spawn was on its way) ends at once
   std::atomic<int64_t> cpu_ns{0};
   std::atomic<int> silence_fences{0};
   std::atomic<int64_t> longest_silence_ms{0};  ///< longest gap between the driver's frames to one agent
@@ -359,9 +360,13 @@ struct FakeCluster::Simulation {
       worker.rank = entry.rank;
       worker.local_rank = entry.local_rank;
       worker.pid = next_pid++;
-      agent.workers.push_back(worker);
       emit(agent, proto::WorkerStartedReport{gen, worker.rank, worker.pid, worker.local_rank, wall});
       emit(agent, proto::FromWorker{gen, worker.rank, worker.pid, proto::WorkerMessage(proto::WorkerHello{worker.rank, gen, worker.pid})});
+      if (job_done) {
+        emit(agent, worker_exit(worker, wall));
+      } else {
+        agent.workers.push_back(worker);
+      }
     }
   }
   void on(SimAgent& agent, const proto::KillRequest& kill, int64_t) {
@@ -755,6 +760,7 @@ void FakeCluster::set_saving(int rank, bool saving) {
 void FakeCluster::finish_all() {
   simulation_->post([simulation = simulation_.get()] {
     int64_t wall = simulation->clock_().wall_ms();
+    simulation->job_done = true;
     simulation->for_each_agent([&](SimAgent& agent) {
       for (const SimWorker& worker : agent.workers) simulation->emit(agent, simulation->worker_exit(worker, wall));
       agent.workers.clear();

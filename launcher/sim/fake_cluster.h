@@ -67,7 +67,8 @@ class FakeCluster {
   /// A worker begins (true) or ends (false) a checkpoint save: while saving it beats with phase
   /// "checkpoint" and its step does not advance, as a rank in torch.save does.
   void set_saving(int rank, bool saving);
-  /// Every live worker exits 0 (the job is done).
+  /// Every live worker exits 0 (the job is done), and so does any worker spawned after (its
+  /// spawn was still on its way through a relay).
   void finish_all();
 
   /// The newest step any worker of the newest generation has beaten (0 before the first beat).
