@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -206,7 +207,23 @@ class FakeAgent {
       auto status = wait_exit(rank, std::chrono::milliseconds(std::max<int64_t>(1, deadline - steady_ms())));
       ok = ok && status && WIFEXITED(*status) && WEXITSTATUS(*status) == 0;
     }
+    // A worker's last lines (its bye) may still be unread when it is reaped: wait (a little)
+    // for the server to read every connection to its end, as the real agent drains a dead
+    // worker's socket before it reports the exit. A connection kept open by a process the
+    // worker left behind ends the wait at its bound.
+    int64_t settle_deadline = std::min(deadline, steady_ms() + 5000);
+    // Twice in a row, 5 ms apart: an accept and its count are not one step.
+    for (int settled_in_a_row = 0; settled_in_a_row < 2 && steady_ms() < settle_deadline;) {
+      settled_in_a_row = settled() ? settled_in_a_row + 1 : 0;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
     return ok;
+  }
+
+  /// No connection open or waiting to be accepted: everything the workers wrote was read.
+  bool settled() const {
+    pollfd waiting{listen_fd_, POLLIN, 0};
+    return ::poll(&waiting, 1, 0) == 0 && open_connections_ == 0;
   }
 
   std::vector<ReceivedMessage> received() const {
@@ -258,7 +275,10 @@ class FakeAgent {
       }
       if (fds[1].revents & POLLIN) {
         int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-        if (fd >= 0) connections_[fd] = Connection{};
+        if (fd >= 0) {
+          connections_[fd] = Connection{};
+          ++open_connections_;
+        }
       }
       for (size_t i = 2; i < fds.size(); ++i) {
         if (fds[i].revents == 0) continue;
@@ -273,6 +293,7 @@ class FakeAgent {
           }
           ::close(fds[i].fd);
           connections_.erase(fds[i].fd);
+          --open_connections_;
           continue;
         }
         Connection& connection = connections_[fds[i].fd];
@@ -320,6 +341,7 @@ class FakeAgent {
   int wake_read_ = -1;
   int wake_write_ = -1;
   std::thread thread_;
+  std::atomic<int> open_connections_{0};  ///< accepted and not yet at their end (serve's count)
   mutable std::mutex mutex_;
   JsonStore store_;
   RequestHook hook_;
