@@ -129,7 +129,7 @@ void check_frame_parser(proto::AgentFrameParser& parser, std::string_view body) 
 }
 
 // Every message and error in `stream`, frame by frame, as the driver reads them; a lost framing
-// ends it with its error. `tail` gets what follows the last whole frame.
+// ends it with its error, and the last entry counts the bytes after the last whole frame.
 std::vector<Outcome> read_directly(proto::AgentFrameParser& parser, std::string_view stream) {
   std::vector<Outcome> outcomes;
   proto::FrameDecoder decoder;

@@ -401,31 +401,27 @@ std::optional<Pong> AgentFrameParser::read_pong(std::string_view body) {
 
 
 Result<AgentMessage> AgentFrameParser::parse(std::string_view body) {
-  // Compact JSON of a beat has this text outside any string (inside one, its quotes would be
-  // escaped); a frame without it is not worth a second parse. A miss only costs time.
-  // A relay's batch first: its beats say "type":"beat" too. Its own "type" comes last as
-  // nlohmann writes it (keys in order), so the tail tells without scanning 100 KB or more; a
-  // batch written otherwise goes the generic way, as anything doubtful does.
+  // Each fast reader is tried only where the compact JSON of its message has this text outside
+  // any string (inside one, its quotes would be escaped); a miss only costs time. A relay's batch
+  // first: its beats say "type":"beat" too. Its own "type" comes last as nlohmann writes it (keys
+  // in order), so the tail tells without scanning 100 KB or more; a batch written otherwise goes
+  // the generic way, as anything doubtful does.
+  std::optional<AgentMessage> fast;
+  auto take = [&](auto read) {
+    if (read) fast = AgentMessage(std::move(*read));
+  };
   if (body.ends_with(R"("type":"relay_batch"})")) {
-    if (std::optional<RelayBatchReport> batch = read_relay_batch(body)) {
-      ++fast_parses_;
-      return AgentMessage(std::move(*batch));
-    }
+    take(read_relay_batch(body));
   } else if (body.find(R"("type":"beat")") != std::string_view::npos) {
-    if (std::optional<AgentBeat> beat = read_beat(body)) {
-      ++fast_parses_;
-      return AgentMessage(std::move(*beat));
-    }
+    take(read_beat(body));
   } else if (body.find(R"("type":"relay_from")") != std::string_view::npos) {
-    if (std::optional<RelayFromReport> from = read_relay_from(body)) {
-      ++fast_parses_;
-      return AgentMessage(std::move(*from));
-    }
+    take(read_relay_from(body));
   } else if (body.find(R"("type":"pong")") != std::string_view::npos) {
-    if (std::optional<Pong> pong = read_pong(body)) {
-      ++fast_parses_;
-      return AgentMessage(*pong);
-    }
+    take(read_pong(body));
+  }
+  if (fast) {
+    ++fast_parses_;
+    return std::move(*fast);
   }
   Result<nlohmann::json> frame = parse_frame_body(body);
   if (!frame) return frame.error();

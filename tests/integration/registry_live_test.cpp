@@ -19,6 +19,7 @@
 
 #include "launcher/base/identity.h"
 #include "launcher/base/strings.h"
+#include "launcher/runlog/run_state.h"
 #include "tests/integration/dtrain_runner.h"
 #include "tests/skip.h"
 
@@ -307,12 +308,9 @@ TEST_CASE("a supervisor killed with SIGKILL leaves its run's hours ending at its
   // supervisor (seen once in a full suite: "supervisor": null).
   int supervisor = 0;
   REQUIRE(wait_until([&] {
-    nlohmann::json state = nlohmann::json::parse(read_text(run_dir + "/state.json"), nullptr, false);
-    if (!state.is_object() || !state.contains("supervisor") || !state["supervisor"].is_object() ||
-        !state["supervisor"]["pid"].is_number_integer()) {
-      return false;
-    }
-    supervisor = state["supervisor"]["pid"].get<int>();
+    Result<RunSnapshot> state = read_state_file(run_dir + "/state.json");
+    if (!state || !state->supervisor) return false;
+    supervisor = state->supervisor->pid;
     return true;
   }, 30000));
   REQUIRE(supervisor > 0);
